@@ -1,0 +1,102 @@
+"""The ``recover-bot audit`` command group (verify, export). Wired into bot/cli.py by ``register``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from bot.errors import StoreError
+from bot.settings import read_dotenv
+from bot.store import audit
+
+_VERIFY_EXAMPLE = """\
+example:
+  recover-bot audit verify --db ./recover.db
+  recover-bot audit verify --head 3f1c…e9   # the head printed by an earlier `audit export`
+
+Exit status: 0 intact, 1 tampering found, 2 the store could not be read."""
+
+_EXPORT_EXAMPLE = """\
+example:
+  recover-bot audit export --out audit-2026-11-29.jsonl
+  (prints the head hash: keep it outside the database, then `audit verify --head HASH`)"""
+
+_DB_HELP = "SQLite step store (default: RECOVER_DB or ./recover.db)"
+
+
+def _default_db() -> str:
+    # RECOVER_DB from the environment or .env, as the rest of the bot reads it; no other setting
+    # is needed to audit a file, so a problem elsewhere in the settings must not block this.
+    return os.environ.get("RECOVER_DB") or read_dotenv(Path(".env")).get("RECOVER_DB") or "./recover.db"
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``audit verify`` and ``audit export`` to an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "audit",
+        help="verify or export the tamper-evident step log",
+        description="Verify or export the tamper-evident step log.",
+        epilog="example:\n  recover-bot audit export --out steps.jsonl\n"
+        "  recover-bot audit verify --head HASH",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="audit_command", metavar="{verify,export}")
+    sub.required = True
+
+    verify_p = sub.add_parser(
+        "verify",
+        help="check the hash chain; name edited, removed, reordered steps (and truncation with --head)",
+        description="Recompute every step's hash and follow the chain. With --head (a head published "
+        "outside the database) a truncated tail is detected too.",
+        epilog=_VERIFY_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verify_p.add_argument(
+        "--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)"
+    )
+    verify_p.add_argument("--head", default=None, metavar="HASH", help="a head printed by `audit export`")
+    verify_p.set_defaults(func=run_verify)
+
+    export_p = sub.add_parser(
+        "export",
+        help="write the step log as JSON lines and print the head hash",
+        description="Write every step as one JSON object per line (stdout or --out) and print the head.",
+        epilog=_EXPORT_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    export_p.add_argument(
+        "--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)"
+    )
+    export_p.add_argument("--out", default=None, metavar="FILE", help="file to write (default: stdout)")
+    export_p.set_defaults(func=run_export)
+    return parser
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    try:
+        report = audit.verify(args.db or _default_db(), head=args.head)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+def run_export(args: argparse.Namespace) -> int:
+    db = args.db or _default_db()
+    try:
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as out:
+                head = audit.export(db, out)
+            print(f"head {head}")
+        else:
+            head = audit.export(db, sys.stdout)
+            # The head goes to stderr so stdout stays pure JSON lines.
+            print(f"head {head}", file=sys.stderr)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,113 @@
+"""The store's schema, as named sqlite-utils migration sets.
+
+Every area owns its tables: it builds its own :class:`Migrations` set and registers it here with
+:func:`register_migrations` at import time (``decisions`` adds "approvals", ``dockerops`` adds
+"dockerops"). :class:`bot.store.Store` applies every registered set when it opens a file, and again
+when a set is registered later, so an area never has to remember to migrate.
+
+Migrations run inside the store's ``BEGIN IMMEDIATE`` lock (sqlite-utils nests its own ``atomic()``
+as a savepoint), so two processes opening a fresh file at once cannot both create a table. Keep
+migrations transactional: a ``transactional=False`` migration (e.g. ``VACUUM``) cannot run here.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+core = Migrations("core")
+
+# The chain starts from this value: the first step's prev_hash.
+GENESIS_HASH = "0" * 64
+
+
+@core(name="0001_cases_steps_idempotency")
+def _m0001(db: Database) -> None:
+    """Cases, the append-only step log and idempotency records."""
+    statements = [
+        """
+        CREATE TABLE cases (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            opened_at TEXT NOT NULL,
+            opened_by TEXT NOT NULL,
+            owner TEXT,
+            channel TEXT,
+            thread_ts TEXT,
+            closed_at TEXT,
+            closed_by TEXT,
+            close_reason TEXT
+        )
+        """,
+        # At most one open case per session, even with two bot processes on one file.
+        "CREATE UNIQUE INDEX cases_one_open_per_session ON cases(session_id) WHERE closed_at IS NULL",
+        """
+        CREATE TABLE steps (
+            seq INTEGER PRIMARY KEY,
+            case_id INTEGER REFERENCES cases(id),
+            session_id TEXT,
+            actor TEXT NOT NULL,
+            at TEXT NOT NULL,
+            step TEXT NOT NULL,
+            inputs TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            detail TEXT,
+            http_status INTEGER,
+            idempotency_key TEXT,
+            receipt_id TEXT,
+            prev_hash TEXT NOT NULL,
+            hash TEXT NOT NULL UNIQUE
+        )
+        """,
+        "CREATE INDEX steps_by_session ON steps(session_id, seq)",
+        "CREATE INDEX steps_by_case ON steps(case_id, seq)",
+        # Append-only, enforced by the database itself, not by the bot's good manners.
+        """
+        CREATE TRIGGER steps_no_update BEFORE UPDATE ON steps
+        BEGIN SELECT RAISE(ABORT, 'steps are append-only: UPDATE is not allowed'); END
+        """,
+        """
+        CREATE TRIGGER steps_no_delete BEFORE DELETE ON steps
+        BEGIN SELECT RAISE(ABORT, 'steps are append-only: DELETE is not allowed'); END
+        """,
+        """
+        CREATE TABLE idempotency (
+            key TEXT PRIMARY KEY,
+            method TEXT NOT NULL,
+            path TEXT NOT NULL,
+            body TEXT NOT NULL,
+            purpose TEXT NOT NULL,
+            session_id TEXT,
+            created_at TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'answered')),
+            http_status INTEGER,
+            response TEXT,
+            answered_at TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0
+        )
+        """,
+        "CREATE INDEX idempotency_pending ON idempotency(state, created_at)",
+    ]
+    for sql in statements:
+        db.execute(sql)
+
+
+MIGRATION_SETS: list[Migrations] = [core]
+_lock = threading.Lock()
+
+
+def register_migrations(m: Migrations) -> Migrations:
+    """Add an area's migration set; registering the same set again is a no-op.
+
+    Two different sets under one name would share one record of applied migrations: refused.
+    """
+    with _lock:
+        for existing in MIGRATION_SETS:
+            if existing.name == m.name:
+                if existing is not m:
+                    raise ValueError(f"a migration set named {m.name!r} is already registered")
+                return m
+        MIGRATION_SETS.append(m)
+    return m

@@ -1,0 +1,213 @@
+"""The step store: cases, the append-only chained step log, idempotency records, migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlite_utils.migrations import Migrations
+
+from bot.clock import ManualClock
+from bot.errors import StoreError
+from bot.store import GENESIS_HASH, MIGRATION_SETS, Store, register_migrations
+from bot.store.chain import step_hash
+
+
+def test_connection_settings_are_durable(store: Store) -> None:
+    with store.read() as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
+        assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_write_uses_begin_immediate(store: Store, db_path: Path) -> None:
+    # While one writer holds BEGIN IMMEDIATE, another cannot even start a write transaction.
+    other = sqlite3.connect(db_path, timeout=0, isolation_level=None)
+    with store.write() as db:
+        assert db.conn.in_transaction
+        db.execute("INSERT INTO cases (session_id, opened_at, opened_by) VALUES ('ses_x', 't', 'U1')")
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            other.execute("BEGIN IMMEDIATE")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ROLLBACK")
+    assert store.get_open_case("ses_x") is not None
+
+
+def test_write_rolls_back_on_error(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.write() as db:
+        store.record_step("ses_1", "U1", "diagnose", {}, "ok", db=db)
+        raise RuntimeError("boom")
+    assert store.steps() == []
+    assert store.list_open_cases() == []
+
+
+def test_first_step_opens_a_case_and_later_steps_join_it(store: Store, clock: ManualClock) -> None:
+    s1 = store.record_step("ses_1", "U1", "diagnose", {"branch": "restore"}, "ok")
+    clock.advance(5)
+    s2 = store.record_step(
+        "ses_1",
+        "U2",
+        "decide",
+        {"decision": "retry_restore"},
+        "accepted",
+        http_status=200,
+        idempotency_key="k1",
+        receipt_id="rcpt_1",
+    )
+    other = store.record_step("ses_2", "U1", "diagnose", {}, "ok")
+    assert s1.case_id == s2.case_id != other.case_id
+    case = store.get_open_case("ses_1")
+    assert case is not None and case.opened_by == "U1" and case.opened_at == "2026-11-29T10:00:00.000Z"
+    assert s2.at == "2026-11-29T10:00:05.000Z"
+    assert [s.step for s in store.steps(session_id="ses_1")] == ["diagnose", "decide"]
+    assert store.steps(case_id=other.case_id) == [other]
+    assert s2.inputs == {"decision": "retry_restore"} and s2.http_status == 200
+    assert s2.idempotency_key == "k1" and s2.receipt_id == "rcpt_1"
+
+
+def test_closing_a_case_is_a_step_and_a_later_step_opens_a_new_case(store: Store) -> None:
+    first = store.record_step("ses_1", "U1", "diagnose", {}, "ok")
+    assert first.case_id is not None
+    closed = store.close_case(first.case_id, "U1", "verification: needs no operator")
+    assert not closed.is_open and closed.close_reason == "verification: needs no operator"
+    assert store.get_open_case("ses_1") is None
+    assert store.steps()[-1].step == "case_closed"
+    again = store.record_step("ses_1", "U3", "diagnose", {}, "ok")
+    assert again.case_id != first.case_id
+    assert [c.id for c in store.list_cases("ses_1")] == [first.case_id, again.case_id]
+    assert [c.id for c in store.list_open_cases()] == [again.case_id]
+    # Closing twice changes nothing.
+    assert store.close_case(first.case_id, "U9", "again") == closed
+
+
+def test_only_one_open_case_per_session_in_the_database(store: Store) -> None:
+    store.open_case("ses_1", "U1")
+    with pytest.raises(sqlite3.IntegrityError), store.write() as db:
+        db.execute("INSERT INTO cases (session_id, opened_at, opened_by) VALUES ('ses_1', 't', 'U2')")
+
+
+def test_open_case_returns_the_open_one_and_metadata_updates(store: Store) -> None:
+    case = store.open_case("ses_1", "U1", channel="C1")
+    assert store.open_case("ses_1", "U2").id == case.id
+    assert store.set_owner(case.id, "U7").owner == "U7"
+    updated = store.set_thread(case.id, "C2", "1700000000.000100")
+    assert (updated.channel, updated.thread_ts, updated.owner) == ("C2", "1700000000.000100", "U7")
+    with pytest.raises(StoreError):
+        store.set_owner(999, "U1")
+    with pytest.raises(StoreError):
+        store.close_case(999, "U1", "x")
+
+
+def test_steps_are_chained(store: Store) -> None:
+    steps = [store.record_step(f"ses_{i % 2}", "U1", "s", {"i": i}, "ok") for i in range(5)]
+    assert steps[0].prev_hash == GENESIS_HASH
+    for before, after in zip(steps, steps[1:], strict=False):
+        assert after.prev_hash == before.hash
+        assert after.seq == before.seq + 1
+    with store.read() as db:
+        row = next(db.query("SELECT * FROM steps WHERE seq = 3"))
+    assert step_hash(row, row["prev_hash"]) == row["hash"] == steps[2].hash
+    assert store.head() == steps[-1].hash
+
+
+def test_empty_log_head_is_genesis(store: Store) -> None:
+    assert store.head() == GENESIS_HASH
+
+
+def test_update_and_delete_on_steps_fail(store: Store, db_path: Path) -> None:
+    store.record_step("ses_1", "U1", "diagnose", {}, "ok")
+    conn = sqlite3.connect(db_path)
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        conn.execute("UPDATE steps SET outcome = 'forged'")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        conn.execute("DELETE FROM steps")
+    conn.close()
+    with pytest.raises(sqlite3.IntegrityError), store.write() as db:
+        db.execute("DELETE FROM steps WHERE seq = 1")
+    assert [s.outcome for s in store.steps()] == ["ok"]
+
+
+def test_record_step_joins_the_callers_transaction(store: Store) -> None:
+    with store.write() as db:
+        store.record_step("ses_1", "U1", "a", {}, "ok", db=db)
+        store.record_step("ses_1", "U1", "b", {}, "ok", db=db)
+    assert [s.step for s in store.steps()] == ["a", "b"]
+    with pytest.raises(StoreError), store.read() as db:
+        store.record_step("ses_1", "U1", "c", {}, "ok", db=db)
+
+
+def test_installation_wide_step_has_no_case(store: Store) -> None:
+    step = store.record_step(None, "U1", "reconciler_dry_run", {"container": "cp-reconciler-1"}, "ok")
+    assert step.case_id is None and step.session_id is None
+    assert store.list_open_cases() == []
+
+
+def test_idempotency_record_lifecycle(store: Store, clock: ManualClock) -> None:
+    rec = store.begin_request(
+        "post", "/v1/sessions/ses_1/resume", {"reason": "ok"}, "resume", session_id="ses_1"
+    )
+    assert rec.method == "POST" and rec.body == '{"reason":"ok"}' and rec.pending and rec.attempts == 0
+    assert len(rec.key) == 36
+    assert store.unfinished_requests() == [rec]
+    assert store.note_attempt(rec.key) == 1
+    assert store.note_attempt(rec.key) == 2
+    clock.advance(3)
+    done = store.finish_request(rec.key, 200, {"id": "rcpt_1", "status": "accepted"})
+    assert done.state == "answered" and done.http_status == 200 and done.attempts == 2
+    assert done.response == {"id": "rcpt_1", "status": "accepted"}
+    assert done.answered_at == "2026-11-29T10:00:03.000Z"
+    assert store.unfinished_requests() == []
+    assert store.get_request(rec.key) == done
+    assert store.get_request("nope") is None
+
+
+def test_begin_request_keeps_exact_body_text_and_given_key(store: Store) -> None:
+    text = '{"decision": "close",  "reason": "é"}'
+    rec = store.begin_request("POST", "/p", text, "decision", key="k-fixed")
+    assert rec.key == "k-fixed" and store.get_request("k-fixed").body == text  # type: ignore[union-attr]
+    with pytest.raises(StoreError):
+        store.begin_request("POST", "/p", text, "decision", key="k-fixed")
+    with pytest.raises(StoreError):
+        store.finish_request("missing", 200, {})
+
+
+def test_unfinished_requests_oldest_first(store: Store, clock: ManualClock) -> None:
+    a = store.begin_request("POST", "/a", {}, "x")
+    clock.advance(1)
+    b = store.begin_request("POST", "/b", {}, "x")
+    store.finish_request(a.key, 409, {"error": {"code": "REQUEST_STALE"}})
+    clock.advance(1)
+    c = store.begin_request("POST", "/c", {}, "x")
+    assert [r.key for r in store.unfinished_requests()] == [b.key, c.key]
+    assert [r.key for r in store.list_requests()] == [a.key, b.key, c.key]
+
+
+def test_registered_migration_sets_are_applied(db_path: Path, clock: ManualClock) -> None:
+    store = Store(db_path, clock=clock)
+    extra = Migrations("test_extra_area")
+
+    @extra()
+    def create_things(db):  # type: ignore[no-untyped-def]
+        db["things"].create({"id": int, "name": str}, pk="id")
+
+    register_migrations(extra)
+    try:
+        # The already-open store applies a set registered after it opened.
+        with store.write() as db:
+            db.execute("INSERT INTO things (name) VALUES ('a')")
+        assert register_migrations(extra) is extra  # idempotent
+        with pytest.raises(ValueError):
+            register_migrations(Migrations("test_extra_area"))
+        reopened = Store(db_path, clock=clock)
+        with reopened.read() as db:
+            names = [r[0] for r in db.execute("SELECT migration_set FROM _sqlite_migrations ORDER BY id")]
+        assert names == ["core", "test_extra_area"]
+    finally:
+        MIGRATION_SETS.remove(extra)
+
+
+def test_unreadable_path_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError):
+        Store(tmp_path / "missing-dir" / "x.db")
