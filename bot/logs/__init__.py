@@ -1,0 +1,35 @@
+"""Worker log lines for one session: the source interface, line parsing and the file source.
+
+Public names are re-exported here; the modules behind them are private.
+"""
+
+from __future__ import annotations
+
+from bot.logs._model import (
+    DEFAULT_BYTE_BUDGET,
+    FieldValue,
+    LogLine,
+    LogScan,
+    LogSource,
+    LogSourceError,
+    ScanStats,
+)
+from bot.logs._parse import ID_PATTERN, KNOWN_PLAIN_PATTERNS, MAX_TEXT_CHARS, parse_line, parse_timestamp
+from bot.logs._scan import MAX_LINE_BYTES, scan_session_lines
+
+__all__ = [
+    "DEFAULT_BYTE_BUDGET",
+    "ID_PATTERN",
+    "KNOWN_PLAIN_PATTERNS",
+    "MAX_LINE_BYTES",
+    "MAX_TEXT_CHARS",
+    "FieldValue",
+    "LogLine",
+    "LogScan",
+    "LogSource",
+    "LogSourceError",
+    "ScanStats",
+    "parse_line",
+    "parse_timestamp",
+    "scan_session_lines",
+]
