@@ -1,0 +1,450 @@
+"""Facts: the flat vocabulary of docs/facts.md, extracted from API objects, log lines and reconciler status.
+
+Python extracts, YAML decides (issue 3): every function here is pure and total — a missing field, a
+``None`` object or an unexpected type yields ``None`` (unknown) for the facts it feeds, never an
+exception, because a half-broken control host is exactly when diagnose must still answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bot.clock import isoformat, parse_time
+from bot.diagnosis import timeline as tl
+from bot.redact import redact
+
+FactValue = str | int | float | bool | None
+Facts = dict[str, FactValue]
+
+# The sources diagnose reads; each reports ``source.<name>`` (docs/facts.md).
+SOURCES: tuple[str, ...] = ("session", "turns", "events", "logs", "reconciler")
+SOURCE_OK = "ok"
+SOURCE_SLOW = "slow"
+SOURCE_UNREACHABLE = "unreachable"
+SOURCE_NOT_CONFIGURED = "not_configured"
+
+SESSION_FACTS: tuple[str, ...] = (
+    "session.found",
+    "session.status",
+    "session.admission_state",
+    "session.revision",
+    "session.resumable",
+    "session.queued_inputs",
+    "attention.present",
+    "attention.code",
+    "attention.reason",
+    "attention.failures",
+    "attention.retry_at",
+    "attention.in_backoff",
+    "checkpoint.present",
+    "checkpoint.id",
+    "checkpoint.covers_turn_id",
+    "execution.state",
+    "execution.confirmed_gone",
+)
+TURN_FACTS: tuple[str, ...] = (
+    "unknown_turn.present",
+    "unknown_turn.id",
+    "unknown_turn.terminal_reason",
+    "unknown_turn.control_id",
+    "unknown_turn.covered_by_checkpoint",
+)
+EVENT_FACTS: tuple[str, ...] = ("events.restore_failed", "events.startup_failed")
+LOG_FACTS: tuple[str, ...] = (
+    "logs.lines",
+    "logs.restore_unavailable",
+    "logs.store_unavailable",
+    "logs.restore_refused",
+    "logs.permanent_damage",
+    "logs.worker_failed",
+    "logs.stopping_failed",
+    "logs.stop_kind_refused",
+    "logs.likely_cause",
+    "logs.interrupt_unanswered",
+    "logs.late_sdk_interrupt_answered",
+    "logs.engine_terminal_timeout",
+    "logs.capture_timeout",
+    "logs.capture_failed",
+    "logs.finalize_checkpoint_unavailable",
+    "logs.missing_stages",
+    "logs.control_result_outcome",
+    "logs.control_result_reason_code",
+)
+RECONCILER_FACTS: tuple[str, ...] = ("reconciler.last_pass", "reconciler.last_pass_at")
+
+ALL_FACTS: tuple[str, ...] = (
+    "now",
+    "session.id",
+    *SESSION_FACTS,
+    *TURN_FACTS,
+    *EVENT_FACTS,
+    *LOG_FACTS,
+    *RECONCILER_FACTS,
+    *(f"source.{name}" for name in SOURCES),
+)
+
+# Worker log events named by the runbook.
+EV_RESTORE_UNAVAILABLE = "worker.checkpoint.restore_unavailable"  # R2.6, transient
+EV_STORE_UNAVAILABLE = "worker.checkpoint.store_unavailable"  # R2.6, transient
+EV_RESTORE_REFUSED = "worker.checkpoint.restore_refused"  # R2.8, permanent
+EV_WORKER_FAILED = "worker.failed"  # R2.5, R2.13
+EV_STOPPING = "worker.stopping"  # R2.13 (kind=failed)
+EV_STOP_KIND_REFUSED = "worker.release.stop_kind_refused"  # R2.16
+TRANSIENT_EVENTS = frozenset({EV_RESTORE_UNAVAILABLE, EV_STORE_UNAVAILABLE})
+
+# R2.5, R2.8: what marks permanent damage rather than a store outage.
+_DAMAGE_TEXT = re.compile(
+    r"CHECKPOINT_UNAVAILABLE|NoSuchKey|AccessDenied"
+    r"|\b(?:digest|checksum)[ _-]?mismatch\b"
+    r"|\b(?:http|status|status_code|code)[\s\"':=]*40[134]\b"
+    r"|\b40[134]\s+(?:not\s+found|forbidden|unauthori[sz]ed)\b",
+    re.IGNORECASE,
+)
+_DAMAGE_FIELDS = ("status", "http_status", "status_code", "code", "error_code", "reason", "error")
+# R3.1: the worker's words when the engine never answered the interrupt.
+_UNANSWERED_TEXT = re.compile(r"gave no terminal within|ended before its interrupt was answered", re.I)
+_CAUSE_FIELDS = ("error", "err", "reason", "message", "msg", "cause", "detail")
+_MAX_CAUSE_CHARS = 300
+
+
+def _get(obj: Any, name: str) -> Any:
+    """Attribute or key access, so typed models and plain JSON dicts both work."""
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _str(value: Any) -> str | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int | float):
+        return str(value)
+    return None
+
+
+def _int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def _bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return None
+
+
+def _time(value: Any) -> str | None:
+    """Times become ISO 8601 Z strings (what conditions and people compare), whatever they arrived as."""
+    if isinstance(value, datetime):
+        return isoformat(value)
+    parsed = parse_time(value)
+    return isoformat(parsed) if parsed is not None else _str(value)
+
+
+def empty_facts(session_id: str, now: datetime) -> Facts:
+    """Every documented fact, unknown: the starting point that sources fill in."""
+    facts: Facts = dict.fromkeys(ALL_FACTS)
+    facts["now"] = isoformat(now)
+    facts["session.id"] = session_id
+    for name in SOURCES:
+        facts[f"source.{name}"] = SOURCE_NOT_CONFIGURED
+    return facts
+
+
+# -- session detail ---------------------------------------------------------------------------------
+
+
+def session_facts(session: Any) -> Facts:
+    """Facts from the session detail (GET /v1/sessions/{id}); fields missing upstream stay None."""
+    attention = _get(session, "attention")
+    checkpoint = _get(session, "checkpoint")
+    execution = _get(session, "execution")
+    retry_at = _time(_get(attention, "retry_at")) if attention is not None else None
+    state = _str(_get(execution, "state"))
+    facts: Facts = {
+        "session.found": True,
+        "session.status": _str(_get(session, "status")),
+        "session.admission_state": _str(_get(session, "admission_state")),
+        "session.revision": _int(_get(session, "revision")),
+        "session.resumable": _bool(_get(session, "resumable")),
+        "session.queued_inputs": _int(_get(session, "queued_inputs")),
+        "attention.present": attention is not None,
+        "attention.code": _str(_get(attention, "code")),
+        "attention.reason": _str(_get(attention, "reason")),
+        "attention.failures": _int(_get(attention, "failures")),
+        "attention.retry_at": retry_at,
+        # R2.1, R2.10: retry_at set = still in backoff; null once stopped at the limit.
+        "attention.in_backoff": (retry_at is not None) if attention is not None else False,
+        "checkpoint.present": checkpoint is not None,
+        "checkpoint.id": _str(_get(checkpoint, "id")),
+        "checkpoint.covers_turn_id": _str(_get(checkpoint, "covers_turn_id")),
+        "execution.state": state,
+        # R3.9: the scheduler's pass confirmed the container absent.
+        # The API accepts abandon/confirm only when execution.state is gone, so that is the test here.
+        "execution.confirmed_gone": (state == "gone") if state is not None else None,
+    }
+    return facts
+
+
+def session_missing_facts() -> Facts:
+    """404 NOT_FOUND on the session: it is known not to exist (a plain answer, not an outage)."""
+    return {"session.found": False}
+
+
+# -- turns ------------------------------------------------------------------------------------------
+
+
+def pick_unknown_turn(turns: Iterable[Any]) -> Any:
+    """The outcome_unknown turn at the head of the queue: the oldest one (the API lists newest first)."""
+    unknown = [t for t in turns if _get(t, "status") in (None, "outcome_unknown")]
+    if not unknown:
+        return None
+    dated = [(parse_time(_get(t, "started_at")), i, t) for i, t in enumerate(unknown)]
+    if all(d is not None for d, _, _ in dated):
+        return min(dated, key=lambda x: (x[0], -x[1]))[2]
+    return unknown[-1]
+
+
+def turn_facts(head: Any, detail: Any = None) -> Facts:
+    """Facts about the outcome-unknown turn (R3.1): ``head`` from the list, ``detail`` from get_turn.
+
+    The terminal reason comes from the turn itself (GET …/turns/{id}), not from the attention code:
+    the attention block may lag or be absent while the turn endpoint is authoritative.
+    """
+    if head is None:
+        return {
+            "unknown_turn.present": False,
+            "unknown_turn.id": None,
+            "unknown_turn.terminal_reason": None,
+            "unknown_turn.control_id": None,
+        }
+    return {
+        "unknown_turn.present": True,
+        "unknown_turn.id": _str(_get(detail, "id")) or _str(_get(head, "id")),
+        "unknown_turn.terminal_reason": (
+            _str(_get(detail, "terminal_reason")) or _str(_get(head, "terminal_reason"))
+        ),
+        "unknown_turn.control_id": _str(_get(detail, "control_id")) or _str(_get(head, "control_id")),
+    }
+
+
+def link_facts(facts: Facts) -> Facts:
+    """Facts that need two sources: whether the committed checkpoint covers the unknown turn (R3.11)."""
+    present = facts.get("unknown_turn.present")
+    if present is True and facts.get("session.found") is True and facts.get("checkpoint.present") is not None:
+        turn_id = facts.get("unknown_turn.id")
+        facts["unknown_turn.covered_by_checkpoint"] = (
+            bool(facts.get("checkpoint.present")) and turn_id is not None
+            and facts.get("checkpoint.covers_turn_id") == turn_id
+        )
+    elif present is False:
+        facts["unknown_turn.covered_by_checkpoint"] = None
+    return facts
+
+
+# -- events -----------------------------------------------------------------------------------------
+
+
+def event_facts(events: Iterable[Any]) -> Facts:
+    """Counts of the system events the runbook names (R2.5, R2.12)."""
+    names = [_str(_get(e, "name")) or _str(_get(e, "type")) for e in events]
+    return {
+        "events.restore_failed": names.count("checkpoint_restore_failed"),
+        "events.startup_failed": names.count("startup_failed"),
+    }
+
+
+# -- logs -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LogEvidence:
+    """What the log lines show people, beside the facts: timeline, control.result, notable lines."""
+
+    timeline: tl.InterruptTimeline | None = None
+    control_result: tl.ControlResult | None = None
+    notable: list[Any] = field(default_factory=list)
+    lines_read: int = 0
+    truncated: bool = False
+
+
+NOTABLE_EVENTS = frozenset(
+    {EV_RESTORE_UNAVAILABLE, EV_STORE_UNAVAILABLE, EV_RESTORE_REFUSED, EV_WORKER_FAILED, EV_STOPPING,
+     EV_STOP_KIND_REFUSED, tl.CONTROL_RESULT_EVENT, tl.LATE_ANSWER}
+)
+_MAX_NOTABLE = 40
+
+
+def _fields(line: Any) -> Mapping[str, Any]:
+    fields = getattr(line, "fields", None)
+    return fields if isinstance(fields, Mapping) else {}
+
+
+def _line_text(line: Any) -> str:
+    text = getattr(line, "text", None)
+    if not isinstance(text, str):
+        text = getattr(line, "raw", None)
+    return text if isinstance(text, str) else ""
+
+
+def _is_damage(line: Any, event: str | None) -> bool:
+    """R2.5, R2.8: permanent damage in a restore-related line (transient outage lines never count).
+
+    Interrupt-stage lines are left out on purpose: CHECKPOINT_UNAVAILABLE at finalize means the API
+    refused a manifest (R3.5), not that a stored checkpoint is damaged.
+    """
+    if event in TRANSIENT_EVENTS or event in (tl.STAGE_EVENT, tl.CONTROL_RESULT_EVENT, tl.LATE_ANSWER):
+        return False
+    if event == EV_RESTORE_REFUSED:
+        return True
+    fields = _fields(line)
+    for key in _DAMAGE_FIELDS:
+        value = fields.get(key)
+        if _int(value) in (401, 403, 404):
+            return True
+        if isinstance(value, str) and _DAMAGE_TEXT.search(value):
+            return True
+    return bool(_DAMAGE_TEXT.search(_line_text(line)))
+
+
+def _cause(line: Any) -> str | None:
+    """The error text of a worker.failed / worker.stopping line (R2.13), redacted and bounded."""
+    fields = _fields(line)
+    for key in _CAUSE_FIELDS:
+        value = fields.get(key)
+        if isinstance(value, str) and value.strip() and value.strip() != "failed":
+            text = value.strip()
+            break
+    else:
+        text = _line_text(line).strip()
+    if not text:
+        return None
+    text = redact(text)
+    return text if len(text) <= _MAX_CAUSE_CHARS else text[: _MAX_CAUSE_CHARS - 1] + "…"
+
+
+_COUNTED: tuple[str, ...] = (
+    "restore_unavailable", "store_unavailable", "restore_refused", "worker_failed", "stopping_failed",
+    "stop_kind_refused",
+)
+
+
+@dataclass
+class LogScanResult:
+    """One streaming pass over a session's log lines: counts, and the few lines kept for later.
+
+    Kept apart from :func:`log_facts_from` because the lines are read concurrently with the turns
+    endpoint: which interrupt timeline matters is known only once the outcome-unknown turn is.
+    """
+
+    total: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTED, 0))
+    damage: bool = False
+    unanswered: bool = False
+    cause: str | None = None
+    interrupt_lines: list[Any] = field(default_factory=list)
+    notable: list[Any] = field(default_factory=list)
+    truncated: bool = False
+
+    def add(self, line: Any) -> None:
+        self.total += 1
+        raw_event = getattr(line, "event", None)
+        event = raw_event if isinstance(raw_event, str) else None
+        fields = _fields(line)
+        text = _line_text(line)
+        stopping_failed = event == EV_STOPPING and str(fields.get("kind", "")).lower() == "failed"
+        if event == EV_RESTORE_UNAVAILABLE:
+            self.counts["restore_unavailable"] += 1
+        elif event == EV_STORE_UNAVAILABLE:
+            self.counts["store_unavailable"] += 1
+        elif event == EV_RESTORE_REFUSED:
+            self.counts["restore_refused"] += 1
+        elif event == EV_WORKER_FAILED:
+            self.counts["worker_failed"] += 1
+        elif stopping_failed:
+            self.counts["stopping_failed"] += 1
+        elif event == EV_STOP_KIND_REFUSED:
+            self.counts["stop_kind_refused"] += 1
+        if event == EV_WORKER_FAILED or stopping_failed:
+            # R2.13: the last failing line names the likely cause.
+            self.cause = _cause(line) or self.cause
+        if _is_damage(line, event):
+            self.damage = True
+        unanswered = bool(_UNANSWERED_TEXT.search(text)) or any(
+            isinstance(v, str) and _UNANSWERED_TEXT.search(v) for v in fields.values()
+        )
+        self.unanswered = self.unanswered or unanswered
+        if event in (tl.STAGE_EVENT, tl.LATE_ANSWER, tl.CONTROL_RESULT_EVENT):
+            self.interrupt_lines.append(line)
+        if (event in NOTABLE_EVENTS or unanswered or stopping_failed) and len(self.notable) < _MAX_NOTABLE:
+            self.notable.append(line)
+
+
+def scan_log_lines(lines: Iterable[Any]) -> LogScanResult:
+    """Read every line once (streaming: only interrupt and notable lines are kept)."""
+    scan = LogScanResult()
+    for line in lines:
+        scan.add(line)
+    return scan
+
+
+def log_facts_from(scan: LogScanResult, *, turn_id: str | None = None) -> tuple[Facts, LogEvidence]:
+    """Facts and evidence from a scan; ``turn_id`` (the outcome-unknown turn) picks its timeline (R3.2)."""
+    timelines = tl.build_timelines(scan.interrupt_lines)
+    chosen = tl.select_timeline(timelines, turn_id)
+    result = tl.select_control_result(tl.control_results(scan.interrupt_lines), chosen, turn_id)
+    late = bool(chosen.late) if chosen is not None else False
+    facts: Facts = {
+        "logs.lines": scan.total,
+        **{f"logs.{k}": v for k, v in scan.counts.items()},
+        "logs.permanent_damage": scan.damage,
+        "logs.likely_cause": scan.cause,
+        "logs.interrupt_unanswered": scan.unanswered,
+        "logs.late_sdk_interrupt_answered": late,  # R3.4
+        "logs.engine_terminal_timeout": chosen.engine_terminal_timeout if chosen else False,
+        "logs.capture_timeout": chosen.capture_timeout if chosen else False,
+        "logs.capture_failed": chosen.capture_failed if chosen else False,
+        "logs.finalize_checkpoint_unavailable": chosen.finalize_checkpoint_unavailable if chosen else False,
+        # No interrupt timeline at all: which stages are missing is unknown, not "all of them".
+        "logs.missing_stages": ",".join(chosen.missing) if chosen else None,
+        "logs.control_result_outcome": result.outcome if result else None,
+        "logs.control_result_reason_code": result.reason_code if result else None,
+    }
+    evidence = LogEvidence(
+        timeline=chosen, control_result=result, notable=list(scan.notable), lines_read=scan.total,
+        truncated=scan.truncated,
+    )
+    return facts, evidence
+
+
+def log_facts(lines: Iterable[Any], *, turn_id: str | None = None) -> tuple[Facts, LogEvidence]:
+    """Facts and evidence from the worker's log lines for one session (R2.5–R2.8, R2.13, R2.16, R3.1–R3.5)."""
+    return log_facts_from(scan_log_lines(lines), turn_id=turn_id)
+
+
+# -- reconciler -------------------------------------------------------------------------------------
+
+
+def reconciler_facts(status: Any) -> Facts:
+    """Facts from the reconciler's last pass (R1.4); shape of the status file unknown, so only two facts."""
+    last = _str(_get(status, "last_pass"))
+    return {
+        "reconciler.last_pass": last.lower() if last else None,
+        "reconciler.last_pass_at": _time(_get(status, "last_pass_at")),
+    }

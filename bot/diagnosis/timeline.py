@@ -1,0 +1,315 @@
+"""The interrupt-stage timeline (R3.2–R3.5) and the ``control.result`` line (R3.3), from worker log lines.
+
+Pure functions over parsed log lines: diagnosis shows people *where* an interrupt stalled, because the
+terminal reason alone (R3.1) does not say whether the engine never answered, the capture budget ran out,
+the capture failed, or the API refused the manifest — and each of those points to a different fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+# R3.2: the normal order of the stages, each with elapsed_ms since the interrupt was received.
+STAGES: tuple[str, ...] = (
+    "control_received",
+    "sdk_interrupt_called",
+    "sdk_interrupt_answered",
+    "engine_terminal",
+    "capture_started",
+    "capture_finished",
+    "finalize_started",
+    "finalize_finished",
+)
+STAGE_EVENT = "worker.turn.interrupt.stage"
+# R3.4: an SDK answer after the engine terminal is logged apart, never put in the normal sequence.
+LATE_ANSWER = "late_sdk_interrupt_answered"
+CONTROL_RESULT_EVENT = "control.result"
+
+# R3.5 readings, as stable codes; bot.diagnosis.wording turns them into sentences.
+READ_ENGINE_TERMINAL_TIMEOUT = "engine_terminal_timeout"
+READ_CAPTURE_TIMEOUT = "capture_timeout"
+READ_CAPTURE_FAILED = "capture_failed"
+READ_FINALIZE_CHECKPOINT_UNAVAILABLE = "finalize_checkpoint_unavailable"
+READ_FINALIZE_FAILED = "finalize_failed"
+
+
+def _field(line: Any, key: str) -> Any:
+    fields = getattr(line, "fields", None)
+    if isinstance(fields, Mapping):
+        return fields.get(key)
+    return None
+
+
+def _text(line: Any) -> str:
+    text = getattr(line, "text", None)
+    if text is None:
+        text = getattr(line, "raw", None)
+    return text if isinstance(text, str) else ""
+
+
+def _str(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _int(value: Any) -> int | None:
+    """Numbers arrive as JSON numbers or logfmt text; unreadable values are unknown, never a crash."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    try:
+        return int(float(str(value).strip().removesuffix("ms")))
+    except (TypeError, ValueError):
+        return None
+
+
+def _event(line: Any) -> str | None:
+    event = getattr(line, "event", None)
+    return event if isinstance(event, str) else None
+
+
+def _ts(line: Any) -> datetime | None:
+    ts = getattr(line, "ts", None)
+    return ts if isinstance(ts, datetime) else None
+
+
+@dataclass(frozen=True)
+class StageEntry:
+    """One ``worker.turn.interrupt.stage`` line, reduced to what people and rules read."""
+
+    stage: str
+    elapsed_ms: int | None
+    outcome: str | None = None
+    reason: str | None = None
+    budget_ms: int | None = None
+    error_code: str | None = None
+    ts: datetime | None = None
+    text: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == "failed"
+
+    @property
+    def timed_out(self) -> bool:
+        return self.outcome == "timeout"
+
+
+@dataclass
+class InterruptTimeline:
+    """The stages of one interrupt (grouped by session_id, turn_id, control_id: R3.2)."""
+
+    session_id: str | None
+    turn_id: str | None
+    control_id: str | None
+    stages: list[StageEntry] = field(default_factory=list)
+    late: list[StageEntry] = field(default_factory=list)
+
+    def stage(self, name: str) -> StageEntry | None:
+        """The last entry logged for a stage (a retried stage's final word counts)."""
+        found = [s for s in self.stages if s.stage == name]
+        return found[-1] if found else None
+
+    @property
+    def missing(self) -> list[str]:
+        present = {s.stage for s in self.stages}
+        return [name for name in STAGES if name not in present]
+
+    @property
+    def last_at(self) -> datetime | None:
+        times = [s.ts for s in (*self.stages, *self.late) if s.ts is not None]
+        return max(times) if times else None
+
+    # R3.5: what the stages mean.
+    @property
+    def engine_terminal_timeout(self) -> bool:
+        entry = self.stage("engine_terminal")
+        return entry is not None and entry.timed_out
+
+    @property
+    def capture_timeout(self) -> bool:
+        entry = self.stage("capture_finished")
+        return entry is not None and entry.timed_out
+
+    @property
+    def capture_failed(self) -> bool:
+        entry = self.stage("capture_finished")
+        return entry is not None and entry.failed
+
+    @property
+    def capture_completed(self) -> bool:
+        entry = self.stage("capture_finished")
+        return entry is not None and entry.outcome in (None, "ok", "completed", "succeeded", "success")
+
+    @property
+    def finalize_checkpoint_unavailable(self) -> bool:
+        # R3.5: finalize failed with CHECKPOINT_UNAVAILABLE after a finished capture = the API refused
+        # the manifest or its ref (not a capture timeout, not an S3 failure).
+        entry = self.stage("finalize_finished")
+        if entry is None or not entry.failed:
+            return False
+        if not self.capture_completed:
+            return False
+        blob = " ".join(filter(None, [entry.reason, entry.error_code, entry.text]))
+        return "CHECKPOINT_UNAVAILABLE" in blob
+
+    def readings(self) -> list[tuple[str, StageEntry]]:
+        """R3.5 readings that apply, in stage order, each with the entry that shows it."""
+        out: list[tuple[str, StageEntry]] = []
+        engine = self.stage("engine_terminal")
+        if engine is not None and engine.timed_out:
+            out.append((READ_ENGINE_TERMINAL_TIMEOUT, engine))
+        capture = self.stage("capture_finished")
+        if capture is not None and capture.timed_out:
+            out.append((READ_CAPTURE_TIMEOUT, capture))
+        elif capture is not None and capture.failed:
+            out.append((READ_CAPTURE_FAILED, capture))
+        finalize = self.stage("finalize_finished")
+        if finalize is not None and finalize.failed:
+            if self.finalize_checkpoint_unavailable:
+                out.append((READ_FINALIZE_CHECKPOINT_UNAVAILABLE, finalize))
+            else:
+                out.append((READ_FINALIZE_FAILED, finalize))
+        return out
+
+
+@dataclass(frozen=True)
+class ControlResult:
+    """The ``control.result`` line logged after the final finalize (R3.3)."""
+
+    operation: str | None
+    outcome: str | None
+    reason_code: str | None
+    effect_ms: int | None
+    duration_ms: int | None
+    turn_id: str | None = None
+    control_id: str | None = None
+    ts: datetime | None = None
+    text: str = ""
+
+    @property
+    def no_op(self) -> bool:
+        # R3.3: a no-op on an already-ended turn logs effect_ms=0.
+        return self.effect_ms == 0
+
+    @property
+    def deadline_exceeded(self) -> bool:
+        # R3.3: a receipt not finished by its deadline logs outcome=unknown, reason_code=deadline_exceeded.
+        return self.outcome == "unknown" and self.reason_code == "deadline_exceeded"
+
+
+def _entry(line: Any, stage: str) -> StageEntry:
+    return StageEntry(
+        stage=stage,
+        elapsed_ms=_int(_field(line, "elapsed_ms")),
+        outcome=_str(_field(line, "outcome")),
+        reason=_str(_field(line, "reason")),
+        budget_ms=_int(_field(line, "budget_ms")),
+        error_code=_str(_field(line, "code")) or _str(_field(line, "error_code")),
+        ts=_ts(line),
+        text=_text(line),
+    )
+
+
+def _key(line: Any) -> tuple[str | None, str | None, str | None]:
+    return (
+        _str(getattr(line, "session_id", None)) or _str(_field(line, "session_id")),
+        _str(_field(line, "turn_id")),
+        _str(_field(line, "control_id")),
+    )
+
+
+def build_timelines(lines: Iterable[Any]) -> list[InterruptTimeline]:
+    """Group interrupt-stage lines by (session_id, turn_id, control_id) and order each group (R3.2).
+
+    Stages sort by their place in the normal sequence (elapsed_ms breaks ties between repeats), so the
+    order people read does not depend on the order log lines were interleaved by the collector.
+    """
+    groups: dict[tuple[str | None, str | None, str | None], InterruptTimeline] = {}
+    for line in lines:
+        event = _event(line)
+        stage = _str(_field(line, "stage"))
+        if event == STAGE_EVENT and stage is not None:
+            pass
+        elif event == LATE_ANSWER:
+            stage = LATE_ANSWER
+        else:
+            continue
+        key = _key(line)
+        timeline = groups.get(key)
+        if timeline is None:
+            timeline = groups[key] = InterruptTimeline(*key)
+        entry = _entry(line, stage)
+        if stage == LATE_ANSWER:
+            timeline.late.append(entry)  # R3.4: apart from the normal sequence
+        elif stage in STAGES:
+            timeline.stages.append(entry)
+        # Unknown stage names are newer worker vocabulary: ignored rather than misplaced.
+    order = {name: i for i, name in enumerate(STAGES)}
+    for timeline in groups.values():
+        timeline.stages.sort(key=lambda s: (order[s.stage], s.elapsed_ms if s.elapsed_ms is not None else -1))
+    return list(groups.values())
+
+
+def select_timeline(
+    timelines: list[InterruptTimeline], turn_id: str | None = None
+) -> InterruptTimeline | None:
+    """The timeline that explains the outcome-unknown turn, else the most recent one."""
+    if not timelines:
+        return None
+    if turn_id is not None:
+        matching = [t for t in timelines if t.turn_id == turn_id]
+        if matching:
+            return matching[-1]
+    dated = [t for t in timelines if t.last_at is not None]
+    if dated:
+        return max(dated, key=lambda t: t.last_at or datetime.min)
+    return timelines[-1]
+
+
+def control_results(lines: Iterable[Any]) -> list[ControlResult]:
+    """Every ``control.result`` line, in log order."""
+    out: list[ControlResult] = []
+    for line in lines:
+        if _event(line) != CONTROL_RESULT_EVENT:
+            continue
+        out.append(
+            ControlResult(
+                operation=_str(_field(line, "operation")),
+                outcome=_str(_field(line, "outcome")),
+                reason_code=_str(_field(line, "reason_code")),
+                effect_ms=_int(_field(line, "effect_ms")),
+                duration_ms=_int(_field(line, "duration_ms")),
+                turn_id=_str(_field(line, "turn_id")),
+                control_id=_str(_field(line, "control_id")),
+                ts=_ts(line),
+                text=_text(line),
+            )
+        )
+    return out
+
+
+def select_control_result(
+    results: list[ControlResult], timeline: InterruptTimeline | None = None, turn_id: str | None = None
+) -> ControlResult | None:
+    """The ``control.result`` of the interrupt being explained (same control or turn), else the last one."""
+    if not results:
+        return None
+    if timeline is not None and timeline.control_id is not None:
+        same = [r for r in results if r.control_id == timeline.control_id]
+        if same:
+            return same[-1]
+    wanted = turn_id or (timeline.turn_id if timeline is not None else None)
+    if wanted is not None:
+        same = [r for r in results if r.turn_id == wanted]
+        if same:
+            return same[-1]
+    return results[-1]

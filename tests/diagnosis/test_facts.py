@@ -1,0 +1,211 @@
+"""Facts extraction (docs/facts.md) from hand-made API objects and real parsed log lines."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+from bot.diagnosis import facts as F
+from bot.logs import parse_line
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "facts.md"
+
+
+def lines(*texts: str):
+    parsed = [parse_line(t) for t in texts]
+    assert all(p is not None for p in parsed)
+    return parsed
+
+
+def test_fact_names_equal_the_documented_vocabulary():
+    documented = set(re.findall(r"^\| `([a-z_.<>]+)` \|", DOC.read_text(), re.M))
+    documented = {d for d in documented if "<" not in d} | {f"source.{s}" for s in F.SOURCES}
+    assert set(F.ALL_FACTS) == documented
+
+
+def test_empty_facts_are_unknown_with_sources_not_configured():
+    facts = F.empty_facts("ses_1", datetime(2026, 11, 29, 10, 0, tzinfo=UTC))
+    assert facts["now"] == "2026-11-29T10:00:00.000Z"
+    assert facts["session.id"] == "ses_1"
+    assert facts["session.found"] is None and facts["logs.permanent_damage"] is None
+    assert facts["source.logs"] == "not_configured"
+
+
+def test_session_in_backoff_from_a_plain_dict():
+    # R2.1, R2.2, R2.10: retry_at set means the restore is still in backoff.
+    session = {
+        "id": "ses_1", "status": "failed", "admission_state": "recovery_required", "revision": 7,
+        "resumable": False, "queued_inputs": 2,
+        "attention": {"code": "RESTORE_FAILED", "reason": "execution_gone", "failures": 2,
+                      "retry_at": "2026-11-29T10:04:30Z"},
+        "checkpoint": {"id": "ckpt_1", "covers_turn_id": "turn_8"},
+        "execution": {"state": "gone", "confirmed_gone_at": "2026-11-29T10:00:00Z"},
+    }
+    facts = F.session_facts(session)
+    assert facts["attention.in_backoff"] is True
+    assert facts["attention.retry_at"] == "2026-11-29T10:04:30.000Z"
+    assert facts["attention.failures"] == 2
+    assert facts["session.revision"] == 7
+    assert facts["execution.confirmed_gone"] is True
+    assert facts["checkpoint.covers_turn_id"] == "turn_8"
+
+
+def test_session_with_missing_blocks_and_fields_never_crashes():
+    facts = F.session_facts(SimpleNamespace(id="ses_1", status="stopped"))
+    assert facts["session.found"] is True
+    assert facts["attention.present"] is False and facts["attention.in_backoff"] is False
+    assert facts["checkpoint.present"] is False
+    assert facts["execution.state"] is None and facts["execution.confirmed_gone"] is None
+    assert facts["session.revision"] is None and facts["session.resumable"] is None
+    # stopped at the limit: attention present, retry_at null
+    stopped = F.session_facts({"attention": {"code": "RESTORE_FAILED", "retry_at": None, "failures": "3"},
+                               "execution": {"state": "draining"}, "revision": "x"})
+    assert stopped["attention.in_backoff"] is False and stopped["attention.failures"] == 3
+    assert stopped["execution.confirmed_gone"] is False
+    assert stopped["session.revision"] is None
+
+
+def test_unknown_turn_uses_the_turn_detail_and_the_oldest_head():
+    turns = [
+        {"id": "turn_10", "status": "outcome_unknown", "started_at": "2026-11-29T10:00:05Z"},
+        {"id": "turn_9", "status": "outcome_unknown", "started_at": "2026-11-29T09:59:00Z"},
+    ]
+    head = F.pick_unknown_turn(turns)
+    assert head["id"] == "turn_9"
+    detail = SimpleNamespace(id="turn_9", terminal_reason="interrupt_unanswered", control_id="ctl_3")
+    facts = F.turn_facts(head, detail)
+    assert facts == {
+        "unknown_turn.present": True, "unknown_turn.id": "turn_9",
+        "unknown_turn.terminal_reason": "interrupt_unanswered", "unknown_turn.control_id": "ctl_3",
+    }
+    assert F.turn_facts(None)["unknown_turn.present"] is False
+    assert F.pick_unknown_turn([{"id": "t", "status": "completed"}]) is None
+
+
+def test_covered_by_checkpoint_links_session_and_turn():
+    # R3.11: confirm_completed needs a committed checkpoint covering the turn.
+    facts = F.empty_facts("ses_1", datetime(2026, 11, 29, tzinfo=UTC))
+    facts.update(F.session_facts({"checkpoint": {"id": "c", "covers_turn_id": "turn_9"}}))
+    facts.update(F.turn_facts({"id": "turn_9"}))
+    assert F.link_facts(facts)["unknown_turn.covered_by_checkpoint"] is True
+    facts.update(F.session_facts({"checkpoint": None}))
+    assert F.link_facts(facts)["unknown_turn.covered_by_checkpoint"] is False
+    unknown_session = F.empty_facts("ses_1", datetime(2026, 11, 29, tzinfo=UTC))
+    unknown_session.update(F.turn_facts({"id": "turn_9"}))
+    assert F.link_facts(unknown_session)["unknown_turn.covered_by_checkpoint"] is None
+
+
+def test_event_counts():
+    events = [{"name": "checkpoint_restore_failed"}, SimpleNamespace(name="checkpoint_restore_failed"),
+              {"name": "startup_failed"}, {"name": "other"}, {}]
+    assert F.event_facts(events) == {"events.restore_failed": 2, "events.startup_failed": 1}
+
+
+def test_transient_store_outage_is_not_permanent_damage():
+    # R2.6: restore_unavailable lines (even mentioning 503/404 paths) are transient.
+    facts, _ = F.log_facts(lines(
+        '{"event":"worker.checkpoint.restore_unavailable","session_id":"ses_1","status":503,"attempt":1}',
+        '{"event":"worker.checkpoint.restore_unavailable","session_id":"ses_1","error":"HTTP 404 from proxy"}',
+        '{"event":"worker.checkpoint.store_unavailable","session_id":"ses_1","error":"dns failure"}',
+        "worker.failed session_id=ses_1 error=startup_timeout",
+    ))
+    assert facts["logs.restore_unavailable"] == 2
+    assert facts["logs.store_unavailable"] == 1
+    assert facts["logs.worker_failed"] == 1
+    assert facts["logs.permanent_damage"] is False
+    assert facts["logs.likely_cause"] == "startup_timeout"
+    assert facts["logs.lines"] == 4
+    assert facts["logs.missing_stages"] is None  # no interrupt at all: unknown, not "everything missing"
+
+
+def test_permanent_damage_markers():
+    # R2.5, R2.8: restore_refused, CHECKPOINT_UNAVAILABLE, 404/NoSuchKey, 401/403, digest/checksum mismatch.
+    damaged = [
+        '{"event":"worker.checkpoint.restore_refused","session_id":"ses_1"}',
+        '{"event":"worker.failed","session_id":"ses_1","error":"CHECKPOINT_UNAVAILABLE: manifest missing"}',
+        '{"event":"worker.failed","session_id":"ses_1","error":"NoSuchKey: checkpoints/ckpt_1/part-3"}',
+        '{"event":"worker.failed","session_id":"ses_1","status":403}',
+        "worker.failed session_id=ses_1 error=\"store answered HTTP 401\"",
+        '{"event":"worker.failed","session_id":"ses_1","error":"digest mismatch on part 2"}',
+        "worker.failed session_id=ses_1 reason=checksum_mismatch",
+    ]
+    for text in damaged:
+        facts, _ = F.log_facts(lines(text))
+        assert facts["logs.permanent_damage"] is True, text
+    harmless = '{"event":"worker.failed","session_id":"ses_1","error":"git clone failed","elapsed_ms":404}'
+    assert F.log_facts(lines(harmless))[0]["logs.permanent_damage"] is False
+
+
+def test_finalize_checkpoint_unavailable_is_not_restore_damage():
+    facts, _ = F.log_facts(lines(
+        '{"event":"worker.turn.interrupt.stage","session_id":"ses_1","turn_id":"t","control_id":"c",'
+        '"stage":"capture_finished","outcome":"ok","elapsed_ms":800}',
+        '{"event":"worker.turn.interrupt.stage","session_id":"ses_1","turn_id":"t","control_id":"c",'
+        '"stage":"finalize_finished","outcome":"failed","reason":"CHECKPOINT_UNAVAILABLE","elapsed_ms":900}',
+    ))
+    assert facts["logs.finalize_checkpoint_unavailable"] is True
+    assert facts["logs.permanent_damage"] is False
+    assert facts["logs.capture_timeout"] is False
+
+
+def test_startup_failure_cause_and_stop_kind_refused():
+    # R2.13: the likely cause is the error text of the last failing line; R2.16 counted apart.
+    facts, evidence = F.log_facts(lines(
+        "worker.stopping kind=drain session_id=ses_1",
+        '{"event":"worker.failed","session_id":"ses_1","error":"git fetch: repository not found"}',
+        "worker.stopping kind=failed session_id=ses_1 error=\"remote branch feature/x not found\"",
+        '{"event":"worker.release.stop_kind_refused","session_id":"ses_1","status":400}',
+    ))
+    assert facts["logs.stopping_failed"] == 1
+    assert facts["logs.worker_failed"] == 1
+    assert facts["logs.stop_kind_refused"] == 1
+    assert facts["logs.likely_cause"] == "remote branch feature/x not found"
+    # A drained stop (R2.15) is shown to people but never counted as a failure.
+    assert [ln.event for ln in evidence.notable] == [
+        "worker.stopping", "worker.failed", "worker.stopping", "worker.release.stop_kind_refused",
+    ]
+
+
+def test_likely_cause_is_redacted():
+    facts, _ = F.log_facts(lines(
+        '{"event":"worker.failed","session_id":"ses_1","error":"clone refused: Authorization: Bearer abc.def"}'
+    ))
+    assert "abc.def" not in facts["logs.likely_cause"]
+
+
+def test_interrupt_facts_from_the_unknown_turn_timeline():
+    def st(stage, ms, turn="turn_9", **kw):
+        return json.dumps({"event": "worker.turn.interrupt.stage", "session_id": "ses_1", "turn_id": turn,
+                           "control_id": "ctl_3", "stage": stage, "elapsed_ms": ms, **kw})
+    facts, evidence = F.log_facts(lines(
+        st("control_received", 0),
+        st("sdk_interrupt_called", 2),
+        st("engine_terminal", 5003, outcome="timeout"),
+        st("control_received", 0, turn="turn_2"),
+        "gave no terminal within 5000ms of its interrupt session_id=ses_1",
+        '{"event":"late_sdk_interrupt_answered","session_id":"ses_1","turn_id":"turn_9","control_id":"ctl_3",'
+        '"elapsed_ms":6400}',
+        "control.result session_id=ses_1 turn_id=turn_9 control_id=ctl_3 operation=interrupt outcome=unknown "
+        "reason_code=deadline_exceeded effect_ms=30000 duration_ms=30000",
+    ), turn_id="turn_9")
+    assert facts["logs.interrupt_unanswered"] is True
+    assert facts["logs.engine_terminal_timeout"] is True
+    assert facts["logs.late_sdk_interrupt_answered"] is True
+    assert facts["logs.missing_stages"] == (
+        "sdk_interrupt_answered,capture_started,capture_finished,finalize_started,finalize_finished"
+    )
+    assert facts["logs.control_result_outcome"] == "unknown"
+    assert facts["logs.control_result_reason_code"] == "deadline_exceeded"
+    assert evidence.timeline is not None and evidence.timeline.turn_id == "turn_9"
+    assert evidence.control_result is not None and evidence.control_result.deadline_exceeded
+
+
+def test_reconciler_facts():
+    status = SimpleNamespace(last_pass="Completed", last_pass_at="2026-11-29T09:59:00Z", raw={})
+    assert F.reconciler_facts(status) == {
+        "reconciler.last_pass": "completed", "reconciler.last_pass_at": "2026-11-29T09:59:00.000Z",
+    }
+    assert F.reconciler_facts(None) == {"reconciler.last_pass": None, "reconciler.last_pass_at": None}
