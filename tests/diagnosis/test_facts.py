@@ -108,7 +108,8 @@ def test_transient_store_outage_is_not_permanent_damage():
     # R2.6: restore_unavailable lines (even mentioning 503/404 paths) are transient.
     facts, _ = F.log_facts(lines(
         '{"event":"worker.checkpoint.restore_unavailable","session_id":"ses_1","status":503,"attempt":1}',
-        '{"event":"worker.checkpoint.restore_unavailable","session_id":"ses_1","error":"HTTP 404 from proxy"}',
+        '{"event":"worker.checkpoint.restore_unavailable","session_id":"ses_1",'
+        '"error":"HTTP 404 from proxy"}',
         '{"event":"worker.checkpoint.store_unavailable","session_id":"ses_1","error":"dns failure"}',
         "worker.failed session_id=ses_1 error=startup_timeout",
     ))
@@ -171,7 +172,8 @@ def test_startup_failure_cause_and_stop_kind_refused():
 
 def test_likely_cause_is_redacted():
     facts, _ = F.log_facts(lines(
-        '{"event":"worker.failed","session_id":"ses_1","error":"clone refused: Authorization: Bearer abc.def"}'
+        '{"event":"worker.failed","session_id":"ses_1",'
+        '"error":"clone refused: Authorization: Bearer abc.def"}'
     ))
     assert "abc.def" not in facts["logs.likely_cause"]
 

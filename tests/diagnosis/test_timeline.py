@@ -35,7 +35,8 @@ def test_stages_are_ordered_by_the_r3_2_sequence_not_by_log_order():
     ]
     (timeline,) = tl.build_timelines(lines)
     assert [s.stage for s in timeline.stages] == [
-        "control_received", "sdk_interrupt_called", "sdk_interrupt_answered", "engine_terminal", "capture_started",
+        "control_received", "sdk_interrupt_called", "sdk_interrupt_answered", "engine_terminal",
+        "capture_started",
     ]
     assert [s.elapsed_ms for s in timeline.stages] == [0, 3, 40, 5050, 5100]
     assert timeline.missing == ["capture_finished", "finalize_started", "finalize_finished"]
@@ -74,7 +75,9 @@ def test_late_answer_as_a_stage_value_is_also_apart():
 
 def test_reading_engine_terminal_timeout():
     # R3.5: engine_terminal outcome=timeout = no terminal within the 5 s grace.
-    (timeline,) = tl.build_timelines([stage("control_received", 0), stage("engine_terminal", 5002, outcome="timeout")])
+    (timeline,) = tl.build_timelines(
+        [stage("control_received", 0), stage("engine_terminal", 5002, outcome="timeout")]
+    )
     assert timeline.engine_terminal_timeout
     assert not timeline.capture_timeout
     assert [code for code, _ in timeline.readings()] == [tl.READ_ENGINE_TERMINAL_TIMEOUT]
