@@ -5,6 +5,7 @@ Public names are re-exported here; the modules behind them are private.
 
 from __future__ import annotations
 
+from bot.logs._files import DEFAULT_BLOCK_SIZE, FileLogSource
 from bot.logs._model import (
     DEFAULT_BYTE_BUDGET,
     FieldValue,
@@ -18,6 +19,8 @@ from bot.logs._parse import ID_PATTERN, KNOWN_PLAIN_PATTERNS, MAX_TEXT_CHARS, pa
 from bot.logs._scan import MAX_LINE_BYTES, scan_session_lines
 
 __all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "FileLogSource",
     "DEFAULT_BYTE_BUDGET",
     "ID_PATTERN",
     "KNOWN_PLAIN_PATTERNS",
