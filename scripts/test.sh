@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole suite: lint, types, tests. Called by the README's test command and by .ci/run.
+#
+# Docker tests need a real engine. When DOCKER_HOST does not answer and we are root with apt, an engine
+# is installed and started for this run (and stopped at the end); otherwise the Docker tests are
+# skipped with a loud reason. Under CI=true a Docker test never skips: it fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+started_here=""
+cleanup() {
+    if [ -n "$started_here" ]; then scripts/stop-dockerd.sh "$started_here" >/dev/null 2>&1 || true; fi
+}
+trap cleanup EXIT
+
+if ! docker version >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        dir="$PWD/.docker-test"
+        echo "== starting a Docker engine for the Docker tests (in $dir)"
+        eval "$(scripts/start-dockerd.sh "$dir")"
+        started_here="$dir"
+    else
+        echo "!!! ================================================================== !!!"
+        echo "!!! No Docker engine answers and this user cannot start one (root + apt). !!!"
+        echo "!!! The Docker tests will be SKIPPED. Set DOCKER_HOST or run as root.     !!!"
+        echo "!!! ================================================================== !!!"
+    fi
+fi
+
+echo "== ruff"
+python -m ruff check bot tests bench
+echo "== mypy"
+python -m mypy
+echo "== pytest"
+python -m pytest "$@"
