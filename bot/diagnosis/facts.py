@@ -157,6 +157,10 @@ def _time(value: Any) -> str | None:
     return isoformat(parsed) if parsed is not None else _str(value)
 
 
+def _datetime(value: Any) -> datetime | None:
+    return value if isinstance(value, datetime) else parse_time(value)
+
+
 def empty_facts(session_id: str, now: datetime) -> Facts:
     """Every documented fact, unknown: the starting point that sources fill in."""
     facts: Facts = dict.fromkeys(ALL_FACTS)
@@ -215,7 +219,7 @@ def pick_unknown_turn(turns: Iterable[Any]) -> Any:
     unknown = [t for t in turns if _get(t, "status") in (None, "outcome_unknown")]
     if not unknown:
         return None
-    dated = [(parse_time(_get(t, "started_at")), i, t) for i, t in enumerate(unknown)]
+    dated = [(_datetime(_get(t, "started_at")), i, t) for i, t in enumerate(unknown)]
     if all(d is not None for d, _, _ in dated):
         return min(dated, key=lambda x: (x[0], -x[1]))[2]
     return unknown[-1]

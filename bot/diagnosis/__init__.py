@@ -1,0 +1,33 @@
+"""Diagnosis: facts about a stuck session, gathered concurrently, judged by the runbook YAML."""
+
+from __future__ import annotations
+
+from bot.diagnosis.facts import ALL_FACTS, SOURCES, FactValue, empty_facts
+from bot.diagnosis.service import (
+    DEFAULT_BUDGET_SECONDS,
+    Diagnoser,
+    Diagnosis,
+    Evidence,
+    ReconcilerStatus,
+    ReconcilerStatusSource,
+    SourceStatus,
+)
+from bot.diagnosis.timeline import ControlResult, InterruptTimeline, StageEntry, build_timelines
+
+__all__ = [
+    "ALL_FACTS",
+    "DEFAULT_BUDGET_SECONDS",
+    "SOURCES",
+    "ControlResult",
+    "Diagnoser",
+    "Diagnosis",
+    "Evidence",
+    "FactValue",
+    "InterruptTimeline",
+    "ReconcilerStatus",
+    "ReconcilerStatusSource",
+    "SourceStatus",
+    "StageEntry",
+    "build_timelines",
+    "empty_facts",
+]

@@ -1,0 +1,360 @@
+"""``diagnose``: gather the facts about one session concurrently within the runbook's budget, let the
+runbook pick the branch, record the step, and say it to a person.
+
+Why concurrent with a deadline: diagnose is what an on-call engineer types first, and a control host in
+trouble is often slow in one place only. Every source gets the same deadline; one that has not answered
+is reported *slow* (its facts stay unknown) instead of holding the whole answer hostage, and the runbook
+decides with the facts that did arrive (its conditions treat unknown explicitly).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from bot.clock import Clock, SystemClock, isoformat
+from bot.diagnosis import facts as F
+from bot.diagnosis import wording
+from bot.diagnosis.timeline import ControlResult, InterruptTimeline
+from bot.errors import CommandError, ControlHostError, RecoverError
+from bot.messages import Reply
+
+DEFAULT_BUDGET_SECONDS = 10.0
+DEFAULT_LOG_WINDOW_SECONDS = 24 * 3600.0
+_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+_EVENT_PAGES = 50  # bound on event pages read per diagnose (each page is one GET)
+
+
+@dataclass(frozen=True)
+class ReconcilerStatus:
+    """The reconciler's last pass as read from its status file and log lines (R1.4)."""
+
+    last_pass: str | None  # "completed" | "failed" | None
+    last_pass_at: str | None
+    raw: object = None
+
+
+class ReconcilerStatusSource(Protocol):
+    """Where diagnose reads the reconciler's status (the Docker implementation lives in dockerops)."""
+
+    def read_status(self) -> ReconcilerStatus: ...
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """How one source answered: ok, slow (no answer by the deadline), unreachable, not_configured."""
+
+    name: str
+    state: str
+    detail: str | None = None
+    elapsed_ms: int | None = None
+
+
+@dataclass
+class Evidence:
+    """What people read beside the facts (not used by runbook conditions)."""
+
+    timeline: InterruptTimeline | None = None
+    control_result: ControlResult | None = None
+    log_lines: list[Any] = field(default_factory=list)
+    events: list[Any] = field(default_factory=list)
+    logs_truncated: bool = False
+    reconciler_raw: object = None
+
+
+@dataclass
+class Diagnosis:
+    """The result of :meth:`Diagnoser.gather`: facts, the runbook's evaluation and where they came from."""
+
+    session_id: str
+    facts: dict[str, F.FactValue]
+    evaluation: Any
+    sources: list[SourceStatus]
+    evidence: Evidence
+    gathered_at: datetime
+
+    def source(self, name: str) -> SourceStatus | None:
+        return next((s for s in self.sources if s.name == name), None)
+
+    @property
+    def degraded_sources(self) -> list[SourceStatus]:
+        """Sources that were slow or unreachable (not_configured is a setup choice, not a fault)."""
+        return [s for s in self.sources if s.state in (F.SOURCE_SLOW, F.SOURCE_UNREACHABLE)]
+
+
+class _DeadlinePassed(Exception):
+    """A source noticed the deadline itself (a long log scan): it is slow, not broken."""
+
+
+@dataclass
+class _SessionResult:
+    session: Any = None
+    found: bool = True
+
+
+@dataclass
+class _TurnsResult:
+    head: Any = None
+    detail: Any = None
+    session_missing: bool = False
+
+
+def _budget_seconds(runbooks: Any, name: str, default: float) -> float:
+    """A duration limit from the runbook; its absence means the documented default, never a crash."""
+    limit = getattr(runbooks, "limit", None)
+    if limit is None:
+        return default
+    try:
+        value = float(limit(name))
+    except (KeyError, ValueError, TypeError, RecoverError):
+        return default
+    return value if value > 0 else default
+
+
+def _items(page: Any, key: str) -> tuple[list[Any], Any]:
+    """(items, next) from a list or a page object/dict (the client's page shape is its own business)."""
+    if isinstance(page, list | tuple):
+        return list(page), None
+    if isinstance(page, dict):
+        items = page.get(key)
+        return (list(items) if isinstance(items, list) else []), page.get("next")
+    items = getattr(page, key, None)
+    return (list(items) if isinstance(items, list | tuple) else []), getattr(page, "next", None)
+
+
+class Diagnoser:
+    """Gathers facts about a session and evaluates the runbook on them (issue 3, items 4 and 6)."""
+
+    def __init__(
+        self,
+        *,
+        client: Any,
+        runbooks: Any,
+        store: Any,
+        log_source: Any | None,
+        reconciler_status: ReconcilerStatusSource | None,
+        clock: Clock | None = None,
+        evaluate: Callable[[Any, dict[str, F.FactValue]], Any] | None = None,
+    ) -> None:
+        self.client = client
+        self.runbooks = runbooks
+        self.store = store
+        self.log_source = log_source
+        self.reconciler_status = reconciler_status
+        self.clock: Clock = clock or SystemClock()
+        if evaluate is None:
+            from bot.runbook import evaluate as runbook_evaluate
+
+            evaluate = runbook_evaluate
+        self._evaluate = evaluate
+
+    # -- limits (YAML) -------------------------------------------------------------------------------
+
+    @property
+    def budget_seconds(self) -> float:
+        return _budget_seconds(self.runbooks, "diagnose_budget", DEFAULT_BUDGET_SECONDS)
+
+    @property
+    def log_window_seconds(self) -> float:
+        return _budget_seconds(self.runbooks, "log_window", DEFAULT_LOG_WINDOW_SECONDS)
+
+    def _log_byte_budget(self) -> int | None:
+        value = _budget_seconds(self.runbooks, "log_byte_budget", 0.0)
+        return int(value) if value > 0 else None
+
+    # -- gathering -----------------------------------------------------------------------------------
+
+    def _check_id(self, session_id: str) -> None:
+        pattern = getattr(self.runbooks, "id_pattern", None)
+        regex = pattern if isinstance(pattern, re.Pattern) else re.compile(_ID)
+        if not isinstance(session_id, str) or not regex.match(session_id):
+            raise CommandError(wording.bad_session_id(session_id), usage="/recover diagnose <session_id>")
+
+    def _read_session(self, session_id: str) -> _SessionResult:
+        try:
+            return _SessionResult(session=self.client.get_session(session_id))
+        except ControlHostError as exc:
+            if exc.code == "NOT_FOUND":
+                return _SessionResult(found=False)
+            raise
+
+    def _read_turns(self, session_id: str) -> _TurnsResult:
+        # Classification uses the turns endpoint (R3.1), not the attention code alone.
+        try:
+            listed, _ = _items(self.client.list_turns(session_id, status="outcome_unknown"), "turns")
+        except ControlHostError as exc:
+            if exc.code == "NOT_FOUND":
+                return _TurnsResult(session_missing=True)
+            raise
+        head = F.pick_unknown_turn(listed)
+        if head is None:
+            return _TurnsResult()
+        turn_id = getattr(head, "id", None) if not isinstance(head, dict) else head.get("id")
+        detail = self.client.get_turn(session_id, turn_id) if turn_id else None
+        return _TurnsResult(head=head, detail=detail)
+
+    def _read_events(self, session_id: str, deadline: float) -> list[Any]:
+        events: list[Any] = []
+        after: Any = None
+        for _ in range(_EVENT_PAGES):
+            page = self.client.list_events(session_id, after=after)
+            items, nxt = _items(page, "events")
+            events.extend(items)
+            if not items or nxt is None or nxt == after:
+                break
+            after = nxt
+            if time.monotonic() > deadline:
+                raise _DeadlinePassed()
+        return events
+
+    def _read_logs(self, session_id: str, now: datetime, deadline: float) -> F.LogScanResult:
+        assert self.log_source is not None
+        kwargs: dict[str, Any] = {"since": now - timedelta(seconds=self.log_window_seconds)}
+        budget = self._log_byte_budget()
+        if budget is not None:
+            kwargs["byte_budget"] = budget
+        lines = self.log_source.lines_for_session(session_id, **kwargs)
+        scan = F.LogScanResult()
+        try:
+            for n, line in enumerate(lines):
+                scan.add(line)
+                # A long scan checks the deadline itself so its thread stops soon after being reported slow.
+                if n % 512 == 511 and time.monotonic() > deadline:
+                    raise _DeadlinePassed()
+        finally:
+            close = getattr(lines, "close", None)
+            if callable(close):
+                close()
+        stats = getattr(lines, "stats", None)
+        scan.truncated = bool(getattr(stats, "truncated", False))
+        return scan
+
+    def _read_reconciler(self) -> ReconcilerStatus:
+        assert self.reconciler_status is not None
+        return self.reconciler_status.read_status()
+
+    def gather(self, session_id: str) -> Diagnosis:
+        """Read every source concurrently within the budget, flatten to facts, evaluate the runbook."""
+        self._check_id(session_id)
+        now = self.clock.now()
+        budget = self.budget_seconds
+        started = time.monotonic()
+        deadline = started + budget
+        tasks: dict[str, Callable[[], Any]] = {
+            "session": lambda: self._read_session(session_id),
+            "turns": lambda: self._read_turns(session_id),
+            "events": lambda: self._read_events(session_id, deadline),
+        }
+        if self.log_source is not None:
+            tasks["logs"] = lambda: self._read_logs(session_id, now, deadline)
+        if self.reconciler_status is not None:
+            tasks["reconciler"] = self._read_reconciler
+
+        results: dict[str, Any] = {}
+        states: dict[str, SourceStatus] = {}
+        finished_at: dict[str, float] = {}
+        lock = threading.Lock()
+
+        def run(name: str, fn: Callable[[], Any]) -> Any:
+            try:
+                return fn()
+            finally:
+                with lock:
+                    finished_at[name] = time.monotonic()
+
+        # Daemon-free pool shut down without waiting: a slow source must not delay the answer.
+        pool = cf.ThreadPoolExecutor(max_workers=len(tasks), thread_name_prefix="diagnose")
+        try:
+            futures = {pool.submit(run, name, fn): name for name, fn in tasks.items()}
+            done, not_done = cf.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        for future, name in futures.items():
+            with lock:
+                end = finished_at.get(name)
+            elapsed = int(((end if end is not None else time.monotonic()) - started) * 1000)
+            if future in not_done:
+                states[name] = SourceStatus(name, F.SOURCE_SLOW, wording.source_slow(budget), elapsed)
+                continue
+            exc = future.exception()
+            if isinstance(exc, _DeadlinePassed):
+                states[name] = SourceStatus(name, F.SOURCE_SLOW, wording.source_slow(budget), elapsed)
+            elif exc is not None:
+                states[name] = SourceStatus(name, F.SOURCE_UNREACHABLE, wording.source_error(exc), elapsed)
+            else:
+                results[name] = future.result()
+                states[name] = SourceStatus(name, F.SOURCE_OK, None, elapsed)
+        for name in F.SOURCES:
+            if name not in states:
+                detail = wording.source_not_configured(name)
+                states[name] = SourceStatus(name, F.SOURCE_NOT_CONFIGURED, detail)
+        return self._assemble(session_id, now, results, states)
+
+    def _assemble(
+        self, session_id: str, now: datetime, results: dict[str, Any], states: dict[str, SourceStatus]
+    ) -> Diagnosis:
+        facts = F.empty_facts(session_id, now)
+        evidence = Evidence()
+        session_result: _SessionResult | None = results.get("session")
+        if session_result is not None:
+            if session_result.found:
+                facts.update(F.session_facts(session_result.session))
+            else:
+                facts.update(F.session_missing_facts())
+        turns_result: _TurnsResult | None = results.get("turns")
+        if turns_result is not None and not turns_result.session_missing:
+            facts.update(F.turn_facts(turns_result.head, turns_result.detail))
+        events: list[Any] | None = results.get("events")
+        if events is not None:
+            facts.update(F.event_facts(events))
+            evidence.events = events
+        scan: F.LogScanResult | None = results.get("logs")
+        if scan is not None:
+            turn = facts.get("unknown_turn.id")
+            log_facts, log_evidence = F.log_facts_from(scan, turn_id=turn if isinstance(turn, str) else None)
+            facts.update(log_facts)
+            evidence.timeline = log_evidence.timeline
+            evidence.control_result = log_evidence.control_result
+            evidence.log_lines = log_evidence.notable
+            evidence.logs_truncated = log_evidence.truncated
+        status: ReconcilerStatus | None = results.get("reconciler")
+        if status is not None:
+            facts.update(F.reconciler_facts(status))
+            evidence.reconciler_raw = status.raw
+        F.link_facts(facts)
+        ordered = [states[name] for name in F.SOURCES] + [s for n, s in states.items() if n not in F.SOURCES]
+        for source in ordered:
+            facts[f"source.{source.name}"] = source.state
+        evaluation = self._evaluate(self.runbooks, facts)
+        return Diagnosis(session_id, facts, evaluation, ordered, evidence, now)
+
+    # -- the command ---------------------------------------------------------------------------------
+
+    def diagnose(self, session_id: str, actor: str) -> Reply:
+        """The ``/recover diagnose`` command: gather, record the step (issue 3 item 6), render."""
+        diagnosis = self.gather(session_id)
+        self.record(diagnosis, actor)
+        return Reply.of(*wording.render(diagnosis, self.runbooks))
+
+    def record(self, diagnosis: Diagnosis, actor: str) -> Any:
+        """Record a ``diagnose`` step: the branch as its outcome, the facts as its detail.
+
+        An unknown session (404) is recorded outside any case, so a typo does not open a case that
+        then sits in everyone's ``/recover cases`` list.
+        """
+        branch = wording.branch_id(diagnosis.evaluation) or "unknown"
+        known = diagnosis.facts.get("session.found") is not False
+        return self.store.record_step(
+            diagnosis.session_id if known else None,
+            actor,
+            "diagnose",
+            {"session_id": diagnosis.session_id, "gathered_at": isoformat(diagnosis.gathered_at)},
+            branch,
+            detail=dict(diagnosis.facts),
+        )

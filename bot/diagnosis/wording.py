@@ -1,0 +1,334 @@
+"""Every sentence ``diagnose`` says to a person, in one place (consistent, greppable, translatable).
+
+The runbook YAML supplies the branch's own words (title, explanation, notes, next steps, reasons a
+decision is refused); this module frames them and words what Python knows itself: sources that were
+slow or unreachable, the interrupt-stage timeline (R3.2–R3.5) and the ``control.result`` line (R3.3).
+Decision names, error codes and rule ids are printed verbatim so people can search the runbook for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from bot.diagnosis import timeline as tl
+from bot.messages import Attachment, Button, Message
+from bot.redact import redact
+from bot.runbook.conditions import format_value
+
+if TYPE_CHECKING:
+    from bot.diagnosis.service import Diagnosis
+
+#: A timeline longer than this (in lines) goes to an attachment instead of the message body.
+INLINE_TIMELINE_LINES = 12
+DECIDE_ACTION = "decide_form"
+RESUME_ACTION = "resume"
+_DEFAULT_FACTS = (
+    "session.status", "session.admission_state", "attention.code", "attention.reason", "attention.failures",
+    "attention.retry_at", "unknown_turn.id", "unknown_turn.terminal_reason", "execution.confirmed_gone",
+)
+_DANGER = {"close", "abandon", "confirm_completed"}
+
+
+# -- errors and sources ------------------------------------------------------------------------------
+
+
+def bad_session_id(session_id: object) -> str:
+    shown = redact(str(session_id))[:80]
+    return (
+        f"'{shown}' is not a session id: ids are letters, digits and _ . : - (up to 128 characters), "
+        "e.g. ses_01J9Z"
+    )
+
+
+def source_slow(budget_seconds: float) -> str:
+    return f"no answer within the diagnose budget of {budget_seconds:g} s; its facts are unknown"
+
+
+def source_error(exc: BaseException) -> str:
+    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    code = getattr(exc, "code", None)
+    text = f"{code}: {message}" if code and code not in message else message
+    return redact(text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def source_not_configured(name: str) -> str:
+    if name == "logs":
+        return "no log source configured (set RECOVER_LOG_FILES or a Docker host)"
+    if name == "reconciler":
+        return "no reconciler status source configured (needs the Docker host)"
+    return f"{name} is not configured"
+
+
+def interrupt_attached(filename: str) -> str:
+    return f"Interrupt timeline (R3.2) and log lines: see the attachment {filename}"
+
+
+def source_line(name: str, state: str, detail: str | None) -> str:
+    label = {"slow": "was slow", "unreachable": "was unreachable"}.get(state, state)
+    return f"[!] Source {name} {label}: {detail}" if detail else f"[!] Source {name} {label}"
+
+
+# -- the evaluation, read tolerantly -------------------------------------------------------------------
+
+
+def _get(obj: Any, *names: str) -> Any:
+    for name in names:
+        value = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def branch_id(evaluation: Any) -> str | None:
+    value = _get(evaluation, "branch_id")
+    if value is None:
+        value = _get(_get(evaluation, "branch"), "id")
+    return value if isinstance(value, str) else None
+
+
+def branch_title(evaluation: Any) -> str:
+    value = _get(evaluation, "title", "branch_title")
+    if value is None:
+        value = _get(_get(evaluation, "branch"), "title")
+    return str(value) if value is not None else "no runbook branch applies"
+
+
+def _texts(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    out: list[str] = []
+    for item in value:
+        text = item if isinstance(item, str) else _get(item, "text", "say")
+        if text:
+            out.append(str(text))
+    return out
+
+
+def explanation(evaluation: Any) -> list[str]:
+    return _texts(_get(evaluation, "explanation")) + _texts(_get(evaluation, "notes"))
+
+
+def rules(evaluation: Any) -> list[str]:
+    value = _get(evaluation, "rules", "rules_cited")
+    return [str(r) for r in value] if value else []
+
+
+def _name(item: Any) -> str:
+    if isinstance(item, str):
+        return item
+    return str(_get(item, "decision", "name"))
+
+
+def valid_decisions(evaluation: Any) -> list[str]:
+    value = _get(evaluation, "valid", "valid_decisions")
+    return [_name(v) for v in value] if value else []
+
+
+def invalid_decisions(evaluation: Any) -> list[tuple[str, str]]:
+    value = _get(evaluation, "invalid", "invalid_decisions")
+    if not value:
+        return []
+    if isinstance(value, Mapping):
+        return [(str(k), _reason(v)) for k, v in value.items()]
+    out = []
+    for item in value:
+        if isinstance(item, tuple | list) and len(item) == 2:
+            out.append((str(item[0]), _reason(item[1])))
+        else:
+            out.append((_name(item), _reason(item)))
+    return out
+
+
+def _reason(item: Any) -> str:
+    if isinstance(item, str):
+        return item
+    text = _get(item, "reason", "text")
+    status = _get(item, "status")
+    code = _get(item, "code")
+    reason = str(text) if text is not None else ""
+    prefix = " ".join(str(p) for p in (status, code) if p is not None)
+    if prefix and prefix not in reason:
+        return f"{prefix} {reason}".strip()
+    return reason or "not valid now"
+
+
+def next_steps(evaluation: Any) -> list[str]:
+    return _texts(_get(evaluation, "next_steps", "next"))
+
+
+def decisive_facts(evaluation: Any, facts: Mapping[str, Any]) -> list[str]:
+    value = _get(evaluation, "show_facts", "decisive_facts")
+    if value is None:
+        value = _get(_get(evaluation, "branch"), "show_facts")
+    names = [str(n) for n in value] if value else [n for n in _DEFAULT_FACTS if facts.get(n) is not None]
+    return names
+
+
+# -- decisions as buttons ------------------------------------------------------------------------------
+
+
+def decide_command(session_id: str, decision: str, runbooks: Any, facts: Mapping[str, Any]) -> str:
+    """The typed equivalent of a decision button (commands.md), flags filled from facts where the runbook
+    says so (``diagnose_flags``, e.g. ``--turn`` from ``unknown_turn.id``), placeholders for the rest."""
+    spec = (getattr(runbooks, "decisions", None) or {}).get(decision)
+    if spec is not None and not getattr(spec, "decidable", True):
+        return f"/recover {getattr(spec, 'command', decision) or decision} {session_id}"
+    parts = [f"/recover decide {session_id} {decision}"]
+    from_facts: Mapping[str, str] = getattr(spec, "diagnose_flags", None) or {}
+    required: list[str] = []
+    required_flags = getattr(runbooks, "required_flags", None)
+    if callable(required_flags) and spec is not None:
+        try:
+            required = list(required_flags(decision))
+        except (KeyError, AssertionError):
+            required = []
+    for flag, fact in from_facts.items():
+        value = facts.get(fact)
+        if value is not None:
+            parts.append(f"--{flag} {value}")
+    for flag in required:
+        if flag in from_facts and facts.get(from_facts[flag]) is not None or flag == "reason":
+            continue
+        parts.append(f'--{flag} "…"')
+    parts.append('--reason "…"')
+    return " ".join(parts)
+
+
+def decision_button(session_id: str, decision: str, runbooks: Any, facts: Mapping[str, Any]) -> Button:
+    spec = (getattr(runbooks, "decisions", None) or {}).get(decision)
+    command = decide_command(session_id, decision, runbooks, facts)
+    if spec is not None and not getattr(spec, "decidable", True):
+        return Button(
+            label=decision, action=RESUME_ACTION, value=session_id, command=command, style="primary"
+        )
+    return Button(
+        label=decision,
+        action=DECIDE_ACTION,
+        value=f"{session_id}|{decision}",
+        command=command,
+        style="danger" if decision in _DANGER else None,
+    )
+
+
+# -- timeline ------------------------------------------------------------------------------------------
+
+
+_READINGS = {
+    tl.READ_ENGINE_TERMINAL_TIMEOUT: (
+        "engine_terminal outcome=timeout: no SDK/engine terminal within the 5 s grace (R3.5)"
+    ),
+    tl.READ_CAPTURE_FAILED: (
+        "capture_finished outcome=failed{reason}: the checkpoint capture itself failed (R3.5)"
+    ),
+    tl.READ_FINALIZE_CHECKPOINT_UNAVAILABLE: (
+        "finalize_finished outcome=failed CHECKPOINT_UNAVAILABLE after a finished capture: the API "
+        "refused the manifest or its ref — not a capture timeout and not an S3 failure (R3.5)"
+    ),
+    tl.READ_FINALIZE_FAILED: "finalize_finished outcome=failed{reason}: the checkpoint was not committed",
+}
+
+
+def reading(code: str, entry: tl.StageEntry) -> str:
+    if code == tl.READ_CAPTURE_TIMEOUT:
+        budget = f" with budget_ms={entry.budget_ms}" if entry.budget_ms is not None else ""
+        return f"capture_finished outcome=timeout{budget}: the checkpoint capture budget ran out (R3.5)"
+    reason = f" reason={entry.reason}" if entry.reason else ""
+    return _READINGS.get(code, code).format(reason=reason)
+
+
+def _ms(value: int | None) -> str:
+    return f"{value} ms" if value is not None else "? ms"
+
+
+def timeline_lines(timeline: tl.InterruptTimeline) -> list[str]:
+    """The R3.2 timeline for people: one stage a line with elapsed_ms, then missing, late and readings."""
+    out = [
+        f"Interrupt timeline (R3.2) turn {format_value(timeline.turn_id)}, "
+        f"control {format_value(timeline.control_id)}:"
+    ]
+    for entry in timeline.stages:
+        pairs = (("outcome", entry.outcome), ("reason", entry.reason), ("budget_ms", entry.budget_ms))
+        extra = " ".join(f"{k}={v}" for k, v in pairs if v is not None)
+        out.append(f"  {_ms(entry.elapsed_ms):>10}  {entry.stage}{'  ' + extra if extra else ''}")
+    if timeline.missing:
+        out.append("  missing stages: " + ", ".join(timeline.missing))
+    for entry in timeline.late:
+        out.append(
+            f"  late (R3.4, not in the sequence): late_sdk_interrupt_answered at {_ms(entry.elapsed_ms)}"
+        )
+    for code, entry in timeline.readings():
+        out.append("  reading: " + reading(code, entry))
+    return out
+
+
+def control_result_line(result: tl.ControlResult) -> str:
+    """R3.3: the control.result line, with what its special values mean."""
+    base = (
+        f"control.result (R3.3): operation={format_value(result.operation)} "
+        f"outcome={format_value(result.outcome)} reason_code={format_value(result.reason_code)} "
+        f"effect_ms={format_value(result.effect_ms)}"
+    )
+    if result.deadline_exceeded:
+        return base + " — the interrupt receipt did not finish by its deadline"
+    if result.no_op:
+        return base + " — a no-op: the turn had already ended"
+    return base
+
+
+# -- the whole message ---------------------------------------------------------------------------------
+
+
+def render(diagnosis: Diagnosis, runbooks: Any) -> list[Message]:
+    """The diagnose answer: one message (the timeline as an attachment when long)."""
+    ev = diagnosis.evaluation
+    facts = diagnosis.facts
+    sid = diagnosis.session_id
+    valid = valid_decisions(ev)
+    invalid = invalid_decisions(ev)
+    lines: list[str] = list(explanation(ev))
+    if valid:
+        lines.append("Valid now: " + ", ".join(valid))
+    if invalid:
+        lines.append("Not valid now:")
+        lines.extend(f"  • {name}: {reason}" for name, reason in invalid)
+    steps = next_steps(ev)
+    if steps:
+        lines.append("Next:")
+        lines.extend(f"  {i}. {step}" for i, step in enumerate(steps, 1))
+    for source in diagnosis.degraded_sources:
+        lines.append(source_line(source.name, source.state, source.detail))
+    if diagnosis.evidence.logs_truncated:
+        lines.append("[!] The log scan stopped at its byte budget: log facts may miss lines.")
+
+    detail: list[str] = []
+    if diagnosis.evidence.timeline is not None:
+        detail.extend(timeline_lines(diagnosis.evidence.timeline))
+    if diagnosis.evidence.control_result is not None:
+        detail.append(control_result_line(diagnosis.evidence.control_result))
+    attachment = None
+    if len(detail) > INLINE_TIMELINE_LINES:
+        notable = [redact(getattr(line, "text", "")) for line in diagnosis.evidence.log_lines]
+        text = "\n".join([*detail, "", "Log lines:", *notable] if notable else detail)
+        attachment = Attachment(filename=f"diagnose-{sid}-timeline.txt", text=text)
+        lines.append(interrupt_attached(attachment.filename))
+    else:
+        lines.extend(detail)
+
+    shown = [(name, format_value(facts.get(name))) for name in decisive_facts(ev, facts)]
+    has_decisions = bool(valid or invalid)
+    message = Message(
+        headline=f"{sid}: {branch_title(ev)}",
+        level="warn" if has_decisions or diagnosis.degraded_sources else "info",
+        lines=lines,
+        facts=shown,
+        rules=rules(ev),
+        buttons=[decision_button(sid, name, runbooks, facts) for name in valid],
+        attachment=attachment,
+        session_id=sid,
+        kind="diagnosis",
+        ref=sid,
+    )
+    return [message]
