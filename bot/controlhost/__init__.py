@@ -1,0 +1,48 @@
+"""Typed client of the control host's API, with the Idempotency-Key rule (see control-host-api.md)."""
+
+from __future__ import annotations
+
+from bot.controlhost._client import PURPOSE_DECISION, PURPOSE_RESUME, ControlHostClient, ReplayResult
+from bot.controlhost._errors import AUTH_MESSAGE, ID_PATTERN, RequestPendingError, check_id
+from bot.controlhost._models import (
+    UNKNOWN,
+    Attention,
+    Checkpoint,
+    Event,
+    EventPage,
+    Execution,
+    Receipt,
+    ReceiptSession,
+    Session,
+    SessionPage,
+    Turn,
+    show,
+)
+from bot.controlhost._retry import RetryPolicy
+from bot.errors import ControlHostAuthError, ControlHostError
+
+__all__ = [
+    "AUTH_MESSAGE",
+    "ID_PATTERN",
+    "PURPOSE_DECISION",
+    "PURPOSE_RESUME",
+    "UNKNOWN",
+    "Attention",
+    "Checkpoint",
+    "ControlHostAuthError",
+    "ControlHostClient",
+    "ControlHostError",
+    "Event",
+    "EventPage",
+    "Execution",
+    "Receipt",
+    "ReceiptSession",
+    "ReplayResult",
+    "RequestPendingError",
+    "RetryPolicy",
+    "Session",
+    "SessionPage",
+    "Turn",
+    "check_id",
+    "show",
+]

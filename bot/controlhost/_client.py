@@ -1,0 +1,289 @@
+"""The control host's HTTP client (httpx) and the Idempotency-Key rule.
+
+GETs are safe to repeat: transport errors, 408/429 (Retry-After honoured) and 5xx are retried with
+backoff. POSTs change things, so each logical request is first committed to the store (key + exact
+body text) and only then sent; an uncertain outcome is retried with the same key and body, a
+definite answer (2xx or 4xx) is recorded and ends the request. After a crash the store still holds
+every request whose answer never arrived, and :meth:`ControlHostClient.replay_unfinished` re-sends
+those with their stored key and body instead of inventing new ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from bot.clock import Clock, SystemClock
+from bot.controlhost._errors import (
+    RequestPendingError,
+    bad_response,
+    check_id,
+    error_from_exception,
+    error_from_response,
+    is_uncertain_status,
+)
+from bot.controlhost._models import EventPage, Receipt, Session, SessionPage, Turn
+from bot.controlhost._retry import RetryPolicy, parse_retry_after
+from bot.errors import ControlHostError
+from bot.redact import register_secret
+from bot.store import IdempotencyRecord, Store
+
+log = logging.getLogger("bot.controlhost")
+
+PURPOSE_DECISION = "recovery_decision"
+PURPOSE_RESUME = "resume"
+_MAX_PAGES = 1000
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What re-sending one stored request gave: a receipt, or the error that ended (or kept) it."""
+
+    record: IdempotencyRecord
+    receipt: Receipt | None = None
+    error: ControlHostError | None = None
+
+    @property
+    def still_pending(self) -> bool:
+        return isinstance(self.error, RequestPendingError)
+
+
+class ControlHostClient:
+    """Typed client of the control host's API. Thread-safe (httpx.Client is; the store is)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        store: Store,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = 10.0,
+        clock: Clock | None = None,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        register_secret(api_key)  # masked wherever text leaves the process
+        self.base_url = base_url.rstrip("/")
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.retry = retry or RetryPolicy()
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            transport=transport,
+            timeout=httpx.Timeout(timeout),
+            headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        return f"ControlHostClient({self.base_url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ControlHostClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get_session(self, session_id: str) -> Session:
+        sid = check_id(session_id, "session id")
+        return Session.parse(self._get(f"/v1/sessions/{sid}", what=f"reading session {sid}"), fallback_id=sid)
+
+    def list_sessions_needing_operator(self, cursor: str | None = None) -> SessionPage:
+        """One page of sessions with ``admission_state=recovery_required`` (follow ``next``)."""
+        params = {"admission_state": "recovery_required"}
+        if cursor:
+            params["cursor"] = cursor
+        return SessionPage.parse(self._get("/v1/sessions", params=params, what="listing sessions"))
+
+    def iter_sessions_needing_operator(self) -> Iterator[Session]:
+        """Every session needing an operator, across pages."""
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            page = self.list_sessions_needing_operator(cursor)
+            yield from page.sessions
+            if not page.next or page.next == cursor:
+                return
+            cursor = page.next
+
+    def list_turns(self, session_id: str, status: str | None = None) -> list[Turn]:
+        """Turns of a session, newest first (all pages)."""
+        sid = check_id(session_id, "session id")
+        turns: list[Turn] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params = {}
+            if status:
+                params["status"] = status
+            if cursor:
+                params["cursor"] = cursor
+            data = self._get(f"/v1/sessions/{sid}/turns", params=params, what=f"listing turns of {sid}")
+            items = data.get("turns") if isinstance(data, dict) else None
+            if isinstance(items, list):
+                turns.extend(Turn.parse(t) for t in items if isinstance(t, dict))
+            nxt = data.get("next") if isinstance(data, dict) else None
+            if not isinstance(nxt, str) or not nxt or nxt == cursor:
+                break
+            cursor = nxt
+        return turns
+
+    def get_turn(self, session_id: str, turn_id: str) -> Turn:
+        sid = check_id(session_id, "session id")
+        tid = check_id(turn_id, "turn id")
+        data = self._get(f"/v1/sessions/{sid}/turns/{tid}", what=f"reading turn {tid} of {sid}")
+        return Turn.parse(data, fallback_id=tid)
+
+    def list_events(self, session_id: str, after: int | None = None) -> EventPage:
+        sid = check_id(session_id, "session id")
+        params: dict[str, Any] = {}
+        if after is not None:
+            if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+                raise ValueError("after must be a non-negative event seq")
+            params["after"] = after
+        return EventPage.parse(
+            self._get(f"/v1/sessions/{sid}/events", params=params, what=f"reading events of {sid}")
+        )
+
+    def _get(self, path: str, *, params: Mapping[str, Any] | None = None, what: str) -> Any:
+        last: ControlHostError | None = None
+        for attempt in range(1, self.retry.attempts + 1):
+            retry_after: float | None = None
+            try:
+                response = self._http.get(path, params=dict(params or {}))
+            except httpx.HTTPError as exc:
+                last = error_from_exception(exc, what)
+            else:
+                if response.is_success:
+                    try:
+                        return response.json()
+                    except ValueError:
+                        last = bad_response(what, response.status_code)
+                else:
+                    last = error_from_response(response, what)
+                    if not is_uncertain_status(response.status_code):
+                        raise last
+                    retry_after = parse_retry_after(response.headers.get("Retry-After"), self.clock.now())
+            log.info("GET %s attempt %d/%d: %s", path, attempt, self.retry.attempts, last.code)
+            if attempt < self.retry.attempts:
+                self.clock.sleep(self.retry.delay(attempt, retry_after, self._rng))
+        assert last is not None
+        raise last
+
+    # -- writes (the Idempotency-Key rule) -----------------------------------------------------
+
+    def begin_decision(self, session_id: str, body: Mapping[str, Any]) -> IdempotencyRecord:
+        """Commit a new recovery-decision request (new key, exact body) without sending it."""
+        sid = check_id(session_id, "session id")
+        return self.store.begin_request(
+            "POST",
+            f"/v1/sessions/{sid}/recovery-decisions",
+            _body_text(body),
+            PURPOSE_DECISION,
+            session_id=sid,
+        )
+
+    def begin_resume(self, session_id: str, reason: str | None = None) -> IdempotencyRecord:
+        """Commit a new resume request (new key, exact body) without sending it."""
+        sid = check_id(session_id, "session id")
+        body = {"reason": reason} if reason else {}
+        return self.store.begin_request(
+            "POST", f"/v1/sessions/{sid}/resume", _body_text(body), PURPOSE_RESUME, session_id=sid
+        )
+
+    def submit_decision(self, session_id: str, body: Mapping[str, Any]) -> Receipt:
+        """A new logical request: stored with a new key, then sent (see :meth:`send`)."""
+        return self.send(self.begin_decision(session_id, body))
+
+    def resume(self, session_id: str, reason: str | None = None) -> Receipt:
+        """A new resume request. 503 BACKEND_UNAVAILABLE (R4.2) ends as a retryable
+        :class:`RequestPendingError` after the policy's short retries; riding out a long
+        reclamation is the caller's job (re-send the same record)."""
+        return self.send(self.begin_resume(session_id, reason))
+
+    def send(self, record: IdempotencyRecord) -> Receipt:
+        """Send (or re-send) a stored request exactly as stored: its key, its body text.
+
+        A record that already has a definite answer is not sent again: its stored receipt is
+        returned, or its stored refusal raised (a 4xx ended that logical request for good).
+        """
+        current = self.store.get_request(record.key) or record
+        what = f"{current.purpose.replace('_', ' ')} on {current.session_id or current.path}"
+        if not current.pending:
+            return self._answered(current, what)
+        last: ControlHostError | None = None
+        for attempt in range(1, self.retry.attempts + 1):
+            retry_after: float | None = None
+            self.store.note_attempt(current.key)
+            try:
+                response = self._http.request(
+                    current.method,
+                    current.path,
+                    content=current.body.encode("utf-8"),
+                    headers={"Idempotency-Key": current.key, "Content-Type": "application/json"},
+                )
+            except httpx.HTTPError as exc:
+                last = error_from_exception(exc, what)
+            else:
+                status = response.status_code
+                if response.is_success:
+                    try:
+                        data = response.json()
+                    except ValueError:
+                        # Accepted, but the receipt was lost in transit: the same key fetches it again.
+                        last = bad_response(what, status)
+                    else:
+                        self.store.finish_request(current.key, status, data)
+                        return Receipt.parse(data, http_status=status, idempotency_key=current.key)
+                elif is_uncertain_status(status):
+                    last = error_from_response(response, what)
+                    retry_after = parse_retry_after(response.headers.get("Retry-After"), self.clock.now())
+                else:
+                    # A definite refusal ends this logical request; a later attempt is a new one.
+                    self.store.finish_request(current.key, status, _response_body(response))
+                    raise error_from_response(response, what)
+            log.info("POST %s attempt %d/%d: %s", current.path, attempt, self.retry.attempts, last.code)
+            if attempt < self.retry.attempts:
+                self.clock.sleep(self.retry.delay(attempt, retry_after, self._rng))
+        assert last is not None
+        raise RequestPendingError(last, idempotency_key=current.key, attempts=self.retry.attempts)
+
+    def replay_unfinished(self) -> list[ReplayResult]:
+        """Re-send every request whose answer was never recorded (start-up), with its stored key
+        and body — never re-created. One failing record does not stop the others."""
+        results: list[ReplayResult] = []
+        for record in self.store.unfinished_requests():
+            try:
+                results.append(ReplayResult(record, receipt=self.send(record)))
+            except ControlHostError as exc:
+                results.append(ReplayResult(record, error=exc))
+        return results
+
+    def _answered(self, record: IdempotencyRecord, what: str) -> Receipt:
+        status = record.http_status or 0
+        if 200 <= status < 300:
+            return Receipt.parse(record.response, http_status=status, idempotency_key=record.key)
+        stored = httpx.Response(status, json=record.response)
+        raise error_from_response(stored, what)
+
+
+def _body_text(body: Mapping[str, Any]) -> str:
+    return json.dumps(dict(body), separators=(",", ":"), ensure_ascii=False)
+
+
+def _response_body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return {"text": response.text[:2000]}

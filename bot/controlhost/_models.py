@@ -1,0 +1,272 @@
+"""Typed views of the control host's answers, parsed tolerantly.
+
+The API page marks many fields as assumed, so parsing never trusts a shape: unknown fields are
+ignored, a missing or mistyped optional field becomes ``None`` (shown to people as "unknown"), and
+the original object is kept in ``raw`` for anything a later version needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bot.clock import parse_time
+
+UNKNOWN = "unknown"
+
+
+def show(value: object) -> str:
+    """How a value is shown to a person: ``None`` is "unknown", never an empty cell or a crash."""
+    if value is None:
+        return UNKNOWN
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _str(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _int(data: dict[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _bool(data: dict[str, Any], key: str) -> bool | None:
+    value = data.get(key)
+    return value if isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Why a session needs an operator (RESTORE_FAILED, STARTUP_FAILED, CONTEXT_GAP, OUTCOME_UNKNOWN)."""
+
+    code: str | None
+    reason: str | None
+    failures: int | None
+    retry_at: datetime | None
+    retry_at_text: str | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, data: Any) -> Attention | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            code=_str(data, "code"),
+            reason=_str(data, "reason"),
+            failures=_int(data, "failures"),
+            retry_at=parse_time(data.get("retry_at")),
+            retry_at_text=_str(data, "retry_at"),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    id: str | None
+    committed_at: datetime | None
+    covers_turn_id: str | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, data: Any) -> Checkpoint | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            id=_str(data, "id"),
+            committed_at=parse_time(data.get("committed_at")),
+            covers_turn_id=_str(data, "covers_turn_id"),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Execution:
+    """The worker's execution; ``state == "gone"`` once a scheduler pass confirmed it (R3.9)."""
+
+    state: str | None
+    confirmed_gone_at: datetime | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, data: Any) -> Execution | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            state=_str(data, "state"), confirmed_gone_at=parse_time(data.get("confirmed_gone_at")), raw=data
+        )
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    status: str | None
+    admission_state: str | None
+    revision: int | None
+    resumable: bool | None
+    attention: Attention | None
+    checkpoint: Checkpoint | None
+    execution: Execution | None
+    queued_inputs: int | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, data: Any, fallback_id: str = "") -> Session:
+        d = _obj(data)
+        return cls(
+            id=_str(d, "id") or fallback_id,
+            status=_str(d, "status"),
+            admission_state=_str(d, "admission_state"),
+            revision=_int(d, "revision"),
+            resumable=_bool(d, "resumable"),
+            attention=Attention.parse(d.get("attention")),
+            checkpoint=Checkpoint.parse(d.get("checkpoint")),
+            execution=Execution.parse(d.get("execution")),
+            queued_inputs=_int(d, "queued_inputs"),
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    sessions: list[Session]
+    next: str | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, data: Any) -> SessionPage:
+        d = _obj(data)
+        items = d.get("sessions")
+        sessions = [Session.parse(s) for s in items if isinstance(s, dict)] if isinstance(items, list) else []
+        return cls(sessions=sessions, next=_str(d, "next"), raw=d)
+
+
+@dataclass(frozen=True)
+class Turn:
+    id: str
+    status: str | None
+    terminal_reason: str | None
+    control_id: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, data: Any, fallback_id: str = "") -> Turn:
+        d = _obj(data)
+        return cls(
+            id=_str(d, "id") or fallback_id,
+            status=_str(d, "status"),
+            terminal_reason=_str(d, "terminal_reason"),
+            control_id=_str(d, "control_id"),
+            started_at=parse_time(d.get("started_at")),
+            ended_at=parse_time(d.get("ended_at")),
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int | None
+    type: str | None
+    name: str | None
+    reason: str | None
+    failures: int | None
+    at: datetime | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, data: Any) -> Event:
+        d = _obj(data)
+        return cls(
+            seq=_int(d, "seq"),
+            type=_str(d, "type"),
+            name=_str(d, "name"),
+            reason=_str(d, "reason"),
+            failures=_int(d, "failures"),
+            at=parse_time(d.get("at")),
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class EventPage:
+    events: list[Event]
+    next: int | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, data: Any) -> EventPage:
+        d = _obj(data)
+        items = d.get("events")
+        events = [Event.parse(e) for e in items if isinstance(e, dict)] if isinstance(items, list) else []
+        return cls(events=events, next=_int(d, "next"), raw=d)
+
+
+@dataclass(frozen=True)
+class ReceiptSession:
+    """The session as the receipt describes it (R5.1: check it together with the receipt's status)."""
+
+    revision: int | None
+    status: str | None
+    admission_state: str | None
+
+    @classmethod
+    def parse(cls, data: Any) -> ReceiptSession | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            revision=_int(data, "revision"),
+            status=_str(data, "status"),
+            admission_state=_str(data, "admission_state"),
+        )
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A decision or resume receipt, with the key and HTTP status of the request that got it."""
+
+    id: str | None
+    decision: str | None
+    status: str | None
+    session: ReceiptSession | None
+    resumable: bool | None
+    http_status: int | None = None
+    idempotency_key: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(
+        cls, data: Any, *, http_status: int | None = None, idempotency_key: str | None = None
+    ) -> Receipt:
+        d = _obj(data)
+        return cls(
+            id=_str(d, "id"),
+            decision=_str(d, "decision"),
+            status=_str(d, "status"),
+            session=ReceiptSession.parse(d.get("session")),
+            resumable=_bool(_obj(d.get("result")), "resumable"),
+            http_status=http_status,
+            idempotency_key=idempotency_key,
+            raw=d,
+        )
