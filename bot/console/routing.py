@@ -1,0 +1,36 @@
+"""What a front end needs of the router (``bot.router.Router`` satisfies it).
+
+Declared here so both front ends type-check against one interface and tests can drive them with the
+real router; the console has no Slack dependency, so the protocol lives on this side.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from bot.messages import Message, Reply, Reporter
+
+
+class RouterProtocol(Protocol):
+    """One entry point for text commands and button actions; every rule is enforced behind it."""
+
+    def handle_text(self, text: str, *, actor: str, channel: str | None, reporter: Reporter) -> Reply: ...
+
+    def handle_action(
+        self,
+        action: str,
+        value: str,
+        *,
+        actor: str,
+        channel: str | None,
+        reporter: Reporter,
+        form: dict[str, str] | None = None,
+    ) -> Reply: ...
+
+    def help_text(self) -> str: ...
+
+    def session_of(self, text: str) -> str | None: ...
+
+    def open_cases_view(self) -> list[Message]: ...
+
+    def pending_approvals_view(self) -> list[Message]: ...

@@ -1,0 +1,316 @@
+"""The Bolt app, built by a factory: thin listeners that ack, hand the work to a background pool, and
+deliver the router's reply into the case's thread.
+
+Why the work does not use Bolt's lazy listeners: Bolt runs ack functions and lazy functions on the
+same ``listener_executor``; twenty slow decisions waiting on a 10 s control host would fill it and
+delay the next ack past Slack's 3 s. Acks run on Bolt's executor and return at once; the router runs
+on our own :class:`BackgroundWork` pool. The ack path calls neither the control host nor Docker, and
+not even Slack's Web API.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_bolt import Ack, App
+from slack_sdk import WebClient
+
+from bot.console.routing import RouterProtocol
+from bot.errors import RecoverError
+from bot.messages import Reply
+from bot.redact import redact
+from bot.settings import Settings
+from bot.slack import blocks as kit
+from bot.slack import wording
+from bot.slack.delivery import Origin, SlackReporter, ThreadBook
+from bot.slack.state import SlackState
+from bot.slack.web import SlackOut, make_client
+from bot.store import Store
+
+log = logging.getLogger("recover_bot.slack")
+
+COMMAND = "/recover"
+# Our buttons' action_ids are "rb:<action>:<index>"; anything else is acked and ignored.
+_OUR_ACTIONS = r"^rb:.+"
+
+
+class BackgroundWork:
+    """A thread pool that knows when it is idle (tests and shutdown wait on it)."""
+
+    def __init__(self, max_workers: int, name: str) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name)
+        self._pending: set[Future[Any]] = set()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future = self._pool.submit(fn, *args)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+            if not self._pending:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """True once nothing is queued or running."""
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._pending, timeout=timeout)
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+
+@dataclass
+class SlackBot:
+    """Everything one Slack front end holds; ``app`` is what servers and Socket Mode run."""
+
+    settings: Settings
+    router: RouterProtocol
+    client: WebClient
+    out: SlackOut
+    state: SlackState
+    threads: ThreadBook
+    work: BackgroundWork
+    ui: BackgroundWork
+    app: App = field(init=False)
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until every background job (and the jobs they started) has finished."""
+        while True:
+            if not (self.ui.wait_idle(timeout) and self.work.wait_idle(timeout)):
+                return False
+            if self.ui.wait_idle(0) and self.work.wait_idle(0):
+                return True
+
+    def close(self) -> None:
+        self.work.shutdown(wait=True)
+        self.ui.shutdown(wait=True)
+
+    # -- the work behind each listener (background threads) ------------------------------------------
+
+    def run_command(self, body: dict[str, Any]) -> None:
+        text = str(body.get("text") or "")
+        words = text.split()
+        origin = Origin(
+            actor=str(body.get("user_id") or "unknown"),
+            channel=body.get("channel_id"),
+            response_url=body.get("response_url"),
+            ephemeral_reply=(words[0].lower() if words else "help") in {"help", "cases", "history"},
+        )
+        reporter = self._reporter(origin)
+
+        def call() -> Reply:
+            # Which session the command is about decides the thread (parsing only, no I/O).
+            origin.session_id = self.router.session_of(text)
+            return self.router.handle_text(
+                text, actor=origin.actor, channel=origin.channel, reporter=reporter
+            )
+
+        self._guarded(reporter, call)
+
+    def run_action(self, body: dict[str, Any], action: str, value: str) -> None:
+        container = body.get("container") or {}
+        message = body.get("message") or {}
+        origin = Origin(
+            actor=str((body.get("user") or {}).get("id") or "unknown"),
+            channel=(body.get("channel") or {}).get("id") or container.get("channel_id"),
+            thread_ts=message.get("thread_ts") or container.get("thread_ts") or message.get("ts"),
+            response_url=None,
+        )
+        reporter = self._reporter(origin)
+        self._guarded(
+            reporter,
+            lambda: self.router.handle_action(
+                action, value, actor=origin.actor, channel=origin.channel, reporter=reporter
+            ),
+        )
+
+    def open_decide_form(self, body: dict[str, Any], value: str) -> None:
+        session_id, _, decision = value.partition("|")
+        container = body.get("container") or {}
+        message = body.get("message") or {}
+        form = kit.DecideForm(
+            session_id=session_id,
+            decision=decision,
+            channel=(body.get("channel") or {}).get("id") or container.get("channel_id"),
+            thread_ts=message.get("thread_ts") or message.get("ts"),
+        )
+        if not self.out.open_view(str(body.get("trigger_id") or ""), kit.decide_modal(form)):
+            actor = str((body.get("user") or {}).get("id") or "")
+            if form.channel and actor:
+                self.out.ephemeral(form.channel, actor, wording.modal_unavailable(session_id, decision))
+
+    def run_decide(self, actor: str, form: kit.DecideForm, fields: dict[str, str]) -> None:
+        origin = Origin(
+            actor=actor, channel=form.channel, thread_ts=form.thread_ts, session_id=form.session_id
+        )
+        reporter = self._reporter(origin)
+        self._guarded(
+            reporter,
+            lambda: self.router.handle_action(
+                "decide",
+                f"{form.session_id}|{form.decision}",
+                actor=actor,
+                channel=form.channel,
+                reporter=reporter,
+                form=fields,
+            ),
+        )
+
+    def home_opened(self, event_id: str, user_id: str) -> None:
+        # Slack redelivers an event whose ack it did not see in time: handle each event_id once. The
+        # check is here, not on the ack path, so even a busy database never delays an ack.
+        if event_id and not self.state.first_sighting(event_id):
+            log.info("dropping redelivered event %s", event_id)
+            return
+        self.state.home_opened(user_id)
+        self.publish_home(user_id)
+
+    def publish_home(self, user_id: str) -> None:
+        try:
+            view = kit.home_view(self.router.open_cases_view(), self.router.pending_approvals_view())
+        except RecoverError as exc:
+            view = kit.home_view([wording.recover_error(exc)], [])
+        self.out.publish_home(user_id, view)
+
+    def refresh_homes(self) -> None:
+        """Cases or approvals may have changed: republish the tab for everyone who looked at it."""
+        for user in self.state.home_users():
+            self.ui.submit(self.publish_home, user)
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _reporter(self, origin: Origin) -> SlackReporter:
+        return SlackReporter(self.out, self.threads, origin, on_posted=self.refresh_homes)
+
+    def _guarded(self, reporter: SlackReporter, call: Callable[[], Reply | None]) -> None:
+        """Run the router and deliver; the one place background errors become messages."""
+        try:
+            reply = call()
+        except RecoverError as exc:
+            reporter.error(wording.recover_error(exc))
+            return
+        except Exception:
+            message, ref = wording.unexpected_error()
+            log.error("internal error %s:\n%s", ref, redact(traceback.format_exc()))
+            reporter.error(message)
+            return
+        if reply is not None:
+            try:
+                reporter.finish(reply)
+            except Exception:
+                log.error("delivering a reply failed:\n%s", redact(traceback.format_exc()))
+
+
+def build_bot(
+    settings: Settings,
+    router: RouterProtocol,
+    *,
+    client: WebClient | None = None,
+    store: Store | None = None,
+    listener_executor: Executor | None = None,
+    work_threads: int = 8,
+    token_verification: bool = True,
+) -> SlackBot:
+    """Build the Slack front end from the settings and a router (no module-level app anywhere)."""
+    client = client or make_client(settings)
+    store = store or Store(settings.db_path)
+    out = SlackOut(client)
+    state = SlackState(store)
+    bot = SlackBot(
+        settings=settings,
+        router=router,
+        client=client,
+        out=out,
+        state=state,
+        threads=ThreadBook(state, out),
+        work=BackgroundWork(work_threads, "recover-work"),
+        ui=BackgroundWork(4, "recover-ui"),
+    )
+    http_mode = not settings.slack_app_token
+    app = App(
+        client=client,
+        signing_secret=settings.slack_signing_secret or "",
+        request_verification_enabled=http_mode or bool(settings.slack_signing_secret),
+        token_verification_enabled=token_verification,
+        process_before_response=False,
+        raise_error_for_unhandled_request=False,
+        ignoring_self_events_enabled=True,
+        listener_executor=listener_executor
+        or ThreadPoolExecutor(max_workers=16, thread_name_prefix="recover-ack"),
+        logger=logging.getLogger("recover_bot.slack.bolt"),
+    )
+    _register(app, bot)
+    bot.app = app
+    return bot
+
+
+def build_app(
+    settings: Settings,
+    router: RouterProtocol,
+    *,
+    client: WebClient | None = None,
+    store: Store | None = None,
+    listener_executor: Executor | None = None,
+) -> App:
+    """The Bolt app alone (see :func:`build_bot` for the parts tests and servers also need)."""
+    return build_bot(settings, router, client=client, store=store, listener_executor=listener_executor).app
+
+
+def _register(app: App, bot: SlackBot) -> None:
+    """Thin listeners: ack first (no I/O), then hand the work to the background pool."""
+
+    @app.command(COMMAND)
+    def on_command(ack: Ack, body: dict[str, Any]) -> None:
+        ack(text=wording.ack_command(str(body.get("text") or "")))
+        bot.work.submit(bot.run_command, body)
+
+    @app.action({"type": "block_actions", "action_id": re.compile(_OUR_ACTIONS)})
+    def on_button(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        ack()
+        name = kit.parse_action_id(str(action.get("action_id") or "")) or ""
+        value = str(action.get("value") or "")
+        if name == "decide_form":
+            # trigger_id expires 3 s after the click: the UI pool, never queued behind slow work.
+            bot.ui.submit(bot.open_decide_form, body, value)
+        else:
+            bot.work.submit(bot.run_action, body, name, value)
+
+    @app.action(re.compile(r".*"))
+    def on_other_action(ack: Ack) -> None:
+        ack()  # a click on something that is not ours must still not show an error in Slack
+
+    @app.view(kit.DECIDE_CALLBACK)
+    def on_decide_submit(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
+        form = kit.DecideForm.from_metadata(str(view.get("private_metadata") or "{}"))
+        fields = kit.read_decide_state((view.get("state") or {}).get("values") or {})
+        errors = kit.decide_form_errors(form.decision, fields)
+        if errors:
+            ack(response_action="errors", errors=errors)
+            return
+        ack()
+        bot.work.submit(bot.run_decide, str((body.get("user") or {}).get("id") or "unknown"), form, fields)
+
+    @app.event("app_home_opened")
+    def on_home_opened(ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
+        ack()
+        user = str(event.get("user") or "")
+        if user and event.get("tab", "home") == "home":
+            bot.ui.submit(bot.home_opened, str(body.get("event_id") or ""), user)
+
+    @app.error
+    def on_error(error: Exception, body: dict[str, Any]) -> None:
+        # Errors on the ack path only (background work has its own guard): log, never echo secrets.
+        log.error("listener error (%s): %s", type(error).__name__, redact(str(error)))

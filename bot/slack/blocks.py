@@ -1,0 +1,422 @@
+"""Pure functions: :class:`bot.messages.Message` → Slack Block Kit (``slack_sdk.models``).
+
+``slack_sdk.models`` validates field lengths only when ``to_dict()`` is called and does not check the
+50-block limit or the uniqueness of ``block_id`` / ``action_id``. The builders here truncate and split
+so that every message they produce is valid by construction, and :func:`check_blocks` verifies what
+the library does not (tests run it on arbitrary messages).
+
+Layout, chosen to read well on a phone: a header (the headline), mentions, the lines, the decisive
+facts as two-column fields, the runbook rules as a context line, the buttons, and the typed command of
+every button (``/recover approve req_…``) so people who prefer typing can copy it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ContextBlock,
+    HeaderBlock,
+    InputBlock,
+    MarkdownTextObject,
+    PlainTextInputElement,
+    PlainTextObject,
+    SectionBlock,
+)
+from slack_sdk.models.views import View
+
+from bot.messages import Attachment, Button, Message
+
+# Slack's documented limits (Block Kit reference).
+MAX_MESSAGE_BLOCKS = 50
+MAX_VIEW_BLOCKS = 100
+HEADER_TEXT = 150
+SECTION_TEXT = 3000
+FIELD_TEXT = 2000
+MAX_FIELDS = 10
+CONTEXT_ELEMENTS = 10
+ACTIONS_ELEMENTS = 25
+BUTTON_TEXT = 75
+BUTTON_VALUE = 2000
+ID_LENGTH = 255
+# Slack truncates a message's top-level text after 40k characters; notifications show far less.
+NOTIFICATION_TEXT = 3000
+PREVIEW_CHARS = 2500
+MODAL_TITLE = 24
+PRIVATE_METADATA = 3000
+
+ACTION_PREFIX = "rb"
+DECIDE_CALLBACK = "recover_decide"
+
+_ICONS = {
+    "info": ":large_blue_circle:",
+    "ok": ":white_check_mark:",
+    "warn": ":warning:",
+    "error": ":x:",
+    "progress": ":hourglass_flowing_sand:",
+}
+
+
+class BlockError(ValueError):
+    """A block list Slack would refuse (``problems`` lists why)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+def truncate(text: str, limit: int, marker: str = "…") -> str:
+    """Cut ``text`` to ``limit`` characters, marking the cut."""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - len(marker))] + marker
+
+
+def escape(text: str) -> str:
+    """Escape mrkdwn control characters in text that came from outside (logs, reasons, API errors)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def mention(identity: str) -> str:
+    """``U…``/``W…`` → ``<@U…>``, ``S…`` → ``<!subteam^S…>``; anything else (console names) → ``@name``."""
+    if identity[:1] in ("U", "W") and identity[1:].isalnum() and identity.isupper():
+        return f"<@{identity}>"
+    if identity[:1] == "S" and identity[1:].isalnum() and identity.isupper():
+        return f"<!subteam^{identity}>"
+    return "@" + escape(identity)
+
+
+def action_id(button: Button, index: int) -> str:
+    """Unique per message; the router's action name is recovered by :func:`parse_action_id`."""
+    return truncate(f"{ACTION_PREFIX}:{button.action}:{index}", ID_LENGTH, "")
+
+
+def parse_action_id(value: str) -> str | None:
+    """The router action named by an action_id built by :func:`action_id` (None if not ours)."""
+    parts = value.split(":")
+    if len(parts) < 3 or parts[0] != ACTION_PREFIX:
+        return None
+    return ":".join(parts[1:-1])
+
+
+def notification_text(message: Message) -> str:
+    """The message's top-level ``text``: shown in notifications and by clients without blocks."""
+    return truncate(message.plain_text(), NOTIFICATION_TEXT)
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _lines_sections(lines: Sequence[str]) -> list[Block]:
+    """Group lines into as few sections as fit (3000 chars each)."""
+    sections: list[Block] = []
+    current: list[str] = []
+    size = 0
+    for raw in lines:
+        line = escape(raw)
+        for piece in _chunks(line, SECTION_TEXT):
+            if current and size + len(piece) + 1 > SECTION_TEXT:
+                sections.append(SectionBlock(text=MarkdownTextObject(text="\n".join(current))))
+                current, size = [], 0
+            current.append(piece)
+            size += len(piece) + 1
+    if current and any(current):
+        sections.append(SectionBlock(text=MarkdownTextObject(text="\n".join(current))))
+    return sections
+
+
+def _fact_sections(facts: Sequence[tuple[str, str]]) -> list[Block]:
+    sections: list[Block] = []
+    for start in range(0, len(facts), MAX_FIELDS):
+        fields = [
+            MarkdownTextObject(text=truncate(f"*{escape(k)}*\n{escape(v) or ' '}", FIELD_TEXT))
+            for k, v in facts[start : start + MAX_FIELDS]
+        ]
+        sections.append(SectionBlock(fields=fields))
+    return sections
+
+
+def attachment_preview(attachment: Attachment, *, uploaded: bool) -> str:
+    """A code block with the start of a long text, saying where the rest is."""
+    text = attachment.text
+    head = truncate(text, PREVIEW_CHARS, "")
+    cut = len(text) - len(head)
+    note = (
+        f"_Full text: `{escape(attachment.filename)}` ({len(text)} chars, attached in this thread)._"
+        if uploaded
+        else f"_Showing the first {len(head)} of {len(text)} chars of `{escape(attachment.filename)}`._"
+    )
+    body = "```" + escape(head).replace("```", "`\u200b``") + ("\n…" if cut else "") + "```"
+    return truncate(body, SECTION_TEXT - len(note) - 1) + "\n" + note
+
+
+def message_blocks(message: Message, *, attachment_uploaded: bool = False) -> list[Block]:
+    """Blocks for one message, always within Slack's limits (checked by :func:`check_blocks`)."""
+    blocks: list[Block] = []
+    icon = _ICONS.get(message.level, "")
+    blocks.append(
+        HeaderBlock(text=PlainTextObject(text=truncate(message.headline or " ", HEADER_TEXT), emoji=True))
+    )
+    if message.mentions:
+        who = " ".join(mention(m) for m in message.mentions)
+        blocks.append(
+            ContextBlock(elements=[MarkdownTextObject(text=truncate(f"{icon} {who}", SECTION_TEXT))])
+        )
+    elif message.level in ("warn", "error", "ok", "progress"):
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"{icon} {message.level}")]))
+    blocks.extend(_lines_sections(message.lines))
+    blocks.extend(_fact_sections(message.facts))
+    if message.rules:
+        rules = truncate("Runbook: " + ", ".join(escape(r) for r in message.rules), SECTION_TEXT)
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=rules)]))
+    if message.attachment is not None:
+        blocks.append(
+            SectionBlock(
+                text=MarkdownTextObject(
+                    text=attachment_preview(message.attachment, uploaded=attachment_uploaded)
+                )
+            )
+        )
+    blocks.extend(_button_blocks(message.buttons))
+    blocks = _fit(blocks, MAX_MESSAGE_BLOCKS, reserve_tail=_tail_count(message.buttons))
+    _assign_block_ids(blocks)
+    check_blocks(blocks, MAX_MESSAGE_BLOCKS)
+    return blocks
+
+
+def _tail_count(buttons: Sequence[Button]) -> int:
+    if not buttons:
+        return 0
+    n_actions = (len(buttons) + ACTIONS_ELEMENTS - 1) // ACTIONS_ELEMENTS
+    return n_actions + (1 if any(b.command for b in buttons) else 0)
+
+
+def _button_blocks(buttons: Sequence[Button], offset: int = 0) -> list[Block]:
+    out: list[Block] = []
+    for start in range(0, len(buttons), ACTIONS_ELEMENTS):
+        elements = [
+            ButtonElement(
+                text=PlainTextObject(text=truncate(b.label or b.action, BUTTON_TEXT), emoji=True),
+                action_id=action_id(b, offset + start + i),
+                value=truncate(b.value, BUTTON_VALUE, ""),
+                style=b.style,
+            )
+            for i, b in enumerate(buttons[start : start + ACTIONS_ELEMENTS])
+        ]
+        out.append(ActionsBlock(elements=elements))
+    commands = [f"`{escape(b.command)}`" for b in buttons if b.command]
+    if commands:
+        out.append(
+            ContextBlock(
+                elements=[
+                    MarkdownTextObject(text=truncate("Or type: " + "  ·  ".join(commands), SECTION_TEXT))
+                ]
+            )
+        )
+    return out
+
+
+def _fit(blocks: list[Block], limit: int, *, reserve_tail: int = 0) -> list[Block]:
+    """Drop middle blocks beyond the limit, keeping the header and the buttons, and say so."""
+    if len(blocks) <= limit:
+        return blocks
+    tail = blocks[len(blocks) - reserve_tail :] if reserve_tail else []
+    body = blocks[: len(blocks) - reserve_tail] if reserve_tail else blocks
+    keep = limit - len(tail) - 1
+    dropped = len(body) - keep
+    note = ContextBlock(
+        elements=[MarkdownTextObject(text=f"_… {dropped} more blocks not shown (Slack's limit)._")]
+    )
+    return [*body[:keep], note, *tail]
+
+
+def _assign_block_ids(blocks: Iterable[Block]) -> None:
+    for i, block in enumerate(blocks):
+        block.block_id = f"b{i}"
+
+
+def check_blocks(
+    blocks: Sequence[Block | dict[str, Any]], limit: int = MAX_MESSAGE_BLOCKS
+) -> list[dict[str, Any]]:
+    """Serialise and check what ``slack_sdk`` does not: block count, unique block_id / action_id.
+
+    Returns the dicts (``to_dict()`` also runs the library's own length checks).
+    """
+    dicts = [b if isinstance(b, dict) else b.to_dict() for b in blocks]
+    problems: list[str] = []
+    if len(dicts) > limit:
+        problems.append(f"{len(dicts)} blocks (Slack allows {limit})")
+    block_ids = [d["block_id"] for d in dicts if d.get("block_id")]
+    if len(block_ids) != len(set(block_ids)):
+        problems.append("duplicate block_id")
+    action_ids = [
+        e["action_id"]
+        for d in dicts
+        for e in [*(d.get("elements") or []), *([d["element"]] if isinstance(d.get("element"), dict) else [])]
+        if isinstance(e, dict) and e.get("action_id")
+    ]
+    if len(action_ids) != len(set(action_ids)):
+        problems.append("duplicate action_id")
+    for d in dicts:
+        if d.get("type") == "actions" and len(d.get("elements", [])) > ACTIONS_ELEMENTS:
+            problems.append(f"an actions block with more than {ACTIONS_ELEMENTS} elements")
+        if d.get("type") == "context" and len(d.get("elements", [])) > CONTEXT_ELEMENTS:
+            problems.append(f"a context block with more than {CONTEXT_ELEMENTS} elements")
+    if problems:
+        raise BlockError(problems)
+    return dicts
+
+
+def message_payload(message: Message, *, attachment_uploaded: bool = False) -> dict[str, Any]:
+    """``text`` + ``blocks`` for chat.postMessage / chat.update / response_url."""
+    return {
+        "text": notification_text(message),
+        "blocks": check_blocks(message_blocks(message, attachment_uploaded=attachment_uploaded)),
+    }
+
+
+# -- the decide modal ------------------------------------------------------------------------------
+
+NEEDS_TURN = frozenset({"abandon", "confirm_completed"})
+NEEDS_EVIDENCE = frozenset({"confirm_completed"})
+
+
+@dataclass(frozen=True)
+class DecideForm:
+    """What the decide modal carries: the decision and where the click came from."""
+
+    session_id: str
+    decision: str
+    channel: str | None = None
+    thread_ts: str | None = None
+
+    def to_metadata(self) -> str:
+        text = json.dumps(
+            {"s": self.session_id, "d": self.decision, "c": self.channel, "t": self.thread_ts},
+            separators=(",", ":"),
+        )
+        if len(text) > PRIVATE_METADATA:
+            raise BlockError(["decide form metadata too long"])
+        return text
+
+    @classmethod
+    def from_metadata(cls, text: str) -> DecideForm:
+        data = json.loads(text or "{}")
+        return cls(
+            session_id=str(data["s"]), decision=str(data["d"]), channel=data.get("c"), thread_ts=data.get("t")
+        )
+
+
+def decide_modal(form: DecideForm) -> View:
+    """The modal behind a decision button: reason, turn, evidence and the ``--effects`` account (R3.10)."""
+    turn_needed = form.decision in NEEDS_TURN
+    evidence_needed = form.decision in NEEDS_EVIDENCE
+    blocks: list[Block] = [
+        SectionBlock(
+            text=MarkdownTextObject(
+                text=truncate(
+                    f"*{escape(form.decision)}* on session `{escape(form.session_id)}`.\n"
+                    "The reason is sent to the control host and recorded.",
+                    SECTION_TEXT,
+                )
+            )
+        ),
+        InputBlock(
+            block_id="reason",
+            label=PlainTextObject(text="Reason"),
+            element=PlainTextInputElement(action_id="value", multiline=True, max_length=2000),
+        ),
+        InputBlock(
+            block_id="turn",
+            label=PlainTextObject(text="Turn id" + ("" if turn_needed else " (optional)")),
+            element=PlainTextInputElement(action_id="value", placeholder=PlainTextObject(text="turn_…")),
+            optional=not turn_needed,
+        ),
+        InputBlock(
+            block_id="evidence",
+            label=PlainTextObject(text="Evidence reference" + ("" if evidence_needed else " (optional)")),
+            element=PlainTextInputElement(action_id="value"),
+            optional=not evidence_needed,
+        ),
+        InputBlock(
+            block_id="effects",
+            label=PlainTextObject(
+                text="What the turn did outside (files, pushes, calls)"
+                + ("" if turn_needed else " (optional)")
+            ),
+            element=PlainTextInputElement(action_id="value", multiline=True, max_length=2000),
+            optional=not turn_needed,
+            hint=PlainTextObject(text="R3.10: decisions do not undo external effects; say what you checked."),
+        ),
+    ]
+    check_blocks(blocks, MAX_VIEW_BLOCKS)
+    return View(
+        type="modal",
+        callback_id=DECIDE_CALLBACK,
+        title=PlainTextObject(text=truncate(f"Decide: {form.decision}", MODAL_TITLE)),
+        submit=PlainTextObject(text="Submit"),
+        close=PlainTextObject(text="Cancel"),
+        private_metadata=form.to_metadata(),
+        blocks=blocks,
+    )
+
+
+def read_decide_state(values: dict[str, Any]) -> dict[str, str]:
+    """``view.state.values`` of the decide modal → ``{"reason": …, "turn": …, …}`` (empty fields dropped)."""
+    out: dict[str, str] = {}
+    for name in ("reason", "turn", "evidence", "effects"):
+        raw = ((values.get(name) or {}).get("value") or {}).get("value")
+        if isinstance(raw, str) and raw.strip():
+            out[name] = raw.strip()
+    return out
+
+
+def decide_form_errors(decision: str, form: dict[str, str]) -> dict[str, str]:
+    """What the modal can refuse at once, before anything leaves (shown under the inputs)."""
+    errors: dict[str, str] = {}
+    if not form.get("reason"):
+        errors["reason"] = "A reason is required: it is sent to the control host and recorded."
+    if decision in NEEDS_TURN and not form.get("turn"):
+        errors["turn"] = f"{decision} needs the turn id (R3.10)."
+    if decision in NEEDS_EVIDENCE and not form.get("evidence"):
+        errors["evidence"] = "confirm_completed needs an evidence reference (R3.11)."
+    if decision in NEEDS_TURN and not form.get("effects"):
+        errors["effects"] = "Say what the turn did outside before deciding (R3.10)."
+    return errors
+
+
+# -- App Home ---------------------------------------------------------------------------------------
+
+
+def home_view(cases: Sequence[Message], approvals: Sequence[Message]) -> View:
+    """The App Home tab: pending approvals first (they wait for someone), then open cases."""
+    blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text="Pending approvals"))]
+    blocks.extend(_summary_blocks(approvals, "No approval is waiting."))
+    blocks.append(HeaderBlock(text=PlainTextObject(text="Open cases")))
+    blocks.extend(_summary_blocks(cases, "No open case."))
+    blocks = _fit(blocks, MAX_VIEW_BLOCKS)
+    _assign_block_ids(blocks)
+    check_blocks(blocks, MAX_VIEW_BLOCKS)
+    return View(type="home", blocks=blocks)
+
+
+def _summary_blocks(messages: Sequence[Message], empty: str) -> list[Block]:
+    if not messages:
+        return [ContextBlock(elements=[MarkdownTextObject(text=f"_{empty}_")])]
+    out: list[Block] = []
+    offset = 0
+    for m in messages:
+        text = [f"{_ICONS.get(m.level, '')} *{escape(m.headline)}*"]
+        text.extend(escape(line) for line in m.lines[:4])
+        text.extend(f"{escape(k)}: {escape(v)}" for k, v in m.facts[:6])
+        out.append(SectionBlock(text=MarkdownTextObject(text=truncate("\n".join(text), SECTION_TEXT))))
+        out.extend(_button_blocks(m.buttons, offset))
+        offset += len(m.buttons)
+    return out

@@ -1,0 +1,168 @@
+"""Where a reply goes in Slack: the case's thread, one progress message, approval requests in place.
+
+One :class:`SlackReporter` serves one command or click. It is the core's
+:class:`bot.messages.Reporter` while the router runs (``progress`` edits one message with chat.update,
+``post`` adds to the thread) and then delivers the final :class:`bot.messages.Reply`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bot.messages import Message, Reply
+from bot.slack.blocks import escape, mention
+from bot.slack.state import Location, SlackState
+from bot.slack.web import SlackOut
+
+PROGRESS_MIN_INTERVAL = 1.0  # chat.update is rate limited (tier 3); the final answer always lands.
+
+
+class ThreadBook:
+    """Finds or starts the one thread of a session's case (a lock per session: one root only)."""
+
+    def __init__(self, state: SlackState, out: SlackOut) -> None:
+        self.state = state
+        self.out = out
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def _lock(self, session_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(session_id, threading.Lock())
+
+    def thread_for(self, session_id: str, channel: str | None, actor: str | None) -> Location | None:
+        with self._lock(session_id):
+            found = self.state.thread_of(session_id)
+            if found is not None or channel is None:
+                return found
+            who = f" · started by {mention(actor)}" if actor else ""
+            root = self.out.post_text(
+                Location(channel), f":toolbox: *Recovery case for session `{escape(session_id)}`*{who}"
+            )
+            if root is None:
+                return None
+            where = Location(channel, root)
+            self.state.remember_thread(session_id, where)
+            return where
+
+
+@dataclass
+class Origin:
+    """Where the command or click came from."""
+
+    actor: str
+    channel: str | None
+    thread_ts: str | None = None
+    response_url: str | None = None
+    session_id: str | None = None
+    ephemeral_reply: bool = False
+
+
+class SlackReporter:
+    """The core's Reporter for one piece of work, and the delivery of its final reply."""
+
+    def __init__(
+        self,
+        out: SlackOut,
+        threads: ThreadBook,
+        origin: Origin,
+        *,
+        on_posted: Callable[[], None] | None = None,
+    ) -> None:
+        self.out = out
+        self.threads = threads
+        self.origin = origin
+        self._progress: tuple[str, str] | None = None
+        self._progress_at = 0.0
+        self._pending_progress: Message | None = None
+        self._lock = threading.Lock()
+        self._on_posted = on_posted
+
+    # -- where ---------------------------------------------------------------------------------
+
+    def _where(self, message: Message) -> Location | None:
+        session_id = message.session_id or self.origin.session_id
+        if session_id:
+            where = self.threads.thread_for(session_id, self.origin.channel, self.origin.actor)
+            if where is not None:
+                return where
+        if self.origin.channel and (self.origin.thread_ts or not self.origin.response_url):
+            return Location(self.origin.channel, self.origin.thread_ts)
+        return None
+
+    # -- Reporter ------------------------------------------------------------------------------
+
+    def progress(self, message: Message) -> None:
+        """Edit this work's one progress message (post it the first time)."""
+        with self._lock:
+            now = time.monotonic()
+            if self._progress is not None and now - self._progress_at < PROGRESS_MIN_INTERVAL:
+                self._pending_progress = message
+                return
+            self._pending_progress = None
+            self._progress_at = now
+            if self._progress is not None:
+                channel, ts = self._progress
+                if self.out.update(channel, ts, message):
+                    return
+            where = self._where(message)
+            if where is None:
+                return
+            ts_new = self.out.post(where, message)
+            if ts_new:
+                self._progress = (where.channel, ts_new)
+
+    def post(self, message: Message) -> None:
+        """A new message in the case's thread (or an in-place update of a tracked one)."""
+        self._deliver(message, reuse_progress=False)
+
+    # -- final reply ---------------------------------------------------------------------------
+
+    def finish(self, reply: Reply) -> None:
+        """Deliver the reply: the first message replaces the progress message, the rest follow."""
+        for i, message in enumerate(reply.messages):
+            self._deliver(message, reuse_progress=(i == 0))
+        if reply.messages and self._on_posted is not None:
+            self._on_posted()
+
+    def _deliver(self, message: Message, *, reuse_progress: bool) -> None:
+        tracked = message.ref is not None and message.kind != "text"
+        if tracked:
+            assert message.ref is not None
+            known = self.threads.state.ref_location(message.kind, message.ref)
+            if known is not None and self._update(known[0], known[1], message):
+                return
+        if reuse_progress:
+            with self._lock:
+                progress, self._progress = self._progress, None
+                self._pending_progress = None
+            if progress is not None and self._update(progress[0], progress[1], message):
+                if tracked:
+                    assert message.ref is not None
+                    self.threads.state.remember_ref(message.kind, message.ref, progress[0], progress[1])
+                return
+        where = self._where(message)
+        if where is None:
+            if self.origin.response_url:
+                self.out.respond(self.origin.response_url, message, ephemeral=self.origin.ephemeral_reply)
+            return
+        uploaded = False
+        if message.attachment is not None:
+            uploaded = self.out.upload(where, message.attachment)
+        ts = self.out.post(where, message, attachment_uploaded=uploaded)
+        if ts and tracked:
+            assert message.ref is not None
+            self.threads.state.remember_ref(message.kind, message.ref, where.channel, ts)
+
+    def _update(self, channel: str, ts: str, message: Message) -> bool:
+        return self.out.update(channel, ts, message)
+
+    def error(self, message: Message) -> None:
+        """An error only the actor needs to see: ephemeral, never in the shared thread."""
+        if self.origin.response_url and self.out.respond(self.origin.response_url, message, ephemeral=True):
+            return
+        if self.origin.channel:
+            self.out.ephemeral(self.origin.channel, self.origin.actor, message)

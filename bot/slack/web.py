@@ -1,0 +1,239 @@
+"""Slack Web API calls, each one degrading instead of crashing.
+
+Why a wrapper: a workspace may install the app without a scope (``missing_scope``), an Enterprise
+grid or a stand-in may not know a method (``unknown_method``), and Slack answers 429 under load. None
+of that may stop a recovery: blocks fall back to plain text, a failed update becomes a new post, a
+failed file upload becomes a truncated preview. 429 is retried after Retry-After by slack_sdk's
+``RateLimitErrorRetryHandler``; every call here runs off the ack path (background threads), so the
+sleep never delays an acknowledgement.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import httpx
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+from slack_sdk.models.views import View
+
+from bot.messages import Attachment, Message
+from bot.redact import redact
+from bot.settings import Settings
+from bot.slack.blocks import message_payload, notification_text
+from bot.slack.state import Location
+
+log = logging.getLogger("recover_bot.slack")
+
+# Errors after which plain text is worth a try (the blocks, not the call, were refused).
+_BLOCK_ERRORS = {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "too_many_attachments"}
+
+
+def make_client(settings: Settings, *, timeout: int = 15) -> WebClient:
+    """The one Web API client, honouring ``SLACK_API_URL``.
+
+    Only the 429 retry handler is installed: slack_sdk's default connection-error retry could post a
+    message twice, and the front end prefers updating one message in place.
+    """
+    return WebClient(
+        token=settings.slack_bot_token,
+        base_url=settings.slack_api_url,
+        timeout=timeout,
+        retry_handlers=[RateLimitErrorRetryHandler(max_retry_count=3)],
+    )
+
+
+def _error_code(exc: SlackClientError) -> str:
+    if isinstance(exc, SlackApiError):
+        data = exc.response.data if exc.response is not None else None
+        if isinstance(data, dict):
+            return str(data.get("error") or "unknown_error")
+        return f"http_{exc.response.status_code}" if exc.response is not None else "unknown_error"
+    return type(exc).__name__
+
+
+class SlackOut:
+    """Posting, updating and uploading, never raising: failures are logged and reported as values."""
+
+    def __init__(self, client: WebClient) -> None:
+        self.client = client
+        self._uploads_work = True
+
+    def _call(self, method: str, **kwargs: Any) -> dict[str, Any] | None:
+        try:
+            response = self.client.api_call(method, json=kwargs)
+        except SlackClientError as exc:
+            code = _error_code(exc)
+            log.warning("Slack %s failed: %s", method, redact(code))
+            raise _CallFailed(code) from exc
+        except (OSError, ValueError) as exc:
+            log.warning("Slack %s failed: %s", method, redact(str(exc)))
+            raise _CallFailed("connection_error") from exc
+        data = response.data
+        return data if isinstance(data, dict) else None
+
+    def post(self, where: Location, message: Message, *, attachment_uploaded: bool = False) -> str | None:
+        """chat.postMessage; returns the new message's ts (None if Slack refused even plain text)."""
+        base: dict[str, Any] = {"channel": where.channel}
+        if where.thread_ts:
+            base["thread_ts"] = where.thread_ts
+        try:
+            data = self._call(
+                "chat.postMessage",
+                **base,
+                **message_payload(message, attachment_uploaded=attachment_uploaded),
+            )
+            return str(data["ts"]) if data and data.get("ts") else None
+        except _CallFailed as failed:
+            if failed.code not in _BLOCK_ERRORS and failed.code not in {"missing_scope", "unknown_method"}:
+                return None
+        try:
+            data = self._call("chat.postMessage", **base, text=notification_text(message))
+            return str(data["ts"]) if data and data.get("ts") else None
+        except _CallFailed:
+            return None
+
+    def update(self, channel: str, ts: str, message: Message, *, attachment_uploaded: bool = False) -> bool:
+        """chat.update in place; False tells the caller to post instead."""
+        try:
+            self._call(
+                "chat.update",
+                channel=channel,
+                ts=ts,
+                **message_payload(message, attachment_uploaded=attachment_uploaded),
+            )
+            return True
+        except _CallFailed as failed:
+            if failed.code not in _BLOCK_ERRORS:
+                return False
+        try:
+            self._call("chat.update", channel=channel, ts=ts, text=notification_text(message), blocks=[])
+            return True
+        except _CallFailed:
+            return False
+
+    def post_text(self, where: Location, text: str) -> str | None:
+        base: dict[str, Any] = {"channel": where.channel, "text": text}
+        if where.thread_ts:
+            base["thread_ts"] = where.thread_ts
+        try:
+            data = self._call("chat.postMessage", **base)
+        except _CallFailed:
+            return None
+        return str(data["ts"]) if data and data.get("ts") else None
+
+    def ephemeral(self, channel: str, user: str, message: Message) -> bool:
+        try:
+            self._call("chat.postEphemeral", channel=channel, user=user, **message_payload(message))
+            return True
+        except _CallFailed:
+            try:
+                self._call("chat.postEphemeral", channel=channel, user=user, text=notification_text(message))
+                return True
+            except _CallFailed:
+                return False
+
+    def respond(self, response_url: str, message: Message, *, ephemeral: bool) -> bool:
+        """Answer through the command's response_url (works even where the bot is not a member)."""
+        payload = {
+            "response_type": "ephemeral" if ephemeral else "in_channel",
+            "replace_original": False,
+            **message_payload(message),
+        }
+        try:
+            r = httpx.post(response_url, json=payload, timeout=10.0)
+        except httpx.HTTPError as exc:
+            log.warning("response_url post failed: %s", redact(str(exc)))
+            return False
+        return r.status_code < 400
+
+    def upload(self, where: Location, attachment: Attachment) -> bool:
+        """files.getUploadURLExternal + completeUploadExternal; False → show a truncated preview."""
+        if not self._uploads_work:
+            return False
+        try:
+            self.client.files_upload_v2(
+                filename=attachment.filename,
+                content=attachment.text.encode("utf-8"),
+                title=attachment.filename,
+                channel=where.channel,
+                thread_ts=where.thread_ts,
+                request_file_info=False,
+            )
+            return True
+        except SlackClientError as exc:
+            code = _error_code(exc)
+            log.warning("file upload failed (%s): showing a truncated preview instead", redact(code))
+            if code in {"missing_scope", "unknown_method", "not_allowed_token_type"}:
+                self._uploads_work = False  # do not ask again on every message
+            return False
+        except (OSError, ValueError) as exc:
+            log.warning("file upload failed: %s", redact(str(exc)))
+            return False
+
+    def open_view(self, trigger_id: str, view: View) -> bool:
+        try:
+            self._call("views.open", trigger_id=trigger_id, view=view.to_dict())
+            return True
+        except _CallFailed:
+            return False
+
+    def publish_home(self, user_id: str, view: View) -> bool:
+        try:
+            self._call("views.publish", user_id=user_id, view=view.to_dict())
+            return True
+        except _CallFailed:
+            return False
+
+
+class _CallFailed(Exception):
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class SlackDirectory:
+    """The core's ApproverDirectory over Slack: user-group members and display names.
+
+    ``members`` asks ``usergroups.users.list`` each time (membership changes during an incident); if
+    the scope is missing it answers an empty set, so a group grants nobody (fail closed) and says so
+    in the log.
+    """
+
+    def __init__(self, client: WebClient) -> None:
+        self.client = client
+        self._names: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def members(self, group_id: str) -> set[str]:
+        try:
+            response = self.client.usergroups_users_list(usergroup=group_id)
+        except (SlackClientError, OSError, ValueError) as exc:
+            log.warning(
+                "cannot list the members of user group %s (%s): nobody is an approver through it",
+                group_id,
+                redact(_error_code(exc) if isinstance(exc, SlackClientError) else str(exc)),
+            )
+            return set()
+        users = response.get("users") or []
+        return {str(u) for u in users}
+
+    def display_name(self, user_id: str) -> str:
+        """A person's name for messages; the id itself when users.info is not allowed."""
+        with self._lock:
+            if user_id in self._names:
+                return self._names[user_id]
+        name = user_id
+        try:
+            response = self.client.users_info(user=user_id)
+            user = response.get("user") or {}
+            profile = user.get("profile") or {}
+            name = str(profile.get("display_name") or user.get("real_name") or user.get("name") or user_id)
+        except (SlackClientError, OSError, ValueError) as exc:
+            log.info("users.info for %s unavailable: %s", user_id, redact(str(exc)))
+        with self._lock:
+            self._names[user_id] = name
+        return name
