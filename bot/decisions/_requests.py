@@ -1,0 +1,339 @@
+"""Decision requests in the step store: the approval state machine and its compare-and-set.
+
+Why it lives in SQLite and not in memory: two bot processes may share one database file, a process
+may be killed between approval and execution, and pending requests must survive restarts. Every
+state change is ``UPDATE … WHERE id = ? AND state IN (…)`` inside ``BEGIN IMMEDIATE`` and checks the
+row count, so exactly one writer wins a transition whatever the number of processes or threads.
+
+States::
+
+    pending ──approve/confirm──▶ approved ──execute (facts unchanged)──▶ executing ──▶ executed
+       │                            │                                      │    │
+       ├─▶ rejected                 └─▶ void (facts changed)               │    └─▶ failed (4xx)
+       ├─▶ expired                                                         └─▶ waiting (409
+       └─▶ void (facts changed / content tampered)                              RECOVERY_REQUIRED)
+                                                                                 └─▶ executing (new key)
+
+The content a second person approves is bound by a hash over the request's content; the content
+columns cannot be updated (a trigger), and the hash is also written into the hash-chained step log
+when the request is made, so a changed row is detected at approval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+from bot.clock import isoformat
+from bot.store import Store, register_migrations
+from bot.store.chain import canonical_json
+
+migrations = Migrations("decisions")
+
+# Content columns: fixed once the request exists (the approver approves exactly these).
+CONTENT_FIELDS = (
+    "id",
+    "session_id",
+    "decision",
+    "turn_id",
+    "evidence_ref",
+    "effects",
+    "reason",
+    "requester",
+    "channel",
+    "policy",
+    "facts",
+    "shown_facts",
+    "repeated",
+    "created_at",
+    "expires_at",
+)
+
+STATES = ("pending", "approved", "executing", "waiting", "executed", "failed", "rejected", "expired", "void")
+OPEN_STATES = ("pending", "approved", "executing", "waiting")
+FINAL_STATES = ("executed", "failed", "rejected", "expired", "void")
+
+
+@migrations(name="0001_decision_requests")
+def _m0001(db: Database) -> None:
+    """Decision requests (approval state machine) and waits in progress."""
+    states = ", ".join(f"'{s}'" for s in STATES)
+    statements = [
+        f"""
+        CREATE TABLE decision_requests (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            decision TEXT NOT NULL,
+            turn_id TEXT,
+            evidence_ref TEXT,
+            effects TEXT,
+            reason TEXT NOT NULL,
+            requester TEXT NOT NULL,
+            channel TEXT,
+            policy TEXT NOT NULL,
+            facts TEXT NOT NULL,
+            shown_facts TEXT NOT NULL,
+            repeated INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ({states})),
+            approved_by TEXT,
+            approved_at TEXT,
+            decided_by TEXT,
+            decided_at TEXT,
+            note TEXT,
+            idem_key TEXT,
+            body TEXT,
+            sends INTEGER NOT NULL DEFAULT 0,
+            receipt_id TEXT,
+            http_status INTEGER,
+            error_code TEXT,
+            result TEXT,
+            updated_at TEXT NOT NULL
+        )
+        """,  # noqa: S608 - fixed state names, no input
+        "CREATE INDEX decision_requests_state ON decision_requests(state, expires_at)",
+        "CREATE INDEX decision_requests_session ON decision_requests(session_id, created_at)",
+        # What a second person approved cannot change underneath them (tampering needs raw SQL
+        # that drops this trigger, and is then caught by the content hash).
+        """
+        CREATE TRIGGER decision_requests_content_fixed
+        BEFORE UPDATE OF id, session_id, decision, turn_id, evidence_ref, effects, reason, requester,
+                         channel, policy, facts, shown_facts, repeated, created_at, expires_at, content_hash
+        ON decision_requests
+        BEGIN SELECT RAISE(ABORT, 'a decision request''s content cannot change'); END
+        """,
+        """
+        CREATE TABLE decision_waits (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            request_id TEXT,
+            kind TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            deadline TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'active',
+            detail TEXT,
+            ended_at TEXT
+        )
+        """,
+        "CREATE INDEX decision_waits_state ON decision_waits(state)",
+    ]
+    for sql in statements:
+        db.execute(sql)
+
+
+register_migrations(migrations)
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    """One request for a decision, as stored."""
+
+    id: str
+    session_id: str
+    decision: str
+    turn_id: str | None
+    evidence_ref: str | None
+    effects: str | None
+    reason: str
+    requester: str
+    channel: str | None
+    policy: str
+    facts: dict[str, Any]
+    shown_facts: dict[str, Any]
+    repeated: int
+    created_at: str
+    expires_at: str
+    content_hash: str
+    state: str
+    approved_by: str | None = None
+    approved_at: str | None = None
+    decided_by: str | None = None
+    decided_at: str | None = None
+    note: str | None = None
+    idem_key: str | None = None
+    body: str | None = None
+    sends: int = 0
+    receipt_id: str | None = None
+    http_status: int | None = None
+    error_code: str | None = None
+    result: Any = None
+    updated_at: str = ""
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in OPEN_STATES
+
+    def content(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in CONTENT_FIELDS}
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A wait in progress (for the scheduler's confirmation, or for reclamation to end)."""
+
+    id: int
+    session_id: str
+    request_id: str | None
+    kind: str
+    actor: str
+    started_at: str
+    deadline: str
+    state: str
+    detail: str | None
+    ended_at: str | None
+
+
+def content_hash(content: Mapping[str, Any]) -> str:
+    """sha256 over the canonical JSON of a request's content (what the approver approves)."""
+    values = {name: content.get(name) for name in CONTENT_FIELDS}
+    return hashlib.sha256(canonical_json(values).encode("utf-8")).hexdigest()
+
+
+def new_request_id() -> str:
+    return "req_" + uuid.uuid4().hex[:16]
+
+
+def _q(db: Database, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+    cur = db.conn.cursor()
+    cur.row_factory = sqlite3.Row
+    return cur.execute(sql, list(params))
+
+
+def _row(row: Mapping[str, Any]) -> DecisionRequest:
+    values = dict(row)
+    values["facts"] = json.loads(values["facts"])
+    values["shown_facts"] = json.loads(values["shown_facts"])
+    values["result"] = json.loads(values["result"]) if values.get("result") else None
+    return DecisionRequest(**{k: values[k] for k in DecisionRequest.__dataclass_fields__})
+
+
+class RequestStore:
+    """The decision requests and waits of one step store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        store.migrate()
+
+    def _now(self) -> str:
+        return isoformat(self.store.clock.now()) or ""
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def insert(self, db: Database, content: Mapping[str, Any]) -> DecisionRequest:
+        """Insert a new pending request inside the caller's write transaction."""
+        row = {name: content.get(name) for name in CONTENT_FIELDS}
+        row["facts"] = canonical_json(row["facts"] or {})
+        row["shown_facts"] = canonical_json(row["shown_facts"] or {})
+        row["content_hash"] = content_hash(content)
+        row["state"] = "pending"
+        row["updated_at"] = self._now()
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        _q(db, f"INSERT INTO decision_requests ({columns}) VALUES ({marks})", list(row.values()))  # noqa: S608
+        return self.get(str(row["id"]), db=db)  # type: ignore[return-value]
+
+    def get(self, request_id: str, *, db: Database | None = None) -> DecisionRequest | None:
+        if db is not None:
+            row = _q(db, "SELECT * FROM decision_requests WHERE id = ?", [request_id]).fetchone()
+            return _row(row) if row else None
+        with self.store.read() as rdb:
+            return self.get(request_id, db=rdb)
+
+    def find(
+        self, *, states: Sequence[str] | None = None, session_id: str | None = None
+    ) -> list[DecisionRequest]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if states:
+            clauses.append(f"state IN ({', '.join('?' for _ in states)})")
+            params.extend(states)
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            params.append(session_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        with self.store.read() as db:
+            rows = _q(
+                db, f"SELECT * FROM decision_requests {where} ORDER BY created_at, id", params
+            ).fetchall()  # noqa: S608
+        return [_row(r) for r in rows]
+
+    def transition(
+        self,
+        db: Database,
+        request_id: str,
+        from_states: Sequence[str],
+        to_state: str,
+        **values: Any,
+    ) -> bool:
+        """Compare-and-set the request's state inside the caller's ``BEGIN IMMEDIATE``.
+
+        Returns False when another writer moved the request first (rowcount 0): the caller lost.
+        """
+        if not db.conn.in_transaction:
+            raise RuntimeError("transition() needs a connection from Store.write()")
+        if "result" in values and values["result"] is not None:
+            values["result"] = canonical_json(values["result"])
+        sets = ["state = ?", "updated_at = ?"] + [f"{name} = ?" for name in values]
+        params: list[Any] = [to_state, self._now(), *values.values(), request_id, *from_states]
+        marks = ", ".join("?" for _ in from_states)
+        cur = _q(
+            db,
+            f"UPDATE decision_requests SET {', '.join(sets)} WHERE id = ? AND state IN ({marks})",  # noqa: S608
+            params,
+        )
+        return cur.rowcount == 1
+
+    def count_sends(self, db: Database, request_id: str) -> None:
+        _q(db, "UPDATE decision_requests SET sends = sends + 1 WHERE id = ?", [request_id])
+
+    # -- waits -----------------------------------------------------------------------------------
+
+    def start_wait(
+        self,
+        session_id: str,
+        kind: str,
+        actor: str,
+        deadline: str,
+        *,
+        request_id: str | None = None,
+        detail: str | None = None,
+    ) -> int:
+        with self.store.write() as db:
+            cur = _q(
+                db,
+                "INSERT INTO decision_waits (session_id, request_id, kind, actor, started_at, deadline, detail) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [session_id, request_id, kind, actor, self._now(), deadline, detail],
+            )
+            return int(cur.lastrowid or 0)
+
+    def end_wait(self, wait_id: int, state: str) -> None:
+        with self.store.write() as db:
+            _q(
+                db,
+                "UPDATE decision_waits SET state = ?, ended_at = ? WHERE id = ? AND state = 'active'",
+                [state, self._now(), wait_id],
+            )
+
+    def active_waits(self, session_id: str | None = None) -> list[Wait]:
+        with self.store.read() as db:
+            if session_id is None:
+                rows = _q(db, "SELECT * FROM decision_waits WHERE state = 'active' ORDER BY id").fetchall()
+            else:
+                rows = _q(
+                    db,
+                    "SELECT * FROM decision_waits WHERE state = 'active' AND session_id = ? ORDER BY id",
+                    [session_id],
+                ).fetchall()
+        return [Wait(**dict(r)) for r in rows]

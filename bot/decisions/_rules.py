@@ -1,0 +1,83 @@
+"""The two-person rule's checks, as pure functions (no I/O but the approver directory).
+
+They live in the core so that no front end can skip them: the Slack button, the typed
+``/recover approve`` and the console all end in :meth:`DecisionService.approve`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+REQUEST_ID_RE = re.compile(r"^req_[0-9a-f]{16}$")
+
+# The facts whose change voids an approval: what the second person looked at when approving
+# (attention code/reason/failures, the turn's status, the checkpoint). The revision is not one of
+# them: it also moves when the scheduler confirms a worker gone, which is what abandon waits for.
+DECISIVE_FACTS = (
+    "attention.code",
+    "attention.reason",
+    "attention.failures",
+    "turn.status",
+    "unknown_turn.id",
+    "checkpoint.id",
+    "checkpoint.covers_turn_id",
+)
+
+
+class ApproverDirectory(Protocol):
+    """Resolves a user group (S…) to its members; the Slack app uses usergroups.users.list."""
+
+    def members(self, group_id: str) -> set[str]: ...
+
+
+def channel_allowed(channel: str | None, channels: Sequence[str]) -> bool:
+    """RECOVER_CHANNELS: when set, decide/approve/reject only there (commands.md)."""
+    return not channels or (channel is not None and channel in channels)
+
+
+def approver_allowed(
+    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None
+) -> tuple[bool, str | None]:
+    """RECOVER_APPROVERS: when set, only those users or members of those user groups approve.
+
+    Returns (allowed, problem) where problem explains a group that could not be resolved.
+    """
+    if not approvers:
+        return True, None
+    if actor in approvers:
+        return True, None
+    groups = [a for a in approvers if a.startswith("S")]
+    problem: str | None = None
+    for group in groups:
+        if directory is None:
+            problem = f"user group {group} cannot be resolved (no directory configured)"
+            continue
+        try:
+            if actor in directory.members(group):
+                return True, None
+        except Exception as exc:  # noqa: BLE001 - any directory failure refuses, never allows
+            problem = f"user group {group} could not be read: {type(exc).__name__}"
+    return False, problem
+
+
+def decisive_facts(facts: Mapping[str, Any], turn_status: str | None) -> dict[str, Any]:
+    """The snapshot an approval binds (see :data:`DECISIVE_FACTS`)."""
+    snapshot = {name: facts.get(name) for name in DECISIVE_FACTS if name != "turn.status"}
+    snapshot["turn.status"] = turn_status
+    return snapshot
+
+
+def changed_facts(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """Human-readable list of decisive facts that differ: ``name: old → new``."""
+    out = []
+    for name in DECISIVE_FACTS:
+        if before.get(name) != after.get(name):
+            out.append(f"{name}: {_show(before.get(name))} → {_show(after.get(name))}")
+    return out
+
+
+def _show(value: Any) -> str:
+    return "unknown" if value is None else str(value)

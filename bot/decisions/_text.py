@@ -1,0 +1,126 @@
+"""Wording of the decisions core, in one place so it stays consistent and greppable.
+
+Messages name decisions, error codes and runbook rule numbers verbatim (commands.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from bot.clock import parse_time
+from bot.decisions._requests import DecisionRequest
+from bot.messages import Button, Message
+
+APPROVAL_KIND = "approval_request"
+CONFIRM_KIND = "confirmation_request"
+
+
+def show(value: Any) -> str:
+    """A fact for people: None is "unknown" (never a crash, never an empty cell)."""
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def age(since: str | None, now: datetime) -> str:
+    start = parse_time(since)
+    if start is None:
+        return "unknown"
+    return duration(max(0.0, (now - start).total_seconds()))
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, sec = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s" if sec else f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def request_lines(req: DecisionRequest) -> list[str]:
+    lines = [
+        f"Request `{req.id}`: `{req.decision}` on session `{req.session_id}`",
+        f"Requested by <@{req.requester}> at {req.created_at}; expires at {req.expires_at}",
+        f"Turn: {show(req.turn_id)}   Evidence: {show(req.evidence_ref)}",
+        f"Reason: {req.reason}",
+    ]
+    if req.effects is not None:
+        # R3.10: what the turn did outside, as the requester accounts for it.
+        lines.append(f"External effects (requester's account, R3.10): {req.effects}")
+    if req.repeated:
+        lines.append(
+            f"[!] `{req.decision}` was already executed {req.repeated} time(s) on this session without "
+            "fixing the cause (R5.4): fix the cause before repeating it."
+        )
+    lines.append(f"Content hash: {req.content_hash[:16]}")
+    return lines
+
+
+def approval_request_message(req: DecisionRequest, mentions: list[str], rules: list[str]) -> Message:
+    """The request a second person approves: exact content, both buttons, the typed equivalent."""
+    lines = request_lines(req)
+    lines.append("A second person approves or rejects (the requester cannot approve their own request):")
+    lines.append(f"/recover approve {req.id}")
+    lines.append(f'/recover reject {req.id} --reason "…"')
+    return Message(
+        headline=f"Approval needed: `{req.decision}` on `{req.session_id}` (request {req.id})",
+        level="warn",
+        lines=lines,
+        facts=[(k, show(v)) for k, v in req.shown_facts.items()],
+        rules=rules,
+        buttons=[
+            Button("Approve", "approve", req.id, command=f"/recover approve {req.id}", style="primary"),
+            Button("Reject", "reject", req.id, command=f"/recover reject {req.id}", style="danger"),
+        ],
+        session_id=req.session_id,
+        kind=APPROVAL_KIND,
+        ref=req.id,
+        mentions=list(mentions),
+    )
+
+
+def confirmation_message(req: DecisionRequest, drops: str | None, rules: list[str], command: str) -> Message:
+    """A single-person decision waits for its explicit confirmation (R2.11, R5.3)."""
+    lines = request_lines(req)
+    if drops:
+        lines.append(f"This drops: {drops}")
+    lines.append(f"Confirm with the button, or type: {command}")
+    return Message(
+        headline=f"Confirm `{req.decision}` on `{req.session_id}` (request {req.id})",
+        level="warn",
+        lines=lines,
+        facts=[(k, show(v)) for k, v in req.shown_facts.items()],
+        rules=rules,
+        buttons=[Button(f"Confirm {req.decision}", "confirm", req.id, command=command, style="danger")],
+        session_id=req.session_id,
+        kind=CONFIRM_KIND,
+        ref=req.id,
+    )
+
+
+def updated_request_message(req: DecisionRequest, outcome: str, level: str = "info") -> Message:
+    """The approval/confirmation message after it was decided: same kind and ref, no buttons."""
+    kind = APPROVAL_KIND if req.policy == "two_person" else CONFIRM_KIND
+    return Message(
+        headline=f"Request {req.id} (`{req.decision}` on `{req.session_id}`): {outcome}",
+        level=level,  # type: ignore[arg-type]
+        lines=request_lines(req),
+        facts=[(k, show(v)) for k, v in req.shown_facts.items()],
+        session_id=req.session_id,
+        kind=kind,
+        ref=req.id,
+    )
+
+
+def refusal(
+    headline: str, *lines: str, rules: list[str] | None = None, session_id: str | None = None
+) -> Message:
+    return Message(
+        headline=headline, level="error", lines=list(lines), rules=list(rules or []), session_id=session_id
+    )
