@@ -1,0 +1,32 @@
+"""The runbook engine: YAML runbooks, their validating loader, the command parser and evaluation.
+
+Python here implements the step kinds and the condition language; what the runbook *says* (branches,
+valid decisions, approval policies, preconditions, durations) lives only in ``runbooks/*.yaml``.
+"""
+
+from __future__ import annotations
+
+from bot.runbook.loader import load_runbooks
+from bot.runbook.model import (
+    BranchSpec,
+    CommandSpec,
+    DecisionSpec,
+    LimitSpec,
+    ReconcilerSpec,
+    RunbookSet,
+    WorkerSpec,
+)
+from bot.runbook.vocabulary import FACT_NAMES, STEP_KINDS
+
+__all__ = [
+    "FACT_NAMES",
+    "STEP_KINDS",
+    "BranchSpec",
+    "CommandSpec",
+    "DecisionSpec",
+    "LimitSpec",
+    "ReconcilerSpec",
+    "RunbookSet",
+    "WorkerSpec",
+    "load_runbooks",
+]

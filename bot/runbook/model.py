@@ -1,0 +1,438 @@
+"""The runbook schema (pydantic v2) and the loaded set of runbooks.
+
+Each YAML file validates against :class:`RunbookFile`; :class:`RunbookSet` merges the files and offers
+the accessors the rest of the bot uses (limits, decisions, commands, reconciler and Docker settings).
+Everything here is data: which branch applies, which decision is valid, which approval a decision needs
+and every duration come from YAML, never from Python.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
+
+from bot.runbook.conditions import Cond
+from bot.runbook.vocabulary import STEP_KINDS
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$")
+_BYTE_UNITS = {
+    None: 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+}
+RULE_ID = re.compile(r"^R\d+\.\d+$")
+COMMAND_NAME = re.compile(r"^[a-z][a-z0-9-]*( [a-z][a-z0-9-]*)*$")
+NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def parse_duration(value: object) -> float:
+    """'10s', '15m', '500ms', '1h' or a number of seconds → seconds; anything else is an error."""
+    if isinstance(value, bool):
+        raise ValueError(f"bad duration {value!r}: use a number with a unit (ms, s, m, h, d), e.g. 10s")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if match is None:
+            raise ValueError(f"bad duration {value!r}: use a number with a unit (ms, s, m, h, d), e.g. 10s")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"bad duration {value!r}: must be more than zero")
+    return seconds
+
+
+def parse_bytes(value: object) -> int:
+    """'64MiB', '1GB', '4096' → bytes."""
+    match = _BYTES.match(str(value)) if not isinstance(value, bool) else None
+    if match is None:
+        raise ValueError(f"bad size {value!r}: use a number with B, KB, MB, GB, KiB, MiB or GiB, e.g. 64MiB")
+    size = int(float(match.group(1)) * _BYTE_UNITS[match.group(2)])
+    if size <= 0:
+        raise ValueError(f"bad size {value!r}: must be more than zero")
+    return size
+
+
+def _check_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"bad regular expression {value!r}: {exc}") from exc
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Bytes = Annotated[int, BeforeValidator(parse_bytes)]
+Regex = Annotated[str, BeforeValidator(lambda v: _check_regex(v) if isinstance(v, str) else v)]
+Text = Annotated[str, Field(min_length=1)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, str_strip_whitespace=False)
+
+
+# --- commands ----------------------------------------------------------------------------------------
+
+
+class ArgSpec(Model):
+    """A positional argument. ``pattern`` may contain ``{ids}`` (the runbook's id pattern)."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+    help: str = ""
+    pattern: Regex | None = None
+    choices: Literal["decisions", "commands"] | None = None
+    required: bool = True
+    rest: bool = False
+
+
+class FlagSpec(Model):
+    """A ``--flag``: with a value or a plain switch; required always or only for some decisions."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*$")]
+    help: str = ""
+    value: bool = True
+    pattern: Regex | None = None
+    required: bool = False
+    required_for: list[str] = Field(default_factory=list)
+
+
+class CommandSpec(Model):
+    """A subcommand of ``/recover``: which Python step kind runs it, its grammar and its help."""
+
+    name: str
+    kind: str
+    usage: Text
+    help: Text
+    example: Text
+    args: list[ArgSpec] = Field(default_factory=list)
+    flags: list[FlagSpec] = Field(default_factory=list)
+    channel_restricted: bool = False
+    rules: list[str] = Field(default_factory=list)
+    text: str | None = None
+    checklist: list[str] = Field(default_factory=list)
+    source: str = ""  # the file it came from (set by the loader)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not COMMAND_NAME.match(value):
+            raise ValueError(f"bad subcommand name {value!r}: lower-case words, e.g. 'dryrun decide'")
+        return value
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        if value not in STEP_KINDS:
+            raise ValueError(f"unknown step kind {value!r} (known: {', '.join(sorted(STEP_KINDS))})")
+        return value
+
+    def flag(self, name: str) -> FlagSpec | None:
+        return next((f for f in self.flags if f.name == name), None)
+
+
+# --- branches ----------------------------------------------------------------------------------------
+
+
+class NoteSpec(Model):
+    """A line of explanation shown only when its condition holds (e.g. the R3.5 reading of the stages)."""
+
+    when: Any
+    text: Text
+    rules: list[str] = Field(default_factory=list)
+    _cond: Cond | None = PrivateAttr(default=None)
+
+
+class BranchSpec(Model):
+    """One diagnosis branch: the facts that select it, what it means and which decisions fit."""
+
+    id: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+    title: Text
+    when: Any = None
+    fallback: bool = False
+    explanation: Text
+    notes: list[NoteSpec] = Field(default_factory=list)
+    rules: list[str] = Field(default_factory=list)
+    decisions: list[str] = Field(default_factory=list)
+    not_advised: dict[str, str] = Field(default_factory=dict)
+    next: list[str] = Field(default_factory=list)
+    show_facts: list[str] = Field(default_factory=list)
+    _cond: Cond | None = PrivateAttr(default=None)
+
+    @property
+    def condition(self) -> Cond | None:
+        return self._cond
+
+
+# --- decisions ---------------------------------------------------------------------------------------
+
+
+class RequestSpec(Model):
+    """The API call. Body values: ``const:<v>``, ``flag:<name>``, ``fact:<name>``, ``arg:<name>``."""
+
+    method: Literal["POST", "PUT", "PATCH", "DELETE"]
+    path: Text
+    body: dict[str, str] = Field(default_factory=dict)
+    optional: list[str] = Field(default_factory=list)  # body fields left out when their source is empty
+
+
+class ApprovalSpec(Model):
+    policy: str | None = None
+    expires: Duration | None = None
+    confirm_text: str | None = None
+
+
+class PreconditionSpec(Model):
+    """An acceptance check, in the API's order: when ``require`` fails the API would answer ``code``."""
+
+    id: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+    require: Any
+    status: int = 409
+    code: Annotated[str, Field(pattern=r"^[A-Z][A-Z_]*$")]
+    reason: Text
+    rules: list[str] = Field(default_factory=list)
+    _cond: Cond | None = PrivateAttr(default=None)
+
+
+class NextStepSpec(Model):
+    when: Any = None
+    say: Text
+    suggest: list[str] = Field(default_factory=list)
+    rules: list[str] = Field(default_factory=list)
+    _cond: Cond | None = PrivateAttr(default=None)
+
+
+class WaitSpec(Model):
+    """A bounded wait: try every ``every`` (a limit name) for up to ``up_to`` (a limit name); with
+    ``max_every`` the interval doubles up to that limit."""
+
+    every: str
+    up_to: str
+    max_every: str | None = None
+
+
+class OnErrorSpec(Model):
+    advice: Text
+    rules: list[str] = Field(default_factory=list)
+    wait: WaitSpec | None = None
+
+
+class VerifySpec(Model):
+    """What to check after the decision was accepted (R5.1) and what to do next (R3.12)."""
+
+    report: list[str] = Field(default_factory=list)
+    next: list[NextStepSpec] = Field(default_factory=list)
+    rules: list[str] = Field(default_factory=list)
+
+
+class DecisionSpec(Model):
+    """A recovery decision (or resume): its API call, approval policy, preconditions and checks."""
+
+    title: Text
+    summary: Text
+    command: str
+    decidable: bool = True
+    request: RequestSpec
+    approval: ApprovalSpec | None = None
+    irreversible: bool = False
+    drops: str | None = None
+    warning: str | None = None
+    rules: list[str] = Field(default_factory=list)
+    diagnose_flags: dict[str, str] = Field(default_factory=dict)
+    preconditions: list[PreconditionSpec] = Field(default_factory=list)
+    verify: VerifySpec = Field(default_factory=VerifySpec)
+    on_error: dict[str, OnErrorSpec] = Field(default_factory=dict)
+    repeat_threshold: int | None = Field(default=None, ge=1)
+    repeat_warning: str | None = None
+    name: str = ""  # set by the loader
+
+    @property
+    def policy(self) -> str:
+        assert self.approval is not None and self.approval.policy is not None
+        return self.approval.policy
+
+
+# --- limits, reconciler, Docker ----------------------------------------------------------------------
+
+
+class LimitSpec(Model):
+    """One limit: exactly one of a duration, a byte size or a count."""
+
+    duration: Duration | None = None
+    bytes: Bytes | None = None
+    count: Annotated[int, Field(ge=0)] | None = None
+    help: Text
+    rules: list[str] = Field(default_factory=list)
+
+    @property
+    def value(self) -> float:
+        for v in (self.duration, self.bytes, self.count):
+            if v is not None:
+                return float(v)
+        raise ValueError("limit without a value")
+
+
+class IdsSpec(Model):
+    pattern: Regex
+    help: str = ""
+
+
+class ContainerSelector(Model):
+    project_label: Text
+    service_label: Text
+    service: Text
+    status: str | None = None
+    name_pattern: str | None = None
+
+
+class PassPatterns(Model):
+    completed: Text
+    failed: Text
+
+
+class ReconcilerSpec(Model):
+    """How the reconciler is found and run (R1.1–R1.6); durations are names of limits."""
+
+    container: ContainerSelector
+    argv: list[Text] = Field(min_length=1)
+    env_var: Text
+    dry_value: Text
+    real_value: Text
+    review_window: Text
+    exec_timeout: Text
+    status_file: Text
+    pass_patterns: PassPatterns
+    cautions: dict[str, str] = Field(default_factory=dict)
+    rules: list[str] = Field(default_factory=list)
+
+
+class WorkerSpec(Model):
+    project_label: Text
+    service_label: Text
+    service: Text
+    session_label: Text
+
+
+class DeployStep(Model):
+    image: Text
+    note: Text
+
+
+class DockerSpec(Model):
+    """Docker daemon requirements for isolation-contract changes (R1.7) and the deploy order (R2.17)."""
+
+    min_daemon_major: Annotated[int, Field(ge=1)]
+    deploy_order: list[DeployStep] = Field(default_factory=list)
+    drain_advice: list[str] = Field(default_factory=list)
+    rules: list[str] = Field(default_factory=list)
+
+
+class RunbookFile(Model):
+    """One runbook YAML file."""
+
+    version: Literal[1]
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*$")]
+    title: Text
+    description: str = ""
+    rules: dict[str, Text] = Field(default_factory=dict)
+    ids: IdsSpec | None = None
+    commands: list[CommandSpec] = Field(default_factory=list)
+    branches: list[BranchSpec] = Field(default_factory=list)
+    decisions: dict[str, DecisionSpec] = Field(default_factory=dict)
+    limits: dict[str, LimitSpec] = Field(default_factory=dict)
+    reconciler: ReconcilerSpec | None = None
+    workers: WorkerSpec | None = None
+    docker: DockerSpec | None = None
+
+    @field_validator("rules")
+    @classmethod
+    def _rule_ids(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not RULE_ID.match(key):
+                raise ValueError(f"bad rule id {key!r}: rules are numbered like R2.10")
+        return value
+
+
+# --- the loaded set ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RunbookSet:
+    """Every loaded runbook merged: what the rest of the bot reads (never the YAML directly)."""
+
+    files: list[Path] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    rules: dict[str, str] = field(default_factory=dict)
+    id_pattern: re.Pattern[str] | None = None
+    id_help: str = ""
+    commands: dict[str, CommandSpec] = field(default_factory=dict)
+    decisions: dict[str, DecisionSpec] = field(default_factory=dict)
+    branches: list[BranchSpec] = field(default_factory=list)
+    limits: dict[str, LimitSpec] = field(default_factory=dict)
+    reconciler: ReconcilerSpec | None = None
+    workers: WorkerSpec | None = None
+    docker: DockerSpec | None = None
+
+    def limit(self, name: str) -> float:
+        """A limit's value: seconds for durations, bytes for sizes, the number for counts."""
+        try:
+            return self.limits[name].value
+        except KeyError:
+            raise KeyError(
+                f"no limit named {name!r} in the loaded runbooks ({', '.join(self.files_text())})"
+            ) from None
+
+    def limit_int(self, name: str) -> int:
+        return int(self.limit(name))
+
+    def command(self, name: str) -> CommandSpec:
+        return self.commands[name]
+
+    def files_text(self) -> list[str]:
+        return [str(p) for p in self.files]
+
+    @property
+    def docker_min_major(self) -> int | None:
+        """The minimum Docker daemon major version (R1.7), or None when no runbook sets it."""
+        return self.docker.min_daemon_major if self.docker is not None else None
+
+    @property
+    def decidable(self) -> list[str]:
+        """Decisions a person may name in ``decide`` (resume has its own command)."""
+        return [name for name, d in self.decisions.items() if d.decidable]
+
+    def reconciler_review_window(self) -> float:
+        assert self.reconciler is not None
+        return self.limit(self.reconciler.review_window)
+
+    def reconciler_exec_timeout(self) -> float:
+        assert self.reconciler is not None
+        return self.limit(self.reconciler.exec_timeout)
+
+    def approval_expiry(self, decision: str) -> float:
+        """Seconds an approval request for ``decision`` stays open."""
+        approval = self.decisions[decision].approval
+        assert approval is not None and approval.expires is not None
+        return approval.expires
+
+    def repeat_threshold(self, decision: str) -> int:
+        value = self.decisions[decision].repeat_threshold
+        assert value is not None
+        return value
+
+    def required_flags(self, decision: str) -> list[str]:
+        """Flags the decision's command requires for this decision (always-required included)."""
+        spec = self.decisions[decision]
+        command = self.commands.get(spec.command)
+        if command is None:
+            return []
+        return [f.name for f in command.flags if f.required or decision in f.required_for]

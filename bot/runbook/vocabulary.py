@@ -1,0 +1,90 @@
+"""The fixed names runbook YAML may refer to: diagnosis facts and step kinds.
+
+The fact vocabulary mirrors ``docs/facts.md`` (a test keeps them equal): a runbook condition or template
+that names anything else is rejected at load time, so a typo cannot silently make a branch unreachable.
+Step kinds are what Python implements; a runbook picks one per subcommand.
+"""
+
+from __future__ import annotations
+
+#: The sources ``diagnose`` reads; each gets a ``source.<name>`` fact (ok, slow, unreachable, not_configured).
+SOURCES: tuple[str, ...] = ("session", "turns", "events", "logs", "reconciler")
+
+#: Every fact name a runbook condition or template may use (docs/facts.md).
+FACT_NAMES: frozenset[str] = frozenset(
+    {
+        "now",
+        "session.id",
+        "session.found",
+        "session.status",
+        "session.admission_state",
+        "session.revision",
+        "session.resumable",
+        "session.queued_inputs",
+        "attention.present",
+        "attention.code",
+        "attention.reason",
+        "attention.failures",
+        "attention.retry_at",
+        "attention.in_backoff",
+        "checkpoint.present",
+        "checkpoint.id",
+        "checkpoint.covers_turn_id",
+        "execution.state",
+        "execution.confirmed_gone",
+        "unknown_turn.present",
+        "unknown_turn.id",
+        "unknown_turn.terminal_reason",
+        "unknown_turn.control_id",
+        "unknown_turn.covered_by_checkpoint",
+        "events.restore_failed",
+        "events.startup_failed",
+        "logs.lines",
+        "logs.restore_unavailable",
+        "logs.store_unavailable",
+        "logs.restore_refused",
+        "logs.permanent_damage",
+        "logs.worker_failed",
+        "logs.stopping_failed",
+        "logs.stop_kind_refused",
+        "logs.likely_cause",
+        "logs.interrupt_unanswered",
+        "logs.late_sdk_interrupt_answered",
+        "logs.engine_terminal_timeout",
+        "logs.capture_timeout",
+        "logs.capture_failed",
+        "logs.finalize_checkpoint_unavailable",
+        "logs.missing_stages",
+        "logs.control_result_outcome",
+        "logs.control_result_reason_code",
+        "reconciler.last_pass",
+        "reconciler.last_pass_at",
+        *(f"source.{name}" for name in SOURCES),
+    }
+)
+
+#: Step kinds implemented in Python. A subcommand's ``kind`` must be one of these.
+STEP_KINDS: frozenset[str] = frozenset(
+    {
+        "help",
+        "diagnose",
+        "reconciler_status",
+        "reconciler_dryrun",
+        "reconciler_real_pass",
+        "preflight",
+        "decide",
+        "dryrun_decide",
+        "approve",
+        "reject",
+        "resume",
+        "cases",
+        "history",
+        "take",
+        "note",
+        "handoff",
+        "text",
+    }
+)
+
+#: Approval policies the decision machinery implements.
+APPROVAL_POLICIES: frozenset[str] = frozenset({"two_person", "confirm", "none"})
