@@ -1,0 +1,262 @@
+"""The terminal console: the same `/recover` commands as Slack, over the same router.
+
+Messages are rendered as text; buttons become numbered choices (type the number to click), so every
+flow that works in Slack works here, including the two-person rule (``:as bob`` in the demo). Progress
+and the steps a command posts while it runs are printed inline, in order.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import TextIO
+
+from bot.console.routing import RouterProtocol
+from bot.errors import RecoverError
+from bot.messages import Button, Message, Reply
+from bot.redact import redact
+
+DEMO_USERS = ("alice", "bob")
+ATTACHMENT_LINES = 200
+# The console's own commands; everything else is a /recover command.
+CONSOLE_HELP = """Console commands:
+  /recover <command>   run a command (the leading /recover is optional)
+  <number>             choose a numbered button from the last output
+  :as <user>           act as another user (embedded sandbox only)
+  :help                this help and the /recover commands
+  :quit                leave"""
+
+# Fields the decision form asks for, as the Slack modal does (R3.10: the --effects account).
+FORM_FIELDS = (
+    ("reason", "Reason (required)"),
+    ("turn", "Turn id (abandon / confirm_completed)"),
+    ("evidence", "Evidence reference (confirm_completed)"),
+    ("effects", "What the turn did outside (files, pushes, calls)"),
+)
+
+
+def render(message: Message, first_choice: int = 1) -> str:
+    """A message as terminal text; buttons numbered from ``first_choice``."""
+    out = [message.plain_text()]
+    if message.mentions:
+        out.append("  for: " + " ".join("@" + m for m in message.mentions))
+    if message.attachment is not None:
+        lines = message.attachment.text.splitlines()
+        out.append(f"--- {message.attachment.filename} ---")
+        out.extend("  " + line for line in lines[:ATTACHMENT_LINES])
+        if len(lines) > ATTACHMENT_LINES:
+            out.append(f"  … {len(lines) - ATTACHMENT_LINES} more lines")
+    for i, button in enumerate(message.buttons):
+        hint = f"   {button.command}" if button.command else ""
+        out.append(f"  [{first_choice + i}] {button.label}{hint}")
+    return "\n".join(out)
+
+
+class _ConsoleReporter:
+    """Prints progress and posted steps inline; posted buttons become choices too."""
+
+    def __init__(self, console: _Console) -> None:
+        self.console = console
+        self._last_progress: str | None = None
+
+    def progress(self, message: Message) -> None:
+        text = message.plain_text().splitlines()[0] if message.plain_text() else ""
+        if text != self._last_progress:  # a wait reports often; show each state once
+            self._last_progress = text
+            self.console.write(text)
+
+    def post(self, message: Message) -> None:
+        self.console.show(message)
+
+
+class _Console:
+    def __init__(
+        self,
+        router: RouterProtocol,
+        users: Sequence[str],
+        allow_switch_user: bool,
+        stdin: TextIO,
+        stdout: TextIO,
+        channel: str | None,
+    ) -> None:
+        self.router = router
+        self.users = list(users) or ["operator"]
+        self.user = self.users[0]
+        self.allow_switch_user = allow_switch_user
+        self.stdin = stdin
+        self.stdout = stdout
+        self.channel = channel
+        self.interactive = _isatty(stdin)
+        self.choices: list[Button] = []
+        self.all_ok = True
+
+    # -- output -------------------------------------------------------------------------------------
+
+    def write(self, text: str) -> None:
+        self.stdout.write(text + "\n")
+        self.stdout.flush()
+
+    def show(self, message: Message) -> None:
+        self.write(render(message, len(self.choices) + 1))
+        self.choices.extend(message.buttons)
+
+    def show_reply(self, reply: Reply) -> None:
+        for message in reply.messages:
+            self.show(message)
+        if not reply.ok:
+            self.all_ok = False
+
+    def fail(self, text: str) -> None:
+        self.write(f"[error] {text}")
+        self.all_ok = False
+
+    # -- input --------------------------------------------------------------------------------------
+
+    def read(self, prompt: str) -> str | None:
+        if self.interactive:
+            self.stdout.write(prompt)
+            self.stdout.flush()
+        line = self.stdin.readline()
+        if not line:
+            return None
+        line = line.rstrip("\n")
+        if not self.interactive:
+            self.write(prompt + line)  # a transcript that reads like the interactive session
+        return line
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        if self.interactive:
+            self.write(f"recover-bot console. You are {self.user}. Type :help for help, :quit to leave.")
+        while True:
+            line = self.read(f"{self.user}> ")
+            if line is None:
+                break
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith(":"):
+                if not self.meta(line):
+                    break
+                continue
+            if line.isdigit():
+                self.choose(int(line))
+                continue
+            self.command(line)
+        return 0 if self.all_ok else 1
+
+    def meta(self, line: str) -> bool:
+        """A console command; False means quit."""
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        if name in (":quit", ":q", ":exit"):
+            return False
+        if name == ":help":
+            self.write(CONSOLE_HELP)
+            self.write(self.router.help_text())
+        elif name == ":as":
+            self.switch_user(arg)
+        else:
+            self.fail(f"unknown console command {name!r}; type :help")
+        return True
+
+    def switch_user(self, user: str) -> None:
+        if not self.allow_switch_user:
+            self.fail(
+                ":as works only against the embedded sandbox (recover-bot demo); "
+                "against a real control host the acting user is fixed."
+            )
+            return
+        if user not in self.users:
+            self.fail(f":as {user or '<user>'}: choose one of {', '.join(self.users)}")
+            return
+        self.user = user
+        self.write(f"You are now {user}.")
+
+    def command(self, line: str) -> None:
+        text = line
+        if text.split()[0] == "/recover":
+            text = text[len("/recover") :].strip()
+        elif text.startswith("/"):
+            self.fail(f"unknown command {text.split()[0]!r}: commands start with /recover")
+            return
+        self.choices = []
+        reporter = _ConsoleReporter(self)
+        self._guard(
+            lambda: self.router.handle_text(
+                text or "help", actor=self.user, channel=self.channel, reporter=reporter
+            )
+        )
+
+    def choose(self, number: int) -> None:
+        if not 1 <= number <= len(self.choices):
+            self.fail(f"no choice [{number}] in the last output")
+            return
+        button = self.choices[number - 1]
+        form: dict[str, str] | None = None
+        action, value = button.action, button.value
+        if action == "decide_form":
+            form = self.ask_form(value)
+            if form is None:
+                return
+            action = "decide"
+        self.choices = []
+        reporter = _ConsoleReporter(self)
+        self._guard(
+            lambda: self.router.handle_action(
+                action, value, actor=self.user, channel=self.channel, reporter=reporter, form=form
+            )
+        )
+
+    def ask_form(self, value: str) -> dict[str, str] | None:
+        session_id, _, decision = value.partition("|")
+        self.write(f"{decision} on {session_id}: answer each field (empty = leave out).")
+        form: dict[str, str] = {}
+        for name, label in FORM_FIELDS:
+            answer = self.read(f"  {label}: ")
+            if answer is None:
+                self.fail("the decision form was not finished; nothing was sent")
+                return None
+            if answer.strip():
+                form[name] = answer.strip()
+        return form
+
+    def _guard(self, call: object) -> None:
+        assert callable(call)
+        try:
+            reply = call()
+        except RecoverError as exc:
+            self.fail(redact(str(exc)))
+            return
+        except Exception:
+            self.fail("internal error (details below); check `/recover history <session_id>` before retrying")
+            self.write(redact(traceback.format_exc()))
+            return
+        self.show_reply(reply)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def run_console(
+    router: RouterProtocol,
+    *,
+    users: Sequence[str] = DEMO_USERS,
+    allow_switch_user: bool = False,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    channel: str | None = None,
+) -> int:
+    """Read commands (a terminal or, one a line, standard input); 0 when every command succeeded."""
+    console = _Console(router, users, allow_switch_user, stdin or sys.stdin, stdout or sys.stdout, channel)
+    try:
+        return console.run()
+    except KeyboardInterrupt:
+        console.write("")
+        return 0 if console.all_ok else 1

@@ -1,0 +1,92 @@
+"""``recover-bot demo`` and ``recover-bot console``: the console over the embedded sandbox or a real host.
+
+The demo is the README's first command: it needs no Slack workspace and no control host. It starts
+the sandbox control host with its scenarios on 127.0.0.1, builds the real router against it, and runs
+the console with two demo users, so the two-person rule can be played through (``:as bob``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import sys
+import tempfile
+from pathlib import Path
+from typing import TextIO
+
+from bot.console._console import DEMO_USERS, run_console
+from bot.errors import RecoverError
+from bot.redact import redact
+from bot.settings import Settings
+
+_DEFAULT_DB = Path("./recover.db")
+
+
+def _demo_settings(settings: Settings, workdir: Path) -> Settings:
+    # A fresh step store per demo unless RECOVER_DB was set: old demo cases must not leak in.
+    if settings.db_path == _DEFAULT_DB:
+        return dataclasses.replace(settings, db_path=workdir / "demo.db")
+    return settings
+
+
+def run_demo(
+    settings: Settings,
+    *,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    users: tuple[str, ...] = DEMO_USERS,
+) -> int:
+    """Sandbox with its scenarios + the console against it (interactive on a TTY, else stdin)."""
+    from bot.sandbox import start_sandbox
+    from bot.services import build_router
+
+    out = stdout or sys.stdout
+    with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp:
+        handle = start_sandbox()
+        try:
+            try:
+                router = build_router(_demo_settings(settings, Path(tmp)), sandbox=handle)
+            except RecoverError as exc:
+                print(redact(str(exc)), file=sys.stderr)
+                return 2
+            out.write(_banner(handle, users))
+            out.flush()
+            return run_console(router, users=users, allow_switch_user=True, stdin=stdin, stdout=out)
+        finally:
+            handle.stop()
+
+
+def _banner(handle: object, users: tuple[str, ...]) -> str:
+    scenarios = getattr(handle, "scenarios", {}) or {}
+    lines = [
+        f"recover-bot demo: a sandbox control host on {getattr(handle, 'url', '127.0.0.1')} "
+        f"(nothing leaves this machine). You are {users[0]}; `:as {users[-1]}` switches user.",
+        "Sessions waiting for an operator:",
+    ]
+    for scenario in scenarios.values():
+        lines.append(f"  {scenario.session_id:<28} {scenario.title}")
+    lines.append("Try: /recover diagnose <session_id>    (:help lists every command)")
+    return "\n".join(lines) + "\n"
+
+
+def console_main(settings: Settings, *, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    """``recover-bot console``: against CONTROL_HOST_URL as the local user; the demo when none is set."""
+    if not settings.control_host_url:
+        print(
+            "CONTROL_HOST_URL is not set: starting the embedded sandbox instead"
+            " (same as `recover-bot demo`).",
+            file=sys.stderr,
+        )
+        return run_demo(settings, stdin=stdin, stdout=stdout)
+    from bot.services import build_router
+
+    try:
+        settings.require_control_host()
+        router = build_router(settings)
+    except RecoverError as exc:
+        print(redact(str(exc)), file=sys.stderr)
+        return 2
+    # Against a real control host the acting user is the person at the terminal, fixed (commands.md).
+    return run_console(
+        router, users=(getpass.getuser(),), allow_switch_user=False, stdin=stdin, stdout=stdout
+    )
