@@ -95,7 +95,7 @@ class FileLogSource:
                 hint="Check RECOVER_LOG_FILES and that the bot can read the worker's log directory.",
             )
         since_ts = (since.replace(tzinfo=UTC) if since.tzinfo is None else since).timestamp()
-        opened = 0
+        completed = 0
         for path in files:
             try:
                 if os.stat(path).st_mtime < since_ts:
@@ -111,7 +111,6 @@ class FileLogSource:
                 fh: io.RawIOBase | io.BufferedIOBase
                 fh = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb", buffering=0)  # noqa: SIM115
                 with fh:
-                    opened += 1
                     yield from scan_session_lines(
                         _blocks(fh, self.block_size),
                         session_id,
@@ -122,6 +121,7 @@ class FileLogSource:
                         max_line_bytes=self.max_line_bytes,
                         stats=stats,
                     )
+                completed += 1
             except (OSError, EOFError, gzip.BadGzipFile) as exc:
                 detail = (
                     exc.strerror
@@ -131,7 +131,7 @@ class FileLogSource:
                 stats.problems.append(f"{path}: {detail}")
             if stats.truncated:
                 return
-        if opened == 0 and stats.problems:
+        if completed == 0 and stats.problems and stats.lines_matched == 0:
             raise LogSourceError(
                 f"No log file matching {self.glob_pattern} could be read: {stats.problems[0]}",
                 hint="Check the bot's read permission on the worker's log files.",

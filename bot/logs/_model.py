@@ -58,7 +58,8 @@ class ScanStats:
     lines_other_session: int = 0
     #: Candidate lines that were blank or garbage.
     lines_unparsed: int = 0
-    #: Lines longer than the per-line cap (only their first ``max_line_bytes`` were examined).
+    #: Over-long candidate lines: only their first ``max_line_bytes`` are examined, and only those
+    #: naming the id within that part are counted (and can match).
     long_lines: int = 0
     #: Files or streams actually read.
     sources: list[str] = field(default_factory=list)

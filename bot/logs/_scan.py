@@ -149,7 +149,8 @@ def _scan(
                 ls = max(chunk.rfind(b"\n", start, pos) + 1, start)
                 le = chunk.find(b"\n", pos + n, last + 1)
                 if le - ls > max_line:
-                    found = match(chunk[ls : ls + max_line], True)
+                    capped = chunk[ls : ls + max_line]
+                    found = match(capped, True) if needle in capped else None
                 else:
                     found = match(chunk[ls:le].rstrip(b"\r"), False)
                 if found is not None:
