@@ -1,0 +1,34 @@
+"""A sandbox control host: the API page's acceptance table and the runbook's state machine over real HTTP.
+
+Started only by ``recover-bot sandbox`` / ``recover-bot demo`` and by tests (in-process, 127.0.0.1:0),
+never as a silent fallback. It imports nothing from the bot's diagnosis, decision, runbook or router
+code (a test pins this), so a misreading of the runbook cannot hide in both sides. See docs/sandbox.md.
+"""
+
+from __future__ import annotations
+
+from bot.sandbox._admin import SandboxAdmin, SandboxAdminError
+from bot.sandbox._handle import AdjustableClock, SandboxHandle, serve_forever, start_sandbox
+from bot.sandbox._scenarios import (
+    Scenario,
+    ScenarioError,
+    WorkerLogLine,
+    builtin_scenarios_dir,
+    load_scenarios,
+    worker_log_lines,
+)
+
+__all__ = [
+    "AdjustableClock",
+    "SandboxAdmin",
+    "SandboxAdminError",
+    "SandboxHandle",
+    "Scenario",
+    "ScenarioError",
+    "WorkerLogLine",
+    "builtin_scenarios_dir",
+    "load_scenarios",
+    "serve_forever",
+    "start_sandbox",
+    "worker_log_lines",
+]

@@ -1,0 +1,191 @@
+"""A small typed client of the sandbox's admin API (``/_sandbox/``), for tests and the demo."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from bot.clock import parse_time
+from bot.errors import RecoverError
+
+
+class SandboxAdminError(RecoverError):
+    """The sandbox refused an admin request (e.g. no worker is restoring, unknown scenario)."""
+
+    def __init__(self, message: str, *, status: int, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class SandboxAdmin:
+    """Drive the sandbox: clock, scheduler, faults, state-machine events, effects, logs."""
+
+    def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
+        self._client = httpx.Client(base_url=base_url.rstrip("/") + "/_sandbox", timeout=timeout)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _call(
+        self, method: str, path: str, json: dict[str, Any] | None = None, params: dict[str, Any] | None = None
+    ) -> Any:
+        response = self._client.request(method, path, json=json, params=params)
+        data = response.json() if response.content else None
+        if response.status_code >= 400:
+            error = (data or {}).get("error", {}) if isinstance(data, dict) else {}
+            raise SandboxAdminError(
+                f"sandbox admin {method} {path}: {response.status_code} {error.get('message', '')}".strip(),
+                status=response.status_code,
+                code=str(error.get("code", "")),
+            )
+        return data
+
+    # -- clock and scheduler
+    def now(self) -> datetime:
+        value = parse_time(self._call("GET", "/clock")["now"])
+        assert value is not None
+        return value
+
+    def advance(self, seconds: float) -> datetime:
+        """Move the sandbox clock forward (worker budgets are applied at once)."""
+        value = parse_time(self._call("POST", "/clock/advance", {"seconds": seconds})["now"])
+        assert value is not None
+        return value
+
+    def scheduler_pass(self) -> dict[str, Any]:
+        """One scheduler pass: ``{"confirmed_gone": [...], "launched": [...]}``."""
+        result: dict[str, Any] = self._call("POST", "/scheduler/pass")
+        return result
+
+    # -- effects, requests, idempotency records
+    def effects(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """Every state-changing effect of a decision or resume (optionally of one session)."""
+        params = {"session_id": session_id} if session_id else None
+        result: list[dict[str, Any]] = self._call("GET", "/effects", params=params)["effects"]
+        return result
+
+    def effect_count(self, session_id: str) -> int:
+        return len(self.effects(session_id))
+
+    def requests(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """Public-API requests as received (method, path, Idempotency-Key, body, status, dropped)."""
+        params = {"session_id": session_id} if session_id else None
+        result: list[dict[str, Any]] = self._call("GET", "/requests", params=params)["requests"]
+        return result
+
+    def idempotency_records(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        params = {"session_id": session_id} if session_id else None
+        result: list[dict[str, Any]] = self._call("GET", "/idempotency", params=params)["records"]
+        return result
+
+    # -- faults
+    def fault(
+        self,
+        kind: str,
+        path: str = "*",
+        *,
+        method: str | None = None,
+        times: int | None = 1,
+        seconds: float | None = None,
+        retry_after: int | None = None,
+        status: int | None = None,
+    ) -> dict[str, Any]:
+        """Inject a fault: ``latency`` (seconds), ``rate_limit`` (429 + Retry-After), ``server_error``
+        (5xx before the commit) or ``drop_after_commit``; ``path`` is an fnmatch pattern."""
+        body: dict[str, Any] = {"kind": kind, "path": path, "method": method, "times": times}
+        if seconds is not None:
+            body["seconds"] = seconds
+        if retry_after is not None:
+            body["retry_after"] = retry_after
+        if status is not None:
+            body["status"] = status
+        result: dict[str, Any] = self._call("POST", "/faults", body)
+        return result
+
+    def faults(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/faults")["faults"]
+        return result
+
+    def clear_faults(self) -> None:
+        self._call("DELETE", "/faults")
+
+    # -- the state machine
+    def session(self, session_id: str) -> dict[str, Any]:
+        """The session with internals the API hides (worker alive/phase/generation, claims, outage)."""
+        result: dict[str, Any] = self._call("GET", f"/sessions/{session_id}")
+        return result
+
+    def create_session(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Create a session from a scenario-style spec: ``{"session": {...}, "turns": [...], ...}``."""
+        result: dict[str, Any] = self._call("POST", "/sessions", spec)
+        return result
+
+    def fail_restore(self, session_id: str, reason: str = "restore_refused") -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "POST", f"/sessions/{session_id}/fail-restore", {"reason": reason}
+        )
+        return result
+
+    def fail_startup(
+        self, session_id: str, reason: str = "startup_failed", error: str | None = None
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "POST", f"/sessions/{session_id}/fail-startup", {"reason": reason, "error": error}
+        )
+        return result
+
+    def worker_ready(self, session_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/worker-ready")
+        return result
+
+    def store_outage(self, session_id: str, on: bool) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/store-outage", {"on": on})
+        return result
+
+    def start_turn(self, session_id: str, turn_id: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/turns", {"turn_id": turn_id})
+        return result
+
+    def interrupt(
+        self,
+        session_id: str,
+        terminal_reason: str | None = "interrupt_unanswered",
+        *,
+        checkpoint_committed: bool = False,
+        turn_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Interrupt the running turn; ``terminal_reason`` None is a clean interrupt (needs a checkpoint)."""
+        result: dict[str, Any] = self._call(
+            "POST",
+            f"/sessions/{session_id}/interrupt",
+            {
+                "terminal_reason": terminal_reason,
+                "checkpoint_committed": checkpoint_committed,
+                "turn_id": turn_id,
+            },
+        )
+        return result
+
+    def reclamation(self, session_id: str, held: bool) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/reclamation", {"held": held})
+        return result
+
+    # -- scenarios and logs
+    def scenarios(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/scenarios")["scenarios"]
+        return result
+
+    def load_scenario(self, scenario_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/scenarios/{scenario_id}/load")
+        return result
+
+    def reset(self) -> None:
+        self._call("POST", "/reset")
+
+    def worker_logs(self, session_id: str) -> list[dict[str, Any]]:
+        """The worker's log lines: ``[{"ts": ISO, "text": line}, ...]`` oldest first."""
+        result: list[dict[str, Any]] = self._call("GET", f"/sessions/{session_id}/worker-logs")["lines"]
+        return result

@@ -1,0 +1,176 @@
+"""Starting and stopping the sandbox control host."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import threading
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from bot.clock import Clock, ManualClock, SystemClock
+from bot.sandbox._admin import SandboxAdmin
+from bot.sandbox._scenarios import Scenario, builtin_scenarios_dir, load_scenarios
+from bot.sandbox._server import RECOVER_SCOPE, SandboxApp, SandboxHTTPServer
+from bot.sandbox._state import SandboxState
+
+ScenarioSpec = str | Path | list[Any] | None
+
+
+class AdjustableClock:
+    """Another clock plus an offset, so the admin API can move time forward on a real clock too."""
+
+    def __init__(self, base: Clock) -> None:
+        self._base = base
+        self._offset = timedelta()
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._base.now() + self._offset
+
+    def advance(self, seconds: float) -> datetime:
+        with self._lock:
+            self._offset += timedelta(seconds=seconds)
+        return self.now()
+
+    def sleep(self, seconds: float) -> None:
+        self._base.sleep(seconds)
+
+
+def _resolve_scenarios(spec: ScenarioSpec) -> list[Scenario]:
+    if spec is None:
+        return []
+    if isinstance(spec, str) and spec == "builtin":
+        return load_scenarios(builtin_scenarios_dir())
+    if isinstance(spec, str | Path):
+        return load_scenarios(spec)
+    builtin: dict[str, Scenario] | None = None
+    result: list[Scenario] = []
+    for item in spec:
+        if isinstance(item, Scenario):
+            result.append(item)
+        elif isinstance(item, Path) or (isinstance(item, str) and Path(item).exists()):
+            result.extend(load_scenarios(item))
+        elif isinstance(item, str):
+            # A builtin scenario id.
+            if builtin is None:
+                builtin = {s.id: s for s in load_scenarios(builtin_scenarios_dir())}
+            if item not in builtin:
+                raise ValueError(f"no builtin scenario {item!r}; known: {sorted(builtin)}")
+            result.append(builtin[item])
+        else:
+            raise TypeError(
+                f"scenario entries are Scenario, Path, file path or builtin id, not {type(item)!r}"
+            )
+    return result
+
+
+class SandboxHandle:
+    """A running sandbox control host. Use as a context manager or call :meth:`stop`."""
+
+    def __init__(
+        self,
+        server: SandboxHTTPServer,
+        thread: threading.Thread,
+        state: SandboxState,
+        clock: Clock,
+        api_key: str,
+    ) -> None:
+        self._server = server
+        self._thread = thread
+        self.state = state
+        self.clock = clock
+        self.api_key = api_key
+        host, port = str(server.server_address[0]), int(server.server_address[1])
+        self.url = f"http://{host}:{port}"
+        self.admin = SandboxAdmin(self.url)
+        self._stopped = False
+
+    @property
+    def scenarios(self) -> dict[str, Scenario]:
+        return dict(self.state.scenarios)
+
+    def stop(self) -> None:
+        """Stop serving, close open connections (idle keep-alives too) and release the port."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.admin.close()
+        self._server.shutdown()
+        self._server.close_connections()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> SandboxHandle:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def start_sandbox(
+    *,
+    scenarios: ScenarioSpec = "builtin",
+    clock: Clock | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_keys: Mapping[str, set[str]] | None = None,
+) -> SandboxHandle:
+    """Start the sandbox control host in a background thread and return its handle.
+
+    ``scenarios``: "builtin", a scenario file or folder, a list (Scenario objects, paths, builtin ids)
+    or None for an empty sandbox. ``clock`` defaults to a fresh ManualClock (time moves only through
+    the admin API or the clock itself). ``api_keys`` maps a key to its scopes; by default one random
+    key with ``sessions:read`` and ``sessions:recover`` is made. ``handle.api_key`` is a key that has
+    ``sessions:recover``.
+    """
+    clock = clock if clock is not None else ManualClock()
+    state_clock: Any = clock if callable(getattr(clock, "advance", None)) else AdjustableClock(clock)
+    if api_keys is None:
+        api_keys = {f"sbx_{secrets.token_urlsafe(24)}": {"sessions:read", RECOVER_SCOPE}}
+    recover_keys = [k for k, scopes in api_keys.items() if RECOVER_SCOPE in scopes]
+    if not recover_keys:
+        raise ValueError(f"api_keys needs at least one key with the {RECOVER_SCOPE} scope")
+    state = SandboxState(state_clock)
+    state.add_scenarios(_resolve_scenarios(scenarios))
+    app = SandboxApp(state, api_keys, lambda seconds: state_clock.advance(seconds))
+    server = SandboxHTTPServer((host, port), app)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="sandbox-control-host", daemon=True
+    )
+    thread.start()
+    return SandboxHandle(server, thread, state, clock, recover_keys[0])
+
+
+def serve_forever(host: str, port: int, *, api_key: str, scenarios: ScenarioSpec = "builtin") -> None:
+    """Run the sandbox in the foreground until interrupted (``recover-bot sandbox`` / ``demo``).
+
+    Prints the URL and the API key. The key is the sandbox's public demo value, printed so a person can
+    point the bot at the sandbox; it is not a secret of any real installation. The clock is the real
+    clock, movable forward through ``POST /_sandbox/clock/advance``.
+    """
+    handle = start_sandbox(
+        scenarios=scenarios,
+        clock=AdjustableClock(SystemClock()),
+        host=host,
+        port=port,
+        api_keys={api_key: {"sessions:read", RECOVER_SCOPE}},
+    )
+    print(f"Sandbox control host listening on {handle.url}", flush=True)
+    print(f"  API key (public demo value, not a secret): {api_key}", flush=True)
+    print(f"  admin API: {handle.url}/_sandbox/  (see docs/sandbox.md)", flush=True)
+    print(f"  scenarios: {', '.join(sorted(handle.state.scenarios)) or '(none)'}", flush=True)
+    stop = threading.Event()
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        print("Stopping the sandbox control host.", file=sys.stderr, flush=True)
+    finally:
+        handle.stop()

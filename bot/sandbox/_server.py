@@ -1,0 +1,645 @@
+"""The sandbox's HTTP layer: routing, bearer auth with scopes, the Idempotency-Key rule, faults, admin API.
+
+A real concurrent server (``ThreadingHTTPServer``, HTTP/1.1 keep-alive) with a socket timeout per
+connection and a clean shutdown that closes idle keep-alive connections too. Requests are decided in
+:class:`SandboxApp` (no sockets), so the rules can be read in one place; all state changes happen
+under the state's single lock. Injected latency sleeps *outside* the lock so a slow request never
+stalls the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import itertools
+import json
+import logging
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from fnmatch import fnmatchcase
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from bot.clock import isoformat
+from bot.sandbox._state import AdminError, ApiError, SandboxState
+
+log = logging.getLogger("bot.sandbox")
+
+RECOVER_SCOPE = "sessions:recover"
+MAX_BODY = 1 << 20
+FAULT_KINDS = ("latency", "rate_limit", "server_error", "drop_after_commit")
+
+
+@dataclass
+class Response:
+    status: int
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    drop: bool = False  # commit, then close the connection without answering
+
+
+@dataclass
+class Fault:
+    """One injected fault on the public API (never on ``/_sandbox/``)."""
+
+    id: str
+    kind: str
+    path: str = "*"  # fnmatch pattern on the path, e.g. /v1/sessions/*/recovery-decisions
+    method: str | None = None
+    times: int | None = 1  # None: until cleared
+    seconds: float = 0.0  # latency
+    retry_after: int = 1  # rate_limit
+    status: int = 503  # server_error
+    hits: int = 0
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.times is not None and self.hits >= self.times:
+            return False
+        return (self.method is None or self.method == method) and fnmatchcase(path, self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "path": self.path,
+            "method": self.method,
+            "times": self.times,
+            "seconds": self.seconds,
+            "retry_after": self.retry_after,
+            "status": self.status,
+            "hits": self.hits,
+        }
+
+
+def _err(
+    status: int, code: str, message: str, *, retryable: bool = False, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(status, ApiError(status, code, message, retryable=retryable).body(), headers or {})
+
+
+_SID = r"(?P<sid>[^/]+)"
+_PUBLIC_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("GET", re.compile(r"^/v1/sessions$"), "list_sessions"),
+    ("GET", re.compile(rf"^/v1/sessions/{_SID}$"), "get_session"),
+    ("GET", re.compile(rf"^/v1/sessions/{_SID}/turns$"), "list_turns"),
+    ("GET", re.compile(rf"^/v1/sessions/{_SID}/turns/(?P<tid>[^/]+)$"), "get_turn"),
+    ("GET", re.compile(rf"^/v1/sessions/{_SID}/events$"), "list_events"),
+    ("POST", re.compile(rf"^/v1/sessions/{_SID}/recovery-decisions$"), "decide"),
+    ("POST", re.compile(rf"^/v1/sessions/{_SID}/resume$"), "resume"),
+]
+_ADMIN_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("GET", re.compile(r"^/_sandbox/clock$"), "clock"),
+    ("POST", re.compile(r"^/_sandbox/clock/advance$"), "advance"),
+    ("POST", re.compile(r"^/_sandbox/scheduler/pass$"), "scheduler_pass"),
+    ("GET", re.compile(r"^/_sandbox/effects$"), "effects"),
+    ("GET", re.compile(r"^/_sandbox/faults$"), "list_faults"),
+    ("POST", re.compile(r"^/_sandbox/faults$"), "add_fault"),
+    ("DELETE", re.compile(r"^/_sandbox/faults$"), "clear_faults"),
+    ("GET", re.compile(r"^/_sandbox/requests$"), "requests"),
+    ("DELETE", re.compile(r"^/_sandbox/requests$"), "clear_requests"),
+    ("GET", re.compile(r"^/_sandbox/idempotency$"), "idempotency"),
+    ("GET", re.compile(r"^/_sandbox/scenarios$"), "scenarios"),
+    ("POST", re.compile(r"^/_sandbox/scenarios/(?P<scenario>[^/]+)/load$"), "load_scenario"),
+    ("POST", re.compile(r"^/_sandbox/reset$"), "reset"),
+    ("GET", re.compile(r"^/_sandbox/sessions$"), "admin_sessions"),
+    ("POST", re.compile(r"^/_sandbox/sessions$"), "create_session"),
+    ("GET", re.compile(rf"^/_sandbox/sessions/{_SID}$"), "admin_session"),
+    ("GET", re.compile(rf"^/_sandbox/sessions/{_SID}/worker-logs$"), "worker_logs"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/fail-restore$"), "fail_restore"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/fail-startup$"), "fail_startup"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/worker-ready$"), "worker_ready"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/store-outage$"), "store_outage"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/reclamation$"), "reclamation"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/turns$"), "start_turn"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/interrupt$"), "interrupt"),
+]
+
+
+class SandboxApp:
+    """Turns one HTTP request into a :class:`Response`. No sockets here; the handler does I/O."""
+
+    def __init__(
+        self, state: SandboxState, api_keys: Mapping[str, set[str]], advance: Callable[[float], None]
+    ) -> None:
+        self.state = state
+        self.api_keys = {k: set(v) for k, v in api_keys.items()}
+        self._advance = advance
+        self.faults: list[Fault] = []
+        self._fault_ids = itertools.count(1)
+        self.requests: deque[dict[str, Any]] = deque(maxlen=5000)
+
+    # ------------------------------------------------------------------ entry point
+
+    def handle(self, method: str, target: str, headers: Mapping[str, str], raw: bytes) -> Response:
+        parts = urlsplit(target)
+        path = parts.path
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        if path.startswith("/_sandbox/") or path == "/_sandbox":
+            return self._admin(method, path, query, raw)
+        if path.startswith("/v1/"):
+            return self._public(method, path, query, headers, raw)
+        return _err(404, "NOT_FOUND", f"No route {path}.")
+
+    # ------------------------------------------------------------------ public API
+
+    def _take_faults(self, method: str, path: str) -> list[Fault]:
+        with self.state.lock:
+            taken = [f for f in self.faults if f.matches(method, path)]
+            for fault in taken:
+                fault.hits += 1
+            return taken
+
+    def _auth(self, headers: Mapping[str, str]) -> set[str] | None:
+        value = headers.get("Authorization") or headers.get("authorization") or ""
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None
+        found: set[str] | None = None
+        for key, scopes in self.api_keys.items():
+            # Compare against every key in constant time: no early exit on the first match.
+            if hmac.compare_digest(key.encode(), token.strip().encode()):
+                found = scopes
+        return found
+
+    def _public(
+        self, method: str, path: str, query: dict[str, str], headers: Mapping[str, str], raw: bytes
+    ) -> Response:
+        key = headers.get("Idempotency-Key") or headers.get("idempotency-key")
+        entry: dict[str, Any] = {
+            "at": isoformat(datetime.now(UTC)),
+            "clock": isoformat(self.state.now()),
+            "method": method,
+            "path": path,
+            "query": query,
+            "idempotency_key": key,
+            "body": _json_or_text(raw),
+            "status": None,
+            "dropped": False,
+            "faults": [],
+        }
+        try:
+            response = self._public_inner(method, path, query, headers, raw, key, entry)
+        except Exception:  # a bug must answer 500, not kill the connection thread silently
+            log.exception("sandbox: unexpected error on %s %s", method, path)
+            response = _err(500, "INTERNAL", "Unexpected sandbox error.", retryable=True)
+        entry["status"] = None if response.drop else response.status
+        entry["dropped"] = response.drop
+        with self.state.lock:
+            self.requests.append(entry)
+        return response
+
+    def _public_inner(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        headers: Mapping[str, str],
+        raw: bytes,
+        key: str | None,
+        entry: dict[str, Any],
+    ) -> Response:
+        faults = self._take_faults(method, path)
+        entry["faults"] = [f.kind for f in faults]
+        delay = sum(f.seconds for f in faults if f.kind == "latency")
+        if delay > 0:
+            time.sleep(delay)  # real time, outside the lock: clients' timeouts must trip
+        limited = next((f for f in faults if f.kind == "rate_limit"), None)
+        if limited:
+            return _err(
+                429,
+                "RATE_LIMITED",
+                "Too many requests.",
+                retryable=True,
+                headers={"Retry-After": str(limited.retry_after)},
+            )
+        scopes = self._auth(headers)
+        if scopes is None:
+            return _err(401, "UNAUTHORIZED", "Missing or wrong API key.")
+        route = _match(_PUBLIC_ROUTES, method, path)
+        if isinstance(route, Response):
+            return route
+        name, params = route
+        if method == "POST" and RECOVER_SCOPE not in scopes:
+            return _err(403, "FORBIDDEN", f"The API key lacks the {RECOVER_SCOPE} scope.")
+        failing = next((f for f in faults if f.kind == "server_error"), None)
+        if failing:
+            # Before the commit: nothing changes, nothing is stored under the key.
+            return _err(
+                failing.status, "SERVER_ERROR", "Injected server error (before commit).", retryable=True
+            )
+        drop = any(f.kind == "drop_after_commit" for f in faults)
+        try:
+            if method == "GET":
+                response = self._get(name, params, query)
+            else:
+                response = self._post(name, params, path, headers, raw, key)
+        except ApiError as exc:
+            response = Response(exc.status, exc.body())
+        response.drop = drop
+        return response
+
+    def _get(self, name: str, params: dict[str, str], query: dict[str, str]) -> Response:
+        limit = _int_param(query, "limit", 100 if name == "list_events" else 50, 1, 1000)
+        with self.state.lock:
+            self.state.tick()
+            if name == "list_sessions":
+                return Response(
+                    200,
+                    self.state.list_sessions(
+                        query.get("admission_state") or None,
+                        query.get("status") or None,
+                        query.get("cursor") or None,
+                        limit,
+                    ),
+                )
+            if name == "get_session":
+                return Response(200, self.state.get(params["sid"]).to_json())
+            if name == "list_turns":
+                return Response(
+                    200,
+                    self.state.list_turns(
+                        params["sid"], query.get("status") or None, query.get("cursor") or None, limit
+                    ),
+                )
+            if name == "get_turn":
+                return Response(200, self.state.get_turn(params["sid"], params["tid"]))
+            after = _int_param(query, "after", 0, 0, 1 << 62)
+            return Response(200, self.state.list_events(params["sid"], after, limit))
+
+    def _post(
+        self,
+        name: str,
+        params: dict[str, str],
+        path: str,
+        headers: Mapping[str, str],
+        raw: bytes,
+        key: str | None,
+    ) -> Response:
+        if not key or len(key) > 255:
+            raise ApiError(
+                400, "BAD_REQUEST", "Every POST needs an Idempotency-Key header (1-255 characters)."
+            )
+        content_type = (
+            (headers.get("Content-Type") or headers.get("content-type") or "").split(";")[0].strip()
+        )
+        if raw.strip() and content_type != "application/json":
+            raise ApiError(400, "BAD_REQUEST", "Content-Type must be application/json.")
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, "BAD_REQUEST", "The body is not valid JSON.") from exc
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        with self.state.lock:
+            self.state.tick()
+            record = self.state.replay(key, "POST", path, canonical)
+            if record is not None:
+                # Same key, same body: the original answer, no second effect.
+                return Response(record.status, record.response, {"Idempotent-Replayed": "true"})
+            sid = params["sid"]
+            if name == "decide":
+                status, result = 201, self.state.decide(sid, body, key)
+            else:
+                status, result = 200, self.state.resume(sid, body, key)
+            # Only successful answers are stored under a key; errors raised above store nothing.
+            self.state.remember(key, "POST", path, canonical, status, result, sid)
+            return Response(status, result)
+
+    # ------------------------------------------------------------------ admin API
+
+    def _admin(self, method: str, path: str, query: dict[str, str], raw: bytes) -> Response:
+        route = _match(_ADMIN_ROUTES, method, path)
+        if isinstance(route, Response):
+            return route
+        name, params = route
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except (ValueError, UnicodeDecodeError):
+            return _err(400, "BAD_REQUEST", "The body is not valid JSON.")
+        if not isinstance(body, dict):
+            return _err(400, "BAD_REQUEST", "The body must be a JSON object.")
+        try:
+            with self.state.lock:
+                if name != "advance":
+                    self.state.tick()
+                return Response(200, getattr(self, f"_admin_{name}")(params, query, body))
+        except ApiError as exc:
+            return Response(exc.status, exc.body())
+        except (KeyError, TypeError, ValueError) as exc:
+            return _err(400, "BAD_REQUEST", f"Bad admin request: {exc}")
+
+    def _admin_clock(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        return {"now": isoformat(self.state.now())}
+
+    def _admin_advance(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        seconds = float(body["seconds"])
+        if seconds < 0:
+            raise AdminError(400, "BAD_REQUEST", "the clock only moves forward")
+        self._advance(seconds)
+        self.state.tick()
+        return {"now": isoformat(self.state.now())}
+
+    def _admin_scheduler_pass(
+        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
+    ) -> Any:
+        return self.state.scheduler_pass()
+
+    def _admin_effects(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        sid = query.get("session_id")
+        effects = [e for e in self.state.effects if sid is None or e["session_id"] == sid]
+        counts: dict[str, int] = {}
+        for effect in self.state.effects:
+            counts[effect["session_id"]] = counts.get(effect["session_id"], 0) + 1
+        return {"effects": effects, "counts": counts}
+
+    def _admin_list_faults(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        return {"faults": [f.to_json() for f in self.faults]}
+
+    def _admin_add_fault(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        kind = body.get("kind")
+        if kind not in FAULT_KINDS:
+            raise AdminError(400, "BAD_REQUEST", f"kind must be one of {', '.join(FAULT_KINDS)}")
+        times = body.get("times", 1)
+        method = body.get("method")
+        fault = Fault(
+            id=f"fault_{next(self._fault_ids)}",
+            kind=kind,
+            path=str(body.get("path") or "*"),
+            method=str(method).upper() if method else None,
+            times=None if times is None else int(times),
+            seconds=float(body.get("seconds") or 0.0),
+            retry_after=int(body.get("retry_after", 1)),
+            status=int(body.get("status", 503)),
+        )
+        if fault.kind == "server_error" and not 500 <= fault.status <= 599:
+            raise AdminError(400, "BAD_REQUEST", "server_error status must be 5xx")
+        if fault.kind == "latency" and fault.seconds <= 0:
+            raise AdminError(400, "BAD_REQUEST", "latency needs seconds > 0")
+        self.faults.append(fault)
+        return fault.to_json()
+
+    def _admin_clear_faults(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        self.faults.clear()
+        return {"faults": []}
+
+    def _admin_requests(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        sid = query.get("session_id")
+        items = [r for r in self.requests if sid is None or f"/sessions/{sid}" in r["path"]]
+        return {"requests": items}
+
+    def _admin_clear_requests(
+        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
+    ) -> Any:
+        self.requests.clear()
+        return {"requests": []}
+
+    def _admin_idempotency(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        sid = query.get("session_id")
+        return {
+            "records": [
+                {
+                    "key": r.key,
+                    "method": r.method,
+                    "path": r.path,
+                    "body": json.loads(r.body),
+                    "status": r.status,
+                    "response": r.response,
+                    "session_id": r.session_id,
+                    "at": isoformat(r.at),
+                }
+                for r in self.state.idempotency.values()
+                if sid is None or r.session_id == sid
+            ]
+        }
+
+    def _admin_scenarios(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        return {
+            "scenarios": [
+                {
+                    "id": s.id,
+                    "title": s.title,
+                    "description": s.description,
+                    "branch": s.branch,
+                    "session_id": s.session_id,
+                    "loaded": s.session_id in self.state.sessions,
+                }
+                for s in sorted(self.state.scenarios.values(), key=lambda s: s.id)
+            ]
+        }
+
+    def _admin_load_scenario(
+        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
+    ) -> Any:
+        session = self.state.load_scenario(unquote(params["scenario"]))
+        return self.state.debug_session(session.id)
+
+    def _admin_reset(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        self.state.reset()
+        self.faults.clear()
+        self.requests.clear()
+        return {"sessions": sorted(self.state.sessions)}
+
+    def _admin_admin_sessions(
+        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
+    ) -> Any:
+        return {"sessions": [self.state.debug_session(sid) for sid in sorted(self.state.sessions)]}
+
+    def _admin_create_session(
+        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
+    ) -> Any:
+        session = self.state.create_session(body)
+        return self.state.debug_session(session.id)
+
+    def _admin_admin_session(
+        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
+    ) -> Any:
+        return self.state.debug_session(params["sid"])
+
+    def _admin_worker_logs(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        session = self.state.get(params["sid"])
+        return {
+            "session_id": session.id,
+            "lines": [line.to_json() for line in sorted(session.logs, key=lambda x: x.at)],
+        }
+
+    def _admin_fail_restore(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        self.state.fail_restore(params["sid"], str(body.get("reason") or "restore_refused"))
+        return self.state.debug_session(params["sid"])
+
+    def _admin_fail_startup(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        error = body.get("error")
+        self.state.fail_startup(
+            params["sid"], str(body.get("reason") or "startup_failed"), str(error) if error else None
+        )
+        return self.state.debug_session(params["sid"])
+
+    def _admin_worker_ready(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        self.state.worker_ready(params["sid"])
+        return self.state.debug_session(params["sid"])
+
+    def _admin_store_outage(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        self.state.store_outage(params["sid"], _bool(body, "on"))
+        return self.state.debug_session(params["sid"])
+
+    def _admin_reclamation(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        self.state.reclamation(params["sid"], _bool(body, "held"))
+        return self.state.debug_session(params["sid"])
+
+    def _admin_start_turn(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        return self.state.start_turn(params["sid"], body.get("turn_id")).to_json()
+
+    def _admin_interrupt(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        committed = body.get("checkpoint_committed", False)
+        if not isinstance(committed, bool):
+            raise AdminError(400, "BAD_REQUEST", "checkpoint_committed must be true or false")
+        reason = body.get("terminal_reason", "interrupt_unanswered")
+        turn = self.state.interrupt(params["sid"], reason, committed, body.get("turn_id"))
+        return {"turn": turn.to_json(), "session": self.state.debug_session(params["sid"])}
+
+
+def _bool(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if not isinstance(value, bool):
+        raise AdminError(400, "BAD_REQUEST", f"{name} must be true or false")
+    return value
+
+
+def _int_param(query: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = query.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ApiError(400, "BAD_REQUEST", f"{name} must be an integer.") from None
+    if not low <= value <= high:
+        raise ApiError(400, "BAD_REQUEST", f"{name} must be between {low} and {high}.")
+    return value
+
+
+def _match(
+    routes: list[tuple[str, re.Pattern[str], str]], method: str, path: str
+) -> tuple[str, dict[str, str]] | Response:
+    allowed: list[str] = []
+    for route_method, pattern, name in routes:
+        found = pattern.match(path)
+        if not found:
+            continue
+        if route_method == method:
+            return name, {k: unquote(v) for k, v in found.groupdict().items()}
+        allowed.append(route_method)
+    if allowed:
+        return _err(
+            405,
+            "METHOD_NOT_ALLOWED",
+            f"{method} is not allowed on {path}.",
+            headers={"Allow": ", ".join(sorted(set(allowed)))},
+        )
+    return _err(404, "NOT_FOUND", f"No route {path}.")
+
+
+def _json_or_text(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return raw.decode("utf-8", "replace")[:2000]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "recover-bot-sandbox/1"
+    # A socket timeout per connection: a stalled or idle keep-alive client frees its thread.
+    timeout = 30.0
+    server: SandboxHTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.track(self.connection, False)
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's naming
+        self._serve("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._serve("POST")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._serve("DELETE")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._serve("PUT")
+
+    def _serve(self, method: str) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self.close_connection = True
+            self._write(
+                _err(413 if length > MAX_BODY else 400, "BAD_REQUEST", "Bad or too large Content-Length.")
+            )
+            return
+        raw = self.rfile.read(length) if length else b""
+        response = self.server.app.handle(method, self.path, dict(self.headers.items()), raw)
+        if response.drop:
+            # The effect is committed; the client never hears about it.
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self._write(response)
+
+    def _write(self, response: Response) -> None:
+        payload = b"" if response.body is None else json.dumps(response.body).encode()
+        self.send_response(response.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in response.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
+        # The request line never carries the Authorization header, so nothing secret is logged.
+        log.debug("sandbox %s - %s", self.address_string(), format % args)
+
+
+class SandboxHTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that knows its open connections, so stop() can close idle keep-alives."""
+
+    daemon_threads = True
+    allow_reuse_address = False
+
+    def __init__(self, address: tuple[str, int], app: SandboxApp) -> None:
+        super().__init__(address, _Handler)
+        self.app = app
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def track(self, connection: socket.socket, opened: bool) -> None:
+        with self._connections_lock:
+            if opened:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
