@@ -163,6 +163,7 @@ def load_runbooks(paths: Path | str | Sequence[Path | str]) -> RunbookSet:
             parsed.append((path, model, lines))
     if problems:
         raise RunbookError(problems)
+    parsed.sort(key=lambda item: (item[1].order, str(item[0])))
     runbooks, problems = _assemble(parsed)
     if problems:
         raise RunbookError(problems)

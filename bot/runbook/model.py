@@ -343,6 +343,7 @@ class RunbookFile(Model):
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*$")]
     title: Text
     description: str = ""
+    order: int = 100  # files merge (subcommands, branches) by this, then by file name
     rules: dict[str, Text] = Field(default_factory=dict)
     ids: IdsSpec | None = None
     commands: list[CommandSpec] = Field(default_factory=list)

@@ -1,0 +1,71 @@
+"""The ``recover-bot runbook check FILE…`` command. Wired into bot/cli.py by :func:`register`.
+
+Operators edit runbooks as data; this shows every problem of an edit as ``file:line: what is wrong``
+before the bot (which refuses to start with an invalid runbook) ever reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from bot.errors import RunbookError
+from bot.runbook.loader import expand_paths, load_runbooks
+
+_EXAMPLE = """\
+example:
+  recover-bot runbook check runbooks/
+  recover-bot runbook check runbooks/session-recovery.yaml runbooks/isolation-upgrade.yaml my-extra.yaml
+
+Files are checked together (a subcommand defined twice across them is an error).
+Exit status: 0 valid, 1 problems found (one `file:line: what is wrong` per line)."""
+
+
+def check(paths: list[str], out: Any = None, err: Any = None) -> int:
+    """Validate runbooks; print a summary (exit 0) or every problem (exit 1)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        runbooks = load_runbooks([Path(p) for p in paths])
+    except RunbookError as exc:
+        for problem in exc.problems:
+            print(problem, file=err)
+        print(f"{len(exc.problems)} problem(s) found", file=err)
+        return 1
+    files = expand_paths([Path(p) for p in paths])
+    print(
+        f"ok: {len(files)} file(s) ({', '.join(runbooks.names)}): {len(runbooks.commands)} subcommand(s), "
+        f"{len(runbooks.branches)} branch(es), {len(runbooks.decisions)} decision(s), "
+        f"{len(runbooks.limits)} limit(s), {len(runbooks.rules)} rule(s)",
+        file=out,
+    )
+    return 0
+
+
+def _handler(args: argparse.Namespace, settings: object = None) -> int:
+    return check(list(args.files))
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``runbook check FILE…`` to an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "runbook",
+        help="check runbook YAML files",
+        description="Work with runbook YAML files.",
+        epilog="example:\n  recover-bot runbook check runbooks/",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="runbook_command", metavar="{check}")
+    sub.required = True
+    check_p = sub.add_parser(
+        "check",
+        help="validate runbooks; print file:line problems",
+        description="Validate runbook files (or directories of *.yaml) together, as the bot loads them.",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check_p.add_argument("files", nargs="+", metavar="FILE", help="runbook YAML files or directories")
+    check_p.set_defaults(handler=_handler)
+    return parser

@@ -1,0 +1,364 @@
+"""The ``/recover`` command parser, one for Slack and the console (../shared/docs/commands.md).
+
+Every subcommand, argument pattern and flag comes from the runbook YAML; Python only knows the
+grammar: an optional leading ``/recover``, flags in any order as ``--flag value`` or ``--flag=value``,
+straight or curly quotes, and Slack's escapes decoded first. Anything that does not parse raises
+:class:`CommandError` carrying usage help generated from the YAML — never another exception, whatever
+the input (a hypothesis test feeds it arbitrary text). Ids are checked against the runbook's pattern
+here, before they can reach a URL.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from bot.errors import CommandError
+from bot.runbook.loader import IDS_PLACEHOLDER
+from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
+
+PREFIX = "/recover"
+MAX_LIMIT = "command_max_chars"
+_ENTITY = re.compile(r"<([^<>\n]*)>")
+_DOUBLE_OPEN = '"“”„'
+_DOUBLE_CLOSE = '"”“'
+_SINGLE_OPEN = "'‘"
+_SINGLE_CLOSE = "'’‘"
+# Phones and macOS turn "--" into a dash; accept what people's keyboards produce.
+_DASHES = ("--", "—", "–")
+
+
+@dataclass(frozen=True)
+class ParsedCommand:
+    """A parsed command: its subcommand (name and step kind), arguments and flags, all validated."""
+
+    name: str
+    kind: str
+    args: dict[str, str] = field(default_factory=dict)
+    flags: dict[str, str | bool] = field(default_factory=dict)
+    spec: CommandSpec | None = None
+    text: str = ""
+
+    @property
+    def channel_restricted(self) -> bool:
+        return bool(self.spec and self.spec.channel_restricted)
+
+    def arg(self, name: str) -> str | None:
+        return self.args.get(name)
+
+    def flag(self, name: str) -> str | bool | None:
+        return self.flags.get(name)
+
+    def flag_text(self, name: str) -> str | None:
+        value = self.flags.get(name)
+        return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class _Token:
+    value: str
+    quoted: bool = False
+    flag_with_quoted_value: bool = False
+
+
+def _short(value: str, size: int = 40) -> str:
+    text = value if len(value) <= size else value[: size - 1] + "…"
+    return repr(text)
+
+
+def decode_slack(text: str) -> str:
+    """Decode Slack's message formatting: ``<@U1|name>`` → ``@name``, ``<#C1|chan>`` → ``#chan``,
+    ``<https://x|label>`` → ``label`` (what the person typed), ``<https://x>`` → the URL, then the three
+    HTML escapes Slack uses (``&lt;`` ``&gt;`` ``&amp;``, the last one last so nothing decodes twice)."""
+
+    def entity(match: re.Match[str]) -> str:
+        body = match.group(1)
+        target, _, label = body.partition("|")
+        if target.startswith("@"):
+            return "@" + label if label else target
+        if target.startswith("#"):
+            return "#" + label if label else target
+        if target.startswith("!"):
+            if label:
+                return label
+            word = target[1:].split("^", 1)[0]
+            return "@" + word if word else target
+        return label or target
+
+    decoded = _ENTITY.sub(entity, text)
+    return decoded.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def _find_close(text: str, start: int, closers: str) -> int:
+    """Index of the closing quote: a closer followed by whitespace or the end (so "don’t" stays whole)."""
+    n = len(text)
+    i = start
+    while i < n:
+        j = min((p for p in (text.find(c, i) for c in closers) if p != -1), default=-1)
+        if j == -1:
+            return -1
+        if j + 1 == n or text[j + 1].isspace():
+            return j
+        i = j + 1
+    return -1
+
+
+def tokenize(text: str) -> list[_Token]:
+    """Split on whitespace; a quote opens only at the start of a word (or after ``--flag=``)."""
+    tokens: list[_Token] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i].isspace():
+            i += 1
+            continue
+        prefix = ""
+        if text[i] not in _DOUBLE_OPEN + _SINGLE_OPEN:
+            j = i
+            while j < n and not text[j].isspace():
+                j += 1
+                if (
+                    text[j - 1] == "="
+                    and j < n
+                    and text[j] in _DOUBLE_OPEN + _SINGLE_OPEN
+                    and _is_flag(text[i:j])
+                ):
+                    break
+            word = text[i:j]
+            if j >= n or text[j].isspace():
+                tokens.append(_Token(word))
+                i = j
+                continue
+            prefix, i = word, j
+        quote = text[i]
+        closers = _DOUBLE_CLOSE if quote in _DOUBLE_OPEN else _SINGLE_CLOSE
+        end = _find_close(text, i + 1, closers)
+        if end == -1:
+            if quote in _SINGLE_OPEN:  # an apostrophe, not a quote: keep the word as typed
+                j = i
+                while j < n and not text[j].isspace():
+                    j += 1
+                tokens.append(_Token(prefix + text[i:j]))
+                i = j
+                continue
+            raise CommandError(f"unterminated quote: {_short(text[i:])} has no closing quote")
+        tokens.append(_Token(prefix + text[i + 1 : end], quoted=True, flag_with_quoted_value=bool(prefix)))
+        i = end + 1
+    return tokens
+
+
+def _is_flag(word: str) -> bool:
+    return any(word.startswith(d) and len(word) > len(d) and word[len(d)] != "-" for d in _DASHES)
+
+
+def _flag_name(word: str) -> str:
+    for dash in _DASHES:
+        if word.startswith(dash):
+            return word[len(dash) :]
+    return word
+
+
+def _pattern(runbooks: RunbookSet, pattern: str) -> re.Pattern[str]:
+    if IDS_PLACEHOLDER in pattern:
+        ids = runbooks.id_pattern.pattern if runbooks.id_pattern is not None else r"(?!)"
+        pattern = pattern.replace(IDS_PLACEHOLDER, f"(?:{ids})")
+    return re.compile(pattern)
+
+
+def _match_command(runbooks: RunbookSet, tokens: list[_Token]) -> tuple[CommandSpec, int] | None:
+    best: tuple[CommandSpec, int] | None = None
+    for spec in runbooks.commands.values():
+        words = spec.name.split(" ")
+        if len(words) > len(tokens):
+            continue
+        if all(not t.quoted and t.value.lower() == w for t, w in zip(tokens, words, strict=False)) and (
+            best is None or len(words) > best[1]
+        ):
+            best = (spec, len(words))
+    return best
+
+
+def parse_command(text: str, runbooks: RunbookSet) -> ParsedCommand:
+    """Parse one ``/recover`` line (Slack or console). Raises :class:`CommandError` with usage help."""
+    if not isinstance(text, str):
+        raise CommandError("a command is text", usage=help_text(runbooks))
+    limit = runbooks.limits.get(MAX_LIMIT)
+    if limit is not None and len(text) > limit.value:
+        raise CommandError(
+            f"the command is too long ({len(text)} characters, at most {int(limit.value)})",
+            usage=help_text(runbooks),
+        )
+    decoded = decode_slack(text)
+    tokens = tokenize(decoded)
+    if tokens and not tokens[0].quoted and tokens[0].value.lower() == PREFIX:
+        tokens = tokens[1:]
+    if not tokens:
+        helper = next((c for c in runbooks.commands.values() if c.kind == "help"), None)
+        if helper is None:
+            raise CommandError("no subcommand given", usage=help_text(runbooks))
+        return ParsedCommand(helper.name, helper.kind, spec=helper, text=decoded)
+    matched = _match_command(runbooks, tokens)
+    if matched is None:
+        raise CommandError(f"unknown subcommand {_short(tokens[0].value)}", usage=help_text(runbooks))
+    spec, used = matched
+    try:
+        args, flags = _parse_rest(runbooks, spec, tokens[used:])
+    except CommandError as exc:
+        raise CommandError(exc.message, usage=command_usage(runbooks, spec)) from None
+    return ParsedCommand(spec.name, spec.kind, args, flags, spec, decoded)
+
+
+def _parse_rest(
+    runbooks: RunbookSet, spec: CommandSpec, tokens: list[_Token]
+) -> tuple[dict[str, str], dict[str, str | bool]]:
+    positional: list[str] = []
+    flags: dict[str, str | bool] = {}
+    takes_rest = bool(spec.args) and spec.args[-1].rest
+    flags_done = not spec.flags and takes_rest  # a note's text may contain "--" freely
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not flags_done and not token.quoted and token.value == "--":
+            flags_done = True
+            continue
+        as_flag = not token.quoted or token.flag_with_quoted_value
+        if flags_done or not as_flag or not _is_flag(token.value):
+            positional.append(token.value)
+            continue
+        body = _flag_name(token.value)
+        name, eq, inline = body.partition("=")
+        flag = spec.flag(name)
+        if flag is None:
+            known = ", ".join(f"--{f.name}" for f in spec.flags) or "none"
+            raise CommandError(f"unknown flag --{_short(name, 30)[1:-1]} for {spec.name} (flags: {known})")
+        if name in flags:
+            raise CommandError(f"--{name} given twice")
+        if not flag.value:
+            if eq:
+                raise CommandError(f"--{name} takes no value")
+            flags[name] = True
+            continue
+        if eq:
+            value = inline
+        else:
+            if i >= len(tokens) or (not tokens[i].quoted and _is_flag(tokens[i].value)):
+                raise CommandError(f"--{name} needs a value")
+            value = tokens[i].value
+            i += 1
+        flags[name] = _check_value(runbooks, f"--{name}", value, flag)
+    args = _assign(runbooks, spec, positional)
+    decision = next((args[a.name] for a in spec.args if a.choices == "decisions" and a.name in args), None)
+    for flag in spec.flags:
+        if flag.name in flags:
+            continue
+        if flag.required:
+            raise CommandError(f"--{flag.name} is required")
+        if decision is not None and decision in flag.required_for:
+            raise CommandError(f"--{flag.name} is required for {decision}")
+    return args, flags
+
+
+def _check_value(runbooks: RunbookSet, label: str, value: str, spec: ArgSpec | FlagSpec) -> str:
+    if spec.pattern is not None and not _pattern(runbooks, spec.pattern).fullmatch(value):
+        what = f" ({spec.help})" if spec.help else ""
+        if spec.pattern == IDS_PLACEHOLDER:
+            rule = runbooks.id_help or (runbooks.id_pattern.pattern if runbooks.id_pattern else "an id")
+            raise CommandError(f"{label}{what}: {_short(value)} is not a valid id ({rule})")
+        raise CommandError(f"{label}{what}: {_short(value)} is not valid (must match {spec.pattern})")
+    return value
+
+
+def _assign(runbooks: RunbookSet, spec: CommandSpec, positional: list[str]) -> dict[str, str]:
+    args: dict[str, str] = {}
+    for index, arg in enumerate(spec.args):
+        if arg.rest:
+            words = positional[index:]
+            positional = positional[:index]
+            value = " ".join(words)
+        elif index < len(positional):
+            value = positional[index]
+        else:
+            value = ""
+        if not value:
+            if arg.required:
+                raise CommandError(f"missing <{arg.name}>" + (f": {arg.help}" if arg.help else ""))
+            continue
+        if arg.choices == "decisions":
+            value = value.lower()
+            if value not in runbooks.decidable:
+                raise CommandError(
+                    f"unknown decision {_short(value)} (decisions: {', '.join(runbooks.decidable)})"
+                )
+        elif arg.choices == "commands":
+            value = " ".join(value.lower().split())
+            if value not in runbooks.commands:
+                raise CommandError(
+                    f"unknown subcommand {_short(value)} (subcommands: {', '.join(runbooks.commands)})"
+                )
+        args[arg.name] = _check_value(runbooks, f"<{arg.name}>", value, arg)
+    extra = positional[len(spec.args) :]
+    if extra:
+        raise CommandError(f"unexpected argument {_short(extra[0])} for {spec.name}")
+    return args
+
+
+# --- help, generated from the YAML -------------------------------------------------------------------
+
+
+def command_usage(runbooks: RunbookSet, spec: CommandSpec) -> str:
+    """The short usage shown with an error: usage line, example, and where to read more."""
+    return f"Usage: {PREFIX} {spec.usage}\nExample: {spec.example}\nMore: {PREFIX} help {spec.name}"
+
+
+def help_text(runbooks: RunbookSet, subcommand: str | None = None) -> str:
+    """The help: every subcommand with its one-line help, or one subcommand in full."""
+    if subcommand:
+        spec = runbooks.commands.get(" ".join(subcommand.lower().split()))
+        if spec is None:
+            raise CommandError(f"unknown subcommand {_short(subcommand)}", usage=help_text(runbooks))
+        return _help_one(runbooks, spec)
+    width = max(
+        (len(c.usage.split(" [--")[0].split(" --")[0]) for c in runbooks.commands.values()), default=0
+    )
+    width = min(width, 38)
+    lines = [f"{PREFIX} <subcommand> … — recover stuck sessions by the runbook"]
+    for spec in runbooks.commands.values():
+        short = spec.usage.split(" [--")[0].split(" --")[0]
+        lines.append(f"  {short.ljust(width)}  {spec.help.split('. ')[0].rstrip('.')}")
+    if runbooks.id_help:
+        lines.append(f"Ids: {runbooks.id_help}.")
+    lines.append(
+        f"Flags come in any order, as --flag value or --flag=value. {PREFIX} help <subcommand> explains one."
+    )
+    return "\n".join(lines)
+
+
+def _help_one(runbooks: RunbookSet, spec: CommandSpec) -> str:
+    lines = [f"{PREFIX} {spec.usage}", spec.help]
+    if spec.args:
+        lines.append("Arguments:")
+        for arg in spec.args:
+            extra = []
+            if arg.choices == "decisions":
+                extra.append("one of " + ", ".join(runbooks.decidable))
+            if not arg.required:
+                extra.append("optional")
+            tail = f" ({'; '.join(extra)})" if extra else ""
+            lines.append(f"  <{arg.name}>  {arg.help}{tail}")
+    if spec.flags:
+        lines.append("Flags:")
+        for flag in spec.flags:
+            need = []
+            if flag.required:
+                need.append("required")
+            if flag.required_for:
+                need.append("required for " + ", ".join(flag.required_for))
+            tail = f" ({'; '.join(need)})" if need else ""
+            shape = f"--{flag.name} <value>" if flag.value else f"--{flag.name}"
+            lines.append(f"  {shape}  {flag.help}{tail}")
+    if spec.channel_restricted:
+        lines.append("Refused outside RECOVER_CHANNELS when it is set.")
+    if spec.rules:
+        lines.append("Runbook: " + ", ".join(spec.rules))
+    lines.append(f"Example: {spec.example}")
+    return "\n".join(lines)
