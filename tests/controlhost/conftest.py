@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -30,27 +29,3 @@ def sbx() -> Iterator[SandboxHandle]:
 def client(sbx: SandboxHandle, store: Store, clock: ManualClock) -> Iterator[ControlHostClient]:
     with ControlHostClient(sbx.url, sbx.api_key, store=store, clock=clock, retry=FAST, timeout=5.0) as c:
         yield c
-
-
-def starting(sid: str, *, checkpoint: bool = True, revision: int = 1) -> dict[str, Any]:
-    """A session whose fresh worker is starting (restoring a checkpoint, or preparing without one)."""
-    session: dict[str, Any] = {
-        "id": sid,
-        "status": "running",
-        "admission_state": "open",
-        "revision": revision,
-        "execution": {"state": "running", "alive": True, "phase": "starting"},
-    }
-    if checkpoint:
-        session["checkpoint"] = {"id": f"ckpt_{sid}", "committed_at": "-10m", "covers_turn_id": f"{sid}_t1"}
-    return {
-        "session": session,
-        "turns": [{"id": f"{sid}_t1", "status": "completed", "started_at": "-20m", "ended_at": "-11m"}],
-    }
-
-
-def running(sid: str, revision: int = 5) -> dict[str, Any]:
-    """A healthy session with a ready worker and a checkpoint covering its first turn."""
-    spec = starting(sid, revision=revision)
-    spec["session"]["execution"]["phase"] = "ready"
-    return spec

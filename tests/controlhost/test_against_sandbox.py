@@ -4,6 +4,7 @@ the runbook's transitions, retries and the Idempotency-Key rule."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +22,8 @@ from bot.controlhost import (
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.store import Store
 
-from .conftest import FAST, running, starting
+from ._specs import running, starting
+from .conftest import FAST
 
 DECISIONS_PATH = "/v1/sessions/*/recovery-decisions"
 
@@ -392,8 +394,6 @@ def test_post_timeout_is_retried_with_the_same_key(
     receipt = quick.submit_decision("ses_a", {"decision": "close", "expected_revision": 5, "reason": "x"})
     quick.close()
     # The slow first attempt finishes on the server too; it must find the key and change nothing.
-    import time
-
     deadline = time.monotonic() + 5
     while len(posts(sbx, "ses_a")) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -21,7 +21,7 @@ import pytest
 from bot.sandbox import SandboxHandle
 from bot.store import Store
 
-from .conftest import running
+from ._specs import running
 
 DECIDE = """
 import json, os, sys
