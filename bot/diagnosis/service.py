@@ -149,7 +149,7 @@ class Diagnoser:
         self.reconciler_status = reconciler_status
         self.clock: Clock = clock or SystemClock()
         if evaluate is None:
-            from bot.runbook import evaluate as runbook_evaluate
+            from bot.runbook.evaluate import evaluate as runbook_evaluate
 
             evaluate = runbook_evaluate
         self._evaluate = evaluate
@@ -159,6 +159,13 @@ class Diagnoser:
     @property
     def budget_seconds(self) -> float:
         return _budget_seconds(self.runbooks, "diagnose_budget", DEFAULT_BUDGET_SECONDS)
+
+    @property
+    def deadline_seconds(self) -> float:
+        """Each source's deadline: the whole budget, or the per-source timeout when the runbook sets a
+        shorter one (the answer must still come within the budget)."""
+        per_source = _budget_seconds(self.runbooks, "diagnose_source_timeout", self.budget_seconds)
+        return min(self.budget_seconds, per_source)
 
     @property
     def log_window_seconds(self) -> float:
@@ -243,7 +250,7 @@ class Diagnoser:
         """Read every source concurrently within the budget, flatten to facts, evaluate the runbook."""
         self._check_id(session_id)
         now = self.clock.now()
-        budget = self.budget_seconds
+        budget = self.deadline_seconds
         started = time.monotonic()
         deadline = started + budget
         tasks: dict[str, Callable[[], Any]] = {

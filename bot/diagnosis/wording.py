@@ -135,7 +135,11 @@ def invalid_decisions(evaluation: Any) -> list[tuple[str, str]]:
         return [(str(k), _reason(v)) for k, v in value.items()]
     out = []
     for item in value:
-        if isinstance(item, tuple | list) and len(item) == 2:
+        text = getattr(item, "text", None)
+        name = _name(item)
+        if isinstance(text, str) and text.startswith(f"{name}: "):
+            out.append((name, text[len(name) + 2 :]))  # the runbook engine's own line
+        elif isinstance(item, tuple | list) and len(item) == 2:
             out.append((str(item[0]), _reason(item[1])))
         else:
             out.append((_name(item), _reason(item)))
