@@ -1,38 +1,23 @@
-"""What the decisions core reads from the runbook YAML, in one small typed shape.
+"""What the decisions core reads from the runbook YAML, through the loaded :class:`RunbookSet`.
 
-Policies, expiry, thresholds and durations come only from the YAML (``bot.runbook``); this module
-only adapts the runbook model to the few values the core needs, so the rest of the package does not
-depend on the model's layout.
+Policies, expiry, thresholds, durations, the request's shape, the advice for API errors and the next
+step after verification come only from the YAML; this module turns the runbook model into the few
+plain values the core needs, so the rest of the package does not depend on the model's layout.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bot.errors import DecisionError
-
-
-@dataclass(frozen=True)
-class DecisionPolicy:
-    """One decision as the runbook defines it."""
-
-    name: str
-    approval: str  # two_person | confirm | none
-    expiry_seconds: float
-    required: tuple[str, ...]  # flags: turn, evidence, effects, reason
-    drops: str | None
-    rules: tuple[str, ...]
-    summary: str | None = None
-    accepted_when: str | None = None
-    checks_after: tuple[str, ...] = ()
-    raw: Any = field(default=None, repr=False, compare=False)
+from bot.runbook.conditions import Context, render
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Durations and thresholds (runbook YAML ``limits``)."""
+    """Durations and thresholds from the runbook's ``limits``."""
 
     recovery_wait_poll: float
     recovery_wait_max: float
@@ -43,74 +28,149 @@ class Limits:
     repeated_threshold: int
 
 
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if isinstance(obj, Mapping) and name in obj:
-            return obj[name]
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    return default
+@dataclass(frozen=True)
+class Advice:
+    """The runbook's advice for an API error code, and its bounded wait if it has one."""
+
+    code: str
+    text: str
+    rules: tuple[str, ...]
+    every: float | None = None
+    up_to: float | None = None
+    max_every: float | None = None
 
 
-def _seconds(value: Any) -> float | None:
-    if value is None:
+@dataclass(frozen=True)
+class NextStep:
+    say: str
+    suggest: tuple[str, ...]
+    rules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DecisionPolicy:
+    """One decision as the runbook defines it."""
+
+    name: str
+    approval: str  # two_person | confirm | none
+    expiry_seconds: float
+    required: tuple[str, ...]
+    rules: tuple[str, ...]
+    repeat_threshold: int
+    spec: Any
+
+    def drops(self, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> str | None:
+        return _render(self.spec.drops, facts, flags)
+
+    def warning(self, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> str | None:
+        return _render(self.spec.warning, facts, flags)
+
+    def confirm_text(self, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> str | None:
+        approval = self.spec.approval
+        return _render(approval.confirm_text if approval is not None else None, facts, flags)
+
+    def accepted_when(self) -> list[str]:
+        """The acceptance checks in the API's order, as the runbook words them (for REQUEST_STALE)."""
+        return [f"{p.id} ({p.code})" for p in self.spec.preconditions]
+
+    def request(
+        self, session_id: str, facts: Mapping[str, Any], flags: Mapping[str, Any]
+    ) -> tuple[str, str, dict]:
+        """Method, path and body, built from the runbook's request spec (``arg:``/``flag:``/``fact:``/``const:``)."""
+        req = self.spec.request
+        body: dict[str, Any] = {}
+        for field_name, source in req.body.items():
+            kind, _, name = str(source).partition(":")
+            if kind == "const":
+                value: Any = name
+            elif kind == "arg":
+                value = {"decision": self.name, "session_id": session_id}.get(name, flags.get(name))
+            elif kind == "flag":
+                value = flags.get(name)
+            elif kind == "fact":
+                value = facts.get(name)
+            else:
+                raise DecisionError(
+                    f"the runbook's request body for {self.name} has an unknown source {source!r}"
+                )
+            if value in (None, "") and (field_name in req.optional or kind == "flag"):
+                continue
+            body[field_name] = value
+        return req.method, req.path.replace("{session_id}", session_id), body
+
+    def advice(
+        self, code: str, facts: Mapping[str, Any], flags: Mapping[str, Any], runbooks: Any
+    ) -> Advice | None:
+        spec = self.spec.on_error.get(code)
+        if spec is None:
+            return None
+        wait = spec.wait
+        return Advice(
+            code=code,
+            text=_render(spec.advice, facts, flags) or "",
+            rules=tuple(spec.rules),
+            every=runbooks.limit(wait.every) if wait else None,
+            up_to=runbooks.limit(wait.up_to) if wait else None,
+            max_every=runbooks.limit(wait.max_every) if wait and wait.max_every else None,
+        )
+
+    def report(self) -> list[str]:
+        return list(self.spec.verify.report)
+
+    def next_step(self, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> NextStep | None:
+        """The first ``verify.next`` entry whose condition is definitely true (R5.1, R3.12)."""
+        ctx = Context(facts=dict(facts), flags=dict(flags))
+        for step in self.spec.verify.next:
+            cond = step._cond
+            if cond is None or cond.evaluate(ctx) is True:
+                return NextStep(
+                    _render(step.say, facts, flags) or "",
+                    tuple(step.suggest),
+                    tuple(step.rules or self.spec.verify.rules),
+                )
         return None
-    if hasattr(value, "total_seconds"):
-        return float(value.total_seconds())
-    try:
-        return float(value)
-    except (TypeError, ValueError):
+
+
+def _render(template: str | None, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> str | None:
+    if not template:
         return None
+    values: dict[str, Any] = dict(facts)
+    values.update({f"flag.{k}": v for k, v in flags.items()})
+    return render(template, values)
 
 
 def decision_policy(runbooks: Any, name: str, limits: Limits) -> DecisionPolicy:
     """The runbook's definition of ``name``; an unknown decision is refused with the known ones."""
-    decisions = _get(runbooks, "decisions", default={}) or {}
+    decisions = runbooks.decisions
     if name not in decisions:
-        known = ", ".join(sorted(decisions)) or "none"
+        known = ", ".join(runbooks.decidable) or "none"
         raise DecisionError(f"unknown decision {name!r}", hint=f"The runbook defines: {known}.")
-    d = decisions[name]
-    approval = _get(d, "approval", "policy", default=None)
-    approval = str(_get(approval, "policy", "kind", default=approval) or "none")
-    expiry = _seconds(_get(_get(d, "approval", default=None), "expiry", "expiry_seconds", default=None))
-    if expiry is None:
-        expiry = _seconds(_get(d, "expiry", "expiry_seconds", default=None))
-    required = tuple(str(x) for x in (_get(d, "required", "required_flags", "requires", default=()) or ()))
-    rules = tuple(str(x) for x in (_get(d, "rules", default=()) or ()))
-    checks = _get(d, "checks_after", "after", default=()) or ()
-    if isinstance(checks, str):
-        checks = (checks,)
+    spec = decisions[name]
+    approval = spec.approval
+    policy = approval.policy if approval is not None and approval.policy else "none"
+    expires = approval.expires if approval is not None and approval.expires is not None else None
     return DecisionPolicy(
         name=name,
-        approval=approval,
-        expiry_seconds=expiry if expiry is not None else limits.approval_expiry,
-        required=required,
-        drops=_get(d, "drops", default=None),
-        rules=rules,
-        summary=_get(d, "summary", "title", "description", default=None),
-        accepted_when=_get(d, "accepted_when", "valid_when_text", "when", default=None),
-        checks_after=tuple(str(c) for c in checks),
-        raw=d,
+        approval=policy,
+        expiry_seconds=float(expires) if expires is not None else limits.approval_expiry,
+        required=tuple(runbooks.required_flags(name)),
+        rules=tuple(spec.rules),
+        repeat_threshold=int(spec.repeat_threshold or limits.repeated_threshold),
+        spec=spec,
     )
 
 
 def runbook_limits(runbooks: Any) -> Limits:
-    """The runbook's limits (bounds for waits, backoff, expiry, the repeated-decision threshold)."""
-
-    def lim(name: str) -> Any:
-        fn = getattr(runbooks, "limit", None)
-        if fn is None:
-            raise DecisionError(f"the runbook set has no limits (needed: {name})")
-        return fn(name)
-
-    rr = lim("recovery_required_wait")
-    rb = lim("resume_backoff")
-    return Limits(
-        recovery_wait_poll=_seconds(_get(rr, "poll", "poll_seconds", "every")) or 15.0,
-        recovery_wait_max=_seconds(_get(rr, "max", "max_seconds", "up_to")) or 600.0,
-        resume_backoff_initial=_seconds(_get(rb, "initial", "initial_seconds", "start")) or 1.0,
-        resume_backoff_max=_seconds(_get(rb, "max_delay", "cap", "max_seconds")) or 30.0,
-        resume_backoff_total=_seconds(_get(rb, "total", "for", "max_total", "up_to")) or 600.0,
-        approval_expiry=_seconds(lim("approval_expiry")) or 1800.0,
-        repeated_threshold=int(lim("repeated_decision_threshold") or 2),
-    )
+    """The runbook's limits (a missing one is a runbook error, reported by name)."""
+    try:
+        return Limits(
+            recovery_wait_poll=runbooks.limit("recovery_required_poll"),
+            recovery_wait_max=runbooks.limit("recovery_required_wait"),
+            resume_backoff_initial=runbooks.limit("resume_backoff_initial"),
+            resume_backoff_max=runbooks.limit("resume_backoff_max"),
+            resume_backoff_total=runbooks.limit("resume_retry_for"),
+            approval_expiry=runbooks.limit("approval_expiry"),
+            repeated_threshold=runbooks.limit_int("repeated_decision_threshold"),
+        )
+    except KeyError as exc:
+        raise DecisionError(f"the runbook lacks a limit the decisions need: {exc}") from exc

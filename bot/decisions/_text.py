@@ -85,9 +85,13 @@ def approval_request_message(req: DecisionRequest, mentions: list[str], rules: l
     )
 
 
-def confirmation_message(req: DecisionRequest, drops: str | None, rules: list[str], command: str) -> Message:
+def confirmation_message(
+    req: DecisionRequest, drops: str | None, rules: list[str], command: str, question: str | None = None
+) -> Message:
     """A single-person decision waits for its explicit confirmation (R2.11, R5.3)."""
     lines = request_lines(req)
+    if question:
+        lines.insert(0, question)
     if drops:
         lines.append(f"This drops: {drops}")
     lines.append(f"Confirm with the button, or type: {command}")

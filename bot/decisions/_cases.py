@@ -1,0 +1,190 @@
+"""Cases and hand-offs: every session under recovery is a case with an owner, a thread and notes.
+
+The hand-off digest is built from the step store alone, so the next shift gets it even while the
+control host is down, and every command here is itself recorded as a step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from bot.clock import Clock, isoformat, parse_time
+from bot.decisions import _text as text
+from bot.decisions._requests import DecisionRequest, RequestStore
+from bot.decisions._rules import ID_RE
+from bot.messages import Message, Reply
+from bot.store import Step, Store
+
+
+def who(user: str | None) -> str:
+    return f"<@{user}>" if user else "nobody"
+
+
+class CasesMixin:
+    """cases, history, take, note, handoff (mixed into DecisionService)."""
+
+    store: Store
+    requests: RequestStore
+    clock: Clock
+
+    def _record(
+        self, session_id: str | None, actor: str, step: str, inputs: Any, outcome: str, **kw: Any
+    ) -> None:
+        raise NotImplementedError
+
+    def cases(self) -> Reply:
+        """The open cases, one line each."""
+        open_cases = self.store.list_open_cases()
+        if not open_cases:
+            return Reply.of(Message(headline="No open cases."))
+        lines = []
+        for case in open_cases:
+            steps = self.store.steps(session_id=case.session_id)
+            lines.append(f"`{case.session_id}` owner {who(case.owner)} — last: {_last(steps)}")
+        return Reply.of(Message(headline=f"{len(open_cases)} open case(s)", lines=lines))
+
+    def history(self, session_id: str) -> Reply:
+        """Every recorded step of a session, in order."""
+        steps = self.store.steps(session_id=session_id)
+        if not steps:
+            return Reply.of(Message(headline=f"No recorded steps for `{session_id}`.", session_id=session_id))
+        lines = [
+            f"#{s.seq} {s.at} {who(s.actor)} {s.step} → {s.outcome}"
+            + (f" (HTTP {s.http_status})" if s.http_status else "")
+            + (f" (receipt {s.receipt_id})" if s.receipt_id else "")
+            for s in steps
+        ]
+        return Reply.of(
+            Message(
+                headline=f"History of `{session_id}`: {len(steps)} step(s)",
+                lines=lines,
+                session_id=session_id,
+            )
+        )
+
+    def take(self, actor: str, session_id: str) -> Reply:
+        """Become the case owner (recorded)."""
+        if not ID_RE.match(session_id):
+            return Reply.of(text.refusal(f"invalid session id {session_id!r}"), ok=False)
+        case = self.store.open_case(session_id, actor)
+        previous = case.owner
+        self.store.set_owner(case.id, actor)
+        self._record(session_id, actor, "take", {"previous_owner": previous}, "owner")
+        was = f" (was {who(previous)})" if previous and previous != actor else ""
+        return Reply.of(
+            Message(
+                headline=f"<@{actor}> now owns the case of `{session_id}`{was}",
+                level="ok",
+                session_id=session_id,
+            )
+        )
+
+    def note(self, actor: str, session_id: str, note_text: str) -> Reply:
+        """A hand-off note on the case (recorded as a step)."""
+        if not ID_RE.match(session_id):
+            return Reply.of(text.refusal(f"invalid session id {session_id!r}"), ok=False)
+        if not note_text.strip():
+            return Reply.of(text.refusal("a note needs text: /recover note <session_id> <text>"), ok=False)
+        self._record(session_id, actor, "note", {"text": note_text}, "noted")
+        return Reply.of(
+            Message(headline=f"Noted on `{session_id}`", lines=[note_text], level="ok", session_id=session_id)
+        )
+
+    def handoff(self, actor: str) -> Reply:
+        """A digest of every open case for the next shift: state, last step, approvals, waits, next, notes."""
+        now = self.clock.now()
+        open_cases = self.store.list_open_cases()
+        messages: list[Message] = []
+        for case in open_cases:
+            sid = case.session_id
+            steps = self.store.steps(session_id=sid)
+            open_reqs = [r for r in self.requests.find(session_id=sid) if r.is_open]
+            lines = [f"State: {_case_state(steps, open_reqs)}"]
+            thread = f"; thread {case.channel}/{case.thread_ts}" if case.thread_ts else ""
+            lines.append(
+                f"Owner: {who(case.owner)}; opened {case.opened_at} by {who(case.opened_by)}{thread}"
+            )
+            if steps:
+                last = steps[-1]
+                lines.append(f"Last step: {last.step} → {last.outcome} by {who(last.actor)} at {last.at}")
+            for r in open_reqs:
+                lines.append(_request_line(r, now))
+            for w in self.requests.active_waits(sid):
+                lines.append(
+                    f"Waiting ({w.kind}): {w.detail or ''} — since {w.started_at}, until {w.deadline}"
+                )
+            lines.append(f"Next step: {_next_step(sid, steps, open_reqs)}")
+            for n in (s for s in steps if s.step == "note"):
+                lines.append(f"Note by {who(n.actor)} at {n.at}: {n.inputs.get('text')}")
+            messages.append(Message(headline=f"Case `{sid}`", lines=lines, session_id=sid))
+        before = self.store.head()
+        self._record(
+            None,
+            actor,
+            "handoff",
+            {"open_cases": len(open_cases)},
+            "posted",
+            detail={"sessions": [c.session_id for c in open_cases], "head_before": before},
+        )
+        summary = Message(
+            headline=f"Hand-off: {len(open_cases)} open case(s) at {isoformat(now)}",
+            lines=[
+                f"Audit head hash: {self.store.head()} (includes this hand-off's own step; before it: "
+                f"{before})"
+            ],
+        )
+        return Reply([summary, *messages])
+
+
+def _last(steps: Sequence[Step]) -> str:
+    if not steps:
+        return "none"
+    s = steps[-1]
+    return f"{s.step} → {s.outcome} by {who(s.actor)} at {s.at}"
+
+
+def _request_line(r: DecisionRequest, now: datetime) -> str:
+    if r.state == "pending":
+        kind = "approval" if r.policy == "two_person" else "confirmation"
+        left = max(0.0, ((parse_time(r.expires_at) or now) - now).total_seconds())
+        return (
+            f"Pending {kind}: {r.id} `{r.decision}` by {who(r.requester)}, age {text.age(r.created_at, now)}, "
+            f"expires {r.expires_at} (in {text.duration(left)}) — `/recover approve {r.id}`"
+        )
+    return f"Request {r.id} `{r.decision}`: {r.state} (approved by {who(r.approved_by)})"
+
+
+def _case_state(steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> str:
+    states = {r.state for r in open_reqs}
+    if "waiting" in states:
+        return "waiting for the scheduler to confirm the worker gone (R3.9)"
+    if states & {"approved", "executing"}:
+        return "decision in flight"
+    if "pending" in states:
+        return "waiting for approval/confirmation"
+    verifs = [s for s in steps if s.step == "verification"]
+    if verifs:
+        d = verifs[-1].detail or {}
+        return (
+            f"after {d.get('decision', 'a decision')}: status {text.show(d.get('session.status'))}, "
+            f"admission {text.show(d.get('session.admission_state'))}, "
+            f"resumable {text.show(d.get('session.resumable'))}"
+        )
+    return "under investigation"
+
+
+def _next_step(session_id: str, steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> str:
+    for r in open_reqs:
+        if r.state == "pending":
+            if r.policy == "two_person":
+                return f"a second person approves or rejects {r.id} (`/recover approve {r.id}`)"
+            return f"{who(r.requester)} confirms or drops {r.id}"
+        if r.state == "waiting":
+            return f"wait for the scheduler's pass; {r.id} is then submitted once (R3.9)"
+        return f"{r.id} is being executed; after a restart the bot finishes it on start-up"
+    verifs = [s for s in steps if s.step == "verification"]
+    if verifs and (verifs[-1].detail or {}).get("next"):
+        return str((verifs[-1].detail or {})["next"])
+    return f"diagnose: `/recover diagnose {session_id}`"
