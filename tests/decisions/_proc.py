@@ -1,0 +1,84 @@
+"""A bot process for the multi-process tests: the real core on a shared database file.
+
+Run as ``python -m tests.decisions._proc <db> <url> <action> <request_id> <actor> <channel> <go_file>``;
+the sandbox API key comes in the environment (SANDBOX_API_KEY), never on the command line.
+HANG=after_approval makes the diagnosis after the approval hang (the test SIGKILLs the process there);
+HANG=after_post lets the POST reach the control host and hangs before its answer is recorded.
+Prints one JSON line: {"ok": bool, "headlines": [...]}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from bot.clock import ManualClock
+from bot.controlhost import ControlHostClient, RetryPolicy
+from bot.decisions import DecisionService
+from bot.diagnosis import Diagnoser
+from bot.messages import NullReporter
+from bot.runbook import load_runbooks
+from bot.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _marker(name: str) -> None:
+    Path(os.environ["MARKER_DIR"], name).write_text(str(os.getpid()))
+
+
+class HangingTransport(httpx.HTTPTransport):
+    """Lets the POST through, then never returns its answer (a process dying mid-request)."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.method == "POST":
+            response.read()
+            _marker("posted")
+            time.sleep(600)
+        return response
+
+
+class HangingDiagnoser(Diagnoser):
+    def gather(self, session_id: str):  # type: ignore[no-untyped-def]
+        _marker("approved")
+        time.sleep(600)
+        return super().gather(session_id)
+
+
+def main() -> int:
+    db, url, action, request_id, actor, channel, go_file = sys.argv[1:8]
+    hang = os.environ.get("HANG", "")
+    clock = ManualClock()
+    store = Store(db, clock)
+    runbooks = load_runbooks(REPO / "runbooks")
+    transport = HangingTransport() if hang == "after_post" else None
+    client = ControlHostClient(url, os.environ["SANDBOX_API_KEY"], store=store, clock=clock, transport=transport,
+                               retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, jitter=0.0))
+    cls = HangingDiagnoser if hang == "after_approval" else Diagnoser
+    diagnoser = cls(client=client, runbooks=runbooks, store=store, log_source=None, reconciler_status=None,
+                    clock=clock)
+    svc = DecisionService(store=store, client=client, runbooks=runbooks, diagnoser=diagnoser, clock=clock,
+                          channels=(channel,))
+    deadline = time.monotonic() + 30
+    while not Path(go_file).exists():  # start together with the other process
+        if time.monotonic() > deadline:
+            return 2
+        time.sleep(0.005)
+    if action == "approve":
+        reply = svc.approve(actor, channel, request_id, NullReporter())
+    elif action == "recover":
+        reply = svc.recover_after_restart(NullReporter())
+    else:
+        return 2
+    print(json.dumps({"ok": reply.ok, "headlines": [m.headline for m in reply.messages]}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Exactly once across bot processes sharing one database file: compare-and-set in SQLite, not a lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bot.messages import NullReporter
+from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REPO, REQUESTER
+
+
+def _spawn(env, tmp_path: Path, action: str, request_id: str, actor: str, go: Path, hang: str = ""):
+    proc_env = dict(os.environ, SANDBOX_API_KEY=env.sandbox.api_key, MARKER_DIR=str(tmp_path), HANG=hang,
+                    PYTHONPATH=str(REPO))
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.decisions._proc", str(env.db_path), env.sandbox.url, action, request_id,
+         actor, CHANNEL, str(go)],
+        cwd=REPO, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _request(env, svc, sid: str) -> str:
+    env.outcome_unknown(sid, covered=True)
+    reply = svc.decide(REQUESTER, CHANNEL, sid, "abandon", turn="turn_9", effects="none outside",
+                       reason="hung engine", reporter=NullReporter())
+    rid = reply.messages[0].ref
+    assert rid, reply.messages[0].plain_text()
+    return rid
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.02)
+
+
+def test_two_processes_approving_one_request_make_one_post(decision_env, tmp_path):
+    env = decision_env
+    svc = env.service()
+    rid = _request(env, svc, "ses_pp1")
+    go = tmp_path / "go"
+    procs = [_spawn(env, tmp_path, "approve", rid, actor, go) for actor in (APPROVER, OUTSIDER)]
+    time.sleep(1.0)  # both processes are up and polling for the start signal
+    go.write_text("go")
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert sorted(r["ok"] for r in results) == [False, True], results
+    loser = next(r for r in results if not r["ok"])
+    assert any("already" in h for h in loser["headlines"]), loser
+    assert len(env.effects("ses_pp1")) == 1
+    assert len(env.posts("ses_pp1")) == 1
+    req = svc.requests.get(rid)
+    assert req.state == "executed" and req.approved_by in (APPROVER, OUTSIDER)
+
+
+def test_sigkill_between_approval_and_execution_then_restart(decision_env, tmp_path):
+    env = decision_env
+    svc = env.service()
+    rid = _request(env, svc, "ses_pk1")
+    go = tmp_path / "go"
+    go.write_text("go")
+    proc = _spawn(env, tmp_path, "approve", rid, APPROVER, go, hang="after_approval")
+    _wait_for(tmp_path / "approved", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    # The approval survived the kill; nothing was sent.
+    assert svc.requests.get(rid).state == "approved"
+    assert env.posts("ses_pk1") == []
+    # A restarted bot (new objects on the same file) executes it exactly once.
+    env.restart()
+    svc2 = env.service()
+    reply = svc2.recover_after_restart(NullReporter())
+    assert reply.ok, [m.plain_text() for m in reply.messages]
+    assert len(env.effects("ses_pk1")) == 1
+    assert svc2.requests.get(rid).state == "executed"
+    # A second restart finds nothing left to do: no duplicate.
+    env.restart()
+    env.service().recover_after_restart(NullReporter())
+    assert len(env.effects("ses_pk1")) == 1
+    assert len(env.posts("ses_pk1")) == 1
+
+
+def test_sigkill_after_the_post_reached_the_host_then_restart(decision_env, tmp_path):
+    env = decision_env
+    svc = env.service()
+    rid = _request(env, svc, "ses_pk2")
+    go = tmp_path / "go"
+    go.write_text("go")
+    proc = _spawn(env, tmp_path, "approve", rid, APPROVER, go, hang="after_post")
+    _wait_for(tmp_path / "posted", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    # The control host applied it, but the bot never recorded the answer.
+    assert len(env.effects("ses_pk2")) == 1
+    req = svc.requests.get(rid)
+    assert req.state == "executing"
+    assert env.store.get_request(req.idem_key).pending
+    env.restart()
+    reply = env.service().recover_after_restart(NullReporter())
+    assert reply.ok, [m.plain_text() for m in reply.messages]
+    # Re-sent with the same key and body: the host replays its receipt, no second effect.
+    posts = env.posts("ses_pk2")
+    assert len(posts) == 2 and len({p["idempotency_key"] for p in posts}) == 1
+    assert len(env.effects("ses_pk2")) == 1
+    final = env.service().requests.get(rid)
+    assert final.state == "executed" and final.receipt_id == env.effects("ses_pk2")[0]["receipt_id"]
