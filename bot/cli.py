@@ -19,7 +19,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _add(
-    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    sub: argparse._SubParsersAction,
     name: str,
     *,
     help: str,
@@ -29,7 +29,7 @@ def _add(
     parser: argparse.ArgumentParser = sub.add_parser(
         name, help=help, description=help, epilog=f"Example:\n  {example}", formatter_class=_Formatter
     )
-    parser.set_defaults(handler=handler)
+    parser.set_defaults(handler=handler, needs_settings=True)
     return parser
 
 
@@ -40,12 +40,16 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _console(args: argparse.Namespace, settings: Settings) -> int:
+    import getpass
+
     from bot.console import run_console
     from bot.services import build_router
 
+    # Never a silent fallback to the sandbox: without a control host this is an error (use `demo`).
     settings.require_control_host()
     router = build_router(settings)
-    return run_console(router, users=(args.user,), allow_switch_user=False)
+    # Against a real control host the acting user is fixed (commands.md): `:as` is refused.
+    return run_console(router, users=(args.user or getpass.getuser(),), allow_switch_user=False)
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -87,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         example="CONTROL_HOST_URL=https://control.example.internal CONTROL_HOST_API_KEY=… recover-bot console",
         handler=_console,
     )
-    console.add_argument("--user", default="console", help="the acting user recorded in every step")
+    console.add_argument(
+        "--user", default=None, help="the acting user recorded in every step (default: your login name)"
+    )
     _add(
         sub,
         "serve",
@@ -120,7 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = load_settings()
-        logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        # httpx logs every request at INFO: noise in a console, and URLs are all it would add.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         handler: Handler = args.handler
         return handler(args, settings)
     except RecoverError as exc:

@@ -57,7 +57,9 @@ class Message:
 
     def plain_text(self) -> str:
         """A readable text rendering (console, Slack's notification text, logs)."""
-        icon = {"info": "", "ok": "[ok] ", "warn": "[!] ", "error": "[error] ", "progress": "[..] "}[self.level]
+        icon = {"info": "", "ok": "[ok] ", "warn": "[!] ", "error": "[error] ", "progress": "[..] "}[
+            self.level
+        ]
         out = [f"{icon}{self.headline}"]
         out.extend(self.lines)
         out.extend(f"  {k}: {v}" for k, v in self.facts)

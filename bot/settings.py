@@ -57,16 +57,22 @@ class Settings:
         """Commands that talk to the control host call this: a clear message instead of a crash."""
         problems = []
         if not self.control_host_url:
-            problems.append("CONTROL_HOST_URL is not set: the control host's API base URL, e.g. https://control.example.internal")
+            problems.append(
+                "CONTROL_HOST_URL is not set: the control host's API base URL, e.g. https://control.example.internal"
+            )
         if not self.control_host_api_key:
-            problems.append("CONTROL_HOST_API_KEY is not set: an API key with the sessions:recover scope (R0.1)")
+            problems.append(
+                "CONTROL_HOST_API_KEY is not set: an API key with the sessions:recover scope (R0.1)"
+            )
         if problems:
             raise SettingsError(problems)
 
     def require_slack(self) -> None:
         problems = []
         if not self.slack_bot_token:
-            problems.append("SLACK_BOT_TOKEN is not set: the bot token (xoxb-…) from the Slack app's OAuth page")
+            problems.append(
+                "SLACK_BOT_TOKEN is not set: the bot token (xoxb-…) from the Slack app's OAuth page"
+            )
         if not self.slack_signing_secret and not self.slack_app_token:
             problems.append(
                 "SLACK_SIGNING_SECRET is not set: needed to verify requests in HTTP mode "
@@ -131,9 +137,7 @@ def load_settings(env: Mapping[str, str] | None = None, dotenv: Path | None = Pa
     approvers = _split_ids(get("RECOVER_APPROVERS") or "")
     for a in approvers:
         if not (_USER_ID.match(a) or _GROUP_ID.match(a)):
-            problems.append(
-                f"RECOVER_APPROVERS: {a!r} is not a Slack user id (U…/W…) or user-group id (S…)"
-            )
+            problems.append(f"RECOVER_APPROVERS: {a!r} is not a Slack user id (U…/W…) or user-group id (S…)")
     channels = _split_ids(get("RECOVER_CHANNELS") or "")
     for c in channels:
         if not _CHANNEL_ID.match(c):

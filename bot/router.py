@@ -1,0 +1,311 @@
+"""One entry point for every front end: a typed command or a clicked button → a :class:`Reply`.
+
+The Slack app and the console both call :class:`Router`; the rules (the two-person rule, channel
+restrictions, the runbook's preconditions) are enforced behind it, in the core, so no front end can
+skip one. Errors are turned into messages in one place (:func:`error_reply`); a person never sees a
+stack trace and never a secret.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bot.errors import CommandError, ControlHostError, RecoverError
+from bot.messages import Message, Reply, Reporter
+from bot.redact import redact
+from bot.runbook import ParsedCommand, help_text, parse_command
+from bot.services import Services
+
+log = logging.getLogger(__name__)
+
+# Button actions the core produces (bot.messages.Button.action) and that front ends send back.
+ACTIONS = ("approve", "reject", "confirm", "reconcile_reviewed", "decide", "decide_form", "run")
+
+
+def error_reply(exc: BaseException) -> Reply:
+    """The one place an error becomes words for a person."""
+    if isinstance(exc, CommandError):
+        lines = [exc.usage] if exc.usage else []
+        return Reply.of(Message(headline=redact(exc.message), level="error", lines=lines), ok=False)
+    if isinstance(exc, ControlHostError):
+        status = f"HTTP {exc.status} " if exc.status else ""
+        lines = [redact(exc.hint)] if exc.hint else []
+        if exc.retryable:
+            lines.append("This is retryable: the same request is safe to repeat (same Idempotency-Key).")
+        return Reply.of(
+            Message(
+                headline=f"Control host: {status}{exc.code}: {redact(exc.message)}",
+                level="error",
+                lines=lines,
+            ),
+            ok=False,
+        )
+    if isinstance(exc, RecoverError):
+        lines = [redact(exc.hint)] if exc.hint else []
+        return Reply.of(Message(headline=redact(exc.message), level="error", lines=lines), ok=False)
+    log.exception("unexpected error", exc_info=exc)
+    return Reply.of(
+        Message(
+            headline="Unexpected error: it has been logged with its details.",
+            level="error",
+            lines=[
+                f"{type(exc).__name__}: {redact(str(exc))[:300]}",
+                "Check `/recover history <session>` before repeating a decision: every step that was "
+                "sent is recorded there.",
+            ],
+        ),
+        ok=False,
+    )
+
+
+class Router:
+    """Dispatches parsed commands by their runbook step kind, and button actions, to the core."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.runbooks = services.runbooks
+        self.startup_reply: Reply = Reply()
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def startup(self, reporter: Reporter) -> Reply:
+        """Finish what a previous run left half-done: replay unanswered requests with their stored
+        keys and bodies, and execute approved requests exactly once (never re-create them)."""
+        try:
+            self.startup_reply = self.services.decisions.recover_after_restart(reporter)
+        except Exception as exc:  # noqa: BLE001 - a start-up problem is shown, the bot still serves
+            self.startup_reply = error_reply(exc)
+        return self.startup_reply
+
+    # -- text commands ------------------------------------------------------------------------
+
+    def help_text(self) -> str:
+        return help_text(self.runbooks)
+
+    def parse(self, text: str) -> ParsedCommand:
+        return parse_command(text, self.runbooks)
+
+    def session_of(self, text: str) -> str | None:
+        """The session a command is about (for threading); None when it is about none or does not parse."""
+        try:
+            cmd = self.parse(text)
+        except CommandError:
+            return None
+        session = cmd.arg("session_id")
+        if session:
+            return session
+        request_id = cmd.arg("request_id")
+        if request_id:
+            request = self.services.decisions.requests.get(request_id)
+            return request.session_id if request else None
+        return None
+
+    def handle_text(self, text: str, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+        try:
+            cmd = self.parse(text)
+            self._check_channel(cmd.name, cmd.channel_restricted, channel)
+            return self._dispatch(cmd, actor=actor, channel=channel, reporter=reporter)
+        except Exception as exc:  # noqa: BLE001 - rendered in one place
+            return error_reply(exc)
+
+    def _check_channel(self, name: str, restricted: bool, channel: str | None) -> None:
+        allowed = self.services.settings.channels
+        if restricted and allowed and channel not in allowed:
+            raise RecoverError(
+                f"`/recover {name}` is not allowed in this channel.",
+                hint="Decisions, approvals and real reconciler passes are made only in: "
+                + ", ".join(f"<#{c}>" for c in allowed)
+                + " (RECOVER_CHANNELS).",
+            )
+
+    def _dispatch(self, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+        s = self.services
+        kind = cmd.kind
+        if kind == "help":
+            return Reply.of(
+                Message(
+                    headline="recover-bot commands", lines=[help_text(self.runbooks, cmd.arg("subcommand"))]
+                )
+            )
+        if kind == "diagnose":
+            return s.diagnoser.diagnose(self._arg(cmd, "session_id"), actor)
+        if kind == "reconciler_status":
+            return s.dockerops.status()
+        if kind == "reconciler_dryrun":
+            return s.dockerops.dryrun(actor)
+        if kind == "reconciler_real_pass":
+            return s.dockerops.reconcile(actor, self._flag(cmd, "reviewed"))
+        if kind == "preflight":
+            return self._preflight()
+        if kind in ("decide", "dryrun_decide"):
+            call = s.decisions.decide if kind == "decide" else s.decisions.dryrun_decide
+            return call(
+                actor,
+                channel,
+                self._arg(cmd, "session_id"),
+                self._arg(cmd, "decision"),
+                turn=cmd.flag_text("turn"),
+                evidence=cmd.flag_text("evidence"),
+                effects=cmd.flag_text("effects"),
+                reason=cmd.flag_text("reason") or "",
+                yes=bool(cmd.flag("yes")),
+                reporter=reporter,
+            )
+        if kind == "approve":
+            return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
+        if kind == "reject":
+            return s.decisions.reject(actor, channel, self._arg(cmd, "request_id"), cmd.flag_text("reason"))
+        if kind == "resume":
+            return s.decisions.resume(actor, channel, self._arg(cmd, "session_id"), reporter)
+        if kind == "cases":
+            return s.decisions.cases()
+        if kind == "history":
+            return s.decisions.history(self._arg(cmd, "session_id"))
+        if kind == "take":
+            return s.decisions.take(actor, self._arg(cmd, "session_id"))
+        if kind == "note":
+            return s.decisions.note(actor, self._arg(cmd, "session_id"), self._arg(cmd, "text"))
+        if kind == "handoff":
+            return s.decisions.handoff(actor)
+        if kind == "text":
+            return self._text(cmd)
+        raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
+
+    @staticmethod
+    def _arg(cmd: ParsedCommand, name: str) -> str:
+        value = cmd.arg(name)
+        if not value:
+            raise CommandError(f"`{cmd.name}` needs <{name}>.", usage=cmd.spec.usage if cmd.spec else None)
+        return value
+
+    @staticmethod
+    def _flag(cmd: ParsedCommand, name: str) -> str:
+        value = cmd.flag_text(name)
+        if not value:
+            raise CommandError(
+                f"`{cmd.name}` needs --{name} <value>.", usage=cmd.spec.usage if cmd.spec else None
+            )
+        return value
+
+    def _preflight(self) -> Reply:
+        docker = self.runbooks.docker
+        if docker is None or docker.min_daemon_major is None:
+            raise CommandError("No runbook sets a Docker daemon minimum (docker.min_daemon_major).")
+        advice = [f"Deploy {i}. {step.image}: {step.note}" for i, step in enumerate(docker.deploy_order, 1)]
+        advice.extend(docker.drain_advice)
+        return self.services.dockerops.preflight(docker.min_daemon_major, advice)
+
+    def _text(self, cmd: ParsedCommand) -> Reply:
+        spec = cmd.spec
+        assert spec is not None
+        lines = [spec.text] if spec.text else []
+        lines.extend(spec.checklist or [])
+        return Reply.of(Message(headline=spec.help, lines=lines, rules=list(spec.rules or []), kind="text"))
+
+    # -- buttons ------------------------------------------------------------------------------
+
+    def handle_action(
+        self,
+        action: str,
+        value: str,
+        *,
+        actor: str,
+        channel: str | None,
+        reporter: Reporter,
+        form: dict[str, str] | None = None,
+    ) -> Reply:
+        """A clicked button (or a submitted form). The same core calls as the text commands."""
+        try:
+            return self._action(
+                action, value, actor=actor, channel=channel, reporter=reporter, form=form or {}
+            )
+        except Exception as exc:  # noqa: BLE001 - rendered in one place
+            return error_reply(exc)
+
+    def _id(self, value: str, what: str) -> str:
+        pattern = self.runbooks.id_pattern
+        if pattern is None or not pattern.fullmatch(value or ""):
+            raise CommandError(f"Not a valid {what}: {value[:40]!r}.")
+        return value
+
+    def _action(
+        self,
+        action: str,
+        value: str,
+        *,
+        actor: str,
+        channel: str | None,
+        reporter: Reporter,
+        form: dict[str, str],
+    ) -> Reply:
+        d = self.services.decisions
+        if action == "approve":
+            self._check_channel("approve", True, channel)
+            return d.approve(actor, channel, self._id(value, "request id"), reporter)
+        if action == "reject":
+            self._check_channel("reject", True, channel)
+            return d.reject(actor, channel, self._id(value, "request id"), form.get("reason") or None)
+        if action == "confirm":
+            self._check_channel("decide", True, channel)
+            return d.confirm(actor, channel, self._id(value, "request id"), reporter)
+        if action == "reconcile_reviewed":
+            self._check_channel("reconcile", True, channel)
+            return self.services.dockerops.reconcile(actor, self._id(value, "dry-run id"))
+        if action == "decide":
+            self._check_channel("decide", True, channel)
+            return d.decide(
+                actor,
+                channel,
+                self._id(form.get("session_id", ""), "session id"),
+                form.get("decision", ""),
+                turn=form.get("turn") or None,
+                evidence=form.get("evidence") or None,
+                effects=form.get("effects") or None,
+                reason=form.get("reason", ""),
+                yes=form.get("yes") in ("1", "true", "yes"),
+                reporter=reporter,
+            )
+        if action == "decide_form":
+            session, _, decision = value.partition("|")
+            self._id(session, "session id")
+            return Reply.of(
+                Message(
+                    headline=f"To decide {decision} on {session}, type:",
+                    lines=[self._decide_template(session, decision)],
+                    session_id=session,
+                )
+            )
+        if action == "run":
+            return self.handle_text(value, actor=actor, channel=channel, reporter=reporter)
+        raise CommandError(f"Unknown button action {action[:40]!r}.")
+
+    def _decide_template(self, session: str, decision: str) -> str:
+        flags = self.runbooks.required_flags(decision) if decision in self.runbooks.decisions else ["reason"]
+        parts = [f"/recover decide {session} {decision}"]
+        for flag in flags:
+            parts.append(f'--{flag} "…"' if flag != "yes" else "--yes")
+        if "reason" not in flags:
+            parts.append('--reason "…"')
+        return " ".join(parts)
+
+    # -- views (App Home, console) -------------------------------------------------------------
+
+    def open_cases_view(self) -> list[Message]:
+        return self.services.decisions.cases().messages
+
+    def pending_approvals_view(self) -> list[Message]:
+        d = self.services.decisions
+        messages: list[Message] = []
+        for request in d.requests.find(states=("pending",)):
+            messages.append(
+                Message(
+                    headline=f"{request.id}: {request.decision} on {request.session_id} by {request.requester}",
+                    lines=[
+                        f"Expires {request.expires_at}. To approve (another person): /recover approve {request.id}"
+                    ],
+                    session_id=request.session_id,
+                    kind="approval_request_summary",
+                    ref=request.id,
+                )
+            )
+        return messages

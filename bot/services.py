@@ -1,0 +1,227 @@
+"""Builds the core from settings: runbooks, store, control-host client, diagnosis, decisions, Docker.
+
+The one place where the parts are wired together, so the Slack app, the console and the tests all get
+the same core. Nothing here talks to the network at build time except the start-up replay of
+requests whose answer was never recorded (the Idempotency-Key rule).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.clock import Clock, SystemClock
+from bot.controlhost import ControlHostClient
+from bot.decisions import ApproverDirectory, DecisionService
+from bot.diagnosis.service import Diagnoser, ReconcilerStatus
+from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig
+from bot.errors import DockerOpsError
+from bot.logs import FileLogSource, LogSource
+from bot.messages import Message, Reporter
+from bot.runbook import RunbookSet, load_runbooks
+from bot.settings import Settings
+from bot.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    """The core's parts, built once per process."""
+
+    settings: Settings
+    runbooks: RunbookSet
+    store: Store
+    client: ControlHostClient
+    diagnoser: Diagnoser
+    decisions: DecisionService
+    dockerops: DockerOps
+    clock: Clock
+    sandboxed: bool
+
+
+class LoggingReporter:
+    """Reports of start-up work go to the log (front ends show the returned reply as well)."""
+
+    def progress(self, message: Message) -> None:
+        log.info("%s", message.plain_text())
+
+    def post(self, message: Message) -> None:
+        log.info("%s", message.plain_text())
+
+
+class DockerReconcilerStatus:
+    """diagnose's view of the reconciler (R1.4): the last pass line, read through DockerOps."""
+
+    def __init__(self, ops: DockerOps) -> None:
+        self.ops = ops
+
+    def read_status(self) -> ReconcilerStatus:
+        from bot.clock import isoformat
+
+        ops = self.ops
+        with ops._client() as (client, host):
+            target = ops.find_reconciler(client, host)
+            completed, failed = ops._last_pass_lines(client, host, target)
+        latest = None
+        for line in (completed, failed):
+            if line is not None and (latest is None or (line.at and latest.at and line.at > latest.at)):
+                latest = line
+        if latest is None:
+            return ReconcilerStatus(last_pass=None, last_pass_at=None, raw=None)
+        return ReconcilerStatus(last_pass=latest.kind, last_pass_at=isoformat(latest.at), raw=latest.text)
+
+
+def reconciler_config(runbooks: RunbookSet) -> ReconcilerConfig:
+    """The runbook's ``reconciler:`` section as DockerOps' plain configuration (R1.1–R1.6)."""
+    spec = runbooks.reconciler
+    if spec is None:
+        return ReconcilerConfig()
+    sel = spec.container
+    cautions = dict(spec.cautions or {})
+    kwargs: dict[str, Any] = {
+        "project_label": sel.project_label,
+        "service_label": sel.service_label,
+        "service": sel.service,
+        "status": sel.status,
+        "name_pattern": sel.name_pattern,
+        "argv": tuple(spec.argv),
+        "dry_run_env": spec.env_var,
+        "dry_value": spec.dry_value,
+        "real_value": spec.real_value,
+        "review_window_seconds": int(runbooks.reconciler_review_window()),
+        "exec_timeout_seconds": float(runbooks.reconciler_exec_timeout()),
+        "status_path": spec.status_file,
+        "completed_pattern": spec.pass_patterns.completed,
+        "failed_pattern": spec.pass_patterns.failed,
+    }
+    if "real_pass" in cautions:
+        kwargs["caution_overlap_safe"] = cautions["real_pass"]
+    return ReconcilerConfig(**kwargs)
+
+
+def worker_log_config(runbooks: RunbookSet) -> WorkerLogConfig:
+    spec = runbooks.workers
+    kwargs: dict[str, Any] = {}
+    if spec is not None:
+        kwargs = {
+            "project_label": spec.project_label,
+            "service_label": spec.service_label,
+            "service": spec.service,
+            "session_label": spec.session_label,
+        }
+    if "log_window" in runbooks.limits:
+        kwargs["window_seconds"] = int(runbooks.limit("log_window"))
+    if "log_byte_budget" in runbooks.limits:
+        kwargs["byte_budget"] = runbooks.limit_int("log_byte_budget")
+    return WorkerLogConfig(**kwargs)
+
+
+def _demo_log_file(sandbox: Any, folder: Path) -> Path:
+    """The demo's worker logs: every scenario's lines in one file, read through the file source."""
+    path = folder / "demo-worker.log"
+    now = sandbox.clock.now()
+    with path.open("w", encoding="utf-8") as out:
+        for scenario in sandbox.scenarios.values():
+            for line in scenario.worker_log_lines(now):
+                out.write(line.text + "\n")
+    return path
+
+
+def build_services(
+    settings: Settings,
+    *,
+    sandbox: Any = None,
+    directory: ApproverDirectory | None = None,
+    clock: Clock | None = None,
+) -> Services:
+    """Wire the core. ``sandbox`` (a running :class:`bot.sandbox.SandboxHandle`) replaces the control host.
+
+    Raises :class:`bot.errors.RunbookError` for an invalid runbook (the bot refuses to start) and
+    :class:`bot.errors.SettingsError` when the control host is not configured.
+    """
+    runbooks = load_runbooks(settings.runbooks_dir)
+    clock = clock or (sandbox.clock if sandbox is not None else SystemClock())
+    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
+    store = Store(settings.db_path, clock=clock)
+    if sandbox is not None:
+        client = ControlHostClient(sandbox.url, sandbox.api_key, store=store, clock=clock)
+    else:
+        settings.require_control_host()
+        assert settings.control_host_url and settings.control_host_api_key
+        client = ControlHostClient(
+            settings.control_host_url, settings.control_host_api_key, store=store, clock=clock
+        )
+
+    dockerops = DockerOps(
+        store, installation=settings.installation, config=reconciler_config(runbooks), clock=clock
+    )
+    log_source: LogSource | None = None
+    if settings.log_files:
+        log_source = FileLogSource(settings.log_files)
+    elif sandbox is not None:
+        log_source = FileLogSource(str(_demo_log_file(sandbox, settings.db_path.parent)))
+    elif settings.installation:
+        log_source = DockerLogSource(installation=settings.installation, config=worker_log_config(runbooks))
+    status_source = DockerReconcilerStatus(dockerops) if settings.installation else None
+
+    diagnoser = Diagnoser(
+        client=client,
+        runbooks=runbooks,
+        store=store,
+        log_source=log_source,
+        reconciler_status=status_source,
+        clock=clock,
+    )
+    decisions = DecisionService(
+        store=store,
+        client=client,
+        runbooks=runbooks,
+        diagnoser=diagnoser,
+        clock=clock,
+        approvers=settings.approvers,
+        channels=settings.channels,
+        directory=directory,
+    )
+    return Services(
+        settings=settings,
+        runbooks=runbooks,
+        store=store,
+        client=client,
+        diagnoser=diagnoser,
+        decisions=decisions,
+        dockerops=dockerops,
+        clock=clock,
+        sandboxed=sandbox is not None,
+    )
+
+
+def build_router(
+    settings: Settings,
+    *,
+    sandbox: Any = None,
+    directory: ApproverDirectory | None = None,
+    clock: Clock | None = None,
+    reporter: Reporter | None = None,
+) -> Any:
+    """Build the services and the router over them; finish what a previous run left half-done."""
+    from bot.router import Router
+
+    services = build_services(settings, sandbox=sandbox, directory=directory, clock=clock)
+    router = Router(services)
+    router.startup(reporter or LoggingReporter())
+    return router
+
+
+__all__ = [
+    "DockerOpsError",
+    "DockerReconcilerStatus",
+    "LoggingReporter",
+    "Services",
+    "build_router",
+    "build_services",
+    "reconciler_config",
+    "worker_log_config",
+]
