@@ -51,7 +51,7 @@ class BackgroundWork:
         self._idle = threading.Condition(self._lock)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        future = self._pool.submit(fn, *args)
+        future = self._pool.submit(_logged, fn, *args)
         with self._lock:
             self._pending.add(future)
         future.add_done_callback(self._done)
@@ -70,6 +70,17 @@ class BackgroundWork:
 
     def shutdown(self, wait: bool = True) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+
+def _logged(fn: Callable[..., Any], *args: Any) -> Any:
+    # A background job has nobody to raise to: log (redacted) instead of losing the error silently.
+    try:
+        return fn(*args)
+    except Exception:
+        log.error(
+            "background job %s failed:\n%s", getattr(fn, "__name__", fn), redact(traceback.format_exc())
+        )
+        return None
 
 
 @dataclass
@@ -274,12 +285,12 @@ def _register(app: App, bot: SlackBot) -> None:
 
     @app.command(COMMAND)
     def on_command(ack: Ack, body: dict[str, Any]) -> None:
-        ack(text=wording.ack_command(str(body.get("text") or "")))
+        # Queue first, then ack: queuing is in-memory (no I/O), and nothing is lost between the two.
         bot.work.submit(bot.run_command, body)
+        ack(text=wording.ack_command(str(body.get("text") or "")))
 
     @app.action({"type": "block_actions", "action_id": re.compile(_OUR_ACTIONS)})
     def on_button(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
-        ack()
         name = kit.parse_action_id(str(action.get("action_id") or "")) or ""
         value = str(action.get("value") or "")
         if name == "decide_form":
@@ -287,6 +298,7 @@ def _register(app: App, bot: SlackBot) -> None:
             bot.ui.submit(bot.open_decide_form, body, value)
         else:
             bot.work.submit(bot.run_action, body, name, value)
+        ack()
 
     @app.action(re.compile(r".*"))
     def on_other_action(ack: Ack) -> None:
@@ -300,15 +312,15 @@ def _register(app: App, bot: SlackBot) -> None:
         if errors:
             ack(response_action="errors", errors=errors)
             return
-        ack()
         bot.work.submit(bot.run_decide, str((body.get("user") or {}).get("id") or "unknown"), form, fields)
+        ack()
 
     @app.event("app_home_opened")
     def on_home_opened(ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
-        ack()
         user = str(event.get("user") or "")
         if user and event.get("tab", "home") == "home":
             bot.ui.submit(bot.home_opened, str(body.get("event_id") or ""), user)
+        ack()
 
     @app.error
     def on_error(error: Exception, body: dict[str, Any]) -> None:

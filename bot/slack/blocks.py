@@ -245,7 +245,7 @@ def _assign_block_ids(blocks: Iterable[Block]) -> None:
 def check_blocks(
     blocks: Sequence[Block | dict[str, Any]], limit: int = MAX_MESSAGE_BLOCKS
 ) -> list[dict[str, Any]]:
-    """Serialise and check what ``slack_sdk`` does not: block count, unique block_id / action_id.
+    """Serialise and check what ``slack_sdk`` does not: block count, unique block_id, action_id per block.
 
     Returns the dicts (``to_dict()`` also runs the library's own length checks).
     """
@@ -256,14 +256,15 @@ def check_blocks(
     block_ids = [d["block_id"] for d in dicts if d.get("block_id")]
     if len(block_ids) != len(set(block_ids)):
         problems.append("duplicate block_id")
-    action_ids = [
-        e["action_id"]
-        for d in dicts
-        for e in [*(d.get("elements") or []), *([d["element"]] if isinstance(d.get("element"), dict) else [])]
-        if isinstance(e, dict) and e.get("action_id")
-    ]
-    if len(action_ids) != len(set(action_ids)):
-        problems.append("duplicate action_id")
+    # Slack requires an action_id to be unique within its block (our messages make them unique overall).
+    for d in dicts:
+        elements = [
+            *(d.get("elements") or []),
+            *([d["element"]] if isinstance(d.get("element"), dict) else []),
+        ]
+        ids = [e["action_id"] for e in elements if isinstance(e, dict) and e.get("action_id")]
+        if len(ids) != len(set(ids)):
+            problems.append(f"duplicate action_id in block {d.get('block_id')!r}")
     for d in dicts:
         if d.get("type") == "actions" and len(d.get("elements", [])) > ACTIONS_ELEMENTS:
             problems.append(f"an actions block with more than {ACTIONS_ELEMENTS} elements")

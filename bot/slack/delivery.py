@@ -133,32 +133,35 @@ class SlackReporter:
         if tracked:
             assert message.ref is not None
             known = self.threads.state.ref_location(message.kind, message.ref)
-            if known is not None and self._update(known[0], known[1], message):
+            if known is not None and self.out.update(known[0], known[1], message):
                 return
+        progress: tuple[str, str] | None = None
         if reuse_progress:
             with self._lock:
                 progress, self._progress = self._progress, None
                 self._pending_progress = None
-            if progress is not None and self._update(progress[0], progress[1], message):
-                if tracked:
-                    assert message.ref is not None
-                    self.threads.state.remember_ref(message.kind, message.ref, progress[0], progress[1])
-                return
         where = self._where(message)
-        if where is None:
+        if where is None and progress is None:
             if self.origin.response_url:
                 self.out.respond(self.origin.response_url, message, ephemeral=self.origin.ephemeral_reply)
             return
+        # Long output goes up as a file in the same thread; if that fails, a truncated preview.
         uploaded = False
-        if message.attachment is not None:
+        if message.attachment is not None and where is not None:
             uploaded = self.out.upload(where, message.attachment)
-        ts = self.out.post(where, message, attachment_uploaded=uploaded)
+        if progress is not None and self.out.update(
+            progress[0], progress[1], message, attachment_uploaded=uploaded
+        ):
+            ts: str | None = progress[1]
+            channel = progress[0]
+        elif where is not None:
+            ts = self.out.post(where, message, attachment_uploaded=uploaded)
+            channel = where.channel
+        else:
+            return
         if ts and tracked:
             assert message.ref is not None
-            self.threads.state.remember_ref(message.kind, message.ref, where.channel, ts)
-
-    def _update(self, channel: str, ts: str, message: Message) -> bool:
-        return self.out.update(channel, ts, message)
+            self.threads.state.remember_ref(message.kind, message.ref, channel, ts)
 
     def error(self, message: Message) -> None:
         """An error only the actor needs to see: ephemeral, never in the shared thread."""
