@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import ssl
 from datetime import datetime
 from typing import Any
 
@@ -20,11 +22,20 @@ class SandboxAdminError(RecoverError):
         self.code = code
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # The admin URL is plain http on loopback; one shared context spares each client the ~0.1 s of
+    # loading the CA bundle (every test starts a sandbox).
+    return ssl.create_default_context()
+
+
 class SandboxAdmin:
     """Drive the sandbox: clock, scheduler, faults, state-machine events, effects, logs."""
 
     def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
-        self._client = httpx.Client(base_url=base_url.rstrip("/") + "/_sandbox", timeout=timeout)
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/") + "/_sandbox", timeout=timeout, verify=_tls_context()
+        )
 
     def close(self) -> None:
         self._client.close()

@@ -121,6 +121,7 @@ def start_sandbox(
     host: str = "127.0.0.1",
     port: int = 0,
     api_keys: Mapping[str, set[str]] | None = None,
+    request_timeout: float = 30.0,
 ) -> SandboxHandle:
     """Start the sandbox control host in a background thread and return its handle.
 
@@ -128,7 +129,8 @@ def start_sandbox(
     or None for an empty sandbox. ``clock`` defaults to a fresh ManualClock (time moves only through
     the admin API or the clock itself). ``api_keys`` maps a key to its scopes; by default one random
     key with ``sessions:read`` and ``sessions:recover`` is made. ``handle.api_key`` is a key that has
-    ``sessions:recover``.
+    ``sessions:recover``. ``request_timeout`` is the socket timeout of each connection (a stalled or
+    idle client is disconnected after it).
     """
     clock = clock if clock is not None else ManualClock()
     state_clock: Any = clock if callable(getattr(clock, "advance", None)) else AdjustableClock(clock)
@@ -140,9 +142,9 @@ def start_sandbox(
     state = SandboxState(state_clock)
     state.add_scenarios(_resolve_scenarios(scenarios))
     app = SandboxApp(state, api_keys, lambda seconds: state_clock.advance(seconds))
-    server = SandboxHTTPServer((host, port), app)
+    server = SandboxHTTPServer((host, port), app, request_timeout=request_timeout)
     thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="sandbox-control-host", daemon=True
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="sandbox-control-host", daemon=True
     )
     thread.start()
     return SandboxHandle(server, thread, state, clock, recover_keys[0])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -185,15 +186,32 @@ def load_scenarios(path_or_dir: str | Path) -> list[Scenario]:
     return sorted(scenarios, key=lambda s: s.id)
 
 
+_CACHE: dict[tuple[str, int, int], Scenario] = {}
+_CACHE_LOCK = threading.Lock()
+
+
 def load_scenario_file(file: Path) -> Scenario:
-    """Read and validate one scenario file (safe loader only)."""
+    """Read and validate one scenario file (safe loader only).
+
+    Parsed files are cached by path, size and mtime: every test starts a sandbox, and the pure-Python
+    YAML parser would otherwise dominate the suite's run time. Scenarios are never mutated.
+    """
     try:
+        stat = file.stat()
+        cache_key = (str(file.resolve()), stat.st_mtime_ns, stat.st_size)
+        with _CACHE_LOCK:
+            cached = _CACHE.get(cache_key)
+        if cached is not None:
+            return cached
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ScenarioError([f"{file}: cannot read: {exc.strerror or exc}"]) from exc
     except yaml.YAMLError as exc:
         raise ScenarioError([f"{file}: not valid YAML: {exc}"]) from exc
-    return scenario_from_mapping(data, source=file)
+    scenario = scenario_from_mapping(data, source=file)
+    with _CACHE_LOCK:
+        _CACHE[cache_key] = scenario
+    return scenario
 
 
 def scenario_from_mapping(data: object, *, source: Path | None = None) -> Scenario:

@@ -561,6 +561,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: SandboxHTTPServer
 
     def setup(self) -> None:
+        self.timeout = self.server.request_timeout
         super().setup()
         self.server.track(self.connection, True)
 
@@ -624,9 +625,10 @@ class SandboxHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
 
-    def __init__(self, address: tuple[str, int], app: SandboxApp) -> None:
+    def __init__(self, address: tuple[str, int], app: SandboxApp, *, request_timeout: float = 30.0) -> None:
         super().__init__(address, _Handler)
         self.app = app
+        self.request_timeout = request_timeout
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
 
