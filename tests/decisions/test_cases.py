@@ -1,0 +1,80 @@
+"""Cases and hand-offs: the next shift can pick up every open case from the digest alone."""
+
+from __future__ import annotations
+
+from bot.messages import ListReporter
+from tests.decisions.test_execution import HookClock
+from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REQUESTER
+
+
+def test_take_note_history_and_cases_are_recorded(decision_env):
+    env = decision_env
+    env.outcome_unknown("ses_c1")
+    svc = env.service()
+    svc.decide(REQUESTER, CHANNEL, "ses_c1", "abandon", turn="turn_9", effects="none", reason="hung",
+               reporter=ListReporter())
+    assert env.store.get_open_case("ses_c1").owner == REQUESTER
+    took = svc.take(APPROVER, "ses_c1")
+    assert took.ok and f"(was <@{REQUESTER}>)" in took.messages[0].headline
+    assert env.store.get_open_case("ses_c1").owner == APPROVER
+    assert svc.note(APPROVER, "ses_c1", "pinged the repo owner about the push").ok
+    assert not svc.note(APPROVER, "ses_c1", "   ").ok
+    steps = env.store.steps(session_id="ses_c1")
+    assert [s.step for s in steps] == ["decision_requested", "take", "note"]
+    history = svc.history("ses_c1").messages[0]
+    assert len(history.lines) == 3 and "take" in history.lines[1] and f"<@{APPROVER}>" in history.lines[1]
+    cases = svc.cases().messages[0]
+    assert cases.headline == "1 open case(s)" and "ses_c1" in cases.lines[0] and "note" in cases.lines[0]
+
+
+def test_handoff_digest_lists_everything_for_the_next_shift(make_decision_env):
+    clock = HookClock()
+    env = make_decision_env(clock)
+    night = make_decision_env(clock)  # the next shift: its own objects on the same file
+    digests: list = []
+    # Case 1: a pending two-person approval, with a note.
+    env.outcome_unknown("ses_h1")
+    svc = env.service()
+    rid = svc.decide(REQUESTER, CHANNEL, "ses_h1", "abandon", turn="turn_9", effects="pushed tag v2",
+                     reason="engine hung", reporter=ListReporter()).messages[0].ref
+    svc.note(REQUESTER, "ses_h1", "effects checked with the repo owner")
+    clock.advance(600)
+    # Case 2: decided; the verification's next step (CONTEXT_GAP → start_fresh or close).
+    env.outcome_unknown("ses_h2", covered=False)
+    rid2 = svc.decide(REQUESTER, CHANNEL, "ses_h2", "abandon", turn="turn_9", effects="none",
+                      reason="hung", reporter=ListReporter()).messages[0].ref
+    assert svc.approve(APPROVER, CHANNEL, rid2, ListReporter()).ok
+    # Case 3: a wait in progress; the digest is taken while the bot waits for the scheduler.
+    env.outcome_unknown("ses_h3", gone=False)
+
+    def hook(n: int, seconds: float) -> None:
+        if seconds >= 15 and not digests:
+            digests.append(night.service().handoff(OUTSIDER))
+            env.sandbox.admin.scheduler_pass()
+
+    clock.hook = hook
+    rid3 = svc.decide(REQUESTER, CHANNEL, "ses_h3", "abandon", turn="turn_9", effects="none",
+                      reason="hung", reporter=ListReporter()).messages[0].ref
+    assert svc.approve(OUTSIDER, CHANNEL, rid3, ListReporter()).ok
+    digest = digests[0]
+    text = "\n".join(m.plain_text() for m in digest.messages)
+    by_session = {m.session_id: m.plain_text() for m in digest.messages if m.session_id}
+    assert set(by_session) == {"ses_h1", "ses_h2", "ses_h3"}
+    assert digest.messages[0].headline.startswith("Hand-off: 3 open case(s)")
+    h1 = by_session["ses_h1"]
+    assert "State: waiting for approval/confirmation" in h1
+    assert f"Pending approval: {rid} `abandon` by <@{REQUESTER}>, age 10m" in h1
+    assert "age 10m15s, expires 2026-11-29T10:30:00.000Z (in 19m45s)" in h1  # digest taken 15 s into the wait
+    assert f"/recover approve {rid}" in h1
+    assert "Note by" in h1 and "effects checked with the repo owner" in h1
+    assert f"Last step: note → noted by <@{REQUESTER}> at 2026-11-29T10:00:00.000Z" in h1
+    h2 = by_session["ses_h2"]
+    assert "Next step: A turn ran after the last checkpoint (CONTEXT_GAP)" in h2
+    assert "Last step: verification → checked" in h2
+    h3 = by_session["ses_h3"]
+    assert "Waiting (recovery_required)" in h3 and "State: waiting for the scheduler" in h3
+    assert f"{rid3} is then submitted once" in h3
+    # The audit head hash, as it was when the digest was posted (the hand-off step included).
+    handoff_step = [s for s in env.store.steps() if s.step == "handoff"][0]
+    assert f"Audit head hash: {handoff_step.hash}" in text
+    assert handoff_step.actor == OUTSIDER and handoff_step.session_id is None
