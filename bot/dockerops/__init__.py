@@ -1,0 +1,40 @@
+"""Docker operations of runbook §1: reconciler dry run, gated real pass, status, preflight, worker logs.
+
+Plain Python, no Slack: every method returns :class:`bot.messages.Reply` data or raises a
+:class:`bot.errors.DockerOpsError` with an actionable message. Public names are re-exported here; the
+modules behind them are private.
+"""
+
+from __future__ import annotations
+
+from bot.dockerops._config import (
+    CAUTION_NOT_REMOVED,
+    CAUTION_OVERLAP_SAFE,
+    DEFAULT_ARGV,
+    ReconcilerConfig,
+    WorkerLogConfig,
+)
+from bot.dockerops._engine import DockerClientFactory, daemon_now
+from bot.dockerops._exec import ExecResult
+from bot.dockerops._logsource import DockerLogSource, DockerLogSourceError
+from bot.dockerops._ops import DockerOps, PassLine, ReconcileRefused, ReconcilerTarget, summarise_output
+from bot.dockerops._schema import migrations
+
+__all__ = [
+    "CAUTION_NOT_REMOVED",
+    "CAUTION_OVERLAP_SAFE",
+    "DEFAULT_ARGV",
+    "DockerClientFactory",
+    "DockerLogSource",
+    "DockerLogSourceError",
+    "DockerOps",
+    "ExecResult",
+    "PassLine",
+    "ReconcileRefused",
+    "ReconcilerConfig",
+    "ReconcilerTarget",
+    "WorkerLogConfig",
+    "daemon_now",
+    "migrations",
+    "summarise_output",
+]

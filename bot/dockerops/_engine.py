@@ -1,0 +1,158 @@
+"""Talking to the Docker engine: connecting, translating its errors, reading the daemon's clock.
+
+Every docker-SDK call of this package goes through :func:`translate` so a person never sees a raw
+``requests``/``docker`` traceback: the engine unreachable or not configured, permission denied on the
+socket, a socket proxy refusing a call and a container gone each get one actionable sentence.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+
+from bot.errors import DockerOpsError
+from bot.redact import redact
+
+DockerClientFactory = Callable[[], docker.DockerClient]
+
+DEFAULT_SOCKET = "/var/run/docker.sock"
+
+
+def describe_host() -> str:
+    """Where ``docker.from_env()`` would connect: DOCKER_HOST or the default socket."""
+    return os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _is_permission_problem(exc: BaseException) -> bool:
+    for e in _chain(exc):
+        if isinstance(e, PermissionError):
+            return True
+        if "Permission denied" in str(e) or "[Errno 13]" in str(e):
+            return True
+    return False
+
+
+def unreachable_error(exc: BaseException, host: str) -> DockerOpsError:
+    """The one message for "cannot talk to the engine", split by cause."""
+    if _is_permission_problem(exc):
+        return DockerOpsError(
+            f"Permission denied on the Docker socket ({host}).",
+            hint=(
+                "The bot's user may not open that socket. Give it access to the socket proxy "
+                "(deploy/socket-proxy), not to the raw Docker socket, which is root-equivalent."
+            ),
+        )
+    if not os.environ.get("DOCKER_HOST") and not os.path.exists(DEFAULT_SOCKET):
+        return DockerOpsError(
+            "Docker is not configured for this bot: DOCKER_HOST is not set and there is no "
+            f"{DEFAULT_SOCKET}.",
+            hint=(
+                "Set DOCKER_HOST to the installation's socket proxy (e.g. tcp://socket-proxy:2375). "
+                "Reconciler commands and worker logs need it; the demo runs without Docker."
+            ),
+        )
+    return DockerOpsError(
+        f"Cannot reach the Docker engine at {host}: {redact(_short(exc))}",
+        hint="Check that the engine (or its socket proxy) is running and DOCKER_HOST points at it.",
+    )
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:300]
+
+
+def connect(factory: DockerClientFactory) -> docker.DockerClient:
+    """Build a client; the SDK asks the engine its API version right away, so failures start here."""
+    host = describe_host()
+    try:
+        return factory()
+    except docker.errors.DockerException as exc:
+        raise unreachable_error(exc, host) from exc
+    except (requests.exceptions.RequestException, OSError) as exc:
+        raise unreachable_error(exc, host) from exc
+
+
+def client_host(client: docker.DockerClient) -> str:
+    base = str(getattr(client.api, "base_url", "") or "")
+    return describe_host() if base.startswith("http+docker://") else base or describe_host()
+
+
+@contextmanager
+def translate(what: str, host: str, *, not_found: str | None = None) -> Iterator[None]:
+    """Turn docker/requests errors raised while doing ``what`` into one :class:`DockerOpsError`.
+
+    ``not_found``: the message for a 404 (a container that went away), else a generic one.
+    """
+    try:
+        yield
+    except DockerOpsError:
+        raise
+    except docker.errors.NotFound as exc:
+        raise DockerOpsError(not_found or f"{what}: not found ({_explanation(exc)}).") from exc
+    except docker.errors.APIError as exc:
+        status = exc.status_code
+        if status in (401, 403):
+            raise DockerOpsError(
+                f"{what}: the Docker API refused it ({status} {_explanation(exc)}).",
+                hint=(
+                    "If the bot talks to a socket proxy, its allowlist (deploy/socket-proxy/allowlist.yaml) "
+                    "does not allow this call."
+                ),
+            ) from exc
+        raise DockerOpsError(f"{what}: the Docker engine answered {status}: {_explanation(exc)}") from exc
+    except (requests.exceptions.RequestException, docker.errors.DockerException, OSError) as exc:
+        raise unreachable_error(exc, host) from exc
+
+
+def _explanation(exc: docker.errors.APIError) -> str:
+    text = exc.explanation if isinstance(exc.explanation, str) and exc.explanation else str(exc)
+    return redact(text.strip()[:300])
+
+
+def parse_docker_time(text: Any) -> datetime | None:
+    """Docker's RFC 3339 times have nanoseconds; Python reads microseconds."""
+    if not isinstance(text, str) or len(text) < 19:
+        return None
+    value = text.strip()
+    zone = "+00:00"
+    if value.endswith("Z"):
+        value = value[:-1]
+    elif len(value) > 6 and value[-6] in "+-" and value[-3] == ":":
+        value, zone = value[:-6], value[-6:]
+    head, dot, frac = value.partition(".")
+    if dot:
+        head = f"{head}.{(frac + '000000')[:6]}"
+    try:
+        parsed = datetime.fromisoformat(head + zone)
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC)
+
+
+def daemon_now(client: docker.DockerClient, host: str) -> datetime:
+    """The Docker host's clock (``/info`` SystemTime): log windows are measured on it, not on ours."""
+    with translate("Reading the Docker host's time", host):
+        info = client.api.info()
+    now = parse_docker_time(info.get("SystemTime"))
+    if now is None:
+        raise DockerOpsError(
+            "The Docker engine did not report its time (/info SystemTime); cannot bound the log window."
+        )
+    return now
