@@ -7,6 +7,7 @@ and the steps a command posts while it runs are printed inline, in order.
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -36,9 +37,17 @@ FORM_FIELDS = (
 )
 
 
+_SLACK_REF = re.compile(r"<(?:@|!subteam\^|#)([^<>|]+)(?:\|([^<>]*))?>")
+
+
+def _terminal(text: str) -> str:
+    """Slack references the core writes (``<@U1>``, ``<#C1|incident>``) as a person reads them."""
+    return _SLACK_REF.sub(lambda m: ("#" if m.group(0)[1] == "#" else "@") + (m.group(2) or m.group(1)), text)
+
+
 def render(message: Message, first_choice: int = 1) -> str:
     """A message as terminal text; buttons numbered from ``first_choice``."""
-    out = [message.plain_text()]
+    out = [_terminal(message.plain_text())]
     if message.mentions:
         out.append("  for: " + " ".join("@" + m for m in message.mentions))
     if message.attachment is not None:
@@ -201,6 +210,8 @@ class _Console:
             form = self.ask_form(value)
             if form is None:
                 return
+            session_id, _, decision = value.partition("|")
+            form.update(session_id=session_id, decision=decision)
             action = "decide"
         self.choices = []
         reporter = _ConsoleReporter(self)

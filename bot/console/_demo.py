@@ -61,7 +61,7 @@ def _banner(handle: object, users: tuple[str, ...]) -> str:
     lines = [
         f"recover-bot demo: a sandbox control host on {getattr(handle, 'url', '127.0.0.1')} "
         f"(nothing leaves this machine). You are {users[0]}; `:as {users[-1]}` switches user.",
-        "Sessions waiting for an operator:",
+        "Scenario sessions:",
     ]
     for scenario in scenarios.values():
         lines.append(f"  {scenario.session_id:<28} {scenario.title}")

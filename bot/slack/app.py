@@ -176,7 +176,7 @@ class SlackBot:
                 actor=actor,
                 channel=form.channel,
                 reporter=reporter,
-                form=fields,
+                form={**fields, "session_id": form.session_id, "decision": form.decision},
             ),
         )
 
@@ -220,6 +220,11 @@ class SlackBot:
             return
         if reply is not None:
             try:
+                if not reply.ok:
+                    # A refusal (not an approver, a stale request, a typo) is for the actor only.
+                    for message in reply.messages:
+                        reporter.error(message)
+                    return
                 reporter.finish(reply)
             except Exception:
                 log.error("delivering a reply failed:\n%s", redact(traceback.format_exc()))

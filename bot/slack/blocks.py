@@ -13,6 +13,7 @@ every button (``/recover approve req_…``) so people who prefer typing can copy
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,9 +79,24 @@ def truncate(text: str, limit: int, marker: str = "…") -> str:
     return text[: max(0, limit - len(marker))] + marker
 
 
-def escape(text: str) -> str:
-    """Escape mrkdwn control characters in text that came from outside (logs, reasons, API errors)."""
+# Slack's own references the core writes on purpose: <@U…>, <!subteam^S…>, <#C…|name>, <!here>.
+_SLACK_REF = re.compile(r"<(?:@[UW][A-Z0-9]+|!subteam\^S[A-Z0-9]+|#[CG][A-Z0-9]+|!here|!channel)(?:\|[^<>]*)?>")
+
+
+def _escape_plain(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def escape(text: str) -> str:
+    """Escape mrkdwn control characters in outside text (logs, reasons, API errors), keeping mentions."""
+    out: list[str] = []
+    pos = 0
+    for match in _SLACK_REF.finditer(text):
+        out.append(_escape_plain(text[pos : match.start()]))
+        out.append(match.group(0))
+        pos = match.end()
+    out.append(_escape_plain(text[pos:]))
+    return "".join(out)
 
 
 def mention(identity: str) -> str:

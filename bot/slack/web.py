@@ -20,6 +20,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 from slack_sdk.models.views import View
 
+from bot.errors import RecoverError
 from bot.messages import Attachment, Message
 from bot.redact import redact
 from bot.settings import Settings
@@ -195,12 +196,15 @@ class _CallFailed(Exception):
         self.code = code
 
 
+class SlackDirectoryError(RecoverError):
+    """Slack would not tell us who is in a user group."""
+
+
 class SlackDirectory:
     """The core's ApproverDirectory over Slack: user-group members and display names.
 
     ``members`` asks ``usergroups.users.list`` each time (membership changes during an incident); if
-    the scope is missing it answers an empty set, so a group grants nobody (fail closed) and says so
-    in the log.
+    Slack refuses (e.g. ``missing_scope``) it raises, and the core refuses the approval (fail closed).
     """
 
     def __init__(self, client: WebClient) -> None:
@@ -212,12 +216,13 @@ class SlackDirectory:
         try:
             response = self.client.usergroups_users_list(usergroup=group_id)
         except (SlackClientError, OSError, ValueError) as exc:
-            log.warning(
-                "cannot list the members of user group %s (%s): nobody is an approver through it",
-                group_id,
-                redact(_error_code(exc) if isinstance(exc, SlackClientError) else str(exc)),
-            )
-            return set()
+            code = redact(_error_code(exc) if isinstance(exc, SlackClientError) else str(exc))
+            log.warning("cannot list the members of user group %s (%s)", group_id, code)
+            # The core refuses (never allows) when a group cannot be read, and says why.
+            raise SlackDirectoryError(
+                f"Slack could not list user group {group_id}: {code}",
+                hint="Add the usergroups:read scope to the Slack app, or list approvers by user id.",
+            ) from exc
         users = response.get("users") or []
         return {str(u) for u in users}
 
