@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from bot.errors import RunbookError
 from bot.runbook.conditions import Cond, check_template, compile_condition
 from bot.runbook.model import (
+    RULE_ID,
     BranchSpec,
     CommandSpec,
     DecisionSpec,
@@ -184,6 +185,9 @@ def _assemble(parsed: list[tuple[Path, RunbookFile, LineMap]]) -> tuple[RunbookS
     for _path, model, lines in parsed:
         ck.lines = lines
         for rule, summary in model.rules.items():
+            if not RULE_ID.match(rule):
+                ck.at(["rules", rule], f"bad rule id {rule!r}: rules are numbered like R2.10")
+                continue
             rs.rules.setdefault(rule, summary)
         if model.ids is not None:
             if rs.id_pattern is not None and rs.id_pattern.pattern != model.ids.pattern:

@@ -354,13 +354,6 @@ class RunbookFile(Model):
     workers: WorkerSpec | None = None
     docker: DockerSpec | None = None
 
-    @field_validator("rules")
-    @classmethod
-    def _rule_ids(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not RULE_ID.match(key):
-                raise ValueError(f"bad rule id {key!r}: rules are numbered like R2.10")
-        return value
 
 
 # --- the loaded set ----------------------------------------------------------------------------------

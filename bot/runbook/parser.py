@@ -188,7 +188,10 @@ def parse_command(text: str, runbooks: RunbookSet) -> ParsedCommand:
             usage=help_text(runbooks),
         )
     decoded = decode_slack(text)
-    tokens = tokenize(decoded)
+    try:
+        tokens = tokenize(decoded)
+    except CommandError as exc:
+        raise CommandError(exc.message, usage=help_text(runbooks)) from None
     if tokens and not tokens[0].quoted and tokens[0].value.lower() == PREFIX:
         tokens = tokens[1:]
     if not tokens:
