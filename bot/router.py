@@ -19,7 +19,7 @@ from bot.services import Services
 log = logging.getLogger(__name__)
 
 # Button actions the core produces (bot.messages.Button.action) and that front ends send back.
-ACTIONS = ("approve", "reject", "confirm", "reconcile_reviewed", "decide", "decide_form", "run")
+ACTIONS = ("approve", "reject", "confirm", "reconcile_reviewed", "resume", "decide", "decide_form", "run")
 
 
 def error_reply(exc: BaseException) -> Reply:
@@ -265,6 +265,8 @@ class Router:
                 yes=form.get("yes") in ("1", "true", "yes"),
                 reporter=reporter,
             )
+        if action == "resume":
+            return d.resume(actor, channel, self._id(value, "session id"), reporter)
         if action == "decide_form":
             session, _, decision = value.partition("|")
             self._id(session, "session id")
