@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from bot.console.routing import RouterProtocol
@@ -123,6 +123,11 @@ class _Console:
     # -- input --------------------------------------------------------------------------------------
 
     def read(self, prompt: str) -> str | None:
+        if self.interactive and self.stdin is sys.stdin and self.stdout is sys.stdout:
+            try:
+                return input(prompt)  # line editing and history on a terminal
+            except EOFError:
+                return None
         if self.interactive:
             self.stdout.write(prompt)
             self.stdout.flush()
@@ -213,13 +218,19 @@ class _Console:
             session_id, _, decision = value.partition("|")
             form.update(session_id=session_id, decision=decision)
             action = "decide"
-        self.choices = []
+        previous, self.choices = self.choices, []
         reporter = _ConsoleReporter(self)
-        self._guard(
+        ok = self._guard(
             lambda: self.router.handle_action(
                 action, value, actor=self.user, channel=self.channel, reporter=reporter, form=form
             )
         )
+        self._keep_choices_after_refusal(ok, previous)
+
+    def _keep_choices_after_refusal(self, ok: bool, previous: list[Button]) -> None:
+        # A refused click or a typo must not take the buttons away: someone else may still click them.
+        if not ok and not self.choices:
+            self.choices = previous
 
     def ask_form(self, value: str) -> dict[str, str] | None:
         session_id, _, decision = value.partition("|")
@@ -234,18 +245,19 @@ class _Console:
                 form[name] = answer.strip()
         return form
 
-    def _guard(self, call: object) -> None:
-        assert callable(call)
+    def _guard(self, call: Callable[[], Reply]) -> bool:
+        """Run one router call; False when it failed (the exit status remembers it)."""
         try:
             reply = call()
         except RecoverError as exc:
             self.fail(redact(str(exc)))
-            return
+            return False
         except Exception:
             self.fail("internal error (details below); check `/recover history <session_id>` before retrying")
             self.write(redact(traceback.format_exc()))
-            return
+            return False
         self.show_reply(reply)
+        return reply.ok
 
 
 def _isatty(stream: TextIO) -> bool:

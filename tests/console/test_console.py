@@ -1,0 +1,154 @@
+"""The console over the real router and the sandbox: stdin mode (exit codes) and a tmux-driven demo."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bot.console import render, run_console
+from bot.messages import Button, Message
+from bot.services import build_router
+from bot.settings import Settings
+
+
+@pytest.fixture
+def router(sandbox, tmp_path):
+    return build_router(Settings(db_path=tmp_path / "console.db"), sandbox=sandbox)
+
+
+def _run(router, script: str, **kw) -> tuple[int, str]:
+    out = io.StringIO()
+    code = run_console(router, stdin=io.StringIO(script), stdout=out, **kw)
+    return code, out.getvalue()
+
+
+def test_every_command_succeeds_exit_0(router) -> None:
+    code, out = _run(router, "/recover help\ncases\n# a comment\n\n/recover diagnose ses_restore_transient\n")
+    assert code == 0, out
+    assert "alice> /recover diagnose ses_restore_transient" in out
+    assert "[1] retry_restore" in out and "R2.10" in out
+
+
+def test_a_failing_command_gives_exit_1_but_the_rest_still_run(router) -> None:
+    code, out = _run(router, "/recover frobnicate\n/recover cases\n")
+    assert code == 1
+    assert "frobnicate" in out and "No open cases" in out
+
+
+def test_switching_user_only_against_the_sandbox(router) -> None:
+    code, out = _run(router, ":as bob\n", allow_switch_user=False)
+    assert code == 1 and "only against the embedded sandbox" in out
+    code, out = _run(router, ":as bob\n:as mallory\n", allow_switch_user=True)
+    assert code == 1 and "You are now bob" in out and "choose one of alice, bob" in out
+
+
+def test_two_person_story_through_numbered_choices(router, sandbox) -> None:
+    script = "\n".join(
+        [
+            "/recover diagnose ses_restore_transient",
+            "3",  # close → the decision form
+            "the store never came back",
+            "",
+            "",
+            "",
+            "1",  # alice tries to approve her own request
+            ":as bob",
+            "1",  # … bob approves
+            ":quit",
+            "/recover cases",  # never reached
+        ]
+    )
+    code, out = _run(router, script, allow_switch_user=True)
+    assert code == 1  # alice's own approval was refused (the two-person rule)
+    assert "Approval needed" in out and "bob> 1" in out
+    assert "Verified `ses_restore_transient` after `close`" in out
+    assert "<@" not in out  # Slack references rendered for a terminal
+    posted = [r for r in sandbox.admin.requests("ses_restore_transient") if "decision" in str(r.get("path", ""))]
+    assert len(posted) == 1
+
+
+def test_choice_out_of_range_fails(router) -> None:
+    code, out = _run(router, "7\n")
+    assert code == 1 and "no choice [7]" in out
+
+
+def test_render_numbers_buttons_and_shows_commands() -> None:
+    text = render(
+        Message(headline="h", buttons=[Button("Approve", "approve", "r1", command="/recover approve r1")]),
+        first_choice=4,
+    )
+    assert "[4] Approve   /recover approve r1" in text
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
+    name = f"rbdemo-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "RECOVER_DB": str(tmp_path / "demo.db"), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-c", "import sys; from bot.settings import load_settings; from bot.console import run_demo;"
+           " sys.exit(run_demo(load_settings(dotenv=None)))"]
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *cmd], check=True, env=env,
+                   cwd=str(tmp_path))
+
+    def screen() -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-S", "-3000", "-t", name], capture_output=True,
+                              text=True).stdout
+
+    def wait_for(text: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            s = screen()
+            if text in s:
+                return s
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} not on screen:\n{screen()}")
+
+    def type_line(line: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", name, "-l", line], check=True)
+        subprocess.run(["tmux", "send-keys", "-t", name, "Enter"], check=True)
+
+    try:
+        wait_for("alice>")
+        type_line("/recover diagnose ses_restore_transient")
+        wait_for("[3] close")
+        type_line("3")
+        wait_for("Reason (required):")
+        type_line("store gone for good")
+        for _ in range(3):
+            type_line("")
+        wait_for("Approval needed")
+        type_line(":as bob")
+        wait_for("bob>")
+        type_line("1")
+        s = wait_for("Verified `ses_restore_transient`")
+        assert "executed (approved by @bob)" in s
+        type_line(":quit")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if subprocess.run(["tmux", "has-session", "-t", name], capture_output=True).returncode != 0:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the demo did not exit on :quit")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def test_demo_from_stdin_exit_status(tmp_path: Path) -> None:
+    env = {**os.environ, "RECOVER_DB": str(tmp_path / "demo.db")}
+    code = ("import sys; from bot.settings import load_settings; from bot.console import run_demo;"
+            " sys.exit(run_demo(load_settings(dotenv=None)))")
+    ok = subprocess.run([sys.executable, "-c", code], input="/recover cases\n", capture_output=True, text=True,
+                        env=env, cwd=str(tmp_path), timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert "ses_restore_transient" in ok.stdout  # the banner lists the scenario sessions
+    bad = subprocess.run([sys.executable, "-c", code], input="/recover cases\n/recover nope\n", capture_output=True,
+                         text=True, env=env, cwd=str(tmp_path), timeout=60)
+    assert bad.returncode == 1
