@@ -146,8 +146,9 @@ def run_exec(
             still_running=True,
         )
     code = _int(exit_code)
-    # A container removed or killed under the exec ends its stream like a normal exit does.
-    gone_now = (code is None or code >= 128) and _container_missing(api, container)
+    # A container removed or stopped under the exec ends its stream like a normal exit does, with
+    # the exec killed by a signal (exit >= 128): tell that apart from a pass that failed by itself.
+    gone_now = (code is None or code >= 128) and _container_down(api, container)
     return ExecResult(
         exec_id=exec_id,
         exit_code=None if gone_now else code,
@@ -180,14 +181,21 @@ def _inspect_quietly(api: Any, exec_id: str) -> tuple[int | None, bool | None]:
     return _int(info.get("Pid")), bool(info.get("Running"))
 
 
-def _container_missing(api: Any, container: str) -> bool:
-    try:
-        api.inspect_container(container)
-    except docker.errors.NotFound:
-        return True
-    except (docker.errors.DockerException, OSError):
-        return False
-    return False
+def _container_down(api: Any, container: str, wait: float = 5.0) -> bool:
+    """Did the container stop or go away under the exec? (A kill arrives before the removal shows.)"""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            state = api.inspect_container(container).get("State") or {}
+        except docker.errors.NotFound:
+            return True
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+            return False
+        if not state.get("Running") or state.get("Status") in ("removing", "exited", "dead"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
 
 
 def _close(stream: Any) -> None:

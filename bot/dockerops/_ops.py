@@ -485,7 +485,7 @@ class DockerOps:
         self._finish(table, row_id, outcome, result, actor, step, inputs, detail)
         if result.container_gone:
             raise DockerOpsError(
-                f"The reconciler container {target.name} went away during the "
+                f"The reconciler container {target.name} went away (stopped or removed) during the "
                 f"{'dry run' if table == 'dryruns' else 'real pass'} {row_id} (exec {result.exec_id[:12]}): "
                 "its outcome is unknown and was recorded as unknown.",
                 hint="Check that the reconciler is running again; a later pass is safe (R1.6).",
@@ -566,11 +566,11 @@ class DockerOps:
         return Message(
             headline=f"{what} {row_id}: outcome unknown — still running after {cfg.exec_timeout_seconds:g} s",
             level="warn",
-            facts=[*facts, ("Exec id", result.exec_id), ("Pid", pid)],
+            facts=[*facts, ("Exec id", result.exec_id), ("Pid (on the Docker host)", pid)],
             lines=[
                 "The Docker API cannot stop an exec'd process: the pass may still be running in "
                 f"{target.name} "
-                f"(exec {result.exec_id[:12]}, pid {pid}). The outcome is recorded as unknown.",
+                f"(exec {result.exec_id[:12]}, pid {pid} on the Docker host). The outcome is recorded as unknown.",
                 "A later pass is safe: overlapping passes re-check each write under a row lock (R1.6).",
                 *(["Output so far:", *shown] if shown else []),
             ],
