@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from bot.errors import RunbookError
 from bot.runbook.conditions import Cond, Context, render
 from bot.runbook.model import BranchSpec, DecisionSpec, RunbookSet
 
@@ -206,7 +207,9 @@ def select_branch(runbooks: RunbookSet, facts: Mapping[str, object]) -> tuple[Br
             return branch, _dedupe(unknown)
         if result is None:
             unknown.extend(_unknown_refs(cond, ctx))
-    raise LookupError("the runbooks define no branches")
+    raise RunbookError(
+        [f"{', '.join(runbooks.files_text()) or 'runbooks'}: no loaded runbook defines branches"]
+    )
 
 
 def evaluate(runbooks: RunbookSet, facts: Mapping[str, object]) -> Evaluation:

@@ -355,7 +355,6 @@ class RunbookFile(Model):
     docker: DockerSpec | None = None
 
 
-
 # --- the loaded set ----------------------------------------------------------------------------------
 
 

@@ -369,3 +369,13 @@ def test_accessors(runbooks: RunbookSet) -> None:
     }
     with pytest.raises(KeyError, match="no limit named"):
         runbooks.limit("nope")
+
+
+def test_a_set_without_branches_is_a_runbook_error(runbooks_dir) -> None:
+    from bot.errors import RunbookError
+    from bot.runbook import load_runbooks
+
+    only_upgrade = load_runbooks(runbooks_dir / "isolation-upgrade.yaml")
+    assert only_upgrade.docker_min_major == 28 and "preflight" in only_upgrade.commands
+    with pytest.raises(RunbookError, match="no loaded runbook defines branches"):
+        evaluate(only_upgrade, facts())
