@@ -81,6 +81,11 @@ class SandboxAdmin:
     def effect_count(self, session_id: str) -> int:
         return len(self.effects(session_id))
 
+    def effect_counts(self) -> dict[str, int]:
+        """Accepted decisions and resumes per session."""
+        result: dict[str, int] = self._call("GET", "/effects")["counts"]
+        return result
+
     def requests(self, session_id: str | None = None) -> list[dict[str, Any]]:
         """Public-API requests as received (method, path, Idempotency-Key, body, status, dropped)."""
         params = {"session_id": session_id} if session_id else None

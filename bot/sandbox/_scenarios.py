@@ -352,7 +352,8 @@ def validate_events(events: list[dict[str, Any]], where: str) -> list[str]:
     for i, event in enumerate(events):
         if not isinstance(event.get("name"), str):
             problems.append(f"{where}: events[{i}].name must be a string")
-        _check_time(event.get("at", "now"), f"{where}: events[{i}].at", problems)
+        for key in [k for k in event if k == "at" or k.endswith("_at")]:
+            _check_time(event[key], f"{where}: events[{i}].{key}", problems)
     return problems
 
 

@@ -561,8 +561,8 @@ class _Handler(BaseHTTPRequestHandler):
     server: SandboxHTTPServer
 
     def setup(self) -> None:
-        self.timeout = self.server.request_timeout
         super().setup()
+        self.connection.settimeout(self.server.request_timeout)
         self.server.track(self.connection, True)
 
     def finish(self) -> None:

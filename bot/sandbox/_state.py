@@ -324,6 +324,8 @@ class SandboxState:
             )
         for event in events:
             extra = {k: v for k, v in event.items() if k not in {"seq", "type", "name", "at"}}
+            for name in [k for k in extra if k.endswith("_at")]:
+                extra[name] = isoformat(t(extra[name]))  # e.g. retry_at: scenario time → ISO
             at = t(event.get("at", "now"))
             assert at is not None
             self._event(session, str(event["name"]), at, type_=str(event.get("type", "system")), **extra)
