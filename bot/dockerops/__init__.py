@@ -14,7 +14,7 @@ from bot.dockerops._config import (
     ReconcilerConfig,
     WorkerLogConfig,
 )
-from bot.dockerops._engine import DockerClientFactory, daemon_now
+from bot.dockerops._engine import DockerClientFactory, HostClientFactory, client_factory, daemon_now
 from bot.dockerops._exec import ExecResult
 from bot.dockerops._logsource import DockerLogSource, DockerLogSourceError
 from bot.dockerops._ops import DockerOps, PassLine, ReconcileRefused, ReconcilerTarget, summarise_output
@@ -28,12 +28,14 @@ __all__ = [
     "DockerLogSource",
     "DockerLogSourceError",
     "DockerOps",
+    "HostClientFactory",
     "ExecResult",
     "PassLine",
     "ReconcileRefused",
     "ReconcilerConfig",
     "ReconcilerTarget",
     "WorkerLogConfig",
+    "client_factory",
     "daemon_now",
     "migrations",
     "summarise_output",

@@ -78,9 +78,34 @@ def _short(exc: BaseException) -> str:
     return text[:300]
 
 
+class HostClientFactory:
+    """A client factory that knows where it connects, so errors can name it.
+
+    ``host`` None means ``docker.from_env()`` (DOCKER_HOST or the default socket).
+    """
+
+    def __init__(self, host: str | None = None, *, timeout: float = 60.0) -> None:
+        self.host = host
+        self.timeout = timeout
+
+    def __call__(self) -> docker.DockerClient:
+        if self.host:
+            return docker.DockerClient(base_url=self.host, version="auto", timeout=self.timeout)
+        return docker.from_env(timeout=self.timeout)
+
+    def describe(self) -> str:
+        return self.host or describe_host()
+
+
+def client_factory(host: str | None = None, *, timeout: float = 60.0) -> HostClientFactory:
+    """The factory for ``Settings.docker_host`` (None: the environment, like ``docker.from_env``)."""
+    return HostClientFactory(host, timeout=timeout)
+
+
 def connect(factory: DockerClientFactory) -> docker.DockerClient:
     """Build a client; the SDK asks the engine its API version right away, so failures start here."""
-    host = describe_host()
+    describe = getattr(factory, "describe", None)
+    host = describe() if callable(describe) else describe_host()
     try:
         return factory()
     except docker.errors.DockerException as exc:
@@ -89,7 +114,11 @@ def connect(factory: DockerClientFactory) -> docker.DockerClient:
         raise unreachable_error(exc, host) from exc
 
 
-def client_host(client: docker.DockerClient) -> str:
+def client_host(client: docker.DockerClient, factory: DockerClientFactory | None = None) -> str:
+    """Where this client talks to, for messages (a unix socket shows as its DOCKER_HOST form)."""
+    describe = getattr(factory, "describe", None)
+    if callable(describe):
+        return str(describe())
     base = str(getattr(client.api, "base_url", "") or "")
     return describe_host() if base.startswith("http+docker://") else base or describe_host()
 

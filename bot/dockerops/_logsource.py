@@ -27,6 +27,7 @@ from bot.errors import DockerOpsError
 from bot.logs import ID_PATTERN, LogLine, LogScan, LogSourceError, ScanStats, scan_session_lines
 
 _SESSION_ID = re.compile(f"^{ID_PATTERN}$")
+UNTIL_MARGIN_SECONDS = 300
 
 
 class DockerLogSourceError(DockerOpsError, LogSourceError):
@@ -85,7 +86,7 @@ class DockerLogSource:
             client = connect(self.docker_client_factory)
         except DockerOpsError as exc:
             raise DockerLogSourceError(exc.message, hint=exc.hint) from exc
-        host = client_host(client)
+        host = client_host(client, self.docker_client_factory)
         try:
             now = daemon_now(client, host)
             start = _utc(since)
@@ -124,7 +125,9 @@ class DockerLogSource:
                     break
                 kwargs: dict[str, Any] = {"since": max(1, math.floor(start.timestamp()))}
                 if end is not None:
-                    kwargs["until"] = max(1, math.ceil(end.timestamp()))
+                    # Docker filters on the time a line was *printed*, which may come a little after
+                    # the time the line carries; the scanner applies ``until`` exactly.
+                    kwargs["until"] = max(1, math.ceil(end.timestamp()) + UNTIL_MARGIN_SECONDS)
                 try:
                     with translate(f"Reading the logs of {name}", host):
                         stream = client.api.logs(

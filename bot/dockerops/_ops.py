@@ -150,7 +150,7 @@ class DockerOps:
     def _client(self) -> Iterator[tuple[docker.DockerClient, str]]:
         client = connect(self.docker_client_factory)
         try:
-            yield client, client_host(client)
+            yield client, client_host(client, self.docker_client_factory)
         finally:
             with contextlib.suppress(Exception):
                 client.close()
