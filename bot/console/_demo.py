@@ -70,14 +70,7 @@ def _banner(handle: object, users: tuple[str, ...]) -> str:
 
 
 def console_main(settings: Settings, *, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
-    """``recover-bot console``: against CONTROL_HOST_URL as the local user; the demo when none is set."""
-    if not settings.control_host_url:
-        print(
-            "CONTROL_HOST_URL is not set: starting the embedded sandbox instead"
-            " (same as `recover-bot demo`).",
-            file=sys.stderr,
-        )
-        return run_demo(settings, stdin=stdin, stdout=stdout)
+    """``recover-bot console`` against CONTROL_HOST_URL, as the local user (never a sandbox fallback)."""
     from bot.services import build_router
 
     try:
@@ -85,8 +78,7 @@ def console_main(settings: Settings, *, stdin: TextIO | None = None, stdout: Tex
         router = build_router(settings)
     except RecoverError as exc:
         print(redact(str(exc)), file=sys.stderr)
+        print("To try the bot without a control host: recover-bot demo", file=sys.stderr)
         return 2
     # Against a real control host the acting user is the person at the terminal, fixed (commands.md).
-    return run_console(
-        router, users=(getpass.getuser(),), allow_switch_user=False, stdin=stdin, stdout=stdout
-    )
+    return run_console(router, users=(getpass.getuser(),), allow_switch_user=False, stdin=stdin, stdout=stdout)
