@@ -290,6 +290,17 @@ class Router:
             parts.append('--reason "…"')
         return " ".join(parts)
 
+    def expire_due(self) -> list[Message]:
+        """Expire approval requests past their expiry; the updated messages to show in place.
+
+        Safety does not depend on this sweep (an approval re-checks expiry itself); it keeps what
+        people see true.
+        """
+        try:
+            return self.services.decisions.expire_due()
+        except Exception as exc:  # noqa: BLE001 - a sweep problem is shown, never raised
+            return error_reply(exc).messages
+
     # -- views (App Home, console) -------------------------------------------------------------
 
     def open_cases_view(self) -> list[Message]:

@@ -96,6 +96,7 @@ class SlackBot:
     work: BackgroundWork
     ui: BackgroundWork
     app: App = field(init=False)
+    _sweeping: threading.Event = field(default_factory=threading.Event, init=False)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until every background job (and the jobs they started) has finished."""
@@ -106,8 +107,35 @@ class SlackBot:
                 return True
 
     def close(self) -> None:
+        self._sweeping.set()
         self.work.shutdown(wait=True)
         self.ui.shutdown(wait=True)
+
+    # -- expiry ---------------------------------------------------------------------------------------
+
+    def sweep_expired(self) -> int:
+        """Expire due approval requests and update their messages in place (where they were posted)."""
+        expire = getattr(self.router, "expire_due", None)
+        if expire is None:
+            return 0
+        messages = expire()
+        if messages:
+            reporter = self._reporter(Origin(actor="recover-bot", channel=None))
+            for message in messages:
+                reporter.post(message)
+            self.refresh_homes()
+        return len(messages)
+
+    def start_sweeper(self, interval: float = 30.0) -> threading.Thread:
+        """Run :meth:`sweep_expired` every ``interval`` seconds until :meth:`close`."""
+
+        def loop() -> None:
+            while not self._sweeping.wait(interval):
+                _logged(self.sweep_expired)
+
+        thread = threading.Thread(target=loop, name="recover-expiry", daemon=True)
+        thread.start()
+        return thread
 
     # -- the work behind each listener (background threads) ------------------------------------------
 

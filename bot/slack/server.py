@@ -153,6 +153,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     except Exception as exc:  # auth.test refused, Slack unreachable…
         print(f"recover-bot cannot start: {redact(str(exc))}", file=sys.stderr)
         return 2
+    bot.start_sweeper()
     try:
         if settings.slack_app_token:
             from slack_bolt.adapter.socket_mode import SocketModeHandler
