@@ -307,7 +307,7 @@ class DecisionService(CasesMixin):
                     session_id,
                     actor,
                     "decision_confirmed",
-                    {"request_id": req.id, "yes": yes},
+                    {"request_id": req.id, "yes": yes, "channel": channel},
                     "approved",
                     db=db,
                 )
@@ -595,7 +595,7 @@ class DecisionService(CasesMixin):
                     sid,
                     actor,
                     "decision_approved",
-                    {"request_id": req.id, "content_hash": req.content_hash},
+                    {"request_id": req.id, "content_hash": req.content_hash, "channel": channel},
                     "approved",
                     db=db,
                 )
@@ -668,7 +668,12 @@ class DecisionService(CasesMixin):
             )
             if won:
                 self.store.record_step(
-                    sid, actor, "decision_confirmed", {"request_id": req.id}, "approved", db=db
+                    sid,
+                    actor,
+                    "decision_confirmed",
+                    {"request_id": req.id, "channel": channel},
+                    "approved",
+                    db=db,
                 )
         if not won:
             return self._refuse(
