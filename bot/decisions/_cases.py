@@ -34,9 +34,10 @@ class CasesMixin:
     ) -> None:
         raise NotImplementedError
 
-    def cases(self) -> Reply:
-        """The open cases, one line each."""
+    def cases(self, actor: str | None = None) -> Reply:
+        """The open cases, one line each (the look-up itself is recorded, installation-wide)."""
         open_cases = self.store.list_open_cases()
+        self._record(None, actor or "recover-bot", "cases", {}, f"{len(open_cases)} open")
         if not open_cases:
             return Reply.of(Message(headline="No open cases."))
         lines = []
@@ -45,9 +46,12 @@ class CasesMixin:
             lines.append(f"`{case.session_id}` owner {who(case.owner)} — last: {_last(steps)}")
         return Reply.of(Message(headline=f"{len(open_cases)} open case(s)", lines=lines))
 
-    def history(self, session_id: str) -> Reply:
-        """Every recorded step of a session, in order."""
+    def history(self, session_id: str, actor: str | None = None) -> Reply:
+        """Every recorded step of a session, in order (the look-up is recorded outside the session's case)."""
         steps = self.store.steps(session_id=session_id)
+        self._record(
+            None, actor or "recover-bot", "history", {"session_id": session_id}, f"{len(steps)} steps"
+        )
         if not steps:
             return Reply.of(Message(headline=f"No recorded steps for `{session_id}`.", session_id=session_id))
         lines = [

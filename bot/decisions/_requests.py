@@ -263,9 +263,8 @@ class RequestStore:
             params.append(session_id)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         with self.store.read() as db:
-            rows = _q(
-                db, f"SELECT * FROM decision_requests {where} ORDER BY created_at, id", params
-            ).fetchall()  # noqa: S608
+            sql = f"SELECT * FROM decision_requests {where} ORDER BY created_at, id"  # noqa: S608 - fixed clauses
+            rows = _q(db, sql, params).fetchall()
         return [_row(r) for r in rows]
 
     def transition(

@@ -58,13 +58,21 @@ def main() -> int:
     store = Store(db, clock)
     runbooks = load_runbooks(REPO / "runbooks")
     transport = HangingTransport() if hang == "after_post" else None
-    client = ControlHostClient(url, os.environ["SANDBOX_API_KEY"], store=store, clock=clock, transport=transport,
-                               retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, jitter=0.0))
+    client = ControlHostClient(
+        url,
+        os.environ["SANDBOX_API_KEY"],
+        store=store,
+        clock=clock,
+        transport=transport,
+        retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, jitter=0.0),
+    )
     cls = HangingDiagnoser if hang == "after_approval" else Diagnoser
-    diagnoser = cls(client=client, runbooks=runbooks, store=store, log_source=None, reconciler_status=None,
-                    clock=clock)
-    svc = DecisionService(store=store, client=client, runbooks=runbooks, diagnoser=diagnoser, clock=clock,
-                          channels=(channel,))
+    diagnoser = cls(
+        client=client, runbooks=runbooks, store=store, log_source=None, reconciler_status=None, clock=clock
+    )
+    svc = DecisionService(
+        store=store, client=client, runbooks=runbooks, diagnoser=diagnoser, clock=clock, channels=(channel,)
+    )
     deadline = time.monotonic() + 30
     while not Path(go_file).exists():  # start together with the other process
         if time.monotonic() > deadline:

@@ -17,8 +17,17 @@ from tests.fixtures.decisions import (
 
 
 def _abandon(env, svc, sid="ses_ab1", turn="turn_9", **kw):
-    return svc.decide(REQUESTER, CHANNEL, sid, "abandon", turn=turn, effects="pushed branch fix-1 to origin",
-                      reason="engine hung; effects checked", reporter=env.reporter, **kw)
+    return svc.decide(
+        REQUESTER,
+        CHANNEL,
+        sid,
+        "abandon",
+        turn=turn,
+        effects="pushed branch fix-1 to origin",
+        reason="engine hung; effects checked",
+        reporter=env.reporter,
+        **kw,
+    )
 
 
 def _request_id(reply) -> str:
@@ -43,7 +52,9 @@ def test_approval_request_shows_content_buttons_and_the_exact_command(decision_e
     assert "turn_9" in text and "engine hung; effects checked" in text
     assert "`--yes` does not apply" in text
     assert [(b.action, b.value, b.command) for b in msg.buttons] == [
-        ("approve", rid, f"/recover approve {rid}"), ("reject", rid, f"/recover reject {rid}")]
+        ("approve", rid, f"/recover approve {rid}"),
+        ("reject", rid, f"/recover reject {rid}"),
+    ]
     assert msg.mentions == [APPROVER]
     assert dict(msg.facts)["attention.code"] == "OUTCOME_UNKNOWN"
     # Nothing was sent: a two-person decision is never executed by its requester, --yes or not.
@@ -62,7 +73,9 @@ def test_self_approval_is_refused(decision_env):
     assert svc.requests.get(rid).state == "pending"
     assert env.posts("ses_ab1") == []
     # The refusal is on the record.
-    assert [s.outcome for s in env.store.steps(session_id="ses_ab1") if s.step == "approve"] == ["self_approval"]
+    assert [s.outcome for s in env.store.steps(session_id="ses_ab1") if s.step == "approve"] == [
+        "self_approval"
+    ]
 
 
 def test_non_approver_refused_and_group_member_allowed(decision_env):
@@ -195,7 +208,11 @@ def test_two_person_approval_executes_once_and_verifies(decision_env):
     again = svc.approve(OUTSIDER, CHANNEL, rid, env.reporter)
     assert not again.ok and len(env.effects("ses_ab1")) == 1
     steps = [s.step for s in env.store.steps(session_id="ses_ab1")]
-    assert steps.index("decision_requested") < steps.index("decision_approved") < steps.index("decision_executed")
+    assert (
+        steps.index("decision_requested")
+        < steps.index("decision_approved")
+        < steps.index("decision_executed")
+    )
     executed = [s for s in env.store.steps(session_id="ses_ab1") if s.step == "decision_executed"][0]
     assert executed.receipt_id == effects[0]["receipt_id"]
 
@@ -208,8 +225,9 @@ def test_changed_facts_void_the_approval(decision_env):
     rid = _request_id(reply)
     # The session moves on: a retry_restore by someone else resets attention (R2.9) — a decisive change.
     env.sandbox.admin.create_session({"session": {"id": "ses_other", "status": "running"}})
-    other = svc.decide(OUTSIDER, CHANNEL, "ses_rf1", "retry_restore", reason="store fixed", yes=True,
-                       reporter=env.reporter)
+    other = svc.decide(
+        OUTSIDER, CHANNEL, "ses_rf1", "retry_restore", reason="store fixed", yes=True, reporter=env.reporter
+    )
     assert other.ok, [m.plain_text() for m in other.messages]
     reply = svc.approve(APPROVER, CHANNEL, rid, env.reporter)
     assert not reply.ok

@@ -11,8 +11,16 @@ def test_take_note_history_and_cases_are_recorded(decision_env):
     env = decision_env
     env.outcome_unknown("ses_c1")
     svc = env.service()
-    svc.decide(REQUESTER, CHANNEL, "ses_c1", "abandon", turn="turn_9", effects="none", reason="hung",
-               reporter=ListReporter())
+    svc.decide(
+        REQUESTER,
+        CHANNEL,
+        "ses_c1",
+        "abandon",
+        turn="turn_9",
+        effects="none",
+        reason="hung",
+        reporter=ListReporter(),
+    )
     assert env.store.get_open_case("ses_c1").owner == REQUESTER
     took = svc.take(APPROVER, "ses_c1")
     assert took.ok and f"(was <@{REQUESTER}>)" in took.messages[0].headline
@@ -35,14 +43,38 @@ def test_handoff_digest_lists_everything_for_the_next_shift(make_decision_env):
     # Case 1: a pending two-person approval, with a note.
     env.outcome_unknown("ses_h1")
     svc = env.service()
-    rid = svc.decide(REQUESTER, CHANNEL, "ses_h1", "abandon", turn="turn_9", effects="pushed tag v2",
-                     reason="engine hung", reporter=ListReporter()).messages[0].ref
+    rid = (
+        svc.decide(
+            REQUESTER,
+            CHANNEL,
+            "ses_h1",
+            "abandon",
+            turn="turn_9",
+            effects="pushed tag v2",
+            reason="engine hung",
+            reporter=ListReporter(),
+        )
+        .messages[0]
+        .ref
+    )
     svc.note(REQUESTER, "ses_h1", "effects checked with the repo owner")
     clock.advance(600)
     # Case 2: decided; the verification's next step (CONTEXT_GAP → start_fresh or close).
     env.outcome_unknown("ses_h2", covered=False)
-    rid2 = svc.decide(REQUESTER, CHANNEL, "ses_h2", "abandon", turn="turn_9", effects="none",
-                      reason="hung", reporter=ListReporter()).messages[0].ref
+    rid2 = (
+        svc.decide(
+            REQUESTER,
+            CHANNEL,
+            "ses_h2",
+            "abandon",
+            turn="turn_9",
+            effects="none",
+            reason="hung",
+            reporter=ListReporter(),
+        )
+        .messages[0]
+        .ref
+    )
     assert svc.approve(APPROVER, CHANNEL, rid2, ListReporter()).ok
     # Case 3: a wait in progress; the digest is taken while the bot waits for the scheduler.
     env.outcome_unknown("ses_h3", gone=False)
@@ -53,8 +85,20 @@ def test_handoff_digest_lists_everything_for_the_next_shift(make_decision_env):
             env.sandbox.admin.scheduler_pass()
 
     clock.hook = hook
-    rid3 = svc.decide(REQUESTER, CHANNEL, "ses_h3", "abandon", turn="turn_9", effects="none",
-                      reason="hung", reporter=ListReporter()).messages[0].ref
+    rid3 = (
+        svc.decide(
+            REQUESTER,
+            CHANNEL,
+            "ses_h3",
+            "abandon",
+            turn="turn_9",
+            effects="none",
+            reason="hung",
+            reporter=ListReporter(),
+        )
+        .messages[0]
+        .ref
+    )
     assert svc.approve(OUTSIDER, CHANNEL, rid3, ListReporter()).ok
     digest = digests[0]
     text = "\n".join(m.plain_text() for m in digest.messages)

@@ -44,8 +44,16 @@ def test_recovery_required_then_scheduler_pass_submits_exactly_once(make_decisio
     clock.hook = hook
     svc = env.service()
     reporter = ListReporter()
-    req = svc.decide(REQUESTER, CHANNEL, "ses_rr1", "abandon", turn="turn_9", effects="none", reason="hung",
-                     reporter=reporter)
+    req = svc.decide(
+        REQUESTER,
+        CHANNEL,
+        "ses_rr1",
+        "abandon",
+        turn="turn_9",
+        effects="none",
+        reason="hung",
+        reporter=reporter,
+    )
     assert req.ok and "not been confirmed gone" in _text(req)
     rid = req.messages[0].ref
     reply = svc.approve(APPROVER, CHANNEL, rid, reporter)
@@ -73,8 +81,20 @@ def test_recovery_required_gives_up_after_the_runbook_bound(make_decision_env):
     env.outcome_unknown("ses_rr2", gone=False)
     svc = env.service()
     reporter = ListReporter()
-    rid = svc.decide(REQUESTER, CHANNEL, "ses_rr2", "abandon", turn="turn_9", effects="none", reason="hung",
-                     reporter=reporter).messages[0].ref
+    rid = (
+        svc.decide(
+            REQUESTER,
+            CHANNEL,
+            "ses_rr2",
+            "abandon",
+            turn="turn_9",
+            effects="none",
+            reason="hung",
+            reporter=reporter,
+        )
+        .messages[0]
+        .ref
+    )
     reply = svc.approve(APPROVER, CHANNEL, rid, reporter)
     assert not reply.ok
     assert "not confirmed gone" in _text(reply)
@@ -88,10 +108,23 @@ def test_request_stale_from_the_api_gives_the_runbooks_advice(decision_env):
     env = decision_env
     env.restore_failed("ses_st1")
     # The worker is draining: a scheduler pass will bump the revision without touching decisive facts.
-    env.sandbox.admin.create_session({"session": {
-        "id": "ses_st2", "status": "failed", "admission_state": "recovery_required", "revision": 4,
-        "attention": {"code": "RESTORE_FAILED", "reason": "restore_refused", "failures": 3, "retry_at": None},
-        "execution": {"state": "draining", "alive": False}}})
+    env.sandbox.admin.create_session(
+        {
+            "session": {
+                "id": "ses_st2",
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 4,
+                "attention": {
+                    "code": "RESTORE_FAILED",
+                    "reason": "restore_refused",
+                    "failures": 3,
+                    "retry_at": None,
+                },
+                "execution": {"state": "draining", "alive": False},
+            }
+        }
+    )
     real_gather = env.diagnoser.gather
     calls: list[str] = []
 
@@ -104,8 +137,15 @@ def test_request_stale_from_the_api_gives_the_runbooks_advice(decision_env):
 
     env.diagnoser.gather = racing_gather
     svc = env.service()
-    reply = svc.decide(REQUESTER, CHANNEL, "ses_st2", "retry_restore", reason="proxy fixed", yes=True,
-                       reporter=ListReporter())
+    reply = svc.decide(
+        REQUESTER,
+        CHANNEL,
+        "ses_st2",
+        "retry_restore",
+        reason="proxy fixed",
+        yes=True,
+        reporter=ListReporter(),
+    )
     assert not reply.ok
     text = _text(reply)
     assert "409 REQUEST_STALE" in text
@@ -119,8 +159,17 @@ def test_checkpoint_unavailable_is_refused_with_the_advice_to_abandon(decision_e
     env = decision_env
     env.outcome_unknown("ses_cu1", covered=False, reason="interrupt_checkpoint_unavailable")
     svc = env.service()
-    reply = svc.decide(REQUESTER, CHANNEL, "ses_cu1", "confirm_completed", turn="turn_9", evidence="s3://proof",
-                       effects="wrote a file", reason="it finished", reporter=ListReporter())
+    reply = svc.decide(
+        REQUESTER,
+        CHANNEL,
+        "ses_cu1",
+        "confirm_completed",
+        turn="turn_9",
+        evidence="s3://proof",
+        effects="wrote a file",
+        reason="it finished",
+        reporter=ListReporter(),
+    )
     assert not reply.ok
     text = _text(reply)
     assert "CHECKPOINT_UNAVAILABLE" in text and "no committed checkpoint covers turn turn_9" in text
@@ -132,15 +181,29 @@ def test_dryrun_shows_the_exact_request_and_sends_nothing(decision_env):
     env = decision_env
     env.outcome_unknown("ses_dr1", covered=True, revision=21)
     svc = env.service()
-    reply = svc.dryrun_decide(REQUESTER, CHANNEL, "ses_dr1", "confirm_completed", turn="turn_9",
-                              evidence="s3://proof", effects="none", reason="done", reporter=ListReporter())
+    reply = svc.dryrun_decide(
+        REQUESTER,
+        CHANNEL,
+        "ses_dr1",
+        "confirm_completed",
+        turn="turn_9",
+        evidence="s3://proof",
+        effects="none",
+        reason="done",
+        reporter=ListReporter(),
+    )
     text = _text(reply)
     assert "POST /v1/sessions/ses_dr1/recovery-decisions" in text
     assert "Idempotency-Key: ***" in text and "Authorization: Bearer ***" in text
     assert env.sandbox.api_key not in text
-    body = json.loads(text[text.index("{"):text.index("}") + 1])
-    assert body == {"decision": "confirm_completed", "expected_revision": 21, "reason": "done",
-                    "target_turn_id": "turn_9", "evidence_ref": "s3://proof"}
+    body = json.loads(text[text.index("{") : text.index("}") + 1])
+    assert body == {
+        "decision": "confirm_completed",
+        "expected_revision": 21,
+        "reason": "done",
+        "target_turn_id": "turn_9",
+        "evidence_ref": "s3://proof",
+    }
     assert "Expected back: 200" in text and "revision 22" in text
     assert "second person" in text
     assert env.posts("ses_dr1") == []
@@ -151,8 +214,9 @@ def test_confirmation_of_single_person_decisions(decision_env):
     env = decision_env
     env.restore_failed("ses_sf1", reason="incompatible_checkpoint", failures=1)
     svc = env.service()
-    reply = svc.decide(REQUESTER, CHANNEL, "ses_sf1", "start_fresh", reason="context may go",
-                       reporter=ListReporter())
+    reply = svc.decide(
+        REQUESTER, CHANNEL, "ses_sf1", "start_fresh", reason="context may go", reporter=ListReporter()
+    )
     msg = reply.messages[0]
     assert msg.kind == "confirmation_request"
     # R2.11, R5.3: the confirmation names what is dropped.
@@ -173,8 +237,20 @@ def test_verification_after_abandon_without_checkpoint_says_context_gap(decision
     env = decision_env
     env.outcome_unknown("ses_cg1", covered=False)
     svc = env.service()
-    rid = svc.decide(REQUESTER, CHANNEL, "ses_cg1", "abandon", turn="turn_9", effects="none",
-                     reason="hung", reporter=ListReporter()).messages[0].ref
+    rid = (
+        svc.decide(
+            REQUESTER,
+            CHANNEL,
+            "ses_cg1",
+            "abandon",
+            turn="turn_9",
+            effects="none",
+            reason="hung",
+            reporter=ListReporter(),
+        )
+        .messages[0]
+        .ref
+    )
     reply = svc.approve(APPROVER, CHANNEL, rid, ListReporter())
     assert reply.ok
     verify = reply.messages[-1]
@@ -188,8 +264,11 @@ def test_close_is_verified_and_closes_the_case(decision_env):
     env = decision_env
     env.restore_failed("ses_cl1")
     svc = env.service()
-    rid = svc.decide(REQUESTER, CHANNEL, "ses_cl1", "close", reason="done with it",
-                     reporter=ListReporter()).messages[0].ref
+    rid = (
+        svc.decide(REQUESTER, CHANNEL, "ses_cl1", "close", reason="done with it", reporter=ListReporter())
+        .messages[0]
+        .ref
+    )
     reply = svc.approve(APPROVER, CHANNEL, rid, ListReporter())
     assert reply.ok
     assert "The session is closed." in reply.messages[-1].plain_text()
@@ -239,16 +318,18 @@ def test_repeated_decision_is_flagged(make_decision_env):
     env = make_decision_env()
     env.restore_failed("ses_rp1", reason="restore_refused")
     svc = env.service()
-    first = svc.decide(REQUESTER, CHANNEL, "ses_rp1", "retry_restore", reason="try again", yes=True,
-                       reporter=ListReporter())
+    first = svc.decide(
+        REQUESTER, CHANNEL, "ses_rp1", "retry_restore", reason="try again", yes=True, reporter=ListReporter()
+    )
     assert first.ok, _text(first)
     admin = env.sandbox.admin
     for _ in range(3):  # the cause was not fixed: three more restore failures stop it again (R2.1)
         admin.fail_restore("ses_rp1", "restore_refused")
         admin.advance(61)
         admin.scheduler_pass()
-    again = svc.decide(REQUESTER, CHANNEL, "ses_rp1", "retry_restore", reason="try again",
-                       reporter=ListReporter())
+    again = svc.decide(
+        REQUESTER, CHANNEL, "ses_rp1", "retry_restore", reason="try again", reporter=ListReporter()
+    )
     assert again.ok, _text(again)
     text = again.messages[0].plain_text()
     assert "already executed 1 time(s)" in text and "R5.4" in text

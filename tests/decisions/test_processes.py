@@ -15,19 +15,46 @@ from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REPO, REQUESTE
 
 
 def _spawn(env, tmp_path: Path, action: str, request_id: str, actor: str, go: Path, hang: str = ""):
-    proc_env = dict(os.environ, SANDBOX_API_KEY=env.sandbox.api_key, MARKER_DIR=str(tmp_path), HANG=hang,
-                    PYTHONPATH=str(REPO))
+    proc_env = dict(
+        os.environ,
+        SANDBOX_API_KEY=env.sandbox.api_key,
+        MARKER_DIR=str(tmp_path),
+        HANG=hang,
+        PYTHONPATH=str(REPO),
+    )
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.decisions._proc", str(env.db_path), env.sandbox.url, action, request_id,
-         actor, CHANNEL, str(go)],
-        cwd=REPO, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.decisions._proc",
+            str(env.db_path),
+            env.sandbox.url,
+            action,
+            request_id,
+            actor,
+            CHANNEL,
+            str(go),
+        ],
+        cwd=REPO,
+        env=proc_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
 def _request(env, svc, sid: str) -> str:
     env.outcome_unknown(sid, covered=True)
-    reply = svc.decide(REQUESTER, CHANNEL, sid, "abandon", turn="turn_9", effects="none outside",
-                       reason="hung engine", reporter=NullReporter())
+    reply = svc.decide(
+        REQUESTER,
+        CHANNEL,
+        sid,
+        "abandon",
+        turn="turn_9",
+        effects="none outside",
+        reason="hung engine",
+        reporter=NullReporter(),
+    )
     rid = reply.messages[0].ref
     assert rid, reply.messages[0].plain_text()
     return rid

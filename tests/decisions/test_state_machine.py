@@ -66,19 +66,37 @@ class ApprovalMachine(RuleBasedStateMachine):
 
     # -- rules -----------------------------------------------------------------------------------
 
-    @rule(target=requests, kind=st.sampled_from(["abandon", "close", "retry_restore"]),
-          requester=st.sampled_from(USERS), gone=st.booleans(), yes=st.booleans())
+    @rule(
+        target=requests,
+        kind=st.sampled_from(["abandon", "close", "retry_restore"]),
+        requester=st.sampled_from(USERS),
+        gone=st.booleans(),
+        yes=st.booleans(),
+    )
     def request(self, kind: str, requester: str, gone: bool, yes: bool):
         self.n += 1
         sid = f"ses_sm{self.n}"
         if kind == "abandon":
             self.env.outcome_unknown(sid, gone=gone, covered=True)
-            reply = self.svc.decide(requester, CHANNEL, sid, "abandon", turn="turn_9", effects="none",
-                                    reason="r", yes=yes, reporter=NullReporter())
+            reply = self.svc.decide(
+                requester,
+                CHANNEL,
+                sid,
+                "abandon",
+                turn="turn_9",
+                effects="none",
+                reason="r",
+                yes=yes,
+                reporter=NullReporter(),
+            )
         else:
             self.env.restore_failed(sid)
-            reply = self.svc.decide(requester, CHANNEL, sid, kind, reason="r", yes=yes, reporter=NullReporter())
-        refs = [m.ref for m in reply.messages if m.kind in ("approval_request", "confirmation_request") and m.ref]
+            reply = self.svc.decide(
+                requester, CHANNEL, sid, kind, reason="r", yes=yes, reporter=NullReporter()
+            )
+        refs = [
+            m.ref for m in reply.messages if m.kind in ("approval_request", "confirmation_request") and m.ref
+        ]
         return multiple(*refs[:1])
 
     @rule(rid=requests, actor=st.sampled_from(USERS), in_channel=st.booleans())
@@ -109,9 +127,11 @@ class ApprovalMachine(RuleBasedStateMachine):
         req = self.svc.requests.get(rid)
         key = str(uuid.uuid4())
         self.outside_keys.add(key)
-        httpx.post(f"{self.sandbox.url}/v1/sessions/{req.session_id}/recovery-decisions",
-                   json={"decision": "close", "reason": "outside"},
-                   headers={"Authorization": f"Bearer {self.sandbox.api_key}", "Idempotency-Key": key})
+        httpx.post(
+            f"{self.sandbox.url}/v1/sessions/{req.session_id}/recovery-decisions",
+            json={"decision": "close", "reason": "outside"},
+            headers={"Authorization": f"Bearer {self.sandbox.api_key}", "Idempotency-Key": key},
+        )
 
     @rule()
     def restart(self):
@@ -142,8 +162,9 @@ class ApprovalMachine(RuleBasedStateMachine):
     @invariant()
     def every_effect_has_one_valid_approval(self):
         store = self.env.store
-        key_to_request = {s.idempotency_key: s.inputs["request_id"] for s in store.steps()
-                          if s.step == "decision_sending"}
+        key_to_request = {
+            s.idempotency_key: s.inputs["request_id"] for s in store.steps() if s.step == "decision_sending"
+        }
         per_request: Counter[str] = Counter()
         for effect in self.sandbox.admin.effects():
             key = effect["idempotency_key"]
@@ -153,9 +174,11 @@ class ApprovalMachine(RuleBasedStateMachine):
             rid = key_to_request[key]
             per_request[rid] += 1
             req = self.svc.requests.get(rid)
-            approvals = [s for s in store.steps(session_id=req.session_id)
-                         if s.step in ("decision_approved", "decision_confirmed")
-                         and s.inputs.get("request_id") == rid]
+            approvals = [
+                s
+                for s in store.steps(session_id=req.session_id)
+                if s.step in ("decision_approved", "decision_confirmed") and s.inputs.get("request_id") == rid
+            ]
             assert len(approvals) == 1, approvals
             approval = approvals[0]
             assert approval.actor == req.approved_by
