@@ -8,6 +8,7 @@ modules behind them are private.
 from __future__ import annotations
 
 from bot.dockerops._config import (
+    CAUTION_DRY_RUN,
     CAUTION_NOT_REMOVED,
     CAUTION_OVERLAP_SAFE,
     DEFAULT_ARGV,
@@ -21,6 +22,7 @@ from bot.dockerops._ops import DockerOps, PassLine, ReconcileRefused, Reconciler
 from bot.dockerops._schema import migrations
 
 __all__ = [
+    "CAUTION_DRY_RUN",
     "CAUTION_NOT_REMOVED",
     "CAUTION_OVERLAP_SAFE",
     "DEFAULT_ARGV",

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 DEFAULT_ARGV = ("bun", "run", "apps/control-host/src/main.ts", "reconciler", "--once")
 
+CAUTION_DRY_RUN = (
+    "Dry run: shows the reconciler's targets without writing anything. The repeating reconciler started "
+    "by compose never receives this variable (R1.1)."
+)
 CAUTION_NOT_REMOVED = (
     "A successful reconciler pass does not mean containers were removed: the reconciler has no Docker "
     "socket and only writes the epoch fence and desired_state = terminated to the database; the "
@@ -50,6 +54,7 @@ class ReconcilerConfig:
     failed_pattern: str = "Reconciler pass failed"
     #: How many of the container's last log lines ``status`` searches for pass lines.
     status_log_tail: int = 5000
+    caution_dry_run: str = CAUTION_DRY_RUN
     caution_not_removed: str = CAUTION_NOT_REMOVED
     caution_overlap_safe: str = CAUTION_OVERLAP_SAFE
     #: Output longer than this many lines is summarised in the reply and attached whole.

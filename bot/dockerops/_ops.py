@@ -245,6 +245,7 @@ class DockerOps:
                 lines=[
                     *shown,
                     "",
+                    cfg.caution_dry_run,
                     f"Review the targets above. The real pass changes the database (R1.2): within {window}, "
                     f"press the button or type `{command}`.",
                     cfg.caution_overlap_safe,
@@ -571,7 +572,8 @@ class DockerOps:
                 "The Docker API cannot stop an exec'd process: the pass may still be running in "
                 f"{target.name} "
                 f"(exec {result.exec_id[:12]}, pid {pid} on the Docker host). The outcome is recorded as unknown.",
-                "A later pass is safe: overlapping passes re-check each write under a row lock (R1.6).",
+                "A later pass is safe: overlapping passes re-check each write under a row lock (R1.6). "
+                "Run /recover dryrun again before another real pass.",
                 *(["Output so far:", *shown] if shown else []),
             ],
             rules=["R1.6"],

@@ -425,3 +425,22 @@ def test_container_gone_mid_exec_is_a_clear_error_and_outcome_unknown(
     with store.read() as db:
         outcome = db.execute("SELECT outcome FROM dryruns").fetchall()
     assert outcome == [("unknown",)]
+
+
+def test_a_real_pass_past_its_timeout_is_unknown_and_needs_a_new_dry_run(
+    docker_engine: DockerEngine, store: Store, clock: ManualClock, reconciler_container: ReconcilerContainer
+) -> None:
+    ops = make_ops(docker_engine, store, clock, reconciler_container.project, exec_timeout_seconds=1.5)
+    dry_id = ops.dryrun("U_ALICE").messages[0].ref or ""
+    reconciler_container.put_file("/tmp/reconciler-sleep", "30")
+    reply = ops.reconcile("U_BOB", dry_id)
+    msg = reply.messages[0]
+    assert not reply.ok and "outcome unknown" in msg.headline
+    row = ops.get_pass(msg.ref or "")
+    assert row is not None and row["outcome"] == "unknown" and row["reviewed_by"] == "U_BOB"
+    assert row["exec_id"] and row["pid"]
+    assert "Run /recover dryrun again" in "\n".join(msg.lines)
+    steps = {s.step: s.outcome for s in store.steps()}
+    assert steps["reconciler_pass"] == "unknown"
+    with pytest.raises(ReconcileRefused, match="already used"):
+        ops.reconcile("U_BOB", dry_id)
