@@ -35,9 +35,11 @@ class CasesMixin:
         raise NotImplementedError
 
     def cases(self, actor: str | None = None) -> Reply:
-        """The open cases, one line each (the look-up itself is recorded, installation-wide)."""
+        """The open cases, one line each. With ``actor`` (the typed command) the look-up is recorded;
+        views that refresh by themselves (App Home) pass none and leave the audit log alone."""
         open_cases = self.store.list_open_cases()
-        self._record(None, actor or "recover-bot", "cases", {}, f"{len(open_cases)} open")
+        if actor is not None:
+            self._record(None, actor, "cases", {}, f"{len(open_cases)} open")
         if not open_cases:
             return Reply.of(Message(headline="No open cases."))
         lines = []

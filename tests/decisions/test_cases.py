@@ -29,10 +29,14 @@ def test_take_note_history_and_cases_are_recorded(decision_env):
     assert not svc.note(APPROVER, "ses_c1", "   ").ok
     steps = env.store.steps(session_id="ses_c1")
     assert [s.step for s in steps] == ["decision_requested", "take", "note"]
-    history = svc.history("ses_c1").messages[0]
+    history = svc.history("ses_c1", actor=OUTSIDER).messages[0]
     assert len(history.lines) == 3 and "take" in history.lines[1] and f"<@{APPROVER}>" in history.lines[1]
-    cases = svc.cases().messages[0]
+    cases = svc.cases(actor=OUTSIDER).messages[0]
     assert cases.headline == "1 open case(s)" and "ses_c1" in cases.lines[0] and "note" in cases.lines[0]
+    # The look-ups are on the record too, outside the session's case (reading does not change it).
+    lookups = [(s.step, s.actor, s.inputs) for s in env.store.steps() if s.session_id is None]
+    assert lookups == [("history", OUTSIDER, {"session_id": "ses_c1"}), ("cases", OUTSIDER, {})]
+    assert len(env.store.steps(session_id="ses_c1")) == 3
 
 
 def test_handoff_digest_lists_everything_for_the_next_shift(make_decision_env):
