@@ -158,9 +158,9 @@ class Router:
         if kind == "resume":
             return s.decisions.resume(actor, channel, self._arg(cmd, "session_id"), reporter)
         if kind == "cases":
-            return s.decisions.cases()
+            return s.decisions.cases(actor=actor)
         if kind == "history":
-            return s.decisions.history(self._arg(cmd, "session_id"))
+            return s.decisions.history(self._arg(cmd, "session_id"), actor=actor)
         if kind == "take":
             return s.decisions.take(actor, self._arg(cmd, "session_id"))
         if kind == "note":
