@@ -11,7 +11,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from bot.console.routing import RouterProtocol
 from bot.errors import RecoverError
@@ -25,6 +25,8 @@ CONSOLE_HELP = """Console commands:
   /recover <command>   run a command (the leading /recover is optional)
   <number>             choose a numbered button from the last output
   :as <user>           act as another user (embedded sandbox only)
+  :pass                run one sandbox scheduler pass (confirms stopped workers gone, R3.9; demo only)
+  :advance <seconds>   move the sandbox clock forward (backoffs end, requests expire; demo only)
   :help                this help and the /recover commands
   :quit                leave"""
 
@@ -88,7 +90,9 @@ class _Console:
         stdin: TextIO,
         stdout: TextIO,
         channel: str | None,
+        sandbox: Any = None,
     ) -> None:
+        self.sandbox = sandbox
         self.router = router
         self.users = list(users) or ["operator"]
         self.user = self.users[0]
@@ -172,9 +176,42 @@ class _Console:
             self.write(self.router.help_text())
         elif name == ":as":
             self.switch_user(arg)
+        elif name in (":pass", ":advance"):
+            self.drive_sandbox(name, arg)
         else:
             self.fail(f"unknown console command {name!r}; type :help")
         return True
+
+    def drive_sandbox(self, name: str, arg: str) -> None:
+        """The demo's stand-ins for time passing and the scheduler doing its work."""
+        if self.sandbox is None:
+            self.fail(f"{name} works only against the embedded sandbox (recover-bot demo).")
+            return
+        try:
+            if name == ":pass":
+                result = self.sandbox.admin.scheduler_pass()
+                gone = ", ".join(result.get("confirmed_gone") or []) or "none"
+                launched = ", ".join(result.get("launched") or []) or "none"
+                self.write(f"Scheduler pass: workers confirmed gone: {gone}; launched: {launched}.")
+            else:
+                seconds = float(arg)
+                if not 0 < seconds <= 7 * 24 * 3600:
+                    raise ValueError
+                now = self.sandbox.admin.advance(seconds)
+                self.write(f"Sandbox clock is now {now.isoformat().replace('+00:00', 'Z')}.")
+        except ValueError:
+            self.fail(":advance takes a number of seconds, e.g. :advance 60")
+            return
+        except Exception as exc:  # noqa: BLE001 - the sandbox's own error, shown
+            self.fail(f"{name}: {redact(str(exc))}")
+            return
+        self.show_expired()
+
+    def show_expired(self) -> None:
+        """Approval requests that expired meanwhile, shown as their updated messages."""
+        expire = getattr(self.router, "expire_due", None)
+        for message in expire() if expire is not None else []:
+            self.show(message)
 
     def switch_user(self, user: str) -> None:
         if not self.allow_switch_user:
@@ -275,9 +312,15 @@ def run_console(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     channel: str | None = None,
+    sandbox: Any = None,
 ) -> int:
-    """Read commands (a terminal or, one a line, standard input); 0 when every command succeeded."""
-    console = _Console(router, users, allow_switch_user, stdin or sys.stdin, stdout or sys.stdout, channel)
+    """Read commands (a terminal or, one a line, standard input); 0 when every command succeeded.
+
+    ``sandbox`` (the demo's embedded sandbox handle) enables ``:pass`` and ``:advance``.
+    """
+    console = _Console(
+        router, users, allow_switch_user, stdin or sys.stdin, stdout or sys.stdout, channel, sandbox
+    )
     try:
         return console.run()
     except KeyboardInterrupt:

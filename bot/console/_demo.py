@@ -51,7 +51,9 @@ def run_demo(
                 return 2
             out.write(_banner(handle, users))
             out.flush()
-            return run_console(router, users=users, allow_switch_user=True, stdin=stdin, stdout=out)
+            return run_console(
+                router, users=users, allow_switch_user=True, stdin=stdin, stdout=out, sandbox=handle
+            )
         finally:
             handle.stop()
 
@@ -66,6 +68,9 @@ def _banner(handle: object, users: tuple[str, ...]) -> str:
     for scenario in scenarios.values():
         lines.append(f"  {scenario.session_id:<28} {scenario.title}")
     lines.append("Try: /recover diagnose <session_id>    (:help lists every command)")
+    lines.append(
+        "The sandbox's clock stands still: `:advance <seconds>` moves it, `:pass` runs a scheduler pass."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -81,4 +86,6 @@ def console_main(settings: Settings, *, stdin: TextIO | None = None, stdout: Tex
         print("To try the bot without a control host: recover-bot demo", file=sys.stderr)
         return 2
     # Against a real control host the acting user is the person at the terminal, fixed (commands.md).
-    return run_console(router, users=(getpass.getuser(),), allow_switch_user=False, stdin=stdin, stdout=stdout)
+    return run_console(
+        router, users=(getpass.getuser(),), allow_switch_user=False, stdin=stdin, stdout=stdout
+    )

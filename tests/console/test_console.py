@@ -152,3 +152,31 @@ def test_demo_from_stdin_exit_status(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-c", code], input="/recover cases\n/recover nope\n", capture_output=True,
                          text=True, env=env, cwd=str(tmp_path), timeout=60)
     assert bad.returncode == 1
+
+
+def test_demo_drives_the_sandbox_scheduler_and_clock(router, sandbox) -> None:
+    """R3.9 in the demo: abandon waits for the worker to be confirmed gone; `:pass` is that scheduler pass."""
+    before = sandbox.admin.scheduler_pass  # the real admin API is what the console calls
+    assert before is not None
+    script = "\n".join(
+        [
+            "/recover diagnose ses_unknown_unanswered",
+            ":pass",
+            "/recover diagnose ses_unknown_unanswered",
+            ":advance 90",
+            ":advance soon",
+        ]
+    )
+    code, out = _run(router, script + "\n", allow_switch_user=True, sandbox=sandbox)
+    assert code == 1  # the malformed :advance fails, the rest ran
+    assert "workers confirmed gone: " in out and "ses_unknown_unanswered" in out.split("Scheduler pass:")[1]
+    first, second = out.split("Scheduler pass:")
+    assert "abandon: 409 RECOVERY_REQUIRED" in first  # not yet confirmed gone
+    assert "abandon: 409 RECOVERY_REQUIRED" not in second
+    assert "Sandbox clock is now 2026-11-29T10:01:30" in out
+    assert ":advance takes a number of seconds" in out
+
+
+def test_sandbox_commands_refused_without_the_sandbox(router) -> None:
+    code, out = _run(router, ":pass\n")
+    assert code == 1 and "only against the embedded sandbox" in out
