@@ -16,7 +16,7 @@ from bot.clock import Clock, SystemClock
 from bot.controlhost import ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService
 from bot.diagnosis.service import Diagnoser, ReconcilerStatus
-from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig
+from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
 from bot.errors import DockerOpsError
 from bot.logs import FileLogSource, LogSource
 from bot.messages import Message, Reporter
@@ -61,10 +61,7 @@ class DockerReconcilerStatus:
     def read_status(self) -> ReconcilerStatus:
         from bot.clock import isoformat
 
-        ops = self.ops
-        with ops._client() as (client, host):
-            target = ops.find_reconciler(client, host)
-            completed, failed = ops._last_pass_lines(client, host, target)
+        completed, failed = self.ops.last_pass_lines()
         latest = None
         for line in (completed, failed):
             if line is not None and (latest is None or (line.at and latest.at and line.at > latest.at)):
@@ -97,8 +94,10 @@ def reconciler_config(runbooks: RunbookSet) -> ReconcilerConfig:
         "completed_pattern": spec.pass_patterns.completed,
         "failed_pattern": spec.pass_patterns.failed,
     }
-    if "real_pass" in cautions:
-        kwargs["caution_overlap_safe"] = cautions["real_pass"]
+    # The runbook's dry-run caution replaces ours; the real pass keeps its two separate cautions
+    # (R1.5 not removed, R1.6 overlap safe), which the bot shows at different moments.
+    if "dry_run" in cautions:
+        kwargs["caution_dry_run"] = cautions["dry_run"]
     return ReconcilerConfig(**kwargs)
 
 
@@ -155,8 +154,13 @@ def build_services(
             settings.control_host_url, settings.control_host_api_key, store=store, clock=clock
         )
 
+    docker_factory = client_factory(settings.docker_host)
     dockerops = DockerOps(
-        store, installation=settings.installation, config=reconciler_config(runbooks), clock=clock
+        store,
+        installation=settings.installation,
+        config=reconciler_config(runbooks),
+        docker_client_factory=docker_factory,
+        clock=clock,
     )
     log_source: LogSource | None = None
     if settings.log_files:
@@ -164,7 +168,11 @@ def build_services(
     elif sandbox is not None:
         log_source = FileLogSource(str(_demo_log_file(sandbox, settings.db_path.parent)))
     elif settings.installation:
-        log_source = DockerLogSource(installation=settings.installation, config=worker_log_config(runbooks))
+        log_source = DockerLogSource(
+            installation=settings.installation,
+            config=worker_log_config(runbooks),
+            docker_client_factory=docker_factory,
+        )
     status_source = DockerReconcilerStatus(dockerops) if settings.installation else None
 
     diagnoser = Diagnoser(

@@ -664,6 +664,13 @@ class DockerOps:
             return None, "the status path is not a regular file"
         return redact(content.decode("utf-8", errors="replace")), ""
 
+    def last_pass_lines(self) -> tuple[PassLine | None, PassLine | None]:
+        """The latest completed and failed pass lines (R1.4), for diagnose's reconciler facts."""
+        self._project()
+        with self._client() as (client, host):
+            target = self.find_reconciler(client, host)
+            return self._last_pass_lines(client, host, target)
+
     def _last_pass_lines(
         self, client: docker.DockerClient, host: str, target: ReconcilerTarget
     ) -> tuple[PassLine | None, PassLine | None]:
