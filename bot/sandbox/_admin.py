@@ -134,6 +134,11 @@ class SandboxAdmin:
         result: dict[str, Any] = self._call("GET", f"/sessions/{session_id}")
         return result
 
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every session's admin view, sorted by id."""
+        result: list[dict[str, Any]] = self._call("GET", "/sessions")["sessions"]
+        return result
+
     def create_session(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Create a session from a scenario-style spec: ``{"session": {...}, "turns": [...], ...}``."""
         result: dict[str, Any] = self._call("POST", "/sessions", spec)
