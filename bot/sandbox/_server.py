@@ -142,7 +142,11 @@ class SandboxApp:
         path = parts.path
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         if path.startswith("/_sandbox/") or path == "/_sandbox":
-            return self._admin(method, path, query, raw)
+            try:
+                return self._admin(method, path, query, raw)
+            except Exception:  # a bug must answer 500, not leave the client without an answer
+                log.exception("sandbox: unexpected error on admin %s %s", method, path)
+                return _err(500, "INTERNAL", "Unexpected sandbox error.")
         if path.startswith("/v1/"):
             return self._public(method, path, query, headers, raw)
         return _err(404, "NOT_FOUND", f"No route {path}.")
