@@ -125,7 +125,7 @@ def _demo_log_file(sandbox: Any, folder: Path) -> Path:
     with path.open("w", encoding="utf-8") as out:
         for scenario in sandbox.scenarios.values():
             for line in scenario.worker_log_lines(now):
-                out.write(line.text + "\n")
+                out.write(line.render(timestamp=True) + "\n")
     return path
 
 
