@@ -213,13 +213,20 @@ def build_router(
     directory: ApproverDirectory | None = None,
     clock: Clock | None = None,
     reporter: Reporter | None = None,
+    startup: bool = True,
 ) -> Any:
-    """Build the services and the router over them; finish what a previous run left half-done."""
+    """Build the services and the router over them.
+
+    With ``startup`` (the console), what a previous run left half-done is finished before this
+    returns; a server passes ``startup=False`` and calls ``router.startup`` in the background, since
+    a resumed wait may last minutes and must not delay readiness.
+    """
     from bot.router import Router
 
     services = build_services(settings, sandbox=sandbox, directory=directory, clock=clock)
     router = Router(services)
-    router.startup(reporter or LoggingReporter())
+    if startup:
+        router.startup(reporter or LoggingReporter())
     return router
 
 

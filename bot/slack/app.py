@@ -111,6 +111,17 @@ class SlackBot:
         self.work.shutdown(wait=True)
         self.ui.shutdown(wait=True)
 
+    # -- start-up -------------------------------------------------------------------------------------
+
+    def run_startup(self) -> None:
+        """Finish what a previous process left half-done (replays, approved requests), reporting into
+        the cases' threads. Runs in the background: a resumed wait must not delay readiness."""
+        startup = getattr(self.router, "startup", None)
+        if startup is None:
+            return
+        reporter = self._reporter(Origin(actor="recover-bot", channel=None))
+        self._guarded(reporter, lambda: startup(reporter))
+
     # -- expiry ---------------------------------------------------------------------------------------
 
     def sweep_expired(self) -> int:

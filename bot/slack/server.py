@@ -145,7 +145,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
         settings.require_slack()
         client = make_client(settings)
         directory = SlackDirectory(client)
-        router = build_router(settings, directory=directory)
+        router = build_router(settings, directory=directory, startup=False)
         bot = build_bot(settings, router, client=client)
     except RecoverError as exc:
         print(redact(str(exc)), file=sys.stderr)
@@ -154,6 +154,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
         print(f"recover-bot cannot start: {redact(str(exc))}", file=sys.stderr)
         return 2
     bot.start_sweeper()
+    bot.work.submit(bot.run_startup)
     try:
         if settings.slack_app_token:
             from slack_bolt.adapter.socket_mode import SocketModeHandler
