@@ -153,9 +153,9 @@ def start_sandbox(
 def serve_forever(host: str, port: int, *, api_key: str, scenarios: ScenarioSpec = "builtin") -> None:
     """Run the sandbox in the foreground until interrupted (``recover-bot sandbox`` / ``demo``).
 
-    Prints the URL and the API key. The key is the sandbox's public demo value, printed so a person can
-    point the bot at the sandbox; it is not a secret of any real installation. The clock is the real
-    clock, movable forward through ``POST /_sandbox/clock/advance``.
+    Prints the URL and how to point the bot at it; the key itself is never echoed (the person chose it
+    with ``--api-key``). The clock is the real clock, movable forward through
+    ``POST /_sandbox/clock/advance``.
     """
     handle = start_sandbox(
         scenarios=scenarios,
@@ -165,7 +165,10 @@ def serve_forever(host: str, port: int, *, api_key: str, scenarios: ScenarioSpec
         api_keys={api_key: {"sessions:read", RECOVER_SCOPE}},
     )
     print(f"Sandbox control host listening on {handle.url}", flush=True)
-    print(f"  API key (public demo value, not a secret): {api_key}", flush=True)
+    print(
+        f"  point the bot at it: CONTROL_HOST_URL={handle.url} CONTROL_HOST_API_KEY=<the --api-key value>",
+        flush=True,
+    )
     print(f"  admin API: {handle.url}/_sandbox/  (see docs/sandbox.md)", flush=True)
     print(f"  scenarios: {', '.join(sorted(handle.state.scenarios)) or '(none)'}", flush=True)
     stop = threading.Event()
