@@ -16,76 +16,17 @@ from typing import Any
 from bot.clock import isoformat, parse_time
 from bot.diagnosis import timeline as tl
 from bot.redact import redact
+from bot.runbook.vocabulary import ALL_FACTS, LOG_FACTS, SOURCES
+
+__all__ = ["ALL_FACTS", "LOG_FACTS", "SOURCES"]  # re-exported: the vocabulary lives in bot.runbook
 
 FactValue = str | int | float | bool | None
 Facts = dict[str, FactValue]
 
-# The sources diagnose reads; each reports ``source.<name>`` (docs/facts.md).
-SOURCES: tuple[str, ...] = ("session", "turns", "events", "logs", "reconciler")
 SOURCE_OK = "ok"
 SOURCE_SLOW = "slow"
 SOURCE_UNREACHABLE = "unreachable"
 SOURCE_NOT_CONFIGURED = "not_configured"
-
-SESSION_FACTS: tuple[str, ...] = (
-    "session.found",
-    "session.status",
-    "session.admission_state",
-    "session.revision",
-    "session.resumable",
-    "session.queued_inputs",
-    "attention.present",
-    "attention.code",
-    "attention.reason",
-    "attention.failures",
-    "attention.retry_at",
-    "attention.in_backoff",
-    "checkpoint.present",
-    "checkpoint.id",
-    "checkpoint.covers_turn_id",
-    "execution.state",
-    "execution.confirmed_gone",
-)
-TURN_FACTS: tuple[str, ...] = (
-    "unknown_turn.present",
-    "unknown_turn.id",
-    "unknown_turn.terminal_reason",
-    "unknown_turn.control_id",
-    "unknown_turn.covered_by_checkpoint",
-)
-EVENT_FACTS: tuple[str, ...] = ("events.restore_failed", "events.startup_failed")
-LOG_FACTS: tuple[str, ...] = (
-    "logs.lines",
-    "logs.restore_unavailable",
-    "logs.store_unavailable",
-    "logs.restore_refused",
-    "logs.permanent_damage",
-    "logs.worker_failed",
-    "logs.stopping_failed",
-    "logs.stop_kind_refused",
-    "logs.likely_cause",
-    "logs.interrupt_unanswered",
-    "logs.late_sdk_interrupt_answered",
-    "logs.engine_terminal_timeout",
-    "logs.capture_timeout",
-    "logs.capture_failed",
-    "logs.finalize_checkpoint_unavailable",
-    "logs.missing_stages",
-    "logs.control_result_outcome",
-    "logs.control_result_reason_code",
-)
-RECONCILER_FACTS: tuple[str, ...] = ("reconciler.last_pass", "reconciler.last_pass_at")
-
-ALL_FACTS: tuple[str, ...] = (
-    "now",
-    "session.id",
-    *SESSION_FACTS,
-    *TURN_FACTS,
-    *EVENT_FACTS,
-    *LOG_FACTS,
-    *RECONCILER_FACTS,
-    *(f"source.{name}" for name in SOURCES),
-)
 
 # Worker log events named by the runbook.
 EV_RESTORE_UNAVAILABLE = "worker.checkpoint.restore_unavailable"  # R2.6, transient
