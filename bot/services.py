@@ -7,13 +7,14 @@ requests whose answer was never recorded (the Idempotency-Key rule).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bot.clock import Clock, SystemClock
-from bot.controlhost import ControlHostClient
+from bot.controlhost import ApiPaths, ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService
 from bot.diagnosis.service import Diagnoser, ReconcilerStatus
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
@@ -69,6 +70,13 @@ class DockerReconcilerStatus:
         if latest is None:
             return ReconcilerStatus(last_pass=None, last_pass_at=None, raw=None)
         return ReconcilerStatus(last_pass=latest.kind, last_pass_at=isoformat(latest.at), raw=latest.text)
+
+
+def api_paths(runbooks: RunbookSet) -> ApiPaths:
+    """The runbook's ``api:`` read paths for the client (defaults: the API page's paths)."""
+    if runbooks.api is None:
+        return ApiPaths()
+    return dataclasses.replace(ApiPaths(), **runbooks.api.model_dump())
 
 
 def reconciler_config(runbooks: RunbookSet) -> ReconcilerConfig:
@@ -145,13 +153,14 @@ def build_services(
     clock = clock or (sandbox.clock if sandbox is not None else SystemClock())
     settings.db_path.parent.mkdir(parents=True, exist_ok=True)
     store = Store(settings.db_path, clock=clock)
+    paths = api_paths(runbooks)
     if sandbox is not None:
-        client = ControlHostClient(sandbox.url, sandbox.api_key, store=store, clock=clock)
+        client = ControlHostClient(sandbox.url, sandbox.api_key, store=store, clock=clock, paths=paths)
     else:
         settings.require_control_host()
         assert settings.control_host_url and settings.control_host_api_key
         client = ControlHostClient(
-            settings.control_host_url, settings.control_host_api_key, store=store, clock=clock
+            settings.control_host_url, settings.control_host_api_key, store=store, clock=clock, paths=paths
         )
 
     docker_factory = client_factory(settings.docker_host)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from bot.controlhost._client import PURPOSE_DECISION, PURPOSE_RESUME, ControlHostClient, ReplayResult
+from bot.controlhost._client import (
+    PURPOSE_DECISION,
+    PURPOSE_RESUME,
+    ApiPaths,
+    ControlHostClient,
+    ReplayResult,
+)
 from bot.controlhost._errors import AUTH_MESSAGE, ID_PATTERN, RequestPendingError, check_id
 from bot.controlhost._models import (
     UNKNOWN,
@@ -30,6 +36,7 @@ __all__ = [
     "Attention",
     "Checkpoint",
     "ControlHostAuthError",
+    "ApiPaths",
     "ControlHostClient",
     "ControlHostError",
     "Event",

@@ -54,6 +54,21 @@ class ReplayResult:
         return isinstance(self.error, RequestPendingError)
 
 
+@dataclass(frozen=True)
+class ApiPaths:
+    """Where the API's resources live. The paths are [assumed] on the API page, so they are data:
+    the runbook's ``api:`` section overrides them without code changes. ``{session_id}`` and
+    ``{turn_id}`` are filled with ids already checked against the id pattern."""
+
+    session: str = "/v1/sessions/{session_id}"
+    sessions: str = "/v1/sessions"
+    turns: str = "/v1/sessions/{session_id}/turns"
+    turn: str = "/v1/sessions/{session_id}/turns/{turn_id}"
+    events: str = "/v1/sessions/{session_id}/events"
+    resume: str = "/v1/sessions/{session_id}/resume"
+    decisions: str = "/v1/sessions/{session_id}/recovery-decisions"
+
+
 class ControlHostClient:
     """Typed client of the control host's API. Thread-safe (httpx.Client is; the store is)."""
 
@@ -68,7 +83,9 @@ class ControlHostClient:
         clock: Clock | None = None,
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
+        paths: ApiPaths | None = None,
     ) -> None:
+        self.paths = paths or ApiPaths()
         register_secret(api_key)  # masked wherever text leaves the process
         self.base_url = base_url.rstrip("/")
         self.store = store
@@ -99,14 +116,17 @@ class ControlHostClient:
 
     def get_session(self, session_id: str) -> Session:
         sid = check_id(session_id, "session id")
-        return Session.parse(self._get(f"/v1/sessions/{sid}", what=f"reading session {sid}"), fallback_id=sid)
+        return Session.parse(
+            self._get(self.paths.session.format(session_id=sid), what=f"reading session {sid}"),
+            fallback_id=sid,
+        )
 
     def list_sessions_needing_operator(self, cursor: str | None = None) -> SessionPage:
         """One page of sessions with ``admission_state=recovery_required`` (follow ``next``)."""
         params = {"admission_state": "recovery_required"}
         if cursor:
             params["cursor"] = cursor
-        return SessionPage.parse(self._get("/v1/sessions", params=params, what="listing sessions"))
+        return SessionPage.parse(self._get(self.paths.sessions, params=params, what="listing sessions"))
 
     def iter_sessions_needing_operator(self) -> Iterator[Session]:
         """Every session needing an operator, across pages."""
@@ -129,7 +149,9 @@ class ControlHostClient:
                 params["status"] = status
             if cursor:
                 params["cursor"] = cursor
-            data = self._get(f"/v1/sessions/{sid}/turns", params=params, what=f"listing turns of {sid}")
+            data = self._get(
+                self.paths.turns.format(session_id=sid), params=params, what=f"listing turns of {sid}"
+            )
             items = data.get("turns") if isinstance(data, dict) else None
             if isinstance(items, list):
                 turns.extend(Turn.parse(t) for t in items if isinstance(t, dict))
@@ -142,7 +164,9 @@ class ControlHostClient:
     def get_turn(self, session_id: str, turn_id: str) -> Turn:
         sid = check_id(session_id, "session id")
         tid = check_id(turn_id, "turn id")
-        data = self._get(f"/v1/sessions/{sid}/turns/{tid}", what=f"reading turn {tid} of {sid}")
+        data = self._get(
+            self.paths.turn.format(session_id=sid, turn_id=tid), what=f"reading turn {tid} of {sid}"
+        )
         return Turn.parse(data, fallback_id=tid)
 
     def list_events(self, session_id: str, after: int | None = None) -> EventPage:
@@ -153,7 +177,9 @@ class ControlHostClient:
                 raise ValueError("after must be a non-negative event seq")
             params["after"] = after
         return EventPage.parse(
-            self._get(f"/v1/sessions/{sid}/events", params=params, what=f"reading events of {sid}")
+            self._get(
+                self.paths.events.format(session_id=sid), params=params, what=f"reading events of {sid}"
+            )
         )
 
     def _get(self, path: str, *, params: Mapping[str, Any] | None = None, what: str) -> Any:
@@ -188,7 +214,7 @@ class ControlHostClient:
         sid = check_id(session_id, "session id")
         return self.store.begin_request(
             "POST",
-            f"/v1/sessions/{sid}/recovery-decisions",
+            self.paths.decisions.format(session_id=sid),
             _body_text(body),
             PURPOSE_DECISION,
             session_id=sid,
@@ -199,7 +225,7 @@ class ControlHostClient:
         sid = check_id(session_id, "session id")
         body = {"reason": reason} if reason else {}
         return self.store.begin_request(
-            "POST", f"/v1/sessions/{sid}/resume", _body_text(body), PURPOSE_RESUME, session_id=sid
+            "POST", self.paths.resume.format(session_id=sid), _body_text(body), PURPOSE_RESUME, session_id=sid
         )
 
     def submit_decision(self, session_id: str, body: Mapping[str, Any]) -> Receipt:

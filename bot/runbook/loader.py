@@ -233,7 +233,7 @@ def _assemble(parsed: list[tuple[Path, RunbookFile, LineMap]]) -> tuple[RunbookS
                 fallbacks.append(branch)
             else:
                 rs.branches.append(branch)
-        for section in ("reconciler", "workers", "docker"):
+        for section in ("reconciler", "workers", "docker", "api"):
             value = getattr(model, section)
             if value is None:
                 continue

@@ -322,6 +322,23 @@ class WorkerSpec(Model):
     session_label: Text
 
 
+_SESSION_PATH = r"^/[A-Za-z0-9_./{}-]*\{session_id\}[A-Za-z0-9_./{}-]*$"
+_PLAIN_PATH = r"^/[A-Za-z0-9_./-]*$"
+
+
+class ApiSpec(Model):
+    """The control host's read paths. The API page marks them [assumed]: an installation whose API
+    differs changes them here, not in code. Decision and resume paths live with each decision."""
+
+    session: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}"
+    sessions: Annotated[str, Field(pattern=_PLAIN_PATH)] = "/v1/sessions"
+    turns: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}/turns"
+    turn: Annotated[
+        str, Field(pattern=r"^/.*\{session_id\}.*\{turn_id\}.*$|^/.*\{turn_id\}.*\{session_id\}.*$")
+    ] = "/v1/sessions/{session_id}/turns/{turn_id}"
+    events: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}/events"
+
+
 class DeployStep(Model):
     image: Text
     note: Text
@@ -353,6 +370,7 @@ class RunbookFile(Model):
     reconciler: ReconcilerSpec | None = None
     workers: WorkerSpec | None = None
     docker: DockerSpec | None = None
+    api: ApiSpec | None = None
 
 
 # --- the loaded set ----------------------------------------------------------------------------------
@@ -374,6 +392,7 @@ class RunbookSet:
     reconciler: ReconcilerSpec | None = None
     workers: WorkerSpec | None = None
     docker: DockerSpec | None = None
+    api: ApiSpec | None = None
 
     def limit(self, name: str) -> float:
         """A limit's value: seconds for durations, bytes for sizes, the number for counts."""
