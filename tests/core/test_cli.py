@@ -67,3 +67,18 @@ def test_invalid_settings_are_listed_without_secrets(tmp_path) -> None:
     assert "PORT must be a number" in proc.stderr
     assert "SLACK_BOT_TOKEN does not look like a bot token" in proc.stderr
     assert "supersecretvalue" not in proc.stderr + proc.stdout
+
+
+def test_the_bot_refuses_to_start_with_an_invalid_runbook(tmp_path) -> None:
+    from tests.runbook.helpers import copy_runbooks, edit
+
+    directory = copy_runbooks(tmp_path)
+    path, line = edit(directory, "kind: diagnose", "kind: diagnoze")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RECOVER_RUNBOOKS": str(directory)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "demo"], input="/recover cases\n", capture_output=True, text=True,
+        env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert f"{path}:{line}:" in proc.stderr and "diagnoze" in proc.stderr
+    assert "alice>" not in proc.stdout  # nothing ran
