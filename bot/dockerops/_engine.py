@@ -58,7 +58,10 @@ def unreachable_error(exc: BaseException, host: str) -> DockerOpsError:
                 "(deploy/socket-proxy), not to the raw Docker socket, which is root-equivalent."
             ),
         )
-    if not os.environ.get("DOCKER_HOST") and not os.path.exists(DEFAULT_SOCKET):
+    # "Not configured" only when nothing named a host (no setting, no DOCKER_HOST) and the default
+    # socket is absent; an explicitly configured host that does not answer is "cannot reach".
+    unnamed = host == f"unix://{DEFAULT_SOCKET}" and not os.environ.get("DOCKER_HOST")
+    if unnamed and not os.path.exists(DEFAULT_SOCKET):
         return DockerOpsError(
             "Docker is not configured for this bot: DOCKER_HOST is not set and there is no "
             f"{DEFAULT_SOCKET}.",

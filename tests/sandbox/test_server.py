@@ -127,7 +127,7 @@ def test_a_clock_without_advance_is_wrapped_so_admin_can_move_time(
     assert wrapped.now() - start == timedelta(seconds=5)
 
 
-def test_serve_forever_prints_url_and_demo_key_and_stops_on_sigint() -> None:
+def test_serve_forever_prints_url_never_the_key_and_stops_on_sigint() -> None:
     code = (
         "from bot.sandbox import serve_forever\n"
         "serve_forever('127.0.0.1', 0, api_key='demo-public-key-123', scenarios=['healthy'])\n"
@@ -142,11 +142,13 @@ def test_serve_forever_prints_url_and_demo_key_and_stops_on_sigint() -> None:
         assert first.startswith("Sandbox control host listening on http://127.0.0.1:"), first
         url = first.split(" on ", 1)[1].strip()
         key_line = proc.stdout.readline()
-        assert "demo-public-key-123" in key_line and "not a secret" in key_line
+        assert f"CONTROL_HOST_URL={url}" in key_line and "demo-public-key-123" not in key_line
         with httpx.Client(base_url=url, headers={"Authorization": "Bearer demo-public-key-123"}) as client:
             assert client.get("/v1/sessions/ses_healthy").json()["status"] == "running"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
+        rest = proc.stdout.read() + (proc.stderr.read() if proc.stderr else "")
+        assert "demo-public-key-123" not in rest  # never echoed, start to finish
     finally:
         if proc.poll() is None:
             proc.kill()
