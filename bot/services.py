@@ -76,7 +76,8 @@ def api_paths(runbooks: RunbookSet) -> ApiPaths:
     """The runbook's ``api:`` read paths for the client (defaults: the API page's paths)."""
     if runbooks.api is None:
         return ApiPaths()
-    return dataclasses.replace(ApiPaths(), **runbooks.api.model_dump())
+    paths = runbooks.api.model_dump(exclude={"fields"})
+    return dataclasses.replace(ApiPaths(), **paths)
 
 
 def reconciler_config(runbooks: RunbookSet) -> ReconcilerConfig:
@@ -153,14 +154,17 @@ def build_services(
     clock = clock or (sandbox.clock if sandbox is not None else SystemClock())
     settings.db_path.parent.mkdir(parents=True, exist_ok=True)
     store = Store(settings.db_path, clock=clock)
-    paths = api_paths(runbooks)
+    api: dict[str, Any] = {
+        "paths": api_paths(runbooks),
+        "fields": dict(runbooks.api.fields) if runbooks.api is not None else {},
+    }
     if sandbox is not None:
-        client = ControlHostClient(sandbox.url, sandbox.api_key, store=store, clock=clock, paths=paths)
+        client = ControlHostClient(sandbox.url, sandbox.api_key, store=store, clock=clock, **api)
     else:
         settings.require_control_host()
         assert settings.control_host_url and settings.control_host_api_key
         client = ControlHostClient(
-            settings.control_host_url, settings.control_host_api_key, store=store, clock=clock, paths=paths
+            settings.control_host_url, settings.control_host_api_key, store=store, clock=clock, **api
         )
 
     docker_factory = client_factory(settings.docker_host)

@@ -28,6 +28,7 @@ from bot.controlhost._errors import (
     error_from_response,
     is_uncertain_status,
 )
+from bot.controlhost._fields import FieldNames, canonical
 from bot.controlhost._models import EventPage, Receipt, Session, SessionPage, Turn
 from bot.controlhost._retry import RetryPolicy, parse_retry_after
 from bot.errors import ControlHostError
@@ -84,8 +85,10 @@ class ControlHostClient:
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
         paths: ApiPaths | None = None,
+        fields: FieldNames | None = None,
     ) -> None:
         self.paths = paths or ApiPaths()
+        self.fields: FieldNames = fields or {}
         register_secret(api_key)  # masked wherever text leaves the process
         self.base_url = base_url.rstrip("/")
         self.store = store
@@ -116,17 +119,18 @@ class ControlHostClient:
 
     def get_session(self, session_id: str) -> Session:
         sid = check_id(session_id, "session id")
-        return Session.parse(
-            self._get(self.paths.session.format(session_id=sid), what=f"reading session {sid}"),
-            fallback_id=sid,
-        )
+        data = self._get(self.paths.session.format(session_id=sid), what=f"reading session {sid}")
+        return Session.parse(canonical("session", data, self.fields), fallback_id=sid)
 
     def list_sessions_needing_operator(self, cursor: str | None = None) -> SessionPage:
         """One page of sessions with ``admission_state=recovery_required`` (follow ``next``)."""
         params = {"admission_state": "recovery_required"}
         if cursor:
             params["cursor"] = cursor
-        return SessionPage.parse(self._get(self.paths.sessions, params=params, what="listing sessions"))
+        data = self._get(self.paths.sessions, params=params, what="listing sessions")
+        if isinstance(data, dict) and isinstance(data.get("sessions"), list):
+            data = {**data, "sessions": [canonical("session", s, self.fields) for s in data["sessions"]]}
+        return SessionPage.parse(data)
 
     def iter_sessions_needing_operator(self) -> Iterator[Session]:
         """Every session needing an operator, across pages."""
@@ -154,7 +158,9 @@ class ControlHostClient:
             )
             items = data.get("turns") if isinstance(data, dict) else None
             if isinstance(items, list):
-                turns.extend(Turn.parse(t) for t in items if isinstance(t, dict))
+                turns.extend(
+                    Turn.parse(canonical("turn", t, self.fields)) for t in items if isinstance(t, dict)
+                )
             nxt = data.get("next") if isinstance(data, dict) else None
             if not isinstance(nxt, str) or not nxt or nxt == cursor:
                 break
@@ -167,7 +173,7 @@ class ControlHostClient:
         data = self._get(
             self.paths.turn.format(session_id=sid, turn_id=tid), what=f"reading turn {tid} of {sid}"
         )
-        return Turn.parse(data, fallback_id=tid)
+        return Turn.parse(canonical("turn", data, self.fields), fallback_id=tid)
 
     def list_events(self, session_id: str, after: int | None = None) -> EventPage:
         sid = check_id(session_id, "session id")
@@ -176,11 +182,12 @@ class ControlHostClient:
             if isinstance(after, bool) or not isinstance(after, int) or after < 0:
                 raise ValueError("after must be a non-negative event seq")
             params["after"] = after
-        return EventPage.parse(
-            self._get(
-                self.paths.events.format(session_id=sid), params=params, what=f"reading events of {sid}"
-            )
+        data = self._get(
+            self.paths.events.format(session_id=sid), params=params, what=f"reading events of {sid}"
         )
+        if isinstance(data, dict) and isinstance(data.get("events"), list):
+            data = {**data, "events": [canonical("event", e, self.fields) for e in data["events"]]}
+        return EventPage.parse(data)
 
     def _get(self, path: str, *, params: Mapping[str, Any] | None = None, what: str) -> Any:
         last: ControlHostError | None = None

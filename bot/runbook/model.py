@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
 
+from bot.controlhost._fields import KNOWN_FIELDS
 from bot.runbook.conditions import Cond
 from bot.runbook.vocabulary import STEP_KINDS
 
@@ -337,6 +338,19 @@ class ApiSpec(Model):
         str, Field(pattern=r"^/.*\{session_id\}.*\{turn_id\}.*$|^/.*\{turn_id\}.*\{session_id\}.*$")
     ] = "/v1/sessions/{session_id}/turns/{turn_id}"
     events: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}/events"
+    #: ``{object: {canonical field: the API's field}}``, only where the installation's names differ.
+    fields: dict[str, dict[str, Text]] = Field(default_factory=dict)
+
+    @field_validator("fields")
+    @classmethod
+    def _known_fields(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for kind, names in value.items():
+            if kind not in KNOWN_FIELDS:
+                raise ValueError(f"unknown object {kind!r} (known: {', '.join(KNOWN_FIELDS)})")
+            for name in names:
+                if name not in KNOWN_FIELDS[kind]:
+                    raise ValueError(f"{kind} has no field {name!r} (known: {', '.join(KNOWN_FIELDS[kind])})")
+        return value
 
 
 class DeployStep(Model):
