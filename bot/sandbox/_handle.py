@@ -164,15 +164,16 @@ def serve_forever(host: str, port: int, *, api_key: str, scenarios: ScenarioSpec
         port=port,
         api_keys={api_key: {"sessions:read", RECOVER_SCOPE}},
     )
-    print(f"Sandbox control host listening on {handle.url}", flush=True)
-    print(
-        f"  point the bot at it: CONTROL_HOST_URL={handle.url} CONTROL_HOST_API_KEY=<the --api-key value>",
-        flush=True,
-    )
-    print(f"  admin API: {handle.url}/_sandbox/  (see docs/sandbox.md)", flush=True)
-    print(f"  scenarios: {', '.join(sorted(handle.state.scenarios)) or '(none)'}", flush=True)
     stop = threading.Event()
     try:
+        # Inside the try: an interrupt at any moment after start still stops the server cleanly.
+        print(f"Sandbox control host listening on {handle.url}", flush=True)
+        print(
+            f"  point the bot at it: CONTROL_HOST_URL={handle.url} CONTROL_HOST_API_KEY=<the --api-key value>",
+            flush=True,
+        )
+        print(f"  admin API: {handle.url}/_sandbox/  (see docs/sandbox.md)", flush=True)
+        print(f"  scenarios: {', '.join(sorted(handle.state.scenarios)) or '(none)'}", flush=True)
         while not stop.wait(0.5):
             pass
     except KeyboardInterrupt:
