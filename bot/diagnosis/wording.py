@@ -295,14 +295,21 @@ def render(diagnosis: Diagnosis, runbooks: Any) -> list[Message]:
     lines: list[str] = list(explanation(ev))
     if valid:
         lines.append("Valid now: " + ", ".join(valid))
-    if invalid:
+    reasons = {reason for _, reason in invalid}
+    if invalid and not valid and len(invalid) > 1 and len(reasons) == 1:
+        # One cause refuses everything (e.g. an unknown session): say it once.
+        lines.append(f"No decision is valid now ({', '.join(n for n, _ in invalid)}): {reasons.pop()}")
+    elif invalid:
         lines.append("Not valid now:")
         lines.extend(f"  • {name}: {reason}" for name, reason in invalid)
     steps = next_steps(ev)
     if steps:
         lines.append("Next:")
         lines.extend(f"  {i}. {step}" for i, step in enumerate(steps, 1))
+    unknown_session = diagnosis.facts.get("session.found") is False
     for source in diagnosis.degraded_sources:
+        if unknown_session and "NOT_FOUND" in (source.detail or ""):
+            continue  # the same 404 as the session itself: already said above
         lines.append(source_line(source.name, source.state, source.detail))
     if diagnosis.evidence.logs_truncated:
         lines.append("[!] The log scan stopped at its byte budget: log facts may miss lines.")

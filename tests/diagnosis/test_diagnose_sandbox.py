@@ -37,7 +37,14 @@ def check_decisions(diagnosis: Diagnosis, message: Message, valid: list[str]) ->
     assert set(reasons) == DECISIONS - set(valid)
     assert [b.label for b in message.buttons] == valid
     for name, text in reasons.items():
-        assert f"  • {text}" in message.lines, name
+        reason = text.split(": ", 1)[1]
+        # Each refused decision is shown with its reason: its own line, or (when one cause refuses
+        # every decision) the one line naming them all.
+        shown = f"  • {text}" in message.lines or any(
+            line.startswith("No decision is valid now (") and name in line and line.endswith(reason)
+            for line in message.lines
+        )
+        assert shown, (name, message.lines)
     return reasons
 
 
