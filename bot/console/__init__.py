@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bot.console._console import DEMO_USERS, render, run_console
-from bot.console._demo import console_main, run_demo
+from bot.console._demo import run_demo
 from bot.console.routing import RouterProtocol
 
-__all__ = ["DEMO_USERS", "RouterProtocol", "console_main", "render", "run_console", "run_demo"]
+__all__ = ["DEMO_USERS", "RouterProtocol", "render", "run_console", "run_demo"]

@@ -8,7 +8,6 @@ the console with two demo users, so the two-person rule can be played through (`
 from __future__ import annotations
 
 import dataclasses
-import getpass
 import sys
 import tempfile
 from pathlib import Path
@@ -72,20 +71,3 @@ def _banner(handle: object, users: tuple[str, ...]) -> str:
         "The sandbox's clock stands still: `:advance <seconds>` moves it, `:pass` runs a scheduler pass."
     )
     return "\n".join(lines) + "\n"
-
-
-def console_main(settings: Settings, *, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
-    """``recover-bot console`` against CONTROL_HOST_URL, as the local user (never a sandbox fallback)."""
-    from bot.services import build_router
-
-    try:
-        settings.require_control_host()
-        router = build_router(settings)
-    except RecoverError as exc:
-        print(redact(str(exc)), file=sys.stderr)
-        print("To try the bot without a control host: recover-bot demo", file=sys.stderr)
-        return 2
-    # Against a real control host the acting user is the person at the terminal, fixed (commands.md).
-    return run_console(
-        router, users=(getpass.getuser(),), allow_switch_user=False, stdin=stdin, stdout=stdout
-    )
