@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.clock import Clock, SystemClock
+from bot.clock import Clock, SystemClock, isoformat
 from bot.controlhost import ApiPaths, ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService
 from bot.diagnosis.service import Diagnoser, ReconcilerStatus
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
-from bot.errors import DockerOpsError
 from bot.logs import FileLogSource, LogSource
 from bot.messages import Message, Reporter
 from bot.runbook import RunbookSet, load_runbooks
@@ -60,8 +59,6 @@ class DockerReconcilerStatus:
         self.ops = ops
 
     def read_status(self) -> ReconcilerStatus:
-        from bot.clock import isoformat
-
         completed, failed = self.ops.last_pass_lines()
         latest = None
         for line in (completed, failed):
@@ -244,7 +241,6 @@ def build_router(
 
 
 __all__ = [
-    "DockerOpsError",
     "DockerReconcilerStatus",
     "LoggingReporter",
     "Services",
