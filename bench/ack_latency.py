@@ -7,7 +7,7 @@ so any control-host call on the ack path would show. The bare app only acks.
 
     python bench/ack_latency.py [--rounds 15] [--concurrency 20]
 
-Targets (issue 6): bot p99 ≤ 1.5 × bare p99, and bot p99 < 300 ms. Results: bench/out/ack_latency.json.
+Targets: bot p99 ≤ 1.5 × bare p99, and bot p99 < 300 ms. Results: bench/out/ack_latency.json.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Log-scan throughput: FileLogSource vs ``grep -F -c <session_id>`` on the same generated log.
 
-Target (issue 3): at least a third of grep's throughput, and peak RSS growth under 50 MB while
+Target: at least a third of grep's throughput, and peak RSS growth under 50 MB while
 scanning a 1 GB file. Usage::
 
     python bench/log_scan.py                 # 1 GB in /tmp, deleted afterwards

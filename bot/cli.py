@@ -48,7 +48,7 @@ def _console(args: argparse.Namespace, settings: Settings) -> int:
     # Never a silent fallback to the sandbox: without a control host this is an error (use `demo`).
     settings.require_control_host()
     router = build_router(settings)
-    # Against a real control host the acting user is fixed (commands.md): `:as` is refused.
+    # Against a real control host the acting user is fixed (docs/commands.md): `:as` is refused.
     return run_console(router, users=(args.user or getpass.getuser(),), allow_switch_user=False)
 
 

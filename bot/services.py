@@ -70,7 +70,7 @@ class DockerReconcilerStatus:
 
 
 def api_paths(runbooks: RunbookSet) -> ApiPaths:
-    """The runbook's ``api:`` read paths for the client (defaults: the API page's paths)."""
+    """The runbook's ``api:`` read paths for the client (defaults: docs/control-host-api.md's paths)."""
     if runbooks.api is None:
         return ApiPaths()
     paths = runbooks.api.model_dump(exclude={"fields"})

@@ -1,4 +1,4 @@
-"""Typed client of the control host's API, with the Idempotency-Key rule (see control-host-api.md)."""
+"""Typed client of the control host's API, with the Idempotency-Key rule (see docs/control-host-api.md)."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ class ReplayResult:
 
 @dataclass(frozen=True)
 class ApiPaths:
-    """Where the API's resources live. The paths are [assumed] on the API page, so they are data:
+    """Where the API's resources live. The paths are [assumed] on docs/control-host-api.md, so they are data:
     the runbook's ``api:`` section overrides them without code changes. ``{session_id}`` and
     ``{turn_id}`` are filled with ids already checked against the id pattern."""
 

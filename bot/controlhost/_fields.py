@@ -1,6 +1,6 @@
 """The API's field names as data.
 
-The API page marks many field names [assumed]. The typed models read canonical names (the page's);
+docs/control-host-api.md marks many field names [assumed]. The typed models read canonical names (the page's);
 an installation whose API names a field differently maps it in the runbook's ``api.fields`` section
 (``{object: {canonical: api_name}}``), and answers are renamed to the canonical names before parsing.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-#: The canonical fields of each object the bot reads (the API page's names).
+#: The canonical fields of each object the bot reads (docs/control-host-api.md's names).
 KNOWN_FIELDS: dict[str, tuple[str, ...]] = {
     "session": (
         "id",

@@ -1,6 +1,6 @@
 """Typed views of the control host's answers, parsed tolerantly.
 
-The API page marks many fields as assumed, so parsing never trusts a shape: unknown fields are
+docs/control-host-api.md marks many fields as assumed, so parsing never trusts a shape: unknown fields are
 ignored, a missing or mistyped optional field becomes ``None`` (shown to people as "unknown"), and
 the original object is kept in ``raw`` for anything a later version needs.
 """

@@ -34,7 +34,7 @@ class ApproverDirectory(Protocol):
 
 
 def channel_allowed(channel: str | None, channels: Sequence[str]) -> bool:
-    """RECOVER_CHANNELS: when set, decide/approve/reject only there (commands.md)."""
+    """RECOVER_CHANNELS: when set, decide/approve/reject only there (docs/commands.md)."""
     return not channels or (channel is not None and channel in channels)
 
 

@@ -1,6 +1,6 @@
 """Wording of the decisions core, in one place so it stays consistent and greppable.
 
-Messages name decisions, error codes and runbook rule numbers verbatim (commands.md).
+Messages name decisions, error codes and runbook rule numbers verbatim (docs/commands.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Facts: the flat vocabulary of docs/facts.md, extracted from API objects, log lines and reconciler status.
 
-Python extracts, YAML decides (issue 3): every function here is pure and total — a missing field, a
+Python extracts, YAML decides: every function here is pure and total — a missing field, a
 ``None`` object or an unexpected type yields ``None`` (unknown) for the facts it feeds, never an
 exception, because a half-broken control host is exactly when diagnose must still answer.
 """

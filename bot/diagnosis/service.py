@@ -129,7 +129,7 @@ def _items(page: Any, key: str) -> tuple[list[Any], Any]:
 
 
 class Diagnoser:
-    """Gathers facts about a session and evaluates the runbook on them (issue 3, items 4 and 6)."""
+    """Gathers facts about a session and evaluates the runbook on them."""
 
     def __init__(
         self,
@@ -344,7 +344,7 @@ class Diagnoser:
     # -- the command ---------------------------------------------------------------------------------
 
     def diagnose(self, session_id: str, actor: str) -> Reply:
-        """The ``/recover diagnose`` command: gather, record the step (issue 3 item 6), render."""
+        """The ``/recover diagnose`` command: gather, record the step, render."""
         diagnosis = self.gather(session_id)
         self.record(diagnosis, actor)
         return Reply.of(*wording.render(diagnosis, self.runbooks))

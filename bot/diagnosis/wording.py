@@ -175,7 +175,7 @@ def decisive_facts(evaluation: Any, facts: Mapping[str, Any]) -> list[str]:
 
 
 def decide_command(session_id: str, decision: str, runbooks: Any, facts: Mapping[str, Any]) -> str:
-    """The typed equivalent of a decision button (commands.md), flags filled from facts where the runbook
+    """The typed equivalent of a decision button (docs/commands.md), flags filled from facts where the runbook
     says so (``diagnose_flags``, e.g. ``--turn`` from ``unknown_turn.id``), placeholders for the rest."""
     spec = (getattr(runbooks, "decisions", None) or {}).get(decision)
     if spec is not None and not getattr(spec, "decidable", True):

@@ -2,7 +2,7 @@
 
 The runbook YAML (``runbooks/session-recovery.yaml``, ``reconciler:`` section) is the source of these
 values; the runbook loader maps it onto these dataclasses. The defaults equal the documentation
-(docs runbook §1, control-host-api.md "Docker"), so a test or the demo can build one without YAML.
+(docs runbook §1, docs/control-host-api.md "Docker"), so a test or the demo can build one without YAML.
 """
 
 from __future__ import annotations

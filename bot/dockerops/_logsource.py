@@ -3,7 +3,7 @@
 Why it looks like this:
 - Containers are selected by the session-id label, running *and* exited (an exited worker keeps its
   log until the scheduler removes it); lines are still filtered by session id because a worker may
-  log other ids (control-host-api.md, "Docker").
+  log other ids (docs/control-host-api.md, "Docker").
 - Logs are streamed (``logs(stream=True, timestamps=True, since=…)``) through the shared scanner of
   ``bot.logs``: memory stays bounded by one chunk plus one line, and a byte budget stops the scan.
 - The window is measured on the Docker host's clock (``/info`` SystemTime), because the timestamps

@@ -1,6 +1,6 @@
 """Parse one worker log line: a JSON object, a logfmt-like line, or plain text.
 
-Workers write all three (control-host-api.md, "Worker log lines"): structured events as JSON, some
+Workers write all three (docs/control-host-api.md, "Worker log lines"): structured events as JSON, some
 components as ``event key=value …``, and a few plain sentences such as ``gave no terminal within 5000ms
 of its interrupt`` (R3.1). The parser never raises: anything it cannot read is plain text, and a line
 with nothing readable in it (blank, binary noise) is ``None``.
@@ -18,7 +18,7 @@ from bot.logs._model import FieldValue, LogLine
 #: A line's ``text`` is capped so one huge line cannot flood a Slack message or the step store.
 MAX_TEXT_CHARS = 8192
 
-#: The control host's id syntax (control-host-api.md): opaque, but from this alphabet.
+#: The control host's id syntax (docs/control-host-api.md): opaque, but from this alphabet.
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"
 
 _LEAD_TS = re.compile(

@@ -31,7 +31,7 @@ _JOIN = _table(b".:-")  # id characters that also end sentences / join words
 def _bounded(line: bytes, pos: int, n: int) -> bool:
     """Is the id at ``line[pos:pos+n]`` a whole id, not part of a longer one (``ses_1`` in ``ses_10``)?
 
-    Ids may contain ``. : -`` (control-host-api.md), so those count as part of the id only when a word
+    Ids may contain ``. : -`` (docs/control-host-api.md), so those count as part of the id only when a word
     character follows them: ``ses_1.`` at the end of a sentence matches, ``ses_1.2`` and ``x-ses_1``
     do not. (Consequence: ``session:ses_1`` without a space is not recognised outside a structured
     ``session_id`` field.)

@@ -328,7 +328,7 @@ _PLAIN_PATH = r"^/[A-Za-z0-9_./-]*$"
 
 
 class ApiSpec(Model):
-    """The control host's read paths. The API page marks them [assumed]: an installation whose API
+    """The control host's read paths. docs/control-host-api.md marks them [assumed]: an installation whose API
     differs changes them here, not in code. Decision and resume paths live with each decision."""
 
     session: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}"

@@ -1,4 +1,4 @@
-"""The ``/recover`` command parser, one for Slack and the console (../shared/docs/commands.md).
+"""The ``/recover`` command parser, one for Slack and the console (docs/commands.md).
 
 Every subcommand, argument pattern and flag comes from the runbook YAML; Python only knows the
 grammar: an optional leading ``/recover``, flags in any order as ``--flag value`` or ``--flag=value``,

@@ -1,4 +1,4 @@
-"""A sandbox control host: the API page's acceptance table and the runbook's state machine over real HTTP.
+"""A sandbox control host: docs/control-host-api.md's acceptance table and the runbook's state machine over real HTTP.
 
 Started only by ``recover-bot sandbox`` / ``recover-bot demo`` and by tests (in-process, 127.0.0.1:0),
 never as a silent fallback. It imports nothing from the bot's diagnosis, decision, runbook or router

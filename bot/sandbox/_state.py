@@ -1,6 +1,6 @@
 """The sandbox control host's state machine: sessions, workers, turns, decisions, resume.
 
-It follows the runbook (R2, R3, R4) and the API page's acceptance table directly, written
+It follows the runbook (R2, R3, R4) and docs/control-host-api.md's acceptance table directly, written
 independently of the bot's diagnosis and decision code so that a misreading of the runbook cannot hide
 in both. Every method is called with :attr:`SandboxState.lock` held by the caller (the HTTP layer);
 one lock keeps the state consistent under the threaded server.
@@ -813,7 +813,7 @@ class SandboxState:
         )
 
     def decide(self, session_id: str, body: Any, key: str) -> dict[str, Any]:
-        """Apply a recovery decision, checked in the order of the API page's acceptance table."""
+        """Apply a recovery decision, checked in the order of docs/control-host-api.md's acceptance table."""
         session = self.get(session_id)
         if not isinstance(body, dict):
             raise ApiError(400, "BAD_REQUEST", "The body must be a JSON object.")

@@ -1,4 +1,4 @@
-"""The API's field names are data too (the API page marks them [assumed]): a runbook mapping renames
+"""The API's field names are data too (docs/control-host-api.md marks them [assumed]): a runbook mapping renames
 an installation's differently named fields before the tolerant parsers read them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The control host's read paths are data (the API page marks them [assumed]): a YAML edit moves them."""
+"""The control host's read paths are data (docs/control-host-api.md marks them [assumed]): a YAML edit moves them."""
 
 from __future__ import annotations
 

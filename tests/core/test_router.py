@@ -89,7 +89,7 @@ def test_channel_restriction_applies_to_text_and_buttons(sbx: SandboxHandle, tmp
     ):
         assert not reply.ok
     assert sbx.admin.effect_count(SESSION) == 0
-    # Reading commands work anywhere (commands.md).
+    # Reading commands work anywhere (docs/commands.md).
     assert router.handle_text("/recover cases", actor="bob", channel="C0OTHER", reporter=ListReporter()).ok
 
 

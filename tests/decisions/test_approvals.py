@@ -112,7 +112,7 @@ def test_approval_outside_channels_refused(decision_env):
     for channel in (OTHER_CHANNEL, None):
         reply = svc.approve(APPROVER, channel, rid, env.reporter)
         assert not reply.ok and "outside the recovery channels" in reply.messages[-1].headline
-    # decide and reject are channel-restricted as well (commands.md).
+    # decide and reject are channel-restricted as well (docs/commands.md).
     assert not svc.reject(APPROVER, OTHER_CHANNEL, rid).ok
     outside = svc.decide(REQUESTER, OTHER_CHANNEL, "ses_ab1", "close", reason="x", reporter=env.reporter)
     assert not outside.ok

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from bot.diagnosis import facts as F
 from bot.logs import parse_line
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "facts.md"
+DOC = Path(__file__).resolve().parents[2] / "docs/facts.md"
 
 
 def lines(*texts: str):

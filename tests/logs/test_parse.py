@@ -1,4 +1,4 @@
-"""parse_line: the three worker line formats (control-host-api.md, "Worker log lines") and garbage."""
+"""parse_line: the three worker line formats (docs/control-host-api.md, "Worker log lines") and garbage."""
 
 from __future__ import annotations
 

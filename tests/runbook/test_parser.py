@@ -1,4 +1,4 @@
-"""The /recover grammar (../shared/docs/commands.md) and the parser's robustness on arbitrary text."""
+"""The /recover grammar (docs/commands.md) and the parser's robustness on arbitrary text."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bot.runbook.vocabulary import FACT_NAMES, SOURCES
 
-FACTS_MD = Path(__file__).resolve().parents[2] / "docs" / "facts.md"
+FACTS_MD = Path(__file__).resolve().parents[2] / "docs/facts.md"
 
 
 def _documented() -> set[str]:

@@ -1,4 +1,4 @@
-"""Every row of the API page's acceptance table, over real HTTP, in the order the page checks them."""
+"""Every row of docs/control-host-api.md's acceptance table, over real HTTP, in the order the page checks them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sandbox must not share code with the bot's reading of the runbook (issue 2, item 4).
+"""The sandbox must not share code with the bot's reading of the runbook.
 
 If the sandbox imported diagnosis, decisions, runbook or router code, a misreading of the runbook
 could hide in both sides and every test would still pass. This walks the imports of every module

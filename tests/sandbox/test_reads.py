@@ -1,4 +1,4 @@
-"""GET endpoints per the API page: detail, sessions needing an operator, turns, one turn, events."""
+"""GET endpoints per docs/control-host-api.md: detail, sessions needing an operator, turns, one turn, events."""
 
 from __future__ import annotations
 
