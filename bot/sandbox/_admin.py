@@ -194,6 +194,14 @@ class SandboxAdmin:
         result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/reclamation", {"held": held})
         return result
 
+    def stray_workers(self, session_id: str, count: int = 1) -> dict[str, Any]:
+        """Leave ``count`` containers of the session that only later scheduler passes remove: a decision
+        submitted right after the pass that showed the worker gone still gets RECOVERY_REQUIRED (R3.9)."""
+        result: dict[str, Any] = self._call(
+            "POST", f"/sessions/{session_id}/stray-workers", {"count": count}
+        )
+        return result
+
     # -- scenarios and logs
     def scenarios(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/scenarios")["scenarios"]

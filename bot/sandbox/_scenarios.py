@@ -317,6 +317,9 @@ def validate_session_spec(session: Mapping[str, Any], where: str) -> list[str]:
                 problems.append(f"{where}: session.execution.alive must be true or false")
             if execution["state"] == "gone" and execution.get("alive"):
                 problems.append(f"{where}: session.execution: a gone worker cannot be alive")
+            strays = execution.get("stray_workers", 0)
+            if not isinstance(strays, int) or isinstance(strays, bool) or strays < 0:
+                problems.append(f"{where}: session.execution.stray_workers must be a non-negative integer")
             for key in ("confirmed_gone_at", "started_at"):
                 _check_time(execution.get(key), f"{where}: session.execution.{key}", problems)
     return problems

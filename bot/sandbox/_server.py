@@ -117,6 +117,7 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/worker-ready$"), "worker_ready"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/store-outage$"), "store_outage"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/reclamation$"), "reclamation"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/stray-workers$"), "stray_workers"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/turns$"), "start_turn"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/interrupt$"), "interrupt"),
 ]
@@ -493,6 +494,15 @@ class SandboxApp:
 
     def _admin_reclamation(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         self.state.reclamation(params["sid"], _bool(body, "held"))
+        return self.state.debug_session(params["sid"])
+
+    def _admin_stray_workers(
+        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
+    ) -> Any:
+        count = body.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise AdminError(400, "BAD_REQUEST", "count must be an integer")
+        self.state.stray_workers(params["sid"], count)
         return self.state.debug_session(params["sid"])
 
     def _admin_start_turn(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:

@@ -98,6 +98,10 @@ class Execution:
     generation: int = 1
     started_at: datetime | None = None
     confirmed_gone_at: datetime | None = None
+    # Other containers of the session that no scheduler pass has removed yet (hidden from the API):
+    # while any is left, abandon / confirm_completed still get RECOVERY_REQUIRED, even though the API
+    # shows the execution gone; each pass removes one and moves ``confirmed_gone_at`` (R3.9).
+    strays: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -296,6 +300,7 @@ class SandboxState:
                 generation=int(e.get("generation", 1)),
                 started_at=t(e.get("started_at", "-10m")),
                 confirmed_gone_at=t(e.get("confirmed_gone_at", "now" if e["state"] == "gone" else None)),
+                strays=int(e.get("stray_workers", 0)),
             )
         session = Session(
             id=spec["id"],
@@ -460,6 +465,15 @@ class SandboxState:
                 session.revision += 1
                 self._event(session, "execution_confirmed_gone", now, generation=execution.generation)
                 confirmed.append(session.id)
+            elif execution and execution.state == "gone" and execution.strays:
+                # A stray container of the session found and removed on a later pass (R3.9).
+                execution.strays -= 1
+                execution.confirmed_gone_at = now
+                session.revision += 1
+                self._event(
+                    session, "execution_confirmed_gone", now, generation=execution.generation, stray=True
+                )
+                confirmed.append(session.id)
             attention = session.attention
             if (
                 attention
@@ -564,6 +578,16 @@ class SandboxState:
             session.store_outage = False
             # R2.6: the same worker goes on; no new generation, no failure counted.
             self._log_json(session, now, "worker.checkpoint.store_available")
+        return session
+
+    def stray_workers(self, session_id: str, count: int) -> Session:
+        """Leave ``count`` containers of the session for later scheduler passes to find (R3.9 tests)."""
+        session = self.get(session_id)
+        if session.execution is None:
+            raise AdminError(409, "NO_WORKER", f"{session_id} has no execution")
+        if count < 0:
+            raise AdminError(400, "BAD_REQUEST", "count must be >= 0")
+        session.execution.strays = count
         return session
 
     def reclamation(self, session_id: str, held: bool) -> Session:
@@ -844,32 +868,10 @@ class SandboxState:
             )
         if session.status == "closed" or session.admission_state == "closed":
             raise ApiError(409, "REQUEST_STALE", "The session is closed.")
-        attention = session.attention
-        stopped_at_limit = session.admission_state == "recovery_required" and (
-            attention is None or attention.retry_at is None
-        )
-        if decision == "retry_restore" and not (
-            attention is not None
-            and attention.code == "RESTORE_FAILED"
-            and attention.retry_at is None
-            and session.admission_state == "recovery_required"
-        ):
-            # R2.10: only a session stopped at the restore-failure limit (incompatible included, R2.4).
-            raise ApiError(
-                409,
-                "REQUEST_STALE",
-                "retry_restore is accepted only for a session stopped at the restore-failure limit.",
-            )
-        if decision == "start_fresh":
-            if session.unknown_turn() is not None:
-                raise ApiError(
-                    409,
-                    "REQUEST_STALE",
-                    "An outcome_unknown turn heads the queue: abandon, "
-                    "confirm_completed or close it first (R3.8).",
-                )
-            if not (stopped_at_limit or (attention is not None and attention.code == "CONTEXT_GAP")):
-                raise ApiError(409, "REQUEST_STALE", "start_fresh is accepted only for a stopped session.")
+        if decision == "retry_restore":
+            self._check_retry_restore(session)
+        elif decision == "start_fresh":
+            self._check_start_fresh(session)
         turn = None
         if decision in {"abandon", "confirm_completed"}:
             turn = session.turn(str(target))
@@ -877,8 +879,8 @@ class SandboxState:
                 raise ApiError(404, "NOT_FOUND", f"No turn {target!r} in session {session_id!r}.")
             if turn.status != "outcome_unknown":
                 raise ApiError(409, "REQUEST_STALE", f"Turn {turn.id} is {turn.status}, not outcome_unknown.")
-            if session.execution is None or session.execution.state != "gone":
-                # R3.9
+            if session.execution is None or session.execution.state != "gone" or session.execution.strays:
+                # R3.9: a stray container of the session that no pass has removed yet also counts.
                 raise ApiError(
                     409, "RECOVERY_REQUIRED", "The previous execution has not been confirmed gone."
                 )
@@ -944,6 +946,77 @@ class SandboxState:
         }
 
     @staticmethod
+    def _stale(message: str) -> ApiError:
+        return ApiError(409, "REQUEST_STALE", message)
+
+    def _check_retry_restore(self, session: Session) -> None:
+        """R2.10: only a session stopped at the restore-failure limit; anything else is REQUEST_STALE.
+
+        The runbook: "accepted only for a session stopped at the limit; a session in backoff or stopped
+        for another reason (context gap, unknown turn, STARTUP_FAILED without a restore) gets 409
+        REQUEST_STALE". The failure count is not checked: an incompatible checkpoint stops after one
+        failure (R2.3), an old API counts differently (R2.16).
+        """
+        attention = session.attention
+        unknown = session.unknown_turn()
+        if unknown is not None:
+            # Even when the attention block looks like a restore stopped at the limit (R3.8).
+            raise self._stale(
+                f"retry_restore refused: outcome_unknown turn {unknown.id} heads the queue; "
+                "decide it first (abandon, confirm_completed or close)."
+            )
+        if attention is not None and attention.retry_at is not None:
+            raise self._stale(
+                f"retry_restore refused: the session is in backoff until {isoformat(attention.retry_at)}."
+            )
+        if attention is not None and attention.code == "CONTEXT_GAP":
+            raise self._stale("retry_restore refused: the session stopped with a context gap, not a restore.")
+        if attention is not None and attention.code == "STARTUP_FAILED":
+            raise self._stale("retry_restore refused: STARTUP_FAILED without a restore; there is nothing to retry.")
+        if not (
+            attention is not None
+            and attention.code == "RESTORE_FAILED"
+            and session.admission_state == "recovery_required"
+        ):
+            raise self._stale(
+                "retry_restore is accepted only for a session stopped at the restore-failure limit "
+                "(recovery_required, attention RESTORE_FAILED, retry_at null)."
+            )
+        if session.checkpoint is None:
+            raise self._stale("retry_restore refused: the session has no checkpoint to restore.")
+
+    def _check_start_fresh(self, session: Session) -> None:
+        """start_fresh: a session stopped at a failure limit, or stopped with nothing to continue from.
+
+        R2.11 / R2.14 (stopped at a restore or startup limit), R3.12 (stopped and not resumable: no
+        checkpoint to continue from, or a context gap). Refused while an outcome_unknown turn heads the
+        queue (R3.8) and in backoff (R2.10).
+        """
+        attention = session.attention
+        unknown = session.unknown_turn()
+        if unknown is not None:
+            raise self._stale(
+                f"start_fresh refused: outcome_unknown turn {unknown.id} heads the queue; decide it first "
+                "(abandon, confirm_completed or close)."
+            )
+        if attention is not None and attention.retry_at is not None:
+            raise self._stale(
+                f"start_fresh refused: the session is in backoff until {isoformat(attention.retry_at)}."
+            )
+        at_limit = (
+            session.admission_state == "recovery_required"
+            and attention is not None
+            and attention.code in {"RESTORE_FAILED", "STARTUP_FAILED"}
+        )
+        stopped_without_context = session.status == "stopped" and session.resumable is not True
+        if not (at_limit or stopped_without_context):
+            raise self._stale(
+                "start_fresh is accepted only for a session stopped at a failure limit, or stopped and not "
+                f"resumable; this one is {session.status}, admission {session.admission_state}, "
+                f"resumable {json.dumps(session.resumable)}."
+            )
+
+    @staticmethod
     def _checkpoint_covers(session: Session, turn: Turn) -> bool:
         checkpoint = session.checkpoint
         if checkpoint is None or checkpoint.covers_turn_id is None:
@@ -997,6 +1070,7 @@ class SandboxState:
                 "phase": session.execution.phase,
                 "generation": session.execution.generation,
                 "started_at": isoformat(session.execution.started_at),
+                "stray_workers": session.execution.strays,
             }
             if session.execution
             else None
