@@ -309,7 +309,7 @@ class Router:
     def pending_approvals_view(self) -> list[Message]:
         d = self.services.decisions
         messages: list[Message] = []
-        for request in d.requests.find(states=("pending",)):
+        for request in d.requests.find(states=("requested",)):
             messages.append(
                 Message(
                     headline=f"{request.id}: {request.decision} on {request.session_id} by {request.requester}",

@@ -152,7 +152,7 @@ def _last(steps: Sequence[Step]) -> str:
 
 
 def _request_line(r: DecisionRequest, now: datetime) -> str:
-    if r.state == "pending":
+    if r.state == "requested":
         kind = "approval" if r.policy == "two_person" else "confirmation"
         left = max(0.0, ((parse_time(r.expires_at) or now) - now).total_seconds())
         return (
@@ -166,9 +166,9 @@ def _case_state(steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> 
     states = {r.state for r in open_reqs}
     if "waiting" in states:
         return "waiting for the scheduler to confirm the worker gone (R3.9)"
-    if states & {"approved", "executing"}:
+    if states & {"approved", "sending", "uncertain"}:
         return "decision in flight"
-    if "pending" in states:
+    if "requested" in states:
         return "waiting for approval/confirmation"
     verifs = [s for s in steps if s.step == "verification"]
     if verifs:
@@ -183,7 +183,7 @@ def _case_state(steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> 
 
 def _next_step(session_id: str, steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> str:
     for r in open_reqs:
-        if r.state == "pending":
+        if r.state == "requested":
             if r.policy == "two_person":
                 return f"a second person approves or rejects {r.id} (`/recover approve {r.id}`)"
             return f"{who(r.requester)} confirms or drops {r.id}"

@@ -5,14 +5,17 @@ may be killed between approval and execution, and pending requests must survive 
 state change is ``UPDATE … WHERE id = ? AND state IN (…)`` inside ``BEGIN IMMEDIATE`` and checks the
 row count, so exactly one writer wins a transition whatever the number of processes or threads.
 
-States::
+States: the one list in docs/requests.md (every part of the bot uses these names)::
 
-    pending ──approve/confirm──▶ approved ──execute (facts unchanged)──▶ executing ──▶ executed
-       │                            │                                      │    │
-       ├─▶ rejected                 └─▶ void (facts changed)               │    └─▶ failed (4xx)
-       ├─▶ expired                                                         └─▶ waiting (409
-       └─▶ void (facts changed / content tampered)                              RECOVERY_REQUIRED)
-                                                                                 └─▶ executing (new key)
+    requested ─approve/confirm─▶ approved ─facts unchanged─▶ sending ─2xx─▶ executed
+       │                            │                          │  │  └─4xx─▶ failed
+       ├─▶ rejected                 └─▶ void (facts changed)   │  └─409 RECOVERY_REQUIRED─▶ waiting ─▶ …
+       ├─▶ withdrawn (by its requester)                        └─no definite answer─▶ uncertain
+       ├─▶ expired                                                   (re-sent, same key and body)
+       └─▶ void (facts changed / content tampered)
+
+Every transition is also a ``request_state`` step of the hash chain (see :meth:`RequestStore.transition`),
+so the table is a cache the chain can be checked against, never the authority for an execution.
 
 The content a second person approves is bound by a hash over the request's content; the content
 columns cannot be updated (a trigger), and the hash is also written into the hash-chained step log
@@ -57,15 +60,60 @@ CONTENT_FIELDS = (
     "expires_at",
 )
 
-STATES = ("pending", "approved", "executing", "waiting", "executed", "failed", "rejected", "expired", "void")
-OPEN_STATES = ("pending", "approved", "executing", "waiting")
-FINAL_STATES = ("executed", "failed", "rejected", "expired", "void")
+# The request life cycle, one list for the whole project (docs/requests.md).
+STATES = (
+    "requested",  # made, waiting for approval or confirmation
+    "approved",  # a valid approval (two-person) or confirmation (single person) is recorded
+    "rejected",  # refused by an allowed approver
+    "expired",  # not approved before its expiry
+    "withdrawn",  # dropped by its requester
+    "void",  # the decisive facts changed (or the stored content no longer matches its hash)
+    "waiting",  # 409 RECOVERY_REQUIRED: the worker is not yet confirmed gone (R3.9)
+    "recheck",  # the worker is gone: the turn's effects are re-checked before the one new submission
+    "sending",  # the key and body are stored; being sent
+    "executed",  # a 2xx receipt is recorded
+    "failed",  # a definite refusal (4xx) or a wait that gave up
+    "uncertain",  # sent, no definite answer (5xx, timeout, dropped reply): re-sent with the same key
+)
+OPEN_STATES = ("requested", "approved", "waiting", "recheck", "sending", "uncertain")
+FINAL_STATES = ("rejected", "expired", "withdrawn", "void", "executed", "failed")
+# States in which a request has been (or may have been) sent with its stored key.
+IN_FLIGHT_STATES = ("sending", "uncertain")
+# The step that records a state change (one per transition, in the same commit).
+STATE_STEP = "request_state"
+# Transition values worth repeating in that step (who, why, which key, what answer).
+_STATE_DETAIL = ("approved_by", "decided_by", "note", "idem_key", "receipt_id", "http_status", "error_code")
+
+
+_CONTENT_TRIGGER = """
+CREATE TRIGGER decision_requests_content_fixed
+BEFORE UPDATE OF id, session_id, decision, turn_id, evidence_ref, effects, reason, requester,
+                 channel, policy, facts, shown_facts, repeated, created_at, expires_at, content_hash
+ON decision_requests
+BEGIN SELECT RAISE(ABORT, 'a decision request''s content cannot change'); END
+"""
+
+# The first schema's state names (a migration never changes once released; 0002 renames them).
+_V1_STATES = (
+    "pending",
+    "approved",
+    "executing",
+    "waiting",
+    "executed",
+    "failed",
+    "rejected",
+    "expired",
+    "void",
+)
+_V1_TO_V2 = {"pending": "requested", "executing": "sending"}
+# The states 0002 allows; a new state needs a new migration (SQLite rebuilds the table for a CHECK).
+_V2_STATES = STATES
 
 
 @migrations(name="0001_decision_requests")
 def _m0001(db: Database) -> None:
     """Decision requests (approval state machine) and waits in progress."""
-    states = ", ".join(f"'{s}'" for s in STATES)
+    states = ", ".join(f"'{s}'" for s in _V1_STATES)
     statements = [
         f"""
         CREATE TABLE decision_requests (
@@ -105,13 +153,7 @@ def _m0001(db: Database) -> None:
         "CREATE INDEX decision_requests_session ON decision_requests(session_id, created_at)",
         # What a second person approved cannot change underneath them (tampering needs raw SQL
         # that drops this trigger, and is then caught by the content hash).
-        """
-        CREATE TRIGGER decision_requests_content_fixed
-        BEFORE UPDATE OF id, session_id, decision, turn_id, evidence_ref, effects, reason, requester,
-                         channel, policy, facts, shown_facts, repeated, created_at, expires_at, content_hash
-        ON decision_requests
-        BEGIN SELECT RAISE(ABORT, 'a decision request''s content cannot change'); END
-        """,
+        _CONTENT_TRIGGER,
         """
         CREATE TABLE decision_waits (
             id INTEGER PRIMARY KEY,
@@ -129,6 +171,44 @@ def _m0001(db: Database) -> None:
         "CREATE INDEX decision_waits_state ON decision_waits(state)",
     ]
     for sql in statements:
+        db.execute(sql)
+
+
+@migrations(name="0002_request_states")
+def _m0002(db: Database) -> None:
+    """The one list of request states (docs/requests.md): pending → requested, executing → sending.
+
+    SQLite cannot change a CHECK constraint in place: the table is rebuilt, with its index and the
+    trigger that keeps a request's content fixed.
+    """
+    cols = [r[1] for r in db.execute("PRAGMA table_info(decision_requests)").fetchall()]
+    states = ", ".join(f"'{s}'" for s in _V2_STATES)
+    create = db.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'decision_requests'"
+    ).fetchone()[0]
+    start = create.index("state TEXT NOT NULL")
+    end = create.index(")),", start) + 3
+    new_create = (
+        create[:start]
+        + f"state TEXT NOT NULL DEFAULT 'requested' CHECK (state IN ({states})),"
+        + create[end:]
+    ).replace("CREATE TABLE decision_requests", "CREATE TABLE decision_requests_v2", 1)
+    names = ", ".join(cols)
+    mapped = ", ".join(
+        "CASE state " + " ".join(f"WHEN '{a}' THEN '{b}'" for a, b in _V1_TO_V2.items()) + " ELSE state END"
+        if c == "state"
+        else c
+        for c in cols
+    )
+    for sql in (
+        new_create,
+        f"INSERT INTO decision_requests_v2 ({names}) SELECT {mapped} FROM decision_requests",  # noqa: S608
+        "DROP TABLE decision_requests",
+        "ALTER TABLE decision_requests_v2 RENAME TO decision_requests",
+        "CREATE INDEX decision_requests_state ON decision_requests(state, expires_at)",
+        "CREATE INDEX decision_requests_session ON decision_requests(session_id, created_at)",
+        _CONTENT_TRIGGER,
+    ):
         db.execute(sql)
 
 
@@ -236,7 +316,7 @@ class RequestStore:
         row["facts"] = canonical_json(row["facts"] or {})
         row["shown_facts"] = canonical_json(row["shown_facts"] or {})
         row["content_hash"] = content_hash(content)
-        row["state"] = "pending"
+        row["state"] = "requested"
         row["updated_at"] = self._now()
         columns = ", ".join(row)
         marks = ", ".join("?" for _ in row)
@@ -273,14 +353,25 @@ class RequestStore:
         request_id: str,
         from_states: Sequence[str],
         to_state: str,
+        *,
+        actor: str | None = None,
         **values: Any,
     ) -> bool:
         """Compare-and-set the request's state inside the caller's ``BEGIN IMMEDIATE``.
 
         Returns False when another writer moved the request first (rowcount 0): the caller lost.
+        A won transition is also appended to the hash chain (a ``request_state`` step, same commit):
+        the table is a cache of the chain, so ``audit verify`` can compare the two.
         """
         if not db.conn.in_transaction:
             raise RuntimeError("transition() needs a connection from Store.write()")
+        if to_state not in STATES:
+            raise ValueError(f"unknown request state {to_state!r}")
+        before = _q(
+            db, "SELECT session_id, state FROM decision_requests WHERE id = ?", [request_id]
+        ).fetchone()
+        if before is None or before["state"] not in from_states:
+            return False
         if "result" in values and values["result"] is not None:
             values["result"] = canonical_json(values["result"])
         sets = ["state = ?", "updated_at = ?"] + [f"{name} = ?" for name in values]
@@ -291,7 +382,19 @@ class RequestStore:
             f"UPDATE decision_requests SET {', '.join(sets)} WHERE id = ? AND state IN ({marks})",  # noqa: S608
             params,
         )
-        return cur.rowcount == 1
+        if cur.rowcount != 1:
+            return False
+        who = actor or values.get("decided_by") or values.get("approved_by") or "recover-bot"
+        self.store.record_step(
+            before["session_id"],
+            str(who),
+            STATE_STEP,
+            {"request_id": request_id, "from": before["state"], "to": to_state},
+            to_state,
+            detail={k: v for k, v in values.items() if k in _STATE_DETAIL and v is not None} or None,
+            db=db,
+        )
+        return True
 
     def count_sends(self, db: Database, request_id: str) -> None:
         _q(db, "UPDATE decision_requests SET sends = sends + 1 WHERE id = ?", [request_id])

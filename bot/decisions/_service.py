@@ -6,11 +6,11 @@ reports through a :class:`bot.messages.Reporter`. Time comes from the injected c
 
 Exactly once, whatever happens to the network or the process:
 - approval is a compare-and-set ``pending → approved`` in the database (one winner across processes);
-- execution is a second compare-and-set ``approved → executing`` that stores the Idempotency-Key and
+- execution is a second compare-and-set ``approved → sending`` that stores the Idempotency-Key and
   the exact body *before* the idempotency record is written and anything is sent; ``expected_revision``
   comes from the same fresh diagnosis that compared the decisive facts;
 - after a crash :meth:`recover_after_restart` finishes ``approved`` requests (fresh facts check) and
-  re-sends ``executing`` ones with their stored key and body, so the API sees one logical request.
+  re-sends ``sending``/``uncertain`` ones with their stored key and body, so the API sees one logical request.
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ class DecisionService(CasesMixin):
         # Confirmed from text (--yes), or a decision that needs no confirmation.
         with self.store.write() as db:
             won = self.requests.transition(
-                db, req.id, ("pending",), "approved", approved_by=actor, approved_at=self._iso()
+                db, req.id, ("requested",), "approved", approved_by=actor, approved_at=self._iso()
             )
             if won:
                 self.store.record_step(
@@ -471,11 +471,17 @@ class DecisionService(CasesMixin):
 
     def _expire_if_due(self, req: DecisionRequest, actor: str) -> Message | None:
         expires = parse_time(req.expires_at)
-        if req.state != "pending" or expires is None or self._now() < expires:
+        if req.state != "requested" or expires is None or self._now() < expires:
             return None
         with self.store.write() as db:
             if self.requests.transition(
-                db, req.id, ("pending",), "expired", decided_by=actor, decided_at=self._iso(), note="expired"
+                db,
+                req.id,
+                ("requested",),
+                "expired",
+                decided_by=actor,
+                decided_at=self._iso(),
+                note="expired",
             ):
                 self.store.record_step(
                     req.session_id, actor, "decision_expired", {"request_id": req.id}, "expired", db=db
@@ -549,14 +555,14 @@ class DecisionService(CasesMixin):
         if req.state == "approved":
             # Approved but not executed (a crash, an unreadable API): an allowed person retries execution.
             return self._execute(req.id, actor, reporter)
-        if req.state != "pending":
+        if req.state != "requested":
             return self._refuse(actor, sid, "approve", inputs, self._state_text(req))
         if self._tampered(req):
             with self.store.write() as db:
                 self.requests.transition(
                     db,
                     req.id,
-                    ("pending",),
+                    ("requested",),
                     "void",
                     decided_by=actor,
                     decided_at=self._iso(),
@@ -588,7 +594,7 @@ class DecisionService(CasesMixin):
             )
         with self.store.write() as db:
             won = self.requests.transition(
-                db, req.id, ("pending",), "approved", approved_by=actor, approved_at=self._iso()
+                db, req.id, ("requested",), "approved", approved_by=actor, approved_at=self._iso()
             )
             if won:
                 self.store.record_step(
@@ -640,7 +646,7 @@ class DecisionService(CasesMixin):
             )
         if req.state == "approved":
             return self._execute(req.id, actor, reporter)
-        if req.state != "pending":
+        if req.state != "requested":
             return self._refuse(actor, sid, "confirm", inputs, self._state_text(req))
         if self._tampered(req):
             return self._refuse(
@@ -664,7 +670,7 @@ class DecisionService(CasesMixin):
             )
         with self.store.write() as db:
             won = self.requests.transition(
-                db, req.id, ("pending",), "approved", approved_by=actor, approved_at=self._iso()
+                db, req.id, ("requested",), "approved", approved_by=actor, approved_at=self._iso()
             )
             if won:
                 self.store.record_step(
@@ -707,12 +713,13 @@ class DecisionService(CasesMixin):
                     f"<@{actor}> is not an allowed approver (RECOVER_APPROVERS)",
                     *problem,
                 )
+        to_state = "withdrawn" if actor == req.requester else "rejected"
         with self.store.write() as db:
             won = self.requests.transition(
-                db, req.id, ("pending",), "rejected", decided_by=actor, decided_at=self._iso(), note=reason
+                db, req.id, ("requested",), to_state, decided_by=actor, decided_at=self._iso(), note=reason
             )
             if won:
-                self.store.record_step(sid, actor, "decision_rejected", inputs, "rejected", db=db)
+                self.store.record_step(sid, actor, "decision_rejected", inputs, to_state, db=db)
         if not won:
             return self._refuse(
                 actor, sid, "reject", inputs, self._state_text(self.requests.get(req.id) or req)
@@ -725,7 +732,7 @@ class DecisionService(CasesMixin):
     def expire_due(self) -> list[Message]:
         """Expire every pending request past its expiry; returns the updated messages to show."""
         out: list[Message] = []
-        for req in self.requests.find(states=("pending",)):
+        for req in self.requests.find(states=("requested",)):
             msg = self._expire_if_due(req, BOT)
             if msg is not None:
                 out.append(msg)
@@ -742,7 +749,7 @@ class DecisionService(CasesMixin):
     # == execution ================================================================================
 
     def _execute(self, request_id: str, actor: str, reporter: Reporter) -> Reply:
-        """approved → executing: facts re-checked, expected_revision read in that same check, then sent."""
+        """approved → sending: facts re-checked, expected_revision read in that same check, then sent."""
         req = self.requests.get(request_id)
         if req is None or req.state != "approved":
             return Reply.of(
@@ -830,12 +837,12 @@ class DecisionService(CasesMixin):
         *,
         from_state: str,
     ) -> Reply:
-        """Compare-and-set to executing with a new key and the exact body; commit the record; send."""
+        """Compare-and-set to sending with a new key and the exact body; commit the record; send."""
         key = str(uuid.uuid4())
         body_text = json.dumps(dict(body), separators=(",", ":"), ensure_ascii=False)
         with self.store.write() as db:
             won = self.requests.transition(
-                db, req.id, (from_state,), "executing", idem_key=key, body=body_text
+                db, req.id, (from_state,), "sending", actor=actor, idem_key=key, body=body_text
             )
             if won:
                 self.requests.count_sends(db, req.id)
@@ -844,7 +851,7 @@ class DecisionService(CasesMixin):
                     actor,
                     "decision_sending",
                     {"request_id": req.id, "method": method, "path": path, "body": dict(body)},
-                    "executing",
+                    "sending",
                     idempotency_key=key,
                     db=db,
                 )
@@ -878,8 +885,9 @@ class DecisionService(CasesMixin):
             won = self.requests.transition(
                 db,
                 req.id,
-                ("executing",),
+                ("sending",),
                 "executed",
+                actor=actor,
                 receipt_id=receipt_id,
                 http_status=status,
                 result=result,
@@ -959,7 +967,14 @@ class DecisionService(CasesMixin):
             )
         with self.store.write() as db:
             if self.requests.transition(
-                db, req.id, ("executing",), "failed", http_status=status, error_code=exc.code, note=exc.code
+                db,
+                req.id,
+                ("sending",),
+                "failed",
+                actor=actor,
+                http_status=status,
+                error_code=exc.code,
+                note=exc.code,
             ):
                 self.store.record_step(
                     sid,
@@ -994,7 +1009,7 @@ class DecisionService(CasesMixin):
         sid = req.session_id
         with self.store.write() as db:
             self.requests.transition(
-                db, req.id, ("executing",), "waiting", http_status=exc.status, error_code=exc.code
+                db, req.id, ("sending",), "waiting", actor=actor, http_status=exc.status, error_code=exc.code
             )
             self.store.record_step(
                 sid,
@@ -1073,6 +1088,7 @@ class DecisionService(CasesMixin):
                     req.id,
                     ("waiting",),
                     "failed",
+                    actor=actor,
                     error_code=WAITABLE,
                     note="the worker was not confirmed gone in time",
                 )
@@ -1107,7 +1123,7 @@ class DecisionService(CasesMixin):
         if final.state == "waiting":
             # A second RECOVERY_REQUIRED right after the confirmation: that was the one new submission.
             with self.store.write() as db:
-                self.requests.transition(db, req.id, ("waiting",), "failed", error_code=WAITABLE)
+                self.requests.transition(db, req.id, ("waiting",), "failed", error_code=WAITABLE, actor=actor)
             final = self.requests.get(req.id) or final
         reporter.post(
             Message(
@@ -1339,7 +1355,7 @@ class DecisionService(CasesMixin):
                     "Idempotency-Keys"
                 )
             )
-        for req in self.requests.find(states=("executing",)):
+        for req in self.requests.find(states=("sending", "uncertain")):
             reply = self._resend(req, reporter)
             messages.extend(reply.messages)
             ok = ok and reply.ok
@@ -1381,10 +1397,10 @@ class DecisionService(CasesMixin):
         return Reply(messages, ok=ok)
 
     def _resend(self, req: DecisionRequest, reporter: Reporter) -> Reply:
-        """An ``executing`` request: settle it from its stored idempotency record, same key and body."""
+        """A ``sending`` or ``uncertain`` request: settle it from its stored idempotency record, same key and body."""
         if not req.idem_key or not req.body:
             return Reply.of(
-                text.refusal(f"request {req.id} is executing without a stored key or body"), ok=False
+                text.refusal(f"request {req.id} is in flight without a stored key or body"), ok=False
             )
         record = self.store.get_request(req.idem_key)
         if record is None:

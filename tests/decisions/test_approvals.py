@@ -70,7 +70,7 @@ def test_self_approval_is_refused(decision_env):
     reply = svc.approve(REQUESTER, CHANNEL, rid, env.reporter)
     assert not reply.ok
     assert "cannot approve your own request" in reply.messages[-1].headline
-    assert svc.requests.get(rid).state == "pending"
+    assert svc.requests.get(rid).state == "requested"
     assert env.posts("ses_ab1") == []
     # The refusal is on the record.
     assert [s.outcome for s in env.store.steps(session_id="ses_ab1") if s.step == "approve"] == [
@@ -87,7 +87,7 @@ def test_non_approver_refused_and_group_member_allowed(decision_env):
     refused = svc.approve(OUTSIDER, CHANNEL, rid, env.reporter)
     assert not refused.ok and "not an allowed approver" in refused.messages[-1].headline
     assert directory.calls == [GROUP]
-    assert svc.requests.get(rid).state == "pending"
+    assert svc.requests.get(rid).state == "requested"
     assert env.posts("ses_ab1") == []
     ok = svc.approve(GROUP_MEMBER, CHANNEL, rid, env.reporter)
     assert ok.ok, [m.plain_text() for m in ok.messages]
@@ -116,7 +116,7 @@ def test_approval_outside_channels_refused(decision_env):
     assert not svc.reject(APPROVER, OTHER_CHANNEL, rid).ok
     outside = svc.decide(REQUESTER, OTHER_CHANNEL, "ses_ab1", "close", reason="x", reporter=env.reporter)
     assert not outside.ok
-    assert svc.requests.get(rid).state == "pending"
+    assert svc.requests.get(rid).state == "requested"
     assert env.posts("ses_ab1") == []
 
 

@@ -130,7 +130,7 @@ def test_sigkill_after_the_post_reached_the_host_then_restart(decision_env, tmp_
     # The control host applied it, but the bot never recorded the answer.
     assert len(env.effects("ses_pk2")) == 1
     req = svc.requests.get(rid)
-    assert req.state == "executing"
+    assert req.state == "sending"
     assert env.store.get_request(req.idem_key).pending
     env.restart()
     reply = env.service().recover_after_restart(NullReporter())

@@ -32,7 +32,7 @@ def test_restart_executes_an_approved_request_once_and_reports_in_the_thread(sla
     services = first.bot.router.services
     with services.store.write() as conn:
         assert services.decisions.requests.transition(
-            conn, request_id, ("pending",), "approved", approved_by="UBOB", approved_at=isoformat(sandbox.clock.now())
+            conn, request_id, ("requested",), "approved", approved_by="UBOB", approved_at=isoformat(sandbox.clock.now())
         )
     assert _decision_posts(sandbox) == []
 
