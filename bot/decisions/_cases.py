@@ -125,7 +125,7 @@ class CasesMixin:
             for n in (s for s in steps if s.step == "note"):
                 lines.append(f"Note by {who(n.actor)} at {n.at}: {n.inputs.get('text')}")
             messages.append(Message(headline=f"Case `{sid}`", lines=lines, session_id=sid))
-        before = self.store.head()
+        before = self.store.head_ref()
         self._record(
             None,
             actor,
@@ -137,7 +137,7 @@ class CasesMixin:
         summary = Message(
             headline=f"Hand-off: {len(open_cases)} open case(s) at {isoformat(now)}",
             lines=[
-                f"Audit head hash: {self.store.head()} (includes this hand-off's own step; before it: "
+                f"Audit head: {self.store.head_ref()} (includes this hand-off's own step; before it: "
                 f"{before})"
             ],
         )

@@ -27,7 +27,7 @@ from sqlite_utils import Database
 from bot.clock import Clock, SystemClock, isoformat
 from bot.errors import StoreError
 from bot.store import schema
-from bot.store.chain import canonical_json, step_hash
+from bot.store.chain import KEYED_VERSION, PLAIN_VERSION, canonical_json, hash_matches, head_ref, step_hash
 
 DEFAULT_BUSY_TIMEOUT = 10.0
 
@@ -70,6 +70,7 @@ class Step:
     receipt_id: str | None
     prev_hash: str
     hash: str
+    v: int = PLAIN_VERSION
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ def _case(row: Mapping[str, Any]) -> Case:
 
 def _step(row: Mapping[str, Any]) -> Step:
     values = dict(row)
+    values.setdefault("v", PLAIN_VERSION)
     values["inputs"] = _loads(values["inputs"]) or {}
     values["detail"] = _loads(values["detail"])
     return Step(**{k: values[k] for k in Step.__dataclass_fields__})
@@ -141,14 +143,55 @@ class Store:
         clock: Clock | None = None,
         *,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        audit_key: bytes | None = None,
     ) -> None:
         self.path = Path(path)
         self.clock: Clock = clock or SystemClock()
         self.busy_timeout = busy_timeout
+        # With a key every new step is keyed (chain version 2, bot/store/chain.py).
+        self._audit_key = audit_key or None
         self._migrated_sets: set[str] = set()
         self._migrate_lock = threading.Lock()
         self._enable_wal()
         self.migrate()
+        self._check_key()
+
+    @property
+    def keyed(self) -> bool:
+        return self._audit_key is not None
+
+    def _check_key(self) -> None:
+        """Refuse a keyed store without its key, or with another key: a process writing plain or
+        wrongly keyed steps after keyed ones would make the chain fail ``audit verify``."""
+        with self.read() as db:
+            row = _q(
+                db, "SELECT * FROM steps WHERE v = ? ORDER BY seq DESC LIMIT 1", [KEYED_VERSION]
+            ).fetchone()
+        if row is None:
+            return
+        if self._audit_key is None:
+            raise StoreError(
+                f"the step store {self.path} is keyed (chain version 2) but no audit key is configured",
+                hint="Set RECOVER_AUDIT_KEY or RECOVER_AUDIT_KEY_FILE to the key it was written with.",
+            )
+        if not hash_matches(dict(row), self._audit_key):
+            raise StoreError(
+                f"the audit key does not match the step store {self.path} (its last keyed step, "
+                f"{row['seq']}, does not verify under it)",
+                hint="Use the key the store was written with; `recover-bot audit verify` names what differs.",
+            )
+
+    def verify_step(self, step: Step) -> bool | None:
+        """Does a step still match its own hash (keyed with this store's key)? None: keyed, no key."""
+        row = {name: getattr(step, name) for name in Step.__dataclass_fields__}
+        row["inputs"] = canonical_json(step.inputs)
+        row["detail"] = canonical_json(step.detail) if step.detail is not None else None
+        return hash_matches(row, self._audit_key)
+
+    def step_at(self, seq: int) -> Step | None:
+        with self.read() as db:
+            row = _q(db, "SELECT * FROM steps WHERE seq = ?", [seq]).fetchone()
+        return _step(row) if row else None
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -406,8 +449,9 @@ class Store:
             "idempotency_key": idempotency_key,
             "receipt_id": receipt_id,
             "prev_hash": prev_hash,
+            "v": KEYED_VERSION if self._audit_key else PLAIN_VERSION,
         }
-        row["hash"] = step_hash(row, prev_hash)
+        row["hash"] = step_hash(row, prev_hash, self._audit_key)
         columns = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         _q(db, f"INSERT INTO steps ({columns}) VALUES ({marks})", list(row.values()))  # noqa: S608
@@ -433,6 +477,12 @@ class Store:
         with self.read() as db:
             row = _q(db, "SELECT hash FROM steps ORDER BY seq DESC LIMIT 1").fetchone()
         return row["hash"] if row else schema.GENESIS_HASH
+
+    def head_ref(self) -> str:
+        """The head to publish outside the database, ``SEQ:HASH`` (``audit verify --head`` takes it)."""
+        with self.read() as db:
+            row = _q(db, "SELECT seq, hash FROM steps ORDER BY seq DESC LIMIT 1").fetchone()
+        return head_ref(row["seq"], row["hash"]) if row else head_ref(0, schema.GENESIS_HASH)
 
     # -- idempotency records -------------------------------------------------------------------
 

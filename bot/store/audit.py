@@ -3,8 +3,11 @@
 The triggers stop the bot (and anyone using its code) from rewriting steps; they do not stop a person
 with write access to the file, who can drop them. ``verify`` therefore trusts nothing in the file but
 the hashes: it recomputes each step's hash, follows ``prev_hash`` links, and names every step that was
-edited, removed or moved. A tail cut off cleanly leaves a valid chain, so only a head published
-outside the database (``audit export`` prints it; hand-off digests repeat it) can reveal truncation.
+edited, removed or moved. With the audit key it also checks keyed steps (chain version 2): an edit
+re-hashed to the end no longer verifies. A tail cut off cleanly leaves a valid chain, so only a head
+published outside the database (``audit export`` prints it as ``SEQ:HASH``; hand-off digests repeat
+it) can reveal truncation; the steps recorded after that head are listed, since it does not vouch for
+them. Tables kept beside the chain (decision requests) are checked against it by registered checks.
 """
 
 from __future__ import annotations
@@ -12,23 +15,27 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from bot.errors import StoreError
-from bot.store.chain import step_hash
+from bot.store.chain import KEYED_VERSION, PLAIN_VERSION, hash_matches, head_ref, parse_head, step_version
 from bot.store.schema import GENESIS_HASH
 
 _COLUMNS = (
     "seq, case_id, session_id, actor, at, step, inputs, outcome, detail, http_status, "
     "idempotency_key, receipt_id, prev_hash, hash"
 )
+# How many steps after a published head are listed one by one.
+_LISTED_AFTER_HEAD = 20
 
 
 @dataclass(frozen=True)
 class AuditProblem:
-    """One finding: ``kind`` is edited | removed | reordered | renumbered | truncated."""
+    """One finding: ``kind`` is edited | removed | reordered | renumbered | broken link | unkeyed |
+    truncated | head mismatch, or a cache check's kind (e.g. ``request table``)."""
 
     seq: int | None
     kind: str
@@ -37,6 +44,19 @@ class AuditProblem:
     def __str__(self) -> str:
         where = f"step {self.seq}" if self.seq is not None else "log"
         return f"{where}: {self.kind}: {self.message}"
+
+
+# Checks of the tables kept beside the chain (caches of it), registered by the areas that own them:
+# ``check(conn, rows) -> problems`` with a read-only connection and the verified step rows.
+CacheCheck = Callable[[sqlite3.Connection, list[dict[str, Any]]], list[AuditProblem]]
+CACHE_CHECKS: list[CacheCheck] = []
+
+
+def register_cache_check(check: CacheCheck) -> CacheCheck:
+    """Add a check of a cache table against the chain (registering the same one twice is a no-op)."""
+    if check not in CACHE_CHECKS:
+        CACHE_CHECKS.append(check)
+    return check
 
 
 @dataclass
@@ -49,23 +69,59 @@ class AuditReport:
     published_head: str | None = None
     published_head_seq: int | None = None
     steps_after_head: int = 0
+    head_seq: int = 0
+    keyed_steps: int = 0
+    unchecked_steps: int = 0
+    key_given: bool = False
+    # Steps after the published head, which that head does not vouch for: (seq, step, actor, at).
+    unvouched: list[tuple[int, str, str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def head_ref(self) -> str:
+        return head_ref(self.head_seq, self.head)
+
+    @property
+    def first_bad_step(self) -> int | None:
+        seqs = [p.seq for p in self.problems if p.seq is not None]
+        return min(seqs) if seqs else None
+
     def summary(self) -> str:
         lines = []
         if self.ok:
-            lines.append(f"OK: {self.steps} steps, hash chain intact; head {self.head}")
-            if self.published_head is not None and self.published_head_seq is not None:
-                later = self.steps_after_head
-                lines.append(
-                    f"The published head is step {self.published_head_seq}; {later} step(s) recorded since."
-                )
+            lines.append(f"OK: {self.steps} steps, hash chain intact; head {self.head_ref}")
         else:
             lines.append(f"TAMPERED: {len(self.problems)} problem(s) in {self.steps} steps")
+            if self.first_bad_step is not None:
+                lines.append(f"  first bad step: {self.first_bad_step}")
             lines.extend(f"  {p}" for p in self.problems)
+        if self.keyed_steps:
+            if self.key_given:
+                lines.append(f"{self.keyed_steps} keyed step(s) checked with the audit key.")
+            else:
+                lines.append(
+                    f"NOT CHECKED: the content of {self.unchecked_steps} keyed step(s) (no audit key given: "
+                    "pass --key-file or set RECOVER_AUDIT_KEY); only their links were followed."
+                )
+        elif self.key_given and self.steps:
+            lines.append("No step is keyed yet: every step is plain sha256 (written before the key).")
+        if self.published_head is not None and self.published_head_seq is not None:
+            later = self.steps_after_head
+            lines.append(
+                f"The published head is step {self.published_head_seq}; {later} step(s) recorded since."
+            )
+            if self.unvouched:
+                lines.append(
+                    f"FLAGGED: {later} step(s) after the published head, which it does not vouch for:"
+                )
+                lines.extend(
+                    f"  step {seq}: {step} by {actor} at {at}" for seq, step, actor, at in self.unvouched
+                )
+                if later > len(self.unvouched):
+                    lines.append(f"  … and {later - len(self.unvouched)} more")
         return "\n".join(lines)
 
 
@@ -82,26 +138,79 @@ def _open_ro(db_path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+def _select(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    names = {r[1] for r in conn.execute("PRAGMA table_info(steps)")}
+    version = ", v" if "v" in names else ""  # a store from before chain versions: all version 1
+    return [dict(r) for r in conn.execute(f"SELECT {_COLUMNS}{version} FROM steps ORDER BY seq")]  # noqa: S608
+
+
 def _rows(db_path: str | Path) -> list[dict[str, Any]]:
     conn = _open_ro(db_path)
     try:
-        return [dict(r) for r in conn.execute(f"SELECT {_COLUMNS} FROM steps ORDER BY seq")]  # noqa: S608
+        return _select(conn)
     finally:
         conn.close()
 
 
-def verify(db_path: str | Path, head: str | None = None) -> AuditReport:
-    """Check the chain; with ``head`` (published earlier) also detect a truncated tail."""
-    rows = _rows(db_path)
+def verify(db_path: str | Path, head: str | None = None, key: bytes | None = None) -> AuditReport:
+    """Check the chain (keyed steps with ``key``), the caches beside it, and with ``head`` (published
+    earlier as ``SEQ:HASH`` or ``HASH``) a truncated or rewritten tail and the steps it does not vouch for."""
+    conn = _open_ro(db_path)
+    try:
+        rows = _select(conn)
+        problems = _chain_problems(rows, key)
+        for check in CACHE_CHECKS:
+            try:
+                problems.extend(check(conn, rows))
+            except sqlite3.Error as exc:
+                problems.append(
+                    AuditProblem(None, "unreadable", f"{getattr(check, '__name__', check)}: {exc}")
+                )
+    finally:
+        conn.close()
+    keyed = [r for r in rows if step_version(r) == KEYED_VERSION]
+    report = AuditReport(
+        steps=len(rows),
+        head=rows[-1]["hash"] if rows else GENESIS_HASH,
+        head_seq=rows[-1]["seq"] if rows else 0,
+        problems=problems,
+        keyed_steps=len(keyed),
+        unchecked_steps=0 if key else len(keyed),
+        key_given=bool(key),
+    )
+    if head is not None:
+        _check_head(report, rows, head)
+    return report
+
+
+def _chain_problems(rows: list[dict[str, Any]], key: bytes | None) -> list[AuditProblem]:
     problems: list[AuditProblem] = []
     by_hash = {r["hash"]: r for r in rows}
     edited: set[int] = set()
+    seen_keyed = False
 
     for i, row in enumerate(rows):
         seq = row["seq"]
-        if step_hash(row, row["prev_hash"]) != row["hash"]:
+        version = step_version(row)
+        if version == PLAIN_VERSION and seen_keyed:
             edited.add(seq)
-            problems.append(AuditProblem(seq, "edited", "its content no longer matches its hash"))
+            problems.append(
+                AuditProblem(
+                    seq,
+                    "unkeyed",
+                    "a plain-hashed step after keyed steps: written or re-hashed by someone without the audit key",
+                )
+            )
+        elif version not in (PLAIN_VERSION, KEYED_VERSION):
+            edited.add(seq)
+            problems.append(AuditProblem(seq, "edited", f"unknown chain version {version}"))
+        elif hash_matches(row, key) is False:
+            edited.add(seq)
+            why = "its content no longer matches its hash"
+            if version == KEYED_VERSION:
+                why += " under the audit key (edited, or re-hashed without the key)"
+            problems.append(AuditProblem(seq, "edited", why))
+        seen_keyed = seen_keyed or version == KEYED_VERSION
         prev = rows[i - 1] if i else None
         expected_prev = prev["hash"] if prev else GENESIS_HASH
         if row["prev_hash"] == expected_prev:
@@ -153,33 +262,58 @@ def verify(db_path: str | Path, head: str | None = None) -> AuditReport:
                     f"rewritten and re-hashed, or a step before {seq} was removed and the rest renumbered",
                 )
             )
+    return problems
 
-    report = AuditReport(steps=len(rows), head=rows[-1]["hash"] if rows else GENESIS_HASH, problems=problems)
-    if head is not None:
-        head = head.strip().lower()
-        report.published_head = head
-        if head == GENESIS_HASH:
-            report.published_head_seq = 0
-            report.steps_after_head = len(rows)
-        elif head in by_hash:
-            found = by_hash[head]
-            report.published_head_seq = found["seq"]
-            report.steps_after_head = sum(1 for r in rows if r["seq"] > found["seq"])
-        else:
-            last = f"step {rows[-1]['seq']}" if rows else "no step at all"
-            problems.append(
-                AuditProblem(
-                    None,
-                    "truncated",
-                    f"the published head {head[:16]}… is not in the log: steps after it were removed "
-                    f"(the log now ends at {last})",
-                )
+
+def _check_head(report: AuditReport, rows: list[dict[str, Any]], head: str) -> None:
+    """Where is the published head now? Truncation, a rewritten prefix, and what it does not vouch for."""
+    try:
+        seq, hash_ = parse_head(head)
+    except ValueError as exc:
+        report.problems.append(AuditProblem(None, "bad head", str(exc)))
+        return
+    report.published_head = head.strip().lower()
+    by_hash = {r["hash"]: r for r in rows}
+    by_seq = {r["seq"]: r for r in rows}
+    last_seq = rows[-1]["seq"] if rows else 0
+    found: dict[str, Any] | None = by_hash.get(hash_)
+    if hash_ == GENESIS_HASH and seq in (None, 0):
+        report.published_head_seq = 0
+    elif found is not None and (seq is None or found["seq"] == seq):
+        report.published_head_seq = found["seq"]
+    elif seq is not None and seq in by_seq:
+        # The head's step is still there but with another hash: it or a step before it was rewritten
+        # (and the rest re-hashed). Not a truncation; the first bad step is named by the chain check.
+        first = report.first_bad_step
+        named = f"; the first bad step is {first}" if first is not None and first <= seq else ""
+        report.problems.append(
+            AuditProblem(
+                seq,
+                "head mismatch",
+                f"step {seq} no longer has the published head's hash {hash_[:16]}…: it or a step before it "
+                f"was rewritten and the chain re-hashed{named}",
             )
-    return report
+        )
+        report.published_head_seq = seq
+    else:
+        first = report.first_bad_step
+        if seq is not None and seq > last_seq:
+            what = f"steps after step {last_seq} were removed (the published head is step {seq})"
+        elif first is not None:
+            what = f"the log was rewritten from step {first} on (or truncated)"
+        else:
+            what = f"steps after it were removed (the log now ends at {f'step {last_seq}' if rows else 'no step at all'})"
+        report.problems.append(
+            AuditProblem(None, "truncated", f"the published head {hash_[:16]}… is not in the log: {what}")
+        )
+        return
+    after = [r for r in rows if r["seq"] > (report.published_head_seq or 0)]
+    report.steps_after_head = len(after)
+    report.unvouched = [(r["seq"], r["step"], r["actor"], r["at"]) for r in after[:_LISTED_AFTER_HEAD]]
 
 
 def export(db_path: str | Path, out: TextIO) -> str:
-    """Write every step as one JSON object per line; return the head to publish elsewhere."""
+    """Write every step as one JSON object per line; return the head to publish elsewhere (``SEQ:HASH``)."""
     rows = _rows(db_path)
     for row in rows:
         record = dict(row)
@@ -188,4 +322,4 @@ def export(db_path: str | Path, out: TextIO) -> str:
                 with contextlib.suppress(ValueError):
                     record[name] = json.loads(record[name])
         out.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
-    return rows[-1]["hash"] if rows else GENESIS_HASH
+    return head_ref(rows[-1]["seq"], rows[-1]["hash"]) if rows else head_ref(0, GENESIS_HASH)

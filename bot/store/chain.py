@@ -1,19 +1,30 @@
 """The hash chain of the step log: one canonical form, used when writing and when verifying.
 
-A step's hash is sha256 over a canonical JSON object of its content plus the previous step's hash.
+A step's hash is computed over a canonical JSON object of its content plus the previous step's hash.
 ``seq`` is deliberately *not* hashed: the order is carried by ``prev_hash``, so a step moved to
 another position still matches its own hash and ``audit verify`` can say "out of order" rather
 than a vaguer "edited".
+
+Two chain versions, recorded per step (column ``v``), so a store written before a key was configured
+still verifies as it is:
+
+- version 1: plain sha256. Anyone who can write the file can edit a step and re-hash the rest.
+- version 2: HMAC-SHA256 under the audit key (``RECOVER_AUDIT_KEY`` / ``RECOVER_AUDIT_KEY_FILE``),
+  kept outside the data volume: without the key a re-hashed chain no longer verifies.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Mapping
 from typing import Any
 
-HASH_VERSION = 1
+PLAIN_VERSION = 1
+KEYED_VERSION = 2
+# Kept for callers that name the original version.
+HASH_VERSION = PLAIN_VERSION
 
 # The hashed columns, in the order they are stored; prev_hash is added last.
 HASHED_FIELDS = (
@@ -31,14 +42,62 @@ HASHED_FIELDS = (
 )
 
 
+class KeyRequired(ValueError):
+    """A keyed (version 2) step cannot be hashed or checked without the audit key."""
+
+
 def canonical_json(value: Any) -> str:
     """Deterministic JSON text: sorted keys, no spaces, UTF-8 kept as is."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def step_hash(row: Mapping[str, Any], prev_hash: str) -> str:
-    """Hash of one stored step row (``inputs``/``detail`` as their stored JSON text)."""
+def step_version(row: Mapping[str, Any]) -> int:
+    """The chain version a stored row was written with (rows from before the column: 1)."""
+    v = row.get("v")
+    return int(v) if v is not None else PLAIN_VERSION
+
+
+def step_hash(
+    row: Mapping[str, Any], prev_hash: str, key: bytes | None = None, *, version: int | None = None
+) -> str:
+    """Hash of one stored step row (``inputs``/``detail`` as their stored JSON text).
+
+    ``version`` defaults to the row's own (``v``); version 2 needs ``key``.
+    """
+    v = version if version is not None else step_version(row)
     content: dict[str, Any] = {name: row.get(name) for name in HASHED_FIELDS}
     content["prev_hash"] = prev_hash
-    content["v"] = HASH_VERSION
-    return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
+    content["v"] = v
+    data = canonical_json(content).encode("utf-8")
+    if v == PLAIN_VERSION:
+        return hashlib.sha256(data).hexdigest()
+    if v == KEYED_VERSION:
+        if not key:
+            raise KeyRequired("a keyed step needs the audit key")
+        return hmac.new(key, data, hashlib.sha256).hexdigest()
+    raise ValueError(f"unknown chain version {v}")
+
+
+def hash_matches(row: Mapping[str, Any], key: bytes | None) -> bool | None:
+    """Does the row match its own stored hash? None when it is keyed and no key is given."""
+    try:
+        expected = step_hash(row, row["prev_hash"], key)
+    except KeyRequired:
+        return None
+    return hmac.compare_digest(expected, str(row["hash"]))
+
+
+def head_ref(seq: int, hash_: str) -> str:
+    """The head as published outside the database: ``SEQ:HASH`` (the seq says where it must be)."""
+    return f"{seq}:{hash_}"
+
+
+def parse_head(text: str) -> tuple[int | None, str]:
+    """``SEQ:HASH`` or a bare ``HASH`` (older hand-offs) → (seq or None, hash)."""
+    text = text.strip().lower()
+    if ":" in text:
+        seq, _, hash_ = text.partition(":")
+        if not seq.isdigit():
+            raise ValueError(f"a head is SEQ:HASH or HASH, not {text[:40]!r}")
+        return int(seq), hash_
+    return None, text

@@ -14,8 +14,8 @@ from bot.store import audit
 
 _VERIFY_EXAMPLE = """\
 example:
-  recover-bot audit verify --db ./recover.db
-  recover-bot audit verify --head 3f1c…e9   # the head printed by an earlier `audit export`
+  recover-bot audit verify --db ./recover.db --key-file /run/secrets/recover-audit-key
+  recover-bot audit verify --head 42:3f1c…e9   # the head printed by an earlier `audit export`
 
 Exit status: 0 intact, 1 tampering found, 2 the store could not be read."""
 
@@ -57,7 +57,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     verify_p.add_argument(
         "--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)"
     )
-    verify_p.add_argument("--head", default=None, metavar="HASH", help="a head printed by `audit export`")
+    verify_p.add_argument(
+        "--head", default=None, metavar="SEQ:HASH", help="a head printed by `audit export` or a hand-off"
+    )
+    verify_p.add_argument(
+        "--key-file",
+        default=None,
+        metavar="FILE",
+        help="the audit key's file (default: RECOVER_AUDIT_KEY or RECOVER_AUDIT_KEY_FILE)",
+    )
     verify_p.set_defaults(func=run_verify)
 
     export_p = sub.add_parser(
@@ -75,9 +83,32 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _read_key_file(path: str | Path) -> bytes:
+    """The key is the file's first line (e.g. a mounted secret)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise StoreError(f"cannot read the audit key file {path}: {exc.strerror or exc}") from exc
+    key = lines[0].strip() if lines else ""
+    if not key:
+        raise StoreError(f"the audit key file {path} is empty; its first line is the key")
+    return key.encode("utf-8")
+
+
+def _audit_key(args: argparse.Namespace) -> bytes | None:
+    if args.key_file:
+        return _read_key_file(args.key_file)
+    env = {**read_dotenv(Path(".env")), **os.environ}
+    if env.get("RECOVER_AUDIT_KEY"):
+        return env["RECOVER_AUDIT_KEY"].encode("utf-8")
+    if env.get("RECOVER_AUDIT_KEY_FILE"):
+        return _read_key_file(env["RECOVER_AUDIT_KEY_FILE"])
+    return None
+
+
 def run_verify(args: argparse.Namespace) -> int:
     try:
-        report = audit.verify(args.db or _default_db(), head=args.head)
+        report = audit.verify(args.db or _default_db(), head=args.head, key=_audit_key(args))
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -94,6 +94,15 @@ def _m0001(db: Database) -> None:
         db.execute(sql)
 
 
+@core(name="0002_chain_version")
+def _m0002(db: Database) -> None:
+    """Each step records its chain version (1 plain sha256, 2 HMAC under the audit key).
+
+    Existing steps are version 1 and keep verifying as they are (bot/store/chain.py).
+    """
+    db.execute("ALTER TABLE steps ADD COLUMN v INTEGER NOT NULL DEFAULT 1")
+
+
 MIGRATION_SETS: list[Migrations] = [core]
 _lock = threading.Lock()
 

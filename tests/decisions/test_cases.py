@@ -124,5 +124,5 @@ def test_handoff_digest_lists_everything_for_the_next_shift(make_decision_env):
     assert f"{rid3} is then submitted once" in h3
     # The audit head hash, as it was when the digest was posted (the hand-off step included).
     handoff_step = [s for s in env.store.steps() if s.step == "handoff"][0]
-    assert f"Audit head hash: {handoff_step.hash}" in text
+    assert f"Audit head: {handoff_step.seq}:{handoff_step.hash}" in text
     assert handoff_step.actor == OUTSIDER and handoff_step.session_id is None

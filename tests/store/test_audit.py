@@ -134,13 +134,16 @@ def test_renumbered_step_is_named(filled: Store, tmp_path: Path) -> None:
 def test_truncated_tail_needs_a_published_head(filled: Store, tmp_path: Path) -> None:
     out = io.StringIO()
     head = export(filled.path, out)
-    assert head == filled.head()
+    assert head == filled.head_ref() == f"8:{filled.head()}"
     copy = tampered(filled, tmp_path, "truncate", "DELETE FROM steps WHERE seq > 5")
     # Without a head the shorter chain is internally consistent: it cannot know.
     assert verify(copy).ok
     report = verify(copy, head=head)
     assert kinds(report) == [(None, "truncated")]
-    assert "the log now ends at step 5" in report.summary()
+    assert "steps after step 5 were removed (the published head is step 8)" in report.summary()
+    # A bare hash (an older hand-off) still finds the truncation.
+    bare = verify(copy, head=filled.head())
+    assert kinds(bare) == [(None, "truncated")] and "the log now ends at step 5" in bare.summary()
 
 
 def test_published_head_with_later_steps_is_fine(filled: Store) -> None:
@@ -149,6 +152,12 @@ def test_published_head_with_later_steps_is_fine(filled: Store) -> None:
     filled.record_step("ses_1", "U1", "later", {}, "ok")
     report = verify(filled.path, head=head)
     assert report.ok and report.published_head_seq == 8 and report.steps_after_head == 2
+    # The steps after the head are flagged: the head does not vouch for them.
+    assert report.unvouched == [(9, "later", "U1", s.at) for s in filled.steps()[8:9]] + [
+        (10, "later", "U1", filled.steps()[9].at)
+    ]
+    assert "FLAGGED: 2 step(s) after the published head" in report.summary()
+    assert "step 9: later by U1" in report.summary()
 
 
 def test_export_writes_json_lines(filled: Store, tmp_path: Path) -> None:
@@ -184,7 +193,7 @@ def test_cli_export_then_verify_with_head(filled: Store, tmp_path: Path) -> None
     res = _cli("audit", "export", "--db", str(filled.path), "--out", str(out_file), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     head = res.stdout.split()[-1]
-    assert head == filled.head() and len(out_file.read_text().splitlines()) == 8
+    assert head == filled.head_ref() and len(out_file.read_text().splitlines()) == 8
 
     ok = _cli("audit", "verify", "--db", str(filled.path), "--head", head, cwd=tmp_path)
     assert ok.returncode == 0 and "OK: 8 steps" in ok.stdout
@@ -208,7 +217,7 @@ def test_cli_reads_recover_db_and_stdout_export(filled: Store, tmp_path: Path) -
     (tmp_path / ".env").write_text(f"RECOVER_DB={filled.path}\n")
     res = _cli("audit", "export", cwd=tmp_path)
     assert res.returncode == 0
-    assert len(res.stdout.splitlines()) == 8 and res.stderr.strip() == f"head {filled.head()}"
+    assert len(res.stdout.splitlines()) == 8 and res.stderr.strip() == f"head {filled.head_ref()}"
 
 
 @pytest.mark.parametrize(
