@@ -1,21 +1,48 @@
-"""The ``recover-bot`` command: a thin front over the library. Every subcommand's help has an example."""
+"""The ``recover-bot`` command: a thin front over the library. Every subcommand's help has an example.
+
+Each subcommand names the groups of settings it reads (``uses``) and those that must be complete
+(``requires``), so one run reports every problem of what it needs and nothing of what it does not.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Iterable, Sequence
 
-from bot.errors import RecoverError
+from bot.errors import RecoverError, SettingsError
 from bot.redact import redact
-from bot.settings import Settings, load_settings
+from bot.settings import ALL_GROUPS, Settings, load_settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1  # tampering found, an invalid runbook; for the console: a command refused or failed
+EXIT_USAGE = 2  # a usage error or a setting to fix (one line per problem)
+EXIT_UNEXPECTED = 70  # EX_SOFTWARE: a bug, reported in one line
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = """\
+Exit status:
+  0   ok
+  1   findings: tampering found, an invalid runbook; for console and demo, a command refused or failed
+  2   usage or settings: one line per problem, naming what to fix
+  70  unexpected error (a bug: rerun with RECOVER_LOG_LEVEL=DEBUG for the traceback)
+  130 interrupted (Ctrl-C)"""
+
+# What each front end reads. Settings outside these groups are neither read nor checked.
+CORE = ("store", "audit", "people", "docker", "runbooks", "logging")
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     pass
+
+
+def set_settings(parser: argparse.ArgumentParser, *, uses: Iterable[str] = (), requires: Iterable[str] = ()) -> None:
+    """Declare the settings groups a subcommand reads and those it cannot run without."""
+    parser.set_defaults(settings_uses=frozenset(uses) | frozenset(requires), settings_requires=frozenset(requires))
 
 
 def _add(
@@ -25,11 +52,14 @@ def _add(
     help: str,
     example: str,
     handler: Handler,
+    uses: Iterable[str] = (),
+    requires: Iterable[str] = (),
 ) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = sub.add_parser(
         name, help=help, description=help, epilog=f"Example:\n  {example}", formatter_class=_Formatter
     )
-    parser.set_defaults(handler=handler, needs_settings=True)
+    parser.set_defaults(handler=handler)
+    set_settings(parser, uses=uses, requires=requires)
     return parser
 
 
@@ -55,8 +85,6 @@ def _console(args: argparse.Namespace, settings: Settings) -> int:
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from bot.slack import serve
 
-    settings.require_control_host()
-    settings.require_slack()
     return serve(settings)
 
 
@@ -71,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recover-bot",
         description="Recover stuck control-host sessions from Slack or a terminal, safely and together.",
-        epilog="Example:\n  recover-bot demo        # the sandbox control host and the terminal console",
+        epilog="Example:\n  recover-bot demo        # the sandbox control host and the terminal console\n\n"
+        + EXIT_CODES,
         formatter_class=_Formatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -83,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Start the sandbox control host with its scenarios and the terminal console (no Slack needed).",
         example="recover-bot demo",
         handler=_demo,
+        uses=CORE,
     )
     console = _add(
         sub,
@@ -90,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Type /recover commands in a terminal against the configured control host.",
         example="CONTROL_HOST_URL=https://control.example.internal CONTROL_HOST_API_KEY=… recover-bot console",
         handler=_console,
+        uses=CORE,
+        requires=("control_host",),
     )
     console.add_argument(
         "--user", default=None, help="the acting user recorded in every step (default: your login name)"
@@ -100,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Run the Slack app (Socket Mode when SLACK_APP_TOKEN is set, otherwise HTTP on HOST:PORT).",
         example="SLACK_BOT_TOKEN=xoxb-… SLACK_SIGNING_SECRET=… recover-bot serve",
         handler=_serve,
+        uses=ALL_GROUPS,
+        requires=("control_host", "slack"),
     )
     sandbox = _add(
         sub,
@@ -107,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Run only the sandbox control host (for trying the bot or the console against it).",
         example="recover-bot sandbox --port 8700",
         handler=_sandbox,
+        uses=("logging",),
     )
     sandbox.add_argument("--host", default="127.0.0.1")
     sandbox.add_argument("--port", type=int, default=8700, help="0 = any free port (printed)")
@@ -121,11 +156,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _report_unexpected(exc: BaseException, debug: bool) -> None:
+    if debug:
+        print(redact("".join(traceback.format_exception(exc))), file=sys.stderr)
+    print(
+        f"recover-bot: unexpected error ({type(exc).__name__}: {redact(str(exc)).splitlines()[0] if str(exc) else ''}); "
+        "this is a bug — rerun with RECOVER_LOG_LEVEL=DEBUG for the traceback",
+        file=sys.stderr,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # a usage error exits 2 with argparse's one-line message
+    settings: Settings | None = None
     try:
-        settings = load_settings()
+        settings = load_settings(
+            uses=getattr(args, "settings_uses", frozenset()), requires=getattr(args, "settings_requires", ())
+        )
         logging.basicConfig(
             level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
@@ -133,11 +181,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("httpx").setLevel(logging.WARNING)
         handler: Handler = args.handler
         return handler(args, settings)
+    except SettingsError as exc:
+        print(f"recover-bot {args.command}: fix these settings (environment or .env):", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {redact(problem)}", file=sys.stderr)
+        return EXIT_USAGE
     except RecoverError as exc:
         print(redact(str(exc)), file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        _report_unexpected(exc, debug=settings is not None and settings.log_level == "DEBUG")
+        return EXIT_UNEXPECTED
 
 
 if __name__ == "__main__":  # pragma: no cover

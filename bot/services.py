@@ -21,7 +21,7 @@ from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLo
 from bot.logs import FileLogSource, LogSource
 from bot.messages import Message, Reporter
 from bot.runbook import RunbookSet, load_runbooks
-from bot.settings import Settings
+from bot.settings import Settings, reveal
 from bot.store import Store
 
 log = logging.getLogger(__name__)
@@ -159,10 +159,9 @@ def build_services(
         client = ControlHostClient(sandbox.url, sandbox.api_key, store=store, clock=clock, **api)
     else:
         settings.require_control_host()
-        assert settings.control_host_url and settings.control_host_api_key
-        client = ControlHostClient(
-            settings.control_host_url, settings.control_host_api_key, store=store, clock=clock, **api
-        )
+        api_key = reveal(settings.control_host_api_key)
+        assert settings.control_host_url and api_key
+        client = ControlHostClient(settings.control_host_url, api_key, store=store, clock=clock, **api)
 
     docker_factory = client_factory(settings.docker_host)
     dockerops = DockerOps(

@@ -7,7 +7,6 @@ the console with two demo users, so the two-person rule can be played through (`
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import tempfile
 from pathlib import Path
@@ -24,7 +23,7 @@ _DEFAULT_DB = Path("./recover.db")
 def _demo_settings(settings: Settings, workdir: Path) -> Settings:
     # A fresh step store per demo unless RECOVER_DB was set: old demo cases must not leak in.
     if settings.db_path == _DEFAULT_DB:
-        return dataclasses.replace(settings, db_path=workdir / "demo.db")
+        return settings.model_copy(update={"db_path": workdir / "demo.db"})
     return settings
 
 

@@ -26,7 +26,7 @@ from bot.console.routing import RouterProtocol
 from bot.errors import RecoverError
 from bot.messages import Reply
 from bot.redact import redact
-from bot.settings import Settings
+from bot.settings import Settings, reveal
 from bot.slack import blocks as kit
 from bot.slack import wording
 from bot.slack.delivery import Origin, SlackReporter, ThreadBook
@@ -297,7 +297,7 @@ def build_bot(
     http_mode = not settings.slack_app_token
     app = App(
         client=client,
-        signing_secret=settings.slack_signing_secret or "",
+        signing_secret=reveal(settings.slack_signing_secret) or "",
         request_verification_enabled=http_mode or bool(settings.slack_signing_secret),
         token_verification_enabled=token_verification,
         process_before_response=False,

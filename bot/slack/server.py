@@ -24,7 +24,7 @@ from slack_bolt.adapter.asgi.http_request import AsgiHttpRequest
 
 from bot.errors import RecoverError
 from bot.redact import redact
-from bot.settings import Settings
+from bot.settings import Settings, reveal
 
 log = logging.getLogger("recover_bot.slack")
 
@@ -160,7 +160,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
             from slack_bolt.adapter.socket_mode import SocketModeHandler
 
             print("recover-bot: connecting to Slack in Socket Mode", file=out, flush=True)
-            SocketModeHandler(bot.app, settings.slack_app_token).start()
+            SocketModeHandler(bot.app, reveal(settings.slack_app_token)).start()
             return 0
         server = HttpServer(RecoverAsgi(bot.app), settings.host, settings.port, log_level=settings.log_level)
         print(

@@ -23,7 +23,7 @@ from slack_sdk.models.views import View
 from bot.errors import RecoverError
 from bot.messages import Attachment, Message
 from bot.redact import redact
-from bot.settings import Settings
+from bot.settings import Settings, reveal
 from bot.slack.blocks import message_payload, notification_text
 from bot.slack.state import Location
 
@@ -40,7 +40,7 @@ def make_client(settings: Settings, *, timeout: int = 15) -> WebClient:
     message twice, and the front end prefers updating one message in place.
     """
     return WebClient(
-        token=settings.slack_bot_token,
+        token=reveal(settings.slack_bot_token),
         base_url=settings.slack_api_url,
         timeout=timeout,
         retry_handlers=[RateLimitErrorRetryHandler(max_retry_count=3)],

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from bot.errors import StoreError
-from bot.settings import read_dotenv
+from bot.settings import Settings
 from bot.store import audit
+
+# The settings these commands read (bot/cli.py): the store and the audit chain's key, nothing else,
+# so a problem elsewhere in the settings never blocks an audit.
+SETTINGS_USES = frozenset({"store", "audit"})
 
 _VERIFY_EXAMPLE = """\
 example:
@@ -25,12 +28,6 @@ example:
   (prints the head hash: keep it outside the database, then `audit verify --head HASH`)"""
 
 _DB_HELP = "SQLite step store (default: RECOVER_DB or ./recover.db)"
-
-
-def _default_db() -> str:
-    # RECOVER_DB from the environment or .env, as the rest of the bot reads it; no other setting
-    # is needed to audit a file, so a problem elsewhere in the settings must not block this.
-    return os.environ.get("RECOVER_DB") or read_dotenv(Path(".env")).get("RECOVER_DB") or "./recover.db"
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -66,7 +63,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         metavar="FILE",
         help="the audit key's file (default: RECOVER_AUDIT_KEY or RECOVER_AUDIT_KEY_FILE)",
     )
-    verify_p.set_defaults(func=run_verify)
+    verify_p.set_defaults(handler=run_verify, settings_uses=SETTINGS_USES)
 
     export_p = sub.add_parser(
         "export",
@@ -79,7 +76,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)"
     )
     export_p.add_argument("--out", default=None, metavar="FILE", help="file to write (default: stdout)")
-    export_p.set_defaults(func=run_export)
+    export_p.set_defaults(handler=run_export, settings_uses=SETTINGS_USES)
     return parser
 
 
@@ -95,20 +92,15 @@ def _read_key_file(path: str | Path) -> bytes:
     return key.encode("utf-8")
 
 
-def _audit_key(args: argparse.Namespace) -> bytes | None:
+def _audit_key(args: argparse.Namespace, settings: Settings) -> bytes | None:
     if args.key_file:
         return _read_key_file(args.key_file)
-    env = {**read_dotenv(Path(".env")), **os.environ}
-    if env.get("RECOVER_AUDIT_KEY"):
-        return env["RECOVER_AUDIT_KEY"].encode("utf-8")
-    if env.get("RECOVER_AUDIT_KEY_FILE"):
-        return _read_key_file(env["RECOVER_AUDIT_KEY_FILE"])
-    return None
+    return settings.audit_key_bytes()  # RECOVER_AUDIT_KEY or RECOVER_AUDIT_KEY_FILE
 
 
-def run_verify(args: argparse.Namespace) -> int:
+def run_verify(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        report = audit.verify(args.db or _default_db(), head=args.head, key=_audit_key(args))
+        report = audit.verify(args.db or str(settings.db_path), head=args.head, key=_audit_key(args, settings))
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -116,8 +108,8 @@ def run_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def run_export(args: argparse.Namespace) -> int:
-    db = args.db or _default_db()
+def run_export(args: argparse.Namespace, settings: Settings) -> int:
+    db = args.db or str(settings.db_path)
     try:
         if args.out:
             with open(args.out, "w", encoding="utf-8") as out:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,8 @@ SESSION = "ses_restore_transient"
 def test_an_edited_events_path_is_the_one_requested(sandbox, tmp_path: Path) -> None:
     directory = copy_runbooks(tmp_path)
     edit(directory, 'events: "/v1/sessions/{session_id}/events"', 'events: "/v1/sessions/{session_id}/event-log"')
-    settings = dataclasses.replace(
-        load_settings({}, dotenv=None), db_path=tmp_path / "recover.db", runbooks_dir=directory
+    settings = load_settings({}, dotenv=None).model_copy(
+        update={"db_path": tmp_path / "recover.db", "runbooks_dir": directory}
     )
     services = build_services(settings, sandbox=sandbox)
     diagnosis = services.diagnoser.gather(SESSION)

@@ -5,7 +5,6 @@ Runs the real core against the sandbox control host over HTTP; nothing of ours i
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +27,7 @@ def sbx() -> Iterator[SandboxHandle]:
 
 
 def _router(sbx: SandboxHandle, tmp_path: Path, **overrides: object) -> Router:
-    settings = dataclasses.replace(load_settings({}, dotenv=None), db_path=tmp_path / "recover.db", **overrides)
+    settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db", **overrides})
     router = build_router(settings, sandbox=sbx)
     assert isinstance(router, Router)
     return router

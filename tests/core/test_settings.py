@@ -5,10 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from bot.errors import SettingsError
 from bot.redact import redact
-from bot.settings import DEFAULT_SLACK_API_URL, load_settings
+from bot.settings import (
+    ALL_GROUPS,
+    DEFAULT_SLACK_API_URL,
+    environ_names,
+    load_settings,
+    packaged_runbooks,
+    reveal,
+)
 
 
 def test_defaults_without_anything() -> None:
@@ -99,3 +107,93 @@ def test_env_example_documents_every_setting() -> None:
         assert lines[index - 1].startswith("#"), f"{name} has no comment above it"
     # The example loads as valid settings (placeholders, not problems).
     load_settings({}, dotenv=Path(__file__).resolve().parents[2] / ".env.example")
+
+
+def test_secrets_are_secret_str_and_comma_lists_are_not_json() -> None:
+    env = {
+        "CONTROL_HOST_API_KEY": "k-abcdef",
+        "RECOVER_AUDIT_KEY": "audit-key-value",
+        "RECOVER_APPROVERS": "U01ABC,S03GRP",
+        "RECOVER_CHANNELS": " C0INCIDENT , G0PRIVATE ",
+        "RECOVER_SLACK_TEAMS": "T0WORK,E0ENTERPRISE",
+        "RECOVER_CONSOLE_USERS": "alice:U01ABC, bob:W02DEF",
+    }
+    s = load_settings(env, dotenv=None)
+    assert isinstance(s.control_host_api_key, SecretStr) and isinstance(s.audit_key, SecretStr)
+    assert reveal(s.control_host_api_key) == "k-abcdef"
+    assert s.audit_key_bytes() == b"audit-key-value"
+    assert s.approvers == ("U01ABC", "S03GRP") and s.channels == ("C0INCIDENT", "G0PRIVATE")
+    assert s.slack_teams == ("T0WORK", "E0ENTERPRISE")
+    assert s.console_users == {"alice": "U01ABC", "bob": "W02DEF"}
+    assert "audit-key-value" not in repr(s) and "k-abcdef" not in repr(s)
+    # A JSON-looking value is text like any other, not decoded into a list.
+    with pytest.raises(SettingsError) as info:
+        load_settings({"RECOVER_APPROVERS": '["U01ABC"]'}, dotenv=None)
+    assert info.value.problems == [
+        "RECOVER_APPROVERS: '[\"U01ABC\"]' is not a Slack user id (U…/W…) or user-group id (S…); "
+        "comma-separated, e.g. U012ABC,S034ONCALL"
+    ]
+
+
+def test_console_users_and_teams_are_validated_in_one_line_each() -> None:
+    env = {
+        "RECOVER_CONSOLE_USERS": "alice:U01ABC,bob:C0NOTAUSER,carol,alice:W02DEF",
+        "RECOVER_SLACK_TEAMS": "T0OK,#workspace",
+        "RECOVER_AUDIT_KEY": "k-abcdef-secret",
+        "RECOVER_AUDIT_KEY_FILE": "/nonexistent/key",
+    }
+    with pytest.raises(SettingsError) as info:
+        load_settings(env, dotenv=None)
+    problems = info.value.problems
+    assert len(problems) == 3, problems
+    users = next(p for p in problems if p.startswith("RECOVER_CONSOLE_USERS"))
+    assert "'bob:C0NOTAUSER'" in users and "'carol'" in users and "alice (listed twice)" in users
+    assert any(p.startswith("RECOVER_SLACK_TEAMS: '#workspace'") for p in problems)
+    assert "RECOVER_AUDIT_KEY and RECOVER_AUDIT_KEY_FILE are both set: keep one" in problems
+    assert "k-abcdef-secret" not in str(info.value)
+
+
+def test_audit_key_file_is_read_and_an_unreadable_one_named(tmp_path: Path) -> None:
+    key = tmp_path / "audit.key"
+    key.write_text("from-a-file\n")
+    s = load_settings({"RECOVER_AUDIT_KEY_FILE": str(key)}, dotenv=None)
+    assert s.audit_key_bytes() == b"from-a-file"
+    with pytest.raises(SettingsError) as info:
+        load_settings({"RECOVER_AUDIT_KEY_FILE": str(tmp_path / "missing.key")}, dotenv=None)
+    assert info.value.problems[0].startswith("RECOVER_AUDIT_KEY_FILE: cannot read")
+    # A key beside the steps it protects protects nothing.
+    with pytest.raises(SettingsError) as info:
+        load_settings({"RECOVER_AUDIT_KEY_FILE": str(key), "RECOVER_DB": str(tmp_path / "r.db")}, dotenv=None)
+    assert "sits beside the database" in info.value.problems[0]
+
+
+def test_each_caller_reads_only_the_groups_it_uses() -> None:
+    env = {"PORT": "http", "SLACK_BOT_TOKEN": "nope", "RECOVER_DB": "/tmp/audit.db"}
+    # The store and audit groups only: a bad PORT or token does not stop an audit.
+    s = load_settings(env, dotenv=None, uses=("store", "audit"))
+    assert s.db_path == Path("/tmp/audit.db") and s.port == 3000 and s.slack_bot_token is None
+    # What is required and missing is named together with what is invalid, all in one run.
+    with pytest.raises(SettingsError) as info:
+        load_settings(env, dotenv=None, uses=ALL_GROUPS, requires=("control_host", "slack"))
+    names = [p.split(" ")[0].rstrip(":") for p in info.value.problems]
+    assert sorted(names) == sorted(
+        ["PORT", "SLACK_BOT_TOKEN", "CONTROL_HOST_URL", "CONTROL_HOST_API_KEY", "SLACK_SIGNING_SECRET"]
+    )
+    # An invalid token is not also reported as missing.
+    assert sum(p.startswith("SLACK_BOT_TOKEN") for p in info.value.problems) == 1
+
+
+def test_the_packaged_runbooks_are_the_default() -> None:
+    s = load_settings({}, dotenv=None)
+    assert s.runbooks_dir == packaged_runbooks()
+    assert (s.runbooks_dir / "session-recovery.yaml").is_file()
+
+
+def test_readme_and_env_example_document_every_setting() -> None:
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    example = (root / ".env.example").read_text().splitlines()
+    for name in environ_names():
+        assert f"| `{name}` |" in readme or f"`{name}` /" in readme or f"/ `{name}`" in readme, name
+        index = next((i for i, line in enumerate(example) if line.startswith(f"{name}=")), None)
+        assert index is not None and example[index - 1].startswith("#"), f"{name} undocumented in .env.example"

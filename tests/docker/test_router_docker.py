@@ -7,7 +7,6 @@ runs the real pass.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -36,11 +35,8 @@ def test_diagnose_dryrun_and_reviewed_pass_through_the_router(
 ) -> None:
     workers = worker_containers("restore_stopped_transient")
     reconciler = reconciler_factory(project=workers.project)
-    settings = dataclasses.replace(
-        load_settings({}, dotenv=None),
-        db_path=tmp_path / "recover.db",
-        installation=workers.project,
-        docker_host=docker_engine.host,
+    settings = load_settings({}, dotenv=None).model_copy(
+        update={"db_path": tmp_path / "recover.db", "installation": workers.project, "docker_host": docker_engine.host}
     )
     router = build_router(settings, sandbox=sandbox)
     assert isinstance(router, Router)
@@ -83,8 +79,8 @@ def test_diagnose_dryrun_and_reviewed_pass_through_the_router(
 
 
 def test_preflight_through_the_router_fails_on_this_old_daemon(docker_engine, sandbox, tmp_path: Path) -> None:
-    settings = dataclasses.replace(
-        load_settings({}, dotenv=None), db_path=tmp_path / "recover.db", docker_host=docker_engine.host
+    settings = load_settings({}, dotenv=None).model_copy(
+        update={"db_path": tmp_path / "recover.db", "docker_host": docker_engine.host}
     )
     router = build_router(settings, sandbox=sandbox)
     reply = router.handle_text("/recover preflight", actor="alice", channel=None, reporter=ListReporter())

@@ -149,3 +149,6 @@ def test_dockerfile_is_small_and_non_root() -> None:
     assert users and users[-1].split(":")[0] not in {"0", "root"}
     assert "/healthz" in text and "HOST=0.0.0.0" in text
     assert "docker.sock" not in text
+    # The runbooks ship inside the package: no hand copy, no RECOVER_RUNBOOKS pointing at one.
+    assert "RECOVER_RUNBOOKS" not in text and "cp -r runbooks" not in text
+    assert re.search(r"^COPY pyproject\.toml setup\.py ", text, re.M)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -175,16 +176,10 @@ def test_verify_missing_file_is_a_store_error(tmp_path: Path) -> None:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    code = (
-        "import argparse, sys\n"
-        "from bot.store.cli import register\n"
-        "p = argparse.ArgumentParser(prog='recover-bot')\n"
-        "register(p.add_subparsers(dest='command'))\n"
-        "a = p.parse_args(sys.argv[1:])\n"
-        "sys.exit(a.func(a))\n"
-    )
+    # The real entry point (bot.cli.main): it reads the settings and dispatches, as users run it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECOVER_")}
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd, timeout=60
+        [sys.executable, "-m", "bot.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=60
     )
 
 
