@@ -3,6 +3,7 @@ stores written before the key verify as they are, and a published head names the
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -172,17 +173,10 @@ def test_cli_verify_with_key_file_and_head(keyed, tmp_path: Path) -> None:
     conn.execute("UPDATE steps SET actor = 'U_mallory' WHERE seq = 6")
     _rehash_from(conn, 6)
     conn.close()
-    code = (
-        "import argparse, sys\n"
-        "from bot.store.cli import register\n"
-        "p = argparse.ArgumentParser(prog='recover-bot')\n"
-        "register(p.add_subparsers(dest='command'))\n"
-        "a = p.parse_args(sys.argv[1:])\n"
-        "sys.exit(a.func(a))\n"
-    )
     args = ["audit", "verify", "--db", str(tmp_path / "cli.db"), "--key-file", str(key_file), "--head", head]
-    res = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECOVER_")}
+    res = subprocess.run(  # the real entry point, as users run it
+        [sys.executable, "-m", "bot.cli", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env
     )
     assert res.returncode == 1, res.stdout + res.stderr
     assert "first bad step: 6" in res.stdout and "truncated" not in res.stdout
