@@ -61,8 +61,15 @@ ALL_GROUPS = frozenset(GROUPS)
 
 
 def packaged_runbooks() -> Path:
-    """The runbooks shipped in the package: the repository's top-level ``runbooks/`` folder."""
-    return Path(str(resources.files(RUNBOOKS_PACKAGE)))
+    """The runbooks shipped in the package: the repository's top-level ``runbooks/`` folder.
+
+    An editable install made before the folder was packaged cannot import it: the checkout's folder
+    is the same files.
+    """
+    try:
+        return Path(str(resources.files(RUNBOOKS_PACKAGE)))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "runbooks"
 
 
 def reveal(secret: SecretStr | None) -> str | None:
