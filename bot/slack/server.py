@@ -1,79 +1,73 @@
-"""Running the Bolt app: HTTP mode (Bolt's ASGI adapter under uvicorn) or Socket Mode.
+"""Running the Bolt app: HTTP mode (the checked ASGI front under uvicorn) or Socket Mode.
 
-Bolt's ASGI adapter calls ``App.dispatch`` on the event loop, and dispatch waits (polling) for the
-listener's ack: with twenty requests at once they would queue one behind another. The handler below
-keeps the adapter but runs dispatch on a thread pool, and adds ``GET /healthz``.
+The limits on what one client can hold (see README "Deployment" for what the reverse proxy adds):
+- bodies: over 1 MiB refused unread, unsigned ones never parsed (:mod:`bot.slack.front`);
+- headers: 16 KiB at most (h11's incomplete-event limit), complete within 10 s of the first byte;
+- connections: at most ``max_connections`` (derived from the file-descriptor limit), the oldest
+  half-open one closed to make room (:mod:`bot.slack.h11guard`); idle keep-alive 5 s;
+- requests in flight: the front's ``max_in_flight`` and uvicorn's ``limit_concurrency`` (503 beyond).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import resource
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TextIO
 
 import uvicorn
-from slack_bolt import App, BoltRequest, BoltResponse
-from slack_bolt.adapter.asgi import SlackRequestHandler
-from slack_bolt.adapter.asgi.http_request import AsgiHttpRequest
 
 from bot.errors import RecoverError
 from bot.redact import redact
 from bot.settings import Settings, reveal
+from bot.slack.front import EVENTS_PATH, HEALTH_PATH, RecoverAsgi
+from bot.slack.h11guard import HEADER_TIMEOUT, guarded_protocol
 
 log = logging.getLogger("recover_bot.slack")
 
-EVENTS_PATH = "/slack/events"
-HEALTH_PATH = "/healthz"
+__all__ = ["EVENTS_PATH", "HEALTH_PATH", "HttpServer", "RecoverAsgi", "bind", "serve"]
+
 LISTEN_BACKLOG = 2048
+MAX_HEADER_BYTES = 16 * 1024
+KEEP_ALIVE = 5
+FD_RESERVE = 128  # descriptors kept for SQLite, outgoing HTTP, logs
+MAX_CONNECTIONS = 10_000
 
 
-class RecoverAsgi(SlackRequestHandler):
-    """Bolt's ASGI adapter with dispatch off the event loop and a readiness endpoint."""
+def raise_fd_limit(target: int = 65_536) -> int:
+    """Raise this process's soft file-descriptor limit towards the hard one; returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = target if hard == resource.RLIM_INFINITY else min(target, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else target
 
-    def __init__(self, app: App, *, path: str = EVENTS_PATH, dispatch_threads: int = 64) -> None:
-        super().__init__(app, path=path)
-        self._pool = ThreadPoolExecutor(max_workers=dispatch_threads, thread_name_prefix="recover-dispatch")
-        self.ready = threading.Event()
 
-    async def dispatch(self, request: AsgiHttpRequest) -> BoltResponse:
-        raw = await request.get_raw_body()
-        bolt_request = BoltRequest(body=raw, query=request.query_string, headers=request.get_headers())
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self.app.dispatch, bolt_request)
+def _fd_soft_limit() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 1 << 20 if soft == resource.RLIM_INFINITY else int(soft)
 
-    async def __call__(
-        self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]
-    ) -> None:
-        if scope["type"] == "lifespan":
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self.ready.set()
-                await send({"type": "lifespan.startup.complete"})
-                message = await receive()
-            if message["type"] == "lifespan.shutdown":
-                self.ready.clear()
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                await send({"type": "lifespan.shutdown.complete"})
-            return
-        if scope["type"] == "http" and scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
-            ok = self.ready.is_set()
-            body = b"ok\n" if ok else b"starting\n"
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200 if ok else 503,
-                    "headers": [(b"content-type", b"text/plain; charset=utf-8")],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        await super().__call__(scope, receive, send)
+
+def listen_backlog() -> int:
+    """The listen backlog, which is also how many sockets asyncio accepts in one go."""
+    return max(64, min(LISTEN_BACKLOG, _fd_soft_limit() // 8))
+
+
+def connection_cap() -> int:
+    """How many client sockets fit under the descriptor limit.
+
+    asyncio accepts up to a backlog's worth of sockets per wake-up and calls ``connection_made`` (where
+    the cap is enforced) a loop turn or two later, so three batches are kept free besides the reserve:
+    the process never runs out of descriptors (``accept`` failing with EMFILE).
+    """
+    return max(32, min(MAX_CONNECTIONS, _fd_soft_limit() - 3 * listen_backlog() - FD_RESERVE))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -82,7 +76,7 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(LISTEN_BACKLOG)
+    sock.listen(listen_backlog())
     sock.set_inheritable(True)
     return sock
 
@@ -91,18 +85,33 @@ class HttpServer:
     """uvicorn serving one ASGI app on a bound socket; in the foreground or a thread (tests, bench)."""
 
     def __init__(
-        self, asgi: Any, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning"
+        self,
+        asgi: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        log_level: str = "warning",
+        header_timeout: float = HEADER_TIMEOUT,
+        max_connections: int | None = None,
     ) -> None:
         self.sock = bind(host, port)
         self.host = host
         self.port = int(self.sock.getsockname()[1])
+        self.max_connections = max_connections or connection_cap()
+        self.protocol = guarded_protocol(header_timeout=header_timeout, max_connections=self.max_connections)
         self.config = uvicorn.Config(
             asgi,
+            http=self.protocol,
             lifespan="on",
             log_level=log_level.lower(),
             access_log=False,
-            backlog=LISTEN_BACKLOG,
-            timeout_keep_alive=30,
+            backlog=listen_backlog(),
+            timeout_keep_alive=KEEP_ALIVE,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            # uvicorn counts open connections too: above the cap plus the batches in flight, so
+            # half-open sockets are evicted before a request gets 503. Requests in flight are bounded
+            # by the front (RecoverAsgi.max_in_flight).
+            limit_concurrency=self.max_connections + 3 * listen_backlog() + 64,
         )
         self.server = uvicorn.Server(self.config)
         self._thread: threading.Thread | None = None
@@ -162,7 +171,9 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
             print("recover-bot: connecting to Slack in Socket Mode", file=out, flush=True)
             SocketModeHandler(bot.app, reveal(settings.slack_app_token)).start()
             return 0
-        server = HttpServer(RecoverAsgi(bot.app), settings.host, settings.port, log_level=settings.log_level)
+        raise_fd_limit()
+        asgi = RecoverAsgi(bot.app, signing_secret=reveal(settings.slack_signing_secret))
+        server = HttpServer(asgi, settings.host, settings.port, log_level=settings.log_level)
         print(
             f"recover-bot listening on {server.url} "
             f"(Slack request URL path {EVENTS_PATH}, health {HEALTH_PATH})",
