@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.errors import DecisionError
-from bot.runbook.conditions import Context, render
+from bot.runbook.conditions import Context, pick_text, render
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,9 @@ class DecisionPolicy:
         return None
 
 
-def _render(template: str | None, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> str | None:
+def _render(template: Any, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> str | None:
+    """A template, or the variant of a conditional text that holds for these facts and flags."""
+    template = pick_text(template, Context(facts=dict(facts), flags=dict(flags)))
     if not template:
         return None
     values: dict[str, Any] = dict(facts)

@@ -63,21 +63,33 @@ def approver_allowed(
     return False, problem
 
 
+# Whether each object exists: kept beside the snapshot so a cleared attention reads "none" (not
+# "unknown") when a voided approval lists what changed. Not compared (the values above say it).
+PRESENCE_FACTS = ("attention.present", "checkpoint.present", "unknown_turn.present")
+
+
 def decisive_facts(facts: Mapping[str, Any], turn_status: str | None) -> dict[str, Any]:
     """The snapshot an approval binds (see :data:`DECISIVE_FACTS`)."""
     snapshot = {name: facts.get(name) for name in DECISIVE_FACTS if name != "turn.status"}
     snapshot["turn.status"] = turn_status
+    snapshot.update({name: facts.get(name) for name in PRESENCE_FACTS})
     return snapshot
 
 
 def changed_facts(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """Human-readable list of decisive facts that differ: ``name: old → new``."""
+    """Human-readable list of every decisive fact that differs: ``name: old → new``."""
     out = []
     for name in DECISIVE_FACTS:
         if before.get(name) != after.get(name):
-            out.append(f"{name}: {_show(before.get(name))} → {_show(after.get(name))}")
+            out.append(f"{name}: {_show(name, before)} → {_show(name, after)}")
     return out
 
 
-def _show(value: Any) -> str:
-    return "unknown" if value is None else str(value)
+def _show(name: str, snapshot: Mapping[str, Any]) -> str:
+    """None is "none" when the snapshot says the object is absent (no attention, no checkpoint, no
+    outcome_unknown turn), "unknown" when it could not be read."""
+    value = snapshot.get(name)
+    if value is not None:
+        return str(value)
+    head = name.partition(".")[0]
+    return "none" if snapshot.get(f"{head}.present") is False else "unknown"

@@ -61,6 +61,10 @@ SHOWN_FACTS = (
     "unknown_turn.terminal_reason",
     "unknown_turn.covered_by_checkpoint",
     "logs.likely_cause",
+    # Whether each object exists, so an absent one reads "none" and an unread one "unknown".
+    "attention.present",
+    "checkpoint.present",
+    "unknown_turn.present",
 )
 
 # R5.1: always reported after a decision, besides what the runbook's verify.report adds.
@@ -822,7 +826,9 @@ class DecisionService(CasesMixin):
                 f"Look again (`/recover diagnose {sid}`) and make a new request.",
                 session_id=sid,
             )
-            return Reply([text.updated_request_message(fresh, "void: " + why[0], "error"), msg], ok=False)
+            # Every changed fact, not only the first line: the approver must see all that moved.
+            outcome = "void: facts changed: " + "; ".join(changes) if changes else "void: " + why[0]
+            return Reply([text.updated_request_message(fresh, outcome, "error"), msg], ok=False)
         method, path, body = policy.request(sid, facts, flags)
         return self._send(req, actor, method, path, body, reporter, from_state=from_state)
 

@@ -25,6 +25,19 @@ def show(value: Any) -> str:
     return str(value)
 
 
+def fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    """A request's shown facts for people: a field of an absent object (no attention, no checkpoint,
+    no outcome_unknown turn) is "none"; "unknown" is kept for what could not be read."""
+    rows = []
+    for name, value in facts.items():
+        head, _, tail = name.partition(".")
+        if value is None and tail != "present" and facts.get(f"{head}.present") is False:
+            rows.append((name, "none"))
+        else:
+            rows.append((name, show(value)))
+    return rows
+
+
 def age(since: str | None, now: datetime) -> str:
     start = parse_time(since)
     if start is None:
@@ -47,7 +60,8 @@ def request_lines(req: DecisionRequest) -> list[str]:
     lines = [
         f"Request `{req.id}`: `{req.decision}` on session `{req.session_id}`",
         f"Requested by <@{req.requester}> at {req.created_at}; expires at {req.expires_at}",
-        f"Turn: {show(req.turn_id)}   Evidence: {show(req.evidence_ref)}",
+        # A flag left out is "none" (not "unknown": that word belongs to outcome_unknown and unread facts).
+        f"Turn: {req.turn_id or 'none'}   Evidence: {req.evidence_ref or 'none'}",
         f"Reason: {req.reason}",
     ]
     if req.effects is not None:
@@ -72,7 +86,7 @@ def approval_request_message(req: DecisionRequest, mentions: list[str], rules: l
         headline=f"Approval needed: `{req.decision}` on `{req.session_id}` (request {req.id})",
         level="warn",
         lines=lines,
-        facts=[(k, show(v)) for k, v in req.shown_facts.items()],
+        facts=fact_rows(req.shown_facts),
         rules=rules,
         buttons=[
             Button("Approve", "approve", req.id, command=f"/recover approve {req.id}", style="primary"),
@@ -99,7 +113,7 @@ def confirmation_message(
         headline=f"Confirm `{req.decision}` on `{req.session_id}` (request {req.id})",
         level="warn",
         lines=lines,
-        facts=[(k, show(v)) for k, v in req.shown_facts.items()],
+        facts=fact_rows(req.shown_facts),
         rules=rules,
         buttons=[Button(f"Confirm {req.decision}", "confirm", req.id, command=command, style="danger")],
         session_id=req.session_id,
@@ -115,7 +129,7 @@ def updated_request_message(req: DecisionRequest, outcome: str, level: str = "in
         headline=f"Request {req.id} (`{req.decision}` on `{req.session_id}`): {outcome}",
         level=level,  # type: ignore[arg-type]
         lines=request_lines(req),
-        facts=[(k, show(v)) for k, v in req.shown_facts.items()],
+        facts=fact_rows(req.shown_facts),
         session_id=req.session_id,
         kind=kind,
         ref=req.id,

@@ -115,6 +115,19 @@ def empty_facts(session_id: str, now: datetime) -> Facts:
 # -- session detail ---------------------------------------------------------------------------------
 
 
+def _in_backoff(attention: Any, retry_at: str | None) -> bool | None:
+    """R2.2: no attention → not in backoff; ``retry_at`` a time → in backoff; present and null →
+    not in backoff; missing, or not a time → unknown."""
+    if attention is None:
+        return False
+    if retry_at is not None:
+        return parse_time(retry_at) is not None or None
+    raw = attention if isinstance(attention, Mapping) else _get(attention, "raw")
+    if isinstance(raw, Mapping) and "retry_at" in raw and raw["retry_at"] is None:
+        return False
+    return None
+
+
 def session_facts(session: Any) -> Facts:
     """Facts from the session detail (GET /v1/sessions/{id}); fields missing upstream stay None."""
     attention = _get(session, "attention")
@@ -134,8 +147,9 @@ def session_facts(session: Any) -> Facts:
         "attention.reason": _str(_get(attention, "reason")),
         "attention.failures": _int(_get(attention, "failures")),
         "attention.retry_at": retry_at,
-        # R2.1, R2.10: retry_at set = still in backoff; null once stopped at the limit.
-        "attention.in_backoff": (retry_at is not None) if attention is not None else False,
+        # R2.1, R2.2, R2.10: retry_at set = still in backoff; present and null once stopped (or
+        # relaunched). A missing or unreadable retry_at is unknown, never taken for null.
+        "attention.in_backoff": _in_backoff(attention, retry_at),
         "checkpoint.present": checkpoint is not None,
         "checkpoint.id": _str(_get(checkpoint, "id")),
         "checkpoint.covers_turn_id": _str(_get(checkpoint, "covers_turn_id")),
@@ -143,6 +157,9 @@ def session_facts(session: Any) -> Facts:
         # R3.9: the scheduler's pass confirmed the container absent.
         # The API accepts abandon/confirm only when execution.state is gone, so that is the test here.
         "execution.confirmed_gone": (state == "gone") if state is not None else None,
+        # R3.9, R3.10: when the scheduler confirmed it; an effects account older than this was
+        # written while the worker could still act.
+        "execution.confirmed_gone_at": _time(_get(execution, "confirmed_gone_at")),
     }
     return facts
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from bot.diagnosis import timeline as tl
 from bot.messages import Attachment, Button, Message
 from bot.redact import redact
-from bot.runbook.conditions import format_value
+from bot.runbook.conditions import format_value, known_absent
 
 if TYPE_CHECKING:
     from bot.diagnosis.service import Diagnosis
@@ -70,6 +70,15 @@ def source_line(name: str, state: str, detail: str | None) -> str:
 
 
 # -- the evaluation, read tolerantly -------------------------------------------------------------------
+
+
+def fact_text(name: str, facts: Mapping[str, Any]) -> str:
+    """A fact for people: "none" for a field of an absent object (no attention, no checkpoint, no
+    outcome_unknown turn), "unknown" only when it could not be read (never the same word for both)."""
+    value = facts.get(name)
+    if value is None and known_absent(name, facts):
+        return "none"
+    return format_value(value)
 
 
 def _get(obj: Any, *names: str) -> Any:
@@ -294,7 +303,8 @@ def render(diagnosis: Diagnosis, runbooks: Any) -> list[Message]:
     invalid = invalid_decisions(ev)
     lines: list[str] = list(explanation(ev))
     if valid:
-        lines.append("Valid now: " + ", ".join(valid))
+        said = _get(ev, "consequences") or {}
+        lines.append("Valid now: " + ", ".join(f"{n} ({said[n]})" if n in said else n for n in valid))
     reasons = {reason for _, reason in invalid}
     if invalid and not valid and len(invalid) > 1 and len(reasons) == 1:
         # One cause refuses everything (e.g. an unknown session): say it once.
@@ -328,7 +338,7 @@ def render(diagnosis: Diagnosis, runbooks: Any) -> list[Message]:
     else:
         lines.extend(detail)
 
-    shown = [(name, format_value(facts.get(name))) for name in decisive_facts(ev, facts)]
+    shown = [(name, fact_text(name, facts)) for name in decisive_facts(ev, facts)]
     has_decisions = bool(valid or invalid)
     message = Message(
         headline=f"{sid}: {branch_title(ev)}",

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from bot.clock import parse_time
 from bot.runbook.vocabulary import FACT_NAMES
@@ -387,8 +387,16 @@ def format_value(value: object, filt: str | None = None) -> str:
     return str(value)
 
 
+def known_absent(name: str, values: Mapping[str, object]) -> bool:
+    """``attention.code`` of a session known to have no attention block reads "none", not "unknown":
+    a field of an object whose ``<object>.present`` fact is False is absent, which is not unknown."""
+    head, dot, tail = name.partition(".")
+    return bool(dot) and tail != "present" and values.get(f"{head}.present") is False
+
+
 def render(text: str, values: Mapping[str, object]) -> str:
-    """Fill a template; names missing from ``values`` read 'unknown' (never a KeyError)."""
+    """Fill a template; names missing from ``values`` read 'unknown' (never a KeyError), fields of an
+    object known to be absent read 'none'."""
 
     def sub(match: re.Match[str]) -> str:
         whole = match.group(0)
@@ -396,6 +404,30 @@ def render(text: str, values: Mapping[str, object]) -> str:
             return whole[0]
         name = (match.group(1) or "").strip()
         filt = match.group(2).strip() if match.group(2) else None
-        return format_value(values.get(name), filt)
+        value = values.get(name)
+        if value is None and known_absent(name, values):
+            return "none"
+        return format_value(value, filt)
 
     return _PLACEHOLDER.sub(sub, text)
+
+
+class Variant(Protocol):
+    """One alternative of a conditional text (``{when: …, text: …}``); see :func:`pick_text`."""
+
+    text: str
+
+    @property
+    def condition(self) -> Cond | None: ...
+
+
+def pick_text(texts: str | Sequence[Variant] | None, ctx: Context) -> str | None:
+    """The template a conditional text stands for now: a plain string, or the first variant whose
+    ``when`` is surely true (a variant without ``when`` always applies); None when none applies."""
+    if texts is None or isinstance(texts, str):
+        return texts or None
+    for variant in texts:
+        cond = variant.condition
+        if cond is None or cond.evaluate(ctx) is True:
+            return variant.text
+    return None

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bot.errors import RunbookError
-from bot.runbook.conditions import Cond, Context, render
+from bot.runbook.conditions import Cond, Context, pick_text, render
 from bot.runbook.model import BranchSpec, DecisionSpec, RunbookSet
 
 
@@ -67,16 +67,26 @@ class Evaluation:
     deciding_facts: list[tuple[str, object]] = field(default_factory=list)
     unknown_facts: list[str] = field(default_factory=list)
     verdicts: dict[str, DecisionVerdict] = field(default_factory=dict)
+    #: For each valid decision that has one, what it does here (branch ``consequences``, else the
+    #: decision's own ``consequence``), e.g. close: "ends the session for good" (R3.9, R5.4).
+    consequences: dict[str, str] = field(default_factory=dict)
 
     @property
     def invalid_reasons(self) -> list[str]:
         """One line per decision not valid now, e.g. "retry_restore: 409 REQUEST_STALE until …"."""
         return [v.text for v in self.invalid_decisions]
 
+    def valid_text(self) -> list[str]:
+        """Each valid decision, with its consequence when it has one."""
+        return [
+            f"{name} ({self.consequences[name]})" if name in self.consequences else name
+            for name in self.valid_decisions
+        ]
+
     def summary(self) -> str:
         """A plain-text rendering (console, logs, test failure messages)."""
         lines = [f"{self.title} [{self.branch_id}]", self.explanation, *self.notes]
-        lines.append("Valid now: " + (", ".join(self.valid_decisions) or "none"))
+        lines.append("Valid now: " + (", ".join(self.valid_text()) or "none"))
         lines.extend(f"Not valid: {r}" for r in self.invalid_reasons)
         lines.extend(f"Next: {s}" for s in self.next_steps)
         if self.rules:
@@ -142,7 +152,7 @@ def _check(
         result = cond.evaluate(ctx) if cond is not None else True
         if result is True:
             continue
-        reason = render(pre.reason, values)
+        reason = render(pick_text(pre.reason, ctx) or pre.code, values)
         rules = tuple(pre.rules or spec.rules)
         if result is None:
             unknown = tuple(_unknown_refs(cond, ctx))
@@ -226,6 +236,7 @@ def evaluate(runbooks: RunbookSet, facts: Mapping[str, object]) -> Evaluation:
     valid: list[str] = []
     invalid: list[DecisionVerdict] = []
     verdicts: dict[str, DecisionVerdict] = {}
+    consequences: dict[str, str] = {}
     for name, spec in runbooks.decisions.items():
         verdict = _check(runbooks, spec, facts, None)
         if verdict.ok and name not in branch.decisions:
@@ -240,6 +251,9 @@ def evaluate(runbooks: RunbookSet, facts: Mapping[str, object]) -> Evaluation:
         verdicts[name] = verdict
         if verdict.ok:
             valid.append(name)
+            said = branch.consequences.get(name) or pick_text(spec.consequence, ctx)
+            if said:
+                consequences[name] = render(said, values)
         else:
             invalid.append(verdict)
     names = [r.name for r in branch.condition.refs() if r.kind == "fact"] if branch.condition else []
@@ -247,7 +261,7 @@ def evaluate(runbooks: RunbookSet, facts: Mapping[str, object]) -> Evaluation:
     return Evaluation(
         branch_id=branch.id,
         title=branch.title,
-        explanation=render(branch.explanation, values),
+        explanation=render(pick_text(branch.explanation, ctx) or branch.title, values),
         notes=notes,
         rules=_sort_rules(_dedupe(rules)),
         valid_decisions=valid,
@@ -257,6 +271,7 @@ def evaluate(runbooks: RunbookSet, facts: Mapping[str, object]) -> Evaluation:
         deciding_facts=[(n, facts.get(n)) for n in shown],
         unknown_facts=unknown,
         verdicts=verdicts,
+        consequences=consequences,
     )
 
 

@@ -24,6 +24,7 @@ from bot.runbook.model import (
     DecisionSpec,
     RunbookFile,
     RunbookSet,
+    TextVariant,
 )
 from bot.runbook.vocabulary import APPROVAL_POLICIES, FACT_NAMES
 from bot.runbook.yamlio import LineMap, read_yaml_file
@@ -121,13 +122,20 @@ class _Checker:
 
     def template(
         self,
-        text: str | None,
+        text: str | Sequence[TextVariant] | None,
         path: Sequence[object],
         flags: Collection[str] = (),
         extra: Collection[str] = (),
     ) -> None:
-        if text:
-            check_template(text, path, self.at, flags, extra)
+        """A template, or conditional variants of one (each ``when`` compiled here, once)."""
+        if isinstance(text, str):
+            if text:
+                check_template(text, path, self.at, flags, extra)
+            return
+        for i, variant in enumerate(text or ()):
+            if variant.when is not None:
+                variant._cond = self.condition(variant.when, [*path, i, "when"], flags or None)
+            check_template(variant.text, [*path, i, "text"], self.at, flags, extra)
 
 
 def _read_file(path: Path) -> tuple[RunbookFile | None, LineMap, list[str]]:
@@ -337,6 +345,10 @@ def _check_branch(ck: _Checker, rs: RunbookSet, branch: BranchSpec, path: list[o
         if decision not in rs.decisions:
             ck.at([*path, "not_advised", decision], f"unknown decision {decision!r} referenced")
         ck.template(text, [*path, "not_advised", decision])
+    for decision, text in branch.consequences.items():
+        if decision not in rs.decisions:
+            ck.at([*path, "consequences", decision], f"unknown decision {decision!r} referenced")
+        ck.template(text, [*path, "consequences", decision])
     ck.template(branch.explanation, [*path, "explanation"])
     for j, text in enumerate(branch.next):
         ck.template(text, [*path, "next", j])
@@ -432,6 +444,7 @@ def _check_decision(ck: _Checker, rs: RunbookSet, decision: DecisionSpec, path: 
     ck.template(decision.warning, [*path, "warning"], flags, extra)
     ck.template(decision.repeat_warning, [*path, "repeat_warning"], flags, extra)
     ck.template(decision.drops, [*path, "drops"], flags, extra)
+    ck.template(decision.consequence, [*path, "consequence"], (), extra)
     for j, pre in enumerate(decision.preconditions):
         ppath = [*path, "preconditions", j]
         pre._cond = ck.condition(pre.require, [*ppath, "require"], flags)

@@ -82,6 +82,26 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False, str_strip_whitespace=False)
 
 
+class TextVariant(Model):
+    """One alternative of a conditional text: shown when ``when`` is surely true (no ``when``: always).
+
+    Wording that depends on the facts (e.g. what ``start_fresh`` drops: a checkpoint's context, or
+    nothing after STARTUP_FAILED, R2.14) is data too: a list of variants, the first that holds wins.
+    """
+
+    when: Any = None
+    text: Text
+    _cond: Cond | None = PrivateAttr(default=None)
+
+    @property
+    def condition(self) -> Cond | None:
+        return self._cond
+
+
+#: A template, or conditional variants of it (first whose ``when`` holds).
+Texts = Text | list[TextVariant]
+
+
 # --- commands ----------------------------------------------------------------------------------------
 
 
@@ -160,11 +180,13 @@ class BranchSpec(Model):
     title: Text
     when: Any = None
     fallback: bool = False
-    explanation: Text
+    explanation: Texts
     notes: list[NoteSpec] = Field(default_factory=list)
     rules: list[str] = Field(default_factory=list)
     decisions: list[str] = Field(default_factory=list)
     not_advised: dict[str, str] = Field(default_factory=dict)
+    # What a valid decision does here, shown next to it (e.g. close on a resumable session, R3.9).
+    consequences: dict[str, str] = Field(default_factory=dict)
     next: list[str] = Field(default_factory=list)
     show_facts: list[str] = Field(default_factory=list)
     _cond: Cond | None = PrivateAttr(default=None)
@@ -189,7 +211,7 @@ class RequestSpec(Model):
 class ApprovalSpec(Model):
     policy: str | None = None
     expires: Duration | None = None
-    confirm_text: str | None = None
+    confirm_text: Texts | None = None
 
 
 class PreconditionSpec(Model):
@@ -199,7 +221,7 @@ class PreconditionSpec(Model):
     require: Any
     status: int = 409
     code: Annotated[str, Field(pattern=r"^[A-Z][A-Z_]*$")]
-    reason: Text
+    reason: Texts
     rules: list[str] = Field(default_factory=list)
     _cond: Cond | None = PrivateAttr(default=None)
 
@@ -245,8 +267,10 @@ class DecisionSpec(Model):
     request: RequestSpec
     approval: ApprovalSpec | None = None
     irreversible: bool = False
-    drops: str | None = None
-    warning: str | None = None
+    drops: Texts | None = None
+    warning: Texts | None = None
+    # What it does, shown next to it when diagnose lists it as valid (a branch may say it better).
+    consequence: Texts | None = None
     rules: list[str] = Field(default_factory=list)
     diagnose_flags: dict[str, str] = Field(default_factory=dict)
     preconditions: list[PreconditionSpec] = Field(default_factory=list)

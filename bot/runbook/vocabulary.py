@@ -30,6 +30,7 @@ SESSION_FACTS: tuple[str, ...] = (
     "checkpoint.covers_turn_id",
     "execution.state",
     "execution.confirmed_gone",
+    "execution.confirmed_gone_at",
 )
 TURN_FACTS: tuple[str, ...] = (
     "unknown_turn.present",

@@ -232,6 +232,15 @@ def test_changed_facts_void_the_approval(decision_env):
     reply = svc.approve(APPROVER, CHANNEL, rid, env.reporter)
     assert not reply.ok
     text = "\n".join(m.plain_text() for m in reply.messages)
-    assert "void" in text and "attention.code: RESTORE_FAILED → unknown" in text
+    # The attention was cleared: "none", not "unknown"; and the voided request lists EVERY change.
+    assert "void" in text and "attention.code: RESTORE_FAILED → none" in text
+    updated = reply.messages[0].headline
+    for change in (
+        "attention.code: RESTORE_FAILED → none",
+        "attention.reason: restore_refused → none",
+        "attention.failures: 3 → none",
+    ):
+        assert change in updated, updated
+    assert "unknown" not in updated
     assert svc.requests.get(rid).state == "void"
     assert [e["decision"] for e in env.effects("ses_rf1")] == ["retry_restore"]

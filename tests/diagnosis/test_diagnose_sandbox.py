@@ -187,9 +187,9 @@ def test_stopped_and_resumable(env, scenario, session_id):
     diagnosis, message = run(env, scenario, session_id)
     assert diagnosis.evaluation.branch_id == "stopped_resumable"
     assert "R3.12" in message.rules
-    reasons = check_decisions(diagnosis, message, ["resume"])
-    assert "close ends it for good" in reasons["close"]
-    (button,) = message.buttons
+    check_decisions(diagnosis, message, ["close", "resume"])
+    assert any("close (ends the session for good; it could simply be resumed)" in line for line in message.lines)
+    button = message.buttons[1]
     assert (button.action, button.value, button.command) == (
         "resume", session_id, f"/recover resume {session_id}",
     )
@@ -199,7 +199,7 @@ def test_healthy(env):
     diagnosis, message = run(env, "healthy", "ses_healthy")
     assert diagnosis.evaluation.branch_id == "healthy"
     assert message.headline == "ses_healthy: Healthy"
-    assert message.buttons == []
+    assert [b.label for b in message.buttons] == ["close"]  # R3.9: valid, with its consequence
 
 
 def test_closed(env):

@@ -131,7 +131,7 @@ def test_startup_failure_in_backoff(runbooks: RunbookSet) -> None:
     assert ev.valid_decisions == ["close"]
     assert "git clone: repository not found" in ev.explanation
     assert _reasons(ev)["retry_restore"].startswith(
-        "retry_restore: 409 REQUEST_STALE accepted only for a restore"
+        "retry_restore: 409 REQUEST_STALE accepted only for a session stopped at the restore-failure limit"
     )
 
 
@@ -149,7 +149,7 @@ def test_startup_failure_stopped(runbooks: RunbookSet) -> None:
     )
     assert ev.branch_id == "startup_stopped"
     assert ev.valid_decisions == ["start_fresh", "close"]
-    assert "attention STARTUP_FAILED" in _reasons(ev)["retry_restore"]
+    assert "startup failures without a restore (STARTUP_FAILED)" in _reasons(ev)["retry_restore"]
     assert any("worker.stopping kind=failed" in n for n in ev.notes)
     assert {"R2.12", "R2.13", "R2.14"} <= set(ev.rules)
 
@@ -238,8 +238,9 @@ def test_stopped_and_resumable(runbooks: RunbookSet) -> None:
         ),
     )
     assert ev.branch_id == "stopped_resumable"
-    assert ev.valid_decisions == ["resume"]
-    assert _reasons(ev)["close"] == "close: the session can simply be resumed; close ends it for good"
+    # R3.9: close is accepted at any time before the session is closed: valid, with its consequence.
+    assert ev.valid_decisions == ["close", "resume"]
+    assert ev.consequences["close"] == "ends the session for good; it could simply be resumed"
     assert "ckpt_4" in ev.explanation
 
 
@@ -249,8 +250,8 @@ def test_healthy(runbooks: RunbookSet) -> None:
         _stuck(session__status="running", session__admission_state="open", attention__present=False),
     )
     assert ev.branch_id == "healthy"
-    assert ev.valid_decisions == []
-    assert "close would end it for good" in _reasons(ev)["close"]
+    assert ev.valid_decisions == ["close"]
+    assert "ends the session for good" in ev.consequences["close"]
 
 
 def test_closed_wins_over_everything(runbooks: RunbookSet) -> None:
@@ -280,7 +281,7 @@ def test_turns_unreadable_is_unclassified_not_guessed(runbooks: RunbookSet) -> N
         _stuck(attention__code="OUTCOME_UNKNOWN", unknown_turn__present=None, source__turns="unreachable"),
     )
     assert ev.branch_id == "unclassified"
-    assert ev.valid_decisions == []
+    assert ev.valid_decisions == ["close"]  # R3.9: close does not depend on the turn
     assert "unknown_turn.present" in ev.unknown_facts
     assert any("turns endpoint could not be read (unreachable)" in n for n in ev.notes)
     assert ev.verdicts["abandon"].code is None and "cannot tell" in ev.verdicts["abandon"].reason
@@ -312,7 +313,7 @@ def test_check_decision_retry_restore_in_backoff(runbooks: RunbookSet) -> None:
     f = _stuck(attention__code="RESTORE_FAILED", attention__retry_at=RETRY_AT, attention__in_backoff=True)
     verdict = check_decision(runbooks, "retry_restore", f, {"reason": "store fixed"})
     assert (verdict.ok, verdict.status, verdict.code) == (False, 409, "REQUEST_STALE")
-    assert verdict.reason == "until the backoff ends at 10:04:30Z" and verdict.rules == ("R2.10",)
+    assert verdict.reason == "until the backoff ends at 10:04:30Z" and verdict.rules == ("R2.2", "R2.10")
     later = dict(f, **{"attention.retry_at": None, "attention.in_backoff": False})
     assert check_decision(runbooks, "retry_restore", later, {"reason": "store fixed"}).ok
 
@@ -353,7 +354,7 @@ def test_accessors(runbooks: RunbookSet) -> None:
     assert runbooks.required_flags("confirm_completed") == ["turn", "evidence", "effects", "reason"]
     assert runbooks.required_flags("close") == ["reason"]
     assert runbooks.decidable == ["retry_restore", "start_fresh", "abandon", "confirm_completed", "close"]
-    assert "checkpoint" in (runbooks.decisions["start_fresh"].drops or "")
+    assert "checkpoint" in str(runbooks.decisions["start_fresh"].drops)
     assert runbooks.reconciler is not None
     assert runbooks.reconciler.argv == ["bun", "run", "apps/control-host/src/main.ts", "reconciler", "--once"]
     assert runbooks.reconciler.container.name_pattern == "{project}-reconciler-{n}"
