@@ -15,6 +15,7 @@ from bot.messages import Message, Reply, Reporter
 from bot.redact import redact
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.services import Services
+from bot.textclean import clean_optional, clean_text
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class Router:
     def session_of(self, text: str) -> str | None:
         """The session a command is about (for threading); None when it is about none or does not parse."""
         try:
-            cmd = self.parse(text)
+            cmd = self.parse(clean_text(text))
         except CommandError:
             return None
         session = cmd.arg("session_id")
@@ -101,6 +102,8 @@ class Router:
         return None
 
     def handle_text(self, text: str, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+        # Outside text is cleaned once, here, before anything parses, hashes or stores it.
+        text, actor, channel = clean_text(text), clean_text(actor), clean_optional(channel)
         try:
             cmd = self.parse(text)
             self._check_channel(cmd.name, cmd.channel_restricted, channel)
@@ -215,6 +218,8 @@ class Router:
         form: dict[str, str] | None = None,
     ) -> Reply:
         """A clicked button (or a submitted form). The same core calls as the text commands."""
+        action, value, actor, channel = clean_text(action), clean_text(value), clean_text(actor), clean_optional(channel)
+        form = {clean_text(k): clean_text(v) for k, v in (form or {}).items()}
         try:
             return self._action(
                 action, value, actor=actor, channel=channel, reporter=reporter, form=form or {}
