@@ -7,7 +7,6 @@ Each test creates its session through the sandbox's admin API and counts what re
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ def sbx() -> Iterator[SandboxHandle]:
 
 @pytest.fixture
 def router(sbx: SandboxHandle, tmp_path: Path) -> Router:
-    settings = dataclasses.replace(load_settings({}, dotenv=None), db_path=tmp_path / "recover.db")
+    settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
     built = build_router(settings, sandbox=sbx)
     assert isinstance(built, Router)
     return built
