@@ -17,8 +17,15 @@ from bot.logs._model import (
 )
 from bot.logs._parse import ID_PATTERN, KNOWN_PLAIN_PATTERNS, MAX_TEXT_CHARS, parse_line, parse_timestamp
 from bot.logs._scan import MAX_LINE_BYTES, scan_session_lines
+from bot.logs._segments import Coverage, LogSegment, first_lines, leading_token, track_blocks, until_line
 
 __all__ = [
+    "Coverage",
+    "LogSegment",
+    "first_lines",
+    "leading_token",
+    "track_blocks",
+    "until_line",
     "DEFAULT_BLOCK_SIZE",
     "FileLogSource",
     "DEFAULT_BYTE_BUDGET",

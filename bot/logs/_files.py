@@ -6,11 +6,13 @@ import glob
 import gzip
 import io
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 from bot.logs._model import DEFAULT_BYTE_BUDGET, LogLine, LogScan, LogSourceError, ScanStats
 from bot.logs._scan import MAX_LINE_BYTES, scan_session_lines
+from bot.logs._segments import Coverage, LogSegment, track_blocks
 
 #: Large reads keep the per-block Python overhead negligible next to ``bytes.find``'s C search.
 DEFAULT_BLOCK_SIZE = 1024 * 1024
@@ -136,3 +138,64 @@ class FileLogSource:
                 f"No log file matching {self.glob_pattern} could be read: {stats.problems[0]}",
                 hint="Check the bot's read permission on the worker's log files.",
             )
+
+    def segments_for_session(
+        self,
+        session_id: str,
+        *,
+        since: datetime,
+        until: datetime | None = None,
+        focus: tuple[datetime, datetime] | None = None,
+        on_bytes: Callable[[int], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[LogSegment]:
+        """Every matching file whole, oldest first, one segment each (files are read at disk speed, so
+        there is no cheaper order; ``focus`` is not used). No byte budget: see diagnosis.logcoverage."""
+        del focus
+        if not session_id:
+            raise ValueError("session_id must not be empty")
+        files = self.files()
+        if not files:
+            raise LogSourceError(
+                f"No log file matches {self.glob_pattern}.",
+                hint="Check RECOVER_LOG_FILES and that the bot can read the worker's log directory.",
+            )
+        since_ts = (since.replace(tzinfo=UTC) if since.tzinfo is None else since).timestamp()
+        readable = 0
+        for rank, path in enumerate(files):
+            try:
+                if os.stat(path).st_mtime < since_ts:
+                    continue
+                fh: io.RawIOBase | io.BufferedIOBase
+                fh = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb", buffering=0)  # noqa: SIM115
+            except OSError as exc:
+                if readable == 0 and rank == len(files) - 1:
+                    raise LogSourceError(
+                        f"No log file matching {self.glob_pattern} could be read: {path}: {exc.strerror or exc}",
+                        hint="Check the bot's read permission on the worker's log files.",
+                    ) from exc
+                continue
+            readable += 1
+            coverage = Coverage(source=path)
+            stats = ScanStats()
+            blocks = track_blocks(_blocks(fh, self.block_size), coverage, on_bytes=on_bytes, stop=stop)
+            scan = scan_session_lines(
+                _closing(blocks, fh),
+                session_id,
+                since=since,
+                until=until,
+                byte_budget=2**62,
+                source=path,
+                max_line_bytes=self.max_line_bytes,
+                stats=stats,
+            )
+            yield LogSegment(rank=(rank,), scan=scan, coverage=coverage, label="whole file")
+
+
+def _closing(blocks: Iterator[bytes], fh: io.RawIOBase | io.BufferedIOBase) -> Iterator[bytes]:
+    try:
+        yield from blocks
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return  # a file that breaks mid-read: what was read counts, the segment stays incomplete
+    finally:
+        fh.close()

@@ -126,3 +126,39 @@ def test_no_worker_for_the_session_gives_no_lines(
     source = source_for(docker_engine, ws.project)
     scan = source.lines_for_session("ses_nobody_here", since=LONG_AGO)
     assert list(scan) == [] and source.last_containers == []
+
+
+def test_segments_read_the_newest_lines_first_and_every_line_exactly_once(
+    docker_engine: DockerEngine, worker_containers: Callable[..., WorkerSet]
+) -> None:
+    # ~45,000 lines: three tail steps (16,384, then up to 65,536 lines from the end, short: the start).
+    ws = worker_containers(
+        "unknown_unanswered", other_sessions=1, filler_bytes=4 * 1024 * 1024, trailing_filler_bytes=3 * 1024 * 1024
+    )
+    source = source_for(docker_engine, ws.project)
+    segments = []
+    for segment in source.segments_for_session(ws.session_id, since=LONG_AGO):
+        segments.append((segment, list(segment.scan)))
+    ranks = [s.rank for s, _ in segments]
+    assert ranks == sorted(ranks, reverse=True) and len(ranks) == 2, ranks  # newest stretch first
+    assert segments[0][0].label == "newest lines" and segments[0][0].coverage.lines == 16384
+    assert all(s.coverage.complete for s, _ in segments)
+    # Together, in rank order, they are the whole log: each line once, the session's lines in order.
+    in_order = [line for _, lines in sorted(segments, key=lambda p: p[0].rank) for line in lines]
+    assert [payload(line.text) for line in in_order] == ws.expected_lines
+    own = ws.containers[-1]
+    total = docker_engine.client.containers.get(own).logs().count(b"\n")
+    assert sum(s.coverage.lines for s, _ in segments) == total
+    assert segments[-1][0].coverage.first_ts is not None
+    assert segments[-1][0].coverage.first_ts <= segments[0][0].coverage.first_ts  # older first line
+
+
+def test_segments_of_a_running_or_early_focus_worker_are_read_forwards(
+    docker_engine: DockerEngine, worker_containers: Callable[..., WorkerSet]
+) -> None:
+    ws = worker_containers("unknown_unanswered", other_sessions=0, filler_bytes=1024 * 1024)
+    source = source_for(docker_engine, ws.project)
+    long_before = (LONG_AGO, LONG_AGO + timedelta(minutes=5))  # a focus long before the worker ran
+    segments = [(s, list(s.scan)) for s in source.segments_for_session(ws.session_id, since=LONG_AGO, focus=long_before)]
+    assert [s.label for s, _ in segments] == ["forwards"]
+    assert [payload(line.text) for line in segments[0][1]] == ws.expected_lines
