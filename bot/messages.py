@@ -6,6 +6,7 @@ a click performs and which text command does the same, so every button has a typ
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -72,10 +73,17 @@ class Message:
 
 @dataclass
 class Reply:
-    """What a command produced: its messages, and whether it succeeded (console exit status)."""
+    """What a command produced: its messages, and whether it succeeded (console exit status).
+
+    ``deferred``: work the command started that reports later through the command's reporter (e.g.
+    diagnose's follow-up once the whole worker log is read). A front end runs each callable after it
+    delivered ``messages``, so what they post comes after the answer: the console before its next
+    prompt, Slack on a background pool.
+    """
 
     messages: list[Message] = field(default_factory=list)
     ok: bool = True
+    deferred: list[Callable[[], object]] = field(default_factory=list)
 
     @classmethod
     def of(cls, *messages: Message, ok: bool = True) -> Reply:

@@ -131,7 +131,7 @@ class Router:
                 )
             )
         if kind == "diagnose":
-            return s.diagnoser.diagnose(self._arg(cmd, "session_id"), actor)
+            return s.diagnoser.diagnose(self._arg(cmd, "session_id"), actor, reporter)
         if kind == "reconciler_status":
             return s.dockerops.status()
         if kind == "reconciler_dryrun":

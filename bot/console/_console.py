@@ -294,7 +294,21 @@ class _Console:
             self.write(redact(traceback.format_exc()))
             return False
         self.show_reply(reply)
+        self._run_deferred(reply)
         return reply.ok
+
+    def _run_deferred(self, reply: Reply) -> None:
+        """Work the command left to report later (diagnose's follow-up): it prints before the next
+        prompt, so in stdin mode the command is done only once its follow-up is."""
+        for work in reply.deferred:
+            try:
+                work()
+            except KeyboardInterrupt:
+                self.write("(follow-up not awaited: interrupted)")
+                return
+            except Exception:  # noqa: BLE001 - shown, the console goes on
+                self.fail("a follow-up failed (details below)")
+                self.write(redact(traceback.format_exc()))
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 from bot.clock import Clock, SystemClock, isoformat
 from bot.diagnosis import facts as F
-from bot.diagnosis import wording
+from bot.diagnosis import logcoverage, wording
 from bot.diagnosis.timeline import ControlResult, InterruptTimeline
 from bot.errors import CommandError, ControlHostError, RecoverError
-from bot.messages import Reply
+from bot.messages import Reply, Reporter
 
 DEFAULT_BUDGET_SECONDS = 10.0
 DEFAULT_LOG_WINDOW_SECONDS = 24 * 3600.0
@@ -66,6 +66,8 @@ class Evidence:
     events: list[Any] = field(default_factory=list)
     logs_truncated: bool = False
     reconciler_raw: object = None
+    #: What of the worker log the answer is based on (one line; see diagnosis.logcoverage).
+    log_coverage: str | None = None
 
 
 @dataclass
@@ -78,6 +80,9 @@ class Diagnosis:
     sources: list[SourceStatus]
     evidence: Evidence
     gathered_at: datetime
+    #: The worker-log read behind this answer, when it goes on in the background (follow-up).
+    log_job: logcoverage.LogReadJob | None = None
+    log_snapshot: logcoverage.LogSnapshot | None = None
 
     def source(self, name: str) -> SourceStatus | None:
         return next((s for s in self.sources if s.name == name), None)
@@ -220,46 +225,61 @@ class Diagnoser:
                 raise _DeadlinePassed()
         return events
 
-    def _read_logs(self, session_id: str, now: datetime, deadline: float) -> F.LogScanResult:
+    def _log_job(self, session_id: str, now: datetime, focus: logcoverage.Focus) -> logcoverage.LogReadJob:
+        """The worker-log read: window around the turn first, the budget bounds only the first answer."""
         assert self.log_source is not None
-        kwargs: dict[str, Any] = {"since": now - timedelta(seconds=self.log_window_seconds)}
-        budget = self._log_byte_budget()
-        if budget is not None:
-            kwargs["byte_budget"] = budget
-        lines = self.log_source.lines_for_session(session_id, **kwargs)
-        scan = F.LogScanResult()
-        try:
-            for n, line in enumerate(lines):
-                scan.add(line)
-                # A long scan checks the deadline itself so its thread stops soon after being reported slow.
-                if n % 512 == 511 and time.monotonic() > deadline:
-                    raise _DeadlinePassed()
-        finally:
-            close = getattr(lines, "close", None)
-            if callable(close):
-                close()
-        stats = getattr(lines, "stats", None)
-        scan.truncated = bool(getattr(stats, "truncated", False))
-        return scan
+        return logcoverage.LogReadJob(
+            self.log_source,
+            session_id,
+            since=now - timedelta(seconds=self.log_window_seconds),
+            focus=focus,
+            byte_budget=self._log_byte_budget(),
+            focus_wait=min(1.0, self.deadline_seconds / 5),
+        ).start()
 
     def _read_reconciler(self) -> ReconcilerStatus:
         assert self.reconciler_status is not None
         return self.reconciler_status.read_status()
 
-    def gather(self, session_id: str) -> Diagnosis:
-        """Read every source concurrently within the budget, flatten to facts, evaluate the runbook."""
+    def gather(self, session_id: str, *, keep_reading_logs: bool = False) -> Diagnosis:
+        """Read every source concurrently within the budget, flatten to facts, evaluate the runbook.
+
+        ``keep_reading_logs``: the worker-log read goes on after the answer (``Diagnosis.log_job``) so
+        a follow-up can report what the rest of the log shows; otherwise it stops with the answer.
+        """
         self._check_id(session_id)
         now = self.clock.now()
         budget = self.deadline_seconds
         started = time.monotonic()
         deadline = started + budget
+        focus = logcoverage.Focus()
+
+        def turns() -> _TurnsResult:
+            try:
+                result = self._read_turns(session_id)
+                focus.set_turn(result.head, result.detail)
+                return result
+            finally:
+                focus.give_up()
+
+        def events() -> list[Any]:
+            try:
+                found = self._read_events(session_id, deadline)
+                focus.set_events(found)
+                return found
+            finally:
+                focus.give_up()
+
         tasks: dict[str, Callable[[], Any]] = {
             "session": lambda: self._read_session(session_id),
-            "turns": lambda: self._read_turns(session_id),
-            "events": lambda: self._read_events(session_id, deadline),
+            "turns": turns,
+            "events": events,
         }
+        job: logcoverage.LogReadJob | None = None
         if self.log_source is not None:
-            tasks["logs"] = lambda: self._read_logs(session_id, now, deadline)
+            job = self._log_job(session_id, now, focus)
+            log_job = job
+            tasks["logs"] = lambda: log_job.first_answer(deadline)
         if self.reconciler_status is not None:
             tasks["reconciler"] = self._read_reconciler
 
@@ -290,7 +310,7 @@ class Diagnoser:
                 states[name] = SourceStatus(name, F.SOURCE_SLOW, wording.source_slow(budget), elapsed)
                 continue
             exc = future.exception()
-            if isinstance(exc, _DeadlinePassed):
+            if isinstance(exc, _DeadlinePassed | TimeoutError):
                 states[name] = SourceStatus(name, F.SOURCE_SLOW, wording.source_slow(budget), elapsed)
             elif exc is not None:
                 states[name] = SourceStatus(name, F.SOURCE_UNREACHABLE, wording.source_error(exc), elapsed)
@@ -301,7 +321,14 @@ class Diagnoser:
             if name not in states:
                 detail = wording.source_not_configured(name)
                 states[name] = SourceStatus(name, F.SOURCE_NOT_CONFIGURED, detail)
-        return self._assemble(session_id, now, results, states)
+        diagnosis = self._assemble(session_id, now, results, states)
+        if job is not None:
+            diagnosis.log_snapshot = results.get("logs")
+            if keep_reading_logs and diagnosis.log_snapshot is not None and not diagnosis.log_snapshot.complete:
+                diagnosis.log_job = job
+            else:
+                job.stop()
+        return diagnosis
 
     def _assemble(
         self, session_id: str, now: datetime, results: dict[str, Any], states: dict[str, SourceStatus]
@@ -321,8 +348,10 @@ class Diagnoser:
         if events is not None:
             facts.update(F.event_facts(events))
             evidence.events = events
-        scan: F.LogScanResult | None = results.get("logs")
-        if scan is not None:
+        snapshot: logcoverage.LogSnapshot | None = results.get("logs")
+        scan = snapshot.result if snapshot is not None else None
+        if snapshot is not None and scan is not None:
+            evidence.log_coverage = snapshot.describe()
             turn = facts.get("unknown_turn.id")
             log_facts, log_evidence = F.log_facts_from(scan, turn_id=turn if isinstance(turn, str) else None)
             facts.update(log_facts)
@@ -343,11 +372,30 @@ class Diagnoser:
 
     # -- the command ---------------------------------------------------------------------------------
 
-    def diagnose(self, session_id: str, actor: str) -> Reply:
-        """The ``/recover diagnose`` command: gather, record the step, render."""
-        diagnosis = self.gather(session_id)
+    def diagnose(self, session_id: str, actor: str, reporter: Reporter | None = None) -> Reply:
+        """The ``/recover diagnose`` command: gather, record the step, render.
+
+        With a ``reporter``, a worker log not read in full by the answer is read on, and the reply
+        carries the follow-up as deferred work: the front end runs it after delivering the answer,
+        and it posts through the same reporter only if the whole log adds evidence.
+        """
+        diagnosis = self.gather(session_id, keep_reading_logs=reporter is not None)
         self.record(diagnosis, actor)
-        return Reply.of(*wording.render(diagnosis, self.runbooks))
+        reply = Reply.of(*wording.render(diagnosis, self.runbooks))
+        job = diagnosis.log_job
+        if job is not None and reporter is not None:
+            reply.deferred.append(
+                lambda: logcoverage.follow_up(
+                    diagnosis,
+                    job,
+                    runbooks=self.runbooks,
+                    evaluate=self._evaluate,
+                    store=self.store,
+                    actor=actor,
+                    reporter=reporter,
+                )
+            )
+        return reply
 
     def record(self, diagnosis: Diagnosis, actor: str) -> Any:
         """Record a ``diagnose`` step: the branch as its outcome, the facts as its detail.

@@ -321,7 +321,11 @@ def render(diagnosis: Diagnosis, runbooks: Any) -> list[Message]:
         if unknown_session and "NOT_FOUND" in (source.detail or ""):
             continue  # the same 404 as the session itself: already said above
         lines.append(source_line(source.name, source.state, source.detail))
-    if diagnosis.evidence.logs_truncated:
+    coverage = diagnosis.evidence.log_coverage
+    if coverage:
+        # What of the worker log this answer rests on (diagnosis.logcoverage); partial is a warning.
+        lines.append(("[!] " if diagnosis.evidence.logs_truncated else "") + coverage)
+    elif diagnosis.evidence.logs_truncated:
         lines.append("[!] The log scan stopped at its byte budget: log facts may miss lines.")
 
     detail: list[str] = []

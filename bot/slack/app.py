@@ -95,21 +95,26 @@ class SlackBot:
     threads: ThreadBook
     work: BackgroundWork
     ui: BackgroundWork
+    #: Follow-ups a reply deferred (diagnose reading the rest of a worker log): apart from ``work``
+    #: so a long wait never holds a command's thread.
+    later: BackgroundWork = field(default_factory=lambda: BackgroundWork(4, "recover-later"))
     app: App = field(init=False)
     _sweeping: threading.Event = field(default_factory=threading.Event, init=False)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until every background job (and the jobs they started) has finished."""
+        pools = (self.ui, self.work, self.later)
         while True:
-            if not (self.ui.wait_idle(timeout) and self.work.wait_idle(timeout)):
+            if not all(pool.wait_idle(timeout) for pool in pools):
                 return False
-            if self.ui.wait_idle(0) and self.work.wait_idle(0):
+            if all(pool.wait_idle(0) for pool in pools):
                 return True
 
     def close(self) -> None:
         self._sweeping.set()
         self.work.shutdown(wait=True)
         self.ui.shutdown(wait=True)
+        self.later.shutdown(wait=False)
 
     # -- start-up -------------------------------------------------------------------------------------
 
@@ -265,6 +270,8 @@ class SlackBot:
                         reporter.error(message)
                     return
                 reporter.finish(reply)
+                for work in reply.deferred:
+                    self.later.submit(work)
             except Exception:
                 log.error("delivering a reply failed:\n%s", redact(traceback.format_exc()))
 

@@ -1,0 +1,431 @@
+"""Worker-log coverage for diagnose: answer with what was read in time, read the rest, follow up.
+
+Why: a worker log of a million lines takes longer to read than the diagnose budget, and the evidence
+that decides the interrupt branch (R3.2–R3.5: the stage timeline) may sit anywhere in it. So one
+:class:`LogReadJob` per diagnose reads the log on its own thread, the part nearest the turn first
+(the source decides how: Docker reads newest first), and
+
+- the first answer takes a snapshot of what was read by the deadline (or once ``log_byte_budget``
+  bytes were read: that limit bounds the first answer's time, never what is covered) and says what
+  it covered;
+- the job reads on to the end of the log; the front end runs :meth:`LogReadJob.follow_up` after it
+  delivered the first answer, which waits for the end and, if the whole log shows evidence the first
+  answer lacked (an interrupt stage, a restore or start-up failure line…), posts ONE follow-up through
+  the command's reporter and records it as a ``diagnose_followup`` step.
+
+Memory stays bounded as in a single scan: each segment keeps only what :class:`LogScanResult` keeps.
+At most :data:`MAX_BACKGROUND_SCANS` jobs read past their first answer at once; the others wait.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from bot.clock import isoformat
+from bot.diagnosis import facts as F
+from bot.logs import Coverage, LogSegment, LogSourceError
+from bot.messages import Message
+
+#: Full scans reading past their first answer at the same time (two cores: more would only compete).
+MAX_BACKGROUND_SCANS = 2
+#: A full scan is given up after this long (it then posts nothing).
+FULL_SCAN_TIMEOUT_SECONDS = 15 * 60.0
+#: Margin around the turn's started_at / ended_at (clocks of the control host and Docker host differ).
+FOCUS_MARGIN = timedelta(seconds=60)
+_background = threading.BoundedSemaphore(MAX_BACKGROUND_SCANS)
+
+
+# -- what the turn tells about where to look -----------------------------------------------------------
+
+
+def _get(obj: Any, name: str) -> Any:
+    if obj is None:
+        return None
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _dt(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    from bot.clock import parse_time
+
+    return parse_time(value) if isinstance(value, str) else None
+
+
+class Focus:
+    """The window around the turn (``started_at``/``ended_at``), else around the last events' times.
+
+    Filled by the turns and events reads running beside the log read; the log read waits for it a
+    short while only (it starts reading newest first either way).
+    """
+
+    def __init__(self) -> None:
+        self._turn: tuple[datetime | None, datetime | None] | None = None
+        self._events: list[datetime] = []
+        self._turns_done = threading.Event()
+        self._events_done = threading.Event()
+
+    def set_turn(self, head: Any, detail: Any) -> None:
+        turn = detail if detail is not None else head
+        if turn is not None:
+            self._turn = (_dt(_get(turn, "started_at")), _dt(_get(turn, "ended_at")))
+        self._turns_done.set()
+
+    def set_events(self, events: list[Any]) -> None:
+        self._events = [t for t in (_dt(_get(e, "at")) for e in events[-5:]) if t is not None]
+        self._events_done.set()
+
+    def give_up(self) -> None:
+        self._turns_done.set()
+        self._events_done.set()
+
+    def window(self, timeout: float) -> tuple[datetime, datetime] | None:
+        end = time.monotonic() + timeout
+        self._turns_done.wait(max(0.0, end - time.monotonic()))
+        if self._turn is not None and self._turn[0] is not None:
+            started, ended = self._turn[0], self._turn[1] or self._turn[0]
+            return started - FOCUS_MARGIN, ended + FOCUS_MARGIN
+        self._events_done.wait(max(0.0, end - time.monotonic()))
+        if self._events:
+            return min(self._events) - FOCUS_MARGIN, max(self._events) + FOCUS_MARGIN
+        return None
+
+
+# -- a snapshot of what was read -----------------------------------------------------------------------
+
+
+def merge_results(parts: list[F.LogScanResult]) -> F.LogScanResult:
+    """Fold per-segment scans, oldest segment first, into one (as if the log had been read in order).
+
+    Field by field so a field added to :class:`LogScanResult` folds too: numbers add, flags or,
+    counters add per key, lists concatenate (``notable`` keeps its cap), text keeps the latest value.
+    """
+    out = F.LogScanResult()
+    for part in parts:
+        for f in dataclasses.fields(out):
+            mine, theirs = getattr(out, f.name), getattr(part, f.name)
+            if isinstance(mine, bool) or isinstance(theirs, bool):
+                setattr(out, f.name, bool(mine) or bool(theirs))
+            elif isinstance(mine, int) and isinstance(theirs, int):
+                setattr(out, f.name, mine + theirs)
+            elif isinstance(mine, dict) and isinstance(theirs, dict):
+                for key, value in theirs.items():
+                    mine[key] = mine.get(key, 0) + value
+            elif isinstance(mine, list) and isinstance(theirs, list):
+                mine.extend(theirs)
+            elif theirs is not None:
+                setattr(out, f.name, theirs)
+    cap = getattr(F, "_MAX_NOTABLE", None)
+    if isinstance(cap, int):
+        del out.notable[cap:]
+    return out
+
+
+@dataclass
+class LogSnapshot:
+    """What the log read had found at one moment, and how much of the log that was."""
+
+    result: F.LogScanResult
+    coverage: list[tuple[str, Coverage]]
+    complete: bool
+    bytes_read: int
+    elapsed: float
+    problems: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line for people: what of the worker log this answer is based on."""
+        if not self.coverage:
+            return "Worker log: no worker log found for this session."
+        per_source: dict[str, list[Coverage]] = {}
+        for _, cov in self.coverage:
+            per_source.setdefault(cov.source, []).append(cov)
+        parts = []
+        for source, covs in per_source.items():
+            lines = sum(c.lines for c in covs)
+            size = sum(c.bytes_read for c in covs)
+            times = sorted(t for c in covs for t in (c.first_ts, c.last_ts) if t)
+            span = f", {times[0]} to {times[-1]}" if times else ""
+            parts.append(f"{source} ({_mb(size)}, {lines:,} lines{span})")
+        what = "; ".join(parts)
+        if self.complete:
+            return f"Worker log read in full ({_mb(self.bytes_read)} in {self.elapsed:.1f} s): {what}."
+        return (
+            f"Worker log: this answer covers only what was read in {self.elapsed:.1f} s "
+            f"({_mb(self.bytes_read)}, the part nearest the turn first): {what}. The rest is being read; "
+            "a follow-up is posted here if it adds evidence."
+        )
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:,.1f} MB"
+
+
+# -- the job -------------------------------------------------------------------------------------------
+
+
+class LogReadJob:
+    """One session's worker log, read on its own thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        source: Any,
+        session_id: str,
+        *,
+        since: datetime,
+        focus: Focus,
+        byte_budget: int | None = None,
+        focus_wait: float = 1.0,
+    ) -> None:
+        self.source = source
+        self.session_id = session_id
+        self.since = since
+        self.focus = focus
+        self.byte_budget = byte_budget
+        self.focus_wait = focus_wait
+        self._lock = threading.Lock()
+        self._parts: list[tuple[tuple[int, ...], F.LogScanResult, Coverage]] = []
+        self._bytes = 0
+        self._first_ready = threading.Event()  # byte budget reached, or done
+        self._done = threading.Event()
+        self._stop = threading.Event()
+        self._complete = False
+        self._error: BaseException | None = None
+        self._problems: list[str] = []
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name=f"log-read-{session_id}"[:40], daemon=True)
+
+    # -- life cycle ---------------------------------------------------------------------------------
+
+    def start(self) -> LogReadJob:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop reading (closes the stream); used when nobody will wait for a follow-up."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    # -- reading (job thread) -----------------------------------------------------------------------
+
+    def _segments(self, focus: tuple[datetime, datetime] | None) -> Iterator[LogSegment]:
+        segments = getattr(self.source, "segments_for_session", None)
+        if callable(segments):
+            yield from segments(
+                self.session_id, since=self.since, focus=focus, on_bytes=self._count, stop=self._stop
+            )
+            return
+        # A source without segments: one forward scan, no byte budget (the job stops it).
+        scan = self.source.lines_for_session(self.session_id, since=self.since, byte_budget=2**62)
+        name = str(getattr(self.source, "name", "log"))
+        yield LogSegment(rank=(0,), scan=scan, coverage=Coverage(source=name), label="whole log")
+
+    def _count(self, n: int) -> None:
+        with self._lock:
+            self._bytes += n
+            if self.byte_budget is not None and self._bytes >= self.byte_budget:
+                self._first_ready.set()
+
+    def _run(self) -> None:
+        holding = False
+        try:
+            focus = self.focus.window(self.focus_wait)
+            deadline = self._started + FULL_SCAN_TIMEOUT_SECONDS
+            for segment in self._segments(focus):
+                result = F.LogScanResult()
+                with self._lock:
+                    self._parts.append((segment.rank, result, segment.coverage))
+                for n, line in enumerate(segment.scan):
+                    with self._lock:
+                        result.add(line)
+                    if n % 256 == 255 and time.monotonic() > deadline:
+                        self._stop.set()
+                stats = getattr(segment.scan, "stats", None)
+                if stats is not None:
+                    with self._lock:
+                        self._problems.extend(getattr(stats, "problems", []) or [])
+                        if not segment.coverage.bytes_read:
+                            segment.coverage.bytes_read = int(getattr(stats, "bytes_read", 0) or 0)
+                            segment.coverage.complete = not getattr(stats, "truncated", False)
+                if self._stop.is_set():
+                    break
+                if self._first_ready.is_set() and not holding:
+                    holding = self._acquire_background()
+                    if not holding:
+                        break
+            with self._lock:
+                self._complete = not self._stop.is_set() and all(c.complete for _, _, c in self._parts)
+        except BaseException as exc:  # noqa: BLE001 - reported by first_answer / follow_up
+            with self._lock:
+                self._error = exc
+        finally:
+            if holding:
+                _background.release()
+            self._first_ready.set()
+            self._done.set()
+
+    def _acquire_background(self) -> bool:
+        """Past the first answer: wait for a background slot (bounded concurrency), unless stopped."""
+        while not self._stop.is_set():
+            if _background.acquire(timeout=0.2):
+                return True
+        return False
+
+    # -- snapshots ----------------------------------------------------------------------------------
+
+    def snapshot(self) -> LogSnapshot:
+        with self._lock:
+            parts = sorted(self._parts, key=lambda p: p[0])
+            result = merge_results([r for _, r, _ in parts])  # builds new lists; the parts stay as they are
+            coverage = [(str(rank), dataclasses.replace(c)) for rank, _, c in parts]
+            complete = self._done.is_set() and self._complete
+            result.truncated = not complete
+            return LogSnapshot(
+                result=result,
+                coverage=coverage,
+                complete=complete,
+                bytes_read=self._bytes or sum(c.bytes_read for _, c in coverage),
+                elapsed=time.monotonic() - self._started,
+                problems=list(self._problems),
+            )
+
+    def first_answer(self, deadline: float) -> LogSnapshot:
+        """What was read by ``deadline`` (monotonic), or by the byte budget, or all of it if sooner.
+
+        Raises the source's error when nothing could be read, and :class:`TimeoutError` when not even
+        one segment had started by the deadline (the source is then reported slow).
+        """
+        self._first_ready.wait(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            error, started = self._error, bool(self._parts) or self._done.is_set()
+        if error is not None and not self._parts:
+            raise error
+        if not started:
+            raise TimeoutError("no log segment started before the deadline")
+        return self.snapshot()
+
+    def final(self, timeout: float | None = None) -> LogSnapshot | None:
+        """The snapshot once the whole log was read; None when it could not be (error, stop, time)."""
+        if not self._done.wait(timeout):
+            return None
+        with self._lock:
+            if self._error is not None and not isinstance(self._error, LogSourceError | OSError):
+                return None
+        snap = self.snapshot()
+        return snap if snap.complete else None
+
+
+# Facts the timeline and control.result lines above already say (or that are mere totals).
+_SAID_BY_THE_TIMELINE = frozenset(
+    {
+        "logs.lines", "logs.missing_stages", "logs.late_sdk_interrupt_answered", "logs.engine_terminal_timeout",
+        "logs.capture_timeout", "logs.capture_failed", "logs.finalize_checkpoint_unavailable",
+        "logs.control_result_outcome", "logs.control_result_reason_code",
+    }
+)
+
+
+def new_evidence(
+    first: F.Facts, final: F.Facts, first_snap: LogSnapshot, final_snap: LogSnapshot, turn_id: str | None
+) -> list[str]:
+    """What the whole log shows that the first answer's part did not, one line each (none: nothing)."""
+    out: list[str] = []
+    _, ev_first = F.log_facts_from(first_snap.result, turn_id=turn_id)
+    _, ev_final = F.log_facts_from(final_snap.result, turn_id=turn_id)
+    had = {s.stage for s in ev_first.timeline.stages} if ev_first.timeline is not None else set()
+    if ev_final.timeline is not None:
+        new_stages = [s.stage for s in ev_final.timeline.stages if s.stage not in had]
+        if new_stages:
+            out.append(
+                f"interrupt stage{'s' if len(new_stages) > 1 else ''} {', '.join(dict.fromkeys(new_stages))} "
+                f"of turn {ev_final.timeline.turn_id or '?'} (R3.2)"
+            )
+        late_before = bool(ev_first.timeline.late) if ev_first.timeline is not None else False
+        if ev_final.timeline.late and not late_before:
+            out.append("late_sdk_interrupt_answered (R3.4)")
+    if ev_first.control_result is None and ev_final.control_result is not None:
+        out.append("the control.result line (R3.3)")
+    for name in F.LOG_FACTS:
+        before, after = first.get(name), final.get(name)
+        if name in _SAID_BY_THE_TIMELINE or before == after:
+            continue
+        if isinstance(after, bool) and after and not before:
+            out.append(f"{name} = true")
+        elif isinstance(after, int) and not isinstance(after, bool):
+            # A kind of line the first answer had not seen at all (more of a seen kind adds nothing).
+            if after > 0 and not before:
+                out.append(f"{name}: {after} line{'s' if after > 1 else ''}")
+        elif isinstance(after, str) and before is None:
+            out.append(f"{name} = {after}")
+    return out
+
+
+
+def follow_up(
+    diagnosis: Any,
+    job: LogReadJob,
+    *,
+    runbooks: Any,
+    evaluate: Callable[[Any, F.Facts], Any],
+    store: Any,
+    actor: str,
+    reporter: Any,
+    timeout: float = FULL_SCAN_TIMEOUT_SECONDS,
+) -> Message | None:
+    """Wait for the whole log; when it adds evidence, record a ``diagnose_followup`` step and post ONE
+    message to the case's thread through ``reporter``. Returns that message (None: nothing new)."""
+    from bot.diagnosis import wording
+
+    first_snap: LogSnapshot | None = getattr(diagnosis, "log_snapshot", None)
+    final_snap = job.final(timeout)
+    if first_snap is None or final_snap is None:
+        return None
+    sid = diagnosis.session_id
+    turn = diagnosis.facts.get("unknown_turn.id")
+    turn_id = turn if isinstance(turn, str) else None
+    first_facts, _ = F.log_facts_from(first_snap.result, turn_id=turn_id)
+    final_facts, final_evidence = F.log_facts_from(final_snap.result, turn_id=turn_id)
+    found = new_evidence(first_facts, final_facts, first_snap, final_snap, turn_id)
+    if not found:
+        return None
+    facts = dict(diagnosis.facts)
+    facts.update(final_facts)
+    evaluation = evaluate(runbooks, facts)
+    before, after = wording.branch_id(diagnosis.evaluation), wording.branch_id(evaluation)
+    lines = [final_snap.describe(), "Found after the first answer: " + "; ".join(found) + "."]
+    if final_evidence.timeline is not None:
+        lines.extend(wording.timeline_lines(final_evidence.timeline))
+    if final_evidence.control_result is not None:
+        lines.append(wording.control_result_line(final_evidence.control_result))
+    if after != before:
+        lines.append(
+            f"With these lines the runbook picks a different branch: {wording.branch_title(evaluation)} "
+            f"({after}, was {before}). Run `/recover diagnose {sid}` again before deciding."
+        )
+    else:
+        lines.append(f"The runbook branch stays {before}; the decisions shown above still apply.")
+    message = Message(
+        headline=f"{sid}: the whole worker log adds evidence the first answer did not have",
+        level="warn",
+        lines=lines,
+        rules=wording.rules(evaluation),
+        session_id=sid,
+        kind="diagnosis_followup",
+    )
+    store.record_step(
+        sid,
+        actor,
+        "diagnose_followup",
+        {"session_id": sid, "first_answer_at": isoformat(diagnosis.gathered_at)},
+        after or "unknown",
+        detail={"found": found, "coverage": final_snap.describe(), **final_facts},
+    )
+    reporter.post(message)
+    return message
