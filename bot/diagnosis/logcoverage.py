@@ -38,6 +38,7 @@ MAX_BACKGROUND_SCANS = 2
 FULL_SCAN_TIMEOUT_SECONDS = 15 * 60.0
 #: Margin around the turn's started_at / ended_at (clocks of the control host and Docker host differ).
 FOCUS_MARGIN = timedelta(seconds=60)
+SNAPSHOT_MARGIN_SECONDS = 0.25
 _background = threading.BoundedSemaphore(MAX_BACKGROUND_SCANS)
 
 
@@ -302,7 +303,9 @@ class LogReadJob:
         Raises the source's error when nothing could be read, and :class:`TimeoutError` when not even
         one segment had started by the deadline (the source is then reported slow).
         """
-        self._first_ready.wait(max(0.0, deadline - time.monotonic()))
+        # Snapshot a little before the deadline, so the gathering (which waits until the deadline
+        # itself) sees this answer instead of calling the log source slow.
+        self._first_ready.wait(max(0.0, deadline - SNAPSHOT_MARGIN_SECONDS - time.monotonic()))
         with self._lock:
             error, started = self._error, bool(self._parts) or self._done.is_set()
         if error is not None and not self._parts:
