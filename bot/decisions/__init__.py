@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bot.decisions._authority import Authority, NoAuthority, check_request_table, derive
 from bot.decisions._policy import DecisionPolicy, Limits
 from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash
 from bot.decisions._rules import DECISIVE_FACTS, ApproverDirectory
@@ -13,11 +14,15 @@ __all__ = [
     "CONFIRM_KIND",
     "DECISIVE_FACTS",
     "ApproverDirectory",
+    "Authority",
     "DecisionPolicy",
     "DecisionRequest",
     "DecisionService",
     "Limits",
+    "NoAuthority",
     "RequestStore",
     "Wait",
+    "check_request_table",
     "content_hash",
+    "derive",
 ]

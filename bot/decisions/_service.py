@@ -25,6 +25,7 @@ from typing import Any
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME
 from bot.decisions import _text as text
+from bot.decisions._authority import AuthorityMixin, approval_evidence
 from bot.decisions._cases import CasesMixin
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy, runbook_limits
 from bot.decisions._requests import DecisionRequest, RequestStore, new_request_id
@@ -103,7 +104,7 @@ def _flags(req: DecisionRequest | None = None, **kw: Any) -> dict[str, Any]:
     return dict(kw)
 
 
-class DecisionService(CasesMixin):
+class DecisionService(CasesMixin, AuthorityMixin):
     """The decisions core. Cheap to construct: all state lives in the store's SQLite file."""
 
     def __init__(
@@ -271,6 +272,7 @@ class DecisionService(CasesMixin):
                 req.state,
                 detail={
                     "request_id": req.id,
+                    "state": req.state,  # the first state; the chain then records every transition
                     "policy": req.policy,
                     "content_hash": req.content_hash,
                     "facts": req.facts,
@@ -311,7 +313,7 @@ class DecisionService(CasesMixin):
                     session_id,
                     actor,
                     "decision_confirmed",
-                    {"request_id": req.id, "yes": yes, "channel": channel},
+                    {"request_id": req.id, "content_hash": req.content_hash, "yes": yes, "channel": channel},
                     "approved",
                     db=db,
                 )
@@ -545,15 +547,17 @@ class DecisionService(CasesMixin):
                 rules=["R3.10"],
                 code="self_approval",
             )
-        problem = self._approver_problem(actor)
-        if problem is not None:
+        # What allows this approver, as seen now: recorded with the approval, never looked up again.
+        evidence, problem = approval_evidence(actor, self.approvers, self.directory)
+        if evidence is None:
             return self._refuse(
                 actor,
                 sid,
                 "approve",
                 inputs,
                 f"<@{actor}> is not an allowed approver (RECOVER_APPROVERS)",
-                *problem,
+                *([problem] if problem else []),
+                "Allowed approvers: " + ", ".join(self.approvers) + ".",
                 code="not_approver",
             )
         if req.state == "approved":
@@ -605,7 +609,12 @@ class DecisionService(CasesMixin):
                     sid,
                     actor,
                     "decision_approved",
-                    {"request_id": req.id, "content_hash": req.content_hash, "channel": channel},
+                    {
+                        "request_id": req.id,
+                        "content_hash": req.content_hash,
+                        "channel": channel,
+                        "allowed_by": evidence,
+                    },
                     "approved",
                     db=db,
                 )
@@ -681,7 +690,7 @@ class DecisionService(CasesMixin):
                     sid,
                     actor,
                     "decision_confirmed",
-                    {"request_id": req.id, "channel": channel},
+                    {"request_id": req.id, "content_hash": req.content_hash, "channel": channel},
                     "approved",
                     db=db,
                 )
@@ -844,6 +853,9 @@ class DecisionService(CasesMixin):
         from_state: str,
     ) -> Reply:
         """Compare-and-set to sending with a new key and the exact body; commit the record; send."""
+        refused = self._authorise(req, actor, reporter)
+        if refused is not None:
+            return refused
         key = str(uuid.uuid4())
         body_text = json.dumps(dict(body), separators=(",", ":"), ensure_ascii=False)
         with self.store.write() as db:
@@ -872,6 +884,9 @@ class DecisionService(CasesMixin):
         """Send a stored request (same key, same body) and settle the request from the answer."""
         req = self.requests.get(request_id)
         assert req is not None
+        refused = self._authorise(req, actor, reporter)
+        if refused is not None:
+            return refused
         try:
             receipt = self.client.send(record)
         except ControlHostError as exc:
@@ -1351,14 +1366,15 @@ class DecisionService(CasesMixin):
     def recover_after_restart(self, reporter: Reporter) -> Reply:
         """Finish what a previous process left: in-flight requests re-sent, approved ones executed once."""
         messages: list[Message] = []
-        ok = True
-        # Stored requests whose answer never arrived are re-sent first, each with its own key and body.
-        replayed = self.client.replay_unfinished()
+        # Stored requests whose answer never arrived are re-sent first, each with its own key and body,
+        # when a step of the chain vouches for them (decisions: through their request, below).
+        replayed, refused = self._replay_vouched()
+        messages.extend(refused)
+        ok = not refused
         if replayed:
             messages.append(
                 Message(
-                    headline=f"Re-sent {len(replayed)} unfinished request(s) with their original "
-                    "Idempotency-Keys"
+                    headline=f"Re-sent {replayed} unfinished request(s) with their original Idempotency-Keys"
                 )
             )
         for req in self.requests.find(states=("sending", "uncertain")):

@@ -212,7 +212,8 @@ def link_facts(facts: Facts) -> Facts:
     if present is True and facts.get("session.found") is True and facts.get("checkpoint.present") is not None:
         turn_id = facts.get("unknown_turn.id")
         facts["unknown_turn.covered_by_checkpoint"] = (
-            bool(facts.get("checkpoint.present")) and turn_id is not None
+            bool(facts.get("checkpoint.present"))
+            and turn_id is not None
             and facts.get("checkpoint.covers_turn_id") == turn_id
         )
     elif present is False:
@@ -247,8 +248,16 @@ class LogEvidence:
 
 
 NOTABLE_EVENTS = frozenset(
-    {EV_RESTORE_UNAVAILABLE, EV_STORE_UNAVAILABLE, EV_RESTORE_REFUSED, EV_WORKER_FAILED, EV_STOPPING,
-     EV_STOP_KIND_REFUSED, tl.CONTROL_RESULT_EVENT, tl.LATE_ANSWER}
+    {
+        EV_RESTORE_UNAVAILABLE,
+        EV_STORE_UNAVAILABLE,
+        EV_RESTORE_REFUSED,
+        EV_WORKER_FAILED,
+        EV_STOPPING,
+        EV_STOP_KIND_REFUSED,
+        tl.CONTROL_RESULT_EVENT,
+        tl.LATE_ANSWER,
+    }
 )
 _MAX_NOTABLE = 40
 
@@ -302,7 +311,11 @@ def _cause(line: Any) -> str | None:
 
 
 _COUNTED: tuple[str, ...] = (
-    "restore_unavailable", "store_unavailable", "restore_refused", "worker_failed", "stopping_failed",
+    "restore_unavailable",
+    "store_unavailable",
+    "restore_refused",
+    "worker_failed",
+    "stopping_failed",
     "stop_kind_refused",
 )
 
@@ -389,7 +402,10 @@ def log_facts_from(scan: LogScanResult, *, turn_id: str | None = None) -> tuple[
         "logs.control_result_reason_code": result.reason_code if result else None,
     }
     evidence = LogEvidence(
-        timeline=chosen, control_result=result, notable=list(scan.notable), lines_read=scan.total,
+        timeline=chosen,
+        control_result=result,
+        notable=list(scan.notable),
+        lines_read=scan.total,
         truncated=scan.truncated,
     )
     return facts, evidence

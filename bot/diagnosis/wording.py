@@ -24,8 +24,15 @@ INLINE_TIMELINE_LINES = 12
 DECIDE_ACTION = "decide_form"
 RESUME_ACTION = "resume"
 _DEFAULT_FACTS = (
-    "session.status", "session.admission_state", "attention.code", "attention.reason", "attention.failures",
-    "attention.retry_at", "unknown_turn.id", "unknown_turn.terminal_reason", "execution.confirmed_gone",
+    "session.status",
+    "session.admission_state",
+    "attention.code",
+    "attention.reason",
+    "attention.failures",
+    "attention.retry_at",
+    "unknown_turn.id",
+    "unknown_turn.terminal_reason",
+    "execution.confirmed_gone",
 )
 _DANGER = {"close", "abandon", "confirm_completed"}
 

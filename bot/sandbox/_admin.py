@@ -197,9 +197,7 @@ class SandboxAdmin:
     def stray_workers(self, session_id: str, count: int = 1) -> dict[str, Any]:
         """Leave ``count`` containers of the session that only later scheduler passes remove: a decision
         submitted right after the pass that showed the worker gone still gets RECOVERY_REQUIRED (R3.9)."""
-        result: dict[str, Any] = self._call(
-            "POST", f"/sessions/{session_id}/stray-workers", {"count": count}
-        )
+        result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/stray-workers", {"count": count})
         return result
 
     # -- scenarios and logs

@@ -972,7 +972,9 @@ class SandboxState:
         if attention is not None and attention.code == "CONTEXT_GAP":
             raise self._stale("retry_restore refused: the session stopped with a context gap, not a restore.")
         if attention is not None and attention.code == "STARTUP_FAILED":
-            raise self._stale("retry_restore refused: STARTUP_FAILED without a restore; there is nothing to retry.")
+            raise self._stale(
+                "retry_restore refused: STARTUP_FAILED without a restore; there is nothing to retry."
+            )
         if not (
             attention is not None
             and attention.code == "RESTORE_FAILED"

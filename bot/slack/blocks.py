@@ -80,7 +80,9 @@ def truncate(text: str, limit: int, marker: str = "…") -> str:
 
 
 # Slack's own references the core writes on purpose: <@U…>, <!subteam^S…>, <#C…|name>, <!here>.
-_SLACK_REF = re.compile(r"<(?:@[UW][A-Z0-9]+|!subteam\^S[A-Z0-9]+|#[CG][A-Z0-9]+|!here|!channel)(?:\|[^<>]*)?>")
+_SLACK_REF = re.compile(
+    r"<(?:@[UW][A-Z0-9]+|!subteam\^S[A-Z0-9]+|#[CG][A-Z0-9]+|!here|!channel)(?:\|[^<>]*)?>"
+)
 
 
 def _escape_plain(text: str) -> str:

@@ -188,6 +188,12 @@ class Store:
         row["detail"] = canonical_json(step.detail) if step.detail is not None else None
         return hash_matches(row, self._audit_key)
 
+    def first_keyed_seq(self) -> int | None:
+        """The first keyed step (chain version 2): steps after it must all be keyed."""
+        with self.read() as db:
+            row = _q(db, "SELECT MIN(seq) AS seq FROM steps WHERE v = ?", [KEYED_VERSION]).fetchone()
+        return row["seq"] if row and row["seq"] is not None else None
+
     def step_at(self, seq: int) -> Step | None:
         with self.read() as db:
             row = _q(db, "SELECT * FROM steps WHERE seq = ?", [seq]).fetchone()

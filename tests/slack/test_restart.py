@@ -30,9 +30,19 @@ def test_restart_executes_an_approved_request_once_and_reports_in_the_thread(sla
 
     # The approval's compare-and-set committed; the process died before executing.
     services = first.bot.router.services
+    req = services.decisions.requests.get(request_id)
     with services.store.write() as conn:
         assert services.decisions.requests.transition(
             conn, request_id, ("requested",), "approved", approved_by="UBOB", approved_at=isoformat(sandbox.clock.now())
+        )
+        # The approval step, with its evidence, commits with the state change (the chain is the authority).
+        services.store.record_step(
+            SESSION,
+            "UBOB",
+            "decision_approved",
+            {"request_id": request_id, "content_hash": req.content_hash, "channel": "CINC", "allowed_by": {"kind": "any"}},
+            "approved",
+            db=conn,
         )
     assert _decision_posts(sandbox) == []
 

@@ -1,0 +1,444 @@
+"""The authority to send a decision, re-derived from the hash chain alone (docs/requests.md).
+
+The ``decision_requests`` table is a cache: someone with the database file can set a row to
+``approved`` or change its decision. So before anything is sent — on every path: approve, confirm,
+``decide --yes``, the background finishing of an uncertain request, the replay after a restart — the
+bot looks for its authority in the chain:
+
+- the ``decision_requested`` step, by the requester, whose content hash the stored content matches;
+- a policy at least as strict as the runbook's for that decision;
+- for two-person decisions a ``decision_approved`` step by someone else, over that content hash,
+  before the expiry, in an allowed channel, with the evidence that allowed the approver *as seen
+  when they approved* (group look-ups are not repeated here); for the others a ``decision_confirmed``
+  step by the requester;
+- each of those steps matching its own hash and link (keyed, when the store has a key).
+
+Anything missing is a refusal with a one-line reason; nothing is sent. :func:`check_request_table` is
+the same reading for ``audit verify``: it names every cached row that differs from the chain.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bot.clock import parse_time
+from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME
+from bot.decisions import _text as text
+from bot.decisions._requests import OPEN_STATES, STATE_STEP, DecisionRequest, content_hash
+from bot.decisions._rules import ApproverDirectory, channel_allowed
+from bot.errors import ControlHostError
+from bot.messages import Message, Reply, Reporter
+from bot.store import Step, Store
+from bot.store.audit import AuditProblem, register_cache_check
+from bot.store.chain import KEYED_VERSION
+
+BOT_ACTOR = "recover-bot"
+REQUESTED = "decision_requested"
+APPROVED = "decision_approved"
+CONFIRMED = "decision_confirmed"
+
+# How strict each approval policy is: the request's recorded policy may never be weaker than the
+# runbook's policy for its decision (a row changed to ``confirm`` on a ``close`` is refused).
+_STRICTNESS = {"none": 0, "confirm": 1, "two_person": 2}
+
+
+class NoAuthority(Exception):
+    """The chain does not authorise sending this request; ``reason`` says what is missing, in one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Authority:
+    """What the chain says was requested and who allowed it."""
+
+    request_id: str
+    content_hash: str
+    requester: str
+    approver: str
+    policy: str
+    evidence: Mapping[str, Any]
+    requested_seq: int
+    approval_seq: int
+
+
+# -- evidence when approving ----------------------------------------------------------------------
+
+
+def approval_evidence(
+    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """What allows ``actor`` to approve now (RECOVER_APPROVERS), to be recorded with the approval.
+
+    Returns (evidence, None) or (None, problem-or-None). Evidence kinds: ``any`` (no list is set),
+    ``user`` (listed by id), ``group`` (a member of a listed user group, as read now).
+    """
+    if not approvers:
+        return {"kind": "any"}, None
+    if actor in approvers:
+        return {"kind": "user", "id": actor}, None
+    problem: str | None = None
+    for group in (a for a in approvers if a.startswith("S")):
+        if directory is None:
+            problem = f"user group {group} cannot be resolved (no directory configured)"
+            continue
+        try:
+            if actor in directory.members(group):
+                return {"kind": "group", "id": group, "member": actor}, None
+        except Exception as exc:  # noqa: BLE001 - any directory failure refuses, never allows
+            problem = f"user group {group} could not be read: {type(exc).__name__}"
+    return None, problem
+
+
+def evidence_problem(actor: str, evidence: Any, approvers: Sequence[str]) -> str | None:
+    """Does the recorded evidence still allow ``actor`` under today's RECOVER_APPROVERS? No look-ups."""
+    if not approvers:
+        return None  # any other person may approve
+    if not isinstance(evidence, Mapping):
+        return "the approval records no evidence of what allowed the approver"
+    kind, ident = evidence.get("kind"), evidence.get("id")
+    if kind == "user" and ident == actor and actor in approvers:
+        return None
+    if kind == "group" and ident in approvers and evidence.get("member") == actor:
+        return None
+    return f"the recorded evidence ({kind} {ident}) does not allow <@{actor}> under RECOVER_APPROVERS"
+
+
+# -- reading the chain ------------------------------------------------------------------------------
+
+
+def _request_steps(steps: Iterable[Step], request_id: str) -> list[Step]:
+    out = []
+    for s in steps:
+        rid = (s.detail or {}).get("request_id") if s.step == REQUESTED else s.inputs.get("request_id")
+        if rid == request_id:
+            out.append(s)
+    return out
+
+
+def _intact(store: Store, step: Step, first_keyed: int | None) -> str | None:
+    """The step matches its own hash, its link, and is keyed when the store was keyed before it."""
+    if store.verify_step(step) is not True:
+        return f"step {step.seq} ({step.step}) does not match its hash"
+    prev = store.step_at(step.seq - 1) if step.seq > 1 else None
+    if step.seq > 1 and (prev is None or prev.hash != step.prev_hash):
+        return f"step {step.seq} ({step.step}) is not linked to the step before it"
+    if store.keyed and step.v != KEYED_VERSION and first_keyed is not None and step.seq > first_keyed:
+        return f"step {step.seq} ({step.step}) is not keyed although the chain was keyed before it"
+    return None
+
+
+def derive(
+    store: Store,
+    req: DecisionRequest,
+    *,
+    runbook_policy: str,
+    approvers: Sequence[str],
+    channels: Sequence[str],
+) -> Authority:
+    """The authority to send ``req``, from the chain alone; raises :class:`NoAuthority` with the reason."""
+    steps = _request_steps(store.steps(session_id=req.session_id), req.id)
+    requested = [s for s in steps if s.step == REQUESTED]
+    if len(requested) != 1:
+        raise NoAuthority(f"the chain has {len(requested)} request step(s) for {req.id}, not one")
+    made = requested[0]
+    chain_hash = (made.detail or {}).get("content_hash")
+    if not chain_hash or content_hash(req.content()) != chain_hash or req.content_hash != chain_hash:
+        raise NoAuthority(
+            f"the stored request {req.id} differs from the content hash recorded in the chain (step {made.seq})"
+        )
+    if made.actor != req.requester or made.session_id != req.session_id:
+        raise NoAuthority(
+            f"the chain's request step {made.seq} was made by someone else or on another session"
+        )
+    if _STRICTNESS.get(req.policy, -1) < _STRICTNESS.get(runbook_policy, 2):
+        raise NoAuthority(
+            f"request {req.id} records the policy {req.policy!r}, weaker than the runbook's {runbook_policy!r} "
+            f"for `{req.decision}`"
+        )
+    first_keyed = store.first_keyed_seq() if store.keyed else None
+    problem = _intact(store, made, first_keyed)
+    if problem:
+        raise NoAuthority(problem)
+    expires = parse_time(req.expires_at)
+    two_person = req.policy == "two_person"
+    name = APPROVED if two_person else CONFIRMED
+    reasons: list[str] = []
+    for s in (s for s in steps if s.step == name):
+        why = _approval_problem(s, req, chain_hash, expires, two_person, approvers, channels)
+        why = why or _intact(store, s, first_keyed)
+        if why is None:
+            return Authority(
+                request_id=req.id,
+                content_hash=chain_hash,
+                requester=made.actor,
+                approver=s.actor,
+                policy=req.policy,
+                evidence=dict(s.inputs.get("allowed_by") or {}),
+                requested_seq=made.seq,
+                approval_seq=s.seq,
+            )
+        reasons.append(why)
+    what = "approval by a second person" if two_person else "confirmation by its requester"
+    if not reasons:
+        raise NoAuthority(f"the chain records no {what} of {req.id}")
+    raise NoAuthority(f"no valid {what} of {req.id} in the chain: {reasons[-1]}")
+
+
+def _approval_problem(
+    s: Step,
+    req: DecisionRequest,
+    chain_hash: str,
+    expires: Any,
+    two_person: bool,
+    approvers: Sequence[str],
+    channels: Sequence[str],
+) -> str | None:
+    recorded_hash = s.inputs.get("content_hash")
+    if recorded_hash is not None and recorded_hash != chain_hash:
+        return f"step {s.seq} approved other content"
+    if two_person and recorded_hash is None:
+        return f"step {s.seq} does not name the content it approved"
+    at = parse_time(s.at)
+    if expires is None or at is None or at > expires:
+        return f"step {s.seq} was recorded after the request expired ({req.expires_at})"
+    if two_person:
+        if s.actor == req.requester:
+            return f"step {s.seq} is the requester approving their own request"
+        evidence = evidence_problem(s.actor, s.inputs.get("allowed_by"), approvers)
+        if evidence:
+            return f"step {s.seq}: {evidence}"
+    elif s.actor != req.requester:
+        return f"step {s.seq} is a confirmation by someone other than the requester"
+    if not channel_allowed(s.inputs.get("channel"), channels):
+        return f"step {s.seq} was given outside the recovery channels"
+    return None
+
+
+# -- the chain's view of every request, for audit verify ------------------------------------------
+
+
+def _json(text: Any) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+_NEEDS_APPROVAL = ("approved", "waiting", "recheck", "sending", "executed", "uncertain")
+
+
+@register_cache_check
+def check_request_table(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> list[AuditProblem]:
+    """Every ``decision_requests`` row against the chain: its content hash, its state, its approver."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'decision_requests'"
+    ).fetchone()
+    if not exists:
+        return []
+    made: dict[str, dict[str, Any]] = {}
+    states: dict[str, str] = {}
+    approvals: dict[str, list[dict[str, Any]]] = {}
+    problems: list[AuditProblem] = []
+    for r in rows:
+        inputs = _json(r["inputs"])
+        rid = inputs.get("request_id")
+        if r["step"] == REQUESTED:
+            detail = _json(r["detail"])
+            if detail.get("request_id"):
+                made[detail["request_id"]] = r
+                if detail.get("state"):  # recorded since every transition is a step
+                    states[detail["request_id"]] = str(detail["state"])
+        elif r["step"] == STATE_STEP and rid:
+            before = states.get(rid)
+            if before is not None and inputs.get("from") != before:
+                # The bot moved the request from a state the chain never gave it: the table was edited.
+                problems.append(
+                    AuditProblem(
+                        r["seq"],
+                        "request table",
+                        f"request table: {rid} was moved from {inputs.get('from')!r}, a state the chain "
+                        f"never gave it (the chain had {before!r}): the table was edited",
+                    )
+                )
+            states[rid] = str(inputs.get("to"))
+        elif r["step"] in (APPROVED, CONFIRMED) and rid:
+            approvals.setdefault(rid, []).append(r)
+        elif r["step"] == "decision_refused_no_authority" and rid:
+            why = _json(r["detail"]).get("why")
+            problems.append(
+                AuditProblem(
+                    r["seq"],
+                    "request table",
+                    f"request table: {rid} was refused for want of authority: {why}",
+                )
+            )
+    conn.row_factory = sqlite3.Row
+    for row in conn.execute("SELECT * FROM decision_requests ORDER BY created_at, id"):
+        req = dict(row)
+        rid = req["id"]
+        where = f"request table: {rid}"
+        step = made.get(rid)
+        if step is None:
+            problems.append(AuditProblem(None, "request table", f"{rid} has no request step in the chain"))
+            continue
+        seq = step["seq"]
+        content = {k: req.get(k) for k in req}
+        content["facts"] = _json(req.get("facts"))
+        content["shown_facts"] = _json(req.get("shown_facts"))
+        chain_hash = _json(step["detail"]).get("content_hash")
+        if content_hash(content) != chain_hash or req.get("content_hash") != chain_hash:
+            problems.append(
+                AuditProblem(
+                    seq,
+                    "request table",
+                    f"{where}: its content (decision {req.get('decision')!r}) differs from the hash "
+                    f"recorded in the chain at step {seq}",
+                )
+            )
+        chain_state = states.get(rid)
+        if chain_state is not None and chain_state != req["state"]:
+            problems.append(
+                AuditProblem(
+                    seq,
+                    "request table",
+                    f"{where}: state {req['state']!r} in the table, {chain_state!r} in the chain",
+                )
+            )
+        granted = [
+            a
+            for a in approvals.get(rid, [])
+            if (req.get("policy") != "two_person") or a["actor"] != req["requester"]
+        ]
+        if req["state"] in _NEEDS_APPROVAL and not granted:
+            problems.append(
+                AuditProblem(
+                    seq,
+                    "request table",
+                    f"{where}: state {req['state']!r} but the chain records no approval or confirmation",
+                )
+            )
+        elif req.get("approved_by") and granted and req["approved_by"] not in {a["actor"] for a in granted}:
+            problems.append(
+                AuditProblem(
+                    seq,
+                    "request table",
+                    f"{where}: approved_by {req['approved_by']} in the table, "
+                    f"{', '.join(sorted({a['actor'] for a in granted}))} in the chain",
+                )
+            )
+    return problems
+
+
+# -- the service's guard (a mixin of DecisionService) -----------------------------------------------
+
+log = logging.getLogger("bot.decisions")
+
+
+class AuthorityMixin:
+    """``_authorise`` before every send; ``_replay_vouched`` instead of a blind start-up replay."""
+
+    store: Store
+    requests: Any
+    approvers: tuple[str, ...]
+    channels: tuple[str, ...]
+    client: Any
+
+    def _policy(self, decision: str) -> Any:  # DecisionService's
+        raise NotImplementedError
+
+    def _iso(self, when: Any = None) -> str:  # DecisionService's
+        raise NotImplementedError
+
+    def _authorise(self, req: DecisionRequest, actor: str, reporter: Reporter) -> Reply | None:
+        """None when the chain authorises sending ``req``; otherwise void it, say why, send nothing."""
+        try:
+            derive(
+                self.store,
+                req,
+                runbook_policy=self._policy(req.decision).approval,
+                approvers=self.approvers,
+                channels=self.channels,
+            )
+            return None
+        except NoAuthority as exc:
+            reason = exc.reason
+        log.warning("refused to send %s (%s on %s): %s", req.id, req.decision, req.session_id, reason)
+        with self.store.write() as db:
+            self.requests.transition(
+                db,
+                req.id,
+                tuple(s for s in OPEN_STATES if s != "void"),
+                "void",
+                actor=BOT_ACTOR,
+                decided_by=BOT_ACTOR,
+                decided_at=self._iso(),
+                note=f"no authority in the chain: {reason}",
+            )
+            self.store.record_step(
+                req.session_id,
+                BOT_ACTOR,
+                "decision_refused_no_authority",
+                {"request_id": req.id, "by": actor},
+                "refused",
+                detail={"why": reason},
+                db=db,
+            )
+        msg = text.refusal(
+            f"`{req.decision}` on `{req.session_id}` was not sent: the step log does not authorise {req.id}",
+            reason,
+            "The request tables may have been edited by hand: run `recover-bot audit verify`, "
+            "then make a new request if it is still needed.",
+            session_id=req.session_id,
+        )
+        reporter.post(msg)
+        return Reply.of(msg, ok=False)
+
+    def _replay_vouched(self) -> tuple[int, list[Message]]:
+        """Re-send stored resume requests the chain recorded; decisions go through their own request
+        (``_resend``, with the authority check). A record no step vouches for is never sent."""
+        sent = 0
+        refused: list[Message] = []
+        for record in self.store.unfinished_requests():
+            if record.purpose == PURPOSE_DECISION:
+                continue
+            step = next(
+                (
+                    s
+                    for s in self.store.steps(session_id=record.session_id)
+                    if s.idempotency_key == record.key
+                ),
+                None,
+            )
+            if record.purpose != PURPOSE_RESUME or step is None or self.store.verify_step(step) is not True:
+                log.warning(
+                    "not re-sending %s %s (%s): no intact step records it",
+                    record.method,
+                    record.path,
+                    record.key,
+                )
+                refused.append(
+                    text.refusal(
+                        f"A stored {record.purpose} request on `{record.session_id}` was not re-sent: "
+                        "no step of the log records it",
+                        "Check the step store with `recover-bot audit verify`.",
+                        session_id=record.session_id,
+                    )
+                )
+                continue
+            try:
+                self.client.send(record)
+            except ControlHostError as exc:
+                log.info("re-sending %s: %s", record.key, exc.code)
+            sent += 1
+        return sent, refused
