@@ -150,7 +150,7 @@ def build_services(
     runbooks = load_runbooks(settings.runbooks_dir)
     clock = clock or (sandbox.clock if sandbox is not None else SystemClock())
     settings.db_path.parent.mkdir(parents=True, exist_ok=True)
-    store = Store(settings.db_path, clock=clock)
+    store = Store(settings.db_path, clock=clock, audit_key=settings.audit_key_bytes())
     api: dict[str, Any] = {
         "paths": api_paths(runbooks),
         "fields": dict(runbooks.api.fields) if runbooks.api is not None else {},

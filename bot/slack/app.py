@@ -288,7 +288,7 @@ def build_bot(
 ) -> SlackBot:
     """Build the Slack front end from the settings and a router (no module-level app anywhere)."""
     client = client or make_client(settings)
-    store = store or Store(settings.db_path)
+    store = store or Store(settings.db_path, audit_key=settings.audit_key_bytes())
     out = SlackOut(client)
     state = SlackState(store)
     bot = SlackBot(

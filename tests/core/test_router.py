@@ -128,3 +128,18 @@ def test_session_of_threads_approvals_with_their_session(sbx: SandboxHandle, tmp
     assert router.session_of("/recover handoff") is None
     pending: list[Message] = router.pending_approvals_view()
     assert [m.ref for m in pending] == [request_id]
+
+
+def test_the_bot_keys_its_chain_with_the_configured_audit_key(sbx: SandboxHandle, tmp_path: Path) -> None:
+    """RECOVER_AUDIT_KEY reaches the store: the two-person flow writes keyed steps that verify only with it."""
+    from pydantic import SecretStr
+
+    from bot.store.audit import verify
+
+    router = _router(sbx, tmp_path, audit_key=SecretStr("the-audit-key"))
+    rid = _abandon(router)
+    reply = router.handle_text(f"/recover approve {rid}", actor="bob", channel="C1", reporter=ListReporter())
+    assert reply.ok, _text(reply)
+    report = verify(tmp_path / "recover.db", key=b"the-audit-key")
+    assert report.ok and report.keyed_steps == report.steps > 0, report.summary()
+    assert not verify(tmp_path / "recover.db", key=b"another-key").ok
