@@ -9,6 +9,7 @@ from bot.controlhost._client import (
     ControlHostClient,
     ReplayResult,
 )
+from bot.controlhost._deadline import current_deadline, deadline_at, deadline_in, remaining
 from bot.controlhost._errors import AUTH_MESSAGE, ID_PATTERN, RequestPendingError, check_id
 from bot.controlhost._models import (
     UNKNOWN,
@@ -51,5 +52,9 @@ __all__ = [
     "SessionPage",
     "Turn",
     "check_id",
+    "current_deadline",
+    "deadline_at",
+    "deadline_in",
+    "remaining",
     "show",
 ]

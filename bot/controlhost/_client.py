@@ -20,10 +20,13 @@ from typing import Any
 import httpx
 
 from bot.clock import Clock, SystemClock
+from bot.controlhost._deadline import deadline_in, deadline_transport, remaining
 from bot.controlhost._errors import (
     RequestPendingError,
+    answer_too_large,
     bad_response,
     check_id,
+    deadline_passed,
     error_from_exception,
     error_from_response,
     is_uncertain_status,
@@ -40,6 +43,10 @@ log = logging.getLogger("bot.controlhost")
 PURPOSE_DECISION = "recovery_decision"
 PURPOSE_RESUME = "resume"
 _MAX_PAGES = 1000
+# The largest answer read (a page of 1,000 sessions is about 0.5 MB); a bigger one is refused while it
+# streams, never held whole in memory.
+DEFAULT_MAX_ANSWER_BYTES = 4 * 1024 * 1024
+_READ_CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -86,8 +93,14 @@ class ControlHostClient:
         rng: random.Random | None = None,
         paths: ApiPaths | None = None,
         fields: FieldNames | None = None,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
+        """``timeout`` is each request's total deadline (connect, headers and body together, not per
+        read); a caller's own deadline (``deadline_in``/``deadline_at``, e.g. diagnose's budget) bounds
+        a whole call, retries included. ``max_answer_bytes`` caps an answer's size."""
         self.paths = paths or ApiPaths()
+        self.timeout = timeout
+        self.max_answer_bytes = max_answer_bytes
         self.fields: FieldNames = fields or {}
         register_secret(api_key)  # masked wherever text leaves the process
         self.base_url = base_url.rstrip("/")
@@ -97,9 +110,14 @@ class ControlHostClient:
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
         self._http = httpx.Client(
             base_url=self.base_url,
-            transport=transport,
+            transport=transport if transport is not None else deadline_transport(),
             timeout=httpx.Timeout(timeout),
-            headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
+            headers={
+                "Authorization": f"Bearer {api_key}",
+                "Accept": "application/json",
+                # Compressed answers could expand past the size cap inside one read: ask for none.
+                "Accept-Encoding": "identity",
+            },
             follow_redirects=False,
         )
 
@@ -189,12 +207,64 @@ class ControlHostClient:
             data = {**data, "events": [canonical("event", e, self.fields) for e in data["events"]]}
         return EventPage.parse(data)
 
+    def _request(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
+        """One HTTP exchange within ``timeout`` in total, its answer read streamed up to the size cap.
+
+        Raises httpx errors for transport failures (a passed deadline is a timeout) and
+        ``ANSWER_TOO_LARGE`` as soon as the answer is known to exceed the cap (declared or counted).
+        """
+        with deadline_in(self.timeout):
+            if remaining() == 0.0:
+                raise httpx.ReadTimeout("the call's deadline has passed before the request")
+            request = self._http.build_request(
+                method, path, params=dict(params or {}), content=content, headers=dict(headers or {})
+            )
+            response = self._http.send(request, stream=True)
+            try:
+                declared = response.headers.get("Content-Length")
+                if declared is not None and declared.strip().isdigit() and int(declared) > self.max_answer_bytes:
+                    raise answer_too_large(what, self.max_answer_bytes, int(declared))
+                encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):
+                    raise bad_response(what, response.status_code)
+                body = bytearray()
+                for chunk in response.iter_bytes(_READ_CHUNK):  # identity only (checked above)
+                    body += chunk
+                    if len(body) > self.max_answer_bytes:
+                        raise answer_too_large(what, self.max_answer_bytes, None)
+                    if remaining() == 0.0:
+                        # A custom transport without the deadline backend still stops here.
+                        raise httpx.ReadTimeout("the request's total deadline has passed")
+            finally:
+                response.close()
+            return httpx.Response(
+                response.status_code, headers=response.headers, content=bytes(body), request=request
+            )
+
+    def _pause(self, attempt: int, retry_after: float | None) -> bool:
+        """Wait before the next attempt, within the caller's deadline; False when no time is left."""
+        delay = self.retry.delay(attempt, retry_after, self._rng)
+        left = remaining()
+        if left is not None and left <= delay:
+            return False
+        self.clock.sleep(delay)
+        return True
+
     def _get(self, path: str, *, params: Mapping[str, Any] | None = None, what: str) -> Any:
         last: ControlHostError | None = None
         for attempt in range(1, self.retry.attempts + 1):
             retry_after: float | None = None
             try:
-                response = self._http.get(path, params=dict(params or {}))
+                response = self._request("GET", path, what, params=params)
             except httpx.HTTPError as exc:
                 last = error_from_exception(exc, what)
             else:
@@ -209,8 +279,8 @@ class ControlHostClient:
                         raise last
                     retry_after = parse_retry_after(response.headers.get("Retry-After"), self.clock.now())
             log.info("GET %s attempt %d/%d: %s", path, attempt, self.retry.attempts, last.code)
-            if attempt < self.retry.attempts:
-                self.clock.sleep(self.retry.delay(attempt, retry_after, self._rng))
+            if attempt < self.retry.attempts and not self._pause(attempt, retry_after):
+                raise deadline_passed(what, last)
         assert last is not None
         raise last
 
@@ -260,14 +330,19 @@ class ControlHostClient:
             retry_after: float | None = None
             self.store.note_attempt(current.key)
             try:
-                response = self._http.request(
+                response = self._request(
                     current.method,
                     current.path,
+                    what,
                     content=current.body.encode("utf-8"),
                     headers={"Idempotency-Key": current.key, "Content-Type": "application/json"},
                 )
             except httpx.HTTPError as exc:
                 last = error_from_exception(exc, what)
+            except ControlHostError as exc:
+                # An answer too large to read: the decision may have been applied, so the outcome is
+                # uncertain and the stored request stays pending (same key, same body).
+                last = exc
             else:
                 status = response.status_code
                 if response.is_success:
@@ -287,8 +362,8 @@ class ControlHostClient:
                     self.store.finish_request(current.key, status, _response_body(response))
                     raise error_from_response(response, what)
             log.info("POST %s attempt %d/%d: %s", current.path, attempt, self.retry.attempts, last.code)
-            if attempt < self.retry.attempts:
-                self.clock.sleep(self.retry.delay(attempt, retry_after, self._rng))
+            if attempt < self.retry.attempts and not self._pause(attempt, retry_after):
+                raise RequestPendingError(last, idempotency_key=current.key, attempts=attempt)
         assert last is not None
         raise RequestPendingError(last, idempotency_key=current.key, attempts=self.retry.attempts)
 

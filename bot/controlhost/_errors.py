@@ -41,6 +41,10 @@ _HINTS = {
     "TIMEOUT": "The control host did not answer in time: check that it is up, then try again.",
     "UNREACHABLE": "Check CONTROL_HOST_URL and that the control host is reachable from the bot.",
     "SERVER_ERROR": "The control host failed: try again shortly, and check its api logs if it persists.",
+    "ANSWER_TOO_LARGE": (
+        "The control host's answer was far larger than any API answer should be: check that "
+        "CONTROL_HOST_URL points at the API and not at something in front of it."
+    ),
 }
 
 _STATUS_CODES = {400: "BAD_REQUEST", 404: "NOT_FOUND", 422: "IDEMPOTENCY_KEY_REUSED", 429: "RATE_LIMITED"}
@@ -104,6 +108,29 @@ def error_from_exception(exc: httpx.HTTPError, what: str) -> ControlHostError:
     else:
         code, text = "UNREACHABLE", f"No answer from the control host to {what} ({type(exc).__name__})"
     return ControlHostError(text, code=code, status=None, retryable=True, hint=_HINTS[code])
+
+
+def answer_too_large(what: str, cap: int, declared: int | None) -> ControlHostError:
+    """An answer past the size cap, refused while it streams (never read whole)."""
+    size = f"{declared:,} bytes declared" if declared is not None else "more than that"
+    return ControlHostError(
+        f"The control host's answer to {what} exceeded the {cap:,}-byte cap ({size}); it was not read",
+        code="ANSWER_TOO_LARGE",
+        status=None,
+        retryable=False,
+        hint=_HINTS["ANSWER_TOO_LARGE"],
+    )
+
+
+def deadline_passed(what: str, last: ControlHostError) -> ControlHostError:
+    """No time left to retry a read within the caller's deadline (e.g. diagnose's budget)."""
+    return ControlHostError(
+        f"{last.message} — no time left within the deadline to try again",
+        code=last.code,
+        status=last.status,
+        retryable=True,
+        hint=last.hint,
+    )
 
 
 def bad_response(what: str, status: int) -> ControlHostError:

@@ -10,6 +10,7 @@ decides with the facts that did arrive (its conditions treat unknown explicitly)
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import re
 import threading
 import time
@@ -19,16 +20,21 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from bot.clock import Clock, SystemClock, isoformat
+from bot.controlhost import deadline_at
 from bot.diagnosis import facts as F
 from bot.diagnosis import logcoverage, wording
 from bot.diagnosis.timeline import ControlResult, InterruptTimeline
 from bot.errors import CommandError, ControlHostError, RecoverError
 from bot.messages import Reply, Reporter
+from bot.workpool import PoolBusy, WorkPool
 
 DEFAULT_BUDGET_SECONDS = 10.0
 DEFAULT_LOG_WINDOW_SECONDS = 24 * 3600.0
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 _EVENT_PAGES = 50  # bound on event pages read per diagnose (each page is one GET)
+# Sources read at once across every diagnose in the process, and how many may wait for a worker.
+POOL_WORKERS = 16
+POOL_QUEUE = 64
 
 
 @dataclass(frozen=True)
@@ -146,8 +152,11 @@ class Diagnoser:
         reconciler_status: ReconcilerStatusSource | None,
         clock: Clock | None = None,
         evaluate: Callable[[Any, dict[str, F.FactValue]], Any] | None = None,
+        pool: WorkPool | None = None,
     ) -> None:
         self.client = client
+        # One bounded pool for every diagnose: a slow control host cannot make threads pile up.
+        self.pool = pool or WorkPool("diagnose", workers=POOL_WORKERS, queue=POOL_QUEUE)
         self.runbooks = runbooks
         self.store = store
         self.log_source = log_source
@@ -290,18 +299,23 @@ class Diagnoser:
 
         def run(name: str, fn: Callable[[], Any]) -> Any:
             try:
-                return fn()
+                if time.monotonic() >= deadline:
+                    raise _DeadlinePassed()  # waited in the queue past the budget: do not start
+                # Every control-host request inside ends by the deadline, so the worker is free by then.
+                with deadline_at(deadline):
+                    return fn()
             finally:
                 with lock:
                     finished_at[name] = time.monotonic()
 
-        # Daemon-free pool shut down without waiting: a slow source must not delay the answer.
-        pool = cf.ThreadPoolExecutor(max_workers=len(tasks), thread_name_prefix="diagnose")
-        try:
-            futures = {pool.submit(run, name, fn): name for name, fn in tasks.items()}
-            done, not_done = cf.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+        futures: dict[cf.Future[Any], str] = {}
+        for name, fn in tasks.items():
+            try:
+                futures[self.pool.submit(functools.partial(run, name, fn))] = name
+            except PoolBusy as busy:
+                states[name] = SourceStatus(name, F.SOURCE_SLOW, str(busy), 0)
+        # A slow source must not delay the answer: whatever has not finished by the deadline is slow.
+        done, not_done = cf.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
         for future, name in futures.items():
             with lock:
                 end = finished_at.get(name)
@@ -310,7 +324,10 @@ class Diagnoser:
                 states[name] = SourceStatus(name, F.SOURCE_SLOW, wording.source_slow(budget), elapsed)
                 continue
             exc = future.exception()
-            if isinstance(exc, _DeadlinePassed | TimeoutError):
+            if isinstance(exc, _DeadlinePassed | TimeoutError) or (
+                isinstance(exc, ControlHostError) and exc.code == "TIMEOUT"
+            ):
+                # A request that ran out of the budget (e.g. a host that dribbles its answer) is slow.
                 states[name] = SourceStatus(name, F.SOURCE_SLOW, wording.source_slow(budget), elapsed)
             elif exc is not None:
                 states[name] = SourceStatus(name, F.SOURCE_UNREACHABLE, wording.source_error(exc), elapsed)

@@ -108,10 +108,18 @@ class SandboxAdmin:
         seconds: float | None = None,
         retry_after: int | None = None,
         status: int | None = None,
+        rate: int | None = None,
+        size: int | None = None,
+        length: bool | None = None,
     ) -> dict[str, Any]:
         """Inject a fault: ``latency`` (seconds), ``rate_limit`` (429 + Retry-After), ``server_error``
-        (5xx before the commit) or ``drop_after_commit``; ``path`` is an fnmatch pattern."""
+        (5xx before the commit), ``drop_after_commit``, ``dribble`` (the answer at ``rate`` bytes/s for
+        ``seconds``) or ``huge_body`` (the answer padded to ``size`` bytes, streamed; ``length=False``
+        sends no Content-Length); ``path`` is an fnmatch pattern."""
         body: dict[str, Any] = {"kind": kind, "path": path, "method": method, "times": times}
+        for name, value in (("rate", rate), ("size", size), ("length", length)):
+            if value is not None:
+                body[name] = value
         if seconds is not None:
             body["seconds"] = seconds
         if retry_after is not None:

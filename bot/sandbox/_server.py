@@ -34,7 +34,11 @@ log = logging.getLogger("bot.sandbox")
 
 RECOVER_SCOPE = "sessions:recover"
 MAX_BODY = 1 << 20
-FAULT_KINDS = ("latency", "rate_limit", "server_error", "drop_after_commit")
+FAULT_KINDS = ("latency", "rate_limit", "server_error", "drop_after_commit", "dribble", "huge_body")
+# How an answer can be sent badly (hostile-host tests): slowly, or far too big.
+SHAPE_KINDS = ("dribble", "huge_body")
+DEFAULT_HUGE_BYTES = 300_000_000
+_CHUNK = 64 * 1024
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Response:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False  # commit, then close the connection without answering
+    shape: Fault | None = None  # dribble / huge_body: how the answer goes out
 
 
 @dataclass
@@ -57,6 +62,9 @@ class Fault:
     seconds: float = 0.0  # latency
     retry_after: int = 1  # rate_limit
     status: int = 503  # server_error
+    rate: int = 4  # dribble: bytes per second
+    size: int = DEFAULT_HUGE_BYTES  # huge_body: bytes of the answer
+    length: bool = True  # huge_body: declare Content-Length (else the body ends when the connection closes)
     hits: int = 0
 
     def matches(self, method: str, path: str) -> bool:
@@ -74,6 +82,9 @@ class Fault:
             "seconds": self.seconds,
             "retry_after": self.retry_after,
             "status": self.status,
+            "rate": self.rate,
+            "size": self.size,
+            "length": self.length,
             "hits": self.hits,
         }
 
@@ -248,6 +259,7 @@ class SandboxApp:
         except ApiError as exc:
             response = Response(exc.status, exc.body())
         response.drop = drop
+        response.shape = next((f for f in faults if f.kind in SHAPE_KINDS), None)
         return response
 
     def _get(self, name: str, params: dict[str, str], query: dict[str, str]) -> Response:
@@ -378,10 +390,17 @@ class SandboxApp:
             path=str(body.get("path") or "*"),
             method=str(method).upper() if method else None,
             times=None if times is None else int(times),
-            seconds=float(body.get("seconds") or 0.0),
+            seconds=float(body.get("seconds") or (600.0 if kind == "dribble" else 0.0)),
             retry_after=int(body.get("retry_after", 1)),
             status=int(body.get("status", 503)),
+            rate=int(body.get("rate", 4)),
+            size=int(body.get("size", DEFAULT_HUGE_BYTES)),
+            length=_bool(body, "length") if "length" in body else True,
         )
+        if fault.kind == "dribble" and fault.rate < 1:
+            raise AdminError(400, "BAD_REQUEST", "dribble needs rate >= 1 (bytes per second)")
+        if fault.kind == "huge_body" and fault.size < 1:
+            raise AdminError(400, "BAD_REQUEST", "huge_body needs size >= 1 (bytes)")
         if fault.kind == "server_error" and not 500 <= fault.status <= 599:
             raise AdminError(400, "BAD_REQUEST", "server_error status must be 5xx")
         if fault.kind == "latency" and fault.seconds <= 0:
@@ -621,6 +640,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _write(self, response: Response) -> None:
         payload = b"" if response.body is None else json.dumps(response.body).encode()
+        if response.shape is not None:
+            self.close_connection = True
+            try:
+                if response.shape.kind == "dribble":
+                    self._dribble(response, payload, response.shape)
+                else:
+                    self._huge(response, payload, response.shape)
+            except OSError:
+                pass  # the client gave up (its cap or deadline): nothing more to send
+            return
         try:
             self.send_response(response.status)
             self.send_header("Content-Type", "application/json")
@@ -632,6 +661,42 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             # The client gave up (e.g. its timeout during an injected latency): nothing to answer.
             self.close_connection = True
+
+    def _head(self, response: Response, length: int | None) -> bytes:
+        lines = [f"HTTP/1.1 {response.status} {self.responses.get(response.status, ('',))[0]}"]
+        lines.append("Content-Type: application/json")
+        if length is not None:
+            lines.append(f"Content-Length: {length}")
+        lines.append("Connection: close")
+        lines.extend(f"{name}: {value}" for name, value in response.headers.items())
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def _dribble(self, response: Response, payload: bytes, fault: Fault) -> None:
+        """The whole answer (status line and headers included), ``rate`` bytes a second, padded so it
+        lasts ``seconds``: each read gets a few bytes, so only a total deadline stops the client."""
+        body = payload + b" " * max(0, int(fault.rate * fault.seconds) - len(payload))
+        data = self._head(response, len(body)) + body
+        step = max(1, fault.rate // 4)
+        for offset in range(0, len(data), step):
+            if self.server.stopping.wait(step / fault.rate):
+                return
+            self.connection.sendall(data[offset : offset + step])
+
+    def _huge(self, response: Response, payload: bytes, fault: Fault) -> None:
+        """The real answer with a ``_padding`` string making it ``size`` bytes, streamed (never built)."""
+        if payload.endswith(b"}") and len(payload) > 2:
+            prefix, suffix = payload[:-1] + b',"_padding":"', b'"}'
+        else:
+            prefix, suffix = b'{"_padding":"', b'"}'
+        filler = max(0, fault.size - len(prefix) - len(suffix))
+        self.connection.sendall(self._head(response, len(prefix) + filler + len(suffix) if fault.length else None))
+        self.connection.sendall(prefix)
+        block = b"x" * _CHUNK
+        while filler > 0 and not self.server.stopping.is_set():
+            n = min(filler, _CHUNK)
+            self.connection.sendall(block[:n])
+            filler -= n
+        self.connection.sendall(suffix)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
         # The request line never carries the Authorization header, so nothing secret is logged.
@@ -650,6 +715,7 @@ class SandboxHTTPServer(ThreadingHTTPServer):
         self.request_timeout = request_timeout
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+        self.stopping = threading.Event()  # slow answers (dribble, huge_body) end when set
 
     def track(self, connection: socket.socket, opened: bool) -> None:
         with self._connections_lock:
@@ -659,6 +725,7 @@ class SandboxHTTPServer(ThreadingHTTPServer):
                 self._connections.discard(connection)
 
     def close_connections(self) -> None:
+        self.stopping.set()
         with self._connections_lock:
             connections = list(self._connections)
         for connection in connections:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -131,3 +132,73 @@ def test_faults_never_touch_the_admin_api(sandbox: SandboxHandle) -> None:
     sandbox.admin.fault("server_error", "*", times=None)
     assert sandbox.admin.scheduler_pass()["confirmed_gone"]  # admin still answers
     assert len(sandbox.admin.faults()) == 1
+
+
+@pytest.mark.parametrize("length", [True, False])
+def test_huge_body_streams_the_real_answer_padded_to_size(
+    sandbox: SandboxHandle, sandbox_api: SandboxApi, length: bool
+) -> None:
+    sandbox.admin.fault("huge_body", "/v1/sessions/ses_healthy", size=3_000_000, length=length)
+    response = sandbox_api.get("/v1/sessions/ses_healthy")
+    assert response.status_code == 200
+    assert len(response.content) == 3_000_000
+    assert ("content-length" in response.headers) is length
+    data = response.json()
+    assert data["id"] == "ses_healthy" and data["status"] == "running"
+    assert set(data["_padding"]) == {"x"}
+    assert sandbox_api.get("/v1/sessions/ses_healthy").headers["content-length"] != "3000000"  # used up
+
+
+def test_dribble_sends_a_few_bytes_a_second_and_never_trips_a_read_timeout(
+    sandbox: SandboxHandle, sandbox_api: SandboxApi
+) -> None:
+    sandbox.admin.fault("dribble", "/v1/sessions/ses_healthy", rate=200, seconds=600)
+    slow = SandboxApi(sandbox.url, sandbox.api_key, timeout=0.5)  # per-read timeout: never trips
+    arrived: list[int] = []
+    started = time.monotonic()
+    try:
+        with slow.client.stream("GET", "/v1/sessions/ses_healthy") as response:
+            head = time.monotonic() - started
+            assert response.status_code == 200
+            assert int(response.headers["content-length"]) == 200 * 600
+            body_started = time.monotonic()
+            for chunk in response.iter_raw():
+                arrived.append(len(chunk))
+                if time.monotonic() - body_started > 2.0:
+                    break
+    finally:
+        slow.close()
+    assert head > 0.3  # the status line and headers are dribbled too
+    assert 200 <= sum(arrived) <= 800, sum(arrived)  # about 200 bytes a second
+    assert max(arrived) <= 50
+
+
+def test_a_dribble_ends_when_the_sandbox_stops(sandbox_factory: Any) -> None:
+    sb = sandbox_factory(scenarios=["healthy"])
+    sb.admin.fault("dribble", "/v1/sessions/ses_healthy", rate=4, seconds=600)
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        api = SandboxApi(sb.url, sb.api_key, timeout=30)
+        try:
+            api.get("/v1/sessions/ses_healthy")
+        except httpx.HTTPError as exc:
+            errors.append(exc)
+        finally:
+            api.close()
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    sb.stop()
+    thread.join(10)
+    assert not thread.is_alive() and errors
+    assert time.monotonic() - started < 5
+
+
+def test_shape_faults_are_validated(sandbox: SandboxHandle) -> None:
+    with pytest.raises(SandboxAdminError):
+        sandbox.admin.fault("dribble", rate=0)
+    with pytest.raises(SandboxAdminError):
+        sandbox.admin.fault("huge_body", size=0)

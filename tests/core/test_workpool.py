@@ -1,0 +1,57 @@
+"""Bounded work pools: fixed workers, a bounded queue that refuses at once, idle workers that exit."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from bot.workpool import PoolBusy, WorkPool, snapshot
+
+
+def _wait_threads(pool: WorkPool, expected: int, within: float = 5.0) -> int:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and pool.stats()["threads"] != expected:
+        time.sleep(0.02)
+    return int(pool.stats()["threads"])
+
+
+def test_workers_and_queue_are_bounded_and_a_full_queue_refuses_at_once() -> None:
+    pool = WorkPool("test-bounded", workers=2, queue=3, idle_seconds=0.2)
+    release = threading.Event()
+    futures = [pool.submit(release.wait) for _ in range(5)]  # 2 running + 3 queued
+    deadline = time.monotonic() + 5
+    while pool.stats()["running"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stats = pool.stats()
+    assert (stats["threads"], stats["running"], stats["queued"]) == (2, 2, 3)
+    started = time.monotonic()
+    with pytest.raises(PoolBusy, match="test-bounded pool is full"):
+        pool.submit(lambda: None)
+    assert time.monotonic() - started < 0.1
+    assert pool.stats()["rejected"] == 1
+    assert any(s["name"] == "test-bounded" and s["queued"] == 3 for s in snapshot())
+    release.set()
+    assert all(f.result(5) is True for f in futures)
+    assert pool.stats()["completed"] == 5
+
+
+def test_idle_workers_exit_and_come_back_on_demand() -> None:
+    pool = WorkPool("test-idle", workers=3, queue=10, idle_seconds=0.2)
+    baseline = threading.active_count()
+    assert [f.result(5) for f in [pool.submit(lambda i=i: i * 2) for i in range(6)]] == [0, 2, 4, 6, 8, 10]
+    assert _wait_threads(pool, 0) == 0
+    assert threading.active_count() <= baseline
+    assert pool.submit(lambda: "again").result(5) == "again"
+
+
+def test_an_exception_reaches_the_caller_and_the_worker_survives() -> None:
+    pool = WorkPool("test-errors", workers=1, queue=2, idle_seconds=0.2)
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        pool.submit(boom).result(5)
+    assert pool.submit(lambda: 7).result(5) == 7
