@@ -59,6 +59,12 @@ def error_reply(exc: BaseException) -> Reply:
     )
 
 
+def _batch_id(cmd: ParsedCommand) -> bool:
+    """approve/reject/take/history name a batch by its ``bat_`` prefix (commands.md)."""
+    value = cmd.arg("request_id") or cmd.arg("session_id") or ""
+    return cmd.kind in ("approve", "reject", "take", "history") and value.startswith("bat_")
+
+
 class Router:
     """Dispatches parsed commands by their runbook step kind, and button actions, to the core."""
 
@@ -74,6 +80,8 @@ class Router:
         keys and bodies, and execute approved requests exactly once (never re-create them)."""
         try:
             self.startup_reply = self.services.decisions.recover_after_restart(reporter)
+            if self.services.bulk is not None:  # batches a killed process left half-sent (same keys)
+                self.startup_reply.messages.extend(self.services.bulk.batches.resume_open(reporter))
         except Exception as exc:  # noqa: BLE001 - a start-up problem is shown, the bot still serves
             self.startup_reply = error_reply(exc)
         return self.startup_reply
@@ -154,6 +162,10 @@ class Router:
                 yes=bool(cmd.flag("yes")),
                 reporter=reporter,
             )
+        if kind in ("triage", "batch_decide", "dryrun_batch_decide", "batch") or _batch_id(cmd):
+            from bot.bulk_routes import dispatch
+
+            return dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
         if kind == "approve":
             return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
         if kind == "reject":
@@ -169,7 +181,10 @@ class Router:
         if kind == "note":
             return s.decisions.note(actor, self._arg(cmd, "session_id"), self._arg(cmd, "text"))
         if kind == "handoff":
-            return s.decisions.handoff(actor)
+            reply = s.decisions.handoff(actor)
+            if s.bulk is not None:
+                reply.messages.extend(s.bulk.batches.handoff_messages())
+            return reply
         if kind == "text":
             return self._text(cmd)
         raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
@@ -244,6 +259,12 @@ class Router:
         form: dict[str, str],
     ) -> Reply:
         d = self.services.decisions
+        if action in ("approve", "reject", "confirm") and value.startswith("bat_") and self.services.bulk:
+            self._check_channel(action, True, channel)
+            batches = self.services.bulk.batches
+            if action == "reject":
+                return batches.reject(actor, channel, value, form.get("reason") or None)
+            return batches.approve(actor, channel, value, reporter)
         if action == "approve":
             self._check_channel("approve", True, channel)
             return d.approve(actor, channel, self._id(value, "request id"), reporter)

@@ -40,6 +40,9 @@ class Services:
     dockerops: DockerOps
     clock: Clock
     sandboxed: bool
+    bulk: Any = None  # bot.bulk.Bulk: triage and batches over a paced client
+
+
 
 
 class LoggingReporter:
@@ -156,12 +159,13 @@ def build_services(
         "fields": dict(runbooks.api.fields) if runbooks.api is not None else {},
     }
     if sandbox is not None:
-        client = ControlHostClient(sandbox.url, sandbox.api_key, store=store, clock=clock, **api)
+        url, key = sandbox.url, sandbox.api_key
     else:
         settings.require_control_host()
         api_key = reveal(settings.control_host_api_key)
         assert settings.control_host_url and api_key
-        client = ControlHostClient(settings.control_host_url, api_key, store=store, clock=clock, **api)
+        url, key = settings.control_host_url, api_key
+    client = ControlHostClient(url, key, store=store, clock=clock, **api)
 
     docker_factory = client_factory(settings.docker_host)
     dockerops = DockerOps(
@@ -202,7 +206,12 @@ def build_services(
         channels=settings.channels,
         directory=directory,
     )
+    from bot.bulk import Bulk
+
+    bulk = Bulk.build(url, key, store=store, clock=clock, runbooks=runbooks, api=api, log_source=log_source,
+                      decisions=decisions, csv_dir=settings.db_path.parent / "batches")
     return Services(
+        bulk=bulk,
         settings=settings,
         runbooks=runbooks,
         store=store,

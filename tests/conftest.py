@@ -26,4 +26,5 @@ pytest_plugins = [
     "tests.fixtures.docker",
     "tests.fixtures.decisions",
     "tests.fixtures.slack",
+    "tests.fixtures.triage",
 ]

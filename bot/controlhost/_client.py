@@ -140,11 +140,16 @@ class ControlHostClient:
         data = self._get(self.paths.session.format(session_id=sid), what=f"reading session {sid}")
         return Session.parse(canonical("session", data, self.fields), fallback_id=sid)
 
-    def list_sessions_needing_operator(self, cursor: str | None = None) -> SessionPage:
-        """One page of sessions with ``admission_state=recovery_required`` (follow ``next``)."""
-        params = {"admission_state": "recovery_required"}
+    def list_sessions_needing_operator(
+        self, cursor: str | None = None, *, limit: int | None = None
+    ) -> SessionPage:
+        """One page of sessions with ``admission_state=recovery_required`` (follow ``next``);
+        ``limit`` asks for a page size (an API may ignore it)."""
+        params: dict[str, Any] = {"admission_state": "recovery_required"}
         if cursor:
             params["cursor"] = cursor
+        if limit:
+            params["limit"] = limit
         data = self._get(self.paths.sessions, params=params, what="listing sessions")
         if isinstance(data, dict) and isinstance(data.get("sessions"), list):
             data = {**data, "sessions": [canonical("session", s, self.fields) for s in data["sessions"]]}

@@ -97,6 +97,10 @@ STEP_KINDS: frozenset[str] = frozenset(
         "note",
         "handoff",
         "text",
+        "triage",
+        "batch_decide",
+        "dryrun_batch_decide",
+        "batch",
     }
 )
 

@@ -367,6 +367,7 @@ def test_accessors(runbooks: RunbookSet) -> None:
         "reject",
         "decide",
         "reconcile",
+        "batch decide",
     }
     with pytest.raises(KeyError, match="no limit named"):
         runbooks.limit("nope")

@@ -1,0 +1,96 @@
+"""Which sessions a batch binds, which it leaves out and why (pure: no I/O).
+
+Each candidate is judged by the runbook's own evaluation (bot.runbook.evaluate.check_decision)
+against the facts it was read with. ``retry_restore`` also leaves out what a retry cannot cure — an
+incompatible checkpoint (R2.3, R5.3) or permanent damage (R2.8) — unless ``--cause-fixed`` says what
+changed, and a session where the same decision already ran the threshold's number of times without
+curing the same attention (R5.4).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.runbook.evaluate import check_decision
+
+BATCH_DECISIONS = ("retry_restore", "start_fresh", "close")
+PER_SESSION = ("abandon", "confirm_completed")  # each turn's external effects are checked on their own (R3.10)
+
+# Branches and attention reasons whose cause a retry of the same checkpoint cannot cure.
+INCURABLE_BRANCHES = {"restore_incompatible": "R2.3", "restore_permanent": "R2.8"}
+_DAMAGE = re.compile(
+    r"incompatible_checkpoint|restore_refused|CHECKPOINT_UNAVAILABLE|NoSuchKey|AccessDenied|digest|checksum"
+    r"|\b40[134]\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class Candidate:
+    session_id: str
+    revision: int | None
+    facts: dict[str, Any]
+    branch: str | None = None
+    damage: bool = False  # the group's examples showed permanent damage in the worker logs
+
+
+@dataclass
+class Plan:
+    members: list[Candidate] = field(default_factory=list)
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+
+    def leave_out(self, c: Candidate, why: str, rule: str | None = None) -> None:
+        self.excluded.append({"session_id": c.session_id, "why": why, "rule": rule})
+
+
+def incurable(c: Candidate) -> tuple[str, str] | None:
+    """(why, rule) when retry_restore cannot cure this session's cause; None otherwise."""
+    if c.facts.get("attention.reason") == "incompatible_checkpoint" or c.branch == "restore_incompatible":
+        return "incompatible checkpoint: a retry on the same runtime/profile never succeeds", "R2.3"
+    if c.damage or c.branch == "restore_permanent":
+        return "permanent damage to the checkpoint: a restart does not cure it", "R2.8"
+    reason = c.facts.get("attention.reason")
+    if isinstance(reason, str) and _DAMAGE.search(reason):
+        return f"the last worker error ({reason}) is permanent damage, not an outage", "R2.8"
+    return None
+
+
+def plan(
+    runbooks: Any,
+    decision: str,
+    candidates: list[Candidate],
+    *,
+    reason: str,
+    cause_fixed: str | None,
+    repeated: Callable[[Candidate], int],
+    threshold: int,
+) -> Plan:
+    """Split candidates into members and the ones left out, with the reason for each."""
+    out = Plan()
+    flags: Mapping[str, Any] = {"reason": reason, "yes": True}
+    for c in candidates:
+        verdict = check_decision(runbooks, decision, c.facts, flags)
+        if not verdict.ok:
+            code = f"{verdict.status} {verdict.code}: " if verdict.code else ""
+            out.leave_out(c, f"{code}{verdict.reason}", verdict.rules[0] if verdict.rules else None)
+            continue
+        if decision == "retry_restore" and not cause_fixed:
+            bad = incurable(c)
+            if bad is not None:
+                out.leave_out(c, bad[0] + ' (say what changed with --cause-fixed "…")', bad[1])
+                continue
+        if decision == "retry_restore" and not cause_fixed:
+            done = repeated(c)
+            if done > 0 and done + 1 >= threshold:
+                out.leave_out(
+                    c,
+                    f"retry_restore already applied {done} time(s) with the same attention: the cause is not "
+                    'fixed; do not paper over it with repeats (say what changed with --cause-fixed "…")',
+                    "R5.4",
+                )
+                continue
+        out.members.append(c)
+    return out

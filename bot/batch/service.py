@@ -1,0 +1,369 @@
+"""BatchService: ``batch decide``, its approval, its sending, progress, stop, take and hand-off.
+
+One decision for many sessions at once, under the same rules as one: the members are bound with the
+facts they were read with, a batch of ``close`` or one larger than the runbook's threshold needs a
+second person's approval of the whole list (the core's approver rules, never the requester, ``--yes``
+never replaces it), approval and execution are compare-and-sets in the database (one winner across
+processes), and each member is re-checked and sent once with a stored Idempotency-Key.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from bot.batch import text
+from bot.batch.plan import BATCH_DECISIONS, PER_SESSION, Candidate, plan
+from bot.batch.runner import Runner
+from bot.batch.store import OPEN_STATES, Batch, BatchStore, content_hash, new_batch_id
+from bot.clock import isoformat, parse_time
+from bot.decisions._policy import DecisionPolicy, decision_policy
+from bot.decisions._rules import approver_allowed, channel_allowed
+from bot.errors import CommandError
+from bot.messages import Message, Reply, Reporter
+from bot.runbook.evaluate import evaluate
+from bot.triage.engine import runbook_limit
+from bot.triage.facts import gather
+from bot.triage.pace import Throttle
+from bot.triage.store import TriageStore
+
+BOT = "recover-bot"
+
+
+def _refuse(headline: str, *lines: str) -> Reply:
+    return Reply.of(Message(headline=headline, level="error", lines=list(lines)), ok=False)
+
+
+class BatchService:
+    def __init__(self, *, store: Any, client: Any, runbooks: Any, clock: Any, decisions: Any,
+                 csv_dir: Path | None = None) -> None:
+        self.store = store
+        self.client = client
+        self.runbooks = runbooks
+        self.clock = clock
+        self.decisions = decisions
+        self.batches = BatchStore(store)
+        self.triages = TriageStore(store)
+        self.csv_dir = csv_dir
+
+    def limit(self, name: str) -> float:
+        return runbook_limit(self.runbooks, name)
+
+    def policy(self, decision: str) -> DecisionPolicy:
+        return decision_policy(self.runbooks, decision, self.decisions.limits)
+
+    def _step(self, batch_id: str, actor: str, step: str, outcome: str, **detail: Any) -> None:
+        self.store.record_step(None, actor, step, {"batch_id": batch_id}, outcome, detail=detail or None)
+
+    # == request ==================================================================================
+
+    def _candidates(self, target: str, sessions: str | None) -> tuple[list[Candidate], str]:
+        if sessions:
+            ids = list(dict.fromkeys(s.strip() for s in sessions.split(",") if s.strip()))
+            now = self.clock.now()
+            out = []
+            for sid in ids:
+                facts, _ = gather(self.client, self.client.get_session(sid), now)
+                branch = evaluate(self.runbooks, facts).branch_id
+                out.append(Candidate(sid, facts.get("session.revision"), facts, branch))
+            return out, f"--sessions ({len(ids)})"
+        group = self.triages.group(target)
+        if group is None:
+            raise CommandError(
+                f"no triage group {target!r}",
+                usage="Run `/recover triage` and copy a group id (t7.g1), or name sessions with --sessions a,b,c.",
+            )
+        damage = bool(group.data.get("damage"))
+        return [Candidate(m.session_id, m.revision, m.facts, m.branch, damage) for m in group.members], group.id
+
+    def decide(self, actor: str, channel: str | None, target: str, decision: str | None, *, sessions: str | None,
+               reason: str, cause_fixed: str | None, yes: bool, dry: bool, reporter: Reporter) -> Reply:
+        if sessions and not decision:
+            target, decision = "", target
+        decision = (decision or "").lower()
+        if decision in PER_SESSION:
+            return _refuse(f"`{decision}` is decided per session, never in a batch",
+                           "Each turn's external effects must be checked on their own (R3.10): "
+                           f"use `/recover decide <session_id> {decision} …`.")
+        if decision not in BATCH_DECISIONS:
+            return _refuse(f"`batch decide` takes retry_restore, start_fresh or close, not {decision!r}")
+        if not dry and not channel_allowed(channel, self.decisions.channels):
+            return _refuse("`batch decide` is refused outside the recovery channels (RECOVER_CHANNELS)")
+        candidates, source = self._candidates(target, sessions)
+        policy = self.policy(decision)
+
+        def repeated(c: Candidate) -> int:
+            code = c.facts.get("attention.code")
+            return self.decisions._repeated(c.session_id, decision, c.facts) + self.batches.executed_count(
+                c.session_id, decision, code)
+
+        chosen = plan(self.runbooks, decision, candidates, reason=reason, cause_fixed=cause_fixed,
+                      repeated=repeated, threshold=policy.repeat_threshold)
+        if not chosen.members:
+            lines = [f"{e['session_id']}: {e['why']}" for e in chosen.excluded[:15]]
+            return _refuse(f"No member of {source or 'the list'} can take `{decision}`: nothing to send", *lines)
+        threshold = int(self.limit("batch_approval_threshold"))
+        two = decision == "close" or len(chosen.members) > threshold
+        now = self.clock.now()
+        content = {
+            "id": new_batch_id(), "requester": actor, "channel": channel, "decision": decision,
+            "reason": reason, "cause_fixed": cause_fixed, "source": source,
+            "policy": "two_person" if two else "confirm", "created_at": isoformat(now),
+            "expires_at": isoformat(now + timedelta(seconds=policy.expiry_seconds)),
+            "excluded": chosen.excluded,
+        }
+        members = [{"session_id": c.session_id, "revision": c.revision, "facts": dict(c.facts)}
+                   for c in chosen.members]
+        if dry:
+            return self._dry(content, members, policy)
+        with self.store.write() as db:
+            batch = self.batches.insert(db, content, members)
+            self.store.record_step(None, actor, "batch_requested", {"batch_id": batch.id}, "requested",
+                                   detail={"content_hash": batch.content_hash, "decision": decision,
+                                           "members": len(members), "source": source}, db=db)
+        stored = self.batches.members(batch.id)
+        if two or not yes:
+            return Reply.of(text.approval_message(batch, stored, source, list(self.decisions.approvers)))
+        return self._confirm(batch, actor, channel, reporter)
+
+    def _dry(self, content: dict[str, Any], members: list[dict[str, Any]], policy: DecisionPolicy) -> Reply:
+        lines = [f"Members ({len(members)}), each re-checked just before its send:"]
+        for m in members[:30]:
+            _, path, body = policy.request(m["session_id"], m["facts"], {"reason": content["reason"]})
+            lines.append(f"  POST {path} {body}")
+        if len(members) > 30:
+            lines.append(f"  … {len(members) - 30} more")
+        for e in content["excluded"][:30]:
+            lines.append(f"  left out {e['session_id']}: {e['why']}" + (f" ({e['rule']})" if e.get("rule") else ""))
+        who = ("a second person's approval of the whole list" if content["policy"] == "two_person"
+               else "your confirmation (--yes or the button)")
+        lines.append(f"It would need {who}. Each POST carries its own Idempotency-Key, stored before the first send.")
+        return Reply.of(Message(headline=f"Dry run: batch `{content['decision']}` on {len(members)} session(s) "
+                                f"from {content['source']} (nothing sent)", lines=lines))
+
+    # == approval =================================================================================
+
+    def _tampered(self, batch: Batch) -> bool:
+        members = [{"session_id": m.session_id, "revision": m.revision, "facts": m.facts}
+                   for m in self.batches.members(batch.id)]
+        if content_hash(vars(batch), members) != batch.content_hash:
+            return True
+        for step in self.store.steps():
+            if step.step == "batch_requested" and (step.inputs or {}).get("batch_id") == batch.id:
+                return (step.detail or {}).get("content_hash") != batch.content_hash
+        return True
+
+    def approve(self, actor: str, channel: str | None, batch_id: str, reporter: Reporter) -> Reply:
+        batch = self.batches.get(batch_id)
+        if batch is None:
+            return _refuse(f"no batch {batch_id!r}", "Copy the id from the batch request (bat_…).")
+        if not channel_allowed(channel, self.decisions.channels):
+            return _refuse("batch approvals are refused outside the recovery channels (RECOVER_CHANNELS)")
+        if batch.policy == "confirm":
+            if actor != batch.requester:
+                return _refuse(f"only <@{batch.requester}>, who asked for it, confirms batch {batch.id}")
+            return self._confirm(batch, actor, channel, reporter)
+        if actor == batch.requester:
+            self._step(batch.id, actor, "batch_approve", "self_approval")
+            return _refuse("you cannot approve your own batch: a second person must approve it",
+                           f"Ask another on-call engineer to run `/recover approve {batch.id}`.")
+        allowed, problem = approver_allowed(actor, self.decisions.approvers, self.decisions.directory)
+        if not allowed:
+            return _refuse(f"<@{actor}> is not an allowed approver (RECOVER_APPROVERS)", *([problem] if problem else []))
+        if batch.state == "approved":
+            return self.execute(batch.id, actor, reporter)
+        return self._approve_cas(batch, actor, reporter, "batch_approved")
+
+    def _confirm(self, batch: Batch, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+        if batch.state == "approved":
+            return self.execute(batch.id, actor, reporter)
+        return self._approve_cas(batch, actor, reporter, "batch_confirmed")
+
+    def _approve_cas(self, batch: Batch, actor: str, reporter: Reporter, step: str) -> Reply:
+        if batch.state != "requested":
+            return _refuse(f"batch {batch.id} is already {batch.state}: nothing more to do")
+        if self._tampered(batch):
+            return _refuse(f"batch {batch.id} was changed after it was requested: approval refused",
+                           "Make a new batch, and check the step store with `recover-bot audit verify`.")
+        expires = parse_time(batch.expires_at)
+        if expires is not None and self.clock.now() >= expires:
+            with self.store.write() as db:
+                self.batches.transition(db, batch.id, ("requested",), "expired", decided_by=actor)
+            return _refuse(f"batch {batch.id} has expired: nothing was sent", "Make a new batch if it is still needed.")
+        with self.store.write() as db:
+            won = self.batches.transition(db, batch.id, ("requested",), "approved", approved_by=actor,
+                                          approved_at=isoformat(self.clock.now()))
+            if won:
+                self.store.record_step(None, actor, step, {"batch_id": batch.id}, "approved",
+                                       detail={"content_hash": batch.content_hash}, db=db)
+        if not won:
+            fresh = self.batches.get(batch.id)
+            return _refuse(f"batch {batch.id} is already {fresh.state if fresh else 'gone'}: nothing more to do")
+        return self.execute(batch.id, actor, reporter)
+
+    def reject(self, actor: str, channel: str | None, batch_id: str, reason: str | None) -> Reply:
+        batch = self.batches.get(batch_id)
+        if batch is None:
+            return _refuse(f"no batch {batch_id!r}")
+        if not channel_allowed(channel, self.decisions.channels):
+            return _refuse("batch rejections are refused outside the recovery channels (RECOVER_CHANNELS)")
+        state = "withdrawn" if actor == batch.requester else "rejected"
+        if state == "rejected":
+            allowed, problem = approver_allowed(actor, self.decisions.approvers, self.decisions.directory)
+            if not allowed:
+                return _refuse(f"<@{actor}> is not an allowed approver (RECOVER_APPROVERS)")
+        with self.store.write() as db:
+            won = self.batches.transition(db, batch.id, ("requested",), state, decided_by=actor, note=reason)
+        if not won:
+            return _refuse(f"batch {batch.id} is already {batch.state}: nothing more to do")
+        self._step(batch.id, actor, f"batch_{state}", state, reason=reason)
+        return Reply.of(Message(headline=f"Batch {batch.id} {state} by <@{actor}>; nothing was sent", level="warn",
+                                kind="batch_request", ref=batch.id))
+
+    # == execution ================================================================================
+
+    def execute(self, batch_id: str, actor: str, reporter: Reporter) -> Reply:
+        runner_id = f"{socket.gethostname()}:{os.getpid()}"
+        with self.store.write() as db:
+            won = self.batches.transition(db, batch_id, ("approved",), "sending", runner=runner_id)
+        batch = self.batches.get(batch_id)
+        if batch is None or (not won and batch.state != "sending"):
+            return _refuse(f"batch {batch_id} is {batch.state if batch else 'unknown'}: nothing to send")
+        if not won:
+            self.batches.set(batch_id, runner=runner_id)
+        return self._run(batch, actor, reporter)
+
+    def _run(self, batch: Batch, actor: str, reporter: Reporter) -> Reply:
+        total = len(self.batches.members(batch.id))
+        throttle = Throttle(reporter, self.limit("progress_interval"))
+        started = time.monotonic()
+
+        def progress() -> Message:
+            fresh = self.batches.get(batch.id) or batch
+            return text.progress_message(fresh, self.batches.counts(batch.id), self.batches.codes(batch.id),
+                                         total, time.monotonic() - started, throttle.note())
+
+        runner = Runner(self, batch.id, actor, lambda: throttle.update(progress))
+        try:
+            runner.run(int(self.limit("bulk_concurrency")))
+        finally:
+            throttle.close()
+        with self.store.write() as db:
+            self.batches.transition(db, batch.id, ("sending",), "executed")
+        fresh = self.batches.get(batch.id) or batch
+        counts, codes = self.batches.counts(batch.id), self.batches.codes(batch.id)
+        self._step(batch.id, actor, "batch_finished", "executed", counts=counts, codes=codes)
+        members = self.batches.members(batch.id)
+        path = self._write_csv(fresh, members)
+        return Reply.of(text.final_message(fresh, members, counts, codes, path), ok=True)
+
+    def settle(self, batch: Batch, session_id: str, from_states: tuple[str, ...], to: str, actor: str,
+               *, key: str | None = None, **values: Any) -> None:
+        """A member's outcome and its step in the session's case, in one commit."""
+        with self.store.write() as db:
+            if self.batches.member_transition(db, batch.id, session_id, from_states, to, **values):
+                self.store.record_step(
+                    session_id, actor, f"batch_member_{to}",
+                    {"batch_id": batch.id, "decision": batch.decision}, str(values.get("code") or to),
+                    detail={k: v for k, v in values.items() if v is not None} or None,
+                    http_status=values.get("http_status"), idempotency_key=key,
+                    receipt_id=values.get("receipt_id"), db=db,
+                )
+
+    def _write_csv(self, batch: Batch, members: list[Any]) -> str | None:
+        if self.csv_dir is None:
+            return None
+        try:
+            self.csv_dir.mkdir(parents=True, exist_ok=True)
+            path = self.csv_dir / f"{batch.id}.csv"
+            path.write_text(text.members_csv(batch, members), encoding="utf-8")
+            return str(path)
+        except OSError:
+            return None
+
+    def resume_open(self, reporter: Reporter) -> list[Message]:
+        """At start-up: finish batches a previous process left approved or sending (same keys)."""
+        out: list[Message] = []
+        for batch in self.batches.find(("approved", "sending")):
+            if batch.state == "sending" and not _runner_gone(batch.runner):
+                continue
+            with self.store.write() as db:
+                self.batches.transition(db, batch.id, ("approved", "sending"), "approved")
+            out.extend(self.execute(batch.id, BOT, reporter).messages)
+        return out
+
+    # == views ====================================================================================
+
+    def show(self, actor: str, channel: str | None, batch_id: str, action: str | None) -> Reply:
+        batch = self.batches.get(batch_id)
+        if batch is None:
+            return _refuse(f"no batch {batch_id!r}")
+        if action == "stop":
+            if not channel_allowed(channel, self.decisions.channels):
+                return _refuse("`batch … stop` is refused outside the recovery channels (RECOVER_CHANNELS)")
+            if batch.state not in OPEN_STATES:
+                return _refuse(f"batch {batch.id} is already {batch.state}: nothing to stop")
+            self.batches.set(batch.id, stop_requested=1)
+            self._step(batch.id, actor, "batch_stop", "stop_requested")
+            if batch.state == "requested":
+                with self.store.write() as db:
+                    self.batches.transition(db, batch.id, ("requested",), "withdrawn", decided_by=actor, note="stopped")
+            batch = self.batches.get(batch.id) or batch
+        return Reply.of(self.summary(batch))
+
+    def summary(self, batch: Batch) -> Message:
+        counts, codes = self.batches.counts(batch.id), self.batches.codes(batch.id)
+        total = sum(counts.values())
+        stop = " · stop requested" if batch.stop_requested else ""
+        return Message(
+            headline=f"Batch {batch.id}: `{batch.decision}` · {batch.state}{stop} · {total} member(s)",
+            lines=[text.counts_line(counts, codes, total),
+                   f"Requested by <@{batch.requester}> · owner {('<@' + batch.owner + '>') if batch.owner else 'none'}"
+                   f" · from {batch.source} · reason: {batch.reason}"],
+        )
+
+    def take(self, actor: str, batch_id: str) -> Reply:
+        batch = self.batches.get(batch_id)
+        if batch is None:
+            return _refuse(f"no batch {batch_id!r}")
+        self.batches.set(batch.id, owner=actor)
+        self._step(batch.id, actor, "batch_take", "owner", previous=batch.owner)
+        return Reply.of(Message(headline=f"<@{actor}> now owns batch {batch.id}", level="ok",
+                                lines=[self.summary(self.batches.get(batch.id) or batch).lines[0]]))
+
+    def history(self, batch_id: str) -> Reply:
+        steps = [s for s in self.store.steps() if (s.inputs or {}).get("batch_id") == batch_id]
+        if not steps:
+            return _refuse(f"no recorded step for batch {batch_id!r}")
+        lines = [f"{s.at} {s.actor} {s.step} → {s.outcome}" + (f" ({s.session_id})" if s.session_id else "")
+                 for s in steps[-60:]]
+        return Reply.of(Message(headline=f"History of batch {batch_id} ({len(steps)} steps)", lines=lines))
+
+    def handoff_messages(self) -> list[Message]:
+        open_batches = self.batches.find(OPEN_STATES)
+        if not open_batches:
+            return []
+        lines = []
+        for b in open_batches:
+            lines.extend(self.summary(b).plain_text().splitlines())
+        return [Message(headline=f"Open batches ({len(open_batches)})", lines=lines)]
+
+
+def _runner_gone(runner: str | None) -> bool:
+    """A sending batch whose process on this host is gone (killed) is resumed; another host's is not."""
+    if not runner:
+        return True
+    host, _, pid = runner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return int(pid) == os.getpid()

@@ -1,0 +1,126 @@
+"""What a batch says to people: the request, its progress line, the final table and the CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from bot.messages import Attachment, Button, Level, Message
+
+SHOWN_MEMBERS = 25
+
+
+def counts_line(counts: dict[str, int], codes: dict[str, int], total: int) -> str:
+    sent = sum(counts.get(s, 0) for s in ("sending", "executed", "failed", "uncertain"))
+    refused = ", ".join(f"{c} {n}" for c, n in sorted(codes.items())) or "0"
+    return (
+        f"{sent}/{total} sent · {counts.get('executed', 0)} accepted · refused by code: {refused} · "
+        f"{counts.get('uncertain', 0)} uncertain · {counts.get('void', 0)} skipped (facts changed) · "
+        f"{counts.get('requested', 0)} not sent yet"
+    )
+
+
+def request_lines(batch: Any, members: Sequence[Any], groups: str) -> list[str]:
+    lines = [
+        f"Decision: `{batch.decision}` · members: {len(members)} · from: {groups} · requested by <@{batch.requester}>",
+        f"Reason: {batch.reason}",
+    ]
+    if batch.cause_fixed:
+        lines.append(f"Cause fixed: {batch.cause_fixed}")
+    shown = ", ".join(f"{m.session_id} (rev {m.revision})" for m in members[:SHOWN_MEMBERS])
+    more = f" … and {len(members) - SHOWN_MEMBERS} more (attached)" if len(members) > SHOWN_MEMBERS else ""
+    lines.append(f"Members: {shown}{more}")
+    if batch.excluded:
+        lines.append(f"Left out ({len(batch.excluded)}):")
+        lines.extend(f"  {e['session_id']}: {e['why']}" + (f" ({e['rule']})" if e.get("rule") else "")
+                     for e in batch.excluded[:10])
+        if len(batch.excluded) > 10:
+            lines.append(f"  … {len(batch.excluded) - 10} more (attached)")
+    lines.append(f"Expires {batch.expires_at}. Each member is re-checked just before its send; one whose facts "
+                 "changed is skipped, never sent.")
+    return lines
+
+
+def members_csv(batch: Any, members: Sequence[Any]) -> str:
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(["batch_id", "session_id", "bound_revision", "outcome", "http_status", "code", "receipt_id",
+                "idempotency_key", "detail"])
+    outcome = {"requested": "not sent", "void": "skipped (facts changed)", "executed": "accepted",
+               "failed": "refused", "uncertain": "uncertain", "sending": "in flight"}
+    for m in members:
+        w.writerow([batch.id, m.session_id, m.revision, outcome.get(m.state, m.state), m.http_status or "",
+                    m.code or "", m.receipt_id or "", m.idem_key or "", m.detail or ""])
+    for e in batch.excluded:
+        w.writerow([batch.id, e["session_id"], "", "left out", "", e.get("rule") or "", "", "", e["why"]])
+    return out.getvalue()
+
+
+def approval_message(batch: Any, members: Sequence[Any], groups: str, mentions: list[str]) -> Message:
+    two = batch.policy == "two_person"
+    why = "close is irreversible" if batch.decision == "close" else "more members than the runbook's threshold"
+    headline = (
+        f"Batch {batch.id}: `{batch.decision}` on {len(members)} session(s) needs a second person's approval ({why})"
+        if two else f"Batch {batch.id}: `{batch.decision}` on {len(members)} session(s): confirm to send"
+    )
+    buttons = (
+        [Button("Approve", "approve", batch.id, f"/recover approve {batch.id}", "primary"),
+         Button("Reject", "reject", batch.id, f"/recover reject {batch.id}", "danger")]
+        if two else
+        [Button("Confirm", "confirm", batch.id, f"/recover approve {batch.id}", "primary"),
+         Button("Withdraw", "reject", batch.id, f"/recover reject {batch.id}")]
+    )
+    lines = request_lines(batch, members, groups)
+    lines.append(f"To approve (another person): /recover approve {batch.id}" if two
+                 else f"To confirm (you): /recover approve {batch.id} — or repeat the command with --yes")
+    if two:
+        lines.insert(0, "`--yes` never replaces the second person's approval of the whole list.")
+    return Message(
+        headline=headline, level="warn", lines=lines, buttons=buttons, kind="batch_request", ref=batch.id,
+        mentions=mentions if two else [],
+        attachment=Attachment(f"{batch.id}-members.csv", members_csv(batch, members)) if len(members) > SHOWN_MEMBERS else None,
+        rules=["R3.10", "R5.4"],
+    )
+
+
+def progress_message(batch: Any, counts: dict[str, int], codes: dict[str, int], total: int,
+                     elapsed: float, note: str | None) -> Message:
+    state = "stopping: no new sends" if batch.stop_requested else "sending"
+    lines = [counts_line(counts, codes, total), f"`/recover batch {batch.id}` shows it; "
+             f"`/recover batch {batch.id} stop` stops new sends."]
+    if note:
+        lines.insert(1, note)
+    return Message(headline=f"Batch {batch.id}: `{batch.decision}` · {state} · {elapsed:.1f} s",
+                   level="progress", lines=lines, kind="batch_progress", ref=batch.id)
+
+
+def final_message(batch: Any, members: Sequence[Any], counts: dict[str, int], codes: dict[str, int],
+                  csv_path: str | None) -> Message:
+    total = len(members)
+    table = [
+        "outcome            count",
+        f"accepted           {counts.get('executed', 0)}",
+        *(f"refused {c:<10} {n}" for c, n in sorted(codes.items())),
+        f"uncertain          {counts.get('uncertain', 0)}",
+        f"skipped (changed)  {counts.get('void', 0)}",
+        f"not sent           {counts.get('requested', 0)}",
+        f"left out           {len(batch.excluded)}",
+    ]
+    skipped = [m for m in members if m.state == "void"]
+    lines = ["```", *table, "```"]
+    if skipped:
+        lines.append("Skipped, never sent (facts changed since they were bound):")
+        lines.extend(f"  {m.session_id}: {m.detail}" for m in skipped[:10])
+    if counts.get("uncertain"):
+        lines.append("Uncertain members keep their Idempotency-Key: a restart re-sends them with the same key and body.")
+    if csv_path:
+        lines.append(f"Every member's outcome: {csv_path}")
+    stopped = " (stopped)" if batch.stop_requested else ""
+    level: Level = "ok" if counts.get("executed", 0) == total else "warn"
+    return Message(
+        headline=f"Batch {batch.id}: `{batch.decision}` finished{stopped} · {counts.get('executed', 0)}/{total} accepted",
+        level=level, lines=lines, kind="batch_progress", ref=batch.id,
+        attachment=Attachment(f"{batch.id}.csv", members_csv(batch, members)),
+    )

@@ -1,0 +1,34 @@
+"""Wiring of the mass-incident tools: a paced control-host client shared by triage and batches.
+
+The paced client is a second :class:`bot.controlhost.ControlHostClient` on the same store (same
+Idempotency-Key rule, same records) whose transport holds the runbook's request rate and pauses on a
+429; single-session commands keep the unpaced client, so a running batch never delays a diagnose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.batch import BatchService
+from bot.controlhost import ControlHostClient
+from bot.triage import PacedTransport, RateLimiter, Triage, runbook_limit
+
+
+@dataclass
+class Bulk:
+    client: ControlHostClient
+    limiter: RateLimiter
+    triage: Triage
+    batches: BatchService
+
+    @classmethod
+    def build(cls, url: str, key: str, *, store: Any, clock: Any, runbooks: Any, api: dict[str, Any],
+              log_source: Any, decisions: Any, csv_dir: Path | None) -> Bulk:
+        limiter = RateLimiter(runbook_limit(runbooks, "bulk_rate"))
+        client = ControlHostClient(url, key, store=store, clock=clock, transport=PacedTransport(limiter), **api)
+        triage = Triage(client=client, runbooks=runbooks, store=store, clock=clock, log_source=log_source)
+        batches = BatchService(store=store, client=client, runbooks=runbooks, clock=clock, decisions=decisions,
+                               csv_dir=csv_dir)
+        return cls(client=client, limiter=limiter, triage=triage, batches=batches)

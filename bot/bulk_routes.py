@@ -1,0 +1,37 @@
+"""The router's part for triage and batches: parsed commands → the bulk services (kept out of router.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.errors import CommandError
+from bot.messages import Reply, Reporter
+from bot.runbook import ParsedCommand
+
+
+def dispatch(bulk: Any, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+    if bulk is None:
+        raise CommandError(f"`{cmd.name}` is not available: no control host is configured.")
+    kind = cmd.kind
+    if kind == "triage":
+        result: Reply = bulk.triage.run(actor, reporter)
+        return result
+    if kind in ("batch_decide", "dryrun_batch_decide"):
+        return bulk.batches.decide(
+            actor, channel, cmd.arg("target") or "", cmd.arg("decision"),
+            sessions=cmd.flag_text("sessions"), reason=cmd.flag_text("reason") or "",
+            cause_fixed=cmd.flag_text("cause-fixed"), yes=bool(cmd.flag("yes")),
+            dry=kind == "dryrun_batch_decide", reporter=reporter,
+        )
+    if kind == "batch":
+        return bulk.batches.show(actor, channel, cmd.arg("batch_id") or "", cmd.arg("action"))
+    batch_id = cmd.arg("request_id") or cmd.arg("session_id") or ""
+    if kind == "approve":
+        return bulk.batches.approve(actor, channel, batch_id, reporter)
+    if kind == "reject":
+        return bulk.batches.reject(actor, channel, batch_id, cmd.flag_text("reason"))
+    if kind == "take":
+        return bulk.batches.take(actor, batch_id)
+    if kind == "history":
+        return bulk.batches.history(batch_id)
+    raise CommandError(f"`{cmd.name}` cannot run here.")

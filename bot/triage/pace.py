@@ -1,0 +1,170 @@
+"""Pacing for work over many sessions: a shared request rate, 429/Retry-After, throttled progress.
+
+Why here and not in the client: one ``/recover triage`` or batch makes hundreds of calls from a pool
+of threads, and the control host sees them as one burst. A token bucket shared by every thread keeps
+the whole job under the runbook's rate; a 429 from the control host pauses every thread for its
+Retry-After, not only the one that got it. Progress goes to people at most once per interval, from
+a thread of its own, so a slow or rate-limited chat never slows the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import httpx
+
+from bot.messages import Message, Reporter
+
+log = logging.getLogger(__name__)
+
+
+class RateLimiter:
+    """A token bucket (``rate`` per second, burst ``burst``) shared by threads; ``pause`` for 429s."""
+
+    def __init__(self, rate: float, burst: int = 1) -> None:
+        self.rate = max(0.1, float(rate))
+        self.burst = max(1, int(burst))
+        self._tokens = float(self.burst)
+        self._at = time.monotonic()
+        self._paused_until = 0.0
+        self._lock = threading.Lock()
+        self.throttled = 0  # 429 answers seen
+
+    def acquire(self) -> None:
+        """Block until one request may go out."""
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                if now < self._paused_until:
+                    wait = self._paused_until - now
+                else:
+                    self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+                    self._at = now
+                    if self._tokens >= 1:
+                        self._tokens -= 1
+                        return
+                    wait = (1 - self._tokens) / self.rate
+            time.sleep(wait)
+
+    def pause(self, seconds: float) -> None:
+        """Nobody sends for ``seconds`` (a 429's Retry-After)."""
+        with self._lock:
+            self.throttled += 1
+            until = time.monotonic() + max(0.0, seconds)
+            self._paused_until = max(self._paused_until, until)
+            self._tokens = 0.0
+
+
+def retry_after_seconds(value: str | None, default: float = 1.0) -> float:
+    """Retry-After as seconds (delta-seconds or an HTTP date); ``default`` when absent."""
+    if not value:
+        return default
+    try:
+        return max(0.0, float(value.strip()))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return default
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+class PacedTransport(httpx.BaseTransport):
+    """An httpx transport that takes a token before each request and pauses everyone on a 429.
+
+    The client above it still retries a 429 itself with the same Idempotency-Key (its rule); this
+    only makes every other thread wait too.
+    """
+
+    def __init__(self, limiter: RateLimiter, inner: httpx.BaseTransport | None = None) -> None:
+        self.limiter = limiter
+        self.inner = inner or httpx.HTTPTransport(limits=httpx.Limits(max_connections=64))
+        self.sent = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.limiter.acquire()
+        self.sent += 1
+        response = self.inner.handle_request(request)
+        if response.status_code == 429:
+            self.limiter.pause(retry_after_seconds(response.headers.get("Retry-After")))
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class Throttle:
+    """Shows a job's progress at most once per ``interval`` seconds, from its own thread.
+
+    ``update(build)`` records that something changed; the thread calls ``build()`` for the newest
+    state and hands it to the reporter. When a reporter call takes long (a chat service answering
+    429 and its client sleeping Retry-After) the interval grows and the next line says so: the
+    updates slow down, the work does not.
+    """
+
+    def __init__(self, reporter: Reporter, interval: float = 2.0) -> None:
+        self.reporter = reporter
+        self.interval = max(0.1, interval)
+        self.current = self.interval
+        self.slowed = False
+        self.updates = 0
+        self._build: Callable[[], Message] | None = None
+        self._dirty = False
+        self._done = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+        self._thread.start()
+
+    def update(self, build: Callable[[], Message]) -> None:
+        with self._cond:
+            self._build = build
+            self._dirty = True
+            self._cond.notify()
+
+    def note(self) -> str | None:
+        """The progress line's note about the chat's rate limit, if it slowed the updates."""
+        if not self.slowed:
+            return None
+        return f"Slack rate-limited the updates (429): this message now updates every {self.current:.0f} s; the work is not slowed."
+
+    def _run(self) -> None:
+        last = 0.0
+        while True:
+            with self._cond:
+                while not self._dirty and not self._done:
+                    self._cond.wait()
+                if self._done:
+                    return
+                wait = last + self.current - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                build, self._dirty = self._build, False
+            if build is None:
+                continue
+            started = time.monotonic()
+            try:
+                self.reporter.progress(build())
+            except Exception:  # noqa: BLE001 - progress is best effort; the final reply always lands
+                log.warning("progress update failed", exc_info=True)
+            took = time.monotonic() - started
+            limited = getattr(self.reporter, "rate_limited_for", None)
+            retry = limited() if callable(limited) else None
+            if retry or took > self.interval:
+                self.slowed = True
+                self.current = max(self.current, float(retry or 0), took * 2, self.interval * 2)
+            self.updates += 1
+            last = time.monotonic()
+
+    def close(self) -> None:
+        """Stop the thread (the caller delivers the final answer itself)."""
+        with self._cond:
+            self._done = True
+            self._cond.notify()
+        self._thread.join(timeout=5)
