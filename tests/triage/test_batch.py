@@ -129,14 +129,16 @@ def test_handoff_lists_open_batches_and_take_history_accept_batch_ids(
 def test_stop_lets_in_flight_members_finish_and_sends_no_new_one(
     incident_sandbox: SandboxHandle, tmp_path: Path
 ) -> None:
-    made = make_incident(incident_sandbox, {"startup_stopped": 30})["startup_stopped"]
+    made = make_incident(incident_sandbox, {"startup_stopped": 40})["startup_stopped"]
     router = bulk_router(incident_sandbox, tmp_path)
-    incident_sandbox.admin.fault("latency", path="/v1/sessions/*/recovery-decisions", seconds=0.3, times=None)
+    incident_sandbox.admin.fault("latency", path="/v1/sessions/*/recovery-decisions", seconds=1.0, times=None)
     batch_id = _batch_id(_run(router, f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "x"'))
     result: list[Reply] = []
     worker = threading.Thread(target=lambda: result.append(_run(router, f"/recover approve {batch_id}")))
     worker.start()
-    time.sleep(0.8)
+    store = router.services.bulk.batches.batches
+    while not store.counts(batch_id).get("sending"):  # members in flight
+        time.sleep(0.02)
     stopped = _run(router, f"/recover batch {batch_id} stop")
     assert "stop requested" in _text(stopped)
     worker.join(30)
