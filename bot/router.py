@@ -60,7 +60,7 @@ def error_reply(exc: BaseException) -> Reply:
 
 
 def _batch_id(cmd: ParsedCommand) -> bool:
-    """approve/reject/take/history name a batch by its ``bat_`` prefix (commands.md)."""
+    """approve/reject/take/history name a batch by its ``bat_`` prefix (docs/commands.md)."""
     value = cmd.arg("request_id") or cmd.arg("session_id") or ""
     return cmd.kind in ("approve", "reject", "take", "history") and value.startswith("bat_")
 
