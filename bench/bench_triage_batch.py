@@ -10,7 +10,6 @@ the single-session path's time per decision (measured on a sample) and the ratio
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -46,7 +45,7 @@ def main() -> None:
         for sid in ids:
             sbx.admin.create_session(clone("restore_stopped_transient", sid))
         sbx.admin.fault("latency", path="/v1/*", seconds=args.latency, times=None)
-        settings = dataclasses.replace(load_settings({}, dotenv=None), db_path=tmp / "recover.db")
+        settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp / "recover.db"})
         router = build_router(settings, sandbox=sbx)
         # The single-session path on a sample, one after another.
         t = time.monotonic()
