@@ -31,6 +31,7 @@ from bot.slack import blocks as kit
 from bot.slack import wording
 from bot.slack.delivery import Origin, SlackReporter, ThreadBook
 from bot.slack.state import SlackState
+from bot.slack.tenancy import Tenancy, tenancy_middleware
 from bot.slack.web import SlackOut, make_client
 from bot.store import Store
 
@@ -285,9 +286,15 @@ def build_bot(
     listener_executor: Executor | None = None,
     work_threads: int = 8,
     token_verification: bool = True,
+    tenancy: Tenancy | None = None,
 ) -> SlackBot:
-    """Build the Slack front end from the settings and a router (no module-level app anywhere)."""
+    """Build the Slack front end from the settings and a router (no module-level app anywhere).
+
+    ``tenancy`` (which workspace and app requests must come from) is discovered from Slack when not
+    given; see :mod:`bot.slack.tenancy`.
+    """
     client = client or make_client(settings)
+    tenancy = tenancy or Tenancy.discover(client, settings.slack_teams)
     store = store or Store(settings.db_path, audit_key=settings.audit_key_bytes())
     out = SlackOut(client)
     state = SlackState(store)
@@ -314,6 +321,7 @@ def build_bot(
         or ThreadPoolExecutor(max_workers=16, thread_name_prefix="recover-ack"),
         logger=logging.getLogger("recover_bot.slack.bolt"),
     )
+    app.use(tenancy_middleware(tenancy))  # before every listener: other workspaces and apps are refused
     _register(app, bot)
     bot.app = app
     return bot

@@ -22,6 +22,7 @@ METHOD_SCOPES: dict[str, str | None] = {
     "views.update": None,
     "views.publish": None,
     "users.info": "users:read",
+    "bots.info": "users:read",
     "usergroups.users.list": "usergroups:read",
     "files.getUploadURLExternal": "files:write",
     "files.completeUploadExternal": "files:write",
@@ -34,6 +35,7 @@ SDK_METHODS = {
     "usergroups_users_list": {"usergroups.users.list"},
     "users_info": {"users.info"},
     "auth_test": {"auth.test"},
+    "bots_info": {"bots.info"},
 }
 
 

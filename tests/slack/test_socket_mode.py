@@ -26,6 +26,7 @@ def _command_payload(text: str) -> dict[str, Any]:
         "user_id": "UALICE",
         "channel_id": "CINC",
         "team_id": "T1",
+        "api_app_id": "A1",
         "response_url": "http://127.0.0.1:9/none",
         "trigger_id": "trig-1",
     }
