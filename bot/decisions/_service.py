@@ -27,6 +27,7 @@ from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME
 from bot.decisions import _text as text
 from bot.decisions._authority import AuthorityMixin, approval_evidence
 from bot.decisions._cases import CasesMixin
+from bot.decisions._duplicates import identical_open, pointer_message
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy, runbook_limits
 from bot.decisions._requests import DecisionRequest, RequestStore, new_request_id
 from bot.decisions._rules import (
@@ -225,6 +226,11 @@ class DecisionService(CasesMixin, AuthorityMixin):
         if isinstance(pre, Reply):
             return pre
         policy = pre
+        identity = {"session_id": session_id, "decision": decision, "requester": actor, "turn_id": turn,
+                    "evidence_ref": evidence, "effects": effects, "reason": reason}
+        same = identical_open(self.requests, identity)
+        if same is not None:
+            return Reply.of(pointer_message(same))  # a replay or a double submit: no second request
         facts, turn_status = self._diagnose(session_id, turn)
         verdict = self._verdict(policy, facts, flags)
         if not verdict.ok and verdict.code != WAITABLE:
@@ -263,6 +269,9 @@ class DecisionService(CasesMixin, AuthorityMixin):
         }
         self._ensure_owner(session_id, actor, channel)
         with self.store.write() as db:
+            same = identical_open(self.requests, content, db=db)  # the same decide, concurrently
+            if same is not None:
+                return Reply.of(pointer_message(same))
             req = self.requests.insert(db, content)
             self.store.record_step(
                 session_id,

@@ -30,7 +30,7 @@ from bot.settings import Settings, reveal
 from bot.slack import blocks as kit
 from bot.slack import wording
 from bot.slack.delivery import Origin, SlackReporter, ThreadBook
-from bot.slack.state import SlackState
+from bot.slack.state import RecentDeliveries, SlackState
 from bot.slack.tenancy import Tenancy, tenancy_middleware
 from bot.slack.web import SlackOut, make_client
 from bot.store import Store
@@ -100,6 +100,7 @@ class SlackBot:
     #: so a long wait never holds a command's thread.
     later: BackgroundWork = field(default_factory=lambda: BackgroundWork(4, "recover-later"))
     app: App = field(init=False)
+    recent: RecentDeliveries = field(default_factory=RecentDeliveries)
     _sweeping: threading.Event = field(default_factory=threading.Event, init=False)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
@@ -156,7 +157,16 @@ class SlackBot:
 
     # -- the work behind each listener (background threads) ------------------------------------------
 
-    def run_command(self, body: dict[str, Any]) -> None:
+    def repeated(self, key: str) -> bool:
+        """True when a delivery was already handled (before a restart too): the work is skipped."""
+        if key and not self.state.first_delivery(key):
+            log.info("dropping a repeated Slack delivery %s", key)
+            return True
+        return False
+
+    def run_command(self, body: dict[str, Any], key: str = "") -> None:
+        if self.repeated(key):
+            return
         text = str(body.get("text") or "")
         words = text.split()
         origin = Origin(
@@ -176,7 +186,9 @@ class SlackBot:
 
         self._guarded(reporter, call)
 
-    def run_action(self, body: dict[str, Any], action: str, value: str) -> None:
+    def run_action(self, body: dict[str, Any], action: str, value: str, key: str = "") -> None:
+        if self.repeated(key):
+            return
         container = body.get("container") or {}
         message = body.get("message") or {}
         origin = Origin(
@@ -208,7 +220,9 @@ class SlackBot:
             if form.channel and actor:
                 self.out.ephemeral(form.channel, actor, wording.modal_unavailable(session_id, decision))
 
-    def run_decide(self, actor: str, form: kit.DecideForm, fields: dict[str, str]) -> None:
+    def run_decide(self, actor: str, form: kit.DecideForm, fields: dict[str, str], key: str = "") -> None:
+        if self.repeated(key):
+            return
         origin = Origin(
             actor=actor, channel=form.channel, thread_ts=form.thread_ts, session_id=form.session_id
         )
@@ -228,8 +242,7 @@ class SlackBot:
     def home_opened(self, event_id: str, user_id: str) -> None:
         # Slack redelivers an event whose ack it did not see in time: handle each event_id once. The
         # check is here, not on the ack path, so even a busy database never delays an ack.
-        if event_id and not self.state.first_sighting(event_id):
-            log.info("dropping redelivered event %s", event_id)
+        if event_id and self.repeated(f"event:{event_id}"):
             return
         self.state.home_opened(user_id)
         self.publish_home(user_id)
@@ -342,21 +355,33 @@ def build_app(
 def _register(app: App, bot: SlackBot) -> None:
     """Thin listeners: ack first (no I/O), then hand the work to the background pool."""
 
+    # Each delivery is handled once (Slack's retries, replays of a signed request within its 5 minutes,
+    # double submits), keyed on what Slack gives it: in memory on the ack path (no I/O), then in
+    # SQLite in the background (a restart forgets nothing; see SlackState.first_delivery).
+
     @app.command(COMMAND)
     def on_command(ack: Ack, body: dict[str, Any]) -> None:
+        key = delivery_key("command", body)
+        if not bot.recent.first(key):
+            ack()
+            return
         # Queue first, then ack: queuing is in-memory (no I/O), and nothing is lost between the two.
-        bot.work.submit(bot.run_command, body)
+        bot.work.submit(bot.run_command, body, key)
         ack(text=wording.ack_command(str(body.get("text") or "")))
 
     @app.action({"type": "block_actions", "action_id": re.compile(_OUR_ACTIONS)})
     def on_button(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        key = delivery_key("action", body, action)
+        if not bot.recent.first(key):
+            ack()
+            return
         name = kit.parse_action_id(str(action.get("action_id") or "")) or ""
         value = str(action.get("value") or "")
         if name == "decide_form":
             # trigger_id expires 3 s after the click: the UI pool, never queued behind slow work.
             bot.ui.submit(bot.open_decide_form, body, value)
         else:
-            bot.work.submit(bot.run_action, body, name, value)
+            bot.work.submit(bot.run_action, body, name, value, key)
         ack()
 
     @app.action(re.compile(r".*"))
@@ -371,17 +396,36 @@ def _register(app: App, bot: SlackBot) -> None:
         if errors:
             ack(response_action="errors", errors=errors)
             return
-        bot.work.submit(bot.run_decide, str((body.get("user") or {}).get("id") or "unknown"), form, fields)
+        key = delivery_key("view", body)
+        if bot.recent.first(key):
+            actor = str((body.get("user") or {}).get("id") or "unknown")
+            bot.work.submit(bot.run_decide, actor, form, fields, key)
         ack()
 
     @app.event("app_home_opened")
     def on_home_opened(ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
         user = str(event.get("user") or "")
-        if user and event.get("tab", "home") == "home":
-            bot.ui.submit(bot.home_opened, str(body.get("event_id") or ""), user)
+        event_id = str(body.get("event_id") or "")
+        if user and event.get("tab", "home") == "home" and bot.recent.first(f"event:{event_id}" if event_id else ""):
+            bot.ui.submit(bot.home_opened, event_id, user)
         ack()
 
     @app.error
     def on_error(error: Exception, body: dict[str, Any]) -> None:
         # Errors on the ack path only (background work has its own guard): log, never echo secrets.
         log.error("listener error (%s): %s", type(error).__name__, redact(str(error)))
+
+
+def delivery_key(kind: str, body: dict[str, Any], action: dict[str, Any] | None = None) -> str:
+    """Slack's own identity of one delivery ("" when it gave none: then it is never de-duplicated).
+
+    A command or a form submission has a ``trigger_id`` of its own; a click has its ``action_ts``
+    (per click) and ``action_id``; an event has its ``event_id``.
+    """
+    team = str(body.get("team_id") or (body.get("team") or {}).get("id") or "")
+    if kind == "action" and action is not None:
+        ts, action_id = action.get("action_ts"), action.get("action_id")
+        user = (body.get("user") or {}).get("id")
+        return f"action:{team}:{user}:{action_id}:{ts}" if ts and action_id else ""
+    trigger = body.get("trigger_id")
+    return f"{kind}:{team}:{trigger}" if trigger else ""

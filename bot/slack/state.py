@@ -2,14 +2,19 @@
 
 - ``slack_threads``: the thread of each session's case (the case row also gets ``set_thread``).
 - ``slack_refs``: where a message that is updated in place lives (an approval request, by its id).
-- ``slack_events``: Events API ids already handled; Slack redelivers when an ack is late (TTL pruned).
+- ``slack_events``: the first table of handled Events API ids (kept; new code uses the next one).
+- ``slack_deliveries``: every delivery already handled, by the key Slack gives it (event id, a
+  command's or form's ``trigger_id``, a click's ``action_id`` + ``action_ts``): Slack redelivers events
+  whose ack was late, and a signed request can be replayed for 5 minutes. TTL pruned.
 - ``slack_home_users``: who opened the App Home tab, so it can be refreshed when cases change.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from sqlite_utils import Database
@@ -19,7 +24,8 @@ from bot.store import Store, register_migrations
 
 slack_migrations = Migrations("slack")
 
-EVENT_TTL_SECONDS = 3600.0  # Slack stops redelivering an event well within an hour.
+EVENT_TTL_SECONDS = 3600.0  # Slack stops redelivering an event well within an hour (replays: 5 min).
+RECENT_MAX = 50_000  # in-memory keys; at Slack's rates an hour's worth is far fewer
 MAX_HOME_USERS = 200
 
 
@@ -39,7 +45,39 @@ def _m0001(db: Database) -> None:
         db.execute(sql)
 
 
+@slack_migrations(name="0002_deliveries")
+def _m0002(db: Database) -> None:
+    """Deliveries by Slack's own key, pruned by age (indexed, so pruning never scans the table)."""
+    db.execute("CREATE TABLE slack_deliveries (key TEXT PRIMARY KEY, seen_at REAL NOT NULL)")
+    db.execute("CREATE INDEX slack_deliveries_seen ON slack_deliveries (seen_at)")
+
+
 register_migrations(slack_migrations)
+
+
+class RecentDeliveries:
+    """In-memory first check on the ack path: no I/O, so a replay costs nothing and waits for nothing."""
+
+    def __init__(self, ttl: float = EVENT_TTL_SECONDS, max_keys: int = RECENT_MAX) -> None:
+        self.ttl = ttl
+        self.max_keys = max_keys
+        self._seen: OrderedDict[str, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first(self, key: str, now: float | None = None) -> bool:
+        """True the first time ``key`` is seen within the TTL (an empty key is always new)."""
+        if not key:
+            return True
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._seen and next(iter(self._seen.values())) < now - self.ttl:
+                self._seen.popitem(last=False)
+            if key in self._seen:
+                return False
+            if len(self._seen) >= self.max_keys:
+                self._seen.popitem(last=False)
+            self._seen[key] = now
+            return True
 
 
 @dataclass(frozen=True)
@@ -114,14 +152,35 @@ class SlackState:
 
     def first_sighting(self, event_id: str, now: float | None = None) -> bool:
         """True the first time an event id is seen; False for a redelivery (drop it)."""
+        return self.first_delivery(f"event:{event_id}", now)
+
+    def first_delivery(self, key: str, now: float | None = None) -> bool:
+        """True the first time a delivery key is recorded, across restarts; False for a repeat.
+
+        Off the ack path (background threads). The connection commits with ``synchronous=NORMAL``: a
+        power cut may forget the last few keys (the core's compare-and-set still makes one POST), and
+        no fsync is paid per delivery.
+        """
         now = time.time() if now is None else now
-        with self.store.write() as db:
-            db.execute("DELETE FROM slack_events WHERE seen_at < ?", [now - EVENT_TTL_SECONDS])
+        conn = sqlite3.connect(str(self.store.path), timeout=self.store.busy_timeout, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.store.busy_timeout * 1000)}")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
             try:
-                db.execute("INSERT INTO slack_events (event_id, seen_at) VALUES (?, ?)", [event_id, now])
-            except sqlite3.IntegrityError:
-                return False
-        return True
+                cur = conn.execute(
+                    "INSERT OR IGNORE INTO slack_deliveries (key, seen_at) VALUES (?, ?)", [key, now]
+                )
+                first = cur.rowcount == 1
+                if first and int(now) % 64 == 0:  # prune now and then, by the index
+                    conn.execute("DELETE FROM slack_deliveries WHERE seen_at < ?", [now - EVENT_TTL_SECONDS])
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        finally:
+            conn.close()
+        return first
 
     # -- App Home ----------------------------------------------------------------------------------
 

@@ -1,0 +1,56 @@
+"""A ``decide`` identical to an open request on the same session points to it instead of making a second.
+
+Why: the same decision arrives twice through a replayed or re-delivered Slack request, a double submit
+of the form, or two people typing the same line; a second request would ask for a second approval and
+could send a second POST with a new Idempotency-Key. Identical means the same session, decision, turn,
+evidence, effects account, reason and requester; open means any state before a final one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+from sqlite_utils import Database
+
+from bot.decisions._requests import OPEN_STATES, DecisionRequest, RequestStore
+from bot.messages import Button, Message
+
+_FIELDS = ("session_id", "decision", "requester", "turn_id", "evidence_ref", "effects", "reason")
+
+
+def identical_open(requests: RequestStore, content: Mapping[str, Any], *, db: Database | None = None) -> DecisionRequest | None:
+    """The open request with the same content as ``content``, if any (inside ``db``'s transaction)."""
+    if db is None:
+        with requests.store.read() as rdb:
+            return identical_open(requests, content, db=rdb)
+    marks = ", ".join("?" for _ in OPEN_STATES)
+    where = " AND ".join(f"{name} IS ?" for name in _FIELDS)  # IS: NULL matches NULL
+    cur: sqlite3.Cursor = db.conn.execute(
+        f"SELECT id FROM decision_requests WHERE {where} AND state IN ({marks}) "  # noqa: S608 - fixed names
+        "ORDER BY created_at LIMIT 1",
+        [*(content.get(name) for name in _FIELDS), *OPEN_STATES],
+    )
+    row = cur.fetchone()
+    return requests.get(str(row[0]), db=db) if row else None
+
+
+def pointer_message(req: DecisionRequest) -> Message:
+    """What a repeated ``decide`` answers: the existing request, and how to act on it."""
+    lines = [f"Nothing new was created: this is request `{req.id}` again, made at {req.created_at}."]
+    buttons: list[Button] = []
+    if req.state == "requested" and req.policy == "two_person":
+        lines.append(f"It waits for a second person: /recover approve {req.id}")
+        buttons.append(Button("Approve", "approve", req.id, command=f"/recover approve {req.id}", style="primary"))
+    elif req.state == "requested":
+        lines.append(f"It waits for its confirmation; to withdraw it: /recover reject {req.id}")
+    else:
+        lines.append(f"It is {req.state}; `/recover history {req.session_id}` shows its steps.")
+    return Message(
+        headline=f"Already requested: `{req.decision}` on `{req.session_id}` (request {req.id}, {req.state})",
+        level="info",
+        lines=lines,
+        buttons=buttons,
+        session_id=req.session_id,
+    )
