@@ -91,7 +91,17 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
     from bot.sandbox import serve_forever
 
-    serve_forever(args.host, args.port, api_key=args.api_key, scenarios=args.scenarios)
+    if args.incident is not None and not 1 <= args.incident <= 20_000:
+        print("recover-bot sandbox: --incident takes 1 to 20000 sessions, e.g. --incident 1000", file=sys.stderr)
+        return 2
+    serve_forever(
+        args.host,
+        args.port,
+        api_key=args.api_key,
+        scenarios=args.scenarios,
+        incident=args.incident,
+        outage_seconds=args.outage_seconds,
+    )
     return 0
 
 
@@ -147,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox.add_argument("--port", type=int, default=8700, help="0 = any free port (printed)")
     sandbox.add_argument("--api-key", default="sandbox-key", help="the key the sandbox accepts")
     sandbox.add_argument("--scenarios", default="builtin", help="a directory of scenario YAML files")
+    sandbox.add_argument(
+        "--incident", type=int, default=None, metavar="N", help="also a mass incident of N stuck sessions"
+    )
+    sandbox.add_argument(
+        "--outage-seconds", type=float, default=600.0, help="when the incident's outage ends (from start)"
+    )
 
     from bot.runbook.cli import register as register_runbook
     from bot.store.cli import register as register_audit

@@ -217,6 +217,43 @@ class SandboxAdmin:
         result: dict[str, Any] = self._call("POST", f"/scenarios/{scenario_id}/load")
         return result
 
+    def incident(
+        self,
+        count: int = 1000,
+        *,
+        outage_seconds: float = 600,
+        seed: int = 1,
+        prefix: str = "ses_inc",
+        started_seconds: float = 900,
+    ) -> dict[str, Any]:
+        """Create a mass incident (replacing a previous one): ``{"sessions", "by_cause", "outage_until", …}``."""
+        body = {
+            "count": count,
+            "outage_seconds": outage_seconds,
+            "seed": seed,
+            "prefix": prefix,
+            "started_seconds": started_seconds,
+        }
+        result: dict[str, Any] = self._call("POST", "/incident", body)["incident"]
+        return result
+
+    def incident_info(self) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = self._call("GET", "/incident")["incident"]
+        return result
+
+    def traffic(
+        self, *, latency_ms: float = 0, rate_limit: float | None = None, burst: float | None = None
+    ) -> dict[str, Any]:
+        """Latency on every public call and a per-client rate limit (429 + Retry-After past it)."""
+        result: dict[str, Any] = self._call(
+            "POST", "/traffic", {"latency_ms": latency_ms, "rate_limit": rate_limit, "burst": burst}
+        )
+        return result
+
+    def traffic_info(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/traffic")
+        return result
+
     def reset(self) -> None:
         self._call("POST", "/reset")
 

@@ -16,6 +16,7 @@ from bot.sandbox._admin import SandboxAdmin
 from bot.sandbox._scenarios import Scenario, builtin_scenarios_dir, load_scenarios
 from bot.sandbox._server import RECOVER_SCOPE, SandboxApp, SandboxHTTPServer
 from bot.sandbox._state import SandboxState
+from bot.sandbox._traffic import Traffic
 
 ScenarioSpec = str | Path | list[Any] | None
 
@@ -122,6 +123,11 @@ def start_sandbox(
     port: int = 0,
     api_keys: Mapping[str, set[str]] | None = None,
     request_timeout: float = 30.0,
+    latency: float = 0.0,
+    rate_limit: float | None = None,
+    rate_burst: float | None = None,
+    incident: int | None = None,
+    outage_seconds: float = 600.0,
 ) -> SandboxHandle:
     """Start the sandbox control host in a background thread and return its handle.
 
@@ -130,7 +136,10 @@ def start_sandbox(
     the admin API or the clock itself). ``api_keys`` maps a key to its scopes; by default one random
     key with ``sessions:read`` and ``sessions:recover`` is made. ``handle.api_key`` is a key that has
     ``sessions:recover``. ``request_timeout`` is the socket timeout of each connection (a stalled or
-    idle client is disconnected after it).
+    idle client is disconnected after it). ``latency`` (seconds, real time) is added to every public
+    call; ``rate_limit`` (requests a second per client, bursts up to ``rate_burst``) answers 429 with
+    Retry-After past it. ``incident`` creates a mass incident of that many sessions whose outage ends
+    ``outage_seconds`` from now (see docs/sandbox.md).
     """
     clock = clock if clock is not None else ManualClock()
     state_clock: Any = clock if callable(getattr(clock, "advance", None)) else AdjustableClock(clock)
@@ -141,7 +150,10 @@ def start_sandbox(
         raise ValueError(f"api_keys needs at least one key with the {RECOVER_SCOPE} scope")
     state = SandboxState(state_clock)
     state.add_scenarios(_resolve_scenarios(scenarios))
-    app = SandboxApp(state, api_keys, lambda seconds: state_clock.advance(seconds))
+    if incident:
+        state.create_incident(incident, outage_seconds=outage_seconds)
+    traffic = Traffic(latency=latency, rate=rate_limit, burst=rate_burst)
+    app = SandboxApp(state, api_keys, lambda seconds: state_clock.advance(seconds), traffic)
     server = SandboxHTTPServer((host, port), app, request_timeout=request_timeout)
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="sandbox-control-host", daemon=True
@@ -150,7 +162,15 @@ def start_sandbox(
     return SandboxHandle(server, thread, state, clock, recover_keys[0])
 
 
-def serve_forever(host: str, port: int, *, api_key: str, scenarios: ScenarioSpec = "builtin") -> None:
+def serve_forever(
+    host: str,
+    port: int,
+    *,
+    api_key: str,
+    scenarios: ScenarioSpec = "builtin",
+    incident: int | None = None,
+    outage_seconds: float = 600.0,
+) -> None:
     """Run the sandbox in the foreground until interrupted (``recover-bot sandbox`` / ``demo``).
 
     Prints the URL and how to point the bot at it; the key itself is never echoed (the person chose it
@@ -163,6 +183,8 @@ def serve_forever(host: str, port: int, *, api_key: str, scenarios: ScenarioSpec
         host=host,
         port=port,
         api_keys={api_key: {"sessions:read", RECOVER_SCOPE}},
+        incident=incident,
+        outage_seconds=outage_seconds,
     )
     stop = threading.Event()
     try:
@@ -174,6 +196,13 @@ def serve_forever(host: str, port: int, *, api_key: str, scenarios: ScenarioSpec
         )
         print(f"  admin API: {handle.url}/_sandbox/  (see docs/sandbox.md)", flush=True)
         print(f"  scenarios: {', '.join(sorted(handle.state.scenarios)) or '(none)'}", flush=True)
+        if handle.state.incident is not None:
+            info = handle.state.incident.to_json(handle.clock.now())
+            causes = ", ".join(f"{k} {v}" for k, v in info["by_cause"].items())
+            print(
+                f"  incident: {info['sessions']} sessions ({causes}); the outage ends at {info['outage_until']}",
+                flush=True,
+            )
         while not stop.wait(0.5):
             pass
     except KeyboardInterrupt:

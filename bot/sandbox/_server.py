@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from bot.clock import isoformat
 from bot.sandbox._state import AdminError, ApiError, SandboxState
+from bot.sandbox._traffic import Traffic, retry_after_headers
 
 log = logging.getLogger("bot.sandbox")
 
@@ -119,6 +120,10 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(r"^/_sandbox/scenarios$"), "scenarios"),
     ("POST", re.compile(r"^/_sandbox/scenarios/(?P<scenario>[^/]+)/load$"), "load_scenario"),
     ("POST", re.compile(r"^/_sandbox/reset$"), "reset"),
+    ("GET", re.compile(r"^/_sandbox/incident$"), "get_incident"),
+    ("POST", re.compile(r"^/_sandbox/incident$"), "incident"),
+    ("GET", re.compile(r"^/_sandbox/traffic$"), "get_traffic"),
+    ("POST", re.compile(r"^/_sandbox/traffic$"), "traffic"),
     ("GET", re.compile(r"^/_sandbox/sessions$"), "admin_sessions"),
     ("POST", re.compile(r"^/_sandbox/sessions$"), "create_session"),
     ("GET", re.compile(rf"^/_sandbox/sessions/{_SID}$"), "admin_session"),
@@ -138,9 +143,14 @@ class SandboxApp:
     """Turns one HTTP request into a :class:`Response`. No sockets here; the handler does I/O."""
 
     def __init__(
-        self, state: SandboxState, api_keys: Mapping[str, set[str]], advance: Callable[[float], None]
+        self,
+        state: SandboxState,
+        api_keys: Mapping[str, set[str]],
+        advance: Callable[[float], None],
+        traffic: Traffic | None = None,
     ) -> None:
         self.state = state
+        self.traffic = traffic or Traffic()
         self.api_keys = {k: set(v) for k, v in api_keys.items()}
         self._advance = advance
         self.faults: list[Fault] = []
@@ -149,7 +159,9 @@ class SandboxApp:
 
     # ------------------------------------------------------------------ entry point
 
-    def handle(self, method: str, target: str, headers: Mapping[str, str], raw: bytes) -> Response:
+    def handle(
+        self, method: str, target: str, headers: Mapping[str, str], raw: bytes, peer: str | None = None
+    ) -> Response:
         parts = urlsplit(target)
         path = parts.path
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -160,7 +172,7 @@ class SandboxApp:
                 log.exception("sandbox: unexpected error on admin %s %s", method, path)
                 return _err(500, "INTERNAL", "Unexpected sandbox error.")
         if path.startswith("/v1/"):
-            return self._public(method, path, query, headers, raw)
+            return self._shaped(method, path, query, headers, raw, peer)
         return _err(404, "NOT_FOUND", f"No route {path}.")
 
     # ------------------------------------------------------------------ public API
@@ -183,6 +195,34 @@ class SandboxApp:
             if hmac.compare_digest(key.encode(), token.strip().encode()):
                 found = scopes
         return found
+
+    def _shaped(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        headers: Mapping[str, str],
+        raw: bytes,
+        peer: str | None,
+    ) -> Response:
+        """The traffic options: a per-client rate limit counted on arrival, then the latency, real time."""
+        client = Traffic.client_of(headers.get("Authorization") or headers.get("authorization"), peer)
+        wait = self.traffic.admit(client)
+        if self.traffic.latency > 0:
+            time.sleep(self.traffic.latency)  # outside the lock: other requests go on meanwhile
+        if wait is not None:
+            response = _err(
+                429, "RATE_LIMITED", "Too many requests from this client.", retryable=True,
+                headers=retry_after_headers(wait),
+            )
+            with self.state.lock:
+                self.requests.append(
+                    {"at": isoformat(datetime.now(UTC)), "clock": isoformat(self.state.now()), "method": method, "path": path, "query": query,
+                     "idempotency_key": headers.get("Idempotency-Key") or headers.get("idempotency-key"),
+                     "body": None, "status": 429, "dropped": False, "faults": ["traffic_rate_limit"]}
+                )
+            return response
+        return self._public(method, path, query, headers, raw)
 
     def _public(
         self, method: str, path: str, query: dict[str, str], headers: Mapping[str, str], raw: bytes
@@ -469,6 +509,39 @@ class SandboxApp:
         self.requests.clear()
         return {"sessions": sorted(self.state.sessions)}
 
+    def _admin_get_incident(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        incident = self.state.incident
+        return {"incident": incident.to_json(self.state.now()) if incident else None}
+
+    def _admin_incident(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        count = body.get("count", 1000)
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise AdminError(400, "BAD_REQUEST", "count must be an integer")
+        incident = self.state.create_incident(
+            count,
+            outage_seconds=float(body.get("outage_seconds", 600)),
+            seed=int(body.get("seed", 1)),
+            prefix=str(body.get("prefix") or "ses_inc"),
+            started_seconds=float(body.get("started_seconds", 900)),
+        )
+        return {"incident": incident.to_json(self.state.now())}
+
+    def _admin_get_traffic(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        return self.traffic.to_json()
+
+    def _admin_traffic(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        rate = body.get("rate_limit")
+        burst = body.get("burst")
+        try:
+            self.traffic.configure(
+                latency=float(body.get("latency_ms") or 0) / 1000,
+                rate=None if rate is None else float(rate),
+                burst=None if burst is None else float(burst),
+            )
+        except ValueError as exc:
+            raise AdminError(400, "BAD_REQUEST", str(exc)) from None
+        return self.traffic.to_json()
+
     def _admin_admin_sessions(
         self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
     ) -> Any:
@@ -629,7 +702,9 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         raw = self.rfile.read(length) if length else b""
-        response = self.server.app.handle(method, self.path, dict(self.headers.items()), raw)
+        response = self.server.app.handle(
+            method, self.path, dict(self.headers.items()), raw, peer=str(self.client_address[0])
+        )
         if response.drop:
             # The effect is committed; the client never hears about it.
             self.close_connection = True

@@ -8,8 +8,10 @@ one lock keeps the state consistent under the threaded server.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
+import random
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bot.clock import Clock, isoformat
+from bot.sandbox._incident import Incident, assign_causes, session_spec, worker_plan
 from bot.sandbox._scenarios import (
     ID_PATTERN,
     TERMINAL_REASONS,
@@ -166,6 +169,7 @@ class Session:
     reclamation_claim: bool = False
     store_outage: bool = False
     scenario_id: str | None = None
+    incident_cause: str | None = None  # sandbox only: how this incident session's next workers behave
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -220,6 +224,9 @@ class SandboxState:
         self.effects: list[dict[str, Any]] = []
         self.idempotency: dict[str, IdempotencyRecord] = {}
         self.scheduler_log: list[dict[str, Any]] = []
+        self.incident: Incident | None = None
+        self._incident_workers: set[str] = set()  # incident sessions whose starting worker has a plan
+        self._ids: list[str] | None = None  # sorted session ids (cache for the paginated list)
         self._receipts = itertools.count(1)
         self._effect_seq = itertools.count(1)
         self._controls = itertools.count(1)
@@ -249,13 +256,26 @@ class SandboxState:
         session = self.build_session(
             scenario.session, scenario.turns, scenario.events, scenario.worker_logs, scenario_id=scenario.id
         )
-        self.sessions[session.id] = session
+        self._put(session)
         self._forget_session(session.id)
         return session
+
+    def _put(self, session: Session) -> None:
+        if session.id not in self.sessions:
+            self._ids = None
+        self.sessions[session.id] = session
+
+    def sorted_ids(self) -> list[str]:
+        if self._ids is None:
+            self._ids = sorted(self.sessions)
+        return self._ids
 
     def reset(self) -> None:
         """Back to the start: scenarios reloaded, effects, idempotency records and extra sessions dropped."""
         self.sessions.clear()
+        self._ids = None
+        self.incident = None
+        self._incident_workers.clear()
         self.effects.clear()
         self.idempotency.clear()
         self.scheduler_log.clear()
@@ -377,6 +397,11 @@ class SandboxState:
         self._log_json(
             session, at, "worker.claimed", generation=generation, restore=session.checkpoint is not None
         )
+        if session.incident_cause is not None and self.incident is not None:
+            self._incident_workers.add(session.id)
+            kind, _, _ = worker_plan(session.incident_cause, session.checkpoint is not None, at, self.incident)
+            if kind == "ready" and self.incident.active(at):
+                session.store_outage = True  # R2.6: the worker retries inside until the store answers
         if session.store_outage:
             self._log_outage_line(session, at, attempt=1)
         return session.execution
@@ -427,8 +452,10 @@ class SandboxState:
         self._log_json(session, at, "worker.failed", level="error", error=reason, failures=failures)
 
     def tick(self) -> None:
-        """Worker-side time effects: a store outage that outlasts the startup budget (R2.7)."""
+        """Worker-side time effects: a store outage that outlasts the startup budget (R2.7), and the
+        planned fate of incident workers."""
         now = self.now()
+        self._tick_incident(now)
         for session in self.sessions.values():
             execution = session.execution
             if not (session.store_outage and execution and execution.alive and execution.phase == "starting"):
@@ -554,16 +581,20 @@ class SandboxState:
             raise AdminError(
                 409, "STORE_OUTAGE", f"{session_id}: the store is out; the worker keeps retrying (R2.6)"
             )
-        now = self.now()
+        self._ready(session, self.now())
+        return session
+
+    def _ready(self, session: Session, at: datetime) -> None:
+        execution = session.execution
+        assert execution is not None
         execution.phase = "ready"
         if session.attention and session.attention.code in {"RESTORE_FAILED", "STARTUP_FAILED"}:
             session.attention = None
         session.status = "running"
         session.admission_state = "open"
         session.revision += 1
-        self._event(session, "worker_ready", now, generation=execution.generation)
-        self._log_json(session, now, "worker.ready", generation=execution.generation)
-        return session
+        self._event(session, "worker_ready", at, generation=execution.generation)
+        self._log_json(session, at, "worker.ready", generation=execution.generation)
 
     def store_outage(self, session_id: str, on: bool) -> Session:
         """Start/end a transient store outage (R2.6): never a failure while within the startup budget."""
@@ -745,26 +776,109 @@ class SandboxState:
         if session_spec["id"] in self.sessions:
             raise AdminError(409, "EXISTS", f"session {session_spec['id']!r} already exists")
         session = self.build_session(session_spec, turns, events, logs)
-        self.sessions[session.id] = session
+        self._put(session)
         return session
+
+    def create_incident(
+        self,
+        count: int,
+        *,
+        outage_seconds: float = 600.0,
+        seed: int = 1,
+        prefix: str = "ses_inc",
+        started_seconds: float = 900.0,
+    ) -> Incident:
+        """A mass incident: ``count`` stuck sessions with mixed causes (see ``_incident``); the outage
+        ends ``outage_seconds`` from now. A previous incident's sessions are replaced."""
+        if not ID_PATTERN.match(f"{prefix}_00000") or outage_seconds < 0 or started_seconds < 300:
+            raise AdminError(
+                400, "BAD_REQUEST", "prefix must make valid ids, outage_seconds >= 0, started_seconds >= 300"
+            )
+        try:
+            causes = assign_causes(count, seed)
+        except ValueError as exc:
+            raise AdminError(400, "BAD_REQUEST", str(exc)) from None
+        if self.incident is not None:
+            for sid in [k for k, v in self.sessions.items() if v.incident_cause is not None]:
+                del self.sessions[sid]
+                self._forget_session(sid)
+            self._ids = None
+            self._incident_workers.clear()
+        taken = [sid for sid in self.sessions if sid.startswith(prefix + "_")]
+        if taken:
+            raise AdminError(409, "EXISTS", f"sessions with the prefix {prefix!r} exist already: {taken[0]}")
+        now = self.now()
+        rng = random.Random(seed)
+        counts: dict[str, int] = {}
+        for index, cause in enumerate(causes, start=1):
+            spec = session_spec(index, cause, prefix, rng, started_seconds)
+            session = self.build_session(spec["session"], spec["turns"], spec["events"], spec["worker_logs"])
+            session.incident_cause = cause
+            self._put(session)
+            counts[cause] = counts.get(cause, 0) + 1
+        self.incident = Incident(
+            started_at=now - timedelta(seconds=started_seconds),
+            outage_until=now + timedelta(seconds=outage_seconds),
+            prefix=prefix,
+            counts=counts,
+        )
+        return self.incident
+
+    def _tick_incident(self, now: datetime) -> None:
+        """Incident workers: fail, or come up once the outage is over (``_incident.worker_plan``)."""
+        incident = self.incident
+        if incident is None:
+            return
+        for sid in sorted(self._incident_workers):
+            session = self.sessions.get(sid)
+            execution = session.execution if session else None
+            if session is None or execution is None or not execution.alive or execution.phase != "starting":
+                self._incident_workers.discard(sid)
+                continue
+            restoring = session.checkpoint is not None
+            kind, at, reason = worker_plan(
+                session.incident_cause or "transient", restoring, execution.started_at or now, incident
+            )
+            if now < at:
+                continue
+            self._incident_workers.discard(sid)
+            if session.store_outage:
+                session.store_outage = False
+                self._log_json(session, min(at, incident.outage_until), "worker.checkpoint.store_available")
+            if kind == "ready":
+                self._ready(session, at)
+                continue
+            if reason == "execution_gone":
+                self._log_text(session, at, "Killed")
+            else:
+                code = "INCOMPATIBLE_CHECKPOINT" if reason == "incompatible_checkpoint" else "CHECKPOINT_UNAVAILABLE"
+                self._log_json(
+                    session, at, "worker.checkpoint.restore_refused", level="error", code=code,
+                    checkpoint_id=session.checkpoint.id if session.checkpoint else None,
+                )
+            self._worker_failed(session, "RESTORE_FAILED" if restoring else "STARTUP_FAILED", reason, at)
 
     # ------------------------------------------------------------------ public API
 
     def list_sessions(
         self, admission_state: str | None, status: str | None, cursor: str | None, limit: int
     ) -> dict[str, Any]:
-        items = sorted(self.sessions.values(), key=lambda s: s.id)
-        if admission_state:
-            items = [s for s in items if s.admission_state == admission_state]
-        if status:
-            items = [s for s in items if s.status == status]
-        if cursor:
-            items = [s for s in items if s.id > cursor]
-        page = items[:limit]
-        return {
-            "sessions": [s.to_json() for s in page],
-            "next": page[-1].id if len(items) > limit else None,
-        }
+        """A page sorted by id after ``cursor`` (the last id of the previous page): O(page), not O(all)."""
+        ids = self.sorted_ids()
+        start = bisect.bisect_right(ids, cursor) if cursor else 0
+        page: list[Session] = []
+        more = False
+        for i in range(start, len(ids)):
+            session = self.sessions[ids[i]]
+            if admission_state and session.admission_state != admission_state:
+                continue
+            if status and session.status != status:
+                continue
+            if len(page) == limit:
+                more = True
+                break
+            page.append(session)
+        return {"sessions": [s.to_json() for s in page], "next": page[-1].id if more else None}
 
     def list_turns(
         self, session_id: str, status: str | None, cursor: str | None, limit: int
@@ -1080,5 +1194,6 @@ class SandboxState:
         data["reclamation_claim"] = session.reclamation_claim
         data["store_outage"] = session.store_outage
         data["scenario_id"] = session.scenario_id
+        data["incident_cause"] = session.incident_cause
         data["turns"] = [t.to_json() for t in session.turns]
         return data
