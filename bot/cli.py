@@ -64,22 +64,26 @@ def _add(
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.console import run_demo
+    from bot.console import DEMO_USERS, run_demo
 
-    return run_demo(settings)
+    users = DEMO_USERS
+    if args.user:
+        if args.user not in DEMO_USERS:
+            raise RecoverError(f"--user: choose one of {', '.join(DEMO_USERS)} (the demo's users)")
+        users = (args.user, *(u for u in DEMO_USERS if u != args.user))
+    return run_demo(settings, users=users)
 
 
 def _console(args: argparse.Namespace, settings: Settings) -> int:
-    import getpass
+    from bot.console import run_real_console
 
-    from bot.console import run_console
-    from bot.services import build_router
-
+    if args.user is not None:
+        raise RecoverError(
+            "--user exists only in `recover-bot demo`: the console acts as the account running it"
+        )
     # Never a silent fallback to the sandbox: without a control host this is an error (use `demo`).
     settings.require_control_host()
-    router = build_router(settings)
-    # Against a real control host the acting user is fixed (docs/commands.md): `:as` is refused.
-    return run_console(router, users=(args.user or getpass.getuser(),), allow_switch_user=False)
+    return run_real_console(settings)
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -116,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    _add(
+    demo = _add(
         sub,
         "demo",
         help="Start the sandbox control host with its scenarios and the terminal console (no Slack needed).",
@@ -124,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         handler=_demo,
         uses=CORE,
     )
+    demo.add_argument("--user", default=None, help="the demo user to start as (alice or bob; `:as` switches)")
     console = _add(
         sub,
         "console",
@@ -133,9 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
         uses=CORE,
         requires=("control_host",),
     )
-    console.add_argument(
-        "--user", default=None, help="the acting user recorded in every step (default: your login name)"
-    )
+    # Not an option: the console acts as the account running it (behind sudo, the invoking user).
+    console.add_argument("--user", default=None, help=argparse.SUPPRESS)
     _add(
         sub,
         "serve",

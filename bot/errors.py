@@ -15,9 +15,14 @@ secret: build them with :func:`bot.redact.redact` when they quote outside text.
     ├── DecisionError          a decision refused before it was sent (runbook preconditions)
     ├── DockerOpsError         Docker unreachable, permission denied, container missing…
     └── StoreError             the SQLite step store refused or is inconsistent
+
+    KeyboardInterrupt
+    └── Interrupted            Ctrl-C during a wait: what was withdrawn or left uncertain, as a reply
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class RecoverError(Exception):
@@ -98,3 +103,15 @@ class DockerOpsError(RecoverError):
 
 class StoreError(RecoverError):
     """The step store refused a write or found itself inconsistent."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C reached the core during a command; ``reply`` says what became of its request.
+
+    A KeyboardInterrupt (not an Exception) so front ends that catch Exception still stop; the
+    console shows ``reply`` — withdrawn and never replayed, or uncertain and kept with its key.
+    """
+
+    def __init__(self, reply: Any) -> None:
+        super().__init__("interrupted")
+        self.reply = reply

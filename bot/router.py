@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from bot.clock import isoformat
 from bot.errors import CommandError, ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter
 from bot.redact import redact
@@ -139,7 +140,10 @@ class Router:
                 )
             )
         if kind == "diagnose":
-            return s.diagnoser.diagnose(self._arg(cmd, "session_id"), actor, reporter)
+            session_id = self._arg(cmd, "session_id")
+            diagnosis, reply = s.diagnoser.diagnose_and_record(session_id, actor, reporter)
+            reply.messages.extend(s.decisions.close_if_settled(session_id, actor, diagnosis.facts, "diagnosis"))
+            return reply
         if kind == "reconciler_status":
             return s.dockerops.status()
         if kind == "reconciler_dryrun":
@@ -185,6 +189,12 @@ class Router:
             if s.bulk is not None:
                 reply.messages.extend(s.bulk.batches.handoff_messages())
             return reply
+        if kind == "withdraw":
+            return s.decisions.withdraw(actor, channel, self._arg(cmd, "request_id"))
+        if kind == "done":
+            return s.decisions.done(actor, self._arg(cmd, "session_id"), cmd.flag_text("reason"))
+        if kind == "replay":
+            return s.decisions.replay(actor, channel, reporter)
         if kind == "text":
             return self._text(cmd)
         raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
@@ -328,6 +338,26 @@ class Router:
             return error_reply(exc).messages
 
     # -- views (App Home, console) -------------------------------------------------------------
+
+    def unfinished_view(self) -> list[Message]:
+        """What earlier runs left unfinished, named without sending anything (the console's start)."""
+        try:
+            if not self.services.decisions.unfinished():
+                return []
+            return self.services.decisions.unfinished_report(console=True).messages
+        except Exception as exc:  # noqa: BLE001 - shown, the console still starts
+            return error_reply(exc).messages
+
+    def withdraw_interrupted(self, actor: str, since: str) -> list[Message]:
+        """Ctrl-C at the console: withdraw what ``actor`` requested since ``since`` and nothing was sent for."""
+        try:
+            return self.services.decisions.withdraw_pending_of(actor, since).messages
+        except Exception as exc:  # noqa: BLE001 - shown, never raised
+            return error_reply(exc).messages
+
+    def now(self) -> str:
+        """The core's clock, as the store writes times (the console marks its start with it)."""
+        return isoformat(self.services.clock.now()) or ""
 
     def open_cases_view(self) -> list[Message]:
         return self.services.decisions.cases().messages

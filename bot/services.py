@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from bot.controlhost import ApiPaths, ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService
 from bot.diagnosis.service import Diagnoser, ReconcilerStatus
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
+from bot.errors import SettingsError
 from bot.logs import FileLogSource, LogSource
 from bot.messages import Message, Reporter
 from bot.runbook import RunbookSet, load_runbooks
@@ -138,12 +141,38 @@ def _demo_log_file(sandbox: Any, folder: Path) -> Path:
     return path
 
 
+def console_users(settings: Settings) -> dict[str, str]:
+    """RECOVER_CONSOLE_USERS (console login → Slack user id), read through one accessor.
+
+    Settings that carry the mapping (``settings.console_users``) win; otherwise it is read from the
+    environment here, ``login:U…`` pairs separated by commas, a malformed pair refused by name.
+    """
+    mapped = getattr(settings, "console_users", None)
+    if mapped is not None:
+        return dict(mapped)
+    text = os.environ.get("RECOVER_CONSOLE_USERS", "")
+    pairs: dict[str, str] = {}
+    problems: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        login, sep, user = (x.strip() for x in part.partition(":"))
+        if not sep or not login or not re.match(r"^[UW][A-Z0-9]{2,}$", user):
+            problems.append(f"RECOVER_CONSOLE_USERS: {part!r} is not login:SlackUserId (e.g. alice:U012ABCDEF)")
+            continue
+        pairs[login] = user
+    if problems:
+        raise SettingsError(problems)
+    return pairs
+
+
 def build_services(
     settings: Settings,
     *,
     sandbox: Any = None,
     directory: ApproverDirectory | None = None,
     clock: Clock | None = None,
+    console_users_map: dict[str, str] | None = None,
 ) -> Services:
     """Wire the core. ``sandbox`` (a running :class:`bot.sandbox.SandboxHandle`) replaces the control host.
 
@@ -205,6 +234,7 @@ def build_services(
         approvers=settings.approvers,
         channels=settings.channels,
         directory=directory,
+        console_users=console_users(settings) if console_users_map is None else console_users_map,
     )
     from bot.bulk import Bulk
 
@@ -232,6 +262,7 @@ def build_router(
     clock: Clock | None = None,
     reporter: Reporter | None = None,
     startup: bool = True,
+    console_users_map: dict[str, str] | None = None,
 ) -> Any:
     """Build the services and the router over them.
 
@@ -241,7 +272,9 @@ def build_router(
     """
     from bot.router import Router
 
-    services = build_services(settings, sandbox=sandbox, directory=directory, clock=clock)
+    services = build_services(
+        settings, sandbox=sandbox, directory=directory, clock=clock, console_users_map=console_users_map
+    )
     router = Router(services)
     if startup:
         router.startup(reporter or LoggingReporter())

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from bot.console._console import DEMO_USERS, render, run_console
-from bot.console._demo import run_demo
+from bot.console._console import DEMO_CONSOLE_USERS, DEMO_USERS, render, run_console
+from bot.console._demo import run_demo, run_real_console
+from bot.console.identity import terminal_login
 from bot.console.routing import RouterProtocol
 
-__all__ = ["DEMO_USERS", "RouterProtocol", "render", "run_console", "run_demo"]
+__all__ = [
+    "DEMO_CONSOLE_USERS",
+    "DEMO_USERS",
+    "RouterProtocol",
+    "render",
+    "run_console",
+    "run_demo",
+    "run_real_console",
+    "terminal_login",
+]

@@ -14,12 +14,17 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from bot.console.routing import RouterProtocol
-from bot.errors import RecoverError
+from bot.decisions import CONSOLE_CHANNEL, console_actor
+from bot.errors import Interrupted, RecoverError
 from bot.messages import Button, Message, Reply
 from bot.redact import redact
 
 DEMO_USERS = ("alice", "bob")
+# The demo's logins as RECOVER_CONSOLE_USERS would map them: two people, so bob may approve alice's
+# request and neither their own.
+DEMO_CONSOLE_USERS = {"alice": "UDEMOALICE", "bob": "UDEMOBOB"}
 ATTACHMENT_LINES = 200
+INTERRUPTED = 130  # the exit status after Ctrl-C (128 + SIGINT)
 # The console's own commands; everything else is a /recover command.
 CONSOLE_HELP = """Console commands:
   /recover <command>   run a command (the leading /recover is optional)
@@ -103,6 +108,15 @@ class _Console:
         self.interactive = _isatty(stdin)
         self.choices: list[Button] = []
         self.all_ok = True
+        self.interrupted = False
+        # Requests this run makes are withdrawn if Ctrl-C ends it while they wait (nothing was sent).
+        now = getattr(router, "now", None)
+        self.started_at: str | None = now() if now is not None else None
+
+    @property
+    def actor(self) -> str:
+        """The actor every step records: the login and that it came from the console."""
+        return console_actor(self.user)
 
     # -- output -------------------------------------------------------------------------------------
 
@@ -161,9 +175,20 @@ class _Console:
                 continue
             if line.isdigit():
                 self.choose(int(line))
-                continue
-            self.command(line)
+            else:
+                self.command(line)
+            if self.interrupted and not self.interactive:
+                return INTERRUPTED  # a script stops at Ctrl-C; a person gets the prompt back
+            self.interrupted = False
         return 0 if self.all_ok else 1
+
+    def withdraw_on_interrupt(self) -> None:
+        """Ctrl-C ended the console: what it requested in this run and is still waiting is withdrawn."""
+        withdraw = getattr(self.router, "withdraw_interrupted", None)
+        if withdraw is None or self.started_at is None:
+            return
+        for message in withdraw(self.actor, self.started_at):
+            self.show(message)
 
     def meta(self, line: str) -> bool:
         """A console command; False means quit."""
@@ -237,7 +262,7 @@ class _Console:
         reporter = _ConsoleReporter(self)
         self._guard(
             lambda: self.router.handle_text(
-                text or "help", actor=self.user, channel=self.channel, reporter=reporter
+                text or "help", actor=self.actor, channel=self.channel, reporter=reporter
             )
         )
 
@@ -259,7 +284,7 @@ class _Console:
         reporter = _ConsoleReporter(self)
         ok = self._guard(
             lambda: self.router.handle_action(
-                action, value, actor=self.user, channel=self.channel, reporter=reporter, form=form
+                action, value, actor=self.actor, channel=self.channel, reporter=reporter, form=form
             )
         )
         self._keep_choices_after_refusal(ok, previous)
@@ -286,6 +311,13 @@ class _Console:
         """Run one router call; False when it failed (the exit status remembers it)."""
         try:
             reply = call()
+        except Interrupted as exc:
+            # Ctrl-C during a wait: the core withdrew the request, or kept an uncertain send with its key.
+            self.write("^C")
+            self.show_reply(exc.reply)
+            self.all_ok = False
+            self.interrupted = True
+            return False
         except RecoverError as exc:
             self.fail(redact(str(exc)))
             return False
@@ -325,7 +357,7 @@ def run_console(
     allow_switch_user: bool = False,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
-    channel: str | None = None,
+    channel: str | None = CONSOLE_CHANNEL,
     sandbox: Any = None,
 ) -> int:
     """Read commands (a terminal or, one a line, standard input); 0 when every command succeeded.
@@ -338,5 +370,6 @@ def run_console(
     try:
         return console.run()
     except KeyboardInterrupt:
-        console.write("")
-        return 0 if console.all_ok else 1
+        console.write("^C")
+        console.withdraw_on_interrupt()
+        return INTERRUPTED

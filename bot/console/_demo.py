@@ -12,7 +12,9 @@ import tempfile
 from pathlib import Path
 from typing import TextIO
 
-from bot.console._console import DEMO_USERS, run_console
+from bot.console._console import DEMO_CONSOLE_USERS, DEMO_USERS, render, run_console
+from bot.console.identity import terminal_login
+from bot.decisions import console_actor
 from bot.errors import RecoverError
 from bot.redact import redact
 from bot.settings import Settings
@@ -43,11 +45,18 @@ def run_demo(
         handle = start_sandbox()
         try:
             try:
-                router = build_router(_demo_settings(settings, Path(tmp)), sandbox=handle)
+                router = build_router(
+                    _demo_settings(settings, Path(tmp)),
+                    sandbox=handle,
+                    startup=False,
+                    console_users_map=DEMO_CONSOLE_USERS,
+                )
             except RecoverError as exc:
                 print(redact(str(exc)), file=sys.stderr)
                 return 2
             out.write(_banner(handle, users))
+            for message in router.unfinished_view():
+                out.write(render(message) + "\n")
             out.flush()
             return run_console(
                 router, users=users, allow_switch_user=True, stdin=stdin, stdout=out, sandbox=handle
@@ -70,3 +79,30 @@ def _banner(handle: object, users: tuple[str, ...]) -> str:
         "The sandbox's clock stands still: `:advance <seconds>` moves it, `:pass` runs a scheduler pass."
     )
     return "\n".join(lines) + "\n"
+
+
+def run_real_console(
+    settings: Settings,
+    *,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    login: str | None = None,
+) -> int:
+    """The console against the configured control host, as the account running it (fixed).
+
+    Nothing is sent at start: what earlier runs left unfinished is listed, and finished only on
+    ``/recover replay``.
+    """
+    from bot.services import build_router
+
+    out = stdout or sys.stdout
+    user = login or terminal_login()
+    router = build_router(settings, startup=False)
+    out.write(
+        f"recover-bot console against {settings.control_host_url}. You are {user} "
+        f"(recorded as {console_actor(user)}; fixed for this run).\n"
+    )
+    for message in router.unfinished_view():
+        out.write(render(message) + "\n")
+    out.flush()
+    return run_console(router, users=(user,), allow_switch_user=False, stdin=stdin, stdout=out)

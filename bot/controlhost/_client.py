@@ -108,6 +108,9 @@ class ControlHostClient:
         self.clock: Clock = clock or SystemClock()
         self.retry = retry or RetryPolicy()
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
+        # Per key: True while an attempt's answer is missing (on the wire, timed out, a 5xx); False after
+        # a definite answer or a 503 BACKEND_UNAVAILABLE on a resume, which keeps nothing (R4.2).
+        self._in_doubt: dict[str, bool] = {}
         self._http = httpx.Client(
             base_url=self.base_url,
             transport=transport if transport is not None else deadline_transport(),
@@ -334,6 +337,7 @@ class ControlHostClient:
         for attempt in range(1, self.retry.attempts + 1):
             retry_after: float | None = None
             self.store.note_attempt(current.key)
+            self._in_doubt[current.key] = True
             try:
                 response = self._request(
                     current.method,
@@ -358,19 +362,35 @@ class ControlHostClient:
                         last = bad_response(what, status)
                     else:
                         self.store.finish_request(current.key, status, data)
+                        self._in_doubt[current.key] = False
                         return Receipt.parse(data, http_status=status, idempotency_key=current.key)
                 elif is_uncertain_status(status):
                     last = error_from_response(response, what)
                     retry_after = parse_retry_after(response.headers.get("Retry-After"), self.clock.now())
+                    if current.purpose == PURPOSE_RESUME and last.code == "BACKEND_UNAVAILABLE":
+                        self._in_doubt[current.key] = False  # R4.2: no receipt, no record kept
                 else:
                     # A definite refusal ends this logical request; a later attempt is a new one.
                     self.store.finish_request(current.key, status, _response_body(response))
+                    self._in_doubt[current.key] = False
                     raise error_from_response(response, what)
             log.info("POST %s attempt %d/%d: %s", current.path, attempt, self.retry.attempts, last.code)
             if attempt < self.retry.attempts and not self._pause(attempt, retry_after):
                 raise RequestPendingError(last, idempotency_key=current.key, attempts=attempt)
         assert last is not None
         raise RequestPendingError(last, idempotency_key=current.key, attempts=self.retry.attempts)
+
+    def in_doubt(self, key: str) -> bool:
+        """Whether a stored request may have taken effect without its answer reaching us.
+
+        False only when no attempt was made, or this process saw every attempt end in a definite
+        answer (or a resume's 503 BACKEND_UNAVAILABLE); an attempt interrupted on the wire, a timeout,
+        a 5xx — or attempts made by an earlier process — leave it in doubt.
+        """
+        record = self.store.get_request(key)
+        if record is None or record.attempts == 0:
+            return False
+        return self._in_doubt.get(key, True)
 
     def replay_unfinished(self) -> list[ReplayResult]:
         """Re-send every request whose answer was never recorded (start-up), with its stored key

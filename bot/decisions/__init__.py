@@ -5,12 +5,20 @@ from __future__ import annotations
 from bot.decisions._authority import Authority, NoAuthority, check_request_table, derive
 from bot.decisions._policy import DecisionPolicy, Limits
 from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash
-from bot.decisions._rules import DECISIVE_FACTS, ApproverDirectory
+from bot.decisions._rules import (
+    CONSOLE_CHANNEL,
+    DECISIVE_FACTS,
+    ApproverDirectory,
+    console_actor,
+    person_of,
+    same_person,
+)
 from bot.decisions._service import DecisionService
 from bot.decisions._text import APPROVAL_KIND, CONFIRM_KIND
 
 __all__ = [
     "APPROVAL_KIND",
+    "CONSOLE_CHANNEL",
     "CONFIRM_KIND",
     "DECISIVE_FACTS",
     "ApproverDirectory",
@@ -23,6 +31,9 @@ __all__ = [
     "RequestStore",
     "Wait",
     "check_request_table",
+    "console_actor",
     "content_hash",
     "derive",
+    "person_of",
+    "same_person",
 ]

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.clock import parse_time
-from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME
+from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, ReplayResult
 from bot.decisions import _text as text
 from bot.decisions._requests import OPEN_STATES, STATE_STEP, DecisionRequest, content_hash
-from bot.decisions._rules import ApproverDirectory, channel_allowed
+from bot.decisions._rules import ApproverDirectory, channel_allowed, person_of, same_person
 from bot.errors import ControlHostError
 from bot.messages import Message, Reply, Reporter
 from bot.store import Step, Store
@@ -142,8 +142,10 @@ def derive(
     runbook_policy: str,
     approvers: Sequence[str],
     channels: Sequence[str],
+    console_users: Mapping[str, str] | None = None,
 ) -> Authority:
     """The authority to send ``req``, from the chain alone; raises :class:`NoAuthority` with the reason."""
+    console_users = console_users or {}
     steps = _request_steps(store.steps(session_id=req.session_id), req.id)
     requested = [s for s in steps if s.step == REQUESTED]
     if len(requested) != 1:
@@ -172,7 +174,7 @@ def derive(
     name = APPROVED if two_person else CONFIRMED
     reasons: list[str] = []
     for s in (s for s in steps if s.step == name):
-        why = _approval_problem(s, req, chain_hash, expires, two_person, approvers, channels)
+        why = _approval_problem(s, made, req, chain_hash, expires, two_person, approvers, channels, console_users)
         why = why or _intact(store, s, first_keyed)
         if why is None:
             return Authority(
@@ -192,14 +194,33 @@ def derive(
     raise NoAuthority(f"no valid {what} of {req.id} in the chain: {reasons[-1]}")
 
 
+def _same_person_problem(s: Step, made: Step, console_users: Mapping[str, str]) -> str | None:
+    """One person approving their own request under another name is refused, by the Slack ids the chain
+    recorded (the requester's with the request, the approver's with the approval) and by today's
+    RECOVER_CONSOLE_USERS; an approval by an unmapped console login is no approval."""
+    if same_person(s.actor, made.actor, console_users):
+        return f"step {s.seq} is the requester approving their own request"
+    allowed_by = s.inputs.get("allowed_by")
+    approver = allowed_by.get("person") if isinstance(allowed_by, Mapping) else None
+    approver = approver or person_of(s.actor, console_users)
+    if approver is None:
+        return f"step {s.seq} is an approval by an unmapped console login ({s.actor})"
+    requester = (made.detail or {}).get("person") or person_of(made.actor, console_users)
+    if requester is not None and requester == approver:
+        return f"step {s.seq} is the requester ({requester}) approving their own request under another name"
+    return None
+
+
 def _approval_problem(
     s: Step,
+    made: Step,
     req: DecisionRequest,
     chain_hash: str,
     expires: Any,
     two_person: bool,
     approvers: Sequence[str],
     channels: Sequence[str],
+    console_users: Mapping[str, str],
 ) -> str | None:
     recorded_hash = s.inputs.get("content_hash")
     if recorded_hash is not None and recorded_hash != chain_hash:
@@ -210,9 +231,12 @@ def _approval_problem(
     if expires is None or at is None or at > expires:
         return f"step {s.seq} was recorded after the request expired ({req.expires_at})"
     if two_person:
-        if s.actor == req.requester:
-            return f"step {s.seq} is the requester approving their own request"
-        evidence = evidence_problem(s.actor, s.inputs.get("allowed_by"), approvers)
+        who = _same_person_problem(s, made, console_users)
+        if who:
+            return who
+        allowed_by = s.inputs.get("allowed_by")
+        person = allowed_by.get("person", s.actor) if isinstance(allowed_by, Mapping) else s.actor
+        evidence = evidence_problem(person, allowed_by, approvers)
         if evidence:
             return f"step {s.seq}: {evidence}"
     elif s.actor != req.requester:
@@ -352,6 +376,7 @@ class AuthorityMixin:
     requests: Any
     approvers: tuple[str, ...]
     channels: tuple[str, ...]
+    console_users: dict[str, str]
     client: Any
 
     def _policy(self, decision: str) -> Any:  # DecisionService's
@@ -369,6 +394,7 @@ class AuthorityMixin:
                 runbook_policy=self._policy(req.decision).approval,
                 approvers=self.approvers,
                 channels=self.channels,
+                console_users=self.console_users,
             )
             return None
         except NoAuthority as exc:
@@ -404,10 +430,10 @@ class AuthorityMixin:
         reporter.post(msg)
         return Reply.of(msg, ok=False)
 
-    def _replay_vouched(self) -> tuple[int, list[Message]]:
+    def _replay_vouched(self) -> tuple[list[ReplayResult], list[Message]]:
         """Re-send stored resume requests the chain recorded; decisions go through their own request
         (``_resend``, with the authority check). A record no step vouches for is never sent."""
-        sent = 0
+        sent: list[ReplayResult] = []
         refused: list[Message] = []
         for record in self.store.unfinished_requests():
             if record.purpose == PURPOSE_DECISION:
@@ -437,8 +463,8 @@ class AuthorityMixin:
                 )
                 continue
             try:
-                self.client.send(record)
+                sent.append(ReplayResult(record, receipt=self.client.send(record)))
             except ControlHostError as exc:
                 log.info("re-sending %s: %s", record.key, exc.code)
-            sent += 1
+                sent.append(ReplayResult(record, error=exc))
         return sent, refused

@@ -6,14 +6,14 @@ control host is down, and every command here is itself recorded as a step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from bot.clock import Clock, isoformat, parse_time
 from bot.decisions import _text as text
-from bot.decisions._requests import DecisionRequest, RequestStore
-from bot.decisions._rules import ID_RE
+from bot.decisions._requests import OPEN_STATES, DecisionRequest, RequestStore
+from bot.decisions._rules import ID_RE, settled_reason
 from bot.messages import Message, Reply
 from bot.store import Step, Store
 
@@ -96,6 +96,60 @@ class CasesMixin:
         self._record(session_id, actor, "note", {"text": note_text}, "noted")
         return Reply.of(
             Message(headline=f"Noted on `{session_id}`", lines=[note_text], level="ok", session_id=session_id)
+        )
+
+    def close_if_settled(
+        self, session_id: str, actor: str, facts: Mapping[str, Any], found_by: str
+    ) -> list[Message]:
+        """Close the session's open case when ``facts`` show it needs no operator (a recorded step)."""
+        why = settled_reason(facts)
+        case = self.store.get_open_case(session_id) if why else None
+        if case is None or why is None:
+            return []
+        if any(r.state in OPEN_STATES for r in self.requests.find(session_id=session_id)):
+            return []  # a request still in flight keeps its case open until it is finished
+        self.store.close_case(case.id, actor, f"{found_by}: {why}")
+        return [Message(headline=f"Case of `{session_id}` closed: {why}.", level="ok", session_id=session_id)]
+
+    def done(self, actor: str, session_id: str, reason: str | None = None) -> Reply:
+        """`/recover done`: close the bot's case by hand. Sends nothing to the control host (not `close`)."""
+        if not ID_RE.match(session_id):
+            return Reply.of(text.refusal(f"invalid session id {session_id!r}"), ok=False)
+        case = self.store.get_open_case(session_id)
+        if case is None:
+            return Reply.of(
+                text.refusal(
+                    f"`{session_id}` has no open case: nothing to close",
+                    "`/recover cases` lists the open ones.",
+                    session_id=session_id,
+                ),
+                ok=False,
+            )
+        in_flight = [r for r in self.requests.find(session_id=session_id) if r.state in OPEN_STATES]
+        if in_flight:
+            r = in_flight[0]
+            how = (
+                "its send has no definite answer yet: finish it with `/recover replay`"
+                if r.state in ("sending", "uncertain")
+                else f"withdraw it first (`/recover withdraw {r.id}`) or let it be decided"
+            )
+            return Reply.of(
+                text.refusal(
+                    f"the case of `{session_id}` has request {r.id} (`{r.decision}`) still {r.state}",
+                    f"The case stays open: {how}.",
+                    session_id=session_id,
+                ),
+                ok=False,
+            )
+        why = (reason or "").strip() or "closed by hand"
+        self.store.close_case(case.id, actor, f"done: {why}")
+        return Reply.of(
+            Message(
+                headline=f"Case of `{session_id}` closed by {who(actor)}: {why}",
+                lines=["Nothing was sent to the control host: the session itself is unchanged (this is not `close`)."],
+                level="ok",
+                session_id=session_id,
+            )
         )
 
     def handoff(self, actor: str) -> Reply:

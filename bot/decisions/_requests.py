@@ -77,6 +77,8 @@ STATES = (
 )
 OPEN_STATES = ("requested", "approved", "waiting", "recheck", "sending", "uncertain")
 FINAL_STATES = ("rejected", "expired", "withdrawn", "void", "executed", "failed")
+# Nothing was sent for a request in these states, so its requester may withdraw it.
+WITHDRAWABLE_STATES = ("requested", "approved", "waiting", "recheck")
 # States in which a request has been (or may have been) sent with its stored key.
 IN_FLIGHT_STATES = ("sending", "uncertain")
 # The step that records a state change (one per transition, in the same commit).

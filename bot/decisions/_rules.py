@@ -33,6 +33,70 @@ class ApproverDirectory(Protocol):
     def members(self, group_id: str) -> set[str]: ...
 
 
+# A console actor is ``console:<login>``: the step log records the login and that it came from the
+# console; a Slack actor is the Slack user id. Who is *one person* is decided by Slack id (below).
+CONSOLE_PREFIX = "console:"
+CONSOLE_CHANNEL = "console"
+
+
+def console_actor(login: str) -> str:
+    """The actor a console login acts as (recorded in every step it makes)."""
+    return CONSOLE_PREFIX + login
+
+
+def console_login(actor: str) -> str | None:
+    """The login of a console actor; None for a Slack actor."""
+    return actor[len(CONSOLE_PREFIX) :] if actor.startswith(CONSOLE_PREFIX) else None
+
+
+def person_of(actor: str, console_users: Mapping[str, str]) -> str | None:
+    """The Slack id that stands for the person behind ``actor`` (RECOVER_CONSOLE_USERS maps logins).
+
+    A Slack actor is its own id; a console login is the id it is mapped to, or None when unmapped
+    (a shared service account, a container's uid: nobody can say who is typing).
+    """
+    login = console_login(actor)
+    if login is None:
+        return actor
+    return console_users.get(login)
+
+
+def same_person(a: str, b: str, console_users: Mapping[str, str]) -> bool:
+    """True when ``a`` and ``b`` are (or may be shown to be) one person: the same actor, or two actors
+    mapped to one Slack id — two logins of one person, or a Slack user and their own login."""
+    if a == b:
+        return True
+    pa, pb = person_of(a, console_users), person_of(b, console_users)
+    return pa is not None and pa == pb
+
+
+def identity_refusal(
+    actor: str, requester: str, console_users: Mapping[str, str]
+) -> tuple[str, str, list[str]] | None:
+    """The two-person rule's identity checks for approving ``requester``'s request as ``actor``.
+
+    Returns None when ``actor`` is a second, identifiable person, else (code, headline, lines). People
+    are compared by Slack id, so no path — button, typed command, console, retry or restart — lets one
+    person approve their own request under a second name; an unmapped console login never approves.
+    RECOVER_APPROVERS is checked after this, on the Slack id.
+    """
+    if same_person(actor, requester, console_users):
+        return (
+            "self_approval",
+            "you cannot approve your own request: a second person must approve it",
+            ["Ask another on-call engineer to run `/recover approve <request_id>`."],
+        )
+    if person_of(actor, console_users) is None:
+        login = console_login(actor)
+        return (
+            "not_approver",
+            f"console login {login!r} is not mapped to a Slack user id (RECOVER_CONSOLE_USERS): "
+            "it may request and diagnose, never approve",
+            [f"Map it in RECOVER_CONSOLE_USERS (e.g. {login}:U012ABCDEF) or approve in Slack."],
+        )
+    return None
+
+
 def channel_allowed(channel: str | None, channels: Sequence[str]) -> bool:
     """RECOVER_CHANNELS: when set, decide/approve/reject only there (docs/commands.md)."""
     return not channels or (channel is not None and channel in channels)
@@ -66,6 +130,24 @@ def approver_allowed(
 # Whether each object exists: kept beside the snapshot so a cleared attention reads "none" (not
 # "unknown") when a voided approval lists what changed. Not compared (the values above say it).
 PRESENCE_FACTS = ("attention.present", "checkpoint.present", "unknown_turn.present")
+
+
+def settled_reason(facts: Mapping[str, Any]) -> str | None:
+    """Why the session needs no operator — closed, or running/idle with nothing to recover — else None.
+
+    A case closes on it (with a recorded step) after a diagnosis or a verification (R5.1).
+    """
+    status, admission = facts.get("session.status"), facts.get("session.admission_state")
+    if status == "closed" or admission == "closed":
+        return "the session is closed"
+    if (
+        status in ("running", "idle")
+        and admission == "open"
+        and not facts.get("attention.present")
+        and not facts.get("unknown_turn.present")
+    ):
+        return f"the session is {status} and needs no operator"
+    return None
 
 
 def decisive_facts(facts: Mapping[str, Any], turn_status: str | None) -> dict[str, Any]:

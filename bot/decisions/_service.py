@@ -16,6 +16,7 @@ Exactly once, whatever happens to the network or the process:
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,14 +37,21 @@ from bot.decisions._rules import (
     approver_allowed,
     changed_facts,
     channel_allowed,
+    console_login,
     decisive_facts,
+    identity_refusal,
+    person_of,
+    same_person,
+    settled_reason,
 )
-from bot.errors import ControlHostError, DecisionError, RecoverError, StoreError
+from bot.decisions._unfinished import UnfinishedMixin
+from bot.errors import ControlHostError, DecisionError, Interrupted, RecoverError, StoreError
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.evaluate import check_decision
 from bot.store import Store
 
 BOT = "recover-bot"
+log = logging.getLogger(__name__)
 
 # Facts shown with a request (the second person sees what the requester saw).
 SHOWN_FACTS = (
@@ -105,7 +113,7 @@ def _flags(req: DecisionRequest | None = None, **kw: Any) -> dict[str, Any]:
     return dict(kw)
 
 
-class DecisionService(CasesMixin, AuthorityMixin):
+class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin):
     """The decisions core. Cheap to construct: all state lives in the store's SQLite file."""
 
     def __init__(
@@ -119,6 +127,7 @@ class DecisionService(CasesMixin, AuthorityMixin):
         approvers: tuple[str, ...] = (),
         channels: tuple[str, ...] = (),
         directory: ApproverDirectory | None = None,
+        console_users: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.client = client
@@ -128,6 +137,8 @@ class DecisionService(CasesMixin, AuthorityMixin):
         self.approvers = tuple(approvers)
         self.channels = tuple(channels)
         self.directory = directory
+        # RECOVER_CONSOLE_USERS: console login → Slack id; people are compared by that id.
+        self.console_users: dict[str, str] = dict(console_users or {})
         self.requests = RequestStore(store)
         self.limits: Limits = runbook_limits(runbooks)
 
@@ -286,6 +297,9 @@ class DecisionService(CasesMixin, AuthorityMixin):
                     "content_hash": req.content_hash,
                     "facts": req.facts,
                     "repeated": req.repeated,
+                    # Who the requester is, by Slack id (None: an unmapped console login); the
+                    # authority check compares the approver with it (RECOVER_CONSOLE_USERS).
+                    "person": person_of(actor, self.console_users),
                 },
                 db=db,
             )
@@ -507,10 +521,39 @@ class DecisionService(CasesMixin, AuthorityMixin):
         return text.updated_request_message(fresh, f"expired at {req.expires_at}; nothing was sent", "warn")
 
     def _approver_problem(self, actor: str) -> list[str] | None:
-        allowed, problem = approver_allowed(actor, self.approvers, self.directory)
+        person = person_of(actor, self.console_users)
+        if person is None:
+            return [f"{actor} is not mapped to a Slack user id (RECOVER_CONSOLE_USERS)."]
+        allowed, problem = approver_allowed(person, self.approvers, self.directory)
         if allowed:
             return None
         return [*([problem] if problem else []), "Allowed approvers: " + ", ".join(self.approvers) + "."]
+
+    def _approval_evidence(self, actor: str) -> tuple[dict[str, Any] | None, str | None]:
+        """What allows ``actor`` to approve, by its Slack id; a console login's mapping is recorded too."""
+        person = person_of(actor, self.console_users)
+        if person is None:
+            return None, f"{actor} is not mapped to a Slack user id (RECOVER_CONSOLE_USERS)"
+        evidence, problem = approval_evidence(person, self.approvers, self.directory)
+        if evidence is not None and person != actor:
+            evidence = {**evidence, "person": person, "login": console_login(actor)}
+        return evidence, problem
+
+    def _is_requester(self, actor: str, req: DecisionRequest) -> bool:
+        """One person, compared by Slack id (a Slack user and their own mapped console login are one)."""
+        return same_person(actor, req.requester, self.console_users)
+
+    def _identity_refusal(
+        self, actor: str, req: DecisionRequest
+    ) -> tuple[str, str, list[str], list[str]] | None:
+        """The two-person rule's identity check (code, headline, lines, rules), in the core for every path."""
+        refusal = identity_refusal(actor, req.requester, self.console_users)
+        if refusal is None:
+            return None
+        code, headline, lines = refusal
+        if code == "self_approval":
+            return code, headline, [f"Ask another on-call engineer to run `/recover approve {req.id}`."], ["R3.10"]
+        return code, headline, lines, []
 
     def approve(self, actor: str, channel: str | None, request_id: str, reporter: Reporter) -> Reply:
         """A second, allowed person approves (button or text both end here); then it executes once."""
@@ -544,20 +587,12 @@ class DecisionService(CasesMixin, AuthorityMixin):
                 f"request {req.id} is a single-person `{req.decision}`: it is confirmed, not approved",
                 "Its requester confirms it with the button or `--yes`.",
             )
-        if actor == req.requester:
-            # The two-person rule: by button or by text, the requester never approves their own request.
-            return self._refuse(
-                actor,
-                sid,
-                "approve",
-                inputs,
-                "you cannot approve your own request: a second person must approve it",
-                f"Ask another on-call engineer to run `/recover approve {req.id}`.",
-                rules=["R3.10"],
-                code="self_approval",
-            )
+        refusal = self._identity_refusal(actor, req)
+        if refusal is not None:
+            code, headline, lines, rules = refusal
+            return self._refuse(actor, sid, "approve", inputs, headline, *lines, rules=rules, code=code)
         # What allows this approver, as seen now: recorded with the approval, never looked up again.
-        evidence, problem = approval_evidence(actor, self.approvers, self.directory)
+        evidence, problem = self._approval_evidence(actor)
         if evidence is None:
             return self._refuse(
                 actor,
@@ -657,7 +692,7 @@ class DecisionService(CasesMixin, AuthorityMixin):
                 f"request {req.id} needs approval by a second person, not a confirmation",
                 f"Another person runs `/recover approve {req.id}`.",
             )
-        if actor != req.requester:
+        if not self._is_requester(actor, req):
             return self._refuse(
                 actor,
                 sid,
@@ -724,7 +759,7 @@ class DecisionService(CasesMixin, AuthorityMixin):
                 inputs,
                 "rejections are refused outside the recovery channels (RECOVER_CHANNELS)",
             )
-        if actor != req.requester:
+        if not self._is_requester(actor, req):
             problem = self._approver_problem(actor)
             if problem is not None:
                 return self._refuse(
@@ -735,7 +770,7 @@ class DecisionService(CasesMixin, AuthorityMixin):
                     f"<@{actor}> is not an allowed approver (RECOVER_APPROVERS)",
                     *problem,
                 )
-        to_state = "withdrawn" if actor == req.requester else "rejected"
+        to_state = "withdrawn" if self._is_requester(actor, req) else "rejected"
         with self.store.write() as db:
             won = self.requests.transition(
                 db, req.id, ("requested",), to_state, decided_by=actor, decided_at=self._iso(), note=reason
@@ -747,7 +782,7 @@ class DecisionService(CasesMixin, AuthorityMixin):
                 actor, sid, "reject", inputs, self._state_text(self.requests.get(req.id) or req)
             )
         fresh = self.requests.get(req.id) or req
-        how = "withdrawn by its requester" if actor == req.requester else f"rejected by <@{actor}>"
+        how = "withdrawn by its requester" if self._is_requester(actor, req) else f"rejected by <@{actor}>"
         because = f": {reason}" if reason else ""
         return Reply.of(text.updated_request_message(fresh, f"{how}{because}; nothing was sent", "warn"))
 
@@ -771,6 +806,11 @@ class DecisionService(CasesMixin, AuthorityMixin):
     # == execution ================================================================================
 
     def _execute(self, request_id: str, actor: str, reporter: Reporter) -> Reply:
+        """approved → sending; Ctrl-C on the way withdraws it unless a send is in doubt."""
+        with self._interruptible(request_id, actor):
+            return self._execute_now(request_id, actor, reporter)
+
+    def _execute_now(self, request_id: str, actor: str, reporter: Reporter) -> Reply:
         """approved → sending: facts re-checked, expected_revision read in that same check, then sent."""
         req = self.requests.get(request_id)
         if req is None or req.state != "approved":
@@ -1073,6 +1113,13 @@ class DecisionService(CasesMixin, AuthorityMixin):
     def _continue_wait(
         self, request_id: str, actor: str, wait_id: int, deadline: datetime, reporter: Reporter
     ) -> Reply:
+        """R3.9's wait; Ctrl-C during it withdraws the request (nothing uncertain was sent)."""
+        with self._interruptible(request_id, actor):
+            return self._continue_wait_now(request_id, actor, wait_id, deadline, reporter)
+
+    def _continue_wait_now(
+        self, request_id: str, actor: str, wait_id: int, deadline: datetime, reporter: Reporter
+    ) -> Reply:
         req = self.requests.get(request_id)
         assert req is not None
         sid = req.session_id
@@ -1179,11 +1226,6 @@ class DecisionService(CasesMixin, AuthorityMixin):
             facts["session.resumable"] = _attr(receipt, "resumable")
         names = list(dict.fromkeys([*VERIFY_FACTS, *policy.report()]))
         step = policy.next_step(facts, flags)
-        status, admission = facts.get("session.status"), facts.get("session.admission_state")
-        closed = status == "closed" or admission == "closed"
-        no_operator = (
-            status in ("running", "idle") and admission == "open" and not facts.get("attention.present")
-        )
         next_text = step.say if step else f"Check it: `/recover diagnose {session_id}`."
         detail: dict[str, Any] = {
             "decision": policy.name,
@@ -1197,12 +1239,11 @@ class DecisionService(CasesMixin, AuthorityMixin):
             "Acceptance is not the same as the worker being gone, nor as a successful resume (R5.1).",
             f"Next: {next_text}",
         ]
-        if closed or no_operator:
-            case = self.store.get_open_case(session_id)
-            if case is not None:
-                why = "the session is closed" if closed else "the session needs no operator"
-                self.store.close_case(case.id, actor, why)
-                lines.append(f"Case closed: {why}.")
+        why = settled_reason(facts)
+        case = self.store.get_open_case(session_id) if why else None
+        if case is not None:
+            self.store.close_case(case.id, actor, f"verification: {why}")
+            lines.append(f"Case closed: {why}.")
         return Reply.of(
             Message(
                 headline=f"Verified `{session_id}` after `{policy.name}`",
@@ -1247,6 +1288,32 @@ class DecisionService(CasesMixin, AuthorityMixin):
         cap = advice.max_every if advice and advice.max_every else self.limits.resume_backoff_max
         total = advice.up_to if advice and advice.up_to else self.limits.resume_backoff_total
         start = self._now()
+        try:
+            return self._resume_loop(actor, session_id, record, policy, facts, flags, inputs, reporter,
+                                     (initial, cap, total), start)
+        except Interrupted:
+            raise
+        except KeyboardInterrupt:
+            wait_id = next(
+                (w.id for w in self.requests.active_waits(session_id) if w.kind == "reclamation"), None
+            )
+            raise Interrupted(self._resume_interrupted(actor, session_id, record, wait_id)) from None
+
+    def _resume_loop(
+        self,
+        actor: str,
+        session_id: str,
+        record: Any,
+        policy: DecisionPolicy,
+        facts: Mapping[str, Any],
+        flags: Mapping[str, Any],
+        inputs: Mapping[str, Any],
+        reporter: Reporter,
+        backoff: tuple[float, float, float],
+        start: datetime,
+    ) -> Reply:
+        """Send the stored resume until a definite answer; 503 BACKEND_UNAVAILABLE is waited out (R4.2)."""
+        initial, cap, total = backoff
         delay = initial
         wait_id: int | None = None
         while True:
@@ -1372,9 +1439,34 @@ class DecisionService(CasesMixin, AuthorityMixin):
 
     # == restart ==================================================================================
 
-    def recover_after_restart(self, reporter: Reporter) -> Reply:
-        """Finish what a previous process left: in-flight requests re-sent, approved ones executed once."""
+    def recover_after_restart(self, reporter: Reporter, *, actor: str | None = None) -> Reply:
+        """Finish what a previous process left: in-flight requests re-sent, approved ones executed once.
+
+        First names every unfinished request it found (session, decision, since when); each outcome
+        is a message about its session, so the Slack app posts it in the case's thread.
+        """
+        who = actor or BOT
         messages: list[Message] = []
+        ok = True
+        found = self.unfinished()
+        for item in found:
+            log.info("unfinished request found: %s", item.line())
+            reporter.post(
+                Message(
+                    headline=f"Unfinished request found: {item.line()}",
+                    level="warn",
+                    lines=[
+                        "Finishing it now with its own Idempotency-Key."
+                        if item.uncertain
+                        else "Nothing uncertain was sent for it; it continues where it stopped."
+                    ],
+                    session_id=item.session_id,
+                )
+            )
+        if found:
+            self._record(
+                None, who, "unfinished_found", {}, f"{len(found)} found", detail={"requests": [u.line() for u in found]}
+            )
         # Stored requests whose answer never arrived are re-sent first, each with its own key and body,
         # when a step of the chain vouches for them (decisions: through their request, below).
         replayed, refused = self._replay_vouched()
@@ -1383,9 +1475,14 @@ class DecisionService(CasesMixin, AuthorityMixin):
         if replayed:
             messages.append(
                 Message(
-                    headline=f"Re-sent {replayed} unfinished request(s) with their original Idempotency-Keys"
+                    headline=f"Re-sent {len(replayed)} unfinished request(s) with their original Idempotency-Keys"
                 )
             )
+        for result in replayed:
+            if result.record.purpose == PURPOSE_RESUME:
+                reply = self._settle_replayed_resume(result, who)
+                messages.extend(reply.messages)
+                ok = ok and reply.ok
         for req in self.requests.find(states=("sending", "uncertain")):
             reply = self._resend(req, reporter)
             messages.extend(reply.messages)
@@ -1417,7 +1514,7 @@ class DecisionService(CasesMixin, AuthorityMixin):
                 self.requests.end_wait(w.id, "interrupted")
         self._record(
             None,
-            BOT,
+            who,
             "recover_after_restart",
             {},
             "done",
@@ -1427,8 +1524,42 @@ class DecisionService(CasesMixin, AuthorityMixin):
             messages.append(Message(headline="Nothing to recover: no approved or in-flight decisions."))
         return Reply(messages, ok=ok)
 
+    def _settle_replayed_resume(self, result: Any, actor: str) -> Reply:
+        """Record the outcome of a resume re-sent with its stored key, about its session (R4.2)."""
+        record = result.record
+        sid = record.session_id or "?"
+        inputs = {"session_id": sid, "replayed": True}
+        if result.receipt is not None:
+            receipt = result.receipt
+            self._record(sid, actor, "resume_accepted", inputs, str(_attr(receipt, "status") or "accepted"),
+                         http_status=_attr(receipt, "http_status") or 200, idempotency_key=record.key,
+                         receipt_id=_attr(receipt, "id"))
+            policy = self._policy("resume")
+            verification = self._verify(sid, actor, policy, {"reason": "replayed"}, receipt)
+            head = Message(headline=f"Finished the resume of `{sid}` left by an earlier run: accepted "
+                           f"(receipt {_attr(receipt, 'id')}, same Idempotency-Key)", level="ok", session_id=sid,
+                           rules=["R4.2", "R5.1"])
+            return Reply([head, *verification.messages])
+        exc = result.error
+        if result.still_pending:
+            self._record(sid, actor, "resume_uncertain", inputs, exc.code if exc else "uncertain",
+                         idempotency_key=record.key)
+            return Reply.of(text.refusal(
+                f"The resume of `{sid}` left by an earlier run is still without a definite answer ({exc.code if exc else '?'})",
+                "It keeps its Idempotency-Key; it is re-sent with it on the next replay or start.",
+                session_id=sid, rules=["R4.2"]), ok=False)
+        self._record(sid, actor, "resume_refused", inputs, exc.code if exc else "refused",
+                     http_status=exc.status if exc else None, idempotency_key=record.key)
+        return Reply.of(text.refusal(
+            f"The resume of `{sid}` left by an earlier run was refused: {exc.code if exc else '?'}",
+            *([exc.message] if exc else []), f"Check it: `/recover diagnose {sid}`.", session_id=sid), ok=False)
+
     def _resend(self, req: DecisionRequest, reporter: Reporter) -> Reply:
         """A ``sending`` or ``uncertain`` request: settle it from its stored idempotency record, same key and body."""
+        with self._interruptible(req.id, BOT):
+            return self._resend_now(req, reporter)
+
+    def _resend_now(self, req: DecisionRequest, reporter: Reporter) -> Reply:
         if not req.idem_key or not req.body:
             return Reply.of(
                 text.refusal(f"request {req.id} is in flight without a stored key or body"), ok=False

@@ -396,6 +396,12 @@ class Diagnoser:
         carries the follow-up as deferred work: the front end runs it after delivering the answer,
         and it posts through the same reporter only if the whole log adds evidence.
         """
+        return self.diagnose_and_record(session_id, actor, reporter)[1]
+
+    def diagnose_and_record(
+        self, session_id: str, actor: str, reporter: Reporter | None = None
+    ) -> tuple[Diagnosis, Reply]:
+        """:meth:`diagnose`, and the diagnosis itself (the router closes a case its facts show settled)."""
         diagnosis = self.gather(session_id, keep_reading_logs=reporter is not None)
         self.record(diagnosis, actor)
         reply = Reply.of(*wording.render(diagnosis, self.runbooks))
@@ -412,7 +418,7 @@ class Diagnoser:
                     reporter=reporter,
                 )
             )
-        return reply
+        return diagnosis, reply
 
     def record(self, diagnosis: Diagnosis, actor: str) -> Any:
         """Record a ``diagnose`` step: the branch as its outcome, the facts as its detail.

@@ -541,6 +541,18 @@ class Store:
                 raise StoreError(f"no idempotency record {key}")
             return _record(_q(db, "SELECT * FROM idempotency WHERE key = ?", [key]).fetchone())
 
+    def withdraw_request(self, key: str, actor: str, why: str) -> bool:
+        """End a stored request that never took effect (never sent, or every answer said nothing was
+        kept), so no restart re-sends it. False when it already had an answer (nothing changed)."""
+        with self.write() as db:
+            cur = _q(
+                db,
+                "UPDATE idempotency SET state = 'answered', response = ?, answered_at = ? "
+                "WHERE key = ? AND state = 'pending'",
+                [canonical_json({"withdrawn": {"by": actor, "why": why}}), self._now(), key],
+            )
+            return cur.rowcount == 1
+
     def get_request(self, key: str) -> IdempotencyRecord | None:
         with self.read() as db:
             row = _q(db, "SELECT * FROM idempotency WHERE key = ?", [key]).fetchone()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.console import render, run_console
+from bot.console import DEMO_CONSOLE_USERS, render, run_console
 from bot.messages import Button, Message
 from bot.services import build_router
 from bot.settings import Settings
@@ -21,7 +21,9 @@ from bot.settings import Settings
 
 @pytest.fixture
 def router(sandbox, tmp_path):
-    return build_router(Settings(db_path=tmp_path / "console.db"), sandbox=sandbox)
+    return build_router(
+        Settings(db_path=tmp_path / "console.db"), sandbox=sandbox, console_users_map=DEMO_CONSOLE_USERS
+    )
 
 
 def _run(router, script: str, **kw) -> tuple[int, str]:
@@ -128,7 +130,7 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
         wait_for("bob>")
         type_line("1")
         s = wait_for("Verified `ses_restore_transient`")
-        assert "executed (approved by @bob)" in s
+        assert "executed (approved by @console:bob)" in s
         type_line(":quit")
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:

@@ -368,6 +368,8 @@ def test_accessors(runbooks: RunbookSet) -> None:
         "decide",
         "reconcile",
         "batch decide",
+        "withdraw",
+        "replay",
     }
     with pytest.raises(KeyError, match="no limit named"):
         runbooks.limit("nope")

@@ -206,7 +206,9 @@ def test_check_command_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture
     directory = copy_runbooks(tmp_path)
     assert check([str(directory)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("ok: 2 file(s)") and "21 subcommand(s)" in out
+    commands = len(load_runbooks(directory).commands)  # the shipped files add subcommands over time
+    assert commands >= 17
+    assert out.startswith("ok: 2 file(s)") and f"{commands} subcommand(s)" in out
     path, line = edit(directory, "kind: handoff", "kind: nope")
     assert check([str(path), str(directory / ISOLATION)]) == 1
     err = capsys.readouterr().err

@@ -1,0 +1,387 @@
+"""No silent side effects: unfinished requests named at start, withdrawal, Ctrl-C, replay on request.
+
+A request nothing was sent for (pending, approved, waiting for the scheduler, awaiting the effects
+re-check) can be taken back: ``withdraw`` by its requester, or Ctrl-C during its wait. It is then
+recorded as ``withdrawn`` and no process ever sends it. A request whose send never got an answer is
+*uncertain*: it keeps its Idempotency-Key and is finished — re-sent with that key — never dropped;
+the Slack app does that at start, the console only on ``/recover replay``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from bot.clock import Clock
+from bot.controlhost import PURPOSE_RESUME
+from bot.decisions import _text as text
+from bot.decisions._requests import (
+    IN_FLIGHT_STATES,
+    OPEN_STATES,
+    WITHDRAWABLE_STATES,
+    DecisionRequest,
+    RequestStore,
+)
+from bot.decisions._rules import channel_allowed
+from bot.errors import Interrupted
+from bot.messages import Message, Reply, Reporter
+from bot.store import IdempotencyRecord, Store
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """One unfinished request found in the store: what, where, since when, and whether it is uncertain."""
+
+    session_id: str | None
+    what: str  # the decision, or "resume"
+    state: str
+    since: str
+    request_id: str | None = None
+    key: str | None = None
+    uncertain: bool = False
+
+    def line(self) -> str:
+        ref = f" {self.request_id}" if self.request_id else ""
+        return f"`{self.session_id or '?'}` `{self.what}`{ref}: {self.state} since {self.since}"
+
+
+class UnfinishedMixin:
+    """withdraw, the Ctrl-C rules, the start-up listing (mixed into DecisionService)."""
+
+    store: Store
+    requests: RequestStore
+    client: Any
+    clock: Clock
+    channels: tuple[str, ...]
+
+    def _record(
+        self, session_id: str | None, actor: str, step: str, inputs: Any, outcome: str, **kw: Any
+    ) -> None:
+        raise NotImplementedError
+
+    def _refuse(
+        self,
+        actor: str,
+        session_id: str | None,
+        step: str,
+        inputs: Mapping[str, Any],
+        headline: str,
+        *lines: str,
+        rules: Sequence[str] = (),
+        extra: Sequence[Message] = (),
+        code: str = "refused",
+    ) -> Reply:
+        raise NotImplementedError
+
+    def _iso(self, when: Any = None) -> str:
+        raise NotImplementedError
+
+    def _is_requester(self, actor: str, req: DecisionRequest) -> bool:
+        raise NotImplementedError
+
+    # == what is unfinished =======================================================================
+
+    def unfinished(self) -> list[Unfinished]:
+        """Every open decision request and every stored send without an answer, oldest first."""
+        found: list[Unfinished] = []
+        keys: set[str] = set()
+        for req in self.requests.find(states=OPEN_STATES):
+            record = self.store.get_request(req.idem_key) if req.idem_key else None
+            uncertain = req.state in IN_FLIGHT_STATES and (record is None or record.pending)
+            if req.idem_key:
+                keys.add(req.idem_key)
+            state = {
+                "requested": "waiting for approval"
+                if req.policy == "two_person"
+                else "waiting for confirmation",
+                "approved": "approved, not sent",
+                "sending": "sent, no definite answer (uncertain)"
+                if uncertain
+                else "answered, not recorded",
+                "uncertain": "sent, no definite answer (uncertain)",
+                "waiting": "waiting for the scheduler to confirm the worker gone (R3.9)",
+                "recheck": "waiting for the effects re-check (R3.10)",
+            }.get(req.state, req.state)
+            found.append(
+                Unfinished(
+                    req.session_id,
+                    req.decision,
+                    state,
+                    req.updated_at or req.created_at,
+                    req.id,
+                    req.idem_key,
+                    uncertain,
+                )
+            )
+        for record in self.store.unfinished_requests():
+            if record.key in keys:
+                continue
+            what = "resume" if record.purpose == PURPOSE_RESUME else record.purpose
+            sent = (
+                f"sent {record.attempts} time(s), no definite answer (uncertain)"
+                if record.attempts
+                else "stored, never sent"
+            )
+            found.append(Unfinished(record.session_id, what, sent, record.created_at, None, record.key, True))
+        return found
+
+    def unfinished_report(self, *, console: bool) -> Reply:
+        """Names every unfinished request (session, decision, since when); sends nothing."""
+        found = self.unfinished()
+        if not found:
+            return Reply.of(Message(headline="No unfinished requests."))
+        lines = [u.line() for u in found]
+        if console:
+            if any(u.uncertain or u.request_id for u in found):
+                lines.append(
+                    "Nothing was sent. `/recover replay` finishes these (uncertain sends with their own "
+                    "Idempotency-Keys); `/recover withdraw <request_id>` takes back one of yours nothing was sent for."
+                )
+        else:
+            lines.append(
+                "Finishing the uncertain ones with their own Idempotency-Keys; each outcome goes to its case's thread."
+            )
+        return Reply.of(
+            Message(headline=f"Found {len(found)} unfinished request(s)", level="warn", lines=lines)
+        )
+
+    # == withdraw =================================================================================
+
+    def withdraw(self, actor: str, channel: str | None, request_id: str) -> Reply:
+        """The requester takes back a request nothing was sent for; it is never sent after that."""
+        inputs = {"request_id": request_id, "channel": channel}
+        req = self.requests.get(request_id) if request_id.startswith("req_") else None
+        if req is None:
+            return self._refuse(
+                actor,
+                None,
+                "withdraw",
+                inputs,
+                f"no decision request {request_id!r}",
+                "Copy the id from the request (req_…).",
+            )
+        sid = req.session_id
+        if not channel_allowed(channel, self.channels):
+            return self._refuse(
+                actor,
+                sid,
+                "withdraw",
+                inputs,
+                "withdrawals are refused outside the recovery channels (RECOVER_CHANNELS)",
+            )
+        if not self._is_requester(actor, req):
+            return self._refuse(
+                actor,
+                sid,
+                "withdraw",
+                inputs,
+                f"only <@{req.requester}>, who asked for it, withdraws request {req.id}",
+                f"To refuse it, an approver runs `/recover reject {req.id}`.",
+            )
+        if req.state in IN_FLIGHT_STATES:
+            return self._refuse(
+                actor,
+                sid,
+                "withdraw",
+                inputs,
+                f"request {req.id} was sent and its answer never came: it cannot be withdrawn",
+                "Its outcome is finished with its own Idempotency-Key: `/recover replay` in the console; "
+                "the Slack app does it at start.",
+                code="uncertain",
+            )
+        if req.state not in WITHDRAWABLE_STATES:
+            return self._refuse(
+                actor,
+                sid,
+                "withdraw",
+                inputs,
+                f"request {req.id} is already {req.state}: nothing to withdraw",
+            )
+        return self._withdraw(req, actor, "withdrawn by its requester", step_inputs=inputs)
+
+    def _withdraw(
+        self,
+        req: DecisionRequest,
+        actor: str,
+        why: str,
+        *,
+        step_inputs: Mapping[str, Any],
+        from_states: Sequence[str] = WITHDRAWABLE_STATES,
+    ) -> Reply:
+        with self.store.write() as db:
+            won = self.requests.transition(
+                db,
+                req.id,
+                tuple(from_states),
+                "withdrawn",
+                decided_by=actor,
+                decided_at=self._iso(),
+                note=why,
+            )
+            if won:
+                self.store.record_step(
+                    req.session_id,
+                    actor,
+                    "decision_withdrawn",
+                    dict(step_inputs),
+                    "withdrawn",
+                    detail={"was": req.state, "why": why},
+                    db=db,
+                )
+        fresh = self.requests.get(req.id) or req
+        if not won:
+            return Reply.of(
+                text.refusal(
+                    f"request {req.id} is already {fresh.state}: nothing withdrawn", session_id=req.session_id
+                ),
+                ok=False,
+            )
+        for wait in self.requests.active_waits(req.session_id):
+            if wait.request_id == req.id:
+                self.requests.end_wait(wait.id, "withdrawn")
+        if req.idem_key:
+            self.store.withdraw_request(req.idem_key, actor, why)
+        return Reply.of(
+            text.updated_request_message(fresh, f"{why}; nothing was sent, it will never be", "warn")
+        )
+
+    def withdraw_pending_of(self, actor: str, since: str) -> Reply:
+        """Ctrl-C at the console: withdraw what ``actor`` requested since ``since`` and nothing was sent for."""
+        messages: list[Message] = []
+        for req in self.requests.find(states=WITHDRAWABLE_STATES):
+            if req.requester == actor and req.created_at >= since:
+                messages.extend(
+                    self._withdraw(
+                        req,
+                        actor,
+                        "withdrawn: interrupted (Ctrl-C)",
+                        step_inputs={"request_id": req.id, "interrupted": True},
+                    ).messages
+                )
+        return Reply(messages)
+
+    # == Ctrl-C ===================================================================================
+
+    @contextmanager
+    def _interruptible(self, request_id: str, actor: str) -> Iterator[None]:
+        """Ctrl-C inside a request's execution or wait: withdraw it if nothing uncertain was sent."""
+        try:
+            yield
+        except Interrupted:
+            raise
+        except KeyboardInterrupt:
+            raise Interrupted(self._request_interrupted(request_id, actor)) from None
+
+    def _request_interrupted(self, request_id: str, actor: str) -> Reply:
+        req = self.requests.get(request_id)
+        if req is None:
+            return Reply.of(Message(headline="Interrupted: nothing was sent.", level="warn"), ok=False)
+        inputs = {"request_id": req.id, "interrupted": True}
+        if req.state in WITHDRAWABLE_STATES:
+            reply = self._withdraw(req, actor, "withdrawn: interrupted (Ctrl-C)", step_inputs=inputs)
+            return Reply(reply.messages, ok=False)
+        if req.state in IN_FLIGHT_STATES:
+            record = self.store.get_request(req.idem_key) if req.idem_key else None
+            if record is None or (record.pending and not self.client.in_doubt(record.key)):
+                reply = self._withdraw(
+                    req,
+                    actor,
+                    "withdrawn: interrupted (Ctrl-C) before anything was sent",
+                    step_inputs=inputs,
+                    from_states=IN_FLIGHT_STATES,
+                )
+                return Reply(reply.messages, ok=False)
+            if record.pending:
+                self._record(
+                    req.session_id,
+                    actor,
+                    "decision_uncertain",
+                    inputs,
+                    "uncertain",
+                    idempotency_key=req.idem_key,
+                )
+                return Reply.of(
+                    self._uncertain_message(req.session_id, f"`{req.decision}` ({req.id})"), ok=False
+                )
+        return Reply.of(
+            Message(
+                headline=f"Interrupted: request {req.id} is {req.state}",
+                level="warn",
+                lines=[f"See `/recover history {req.session_id}`."],
+                session_id=req.session_id,
+            ),
+            ok=False,
+        )
+
+    def _resume_interrupted(
+        self, actor: str, session_id: str, record: IdempotencyRecord, wait_id: int | None
+    ) -> Reply:
+        """Ctrl-C during a resume (R4.2): withdrawn when every answer was a 503, else kept uncertain."""
+        if wait_id is not None:
+            self.requests.end_wait(wait_id, "withdrawn")
+        inputs = {"session_id": session_id, "interrupted": True}
+        current = self.store.get_request(record.key) or record
+        if current.pending and not self.client.in_doubt(record.key):
+            self.store.withdraw_request(record.key, actor, "interrupted (Ctrl-C)")
+            self._record(
+                session_id, actor, "resume_withdrawn", inputs, "withdrawn", idempotency_key=record.key
+            )
+            return Reply.of(
+                Message(
+                    headline=f"Resume of `{session_id}` withdrawn (interrupted)",
+                    level="warn",
+                    lines=[
+                        "Every answer so far was 503 BACKEND_UNAVAILABLE, which keeps nothing (R4.2): nothing "
+                        "took effect, and it will never be re-sent. Run `/recover resume` again when you want it."
+                    ],
+                    rules=["R4.2"],
+                    session_id=session_id,
+                ),
+                ok=False,
+            )
+        if current.pending:
+            self._record(
+                session_id, actor, "resume_uncertain", inputs, "uncertain", idempotency_key=record.key
+            )
+            return Reply.of(self._uncertain_message(session_id, "resume"), ok=False)
+        return Reply.of(
+            Message(
+                headline=f"Interrupted: the resume of `{session_id}` had already been answered",
+                level="warn",
+                lines=[f"See `/recover history {session_id}`; `/recover replay` records its outcome."],
+                session_id=session_id,
+            ),
+            ok=False,
+        )
+
+    @staticmethod
+    def _uncertain_message(session_id: str, what: str) -> Message:
+        return Message(
+            headline=f"Interrupted while {what} on `{session_id}` was on its way: its outcome is uncertain",
+            level="warn",
+            lines=[
+                "It keeps its Idempotency-Key and is finished with it, never dropped and never sent anew: "
+                "`/recover replay` in the console; the Slack app does it at start (R0.3)."
+            ],
+            rules=["R0.3"],
+            session_id=session_id,
+        )
+
+    # == replay ===================================================================================
+
+    def replay(self, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+        """The console's `/recover replay`: finish what earlier runs left (same keys, never anew)."""
+        if not channel_allowed(channel, self.channels):
+            return self._refuse(
+                actor,
+                None,
+                "replay",
+                {"channel": channel},
+                "`replay` is refused outside the recovery channels (RECOVER_CHANNELS)",
+            )
+        return self.recover_after_restart(reporter, actor=actor)
+
+    def recover_after_restart(self, reporter: Reporter, *, actor: str | None = None) -> Reply:
+        raise NotImplementedError
