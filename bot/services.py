@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,6 @@ from bot.controlhost import ApiPaths, ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService
 from bot.diagnosis.service import Diagnoser, ReconcilerStatus
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
-from bot.errors import SettingsError
 from bot.logs import FileLogSource, LogSource
 from bot.messages import Message, Reporter
 from bot.runbook import RunbookSet, load_runbooks
@@ -142,28 +139,8 @@ def _demo_log_file(sandbox: Any, folder: Path) -> Path:
 
 
 def console_users(settings: Settings) -> dict[str, str]:
-    """RECOVER_CONSOLE_USERS (console login → Slack user id), read through one accessor.
-
-    Settings that carry the mapping (``settings.console_users``) win; otherwise it is read from the
-    environment here, ``login:U…`` pairs separated by commas, a malformed pair refused by name.
-    """
-    mapped = getattr(settings, "console_users", None)
-    if mapped is not None:
-        return dict(mapped)
-    text = os.environ.get("RECOVER_CONSOLE_USERS", "")
-    pairs: dict[str, str] = {}
-    problems: list[str] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        login, sep, user = (x.strip() for x in part.partition(":"))
-        if not sep or not login or not re.match(r"^[UW][A-Z0-9]{2,}$", user):
-            problems.append(f"RECOVER_CONSOLE_USERS: {part!r} is not login:SlackUserId (e.g. alice:U012ABCDEF)")
-            continue
-        pairs[login] = user
-    if problems:
-        raise SettingsError(problems)
-    return pairs
+    """RECOVER_CONSOLE_USERS: console login → Slack user id (people are compared by that id)."""
+    return dict(settings.console_users)
 
 
 def build_services(

@@ -228,11 +228,12 @@ class Settings(BaseSettings):
     @classmethod
     def _channels(cls, value: Any) -> tuple[str, ...]:
         ids = _split(value)
-        bad = [c for c in ids if not _CHANNEL_ID.match(c)]
+        # The terminal console is a channel of its own, named `console` (docs/commands.md).
+        bad = [c for c in ids if not _CHANNEL_ID.match(c) and c != "console"]
         if bad:
             raise ValueError(
-                f"RECOVER_CHANNELS: {', '.join(map(repr, bad))} is not a Slack channel id (C…/G…); "
-                "use the id from the channel's details, not its #name"
+                f"RECOVER_CHANNELS: {', '.join(map(repr, bad))} is not a Slack channel id (C…/G…) "
+                "or `console`; use the id from the channel's details, not its #name"
             )
         return ids
 
