@@ -125,3 +125,35 @@ def test_the_terminal_login_is_the_account_not_the_environment():
     assert login(0, SUDO_USER="nosuchuser") == "root"
     assert login(0) == "root"
     assert login(4242) == "uid4242"  # a uid without an account (a container's): never a guessable name
+
+
+@pytest.mark.parametrize("mapping_at_restart", [MAP, {}])
+def test_a_forged_approval_by_the_requesters_other_login_is_refused_after_a_restart(
+    decision_env, mapping_at_restart
+):
+    """The restart path re-derives authority from the chain: the Slack ids recorded with the request and
+    the approval (and today's mapping) make two logins of one person one person, even if the mapping
+    was removed since."""
+    env = decision_env
+    svc = env.service(console_users=MAP)
+    rid = _request_close(env, svc, ALICE)
+    req = svc.requests.get(rid)
+    # Someone with the database file records an approval by alice's second login and marks the row approved.
+    env.store.record_step(
+        "ses_id1",
+        ALICE2,
+        "decision_approved",
+        {
+            "request_id": rid,
+            "content_hash": req.content_hash,
+            "channel": CHANNEL,
+            "allowed_by": {"kind": "any", "person": REQUESTER, "login": "alice2"},
+        },
+        "approved",
+    )
+    with env.store.write() as db:
+        assert svc.requests.transition(db, rid, ("requested",), "approved", approved_by=ALICE2)
+    env.restart()
+    env.service(console_users=mapping_at_restart).recover_after_restart(ListReporter())
+    assert env.posts("ses_id1") == [] and env.effects("ses_id1") == []
+    assert env.service().requests.get(rid).state != "executed"
