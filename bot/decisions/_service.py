@@ -44,6 +44,7 @@ from bot.decisions._rules import (
     same_person,
     settled_reason,
 )
+from bot.decisions._uncertain import UncertainMixin, is_uncertain
 from bot.decisions._unfinished import UnfinishedMixin
 from bot.errors import ControlHostError, DecisionError, Interrupted, RecoverError, StoreError
 from bot.messages import Message, Reply, Reporter
@@ -113,7 +114,7 @@ def _flags(req: DecisionRequest | None = None, **kw: Any) -> dict[str, Any]:
     return dict(kw)
 
 
-class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin):
+class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixin):
     """The decisions core. Cheap to construct: all state lives in the store's SQLite file."""
 
     def __init__(
@@ -797,6 +798,11 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin):
 
     @staticmethod
     def _state_text(req: DecisionRequest) -> str:
+        if req.state == "uncertain":
+            return (
+                f"request {req.id} is uncertain (sent, no definite answer): the bot re-sends it in the background "
+                "with the same Idempotency-Key and body and posts the outcome in the case's thread"
+            )
         by = req.decided_by or req.approved_by
         who = f" by <@{by}>" if by else ""
         when = req.decided_at or req.approved_at or req.updated_at
@@ -955,7 +961,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin):
             won = self.requests.transition(
                 db,
                 req.id,
-                ("sending",),
+                ("sending", "uncertain"),
                 "executed",
                 actor=actor,
                 receipt_id=receipt_id,
@@ -986,26 +992,9 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin):
     def _on_error(self, req: DecisionRequest, actor: str, exc: ControlHostError, reporter: Reporter) -> Reply:
         sid = req.session_id
         status = exc.status
-        if status is None or status >= 500 or status in (408, 429) or exc.code == "BAD_RESPONSE":
-            # Uncertain: the stored key and body are re-sent later, never a new key (R0.3).
-            self._record(
-                sid,
-                actor,
-                "decision_uncertain",
-                {"request_id": req.id},
-                exc.code,
-                http_status=status,
-                idempotency_key=req.idem_key,
-            )
-            return Reply.of(
-                text.refusal(
-                    f"`{req.decision}` on `{sid}`: no definite answer yet ({exc.code})",
-                    f"Request {req.id} stays in flight with its Idempotency-Key; it is re-sent with the same key and "
-                    f"body when the bot restarts, or now with `/recover approve {req.id}`.",
-                    session_id=sid,
-                ),
-                ok=False,
-            )
+        if is_uncertain(exc):
+            # Uncertain: the stored key and body are re-sent in the background, never a new key (R0.3).
+            return self._uncertain(req, actor, exc, reporter)
         policy = self._policy(req.decision)
         flags = _flags(req)
         if exc.code == WAITABLE:
@@ -1039,7 +1028,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin):
             if self.requests.transition(
                 db,
                 req.id,
-                ("sending",),
+                ("sending", "uncertain"),
                 "failed",
                 actor=actor,
                 http_status=status,
@@ -1079,7 +1068,13 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin):
         sid = req.session_id
         with self.store.write() as db:
             self.requests.transition(
-                db, req.id, ("sending",), "waiting", actor=actor, http_status=exc.status, error_code=exc.code
+                db,
+                req.id,
+                ("sending", "uncertain"),
+                "waiting",
+                actor=actor,
+                http_status=exc.status,
+                error_code=exc.code,
             )
             self.store.record_step(
                 sid,

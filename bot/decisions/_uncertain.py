@@ -1,0 +1,225 @@
+"""Finishing an ``uncertain`` decision in the background (docs/requests.md).
+
+A decision that got no definite answer (5xx, a timeout, a reply dropped after the control host
+committed) may or may not have taken effect. Nobody should have to re-send it by hand, and nothing new
+may be sent for it: the bot re-sends the *stored* request — same Idempotency-Key, same body, so the
+control host applies it at most once — with a doubling wait, for as long as the runbook's
+``uncertain_retry_for`` allows, and says each outcome in the case's thread. The chain's authority is
+re-derived before every re-send. After the limit the request stays ``uncertain`` and the next start
+re-sends it again. This only finishes delivering what a person decided; it never re-runs a turn (R0.3).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from bot.decisions import _text as text
+from bot.decisions._requests import DecisionRequest
+from bot.errors import ControlHostError
+from bot.messages import Message, Reply, Reporter
+
+log = logging.getLogger("bot.decisions")
+
+BOT_ACTOR = "recover-bot"
+
+
+def is_uncertain(exc: ControlHostError) -> bool:
+    """No definite answer: no status, 5xx, 408/429, or a 2xx whose receipt could not be read."""
+    status = exc.status
+    return status is None or status >= 500 or status in (408, 429) or exc.code == "BAD_RESPONSE"
+
+
+class Finisher:
+    """At most one background thread per request; tests and shutdown can wait for them."""
+
+    def __init__(self) -> None:
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+
+    def start(self, request_id: str, job: Callable[[], None]) -> bool:
+        """Start ``job`` unless one is already running for this request (then False)."""
+        with self._lock:
+            running = self._threads.get(request_id)
+            if running is not None and running.is_alive():
+                return False
+            thread = threading.Thread(target=_logged, args=(job,), name=f"finish-{request_id}", daemon=True)
+            self._threads[request_id] = thread
+            thread.start()
+            return True
+
+    def running(self, request_id: str) -> bool:
+        with self._lock:
+            thread = self._threads.get(request_id)
+            return thread is not None and thread.is_alive() and thread is not threading.current_thread()
+
+    def wait(self, timeout: float = 30.0) -> bool:
+        """True once every background finishing has ended."""
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+        return not any(t.is_alive() for t in threads if t is not threading.current_thread())
+
+
+def _logged(job: Callable[[], None]) -> None:
+    try:
+        job()
+    except Exception:  # a background thread has nobody to raise to
+        log.exception("finishing an uncertain decision failed")
+
+
+class UncertainMixin:
+    """``_uncertain`` for the service's error path; the background loop that settles the request."""
+
+    store: Any
+    client: Any
+    clock: Any
+    runbooks: Any
+    requests: Any
+
+    def _iso(self, when: Any = None) -> str:  # DecisionService's
+        raise NotImplementedError
+
+    def _authorise(
+        self, req: DecisionRequest, actor: str, reporter: Reporter
+    ) -> Reply | None:  # AuthorityMixin's
+        raise NotImplementedError
+
+    def _on_accepted(self, req: DecisionRequest, actor: str, receipt: Any) -> Reply:  # DecisionService's
+        raise NotImplementedError
+
+    def _on_error(self, req: DecisionRequest, actor: str, exc: ControlHostError, reporter: Reporter) -> Reply:
+        raise NotImplementedError
+
+    @property
+    def finisher(self) -> Finisher:
+        made = self.__dict__.get("_finisher")
+        if made is None:
+            made = self.__dict__.setdefault("_finisher", Finisher())
+        return made
+
+    def wait_background(self, timeout: float = 30.0) -> bool:
+        """Wait for background finishing (tests, shutdown)."""
+        return self.finisher.wait(timeout)
+
+    def _uncertain_bounds(self) -> tuple[float, float, float]:
+        limit = self.runbooks.limit
+        return limit("uncertain_retry_initial"), limit("uncertain_retry_max"), limit("uncertain_retry_for")
+
+    def _mark_uncertain(self, req: DecisionRequest, actor: str, exc: ControlHostError) -> None:
+        with self.store.write() as db:
+            self.requests.transition(
+                db,
+                req.id,
+                ("sending",),
+                "uncertain",
+                actor=actor,
+                http_status=exc.status,
+                error_code=exc.code,
+                note="sent, no definite answer",
+            )
+            self.store.record_step(
+                req.session_id,
+                actor,
+                "decision_uncertain",
+                {"request_id": req.id},
+                exc.code,
+                http_status=exc.status,
+                idempotency_key=req.idem_key,
+                db=db,
+            )
+
+    def _uncertain(
+        self, req: DecisionRequest, actor: str, exc: ControlHostError, reporter: Reporter
+    ) -> Reply:
+        """The request is ``uncertain``: say so truthfully and finish it in the background."""
+        self._mark_uncertain(req, actor, exc)
+        every, cap, total = self._uncertain_bounds()
+        self.finisher.start(req.id, lambda: self._finish_uncertain(req.id, reporter))
+        sid = req.session_id
+        return Reply.of(
+            Message(
+                headline=f"`{req.decision}` on `{sid}`: no definite answer yet ({exc.code}) — finishing it in the background",
+                level="warn",
+                lines=[
+                    f"Request {req.id} is uncertain: it may or may not have taken effect. The bot re-sends the same "
+                    f"request (same Idempotency-Key, same body, so it applies at most once) after "
+                    f"{text.duration(every)}, doubling to {text.duration(cap)}, for up to {text.duration(total)}, "
+                    "and posts the outcome in this thread.",
+                    "Nothing needs doing by hand; do not decide again until it is settled.",
+                ],
+                rules=["R0.3"],
+                session_id=sid,
+            ),
+            ok=False,
+        )
+
+    def _finish_uncertain(self, request_id: str, reporter: Reporter) -> None:
+        every, cap, total = self._uncertain_bounds()
+        start = self.clock.now()
+        delay = every
+        attempt = 0
+        while True:
+            req = self.requests.get(request_id)
+            if req is None or req.state != "uncertain":
+                return  # settled elsewhere (another process, a restart)
+            elapsed = (self.clock.now() - start).total_seconds()
+            if elapsed >= total:
+                break
+            self.clock.sleep(min(delay, max(0.0, total - elapsed)))
+            delay = min(delay * 2, cap)
+            req = self.requests.get(request_id)
+            if req is None or req.state != "uncertain" or not req.idem_key:
+                return
+            refused = self._authorise(req, BOT_ACTOR, reporter)
+            if refused is not None:
+                return  # posted and logged by the guard
+            record = self.store.get_request(req.idem_key)
+            if record is None:
+                return
+            attempt += 1
+            try:
+                receipt = self.client.send(record)
+            except ControlHostError as exc:
+                if is_uncertain(exc):
+                    self.store.record_step(
+                        req.session_id,
+                        BOT_ACTOR,
+                        "decision_uncertain",
+                        {"request_id": req.id, "attempt": attempt},
+                        exc.code,
+                        http_status=exc.status,
+                        idempotency_key=req.idem_key,
+                    )
+                    reporter.progress(
+                        Message(
+                            headline=f"`{req.decision}` on `{req.session_id}`: still no definite answer "
+                            f"({exc.code}); re-sending the same request again",
+                            level="progress",
+                            rules=["R0.3"],
+                            session_id=req.session_id,
+                        )
+                    )
+                    continue
+                for message in self._on_error(req, BOT_ACTOR, exc, reporter).messages:
+                    reporter.post(message)
+                return
+            for message in self._on_accepted(req, BOT_ACTOR, receipt).messages:
+                reporter.post(message)
+            return
+        until = start + timedelta(seconds=total)
+        msg = text.refusal(
+            f"`{req.decision}` on `{req.session_id}` is still uncertain after {text.duration(total)}",
+            f"Request {req.id} got no definite answer by {self._iso(until)}; it stays uncertain and is re-sent "
+            "with the same key when the bot next starts.",
+            f"Check the control host, and the session with `/recover diagnose {req.session_id}`.",
+            rules=["R0.3"],
+            session_id=req.session_id,
+        )
+        log.warning("request %s still uncertain after %.0f s", req.id, total)
+        reporter.post(msg)
