@@ -113,7 +113,7 @@ class ControlHostClient:
         self._in_doubt: dict[str, bool] = {}
         self._http = httpx.Client(
             base_url=self.base_url,
-            transport=transport if transport is not None else deadline_transport(),
+            transport=transport if transport is not None else deadline_transport(self.base_url),
             timeout=httpx.Timeout(timeout),
             headers={
                 "Authorization": f"Bearer {api_key}",

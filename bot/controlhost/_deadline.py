@@ -14,6 +14,8 @@ import contextvars
 import ssl
 import time
 import typing
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 
 import httpcore
@@ -127,20 +129,36 @@ class DeadlineBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def deadline_transport(*, verify: ssl.SSLContext | bool = True) -> httpx.HTTPTransport:
-    """An httpx transport whose connection pool uses :class:`DeadlineBackend`.
+def deadline_transport(base_url: str, *, verify: ssl.SSLContext | bool = True) -> httpx.HTTPTransport:
+    """An httpx transport whose connections use :class:`DeadlineBackend`.
 
-    httpx builds its pool in ``HTTPTransport.__init__`` without a way to pass a network backend, so
-    the pool is rebuilt here with the same defaults (pinned by tests/controlhost/test_hostile.py).
+    httpx offers no way to pass a network backend, so the transport's connection pool gets it after
+    construction (pinned by tests/controlhost/test_hostile.py). Passing a transport turns off httpx's
+    own reading of ``HTTP(S)_PROXY``/``NO_PROXY``, so the proxy for ``base_url`` is looked up here.
     """
-    transport = httpx.HTTPTransport(verify=verify)
-    ssl_context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
-    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
-    transport._pool = httpcore.ConnectionPool(  # noqa: SLF001 - see the docstring
-        ssl_context=ssl_context,
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        network_backend=DeadlineBackend(),
-    )
+    transport = httpx.HTTPTransport(verify=verify, proxy=env_proxy(base_url))
+    pool = transport._pool  # noqa: SLF001 - see the docstring
+    if not hasattr(pool, "_network_backend"):
+        raise RuntimeError("httpx's connection pool changed shape: the total deadline cannot be enforced")
+    pool._network_backend = DeadlineBackend()  # noqa: SLF001
     return transport
+
+
+def env_proxy(base_url: str) -> str | None:
+    """The proxy the environment names for ``base_url`` (``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``,
+    honouring ``NO_PROXY``), as httpx itself would use it; None for none."""
+    url = urllib.parse.urlsplit(base_url)
+    proxies = urllib.request.getproxies_environment()
+    host = (url.hostname or "").lower()
+    if not host or _bypassed(host, proxies.get("no", "")):
+        return None
+    return proxies.get(url.scheme) or proxies.get("all") or None
+
+
+def _bypassed(host: str, no_proxy: str) -> bool:
+    """NO_PROXY: ``*``, or hosts/domains (``example.internal`` and ``.example.internal`` both cover
+    the domain and its subdomains)."""
+    for entry in (e.strip().lower().lstrip(".") for e in no_proxy.split(",")):
+        if entry == "*" or (entry and (host == entry or host.endswith("." + entry))):
+            return True
+    return False

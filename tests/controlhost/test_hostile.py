@@ -236,3 +236,19 @@ def test_the_client_uses_the_deadline_backend(store: Store) -> None:
         transport = client._http._transport  # noqa: SLF001
         assert isinstance(transport, httpx.HTTPTransport)
         assert isinstance(transport._pool._network_backend, DeadlineBackend)  # noqa: SLF001
+
+
+def test_the_environment_proxy_is_still_honoured(monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
+    """Passing our own transport turns off httpx's proxy lookup; the client does it instead."""
+    from bot.controlhost._deadline import env_proxy
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "direct.internal, .corp")
+    assert env_proxy("https://control.example.internal") == "http://proxy.internal:3128"
+    assert env_proxy("https://direct.internal") is None
+    assert env_proxy("https://api.corp") is None and env_proxy("https://notcorp") is not None
+    assert env_proxy("http://control.example.internal") is None  # no HTTP_PROXY set
+    with ControlHostClient("https://control.example.internal", "k", store=store) as client:
+        pool = client._http._transport._pool  # noqa: SLF001
+        assert type(pool).__name__ == "HTTPProxy"
+        assert isinstance(pool._network_backend, DeadlineBackend)  # noqa: SLF001
