@@ -109,3 +109,12 @@ def snapshot() -> list[dict[str, Any]]:
     with _POOLS_LOCK:
         pools = list(_POOLS)
     return sorted((p.stats() for p in pools), key=lambda s: str(s["name"]))
+
+
+def health_lines() -> list[str]:
+    """One line per live pool, for ``/healthz`` (e.g. a ``RecoverAsgi(health=…)`` hook's details)."""
+    return [
+        f"pool {s['name']}: {s['running']} running, {s['queued']} queued "
+        f"(max {s['max_workers']} workers, {s['max_queue']} queued), {s['rejected']} refused"
+        for s in snapshot()
+    ]

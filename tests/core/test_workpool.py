@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bot.workpool import PoolBusy, WorkPool, snapshot
+from bot.workpool import PoolBusy, WorkPool, health_lines, snapshot
 
 
 def _wait_threads(pool: WorkPool, expected: int, within: float = 5.0) -> int:
@@ -32,6 +32,7 @@ def test_workers_and_queue_are_bounded_and_a_full_queue_refuses_at_once() -> Non
     assert time.monotonic() - started < 0.1
     assert pool.stats()["rejected"] == 1
     assert any(s["name"] == "test-bounded" and s["queued"] == 3 for s in snapshot())
+    assert "pool test-bounded: 2 running, 3 queued (max 2 workers, 3 queued), 1 refused" in health_lines()
     release.set()
     assert all(f.result(5) is True for f in futures)
     assert pool.stats()["completed"] == 5
