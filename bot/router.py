@@ -172,6 +172,10 @@ class Router:
             return dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
         if kind == "approve":
             return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
+        if kind == "confirm":
+            return s.decisions.confirm(
+                actor, channel, self._arg(cmd, "request_id"), reporter, effects=cmd.flag_text("effects")
+            )
         if kind == "reject":
             return s.decisions.reject(actor, channel, self._arg(cmd, "request_id"), cmd.flag_text("reason"))
         if kind == "resume":

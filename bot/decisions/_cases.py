@@ -218,6 +218,8 @@ def _request_line(r: DecisionRequest, now: datetime) -> str:
 
 def _case_state(steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> str:
     states = {r.state for r in open_reqs}
+    if "recheck" in states:
+        return "waiting for the effects re-check now that the worker is gone (R3.9, R3.10)"
     if "waiting" in states:
         return "waiting for the scheduler to confirm the worker gone (R3.9)"
     if states & {"approved", "sending", "uncertain"}:
@@ -241,8 +243,14 @@ def _next_step(session_id: str, steps: Sequence[Step], open_reqs: Sequence[Decis
             if r.policy == "two_person":
                 return f"a second person approves or rejects {r.id} (`/recover approve {r.id}`)"
             return f"{who(r.requester)} confirms or drops {r.id}"
+        if r.state == "recheck":
+            return (
+                f"{who(r.requester)} or {who(r.approved_by)} re-checks the turn's external effects and runs "
+                f"`/recover confirm {r.id}` (a changed account: `--effects \"…\"`, a new request) before "
+                f"{r.expires_at} (R3.10)"
+            )
         if r.state == "waiting":
-            return f"wait for the scheduler's pass; {r.id} is then submitted once (R3.9)"
+            return f"wait for the scheduler's pass; {r.id} is then re-checked or submitted once (R3.9)"
         return f"{r.id} is being executed; after a restart the bot finishes it on start-up"
     verifs = [s for s in steps if s.step == "verification"]
     if verifs and (verifs[-1].detail or {}).get("next"):

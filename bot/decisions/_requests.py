@@ -214,6 +214,18 @@ def _m0002(db: Database) -> None:
         db.execute(sql)
 
 
+@migrations(name="0003_effects_recheck")
+def _m0003(db: Database) -> None:
+    """R3.9/R3.10: the effects re-check after the worker is confirmed gone.
+
+    ``gone_seen_at`` is the confirmed-gone observation a submission was made for (one submission per
+    observation); ``rechecked_by``/``rechecked_at`` who re-checked the effects account, and when;
+    ``superseded_by`` the new request a changed account made. None of them is content.
+    """
+    for column in ("gone_seen_at", "rechecked_by", "rechecked_at", "superseded_by"):
+        db.execute(f"ALTER TABLE decision_requests ADD COLUMN {column} TEXT")  # noqa: S608 - fixed names
+
+
 register_migrations(migrations)
 
 
@@ -251,6 +263,10 @@ class DecisionRequest:
     error_code: str | None = None
     result: Any = None
     updated_at: str = ""
+    gone_seen_at: str | None = None
+    rechecked_by: str | None = None
+    rechecked_at: str | None = None
+    superseded_by: str | None = None
 
     @property
     def is_open(self) -> bool:
@@ -397,6 +413,14 @@ class RequestStore:
             db=db,
         )
         return True
+
+    def mark(self, db: Database, request_id: str, **values: str | None) -> None:
+        """Set bookkeeping columns that are neither content nor state (see migration 0003)."""
+        allowed = {"gone_seen_at", "rechecked_by", "rechecked_at", "superseded_by"}
+        if not values or set(values) - allowed:
+            raise ValueError(f"mark() sets only {sorted(allowed)}")
+        sets = ", ".join(f"{name} = ?" for name in values)
+        _q(db, f"UPDATE decision_requests SET {sets} WHERE id = ?", [*values.values(), request_id])  # noqa: S608
 
     def count_sends(self, db: Database, request_id: str) -> None:
         _q(db, "UPDATE decision_requests SET sends = sends + 1 WHERE id = ?", [request_id])

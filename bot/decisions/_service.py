@@ -501,13 +501,14 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
 
     def _expire_if_due(self, req: DecisionRequest, actor: str) -> Message | None:
         expires = parse_time(req.expires_at)
-        if req.state != "requested" or expires is None or self._now() < expires:
+        # An unanswered effects re-check lapses with the request (R3.9): the approval's expiry governs.
+        if req.state not in ("requested", "recheck") or expires is None or self._now() < expires:
             return None
         with self.store.write() as db:
             if self.requests.transition(
                 db,
                 req.id,
-                ("requested",),
+                (req.state,),
                 "expired",
                 decided_by=actor,
                 decided_at=self._iso(),
@@ -669,9 +670,18 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             )
         return self._execute(req.id, actor, reporter)
 
-    def confirm(self, actor: str, channel: str | None, request_id: str, reporter: Reporter) -> Reply:
-        """The explicit confirmation of a single-person decision (retry_restore, start_fresh)."""
-        inputs = {"request_id": request_id, "channel": channel}
+    def confirm(
+        self,
+        actor: str,
+        channel: str | None,
+        request_id: str,
+        reporter: Reporter,
+        effects: str | None = None,
+    ) -> Reply:
+        """One word, two uses (docs/commands.md, "confirm"): the explicit confirmation of a single-person
+        decision by its requester, or the effects re-check of a two-person decision once its worker is
+        confirmed gone (R3.9, R3.10)."""
+        inputs = {"request_id": request_id, "channel": channel, "effects": effects}
         req = self._load(request_id)
         if req is None:
             return self._refuse(actor, None, "confirm", inputs, f"no decision request {request_id!r}")
@@ -684,6 +694,31 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 inputs,
                 "decisions are refused outside the recovery channels (RECOVER_CHANNELS)",
             )
+        if req.state == "recheck":
+            return self._recheck(req, actor, channel, effects, reporter, inputs)
+        if effects is not None:
+            return self._refuse(
+                actor,
+                sid,
+                "confirm",
+                inputs,
+                f"--effects applies only to the effects re-check of a request whose worker is confirmed gone; "
+                f"request {req.id} is {req.state}",
+                "The re-check is asked for in the case's thread once the scheduler confirms the worker gone (R3.9).",
+                rules=["R3.9", "R3.10"],
+            )
+        if req.policy == "two_person" and req.state == "waiting":
+            return self._refuse(
+                actor,
+                sid,
+                "confirm",
+                inputs,
+                f"request {req.id} waits for the scheduler to confirm the worker gone: nothing to re-check yet",
+                "The effects re-check is asked for in the case's thread once it is (R3.9, R3.10).",
+                rules=["R3.9", "R3.10"],
+            )
+        if req.policy == "two_person" and req.state != "requested":
+            return self._refuse(actor, sid, "confirm", inputs, self._state_text(req))
         if req.policy == "two_person":
             return self._refuse(
                 actor,
@@ -745,6 +780,157 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             )
         return self._execute(req.id, actor, reporter)
 
+    def _recheck(
+        self,
+        req: DecisionRequest,
+        actor: str,
+        channel: str | None,
+        effects: str | None,
+        reporter: Reporter,
+        inputs: Mapping[str, Any],
+    ) -> Reply:
+        """R3.10 after R3.9: the effects account re-checked now that the worker is gone, then sent once.
+
+        The same account (or none given) confirms it; a different one is new content: a new request
+        (new id) that needs a new approval by someone other than its editor. The approval's own expiry
+        still governs: an unanswered re-check lapses with the request.
+        """
+        sid = req.session_id
+        if actor not in (req.requester, req.approved_by):
+            return self._refuse(
+                actor,
+                sid,
+                "confirm",
+                inputs,
+                f"only <@{req.requester}> (requester) or <@{req.approved_by}> (approver) re-checks the effects "
+                f"of request {req.id}",
+                "They know what was checked; anyone else makes their own request with `/recover decide …`.",
+                rules=["R3.10"],
+                code="not_party",
+            )
+        if self._tampered(req):
+            return self._refuse(
+                actor, sid, "confirm", inputs, f"request {req.id} was changed after it was made", code="tampered"
+            )
+        expired = self._expire_if_due(req, actor)
+        if expired is not None:
+            return self._refuse(
+                actor,
+                sid,
+                "confirm",
+                inputs,
+                f"request {req.id} has expired: the effects re-check lapsed with it; nothing was sent",
+                "Make a new request with `/recover decide …` if it is still needed.",
+                extra=[expired],
+                rules=["R3.9"],
+                code="expired",
+            )
+        edited = effects is not None and effects.strip() != (req.effects or "").strip()
+        if edited:
+            return self._supersede(req, actor, channel, str(effects).strip(), inputs)
+        with self.store.write() as db:
+            current = self.requests.get(req.id, db=db)
+            if current is None or current.state != "recheck":
+                still = False
+            else:
+                still = True
+                self.requests.mark(db, req.id, rechecked_by=actor, rechecked_at=self._iso())
+        if not still:
+            return self._refuse(actor, sid, "confirm", inputs, self._state_text(self.requests.get(req.id) or req))
+        with self.store.write() as db:
+            self.store.record_step(
+                sid,
+                actor,
+                "decision_effects_rechecked",
+                {"request_id": req.id, "effects": req.effects, "channel": channel},
+                "recheck",
+                detail={"content_hash": req.content_hash},
+                db=db,
+            )
+        fresh = self.requests.get(req.id) or req
+        try:
+            facts, turn_status = self._diagnose(sid, fresh.turn_id)
+        except RecoverError as exc:
+            return Reply.of(
+                text.refusal(
+                    f"request {req.id}: the session could not be read: {exc.message}",
+                    f"Nothing was sent. `/recover confirm {req.id}` again in a moment.",
+                    session_id=sid,
+                ),
+                ok=False,
+            )
+        reply = self._check_and_send(fresh, actor, facts, turn_status, reporter, from_state="recheck")
+        return self._after_submit(req.id, actor, reply, reporter)
+
+    def _supersede(
+        self, req: DecisionRequest, actor: str, channel: str | None, effects: str, inputs: Mapping[str, Any]
+    ) -> Reply:
+        """A changed effects account: the old request is void, a new one (new id) waits for approval."""
+        sid = req.session_id
+        try:
+            facts, turn_status = self._diagnose(sid, req.turn_id)
+        except RecoverError as exc:
+            return self._refuse(actor, sid, "confirm", inputs, f"the session could not be read: {exc.message}")
+        now = self._now()
+        policy = self._policy(req.decision)
+        content = {
+            "id": new_request_id(),
+            "session_id": sid,
+            "decision": req.decision,
+            "turn_id": req.turn_id,
+            "evidence_ref": req.evidence_ref,
+            "effects": effects,
+            "reason": req.reason,
+            "requester": actor,  # its editor: someone else must approve it
+            "channel": channel or req.channel,
+            "policy": req.policy,
+            "facts": decisive_facts(facts, turn_status),
+            "shown_facts": {k: facts.get(k) for k in SHOWN_FACTS},
+            "repeated": req.repeated,
+            "created_at": self._iso(now),
+            "expires_at": self._iso(now + timedelta(seconds=policy.expiry_seconds)),
+        }
+        with self.store.write() as db:
+            if not self.requests.transition(
+                db,
+                req.id,
+                ("recheck",),
+                "void",
+                actor=actor,
+                decided_by=actor,
+                decided_at=self._iso(now),
+                note=f"superseded by {content['id']}: the effects account changed",
+            ):
+                return self._refuse(actor, sid, "confirm", inputs, self._state_text(self.requests.get(req.id) or req))
+            new = self.requests.insert(db, content)
+            self.requests.mark(db, req.id, superseded_by=new.id)
+            self.store.record_step(
+                sid,
+                actor,
+                "decision_requested",
+                {**inputs, "decision": req.decision, "supersedes": req.id},
+                new.state,
+                detail={
+                    "request_id": new.id,
+                    "policy": new.policy,
+                    "content_hash": new.content_hash,
+                    "facts": new.facts,
+                    "repeated": new.repeated,
+                    "supersedes": req.id,
+                },
+                db=db,
+            )
+        old = self.requests.get(req.id) or req
+        msg = text.approval_request_message(new, self._mentions(), ["R3.9", "R3.10"])
+        msg.lines.insert(
+            0,
+            f"The effects account of {req.id} changed after the worker was confirmed gone: this is a new request; "
+            f"it needs a new approval by someone other than <@{actor}> (R3.10).",
+        )
+        return Reply(
+            [text.updated_request_message(old, f"void: superseded by {new.id} (effects account changed)", "warn"), msg]
+        )
+
     def reject(self, actor: str, channel: str | None, request_id: str, reason: str | None = None) -> Reply:
         """An allowed approver rejects; the requester may withdraw their own request."""
         inputs = {"request_id": request_id, "channel": channel, "reason": reason}
@@ -790,7 +976,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
     def expire_due(self) -> list[Message]:
         """Expire every pending request past its expiry; returns the updated messages to show."""
         out: list[Message] = []
-        for req in self.requests.find(states=("requested",)):
+        for req in self.requests.find(states=("requested", "recheck")):
             msg = self._expire_if_due(req, BOT)
             if msg is not None:
                 out.append(msg)
@@ -835,7 +1021,46 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 ),
                 ok=False,
             )
-        return self._check_and_send(req, actor, facts, turn_status, reporter, from_state="approved")
+        reply = self._check_and_send(req, actor, facts, turn_status, reporter, from_state="approved")
+        return self._after_submit(req.id, actor, reply, reporter)
+
+    def _after_submit(self, request_id: str, actor: str, reply: Reply, reporter: Reporter) -> Reply:
+        """A request left ``waiting`` (the worker is not confirmed gone, R3.9) gets the bounded wait.
+
+        Called only from the top of an execution path, never from inside a send: the wait is a loop,
+        not a recursion (a second RECOVERY_REQUIRED goes back to the same loop).
+        """
+        req = self.requests.get(request_id)
+        if req is None or req.state != "waiting":
+            return reply
+        waited = self._wait_for_gone(request_id, actor, reporter)
+        return Reply([*reply.messages, *waited.messages], ok=waited.ok)
+
+    @staticmethod
+    def _observation(facts: Mapping[str, Any]) -> str | None:
+        """Which confirmed-gone observation these facts show (None: the worker is not confirmed gone).
+
+        The scheduler's ``confirmed_gone_at`` names a pass; without it the revision stands in (every
+        pass that confirms a worker gone moves it). One submission per observation (R3.9).
+        """
+        if facts.get("execution.confirmed_gone") is not True:
+            return None
+        at = facts.get("execution.confirmed_gone_at")
+        return str(at) if at else f"revision {facts.get('session.revision')}"
+
+    def _needs_recheck(self, req: DecisionRequest, facts: Mapping[str, Any]) -> bool:
+        """R3.9 then R3.10: an effects account written while the worker could still act is re-checked
+        once the worker is confirmed gone, before anything is sent."""
+        if not getattr(self._policy(req.decision).spec, "effects_recheck", False):
+            return False
+        if facts.get("execution.confirmed_gone") is not True:
+            return False
+        account_at = parse_time(req.rechecked_at or req.created_at)
+        gone_at = parse_time(facts.get("execution.confirmed_gone_at"))
+        written_after_gone = req.rechecked_at is not None or req.shown_facts.get("execution.confirmed_gone") is True
+        if not written_after_gone:
+            return True
+        return gone_at is not None and account_at is not None and gone_at > account_at
 
     def _check_and_send(
         self,
@@ -893,8 +1118,41 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             # Every changed fact, not only the first line: the approver must see all that moved.
             outcome = "void: facts changed: " + "; ".join(changes) if changes else "void: " + why[0]
             return Reply([text.updated_request_message(fresh, outcome, "error"), msg], ok=False)
+        if verdict.code == WAITABLE:
+            # R3.9: the runbook already says 409 RECOVERY_REQUIRED: nothing is sent; wait for the pass.
+            if from_state != "waiting":
+                with self.store.write() as db:
+                    self.requests.transition(
+                        db, req.id, (from_state,), "waiting", actor=actor, error_code=WAITABLE, note=verdict.reason
+                    )
+            return Reply.of(
+                Message(
+                    headline=f"`{req.decision}` on `{sid}` waits: {verdict.reason}",
+                    level="progress",
+                    lines=["Nothing was sent: the control host would answer 409 RECOVERY_REQUIRED (R3.9)."],
+                    rules=["R3.9"],
+                    session_id=sid,
+                )
+            )
+        if self._needs_recheck(req, facts):
+            return self._ask_recheck(req, actor, facts, from_state)
         method, path, body = policy.request(sid, facts, flags)
-        return self._send(req, actor, method, path, body, reporter, from_state=from_state)
+        return self._send(
+            req, actor, method, path, body, reporter, from_state=from_state, seen=self._observation(facts)
+        )
+
+    def _ask_recheck(self, req: DecisionRequest, actor: str, facts: Mapping[str, Any], from_state: str) -> Reply:
+        """R3.9/R3.10: the worker is gone now; ask in the case thread for the effects re-check."""
+        with self.store.write() as db:
+            won = self.requests.transition(
+                db, req.id, (from_state,), "recheck", actor=actor, note="effects re-check asked"
+            )
+            if won:
+                self.requests.mark(db, req.id, gone_seen_at=self._observation(facts))
+        fresh = self.requests.get(req.id) or req
+        if not won:
+            return Reply.of(text.refusal(self._state_text(fresh)), ok=False)
+        return Reply.of(text.recheck_message(fresh, facts.get("execution.confirmed_gone_at")))
 
     def _send(
         self,
@@ -906,8 +1164,13 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         reporter: Reporter,
         *,
         from_state: str,
+        seen: str | None = None,
     ) -> Reply:
-        """Compare-and-set to sending with a new key and the exact body; commit the record; send."""
+        """Compare-and-set to sending with a new key and the exact body; commit the record; send.
+
+        ``seen`` is the confirmed-gone observation this submission is made for (R3.9): a 409
+        RECOVERY_REQUIRED on it waits for the next one instead of re-submitting.
+        """
         refused = self._authorise(req, actor, reporter)
         if refused is not None:
             return refused
@@ -919,6 +1182,8 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             )
             if won:
                 self.requests.count_sends(db, req.id)
+                if seen is not None:
+                    self.requests.mark(db, req.id, gone_seen_at=seen)
                 self.store.record_step(
                     req.session_id,
                     actor,
@@ -998,7 +1263,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         policy = self._policy(req.decision)
         flags = _flags(req)
         if exc.code == WAITABLE:
-            return self._wait_confirmed_gone(req, actor, exc, reporter)
+            return self._to_waiting(req, actor, exc)
         try:
             facts, _ = self._diagnose(sid, req.turn_id)
         except RecoverError:
@@ -1061,10 +1326,11 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             ok=False,
         )
 
-    def _wait_confirmed_gone(
-        self, req: DecisionRequest, actor: str, exc: ControlHostError, reporter: Reporter
-    ) -> Reply:
-        """R3.9: RECOVERY_REQUIRED → wait for the scheduler's confirmation, then submit ONCE, anew."""
+    def _to_waiting(self, req: DecisionRequest, actor: str, exc: ControlHostError) -> Reply:
+        """R3.9: 409 RECOVERY_REQUIRED ends this logical request; the next is made after the next pass.
+
+        Only a state change: whoever started the execution runs the (one, bounded) wait loop.
+        """
         sid = req.session_id
         with self.store.write() as db:
             self.requests.transition(
@@ -1082,13 +1348,60 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 "decision_refused_by_api",
                 {"request_id": req.id},
                 exc.code,
-                detail={"message": exc.message, "next": "wait for the scheduler's pass"},
+                detail={"message": exc.message, "next": "wait for the next confirmed-gone observation"},
                 http_status=exc.status,
                 idempotency_key=req.idem_key,
                 db=db,
             )
-        _, up_to = self._wait_bounds(req)
-        deadline = self._now() + timedelta(seconds=up_to)
+        return Reply.of(
+            Message(
+                headline=f"`{req.decision}` on `{sid}`: 409 RECOVERY_REQUIRED — the previous worker is not yet "
+                "confirmed gone",
+                level="progress",
+                lines=[exc.message],
+                rules=["R3.9"],
+                session_id=sid,
+            )
+        )
+
+    def _wait_bounds(self, req: DecisionRequest) -> tuple[float, float]:
+        advice = self._policy(req.decision).advice(WAITABLE, {}, {}, self.runbooks)
+        every = advice.every if advice and advice.every else self.limits.recovery_wait_poll
+        up_to = advice.up_to if advice and advice.up_to else self.limits.recovery_wait_max
+        return every, up_to
+
+    def _gone_now(self, sid: str) -> str | None:
+        """The confirmed-gone observation the session shows now (None: not gone, or unreadable)."""
+        try:
+            session = self.client.get_session(sid)
+        except ControlHostError:
+            return None
+        if _attr(session, "execution", "state") != "gone":
+            return None
+        at = _attr(session, "execution", "confirmed_gone_at")
+        return isoformat(at) if isinstance(at, datetime) else f"revision {_attr(session, 'revision')}"
+
+    def _wait_for_gone(
+        self, request_id: str, actor: str, reporter: Reporter, deadline: datetime | None = None
+    ) -> Reply:
+        """R3.9's wait; Ctrl-C during it withdraws the request (nothing uncertain was sent)."""
+        with self._interruptible(request_id, actor):
+            return self._wait_for_gone_now(request_id, actor, reporter, deadline)
+
+    def _wait_for_gone_now(
+        self, request_id: str, actor: str, reporter: Reporter, deadline: datetime | None = None
+    ) -> Reply:
+        """R3.9: wait for the scheduler's confirmation, then submit once per confirmed-gone observation.
+
+        A bounded loop (the runbook's poll interval and limit), never a recursion: a second 409
+        RECOVERY_REQUIRED after a pass is recorded and the loop waits for the NEXT observation (a new
+        ``confirmed_gone_at``) before the next submission. It always ends with a message that says how.
+        """
+        req = self.requests.get(request_id)
+        assert req is not None
+        sid = req.session_id
+        poll, up_to = self._wait_bounds(req)
+        deadline = deadline or self._now() + timedelta(seconds=up_to)
         wait_id = self.requests.start_wait(
             sid,
             "recovery_required",
@@ -1097,50 +1410,63 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             request_id=req.id,
             detail=f"{req.id} `{req.decision}`: the scheduler must confirm the worker gone",
         )
-        return self._continue_wait(req.id, actor, wait_id, deadline, reporter)
-
-    def _wait_bounds(self, req: DecisionRequest) -> tuple[float, float]:
-        advice = self._policy(req.decision).advice(WAITABLE, {}, {}, self.runbooks)
-        every = advice.every if advice and advice.every else self.limits.recovery_wait_poll
-        up_to = advice.up_to if advice and advice.up_to else self.limits.recovery_wait_max
-        return every, up_to
-
-    def _continue_wait(
-        self, request_id: str, actor: str, wait_id: int, deadline: datetime, reporter: Reporter
-    ) -> Reply:
-        """R3.9's wait; Ctrl-C during it withdraws the request (nothing uncertain was sent)."""
-        with self._interruptible(request_id, actor):
-            return self._continue_wait_now(request_id, actor, wait_id, deadline, reporter)
-
-    def _continue_wait_now(
-        self, request_id: str, actor: str, wait_id: int, deadline: datetime, reporter: Reporter
-    ) -> Reply:
-        req = self.requests.get(request_id)
-        assert req is not None
-        sid = req.session_id
-        poll, _ = self._wait_bounds(req)
         started = self._iso()
         reporter.post(
             Message(
-                headline=f"`{req.decision}` on `{sid}`: 409 RECOVERY_REQUIRED — the previous worker is not yet "
-                "confirmed gone",
+                headline=f"`{req.decision}` on `{sid}` waits for the scheduler to confirm the previous worker gone",
                 level="progress",
                 lines=[
-                    f"Waiting for the scheduler's confirmation: polling the session every {text.duration(poll)} "
-                    f"until {self._iso(deadline)}; then the facts are re-checked and the decision is submitted "
-                    "once, as a new request (new key, fresh expected_revision)."
+                    f"Polling the session every {text.duration(poll)} until {self._iso(deadline)}; on each new "
+                    "confirmation the facts are re-checked and the decision is submitted once, as a new request "
+                    "(new key, fresh expected_revision)."
                 ],
                 rules=["R3.9"],
                 session_id=sid,
             )
         )
-        gone = False
+        replies: list[Message] = []
+        submissions = 0
         while True:
-            try:
-                gone = _attr(self.client.get_session(sid), "execution", "state") == "gone"
-            except ControlHostError:
-                gone = False
-            if gone or self._now() >= deadline:
+            req = self.requests.get(request_id) or req
+            if req.state != "waiting":
+                self.requests.end_wait(wait_id, "ended")
+                return self._wait_end(req, replies, f"the request is {req.state}")
+            seen = self._gone_now(sid)
+            if seen is not None and seen != req.gone_seen_at:
+                submissions += 1
+                try:
+                    facts, turn_status = self._diagnose(sid, req.turn_id)
+                except RecoverError as exc:
+                    facts, turn_status = {"source.session": f"unreadable ({exc.message})"}, None
+                with self.store.write() as db:
+                    self.requests.mark(db, req.id, gone_seen_at=self._observation(facts) or seen)
+                reporter.post(
+                    Message(
+                        headline=f"The scheduler confirmed the worker of `{sid}` gone ({seen}): re-checking the facts",
+                        level="progress",
+                        rules=["R3.9"],
+                        session_id=sid,
+                    )
+                )
+                reply = self._check_and_send(req, actor, facts, turn_status, reporter, from_state="waiting")
+                replies.extend(reply.messages)
+                after = self.requests.get(request_id) or req
+                if after.state != "waiting":
+                    self.requests.end_wait(wait_id, "done")
+                    for message in reply.messages:
+                        if message.kind == text.RECHECK_KIND:
+                            reporter.post(message)  # asked in the case's thread (R3.10)
+                    return self._wait_end(after, replies, f"after {submissions} confirmation(s)")
+                reporter.post(
+                    Message(
+                        headline=f"`{req.decision}` on `{sid}`: still RECOVERY_REQUIRED after the confirmation "
+                        f"{seen}; no resubmission until the next one",
+                        level="progress",
+                        rules=["R3.9"],
+                        session_id=sid,
+                    )
+                )
+            if self._now() >= deadline:
                 break
             self.clock.sleep(min(poll, max(0.0, (deadline - self._now()).total_seconds())))
             reporter.progress(
@@ -1152,60 +1478,40 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                     session_id=sid,
                 )
             )
-        if not gone:
-            self.requests.end_wait(wait_id, "gave_up")
-            with self.store.write() as db:
-                self.requests.transition(
-                    db,
-                    req.id,
-                    ("waiting",),
-                    "failed",
-                    actor=actor,
-                    error_code=WAITABLE,
-                    note="the worker was not confirmed gone in time",
-                )
-                self.store.record_step(
-                    sid, actor, "decision_wait_gave_up", {"request_id": req.id}, WAITABLE, db=db
-                )
-            msg = text.refusal(
-                f"`{req.decision}` on `{sid}` was not submitted again: the worker was not confirmed gone by "
-                f"{self._iso(deadline)}",
-                "Check the scheduler (a reconciler pass does not remove containers, R1.5), then decide again.",
-                rules=["R3.9", "R1.5"],
-                session_id=sid,
-            )
-            reporter.post(msg)
-            return Reply.of(msg, ok=False)
-        self.requests.end_wait(wait_id, "done")
-        reporter.post(
-            Message(
-                headline=f"The scheduler confirmed the worker of `{sid}` gone: re-checking the facts "
-                "and submitting once",
-                level="progress",
-                rules=["R3.9"],
-                session_id=sid,
-            )
+        self.requests.end_wait(wait_id, "gave_up")
+        with self.store.write() as db:
+            if self.requests.transition(
+                db,
+                req.id,
+                ("waiting",),
+                "failed",
+                actor=actor,
+                error_code=WAITABLE,
+                note="the worker was not confirmed gone in time",
+            ):
+                self.store.record_step(sid, actor, "decision_wait_gave_up", {"request_id": req.id}, WAITABLE, db=db)
+        sends = (self.requests.get(request_id) or req).sends
+        msg = text.refusal(
+            f"`{req.decision}` on `{sid}` was not submitted again: no new confirmation that the worker is gone by "
+            f"{self._iso(deadline)} ({sends} submission(s) of request {req.id} in all)",
+            "Check the scheduler (a reconciler pass does not remove containers, R1.5), then decide again.",
+            rules=["R3.9", "R1.5"],
+            session_id=sid,
         )
-        try:
-            facts, turn_status = self._diagnose(sid, req.turn_id)
-        except RecoverError as exc:
-            facts, turn_status = {"source.session": f"unreadable ({exc.message})"}, None
-        reply = self._check_and_send(req, actor, facts, turn_status, reporter, from_state="waiting")
-        final = self.requests.get(req.id) or req
-        if final.state == "waiting":
-            # A second RECOVERY_REQUIRED right after the confirmation: that was the one new submission.
-            with self.store.write() as db:
-                self.requests.transition(db, req.id, ("waiting",), "failed", error_code=WAITABLE, actor=actor)
-            final = self.requests.get(req.id) or final
-        reporter.post(
-            Message(
-                headline=f"`{req.decision}` on `{sid}` after the wait: {final.state}",
-                level="ok" if final.state == "executed" else "error",
-                session_id=sid,
-                lines=[m.headline for m in reply.messages],
-            )
+        reporter.post(msg)
+        return Reply([*replies, msg], ok=False)
+
+    def _wait_end(self, req: DecisionRequest, replies: list[Message], how: str) -> Reply:
+        """The visible end of a wait: what became of the request."""
+        ok = req.state in ("executed", "recheck")
+        end = Message(
+            headline=f"`{req.decision}` on `{req.session_id}` after the wait ({how}): {req.state}",
+            level="ok" if ok else "error",
+            session_id=req.session_id,
+            lines=[m.headline for m in replies],
+            rules=["R3.9"],
         )
-        return reply
+        return Reply([*replies, end], ok=ok)
 
     # == verification & resume ====================================================================
 
@@ -1490,20 +1796,14 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             waits = [w for w in self.requests.active_waits(req.session_id) if w.request_id == req.id]
             for w in waits:
                 self.requests.end_wait(w.id, "interrupted")
-            deadline = (parse_time(waits[-1].deadline) if waits else None) or (
-                self._now() + timedelta(seconds=self._wait_bounds(req)[1])
-            )
-            wait_id = self.requests.start_wait(
-                req.session_id,
-                "recovery_required",
-                BOT,
-                self._iso(deadline),
-                request_id=req.id,
-                detail=f"{req.id} `{req.decision}`: wait resumed after a restart",
-            )
-            reply = self._continue_wait(req.id, BOT, wait_id, deadline, reporter)
+            deadline = parse_time(waits[-1].deadline) if waits else None
+            reply = self._wait_for_gone(req.id, BOT, reporter, deadline=deadline)
             messages.extend(reply.messages)
             ok = ok and reply.ok
+        for req in self.requests.find(states=("recheck",)):
+            # Still waiting for a person's effects re-check (R3.10): ask again, send nothing.
+            expired = self._expire_if_due(req, BOT)
+            messages.append(expired or text.recheck_message(req, None))
         for w in self.requests.active_waits():
             if w.kind == "reclamation":
                 self.requests.end_wait(w.id, "interrupted")

@@ -14,6 +14,7 @@ from bot.messages import Button, Message
 
 APPROVAL_KIND = "approval_request"
 CONFIRM_KIND = "confirmation_request"
+RECHECK_KIND = "recheck_request"
 
 
 def show(value: Any) -> str:
@@ -119,6 +120,38 @@ def confirmation_message(
         session_id=req.session_id,
         kind=CONFIRM_KIND,
         ref=req.id,
+    )
+
+
+def recheck_message(req: DecisionRequest, gone_at: Any) -> Message:
+    """R3.9 then R3.10: the worker is confirmed gone; the effects account written before that is
+    re-checked (button, or the typed line) by the requester or the approver, and only then sent."""
+    when = f" at {gone_at}" if gone_at else ""
+    lines = [
+        f"The scheduler confirmed the previous worker gone{when}, after this request was made "
+        f"({req.created_at}): its effects account was written while the worker could still act.",
+        "Check again what the turn's tools did outside (file writes, pushes, external calls are not undone).",
+        *request_lines(req),
+        f"If the account still holds: the button, or /recover confirm {req.id}",
+        f'If it changed: /recover confirm {req.id} --effects "…" (a new request; someone other than you approves it)',
+        f"By <@{req.requester}> (requester) or <@{req.approved_by}> (approver). Unanswered, it lapses with the "
+        f"request at {req.expires_at}; nothing is sent before.",
+    ]
+    return Message(
+        headline=f"Effects re-check needed before `{req.decision}` on `{req.session_id}` is sent (request {req.id})",
+        level="warn",
+        lines=lines,
+        facts=fact_rows(req.shown_facts),
+        rules=["R3.9", "R3.10"],
+        buttons=[
+            Button(
+                "Effects re-checked: send", "confirm", req.id, command=f"/recover confirm {req.id}", style="primary"
+            )
+        ],
+        session_id=req.session_id,
+        kind=RECHECK_KIND,
+        ref=req.id,
+        mentions=[u for u in (req.requester, req.approved_by) if u],
     )
 
 

@@ -271,6 +271,9 @@ class DecisionSpec(Model):
     warning: Texts | None = None
     # What it does, shown next to it when diagnose lists it as valid (a branch may say it better).
     consequence: Texts | None = None
+    # R3.9/R3.10: a request made before the worker was confirmed gone is sent only after its
+    # requester or approver re-checks the effects account (``/recover confirm``) once it is gone.
+    effects_recheck: bool = False
     rules: list[str] = Field(default_factory=list)
     diagnose_flags: dict[str, str] = Field(default_factory=dict)
     preconditions: list[PreconditionSpec] = Field(default_factory=list)

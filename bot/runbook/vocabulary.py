@@ -89,6 +89,7 @@ STEP_KINDS: frozenset[str] = frozenset(
         "decide",
         "dryrun_decide",
         "approve",
+        "confirm",
         "reject",
         "resume",
         "cases",

@@ -121,7 +121,7 @@ def test_handoff_digest_lists_everything_for_the_next_shift(make_decision_env):
     assert "Last step: verification → checked" in h2
     h3 = by_session["ses_h3"]
     assert "Waiting (recovery_required)" in h3 and "State: waiting for the scheduler" in h3
-    assert f"{rid3} is then submitted once" in h3
+    assert f"{rid3} is then re-checked or submitted once" in h3
     # The audit head hash, as it was when the digest was posted (the hand-off step included).
     handoff_step = [s for s in env.store.steps() if s.step == "handoff"][0]
     assert f"Audit head: {handoff_step.seq}:{handoff_step.hash}" in text

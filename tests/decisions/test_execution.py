@@ -30,7 +30,7 @@ def _text(reply) -> str:
     return "\n".join(m.plain_text() for m in reply.messages)
 
 
-def test_recovery_required_then_scheduler_pass_submits_exactly_once(make_decision_env):
+def test_recovery_required_then_scheduler_pass_asks_the_recheck_then_submits_exactly_once(make_decision_env):
     passes: list[dict] = []
     clock = HookClock()
     env = make_decision_env(clock)
@@ -59,19 +59,24 @@ def test_recovery_required_then_scheduler_pass_submits_exactly_once(make_decisio
     reply = svc.approve(APPROVER, CHANNEL, rid, reporter)
     assert reply.ok, _text(reply)
     assert passes and passes[0]["confirmed_gone"] == ["ses_rr1"]
-    posts = env.posts("ses_rr1")
-    # One refused POST (409 RECOVERY_REQUIRED), then ONE new logical request: new key, fresh revision.
-    assert [p["status"] for p in posts] == [409, 201]
-    assert posts[0]["idempotency_key"] != posts[1]["idempotency_key"]
-    bodies = [json.loads(p["body"]) if isinstance(p["body"], str) else p["body"] for p in posts]
-    assert bodies[0]["expected_revision"] == 11 and bodies[1]["expected_revision"] == 12
-    assert len(env.effects("ses_rr1")) == 1
+    # The runbook knew the answer (409 RECOVERY_REQUIRED): nothing was sent while waiting, and once the
+    # worker is gone the effects account (written while it could still act) is re-checked first (R3.10).
+    assert env.posts("ses_rr1") == []
+    assert svc.requests.get(rid).state == "recheck"
+    asked = [m for m in reporter.posted if m.kind == "recheck_request"]
+    assert len(asked) == 1 and asked[0].buttons[0].action == "confirm"
     # The poll used the runbook's 15 s interval, through the injected clock.
     assert [s for s in clock.sleeps if s >= 1] == [15.0, 15.0, 15.0]
+    sent = svc.confirm(REQUESTER, CHANNEL, rid, reporter)
+    assert sent.ok, _text(sent)
+    posts = env.posts("ses_rr1")
+    assert [p["status"] for p in posts] == [201]
+    body = json.loads(posts[0]["body"]) if isinstance(posts[0]["body"], str) else posts[0]["body"]
+    assert body["expected_revision"] == 12  # fresh, read after the scheduler's pass
+    assert len(env.effects("ses_rr1")) == 1
     said = [m.headline for m in reporter.posted]
-    assert any("RECOVERY_REQUIRED" in h for h in said)
+    assert any("waits for the scheduler" in h for h in said)
     assert any("confirmed the worker" in h for h in said)
-    assert any("after the wait: executed" in h for h in said)
     assert svc.requests.get(rid).state == "executed"
 
 
@@ -97,9 +102,9 @@ def test_recovery_required_gives_up_after_the_runbook_bound(make_decision_env):
     )
     reply = svc.approve(APPROVER, CHANNEL, rid, reporter)
     assert not reply.ok
-    assert "not confirmed gone" in _text(reply)
+    assert "no new confirmation that the worker is gone" in _text(reply)
     assert sum(clock.sleeps) <= 600 + 1 and sum(clock.sleeps) >= 600 - 1  # recovery_required_wait: 10m
-    assert [p["status"] for p in env.posts("ses_rr2")] == [409]
+    assert env.posts("ses_rr2") == []  # R3.9: never sent while the runbook says RECOVERY_REQUIRED
     assert env.effects("ses_rr2") == []
     assert svc.requests.get(rid).state == "failed"
 
