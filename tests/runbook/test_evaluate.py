@@ -364,6 +364,7 @@ def test_accessors(runbooks: RunbookSet) -> None:
     assert [s.image for s in runbooks.docker.deploy_order] == ["API_IMAGE", "WORKER_IMAGE"]  # type: ignore[union-attr]
     assert {c.name for c in runbooks.commands.values() if c.channel_restricted} == {
         "approve",
+        "confirm",
         "reject",
         "decide",
         "reconcile",
