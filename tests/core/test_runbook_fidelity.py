@@ -49,6 +49,12 @@ def posts(sbx: SandboxHandle, sid: str) -> list[dict[str, Any]]:
     return [r for r in sbx.admin.requests(sid) if r.get("method") == "POST"]
 
 
+def confirmation_id(reply: Reply) -> str:
+    (asked,) = [m for m in reply.messages if m.kind == "confirmation_request"]
+    assert asked.ref
+    return asked.ref
+
+
 def diagnosis_lines(reply: Reply) -> list[str]:
     (message,) = [m for m in reply.messages if m.kind == "diagnosis"]
     return message.lines
@@ -217,7 +223,7 @@ def test_retry_restore_after_a_store_outage_has_no_incompatible_warning(sbx, rou
     assert reply.ok
     # … and not to a transient outage (R2.6, R2.9): the wording follows the cause.
     assert "incompatible" not in text(reply).lower()
-    sent = say(router, f'/recover decide {sid} retry_restore --reason "store back" --yes')
+    sent = say(router, f"/recover confirm {confirmation_id(reply)}")
     assert sent.ok, text(sent)
     assert [p["status"] for p in posts(sbx, sid)] == [201]
 
@@ -241,7 +247,7 @@ def test_start_fresh_is_accepted_and_sent_for_a_stopped_session_without_context_
     # R2.14/R3.12 wording: no checkpoint, nothing is dropped.
     assert "Nothing is lost: there is no checkpoint to drop" in text(confirm)
     assert "drops the checkpoint" not in text(confirm)
-    sent = say(router, f'/recover decide {sid} start_fresh --reason "nothing to continue from" --yes')
+    sent = say(router, f"/recover confirm {confirmation_id(confirm)}")
     assert sent.ok, text(sent)
     assert [p["status"] for p in posts(sbx, sid)] == [201]
     assert [e["decision"] for e in sbx.admin.effects(sid)] == ["start_fresh"]
