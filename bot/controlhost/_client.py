@@ -244,10 +244,15 @@ class ControlHostClient:
                 encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
                 if encoding not in ("", "identity"):
                     raise bad_response(what, response.status_code)
-                body = bytearray()
+                # Chunks kept apart until the end: a growing buffer would be copied on every resize,
+                # briefly holding twice the cap.
+                chunks: list[bytes] = []
+                size = 0
                 for chunk in response.iter_bytes(_READ_CHUNK):  # identity only (checked above)
-                    body += chunk
-                    if len(body) > self.max_answer_bytes:
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > self.max_answer_bytes:
+                        chunks.clear()
                         raise answer_too_large(what, self.max_answer_bytes, None)
                     if remaining() == 0.0:
                         # A custom transport without the deadline backend still stops here.
@@ -255,7 +260,7 @@ class ControlHostClient:
             finally:
                 response.close()
             return httpx.Response(
-                response.status_code, headers=response.headers, content=bytes(body), request=request
+                response.status_code, headers=response.headers, content=b"".join(chunks), request=request
             )
 
     def _pause(self, attempt: int, retry_after: float | None) -> bool:
