@@ -164,7 +164,7 @@ class LogSnapshot:
 
 
 def _mb(size: int) -> str:
-    return f"{size / 1e6:,.1f} MB"
+    return f"{size / 1e6:,.1f} MB" if size >= 1e6 else f"{size / 1e3:,.1f} kB"
 
 
 # -- the job -------------------------------------------------------------------------------------------
