@@ -9,7 +9,7 @@ the Slack app does that at start, the console only on ``/recover replay``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +25,7 @@ from bot.decisions._requests import (
     RequestStore,
 )
 from bot.decisions._rules import channel_allowed
-from bot.errors import Interrupted
+from bot.errors import ControlHostError, Interrupted
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord, Store
 
@@ -80,6 +80,9 @@ class UnfinishedMixin:
 
     def _is_requester(self, actor: str, req: DecisionRequest) -> bool:
         raise NotImplementedError
+
+    # Provided by UncertainMixin (declared only: a stub here would shadow it in the service's MRO).
+    _mark_uncertain: Callable[[DecisionRequest, str, ControlHostError], None]
 
     # == what is unfinished =======================================================================
 
@@ -294,13 +297,9 @@ class UnfinishedMixin:
                 )
                 return Reply(reply.messages, ok=False)
             if record.pending:
-                self._record(
-                    req.session_id,
-                    actor,
-                    "decision_uncertain",
-                    inputs,
-                    "uncertain",
-                    idempotency_key=req.idem_key,
+                # Sent, the answer never read: uncertain with its key (finished by replay or at start).
+                self._mark_uncertain(
+                    req, actor, ControlHostError("interrupted (Ctrl-C) before the answer", code="INTERRUPTED")
                 )
                 return Reply.of(
                     self._uncertain_message(req.session_id, f"`{req.decision}` ({req.id})"), ok=False
