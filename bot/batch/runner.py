@@ -1,21 +1,25 @@
 """Sending a batch: each member re-checked just before its send, sent once with a stored key.
 
-Per member: its facts are re-read (a listing snapshot no older than the runbook's
-``batch_recheck_age``, or its own GET); a member whose bound facts changed is skipped (void) and
-never sent. Otherwise a compare-and-set ``requested → sending`` stores its Idempotency-Key and exact
-body, the store's idempotency record is written (the same rule as single decisions), and the client
-sends it; after a crash a ``sending`` member is re-sent from that record with the same key and body,
-so the control host applies it at most once. ``expected_revision`` is the bound revision: a change
-between the re-check and the send is refused by the API (409 REQUEST_STALE), never applied.
+Members go out in chunks. For each chunk: its members' facts are re-read (a listing snapshot no
+older than the runbook's ``batch_recheck_age``, or one GET each for a small batch); a member whose
+bound facts changed is skipped (void) and never sent. For the others one commit moves each
+``requested → sending`` (a compare-and-set: one winner across processes) together with its
+idempotency record — key and exact body, written by the store's own rule — so a crash leaves every
+member either unsent or re-sendable with the same key and body. The pool sends them through the
+paced client; outcomes are committed in groups by one writer (the answer itself is already in the
+idempotency record, so a crash before that commit loses nothing: the member is re-sent with its key
+and the stored answer comes back). ``expected_revision`` is the bound revision: a change between
+the re-check and the send is refused by the API (409 REQUEST_STALE), never applied.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import queue
 import threading
 import time
-import uuid
+from collections.abc import Callable
 from typing import Any
 
 from bot.controlhost import PURPOSE_DECISION, RequestPendingError
@@ -24,6 +28,7 @@ from bot.triage.facts import BOUND_FACTS, session_only_facts
 
 RECHECKED = tuple(f for f in BOUND_FACTS if not f.startswith("unknown_turn."))
 SMALL = 20  # up to this many members, each is re-read with its own GET
+SETTLE_EVERY = 0.05
 
 
 def changes(bound: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
@@ -67,103 +72,161 @@ class Recheck:
                     self._refresh()
                 session = self._snapshot.get(session_id)
         if session is None:
-            session = self.client.get_session(session_id)
+            try:
+                session = self.client.get_session(session_id)
+            except ControlHostError as exc:
+                if exc.code == "NOT_FOUND":
+                    return {"session.found": False}
+                raise
         return session_only_facts(session, self.clock.now())
+
+
+class Settler:
+    """Commits member outcomes in groups, from one thread (each commit is an fsync)."""
+
+    def __init__(self, service: Any, batch: Any, actor: str, on_change: Callable[[], None]) -> None:
+        self.s = service
+        self.batch = batch
+        self.actor = actor
+        self.on_change = on_change
+        self.q: queue.Queue[tuple[str, tuple[str, ...], str, dict[str, Any]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="batch-settle", daemon=True)
+        self._thread.start()
+
+    def put(self, session_id: str, from_states: tuple[str, ...], to: str, **values: Any) -> None:
+        self.q.put((session_id, from_states, to, values))
+
+    def _run(self) -> None:
+        done = False
+        while not done:
+            items = [self.q.get()]
+            time.sleep(SETTLE_EVERY)
+            while True:
+                try:
+                    items.append(self.q.get_nowait())
+                except queue.Empty:
+                    break
+            done = any(i is None for i in items)
+            outcomes = [i for i in items if i is not None]
+            if outcomes:
+                self.s.settle_many(self.batch, self.actor, outcomes)
+                self.on_change()
+
+    def close(self) -> None:
+        self.q.put(None)
+        self._thread.join()
 
 
 class Runner:
     """Sends one batch's remaining members with bounded concurrency (the paced client bounds the rate)."""
 
-    def __init__(self, service: Any, batch_id: str, actor: str, on_change: Any) -> None:
+    def __init__(self, service: Any, batch_id: str, actor: str, on_change: Callable[[], None]) -> None:
         self.s = service
         self.batch_id = batch_id
         self.actor = actor
         self.on_change = on_change
-        self._stop_checked = 0.0
-        self._stopped = False
 
     def stopped(self) -> bool:
-        now = time.monotonic()
-        if not self._stopped and now - self._stop_checked > 0.2:
-            batch = self.s.batches.get(self.batch_id)
-            self._stopped = bool(batch and batch.stop_requested)
-            self._stop_checked = now
-        return self._stopped
+        batch = self.s.batches.get(self.batch_id)
+        return bool(batch and batch.stop_requested)
 
     def run(self, concurrency: int) -> None:
         batch = self.s.batches.get(self.batch_id)
         assert batch is not None
-        pending = self.s.batches.members(self.batch_id, ("requested", "sending"))
+        concurrency = max(1, concurrency)
+        settler = Settler(self.s, batch, self.actor, self.on_change)
+        try:
+            with cf.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="batch") as pool:
+                # A crash left these in flight: the same key and body again.
+                for member in self.s.batches.members(batch.id, ("sending",)):
+                    pool.submit(self._send, settler, member.session_id, member.idem_key, ("sending",))
+                self._new_sends(batch, pool, settler, concurrency)
+        finally:
+            settler.close()
+        # Uncertain members: the same logical request again, same key and body (never a new one).
+        retry = Settler(self.s, batch, self.actor, self.on_change)
+        try:
+            for member in self.s.batches.members(self.batch_id, ("uncertain",)):
+                self._send(retry, member.session_id, member.idem_key, ("uncertain",))
+        finally:
+            retry.close()
+
+    def _new_sends(self, batch: Any, pool: cf.ThreadPoolExecutor, settler: Settler, concurrency: int) -> None:
+        pending = self.s.batches.members(batch.id, ("requested",))
         recheck = Recheck(
             self.s.client, self.s.clock, size=len(pending), max_age=self.s.limit("batch_recheck_age"),
             page_size=int(self.s.limit("bulk_page_size")),
         )
-        with cf.ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="batch") as pool:
-            list(pool.map(lambda m: self._one(batch, m, recheck), pending))
-        # Uncertain members: the same logical request again, same key and body (never a new one).
-        for member in self.s.batches.members(self.batch_id, ("uncertain",)):
-            self._send(batch, member.session_id, member.idem_key, retry=True)
-
-    def _one(self, batch: Any, member: Any, recheck: Recheck) -> None:
-        try:
-            if member.state == "sending":
-                self._send(batch, member.session_id, member.idem_key)  # a crash left it in flight
-                return
+        chunk = concurrency
+        inflight: set[cf.Future[None]] = set()
+        policy = self.s.policy(batch.decision)
+        for start in range(0, len(pending), chunk):
             if self.stopped():
                 return
-            try:
-                fresh = recheck.facts(member.session_id)
-            except ControlHostError as exc:
-                if exc.code == "NOT_FOUND":
-                    fresh = {"session.found": False}
-                else:
-                    return  # unreadable now: stays requested, nothing sent; shown as not sent
-            changed = changes(member.facts, fresh)
-            if changed:
-                self.s.settle(batch, member.session_id, ("requested",), "void", self.actor,
-                              code="FACTS_CHANGED", detail="; ".join(changed))
-                return
-            policy = self.s.policy(batch.decision)
-            method, path, body = policy.request(member.session_id, member.facts, {"reason": batch.reason})
-            key = str(uuid.uuid4())
-            text = json.dumps(dict(body), separators=(",", ":"), ensure_ascii=False)
-            with self.s.store.write() as db:
-                won = self.s.batches.member_transition(
-                    db, batch.id, member.session_id, ("requested",), "sending",
-                    idem_key=key, method=method, path=path, body=text,
-                )
-            if won:
-                self._send(batch, member.session_id, key)
-        finally:
-            self.on_change()
+            part = pending[start : start + chunk]
+            if recheck.use_listing:
+                fresh = [_try(recheck.facts, m.session_id) for m in part]
+            else:  # a small batch: one GET each, in parallel
+                fresh = list(pool.map(lambda m: _try(recheck.facts, m.session_id), part))
+            void: list[tuple[str, str]] = []
+            ready: list[tuple[Any, str, str, str]] = []
+            for member, facts in zip(part, fresh, strict=True):
+                if facts is None:
+                    continue  # unreadable now: stays requested, nothing sent
+                changed = changes(member.facts, facts)
+                if changed:
+                    void.append((member.session_id, "; ".join(changed)))
+                    continue
+                method, path, body = policy.request(member.session_id, member.facts, {"reason": batch.reason})
+                ready.append((member, method, path, _json(body)))
+            for sid, why in void:
+                settler.put(sid, ("requested",), "void", code="FACTS_CHANGED", detail=why)
+            keys = self.s.begin_members(batch, ready)
+            for sid, key in keys:
+                inflight.add(pool.submit(self._send, settler, sid, key, ("sending",)))
+            # At most two chunks in flight: a stop takes effect at once, and re-checks stay fresh.
+            while len(inflight) > chunk:
+                done, inflight = cf.wait(inflight, return_when=cf.FIRST_COMPLETED)
+                inflight = set(inflight)
 
-    def _send(self, batch: Any, session_id: str, key: str | None, *, retry: bool = False) -> None:
-        member = self.s.batches.member(batch.id, session_id)
-        if member is None or key is None or member.body is None:
-            return
-        record = self.s.store.get_request(key)
+    def _send(self, settler: Settler, session_id: str, key: str | None, from_states: tuple[str, ...]) -> None:
+        record = self.s.store.get_request(key) if key else None
         if record is None:
+            member = self.s.batches.member(self.batch_id, session_id)
+            if member is None or member.body is None or key is None:
+                return
             try:
                 record = self.s.store.begin_request(
                     member.method or "POST", member.path or "", member.body, PURPOSE_DECISION,
                     key=key, session_id=session_id,
                 )
             except StoreError:
-                record = self.s.store.get_request(key)  # another process wrote it just now
-        if record is None:
-            return
-        from_states = ("uncertain",) if retry else ("sending", "uncertain")
+                record = self.s.store.get_request(key)
+            if record is None:
+                return
+        values: dict[str, Any]
         try:
             receipt = self.s.client.send(record)
         except RequestPendingError as exc:
-            self.s.settle(batch, session_id, from_states, "uncertain", self.actor, code=exc.code, key=key)
+            to, values = "uncertain", {"code": exc.code}
         except ControlHostError as exc:
             if exc.status is None or exc.status >= 500 or exc.status in (408, 429):
-                self.s.settle(batch, session_id, from_states, "uncertain", self.actor, code=exc.code, key=key)
+                to, values = "uncertain", {"code": exc.code}
             else:
-                self.s.settle(batch, session_id, from_states, "failed", self.actor, code=exc.code,
-                              http_status=exc.status, key=key, detail=exc.message)
+                to, values = "failed", {"code": exc.code, "http_status": exc.status, "detail": exc.message}
         else:
-            self.s.settle(batch, session_id, from_states, "executed", self.actor,
-                          receipt_id=getattr(receipt, "id", None),
-                          http_status=getattr(receipt, "http_status", None) or 200, key=key)
+            to = "executed"
+            values = {"receipt_id": getattr(receipt, "id", None),
+                      "http_status": getattr(receipt, "http_status", None) or 200}
+        settler.put(session_id, from_states, to, key=record.key, **values)
+
+
+def _try(fn: Callable[[str], dict[str, Any]], session_id: str) -> dict[str, Any] | None:
+    try:
+        return fn(session_id)
+    except ControlHostError:
+        return None
+
+
+def _json(body: Any) -> str:
+    return json.dumps(dict(body), separators=(",", ":"), ensure_ascii=False)

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from bot.batch import text
+from bot.batch.authority import authority_problem
 from bot.batch.plan import BATCH_DECISIONS, PER_SESSION, Candidate, plan
 from bot.batch.runner import Runner
 from bot.batch.store import OPEN_STATES, Batch, BatchStore, content_hash, new_batch_id
 from bot.clock import isoformat, parse_time
+from bot.controlhost import PURPOSE_DECISION
 from bot.decisions._policy import DecisionPolicy, decision_policy
 from bot.decisions._rules import approver_allowed, channel_allowed
 from bot.errors import CommandError
@@ -222,11 +224,24 @@ class BatchService:
             return _refuse(f"batch {batch.id} is already {batch.state}: nothing more to do")
         self._step(batch.id, actor, f"batch_{state}", state, reason=reason)
         return Reply.of(Message(headline=f"Batch {batch.id} {state} by <@{actor}>; nothing was sent", level="warn",
-                                kind="batch_request", ref=batch.id))
+                                kind="batch_request", ref=batch.id, session_id=batch.id))
 
     # == execution ================================================================================
 
+    def _authority(self, batch: Batch) -> str | None:
+        """What the chain lacks to authorise sending this batch (docs/requests.md), or None."""
+        members = [{"session_id": m.session_id, "revision": m.revision, "facts": m.facts}
+                   for m in self.batches.members(batch.id)]
+        return authority_problem(batch, content_hash(vars(batch), members), self.store.steps())
+
     def execute(self, batch_id: str, actor: str, reporter: Reporter) -> Reply:
+        batch = self.batches.get(batch_id)
+        if batch is not None and batch.state in ("approved", "sending"):
+            problem = self._authority(batch)
+            if problem is not None:
+                self._step(batch_id, actor, "batch_refused", "no_authority", why=problem)
+                return _refuse(f"batch {batch_id} is not sent: {problem}",
+                               "Nothing was sent. Check the step store with `recover-bot audit verify`.")
         runner_id = f"{socket.gethostname()}:{os.getpid()}"
         with self.store.write() as db:
             won = self.batches.transition(db, batch_id, ("approved",), "sending", runner=runner_id)
@@ -261,11 +276,30 @@ class BatchService:
         path = self._write_csv(fresh, members)
         return Reply.of(text.final_message(fresh, members, counts, codes, path), ok=True)
 
-    def settle(self, batch: Batch, session_id: str, from_states: tuple[str, ...], to: str, actor: str,
-               *, key: str | None = None, **values: Any) -> None:
-        """A member's outcome and its step in the session's case, in one commit."""
+    def begin_members(self, batch: Batch, ready: list[tuple[Any, str, str, str]]) -> list[tuple[str, str]]:
+        """One commit: each member ``requested → sending`` with its idempotency record (the store's
+        key rule). Returns (session, key) for the members this process won."""
+        won: list[tuple[str, str]] = []
+        if not ready:
+            return won
         with self.store.write() as db:
-            if self.batches.member_transition(db, batch.id, session_id, from_states, to, **values):
+            for member, method, path, body in ready:
+                if not self.batches.member_transition(db, batch.id, member.session_id, ("requested",), "sending",
+                                                      method=method, path=path, body=body):
+                    continue
+                record = self.store.begin_request(method, path, body, PURPOSE_DECISION,
+                                                  session_id=member.session_id, db=db)
+                self.batches.member_set(db, batch.id, member.session_id, idem_key=record.key)
+                won.append((member.session_id, record.key))
+        return won
+
+    def settle_many(self, batch: Batch, actor: str, outcomes: list[tuple[str, tuple[str, ...], str, dict[str, Any]]]) -> None:
+        """Members' outcomes and their steps in the sessions' cases, in one commit."""
+        with self.store.write() as db:
+            for session_id, from_states, to, values in outcomes:
+                key = values.pop("key", None)
+                if not self.batches.member_transition(db, batch.id, session_id, from_states, to, **values):
+                    continue
                 self.store.record_step(
                     session_id, actor, f"batch_member_{to}",
                     {"batch_id": batch.id, "decision": batch.decision}, str(values.get("code") or to),
@@ -320,6 +354,7 @@ class BatchService:
         total = sum(counts.values())
         stop = " · stop requested" if batch.stop_requested else ""
         return Message(
+            session_id=batch.id,
             headline=f"Batch {batch.id}: `{batch.decision}` · {batch.state}{stop} · {total} member(s)",
             lines=[text.counts_line(counts, codes, total),
                    f"Requested by <@{batch.requester}> · owner {('<@' + batch.owner + '>') if batch.owner else 'none'}"

@@ -237,6 +237,11 @@ class BatchStore:
         )
         return cur.rowcount == 1
 
+    def member_set(self, db: Database, batch_id: str, session_id: str, **values: Any) -> None:
+        sets = ", ".join(f"{k} = ?" for k in values)
+        _q(db, f"UPDATE batch_members SET {sets} WHERE batch_id = ? AND session_id = ?",  # noqa: S608
+           [*values.values(), batch_id, session_id])
+
     def executed_count(self, session_id: str, decision: str, code: Any) -> int:
         """R5.4: how often this decision was already applied to the session by a batch, same attention."""
         with self.store.read() as db:

@@ -79,6 +79,7 @@ def approval_message(batch: Any, members: Sequence[Any], groups: str, mentions: 
         lines.insert(0, "`--yes` never replaces the second person's approval of the whole list.")
     return Message(
         headline=headline, level="warn", lines=lines, buttons=buttons, kind="batch_request", ref=batch.id,
+        session_id=batch.id,
         mentions=mentions if two else [],
         attachment=Attachment(f"{batch.id}-members.csv", members_csv(batch, members)) if len(members) > SHOWN_MEMBERS else None,
         rules=["R3.10", "R5.4"],
@@ -93,7 +94,7 @@ def progress_message(batch: Any, counts: dict[str, int], codes: dict[str, int], 
     if note:
         lines.insert(1, note)
     return Message(headline=f"Batch {batch.id}: `{batch.decision}` · {state} · {elapsed:.1f} s",
-                   level="progress", lines=lines, kind="batch_progress", ref=batch.id)
+                   level="progress", lines=lines, kind="batch_progress", ref=batch.id, session_id=batch.id)
 
 
 def final_message(batch: Any, members: Sequence[Any], counts: dict[str, int], codes: dict[str, int],
@@ -121,6 +122,6 @@ def final_message(batch: Any, members: Sequence[Any], counts: dict[str, int], co
     level: Level = "ok" if counts.get("executed", 0) == total else "warn"
     return Message(
         headline=f"Batch {batch.id}: `{batch.decision}` finished{stopped} · {counts.get('executed', 0)}/{total} accepted",
-        level=level, lines=lines, kind="batch_progress", ref=batch.id,
+        level=level, lines=lines, kind="batch_progress", ref=batch.id, session_id=batch.id,
         attachment=Attachment(f"{batch.id}.csv", members_csv(batch, members)),
     )

@@ -17,6 +17,8 @@ from bot.slack.blocks import escape, mention
 from bot.slack.state import Location, SlackState
 from bot.slack.web import SlackOut
 
+# Messages about many sessions that go to the channel even without a case thread.
+CHANNEL_KINDS = ("triage",)
 PROGRESS_MIN_INTERVAL = 1.0  # chat.update is rate limited (tier 3); the final answer always lands.
 
 
@@ -39,9 +41,8 @@ class ThreadBook:
             if found is not None or channel is None:
                 return found
             who = f" · started by {mention(actor)}" if actor else ""
-            root = self.out.post_text(
-                Location(channel), f":toolbox: *Recovery case for session `{escape(session_id)}`*{who}"
-            )
+            what = "Batch" if session_id.startswith("bat_") else "Recovery case for session"
+            root = self.out.post_text(Location(channel), f":toolbox: *{what} `{escape(session_id)}`*{who}")
             if root is None:
                 return None
             where = Location(channel, root)
@@ -80,11 +81,15 @@ class SlackReporter:
         self._pending_progress: Message | None = None
         self._lock = threading.Lock()
         self._on_posted = on_posted
+        self._asked = time.monotonic()
 
     # -- where ---------------------------------------------------------------------------------
 
     def _where(self, message: Message) -> Location | None:
         session_id = message.session_id or self.origin.session_id
+        if message.kind in CHANNEL_KINDS and self.origin.channel and not message.session_id:
+            # A triage summary is for the whole channel, updated in place (it has no case thread).
+            return Location(self.origin.channel, self.origin.thread_ts)
         if session_id:
             where = self.threads.thread_for(session_id, self.origin.channel, self.origin.actor)
             if where is not None:
@@ -114,6 +119,12 @@ class SlackReporter:
             ts_new = self.out.post(where, message)
             if ts_new:
                 self._progress = (where.channel, ts_new)
+
+    def rate_limited_for(self) -> float | None:
+        """Retry-After of a 429 Slack answered since the last time this was asked (a long job's
+        progress throttle widens its interval and says so; the work itself is not slowed)."""
+        since, self._asked = self._asked, time.monotonic()
+        return self.out.rate_limited_since(since)
 
     def post(self, message: Message) -> None:
         """A new message in the case's thread (or an in-place update of a tracked one)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -49,8 +50,28 @@ def make_client(settings: Settings, *, timeout: int = 15) -> WebClient:
         base_url=settings.slack_api_url,
         timeout=timeout,
         ssl=ssl.create_default_context(),
-        retry_handlers=[RateLimitErrorRetryHandler(max_retry_count=3)],
+        retry_handlers=[NotingRateLimitHandler(max_retry_count=3)],
     )
+
+
+class NotingRateLimitHandler(RateLimitErrorRetryHandler):
+    """slack_sdk's 429 retry (sleeps Retry-After), remembering when Slack last asked to slow down:
+    a long job's progress line says that its updates, not its work, were slowed."""
+
+    def __init__(self, max_retry_count: int = 3) -> None:
+        super().__init__(max_retry_count=max_retry_count)
+        self.last: tuple[float, float] | None = None  # (monotonic time, Retry-After seconds)
+
+    def prepare_for_next_attempt(self, **kwargs: Any) -> None:
+        response = kwargs.get("response")
+        if response is not None and response.status_code == 429:
+            value = next((v[0] for k, v in response.headers.items() if k.lower() == "retry-after" and v), "1")
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = 1.0
+            self.last = (time.monotonic(), seconds)
+        super().prepare_for_next_attempt(**kwargs)
 
 
 def _error_code(exc: SlackClientError) -> str:
@@ -72,6 +93,14 @@ class SlackOut:
         # would build a client and load the CA bundle on every call, holding the interpreter lock
         # for ~30 ms each time: measured as the main cost competing with acks under load.
         self._responder = httpx.Client(timeout=10.0)
+
+    def rate_limited_since(self, since: float) -> float | None:
+        """The Retry-After of a 429 Slack answered after ``since`` (monotonic), if any."""
+        for handler in self.client.retry_handlers or []:
+            last = getattr(handler, "last", None)
+            if isinstance(handler, NotingRateLimitHandler) and last is not None and last[0] >= since:
+                return last[1]
+        return None
 
     def _call(self, method: str, **kwargs: Any) -> dict[str, Any] | None:
         try:

@@ -501,24 +501,36 @@ class Store:
         key: str | None = None,
         *,
         session_id: str | None = None,
+        db: Database | None = None,
     ) -> IdempotencyRecord:
         """Commit a new logical request (key + exact body text) before anything is sent.
 
-        A mapping body is serialised once here; the stored text is what every attempt sends.
+        A mapping body is serialised once here; the stored text is what every attempt sends. With
+        ``db=`` the record joins the caller's write transaction (a batch stores a member's state and
+        its record in one commit).
         """
         text = body if isinstance(body, str) else json.dumps(dict(body), separators=(",", ":"))
         key = key or str(uuid.uuid4())
-        with self.write() as db:
-            try:
-                _q(
-                    db,
-                    "INSERT INTO idempotency (key, method, path, body, purpose, session_id, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [key, method.upper(), path, text, purpose, session_id, self._now()],
-                )
-            except sqlite3.IntegrityError as exc:
-                raise StoreError(f"an idempotency record with this key already exists: {exc}") from exc
-            return _record(_q(db, "SELECT * FROM idempotency WHERE key = ?", [key]).fetchone())
+        if db is not None:
+            if not db.conn.in_transaction:
+                raise StoreError("begin_request(db=...) needs a connection from Store.write()")
+            return self._insert_request(db, key, method, path, text, purpose, session_id)
+        with self.write() as wdb:
+            return self._insert_request(wdb, key, method, path, text, purpose, session_id)
+
+    def _insert_request(
+        self, db: Database, key: str, method: str, path: str, text: str, purpose: str, session_id: str | None
+    ) -> IdempotencyRecord:
+        try:
+            _q(
+                db,
+                "INSERT INTO idempotency (key, method, path, body, purpose, session_id, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [key, method.upper(), path, text, purpose, session_id, self._now()],
+            )
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(f"an idempotency record with this key already exists: {exc}") from exc
+        return _record(_q(db, "SELECT * FROM idempotency WHERE key = ?", [key]).fetchone())
 
     def note_attempt(self, key: str) -> int:
         """Count one send of a stored request; returns the attempt number."""
