@@ -37,14 +37,15 @@ from bot.settings import load_settings
 settings = load_settings({"CONTROL_HOST_URL": sys.argv[1], "CONTROL_HOST_API_KEY": sys.argv[2],
                           "RECOVER_DB": sys.argv[3]}, dotenv=None)
 router = build_router(settings)
-reply = router.handle_text(sys.argv[5], actor=sys.argv[4], channel=None, reporter=ListReporter())
+for line in sys.argv[5:]:
+    reply = router.handle_text(line, actor=sys.argv[4], channel=None, reporter=ListReporter())
 print(reply.messages[0].ref or "", reply.messages[0].headline, flush=True)
 """
 
 
-def child(url: str, key: str, db: Path, actor: str, line: str) -> subprocess.Popen[str]:
+def child(url: str, key: str, db: Path, actor: str, *lines: str) -> subprocess.Popen[str]:
     return subprocess.Popen(  # noqa: S603 - our own interpreter and script
-        [sys.executable, "-c", CHILD, url, key, str(db), actor, line], cwd=REPO, text=True,
+        [sys.executable, "-c", CHILD, url, key, str(db), actor, *lines], cwd=REPO, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
 
@@ -70,8 +71,8 @@ def main() -> None:
             sbx.admin.fault("drop_after_commit", path=f"/v1/sessions/{sid}/recovery-decisions", method="POST")
         for sid in failed:
             sbx.admin.fault("server_error", path=f"/v1/sessions/{sid}/recovery-decisions", method="POST", status=500)
-        line = f'/recover batch decide --sessions {",".join(ids)} retry_restore --reason "store back"'
-        out, err = child(sbx.url, sbx.api_key, db, "alice", line).communicate(timeout=600)
+        line = '/recover batch decide t1.g1 retry_restore --reason "store back"'
+        out, err = child(sbx.url, sbx.api_key, db, "alice", "/recover triage", line).communicate(timeout=900)
         batch_id = out.split()[0]
         assert batch_id.startswith("bat_"), out + err
         started = time.monotonic()

@@ -9,6 +9,7 @@ processes), and each member is re-checked and sent once with a stored Idempotenc
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 import socket
 import time
@@ -25,7 +26,8 @@ from bot.clock import isoformat, parse_time
 from bot.controlhost import PURPOSE_DECISION
 from bot.decisions._policy import DecisionPolicy, decision_policy
 from bot.decisions._rules import approver_allowed, channel_allowed
-from bot.errors import CommandError
+from bot.diagnosis import facts as F
+from bot.errors import CommandError, ControlHostError
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.evaluate import evaluate
 from bot.triage.engine import runbook_limit
@@ -67,12 +69,22 @@ class BatchService:
         if sessions:
             ids = list(dict.fromkeys(s.strip() for s in sessions.split(",") if s.strip()))
             now = self.clock.now()
-            out = []
-            for sid in ids:
-                facts, _ = gather(self.client, self.client.get_session(sid), now)
+
+            def read(sid: str) -> Candidate:
+                try:
+                    session = self.client.get_session(sid)
+                except ControlHostError as exc:
+                    if exc.code != "NOT_FOUND":
+                        raise
+                    missing = {**F.empty_facts(sid, now), **F.session_missing_facts()}
+                    return Candidate(sid, None, missing, "unknown_session")  # left out: 404 NOT_FOUND
+                facts, _ = gather(self.client, session, now)
                 branch = evaluate(self.runbooks, facts).branch_id
-                out.append(Candidate(sid, facts.get("session.revision"), facts, branch))
-            return out, f"--sessions ({len(ids)})"
+                return Candidate(sid, facts.get("session.revision"), facts, branch)
+
+            workers = max(1, int(self.limit("bulk_concurrency")))
+            with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="batch-read") as pool:
+                return list(pool.map(read, ids)), f"--sessions ({len(ids)})"
         group = self.triages.group(target)
         if group is None:
             raise CommandError(

@@ -122,3 +122,13 @@ def test_plan_exclusions_and_cause_fixed(runbooks) -> None:  # type: ignore[no-u
     # start_fresh is not a retry: nothing left out for the cause.
     fresh = plan(runbooks, "start_fresh", [incompatible, damage], cause_fixed=None, **args)
     assert len(fresh.members) == 2
+
+
+def test_an_unknown_session_in_the_list_is_left_out_with_the_apis_answer(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    made = make_incident(incident_sandbox, {"startup_stopped": 1})["startup_stopped"]
+    router = bulk_router(incident_sandbox, tmp_path)
+    dry = _run(router, f'/recover dryrun batch decide --sessions {made[0]},ses_nope start_fresh --reason "x"')
+    text = _text(dry)
+    assert dry.ok and "on 1 session(s)" in text and "left out ses_nope: 404 NOT_FOUND" in text, text
