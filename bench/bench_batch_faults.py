@@ -1,6 +1,7 @@
 """A batch under faults and a SIGKILL: every member ends exactly once, none lost.
 
-Sandbox (no scenarios) with N copies of the store-outage scenario and 20 ms latency per call. Faults
+Sandbox (no scenarios) with N copies of the store-outage scenario, 20 ms latency per call and a rate
+limit of 100 requests/s (the sandbox's traffic options). Faults
 on the decision path: ``--drop`` of the sessions get ``drop_after_commit`` once (the decision commits,
 the connection closes without an answer: the client cannot tell it from a 500 after the commit, and
 both are uncertain outcomes re-sent with the same key), ``--fail`` get a 500 before the commit once.
@@ -57,6 +58,7 @@ def main() -> None:
     ap.add_argument("--fail", type=float, default=0.02)
     ap.add_argument("--kill-at", type=float, default=0.4)
     ap.add_argument("--latency", type=float, default=0.02)
+    ap.add_argument("--rate", type=float, default=100.0)
     args = ap.parse_args()
     rng = random.Random(7)  # noqa: S311 - which sessions get faults, repeatable
     db = Path(tempfile.mkdtemp()) / "recover.db"
@@ -64,7 +66,7 @@ def main() -> None:
         ids = [f"ses_f{i:05d}" for i in range(args.sessions)]
         for sid in ids:
             sbx.admin.create_session(clone("restore_stopped_transient", sid))
-        sbx.admin.fault("latency", path="/v1/*", seconds=args.latency, times=None)
+        sbx.admin.traffic(latency_ms=args.latency * 1000, rate_limit=args.rate)
         dropped = rng.sample(ids, int(len(ids) * args.drop))
         failed = rng.sample([s for s in ids if s not in dropped], int(len(ids) * args.fail))
         for sid in dropped:
@@ -98,7 +100,7 @@ def main() -> None:
         with sqlite3.connect(db) as conn:
             states = dict(conn.execute("SELECT state, count(*) FROM batch_members WHERE batch_id = ? GROUP BY state",
                                        [batch_id]).fetchall())
-        print(f"sessions {args.sessions}; faults: {len(dropped)} drop_after_commit, {len(failed)} 500 before commit")
+        print(f"sessions {args.sessions}, {args.latency * 1000:.0f} ms/call, {args.rate:.0f} requests/s; faults: {len(dropped)} drop_after_commit, {len(failed)} 500 before commit")
         print(f"SIGKILL after {killed_at:.1f} s with {done} member outcomes recorded, {effects_at_kill} effects")
         print(f"after the restart ({total:.1f} s in all): member states {states}")
         print(f"effects: {sum(effects.values())} on {len(effects)} sessions; more than one: "

@@ -92,7 +92,13 @@ class PacedTransport(httpx.BaseTransport):
         self.sent += 1
         response = self.inner.handle_request(request)
         if response.status_code == 429:
-            self.limiter.pause(retry_after_seconds(response.headers.get("Retry-After")))
+            # RateLimit-Reset-Ms (draft RateLimit headers) is exact; Retry-After is whole seconds.
+            exact = response.headers.get("RateLimit-Reset-Ms")
+            try:
+                wait = float(exact) / 1000 if exact else retry_after_seconds(response.headers.get("Retry-After"))
+            except ValueError:
+                wait = retry_after_seconds(response.headers.get("Retry-After"))
+            self.limiter.pause(wait)
         return response
 
     def close(self) -> None:
