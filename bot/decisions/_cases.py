@@ -249,6 +249,8 @@ def _next_step(session_id: str, steps: Sequence[Step], open_reqs: Sequence[Decis
                 f"`/recover confirm {r.id}` (a changed account: `--effects \"…\"`, a new request) before "
                 f"{r.expires_at} (R3.10)"
             )
+        if r.state == "uncertain":
+            return f"{r.id} got no definite answer: the bot re-sends it in the background with the same key"
         if r.state == "waiting":
             return f"wait for the scheduler's pass; {r.id} is then re-checked or submitted once (R3.9)"
         return f"{r.id} is being executed; after a restart the bot finishes it on start-up"

@@ -5,7 +5,10 @@ names them. The sandbox control host's request log is the ground truth for "sent
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 from bot.decisions._requests import CONTENT_FIELDS, content_hash
@@ -46,8 +49,17 @@ def test_an_approved_state_written_into_the_table_is_never_executed(decision_env
             "UPDATE decision_requests SET state = 'approved', approved_by = ?, approved_at = created_at WHERE id = ?",
             [APPROVER, rid],
         )
-    # Before the bot even starts, audit verify names the edited row.
+    # Before the bot even starts, audit verify names the edited row — the real command too.
     assert any("records no approval" in p for p in _request_problems(env.db_path, rid))
+    cli = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "audit", "verify", "--db", str(env.db_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RECOVER_")},
+    )
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    assert f"request table: {rid}: state 'approved' but the chain records no approval" in cli.stdout
     env.restart()
     reporter = ListReporter()
     reply = env.service().recover_after_restart(reporter)
