@@ -6,11 +6,54 @@ a click performs and which text command does the same, so every button has a typ
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 Level = Literal["info", "ok", "warn", "error", "progress"]
+
+# The core's own references to people and channels. Everything else in a message (logs, reasons,
+# notes, effects, control-host messages) is outside text, which Slack output escapes completely; only a
+# reference made by :func:`ref` in this process can become a live mention. The key is per process
+# and never shown, so outside text cannot forge one; a reference read back from storage after a
+# restart carries an old key and is shown as plain ``@name``.
+_REF_KEY = secrets.token_hex(6)
+_REF = re.compile("\u2063([0-9a-f]{12})([@#])([^\u2063<>\\s]{1,80})\u2063")
+
+
+def ref(identity: str, kind: Literal["@", "#"] = "@") -> str:
+    """A reference to a person (``@``) or a channel (``#``) the core names on purpose."""
+    return f"\u2063{_REF_KEY}{kind}{identity}\u2063"
+
+
+def render_refs(text: str, render: Callable[[str, str, bool], str]) -> str:
+    """Replace every :func:`ref` in ``text`` with ``render(kind, identity, made_by_this_process)``."""
+    if "\u2063" not in text:
+        return text
+    return _REF.sub(lambda m: render(m.group(2), m.group(3), m.group(1) == _REF_KEY), text)
+
+
+def split_refs(text: str) -> list[tuple[str, str | None, str | None]]:
+    """``text`` as pieces ``(outside_text, kind, identity)``; kind/identity None for plain pieces and
+    for references not made by this process (those come back as outside text ``@name``)."""
+    out: list[tuple[str, str | None, str | None]] = []
+    pos = 0
+    for m in _REF.finditer(text):
+        out.append((text[pos : m.start()], None, None))
+        if m.group(1) == _REF_KEY:
+            out.append(("", m.group(2), m.group(3)))
+        else:
+            out.append((m.group(2) + m.group(3), None, None))
+        pos = m.end()
+    out.append((text[pos:], None, None))
+    return out
+
+
+def plain(text: str) -> str:
+    """References as Slack writes them (``<@U1>``, ``<#C1>``): the console and logs read these."""
+    return render_refs(text, lambda kind, ident, _ours: f"<{kind}{ident}>")
 
 
 @dataclass(frozen=True)
@@ -57,7 +100,11 @@ class Message:
     mentions: list[str] = field(default_factory=list)
 
     def plain_text(self) -> str:
-        """A readable text rendering (console, Slack's notification text, logs)."""
+        """A readable text rendering (console, logs); Slack renders :meth:`marked_text` itself."""
+        return plain(self.marked_text())
+
+    def marked_text(self) -> str:
+        """Like :meth:`plain_text`, with the core's references left as :func:`ref` made them."""
         icon = {"info": "", "ok": "[ok] ", "warn": "[!] ", "error": "[error] ", "progress": "[..] "}[
             self.level
         ]

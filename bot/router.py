@@ -12,7 +12,7 @@ import logging
 
 from bot.clock import isoformat
 from bot.errors import CommandError, ControlHostError, RecoverError
-from bot.messages import Message, Reply, Reporter
+from bot.messages import Message, Reply, Reporter, ref
 from bot.redact import redact
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.services import Services
@@ -126,7 +126,7 @@ class Router:
             raise RecoverError(
                 f"`/recover {name}` is not allowed in this channel.",
                 hint="Decisions, approvals and real reconciler passes are made only in: "
-                + ", ".join(f"<#{c}>" for c in allowed)
+                + ", ".join(ref(c, "#") for c in allowed)
                 + " (RECOVER_CHANNELS).",
             )
 

@@ -28,7 +28,7 @@ from bot.decisions._policy import DecisionPolicy, decision_policy
 from bot.decisions._rules import approver_allowed, channel_allowed
 from bot.diagnosis import facts as F
 from bot.errors import CommandError, ControlHostError
-from bot.messages import Message, Reply, Reporter
+from bot.messages import Message, Reply, Reporter, ref
 from bot.runbook.evaluate import evaluate
 from bot.triage.engine import runbook_limit
 from bot.triage.facts import gather
@@ -179,7 +179,7 @@ class BatchService:
             return _refuse("batch approvals are refused outside the recovery channels (RECOVER_CHANNELS)")
         if batch.policy == "confirm":
             if actor != batch.requester:
-                return _refuse(f"only <@{batch.requester}>, who asked for it, confirms batch {batch.id}")
+                return _refuse(f"only {ref(batch.requester)}, who asked for it, confirms batch {batch.id}")
             return self._confirm(batch, actor, channel, reporter)
         if actor == batch.requester:
             self._step(batch.id, actor, "batch_approve", "self_approval")
@@ -187,7 +187,7 @@ class BatchService:
                            f"Ask another on-call engineer to run `/recover approve {batch.id}`.")
         allowed, problem = approver_allowed(actor, self.decisions.approvers, self.decisions.directory)
         if not allowed:
-            return _refuse(f"<@{actor}> is not an allowed approver (RECOVER_APPROVERS)", *([problem] if problem else []))
+            return _refuse(f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)", *([problem] if problem else []))
         if batch.state == "approved":
             return self.execute(batch.id, actor, reporter)
         return self._approve_cas(batch, actor, reporter, "batch_approved")
@@ -229,13 +229,13 @@ class BatchService:
         if state == "rejected":
             allowed, problem = approver_allowed(actor, self.decisions.approvers, self.decisions.directory)
             if not allowed:
-                return _refuse(f"<@{actor}> is not an allowed approver (RECOVER_APPROVERS)")
+                return _refuse(f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)")
         with self.store.write() as db:
             won = self.batches.transition(db, batch.id, ("requested",), state, decided_by=actor, note=reason)
         if not won:
             return _refuse(f"batch {batch.id} is already {batch.state}: nothing more to do")
         self._step(batch.id, actor, f"batch_{state}", state, reason=reason)
-        return Reply.of(Message(headline=f"Batch {batch.id} {state} by <@{actor}>; nothing was sent", level="warn",
+        return Reply.of(Message(headline=f"Batch {batch.id} {state} by {ref(actor)}; nothing was sent", level="warn",
                                 kind="batch_request", ref=batch.id, session_id=batch.id))
 
     # == execution ================================================================================
@@ -369,7 +369,7 @@ class BatchService:
             session_id=batch.id,
             headline=f"Batch {batch.id}: `{batch.decision}` · {batch.state}{stop} · {total} member(s)",
             lines=[text.counts_line(counts, codes, total),
-                   f"Requested by <@{batch.requester}> · owner {('<@' + batch.owner + '>') if batch.owner else 'none'}"
+                   f"Requested by {ref(batch.requester)} · owner {ref(batch.owner) if batch.owner else 'none'}"
                    f" · from {batch.source} · reason: {batch.reason}"],
         )
 
@@ -379,7 +379,7 @@ class BatchService:
             return _refuse(f"no batch {batch_id!r}")
         self.batches.set(batch.id, owner=actor)
         self._step(batch.id, actor, "batch_take", "owner", previous=batch.owner)
-        return Reply.of(Message(headline=f"<@{actor}> now owns batch {batch.id}", level="ok",
+        return Reply.of(Message(headline=f"{ref(actor)} now owns batch {batch.id}", level="ok",
                                 lines=[self.summary(self.batches.get(batch.id) or batch).lines[0]]))
 
     def history(self, batch_id: str) -> Reply:

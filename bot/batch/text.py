@@ -7,7 +7,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from bot.messages import Attachment, Button, Level, Message
+from bot.messages import Attachment, Button, Level, Message, ref
 
 SHOWN_MEMBERS = 25
 
@@ -24,7 +24,7 @@ def counts_line(counts: dict[str, int], codes: dict[str, int], total: int) -> st
 
 def request_lines(batch: Any, members: Sequence[Any], groups: str) -> list[str]:
     lines = [
-        f"Decision: `{batch.decision}` · members: {len(members)} · from: {groups} · requested by <@{batch.requester}>",
+        f"Decision: `{batch.decision}` · members: {len(members)} · from: {groups} · requested by {ref(batch.requester)}",
         f"Reason: {batch.reason}",
     ]
     if batch.cause_fixed:

@@ -14,12 +14,12 @@ from bot.clock import Clock, isoformat, parse_time
 from bot.decisions import _text as text
 from bot.decisions._requests import OPEN_STATES, DecisionRequest, RequestStore
 from bot.decisions._rules import ID_RE, settled_reason
-from bot.messages import Message, Reply
+from bot.messages import Message, Reply, ref
 from bot.store import Step, Store
 
 
 def who(user: str | None) -> str:
-    return f"<@{user}>" if user else "nobody"
+    return f"{ref(user)}" if user else "nobody"
 
 
 class CasesMixin:
@@ -81,7 +81,7 @@ class CasesMixin:
         was = f" (was {who(previous)})" if previous and previous != actor else ""
         return Reply.of(
             Message(
-                headline=f"<@{actor}> now owns the case of `{session_id}`{was}",
+                headline=f"{ref(actor)} now owns the case of `{session_id}`{was}",
                 level="ok",
                 session_id=session_id,
             )

@@ -36,6 +36,14 @@ def identical_open(requests: RequestStore, content: Mapping[str, Any], *, db: Da
     return requests.get(str(row[0]), db=db) if row else None
 
 
+def repeats(same: DecisionRequest | None, *, yes: bool) -> DecisionRequest | None:
+    """``same`` unless this decide carries the confirmation the earlier one was waiting for (``--yes``
+    after a single-person request asked for it): that one proceeds as a confirmed decide."""
+    if same is None or (yes and same.state == "requested" and same.policy != "two_person"):
+        return None
+    return same
+
+
 def pointer_message(req: DecisionRequest) -> Message:
     """What a repeated ``decide`` answers: the existing request, and how to act on it."""
     lines = [f"Nothing new was created: this is request `{req.id}` again, made at {req.created_at}."]

@@ -28,7 +28,7 @@ from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME
 from bot.decisions import _text as text
 from bot.decisions._authority import AuthorityMixin, approval_evidence
 from bot.decisions._cases import CasesMixin
-from bot.decisions._duplicates import identical_open, pointer_message
+from bot.decisions._duplicates import identical_open, pointer_message, repeats
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy, runbook_limits
 from bot.decisions._requests import DecisionRequest, RequestStore, new_request_id
 from bot.decisions._rules import (
@@ -47,7 +47,7 @@ from bot.decisions._rules import (
 from bot.decisions._uncertain import UncertainMixin, is_uncertain
 from bot.decisions._unfinished import UnfinishedMixin
 from bot.errors import ControlHostError, DecisionError, Interrupted, RecoverError, StoreError
-from bot.messages import Message, Reply, Reporter
+from bot.messages import Message, Reply, Reporter, plain, ref
 from bot.runbook.evaluate import check_decision
 from bot.store import Store
 
@@ -172,7 +172,9 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         code: str = "refused",
     ) -> Reply:
         """Record a refusal as a step (the audit shows attempts too) and say why, actionably."""
-        self._record(session_id, actor, step, inputs, code, detail={"why": headline, "lines": list(lines)})
+        # Stored as Slack writes references (the per-process markers of ref() never reach the chain).
+        detail = {"why": plain(headline), "lines": [plain(line) for line in lines]}
+        self._record(session_id, actor, step, inputs, code, detail=detail)
         msg = text.refusal(headline, *lines, rules=list(rules), session_id=session_id)
         return Reply([*extra, msg], ok=False)
 
@@ -240,7 +242,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         policy = pre
         identity = {"session_id": session_id, "decision": decision, "requester": actor, "turn_id": turn,
                     "evidence_ref": evidence, "effects": effects, "reason": reason}
-        same = identical_open(self.requests, identity)
+        same = repeats(identical_open(self.requests, identity), yes=yes)
         if same is not None:
             return Reply.of(pointer_message(same))  # a replay or a double submit: no second request
         facts, turn_status = self._diagnose(session_id, turn)
@@ -281,7 +283,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         }
         self._ensure_owner(session_id, actor, channel)
         with self.store.write() as db:
-            same = identical_open(self.requests, content, db=db)  # the same decide, concurrently
+            same = repeats(identical_open(self.requests, content, db=db), yes=yes)  # concurrently
             if same is not None:
                 return Reply.of(pointer_message(same))
             req = self.requests.insert(db, content)
@@ -375,7 +377,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 step,
                 {**inputs, "session_id": session_id},
                 "`decide` is refused outside the recovery channels (RECOVER_CHANNELS)",
-                "Run it in one of: " + ", ".join(f"<#{c}>" for c in self.channels) + ".",
+                "Run it in one of: " + ", ".join(ref(c, "#") for c in self.channels) + ".",
             )
         for label, value in (("session", session_id), ("turn", flags.get("turn"))):
             if value is not None and not ID_RE.match(value):
@@ -578,7 +580,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 "approve",
                 inputs,
                 "approvals are refused outside the recovery channels (RECOVER_CHANNELS)",
-                "Approve in one of: " + ", ".join(f"<#{c}>" for c in self.channels) + ".",
+                "Approve in one of: " + ", ".join(ref(c, "#") for c in self.channels) + ".",
             )
         if req.policy != "two_person":
             return self._refuse(
@@ -601,7 +603,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 sid,
                 "approve",
                 inputs,
-                f"<@{actor}> is not an allowed approver (RECOVER_APPROVERS)",
+                f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)",
                 *([problem] if problem else []),
                 "Allowed approvers: " + ", ".join(self.approvers) + ".",
                 code="not_approver",
@@ -734,7 +736,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 sid,
                 "confirm",
                 inputs,
-                f"only <@{req.requester}>, who asked for it, confirms request {req.id}",
+                f"only {ref(req.requester)}, who asked for it, confirms request {req.id}",
                 "Make your own request with `/recover decide …` if you want it.",
             )
         if req.state == "approved":
@@ -954,7 +956,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                     sid,
                     "reject",
                     inputs,
-                    f"<@{actor}> is not an allowed approver (RECOVER_APPROVERS)",
+                    f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)",
                     *problem,
                 )
         to_state = "withdrawn" if self._is_requester(actor, req) else "rejected"
@@ -969,7 +971,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 actor, sid, "reject", inputs, self._state_text(self.requests.get(req.id) or req)
             )
         fresh = self.requests.get(req.id) or req
-        how = "withdrawn by its requester" if self._is_requester(actor, req) else f"rejected by <@{actor}>"
+        how = "withdrawn by its requester" if self._is_requester(actor, req) else f"rejected by {ref(actor)}"
         because = f": {reason}" if reason else ""
         return Reply.of(text.updated_request_message(fresh, f"{how}{because}; nothing was sent", "warn"))
 
@@ -990,7 +992,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 "with the same Idempotency-Key and body and posts the outcome in the case's thread"
             )
         by = req.decided_by or req.approved_by
-        who = f" by <@{by}>" if by else ""
+        who = f" by {ref(by)}" if by else ""
         when = req.decided_at or req.approved_at or req.updated_at
         note = f" ({req.note})" if req.note else ""
         return f"request {req.id} is already {req.state}{who} at {when}{note}: nothing more to do"
@@ -1247,7 +1249,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                     db=db,
                 )
         fresh = self.requests.get(req.id) or req
-        by = f"approved by <@{fresh.approved_by}>" if fresh.policy == "two_person" else "confirmed"
+        by = f"approved by {ref(fresh.approved_by or '?')}" if fresh.policy == "two_person" else "confirmed"
         head = text.updated_request_message(fresh, f"executed ({by}); receipt {receipt_id}", "ok")
         if not won:
             return Reply.of(head)  # another process settled it and verified it

@@ -10,7 +10,7 @@ from typing import Any
 
 from bot.clock import parse_time
 from bot.decisions._requests import DecisionRequest
-from bot.messages import Button, Message
+from bot.messages import Button, Message, ref
 
 APPROVAL_KIND = "approval_request"
 CONFIRM_KIND = "confirmation_request"
@@ -60,7 +60,7 @@ def duration(seconds: float) -> str:
 def request_lines(req: DecisionRequest) -> list[str]:
     lines = [
         f"Request `{req.id}`: `{req.decision}` on session `{req.session_id}`",
-        f"Requested by <@{req.requester}> at {req.created_at}; expires at {req.expires_at}",
+        f"Requested by {ref(req.requester)} at {req.created_at}; expires at {req.expires_at}",
         # A flag left out is "none" (not "unknown": that word belongs to outcome_unknown and unread facts).
         f"Turn: {req.turn_id or 'none'}   Evidence: {req.evidence_ref or 'none'}",
         f"Reason: {req.reason}",

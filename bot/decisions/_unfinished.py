@@ -26,7 +26,7 @@ from bot.decisions._requests import (
 )
 from bot.decisions._rules import channel_allowed
 from bot.errors import ControlHostError, Interrupted
-from bot.messages import Message, Reply, Reporter
+from bot.messages import Message, Reply, Reporter, ref
 from bot.store import IdempotencyRecord, Store
 
 
@@ -180,7 +180,7 @@ class UnfinishedMixin:
                 sid,
                 "withdraw",
                 inputs,
-                f"only <@{req.requester}>, who asked for it, withdraws request {req.id}",
+                f"only {ref(req.requester)}, who asked for it, withdraws request {req.id}",
                 f"To refuse it, an approver runs `/recover reject {req.id}`.",
             )
         if req.state in IN_FLIGHT_STATES:

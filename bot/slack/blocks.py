@@ -32,7 +32,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from bot.messages import Attachment, Button, Message
+from bot.messages import Attachment, Button, Message, render_refs, split_refs
 
 # Slack's documented limits (Block Kit reference).
 MAX_MESSAGE_BLOCKS = 50
@@ -79,10 +79,7 @@ def truncate(text: str, limit: int, marker: str = "…") -> str:
     return text[: max(0, limit - len(marker))] + marker
 
 
-# Slack's own references the core writes on purpose: <@U…>, <!subteam^S…>, <#C…|name>, <!here>.
-_SLACK_REF = re.compile(
-    r"<(?:@[UW][A-Z0-9]+|!subteam\^S[A-Z0-9]+|#[CG][A-Z0-9]+|!here|!channel)(?:\|[^<>]*)?>"
-)
+_CHANNEL_ID = re.compile(r"[CG][A-Z0-9]{2,}")
 
 
 def _escape_plain(text: str) -> str:
@@ -90,15 +87,26 @@ def _escape_plain(text: str) -> str:
 
 
 def escape(text: str) -> str:
-    """Escape mrkdwn control characters in outside text (logs, reasons, API errors), keeping mentions."""
+    """Text for mrkdwn: every ``&``, ``<`` and ``>`` of outside text (logs, reasons, notes, effects,
+    control-host messages) escaped, so ``<!channel>`` or ``<@U…>`` in a log line stays text. Only the
+    core's own references (:func:`bot.messages.ref`, unforgeable) become mentions.
+
+    Escaping is enough because no message is ever sent with ``link_names`` or ``parse=full`` (see
+    :func:`message_payload`): Slack then reads only the ``<…>`` forms as mentions.
+    """
     out: list[str] = []
-    pos = 0
-    for match in _SLACK_REF.finditer(text):
-        out.append(_escape_plain(text[pos : match.start()]))
-        out.append(match.group(0))
-        pos = match.end()
-    out.append(_escape_plain(text[pos:]))
+    for piece, kind, identity in split_refs(text):
+        out.append(_escape_plain(piece))
+        if kind == "@" and identity is not None:
+            out.append(mention(identity))
+        elif kind == "#" and identity is not None:
+            out.append(f"<#{identity}>" if _CHANNEL_ID.fullmatch(identity) else "#" + _escape_plain(identity))
     return "".join(out)
+
+
+def plain_refs(text: str) -> str:
+    """For plain_text fields (headers, button labels): references as ``@name``, nothing else touched."""
+    return render_refs(text, lambda kind, identity, _ours: kind + identity)
 
 
 def mention(identity: str) -> str:
@@ -107,7 +115,7 @@ def mention(identity: str) -> str:
         return f"<@{identity}>"
     if identity[:1] == "S" and identity[1:].isalnum() and identity.isupper():
         return f"<!subteam^{identity}>"
-    return "@" + escape(identity)
+    return "@" + _escape_plain(identity)
 
 
 def action_id(button: Button, index: int) -> str:
@@ -124,8 +132,11 @@ def parse_action_id(value: str) -> str | None:
 
 
 def notification_text(message: Message) -> str:
-    """The message's top-level ``text``: shown in notifications and by clients without blocks."""
-    return truncate(message.plain_text(), NOTIFICATION_TEXT)
+    """The message's top-level ``text``: shown in notifications and by clients without blocks.
+
+    It is mrkdwn too (a ``<!channel>`` in it would notify the channel): escaped like the blocks.
+    """
+    return truncate(escape(message.marked_text()), NOTIFICATION_TEXT)
 
 
 def _chunks(text: str, size: int) -> list[str]:
@@ -180,7 +191,9 @@ def message_blocks(message: Message, *, attachment_uploaded: bool = False) -> li
     blocks: list[Block] = []
     icon = _ICONS.get(message.level, "")
     blocks.append(
-        HeaderBlock(text=PlainTextObject(text=truncate(message.headline or " ", HEADER_TEXT), emoji=True))
+        HeaderBlock(
+            text=PlainTextObject(text=truncate(plain_refs(message.headline) or " ", HEADER_TEXT), emoji=True)
+        )
     )
     if message.mentions:
         who = " ".join(mention(m) for m in message.mentions)
@@ -221,7 +234,7 @@ def _button_blocks(buttons: Sequence[Button], offset: int = 0) -> list[Block]:
     for start in range(0, len(buttons), ACTIONS_ELEMENTS):
         elements = [
             ButtonElement(
-                text=PlainTextObject(text=truncate(b.label or b.action, BUTTON_TEXT), emoji=True),
+                text=PlainTextObject(text=truncate(plain_refs(b.label or b.action), BUTTON_TEXT), emoji=True),
                 action_id=action_id(b, offset + start + i),
                 value=truncate(b.value, BUTTON_VALUE, ""),
                 style=b.style,
@@ -294,7 +307,12 @@ def check_blocks(
 
 
 def message_payload(message: Message, *, attachment_uploaded: bool = False) -> dict[str, Any]:
-    """``text`` + ``blocks`` for chat.postMessage / chat.update / response_url."""
+    """``text`` + ``blocks`` for chat.postMessage / chat.update / response_url.
+
+    Never with ``link_names`` or ``parse=full``: with those Slack would turn a plain ``@channel`` or
+    ``#name`` of outside text into live mentions, and escaping ``&<>`` (:func:`escape`) would no
+    longer be enough. Only the core's own references render.
+    """
     return {
         "text": notification_text(message),
         "blocks": check_blocks(message_blocks(message, attachment_uploaded=attachment_uploaded)),

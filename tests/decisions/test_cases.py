@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.messages import ListReporter
+from bot.messages import ListReporter, plain
 from tests.decisions.test_execution import HookClock
 from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REQUESTER
 
@@ -23,14 +23,14 @@ def test_take_note_history_and_cases_are_recorded(decision_env):
     )
     assert env.store.get_open_case("ses_c1").owner == REQUESTER
     took = svc.take(APPROVER, "ses_c1")
-    assert took.ok and f"(was <@{REQUESTER}>)" in took.messages[0].headline
+    assert took.ok and f"(was <@{REQUESTER}>)" in plain(took.messages[0].headline)
     assert env.store.get_open_case("ses_c1").owner == APPROVER
     assert svc.note(APPROVER, "ses_c1", "pinged the repo owner about the push").ok
     assert not svc.note(APPROVER, "ses_c1", "   ").ok
     steps = env.store.steps(session_id="ses_c1")
     assert [s.step for s in steps] == ["decision_requested", "take", "note"]
     history = svc.history("ses_c1", actor=OUTSIDER).messages[0]
-    assert len(history.lines) == 3 and "take" in history.lines[1] and f"<@{APPROVER}>" in history.lines[1]
+    assert len(history.lines) == 3 and "take" in history.lines[1] and f"<@{APPROVER}>" in plain(history.lines[1])
     cases = svc.cases(actor=OUTSIDER).messages[0]
     assert cases.headline == "1 open case(s)" and "ses_c1" in cases.lines[0] and "note" in cases.lines[0]
     # The look-ups are on the record too, outside the session's case (reading does not change it).

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.messages import Attachment, Button, Message
+from bot.messages import Attachment, Button, Message, ref
 from bot.slack import blocks as kit
 
 text = st.text(max_size=400)
@@ -78,7 +78,12 @@ def test_check_blocks_catches_what_slack_sdk_does_not() -> None:
 
 def test_mentions_and_escaping() -> None:
     assert kit.mention("U123") == "<@U123>" and kit.mention("S9") == "<!subteam^S9>" and kit.mention("bob") == "@bob"
-    assert kit.escape("a<b> & <@U1> <!subteam^S1>") == "a&lt;b&gt; &amp; <@U1> <!subteam^S1>"
+    # Outside text is escaped completely, Slack's reference forms too; only the core's ref() renders.
+    assert kit.escape("a<b> & <@U1> <!subteam^S1>") == "a&lt;b&gt; &amp; &lt;@U1&gt; &lt;!subteam^S1&gt;"
+    assert kit.escape(f"by {ref('U1')} in {ref('C0123', '#')}, <!channel>") == "by <@U1> in <#C0123>, &lt;!channel&gt;"
+    assert kit.escape(f"by {ref('alice')}") == "by @alice"
+    forged = ref("U1").replace(ref("U1")[1:13], "0" * 12)  # a marker with another process's key
+    assert kit.escape(forged) == "@U1"
 
 
 def test_attachment_preview_is_truncated_and_says_where_the_rest_is() -> None:
