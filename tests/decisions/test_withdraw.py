@@ -57,7 +57,7 @@ def test_the_requester_withdraws_a_pending_request_and_it_is_never_sent(decision
     svc = env.service()
     rid = _close(env, svc, "ses_wd1")
     refused = svc.withdraw(OUTSIDER, CHANNEL, rid)
-    assert not refused.ok and "only <@UREQ000001>" in refused.messages[0].headline
+    assert not refused.ok and "only <@UREQ000001>" in refused.messages[0].plain_text()
     reply = svc.withdraw(REQUESTER, CHANNEL, rid)
     assert reply.ok and "withdrawn by its requester" in reply.messages[0].headline
     assert (
