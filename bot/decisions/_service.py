@@ -804,7 +804,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 sid,
                 "confirm",
                 inputs,
-                f"only <@{req.requester}> (requester) or <@{req.approved_by}> (approver) re-checks the effects "
+                f"only {ref(req.requester)} (requester) or {ref(req.approved_by or '?')} (approver) re-checks the effects "
                 f"of request {req.id}",
                 "They know what was checked; anyone else makes their own request with `/recover decide …`.",
                 rules=["R3.10"],
@@ -927,7 +927,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         msg.lines.insert(
             0,
             f"The effects account of {req.id} changed after the worker was confirmed gone: this is a new request; "
-            f"it needs a new approval by someone other than <@{actor}> (R3.10).",
+            f"it needs a new approval by someone other than {ref(actor)} (R3.10).",
         )
         return Reply(
             [text.updated_request_message(old, f"void: superseded by {new.id} (effects account changed)", "warn"), msg]

@@ -134,7 +134,7 @@ def recheck_message(req: DecisionRequest, gone_at: Any) -> Message:
         *request_lines(req),
         f"If the account still holds: the button, or /recover confirm {req.id}",
         f'If it changed: /recover confirm {req.id} --effects "…" (a new request; someone other than you approves it)',
-        f"By <@{req.requester}> (requester) or <@{req.approved_by}> (approver). Unanswered, it lapses with the "
+        f"By {ref(req.requester)} (requester) or {ref(req.approved_by or '?')} (approver). Unanswered, it lapses with the "
         f"request at {req.expires_at}; nothing is sent before.",
     ]
     return Message(
