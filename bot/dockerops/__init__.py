@@ -18,8 +18,11 @@ from bot.dockerops._config import (
 from bot.dockerops._engine import DockerClientFactory, HostClientFactory, client_factory, daemon_now
 from bot.dockerops._exec import ExecResult
 from bot.dockerops._logsource import DockerLogSource, DockerLogSourceError
-from bot.dockerops._ops import DockerOps, PassLine, ReconcileRefused, ReconcilerTarget, summarise_output
+from bot.dockerops._ops import DockerOps
+from bot.dockerops._reconciler import PassLine, ReconcilerTarget
+from bot.dockerops._records import ReconcileRefused
 from bot.dockerops._schema import migrations
+from bot.dockerops._wording import summarise_output
 
 __all__ = [
     "CAUTION_DRY_RUN",
