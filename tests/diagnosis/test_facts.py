@@ -211,3 +211,18 @@ def test_reconciler_facts():
         "reconciler.last_pass": "completed", "reconciler.last_pass_at": "2026-11-29T09:59:00.000Z",
     }
     assert F.reconciler_facts(None) == {"reconciler.last_pass": None, "reconciler.last_pass_at": None}
+
+
+def test_a_missing_retry_at_is_unknown_not_null() -> None:
+    # R2.2: "stopped" reads retry_at present and null; a field the API left out is unknown.
+    base = {"id": "s", "status": "failed", "admission_state": "recovery_required", "revision": 3}
+    missing = F.session_facts({**base, "attention": {"code": "RESTORE_FAILED", "failures": 3}})
+    null = F.session_facts({**base, "attention": {"code": "RESTORE_FAILED", "failures": 3, "retry_at": None}})
+    later = F.session_facts({**base, "attention": {"code": "RESTORE_FAILED", "retry_at": "2026-11-29T10:04:30Z"}})
+    garbled = F.session_facts({**base, "attention": {"code": "RESTORE_FAILED", "retry_at": "soon"}})
+    none = F.session_facts({**base, "attention": None})
+    assert missing["attention.in_backoff"] is None
+    assert null["attention.in_backoff"] is False
+    assert later["attention.in_backoff"] is True
+    assert garbled["attention.in_backoff"] is None
+    assert none["attention.in_backoff"] is False
