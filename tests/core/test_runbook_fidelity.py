@@ -345,3 +345,50 @@ def test_none_is_said_for_none_and_unknown_only_for_unread(sbx, router) -> None:
     close = say(router, f'/recover decide {sid} close --reason "done with it"')
     assert close.ok
     assert "Turn: none   Evidence: none" in text(close) and "Turn: unknown" not in text(close)
+
+
+def test_a_voided_approval_lists_every_fact_that_changed(sbx, router) -> None:
+    sid = "ses_fid_void"
+    sbx.admin.create_session({"session": {
+        "id": sid, "status": "failed", "admission_state": "recovery_required", "revision": 4, "resumable": False,
+        "attention": {"code": "RESTORE_FAILED", "reason": "restore_refused", "failures": 3, "retry_at": None},
+        "checkpoint": {"id": "ckpt_v1", "covers_turn_id": "turn_1"}, "execution": {"state": "gone", "alive": False},
+    }})
+    close = say(router, f'/recover decide {sid} close --reason "give up"')
+    (asked,) = [m for m in close.messages if m.kind == "approval_request"]
+    # Meanwhile carol's retry_restore clears the attention (R2.9): three decisive facts change.
+    retry = say(router, f'/recover decide {sid} retry_restore --reason "proxy fixed"', actor="carol")
+    assert say(router, f"/recover confirm {confirmation_id(retry)}", actor="carol").ok
+    void = say(router, f"/recover approve {asked.ref}", actor="bob")
+    assert not void.ok
+    updated = void.messages[0].headline
+    for change in ("attention.code: RESTORE_FAILED → none", "attention.reason: restore_refused → none",
+                   "attention.failures: 3 → none"):
+        assert change in updated, updated
+    assert [e["decision"] for e in sbx.admin.effects(sid)] == ["retry_restore"]
+
+
+BUILTIN = {
+    # The sandbox's own scenarios for these cases (written from the runbook, independently of the bot).
+    "ses_relaunched": ("Running again after failures", {"retry_restore", "start_fresh"}),
+    "ses_unknown_over_limit": ("Turn outcome unknown after an interrupt", {"retry_restore", "start_fresh"}),
+    "ses_stopped_no_checkpoint": ("Stopped, nothing to continue from", {"retry_restore", "resume"}),
+}
+
+
+@pytest.mark.parametrize("sid", sorted(BUILTIN))
+def test_the_sandbox_scenarios_read_as_the_runbook_says(tmp_path, sid) -> None:
+    title, refused = BUILTIN[sid]
+    with start_sandbox(clock=ManualClock()) as builtin:
+        settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
+        router = build_router(settings, sandbox=builtin)
+        reply = say(router, f"/recover diagnose {sid}")
+        assert title in text(reply)
+        assert refused <= set(not_valid(reply)), not_valid(reply)
+        assert "close" in valid_line(reply)
+        steps = " ".join(next_steps(reply))
+        assert not [name for name in refused if name in steps], steps
+        before = len(posts(builtin, sid))
+        for decision in sorted(refused - {"resume"}):
+            assert not say(router, f'/recover decide {sid} {decision} --reason "r"').ok
+        assert len(posts(builtin, sid)) == before  # refused locally: nothing reached the control host
