@@ -11,7 +11,7 @@ from pathlib import Path
 from bot.runbook import load_runbooks
 
 REPO = Path(__file__).resolve().parents[2]
-TABLE = REPO / "docs" / "runbook-coverage.md"
+TABLE = REPO / "docs/runbook-coverage.md"
 ROW = re.compile(r"^\| (R\d+\.\d+) \| (enforced|surfaced) \| (.+) \| `([^`]+)` \|$")
 
 
