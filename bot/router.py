@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from bot.clock import isoformat
+from bot.decisions import CONSOLE_CHANNEL
 from bot.errors import CommandError, ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter, ref
 from bot.redact import redact
@@ -127,7 +128,12 @@ class Router:
                 f"`/recover {name}` is not allowed in this channel.",
                 hint="Decisions, approvals and real reconciler passes are made only in: "
                 + ", ".join(ref(c, "#") for c in allowed)
-                + " (RECOVER_CHANNELS).",
+                + " (RECOVER_CHANNELS)."
+                + (
+                    " The console is the channel `console`: list it there to allow this from a terminal."
+                    if channel == CONSOLE_CHANNEL
+                    else ""
+                ),
             )
 
     def _dispatch(self, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:

@@ -32,4 +32,4 @@ def test_the_console_decides_only_when_listed(sandbox, tmp_path, channels, allow
     )
     assert reply.ok is allowed, reply.messages[0].plain_text()
     if not allowed:
-        assert "RECOVER_CHANNELS" in reply.messages[0].plain_text()
+        assert "list it there to allow this from a terminal" in reply.messages[0].plain_text()
