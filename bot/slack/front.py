@@ -117,13 +117,15 @@ class RecoverAsgi:
         body_deadline: float = BODY_DEADLINE,
         health: Health | None = None,
         max_in_flight: int = MAX_IN_FLIGHT,
+        events: bool = True,
     ) -> None:
         secret = signing_secret if signing_secret is not None else getattr(app, "_signing_secret", None)
-        if not secret:
+        if events and not secret:
             raise ValueError("the HTTP front needs the app's signing secret to check requests")
+        self.events = events  # False in Socket Mode: only /healthz is served
         self.app = app
         self.path = path
-        self.verifier = SignatureVerifier(secret)
+        self.verifier = SignatureVerifier(secret or "-")  # without a secret (events=False) never used
         self.max_body = max_body
         self.body_deadline = body_deadline
         self.health = health
@@ -142,7 +144,7 @@ class RecoverAsgi:
         if path == HEALTH_PATH and method in ("GET", "HEAD"):
             await self._healthz(send)
             return
-        if path != self.path:
+        if path != self.path or not self.events:
             await _respond(send, 404, b"not found\n")
             return
         if method != "POST":

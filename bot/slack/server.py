@@ -143,6 +143,19 @@ class HttpServer:
         self.sock.close()
 
 
+def _socket_health(link: Any, settings: Settings, out: TextIO) -> HttpServer | None:
+    """In Socket Mode, ``/healthz`` (with the link's state) on HOST:PORT; best effort: a busy port
+    costs the health endpoint, not the bot."""
+    try:
+        asgi = RecoverAsgi(link.app, events=False, health=link.health)
+        server = HttpServer(asgi, settings.host, settings.port, log_level=settings.log_level).start()
+    except (OSError, RuntimeError) as exc:
+        log.warning("no /healthz in Socket Mode: %s", exc)
+        return None
+    print(f"recover-bot health on {server.url}{HEALTH_PATH}", file=out, flush=True)
+    return server
+
+
 def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     """``recover-bot serve``: Socket Mode when SLACK_APP_TOKEN is set, otherwise HTTP on HOST:PORT."""
     from bot.services import build_router  # the core; imported here so the Slack package stays light
@@ -166,10 +179,17 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     bot.work.submit(bot.run_startup)
     try:
         if settings.slack_app_token:
-            from slack_bolt.adapter.socket_mode import SocketModeHandler
+            from bot.slack.socket_link import SocketLink
 
+            link = SocketLink(bot.app, reveal(settings.slack_app_token) or "", api_url=settings.slack_api_url)
             print("recover-bot: connecting to Slack in Socket Mode", file=out, flush=True)
-            SocketModeHandler(bot.app, reveal(settings.slack_app_token)).start()
+            health = _socket_health(link, settings, out)
+            try:
+                link.run()
+            finally:
+                link.close()
+                if health is not None:
+                    health.stop()
             return 0
         raise_fd_limit()
         asgi = RecoverAsgi(bot.app, signing_secret=reveal(settings.slack_signing_secret))
