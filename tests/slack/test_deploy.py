@@ -23,6 +23,7 @@ METHOD_SCOPES: dict[str, str | None] = {
     "views.publish": None,
     "users.info": "users:read",
     "bots.info": "users:read",
+    "apps.connections.open": None,  # the app-level token's connections:write, not a bot scope
     "usergroups.users.list": "usergroups:read",
     "files.getUploadURLExternal": "files:write",
     "files.completeUploadExternal": "files:write",
@@ -36,6 +37,7 @@ SDK_METHODS = {
     "users_info": {"users.info"},
     "auth_test": {"auth.test"},
     "bots_info": {"bots.info"},
+    "apps_connections_open": {"apps.connections.open"},
 }
 
 
