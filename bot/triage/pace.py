@@ -24,14 +24,21 @@ log = logging.getLogger(__name__)
 
 
 class RateLimiter:
-    """A token bucket (``rate`` per second, burst ``burst``) shared by threads; ``pause`` for 429s."""
+    """A token bucket (``rate`` per second, burst ``burst``) shared by threads; ``pause`` for 429s.
+
+    The runbook's rate is a ceiling: a control host that answers 429 allows less, so each new 429
+    halves the pace (after the pause it names) and the pace climbs back by a tenth of the ceiling per
+    second without one. Nothing is lost either way; the work only goes slower.
+    """
 
     def __init__(self, rate: float, burst: int = 1) -> None:
-        self.rate = max(0.1, float(rate))
+        self.max_rate = max(0.1, float(rate))
+        self.rate = self.max_rate
         self.burst = max(1, int(burst))
         self._tokens = float(self.burst)
         self._at = time.monotonic()
         self._paused_until = 0.0
+        self._last_429 = -1e9
         self._lock = threading.Lock()
         self.throttled = 0  # 429 answers seen
 
@@ -43,7 +50,10 @@ class RateLimiter:
                 if now < self._paused_until:
                     wait = self._paused_until - now
                 else:
-                    self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+                    elapsed = now - self._at
+                    if self.rate < self.max_rate and now - self._last_429 > 1.0:
+                        self.rate = min(self.max_rate, self.rate + elapsed * self.max_rate * 0.1)
+                    self._tokens = min(self.burst, self._tokens + elapsed * self.rate)
                     self._at = now
                     if self._tokens >= 1:
                         self._tokens -= 1
@@ -52,12 +62,16 @@ class RateLimiter:
             time.sleep(wait)
 
     def pause(self, seconds: float) -> None:
-        """Nobody sends for ``seconds`` (a 429's Retry-After)."""
+        """Nobody sends for ``seconds`` (a 429's wait); a new episode of 429s halves the pace."""
         with self._lock:
+            now = time.monotonic()
             self.throttled += 1
-            until = time.monotonic() + max(0.0, seconds)
-            self._paused_until = max(self._paused_until, until)
+            if now >= self._paused_until:
+                self.rate = max(0.5, self.rate / 2)
+            self._last_429 = now
+            self._paused_until = max(self._paused_until, now + max(0.0, seconds))
             self._tokens = 0.0
+            self._at = max(self._at, now)
 
 
 def retry_after_seconds(value: str | None, default: float = 1.0) -> float:

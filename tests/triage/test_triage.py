@@ -60,3 +60,18 @@ def test_group_ids_are_qualified_by_the_triage(incident_sandbox: SandboxHandle, 
     second = router.handle_text("/recover triage", actor="bob", channel=None, reporter=ListReporter())
     assert "*t1.g1*" in first.messages[0].plain_text()
     assert "*t2.g1*" in second.messages[0].plain_text()
+
+
+def test_a_rate_limited_control_host_is_paced_not_lost(tmp_path: Path) -> None:
+    """The control host allows fewer calls than the runbook's pace: its 429s pause every thread for
+    the wait they name, and every session is still read (nothing unreadable, nothing missing)."""
+    from bot.sandbox import start_sandbox
+
+    with start_sandbox(scenarios=None, rate_limit=25, rate_burst=5) as sbx:
+        make_incident(sbx, {"restore_stopped_transient": 12, "startup_stopped": 8})
+        router = bulk_router(sbx, tmp_path)
+        reply = router.handle_text("/recover triage", actor="alice", channel=None, reporter=ListReporter())
+        final = reply.messages[0]
+        assert final.headline.startswith("Triage t1: 20 session(s) need an operator, 2 group(s) · complete")
+        assert "unreadable" not in final.plain_text()
+        assert router.services.bulk.limiter.throttled > 0  # the 429s were seen and honoured
