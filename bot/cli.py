@@ -11,6 +11,7 @@ import logging
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
+from typing import NoReturn
 
 from bot.errors import RecoverError, SettingsError
 from bot.redact import redact
@@ -38,6 +39,24 @@ CORE = ("store", "audit", "people", "docker", "runbooks", "logging")
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (argparse's usage block is what ``--help`` is for); exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def port_number(text: str) -> int:
+    """``--port``: 0 to 65535, 0 = any free port."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: use a number from 0 to 65535 (0 = any free port)")
+    return port
 
 
 def set_settings(parser: argparse.ArgumentParser, *, uses: Iterable[str] = (), requires: Iterable[str] = ()) -> None:
@@ -76,6 +95,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
 def _console(args: argparse.Namespace, settings: Settings) -> int:
     from bot.console import run_real_console
+    from bot.startup import check_reachable
 
     if args.user is not None:
         raise RecoverError(
@@ -83,6 +103,9 @@ def _console(args: argparse.Namespace, settings: Settings) -> int:
         )
     # Never a silent fallback to the sandbox: without a control host this is an error (use `demo`).
     settings.require_control_host()
+    # Unreachable is one line now; only a connection is opened, nothing is sent (the sandbox's request
+    # log, like a real host's, sees no request until the person types one).
+    check_reachable(str(settings.control_host_url))
     return run_real_console(settings)
 
 
@@ -93,24 +116,35 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from bot.errors import StartupError
     from bot.sandbox import serve_forever
+    from bot.startup import is_listen_error, listen_error
 
     if args.incident is not None and not 1 <= args.incident <= 20_000:
         print("recover-bot sandbox: --incident takes 1 to 20000 sessions, e.g. --incident 1000", file=sys.stderr)
         return 2
-    serve_forever(
-        args.host,
-        args.port,
-        api_key=args.api_key,
-        scenarios=args.scenarios,
-        incident=args.incident,
-        outage_seconds=args.outage_seconds,
-    )
+    if args.scenarios != "builtin" and not Path(args.scenarios).is_dir():
+        raise StartupError(f"--scenarios: {args.scenarios} is not a directory of scenario YAML files")
+    try:
+        serve_forever(
+            args.host,
+            args.port,
+            api_key=args.api_key,
+            scenarios=args.scenarios,
+            incident=args.incident,
+            outage_seconds=args.outage_seconds,
+        )
+    except OSError as exc:
+        if not is_listen_error(exc):
+            raise
+        raise listen_error(args.host, args.port, exc, host_name="--host", port_name="--port") from None
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="recover-bot",
         description="Recover stuck control-host sessions from Slack or a terminal, safely and together.",
         epilog="Example:\n  recover-bot demo        # the sandbox control host and the terminal console\n\n"
@@ -158,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         uses=("logging",),
     )
     sandbox.add_argument("--host", default="127.0.0.1")
-    sandbox.add_argument("--port", type=int, default=8700, help="0 = any free port (printed)")
+    sandbox.add_argument("--port", type=port_number, default=8700, help="0 = any free port (printed)")
     sandbox.add_argument("--api-key", default="sandbox-key", help="the key the sandbox accepts")
     sandbox.add_argument("--scenarios", default="builtin", help="a directory of scenario YAML files")
     sandbox.add_argument(

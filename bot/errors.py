@@ -7,10 +7,11 @@ secret: build them with :func:`bot.redact.redact` when they quote outside text.
 
     RecoverError
     ├── SettingsError          configuration problems, one line each
+    ├── StartupError           a port, Slack or a store unusable at start (one line, what to fix)
     ├── RunbookError           an invalid runbook file (file:line: problem)
     ├── CommandError           a chat/console command that does not parse (carries usage help)
     ├── ControlHostError       an answer (or no answer) from the control host's API
-    │   └── ControlHostAuthError   401/403: wrong key or missing sessions:recover scope (R0.1)
+    │   └── ControlHostAuthError   401: wrong or expired key; 403: no sessions:recover scope (R0.1)
     ├── ApprovalError          the two-person rule refused an action
     ├── DecisionError          a decision refused before it was sent (runbook preconditions)
     ├── DockerOpsError         Docker unreachable, permission denied, container missing…
@@ -45,6 +46,10 @@ class SettingsError(RecoverError):
         super().__init__("Invalid settings:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
+class StartupError(RecoverError):
+    """Something the bot needs at start is unusable: a busy port, Slack unreachable, an unreadable store."""
+
+
 class RunbookError(RecoverError):
     """A runbook file is invalid; ``problems`` are ``file:line: what is wrong`` strings."""
 
@@ -66,7 +71,7 @@ class ControlHostError(RecoverError):
 
     ``code`` is the API's error code (NOT_FOUND, REQUEST_STALE, RECOVERY_REQUIRED,
     CHECKPOINT_UNAVAILABLE, BACKEND_UNAVAILABLE, BAD_REQUEST, IDEMPOTENCY_KEY_REUSED), or
-    UNAUTHORIZED / UNREACHABLE / TIMEOUT / SERVER_ERROR / BAD_RESPONSE when the API gave none.
+    UNAUTHORIZED (401) / FORBIDDEN (403) / UNREACHABLE / TIMEOUT / SERVER_ERROR / BAD_RESPONSE when the API gave none.
     ``status`` is the HTTP status (None when there was no answer).
     """
 

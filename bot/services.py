@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from bot.controlhost import ApiPaths, ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService
 from bot.diagnosis.service import Diagnoser, ReconcilerStatus
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
+from bot.errors import StartupError
 from bot.logs import FileLogSource, LogSource
 from bot.messages import Message, Reporter
 from bot.runbook import RunbookSet, load_runbooks
@@ -143,6 +145,19 @@ def console_users(settings: Settings) -> dict[str, str]:
     return dict(settings.console_users)
 
 
+def _open_store(settings: Settings, clock: Clock) -> Store:
+    """The step store, or one line naming RECOVER_DB when it cannot be opened (not a traceback)."""
+    try:
+        settings.db_path.parent.mkdir(parents=True, exist_ok=True)
+        return Store(settings.db_path, clock=clock, audit_key=settings.audit_key_bytes())
+    except (OSError, sqlite3.Error) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise StartupError(
+            f"RECOVER_DB: cannot open the step store {settings.db_path} ({reason}); "
+            "point RECOVER_DB at a writable SQLite file (it is created if missing)"
+        ) from None
+
+
 def build_services(
     settings: Settings,
     *,
@@ -158,8 +173,7 @@ def build_services(
     """
     runbooks = load_runbooks(settings.runbooks_dir)
     clock = clock or (sandbox.clock if sandbox is not None else SystemClock())
-    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
-    store = Store(settings.db_path, clock=clock, audit_key=settings.audit_key_bytes())
+    store = _open_store(settings, clock)
     api: dict[str, Any] = {
         "paths": api_paths(runbooks),
         "fields": dict(runbooks.api.fields) if runbooks.api is not None else {},

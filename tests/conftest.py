@@ -27,4 +27,5 @@ pytest_plugins = [
     "tests.fixtures.decisions",
     "tests.fixtures.slack",
     "tests.fixtures.triage",
+    "tests.fixtures.install",
 ]

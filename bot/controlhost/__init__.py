@@ -10,7 +10,14 @@ from bot.controlhost._client import (
     ReplayResult,
 )
 from bot.controlhost._deadline import current_deadline, deadline_at, deadline_in, remaining
-from bot.controlhost._errors import AUTH_MESSAGE, ID_PATTERN, RequestPendingError, check_id
+from bot.controlhost._errors import (
+    AUTH_MESSAGE,
+    ID_PATTERN,
+    SCOPE_MESSAGE,
+    WRONG_KEY_MESSAGE,
+    RequestPendingError,
+    check_id,
+)
 from bot.controlhost._models import (
     UNKNOWN,
     Attention,
@@ -30,6 +37,8 @@ from bot.errors import ControlHostAuthError, ControlHostError
 
 __all__ = [
     "AUTH_MESSAGE",
+    "SCOPE_MESSAGE",
+    "WRONG_KEY_MESSAGE",
     "ID_PATTERN",
     "PURPOSE_DECISION",
     "PURPOSE_RESUME",

@@ -14,7 +14,11 @@ import httpx
 from bot.errors import CommandError, ControlHostAuthError, ControlHostError
 from bot.redact import redact
 
-AUTH_MESSAGE = "the API key lacks the sessions:recover scope (or is wrong)"
+# R0.1 and the API's error table: 401 is a wrong or expired key, 403 a key without the scope.
+WRONG_KEY_MESSAGE = "CONTROL_HOST_API_KEY is wrong or expired"
+SCOPE_MESSAGE = "the API key lacks the sessions:recover scope"
+AUTH_MESSAGES = {401: WRONG_KEY_MESSAGE, 403: SCOPE_MESSAGE}
+AUTH_MESSAGE = SCOPE_MESSAGE
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
@@ -73,13 +77,15 @@ def error_from_response(response: httpx.Response, what: str) -> ControlHostError
     """The typed error for a non-2xx answer."""
     status = response.status_code
     if status in (401, 403):
-        # R0.1: one message, whatever the server said; never retried.
+        # R0.1: our own words (never the server's, which could echo the key); never retried.
         return ControlHostAuthError(
-            f"The control host refused {what} (HTTP {status}): {AUTH_MESSAGE}.",
-            code="UNAUTHORIZED",
+            f"The control host refused {what} (HTTP {status}): {AUTH_MESSAGES[status]}.",
+            code="UNAUTHORIZED" if status == 401 else "FORBIDDEN",
             status=status,
             retryable=False,
-            hint="Set CONTROL_HOST_API_KEY to a key with the sessions:recover scope.",
+            hint="Set CONTROL_HOST_API_KEY to a current key of this control host."
+            if status == 401
+            else "Ask for a key with the sessions:recover scope (R0.1) and set CONTROL_HOST_API_KEY to it.",
         )
     error: dict[str, Any] = {}
     try:

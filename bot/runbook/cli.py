@@ -16,6 +16,7 @@ from bot.runbook.loader import expand_paths, load_runbooks
 
 _EXAMPLE = """\
 example:
+  recover-bot runbook check                  # the runbooks the bot loads (RECOVER_RUNBOOKS or the shipped ones)
   recover-bot runbook check runbooks/
   recover-bot runbook check runbooks/session-recovery.yaml runbooks/isolation-upgrade.yaml my-extra.yaml
 
@@ -23,7 +24,7 @@ Files are checked together (a subcommand defined twice across them is an error).
 Exit status: 0 valid, 1 problems found (one `file:line: what is wrong` per line)."""
 
 
-def check(paths: list[str], out: Any = None, err: Any = None) -> int:
+def check(paths: list[str], out: Any = None, err: Any = None, *, where: str = "") -> int:
     """Validate runbooks; print a summary (exit 0) or every problem (exit 1)."""
     out = out or sys.stdout
     err = err or sys.stderr
@@ -36,7 +37,7 @@ def check(paths: list[str], out: Any = None, err: Any = None) -> int:
         return 1
     files = expand_paths([Path(p) for p in paths])
     print(
-        f"ok: {len(files)} file(s) ({', '.join(runbooks.names)}): {len(runbooks.commands)} subcommand(s), "
+        f"ok: {len(files)} file(s){where} ({', '.join(runbooks.names)}): {len(runbooks.commands)} subcommand(s), "
         f"{len(runbooks.branches)} branch(es), {len(runbooks.decisions)} decision(s), "
         f"{len(runbooks.limits)} limit(s), {len(runbooks.rules)} rule(s)",
         file=out,
@@ -45,7 +46,13 @@ def check(paths: list[str], out: Any = None, err: Any = None) -> int:
 
 
 def _handler(args: argparse.Namespace, settings: object = None) -> int:
-    return check(list(args.files))
+    if args.files:
+        return check(list(args.files))
+    # No file named: the folder the bot would load. Only this case reads a setting (RECOVER_RUNBOOKS).
+    from bot.settings import load_settings
+
+    directory = load_settings(uses=("runbooks",)).runbooks_dir
+    return check([str(directory)], where=f" in {directory}")
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -66,6 +73,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    check_p.add_argument("files", nargs="+", metavar="FILE", help="runbook YAML files or directories")
+    check_p.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="runbook YAML files or directories (default: RECOVER_RUNBOOKS, else the runbooks shipped with the bot)",
+    )
     check_p.set_defaults(handler=_handler)
     return parser

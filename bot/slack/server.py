@@ -10,12 +10,14 @@ The limits on what one client can hold (see README "Deployment" for what the rev
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import resource
 import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 import uvicorn
@@ -25,6 +27,7 @@ from bot.redact import redact
 from bot.settings import Settings, reveal
 from bot.slack.front import EVENTS_PATH, HEALTH_PATH, RecoverAsgi
 from bot.slack.h11guard import HEADER_TIMEOUT, guarded_protocol
+from bot.startup import listen_error, slack_start_error
 
 log = logging.getLogger("recover_bot.slack")
 
@@ -93,8 +96,9 @@ class HttpServer:
         log_level: str = "warning",
         header_timeout: float = HEADER_TIMEOUT,
         max_connections: int | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
-        self.sock = bind(host, port)
+        self.sock = sock if sock is not None else bind(host, port)
         self.host = host
         self.port = int(self.sock.getsockname()[1])
         self.max_connections = max_connections or connection_cap()
@@ -156,6 +160,22 @@ def _socket_health(link: Any, settings: Settings, out: TextIO) -> HttpServer | N
     return server
 
 
+@contextlib.contextmanager
+def _quiet_start() -> Iterator[None]:
+    """While Bolt starts: a failed auth.test is reported once, in our one line, not also as
+    slack_sdk's ERROR log; Bolt's note that SLACK_BOT_TOKEN in the environment is unused (we pass
+    the client) is noise."""
+    loggers = [logging.getLogger("slack_sdk.web.base_client"), logging.getLogger("recover_bot.slack.bolt")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
 def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     """``recover-bot serve``: Socket Mode when SLACK_APP_TOKEN is set, otherwise HTTP on HOST:PORT."""
     from bot.services import build_router  # the core; imported here so the Slack package stays light
@@ -163,17 +183,29 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     from bot.slack.web import SlackDirectory, make_client
 
     out = out or sys.stdout
+    sock: socket.socket | None = None
     try:
         settings.require_slack()
+        if not settings.slack_app_token:
+            # The port first: a busy PORT is named before anything else is contacted.
+            try:
+                sock = bind(settings.host, settings.port)
+            except OSError as exc:
+                raise listen_error(settings.host, settings.port, exc, host_name="HOST", port_name="PORT") from None
         client = make_client(settings)
         directory = SlackDirectory(client)
         router = build_router(settings, directory=directory, startup=False)
-        bot = build_bot(settings, router, client=client)
+        try:
+            with _quiet_start():
+                bot = build_bot(settings, router, client=client)  # Bolt calls auth.test here
+        except RecoverError:
+            raise
+        except Exception as exc:
+            raise slack_start_error(settings.slack_api_url, exc) from None
     except RecoverError as exc:
+        if sock is not None:
+            sock.close()
         print(redact(str(exc)), file=sys.stderr)
-        return 2
-    except Exception as exc:  # auth.test refused, Slack unreachable…
-        print(f"recover-bot cannot start: {redact(str(exc))}", file=sys.stderr)
         return 2
     bot.start_sweeper()
     bot.work.submit(bot.run_startup)
@@ -193,7 +225,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
             return 0
         raise_fd_limit()
         asgi = RecoverAsgi(bot.app, signing_secret=reveal(settings.slack_signing_secret))
-        server = HttpServer(asgi, settings.host, settings.port, log_level=settings.log_level)
+        server = HttpServer(asgi, settings.host, settings.port, log_level=settings.log_level, sock=sock)
         print(
             f"recover-bot listening on {server.url} "
             f"(Slack request URL path {EVENTS_PATH}, health {HEALTH_PATH})",

@@ -12,7 +12,8 @@ import pytest
 
 from bot.clock import ManualClock
 from bot.controlhost import (
-    AUTH_MESSAGE,
+    SCOPE_MESSAGE,
+    WRONG_KEY_MESSAGE,
     ControlHostAuthError,
     ControlHostClient,
     ControlHostError,
@@ -101,7 +102,9 @@ def test_wrong_key_and_missing_scope(sbx: SandboxHandle, store: Store, clock: Ma
     wrong = ControlHostClient(sbx.url, "sbx_wrong_key_123456", store=store, clock=clock, retry=FAST)
     with pytest.raises(ControlHostAuthError) as info:
         wrong.get_session("ses_a")
-    assert AUTH_MESSAGE in str(info.value) and "sbx_wrong_key" not in str(info.value)
+    assert info.value.status == 401 and info.value.code == "UNAUTHORIZED"
+    assert WRONG_KEY_MESSAGE in str(info.value) and SCOPE_MESSAGE not in str(info.value)
+    assert "sbx_wrong_key" not in str(info.value)
     assert len(sbx.admin.requests("ses_a")) == 1  # never retried
 
     with start_sandbox(
@@ -116,7 +119,8 @@ def test_wrong_key_and_missing_scope(sbx: SandboxHandle, store: Store, clock: Ma
         assert reader.get_session("ses_b").revision == 5
         with pytest.raises(ControlHostAuthError) as info:
             reader.submit_decision("ses_b", {"decision": "close", "reason": "x", "expected_revision": 5})
-        assert info.value.status == 403 and AUTH_MESSAGE in str(info.value)
+        assert info.value.status == 403 and info.value.code == "FORBIDDEN"
+        assert SCOPE_MESSAGE in str(info.value) and WRONG_KEY_MESSAGE not in str(info.value)
         assert len(posts(other, "ses_b")) == 1 and other.admin.effects("ses_b") == []
         [record] = store.list_requests("ses_b")
         assert record.state == "answered" and record.http_status == 403

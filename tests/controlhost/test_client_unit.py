@@ -17,7 +17,8 @@ import pytest
 
 from bot.clock import ManualClock
 from bot.controlhost import (
-    AUTH_MESSAGE,
+    SCOPE_MESSAGE,
+    WRONG_KEY_MESSAGE,
     ControlHostAuthError,
     ControlHostClient,
     ControlHostError,
@@ -132,7 +133,9 @@ def test_auth_failure_is_reported_never_retried_and_never_shows_the_key(
     client = make(store, clock, rec)
     with pytest.raises(ControlHostAuthError) as info:
         client.get_session("ses_1")
-    assert AUTH_MESSAGE in str(info.value) and not info.value.retryable and info.value.status == status
+    expected, other = (WRONG_KEY_MESSAGE, SCOPE_MESSAGE) if status == 401 else (SCOPE_MESSAGE, WRONG_KEY_MESSAGE)
+    assert expected in str(info.value) and other not in str(info.value)  # 401 and 403 are told apart
+    assert not info.value.retryable and info.value.status == status
     assert len(rec.requests) == 1
     with pytest.raises(ControlHostAuthError):
         client.submit_decision("ses_1", DECISION)
