@@ -16,6 +16,7 @@ from bot.errors import CommandError, ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter, ref
 from bot.redact import redact
 from bot.runbook import ParsedCommand, help_text, parse_command
+from bot.runbook.usage import FormField, decide_form
 from bot.services import Services
 from bot.textclean import clean_optional, clean_text
 
@@ -89,6 +90,10 @@ class Router:
         return self.startup_reply
 
     # -- text commands ------------------------------------------------------------------------
+
+    def decision_form(self, decision: str) -> list[FormField]:
+        """The fields a decision's form asks for (only those it uses), from the runbook."""
+        return decide_form(self.runbooks, decision)
 
     def help_text(self) -> str:
         return help_text(self.runbooks)

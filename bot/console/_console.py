@@ -35,13 +35,6 @@ CONSOLE_HELP = """Console commands:
   :help                this help and the /recover commands
   :quit                leave"""
 
-# Fields the decision form asks for, as the Slack modal does (R3.10: the --effects account).
-FORM_FIELDS = (
-    ("reason", "Reason (required)"),
-    ("turn", "Turn id (abandon / confirm_completed)"),
-    ("evidence", "Evidence reference (confirm_completed)"),
-    ("effects", "What the turn did outside (files, pushes, calls)"),
-)
 
 
 _SLACK_REF = re.compile(r"<(?:@|!subteam\^|#)([^<>|]+)(?:\|([^<>]*))?>")
@@ -296,15 +289,23 @@ class _Console:
 
     def ask_form(self, value: str) -> dict[str, str] | None:
         session_id, _, decision = value.partition("|")
-        self.write(f"{decision} on {session_id}: answer each field (empty = leave out).")
+        # The fields this decision uses, as the Slack modal asks them (from the runbook's flags).
+        fields = self.router.decision_form(decision)
+        self.write(f"{decision} on {session_id}: answer each field (an optional one may stay empty).")
         form: dict[str, str] = {}
-        for name, label in FORM_FIELDS:
-            answer = self.read(f"  {label}: ")
-            if answer is None:
-                self.fail("the decision form was not finished; nothing was sent")
-                return None
+        for field in fields:
+            label = f"{field.label} ({'required' if field.required else 'optional'}; {field.help})"
+            while True:
+                answer = self.read(f"  {label}: ")
+                if answer is None:
+                    self.fail("the decision form was not finished; nothing was sent")
+                    return None
+                problem = field.problem(answer)
+                if problem is None:
+                    break
+                self.write(f"  {problem}")  # asked again, as the modal refuses it in place
             if answer.strip():
-                form[name] = answer.strip()
+                form[field.name] = answer.strip()
         return form
 
     def _guard(self, call: Callable[[], Reply]) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from bot.messages import Message, Reply, Reporter
+from bot.runbook.usage import FormField
 
 
 class RouterProtocol(Protocol):
@@ -28,6 +29,8 @@ class RouterProtocol(Protocol):
     ) -> Reply: ...
 
     def help_text(self) -> str: ...
+
+    def decision_form(self, decision: str) -> list[FormField]: ...
 
     def session_of(self, text: str) -> str | None: ...
 

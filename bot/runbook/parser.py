@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from bot.errors import CommandError
 from bot.runbook.loader import IDS_PLACEHOLDER
 from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
+from bot.runbook.usage import decision_command, decision_lines
 
 PREFIX = "/recover"
 MAX_LIMIT = "command_max_chars"
@@ -164,6 +165,11 @@ def _pattern(runbooks: RunbookSet, pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+def flag_pattern(runbooks: RunbookSet, flag: FlagSpec) -> re.Pattern[str] | None:
+    """A flag's value pattern with the runbook's id pattern filled in (None: any value)."""
+    return _pattern(runbooks, flag.pattern) if flag.pattern is not None else None
+
+
 def _match_command(runbooks: RunbookSet, tokens: list[_Token]) -> tuple[CommandSpec, int] | None:
     best: tuple[CommandSpec, int] | None = None
     for spec in runbooks.commands.values():
@@ -309,8 +315,14 @@ def _assign(runbooks: RunbookSet, spec: CommandSpec, positional: list[str]) -> d
 
 
 def command_usage(runbooks: RunbookSet, spec: CommandSpec) -> str:
-    """The short usage shown with an error: usage line, example, and where to read more."""
-    return f"Usage: {PREFIX} {spec.usage}\nExample: {spec.example}\nMore: {PREFIX} help {spec.name}"
+    """The short usage shown with an error: usage line (one per decision: the flags each needs, up
+    front), example, and where to read more."""
+    lines = [f"Usage: {PREFIX} {spec.usage}"]
+    if decision_command(runbooks, spec):
+        lines.append("Each decision needs:")
+        lines.extend(decision_lines(runbooks, spec, PREFIX))
+    lines += [f"Example: {spec.example}", f"More: {PREFIX} help {spec.name}"]
+    return "\n".join(lines)
 
 
 def help_text(runbooks: RunbookSet, subcommand: str | None = None) -> str:
@@ -338,6 +350,9 @@ def help_text(runbooks: RunbookSet, subcommand: str | None = None) -> str:
 
 def _help_one(runbooks: RunbookSet, spec: CommandSpec) -> str:
     lines = [f"{PREFIX} {spec.usage}", spec.help]
+    if decision_command(runbooks, spec):
+        lines.append("Each decision needs:")
+        lines.extend(decision_lines(runbooks, spec, PREFIX))
     if spec.args:
         lines.append("Arguments:")
         for arg in spec.args:

@@ -219,7 +219,8 @@ class SlackBot:
             channel=(body.get("channel") or {}).get("id") or container.get("channel_id"),
             thread_ts=message.get("thread_ts") or message.get("ts"),
         )
-        if not self.out.open_view(str(body.get("trigger_id") or ""), kit.decide_modal(form)):
+        fields = self.router.decision_form(decision)
+        if not self.out.open_view(str(body.get("trigger_id") or ""), kit.decide_modal(form, fields)):
             actor = str((body.get("user") or {}).get("id") or "")
             if form.channel and actor:
                 self.out.ephemeral(form.channel, actor, wording.modal_unavailable(session_id, decision))
@@ -395,8 +396,9 @@ def _register(app: App, bot: SlackBot) -> None:
     @app.view(kit.DECIDE_CALLBACK)
     def on_decide_submit(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
         form = kit.DecideForm.from_metadata(str(view.get("private_metadata") or "{}"))
-        fields = kit.read_decide_state((view.get("state") or {}).get("values") or {})
-        errors = kit.decide_form_errors(form.decision, fields)
+        wanted = bot.router.decision_form(form.decision)
+        fields = kit.read_decide_state((view.get("state") or {}).get("values") or {}, wanted)
+        errors = kit.decide_form_errors(wanted, fields)
         if errors:
             ack(response_action="errors", errors=errors)
             return

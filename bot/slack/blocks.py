@@ -33,6 +33,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from bot.messages import Attachment, Button, Message, render_refs, split_refs
+from bot.runbook.usage import FormField, form_errors
 
 # Slack's documented limits (Block Kit reference).
 MAX_MESSAGE_BLOCKS = 50
@@ -321,10 +322,6 @@ def message_payload(message: Message, *, attachment_uploaded: bool = False) -> d
 
 # -- the decide modal ------------------------------------------------------------------------------
 
-NEEDS_TURN = frozenset({"abandon", "confirm_completed"})
-NEEDS_EVIDENCE = frozenset({"confirm_completed"})
-
-
 @dataclass(frozen=True)
 class DecideForm:
     """What the decide modal carries: the decision and where the click came from."""
@@ -351,10 +348,9 @@ class DecideForm:
         )
 
 
-def decide_modal(form: DecideForm) -> View:
-    """The modal behind a decision button: reason, turn, evidence and the ``--effects`` account (R3.10)."""
-    turn_needed = form.decision in NEEDS_TURN
-    evidence_needed = form.decision in NEEDS_EVIDENCE
+def decide_modal(form: DecideForm, fields: Sequence[FormField]) -> View:
+    """The modal behind a decision button: only the fields that decision uses (from the runbook's
+    flags, e.g. the ``--effects`` account of R3.10 for abandon), required ones not optional."""
     blocks: list[Block] = [
         SectionBlock(
             text=MarkdownTextObject(
@@ -364,35 +360,18 @@ def decide_modal(form: DecideForm) -> View:
                     SECTION_TEXT,
                 )
             )
-        ),
-        InputBlock(
-            block_id="reason",
-            label=PlainTextObject(text="Reason"),
-            element=PlainTextInputElement(action_id="value", multiline=True, max_length=2000),
-        ),
-        InputBlock(
-            block_id="turn",
-            label=PlainTextObject(text="Turn id" + ("" if turn_needed else " (optional)")),
-            element=PlainTextInputElement(action_id="value", placeholder=PlainTextObject(text="turn_…")),
-            optional=not turn_needed,
-        ),
-        InputBlock(
-            block_id="evidence",
-            label=PlainTextObject(text="Evidence reference" + ("" if evidence_needed else " (optional)")),
-            element=PlainTextInputElement(action_id="value"),
-            optional=not evidence_needed,
-        ),
-        InputBlock(
-            block_id="effects",
-            label=PlainTextObject(
-                text="What the turn did outside (files, pushes, calls)"
-                + ("" if turn_needed else " (optional)")
-            ),
-            element=PlainTextInputElement(action_id="value", multiline=True, max_length=2000),
-            optional=not turn_needed,
-            hint=PlainTextObject(text="R3.10: decisions do not undo external effects; say what you checked."),
-        ),
+        )
     ]
+    for field in fields:
+        blocks.append(
+            InputBlock(
+                block_id=field.name,
+                label=PlainTextObject(text=truncate(field.label + ("" if field.required else " (optional)"), 2000)),
+                element=PlainTextInputElement(action_id="value", multiline=field.multiline, max_length=2000),
+                optional=not field.required,
+                hint=PlainTextObject(text=truncate(field.help, 2000)) if field.help else None,
+            )
+        )
     check_blocks(blocks, MAX_VIEW_BLOCKS)
     return View(
         type="modal",
@@ -405,28 +384,20 @@ def decide_modal(form: DecideForm) -> View:
     )
 
 
-def read_decide_state(values: dict[str, Any]) -> dict[str, str]:
-    """``view.state.values`` of the decide modal → ``{"reason": …, "turn": …, …}`` (empty fields dropped)."""
+def read_decide_state(values: dict[str, Any], fields: Sequence[FormField]) -> dict[str, str]:
+    """``view.state.values`` of the decide modal → ``{"reason": …, "turn": …}`` (empty fields dropped)."""
     out: dict[str, str] = {}
-    for name in ("reason", "turn", "evidence", "effects"):
-        raw = ((values.get(name) or {}).get("value") or {}).get("value")
+    for field in fields:
+        raw = ((values.get(field.name) or {}).get("value") or {}).get("value")
         if isinstance(raw, str) and raw.strip():
-            out[name] = raw.strip()
+            out[field.name] = raw.strip()
     return out
 
 
-def decide_form_errors(decision: str, form: dict[str, str]) -> dict[str, str]:
-    """What the modal can refuse at once, before anything leaves (shown under the inputs)."""
-    errors: dict[str, str] = {}
-    if not form.get("reason"):
-        errors["reason"] = "A reason is required: it is sent to the control host and recorded."
-    if decision in NEEDS_TURN and not form.get("turn"):
-        errors["turn"] = f"{decision} needs the turn id (R3.10)."
-    if decision in NEEDS_EVIDENCE and not form.get("evidence"):
-        errors["evidence"] = "confirm_completed needs an evidence reference (R3.11)."
-    if decision in NEEDS_TURN and not form.get("effects"):
-        errors["effects"] = "Say what the turn did outside before deciding (R3.10)."
-    return errors
+def decide_form_errors(fields: Sequence[FormField], form: dict[str, str]) -> dict[str, str]:
+    """What the modal refuses at once, shown under the inputs (``response_action: errors``): an empty
+    required field (the reason always), a value the runbook's pattern refuses. Nothing leaves."""
+    return form_errors(list(fields), form)
 
 
 # -- App Home ---------------------------------------------------------------------------------------

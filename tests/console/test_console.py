@@ -121,7 +121,7 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
         type_line("/recover diagnose ses_restore_transient")
         wait_for("[3] close")
         type_line("3")
-        wait_for("Reason (required):")
+        wait_for("Reason (required")
         type_line("store gone for good")
         for _ in range(3):
             type_line("")

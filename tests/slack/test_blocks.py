@@ -93,15 +93,41 @@ def test_attachment_preview_is_truncated_and_says_where_the_rest_is() -> None:
     assert "attached in this thread" in kit.attachment_preview(att, uploaded=True)
 
 
-def test_decide_modal_requires_what_the_decision_needs() -> None:
-    view = kit.decide_modal(kit.DecideForm("ses_1", "confirm_completed", "C1", "1.0")).to_dict()
-    optional = {b["block_id"]: b.get("optional", False) for b in view["blocks"] if b["type"] == "input"}
-    assert optional == {"reason": False, "turn": False, "evidence": False, "effects": False}
+def _inputs(view: dict) -> dict[str, bool]:
+    return {b["block_id"]: b.get("optional", False) for b in view["blocks"] if b["type"] == "input"}
+
+
+def test_decide_modal_asks_only_for_what_the_decision_uses(runbooks) -> None:
+    from bot.runbook.usage import decide_form
+
+    confirm = decide_form(runbooks, "confirm_completed")
+    view = kit.decide_modal(kit.DecideForm("ses_1", "confirm_completed", "C1", "1.0"), confirm).to_dict()
+    # From the runbook's flags: every one required for confirm_completed (R3.10, R3.11).
+    assert _inputs(view) == {"turn": False, "evidence": False, "effects": False, "reason": False}
     assert kit.DecideForm.from_metadata(view["private_metadata"]) == kit.DecideForm("ses_1", "confirm_completed", "C1", "1.0")
-    assert set(kit.decide_form_errors("abandon", {"reason": "r"})) == {"turn", "effects"}
-    assert kit.decide_form_errors("close", {"reason": "r"}) == {}
-    retry = kit.decide_modal(kit.DecideForm("ses_1", "retry_restore")).to_dict()
-    assert {b["block_id"]: b.get("optional", False) for b in retry["blocks"] if b["type"] == "input"}["turn"] is True
+    # close and retry_restore use the reason only: no turn, evidence or effects inputs to wonder about.
+    for decision in ("close", "retry_restore", "start_fresh"):
+        fields = decide_form(runbooks, decision)
+        assert _inputs(kit.decide_modal(kit.DecideForm("ses_1", decision), fields).to_dict()) == {"reason": False}
+    abandon = decide_form(runbooks, "abandon")
+    assert [f.name for f in abandon] == ["turn", "effects", "reason"]
+
+
+def test_decide_form_refuses_an_empty_reason_in_place(runbooks) -> None:
+    from bot.runbook.usage import decide_form
+
+    close = decide_form(runbooks, "close")
+    assert set(kit.decide_form_errors(close, {})) == {"reason"}
+    assert set(kit.decide_form_errors(close, {"reason": "   "})) == {"reason"}
+    assert kit.decide_form_errors(close, {"reason": "store gone for good"}) == {}
+    abandon = decide_form(runbooks, "abandon")
+    assert set(kit.decide_form_errors(abandon, {"reason": "r"})) == {"turn", "effects"}
+    # A turn id the runbook's id pattern refuses is refused in the form too, before anything is sent.
+    errors = kit.decide_form_errors(abandon, {"reason": "r", "turn": "not an id!", "effects": "none"})
+    assert set(errors) == {"turn"}
+    # Only the fields the form asked for are read back.
+    state = {"reason": {"value": {"value": " why "}}, "evidence": {"value": {"value": "smuggled"}}}
+    assert kit.read_decide_state(state, decide_form(runbooks, "close")) == {"reason": "why"}
 
 
 def test_home_view_buttons_unique_across_messages() -> None:

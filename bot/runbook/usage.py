@@ -1,0 +1,133 @@
+"""What each decision asks for, read from the runbook YAML: usage lines, help and the decide form.
+
+A decision uses the flags its request body sends (``flag:<name>``), those required for it
+(``required_for``) and those required always. The usage, the help, the Slack modal and the console's
+form all come from here, so a runbook edit that adds a field to a decision shows everywhere at once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from bot.runbook.model import CommandSpec, FlagSpec, RunbookSet
+
+_SHAPE = re.compile(r'--([a-z][a-z0-9-]*)[ =]("?<[^>]*>"?)')
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One input of a decision's form (a ``--flag`` with a value)."""
+
+    name: str
+    help: str
+    required: bool
+    pattern: re.Pattern[str] | None
+    multiline: bool
+
+    @property
+    def label(self) -> str:
+        return self.name.replace("-", " ").capitalize()
+
+    def problem(self, value: str | None) -> str | None:
+        """Why ``value`` is refused (empty when required, not matching the runbook's pattern), or None."""
+        if not value or not value.strip():
+            return f"--{self.name} is required: {self.help}" if self.required else None
+        if self.pattern is not None and not self.pattern.fullmatch(value.strip()):
+            return f"--{self.name} is not valid here: {self.help}"
+        return None
+
+
+def decision_command(runbooks: RunbookSet, spec: CommandSpec) -> bool:
+    """Whether ``spec`` takes a decision argument (decide, dryrun decide…)."""
+    return any(arg.choices == "decisions" for arg in spec.args)
+
+
+def _sent_flags(runbooks: RunbookSet, decision: str) -> set[str]:
+    spec = runbooks.decisions.get(decision)
+    if spec is None:
+        return set()
+    return {v.split(":", 1)[1] for v in spec.request.body.values() if v.startswith("flag:")}
+
+
+def decision_flags(runbooks: RunbookSet, spec: CommandSpec, decision: str) -> list[tuple[FlagSpec, bool]]:
+    """(flag, required) for every value flag ``decision`` uses, in the command's flag order."""
+    sent = _sent_flags(runbooks, decision)
+    used: list[tuple[FlagSpec, bool]] = []
+    for flag in spec.flags:
+        if not flag.value:
+            continue
+        required = flag.required or decision in flag.required_for
+        if required or flag.name in sent:
+            used.append((flag, required))
+    return used
+
+
+def decision_fields(runbooks: RunbookSet, spec: CommandSpec, decision: str) -> list[FormField]:
+    """The decide form of ``decision``: only the fields it uses."""
+    from bot.runbook.parser import flag_pattern
+
+    return [
+        FormField(
+            name=flag.name,
+            help=flag.help,
+            required=required,
+            pattern=flag_pattern(runbooks, flag),
+            multiline=flag.pattern is not None and "\\s" in flag.pattern,
+        )
+        for flag, required in decision_flags(runbooks, spec, decision)
+    ]
+
+
+def _confirms(runbooks: RunbookSet, decision: str) -> bool:
+    spec = runbooks.decisions.get(decision)
+    return spec is not None and spec.approval is not None and spec.approval.policy == "confirm"
+
+
+def _who(runbooks: RunbookSet, decision: str) -> str:
+    spec = runbooks.decisions.get(decision)
+    policy = spec.approval.policy if spec is not None and spec.approval is not None else None
+    if policy == "two_person":
+        return "a second person approves"
+    if policy == "confirm":
+        return "one person, confirmed with a button or --yes"
+    return policy or ""
+
+
+def decision_usage(runbooks: RunbookSet, spec: CommandSpec, decision: str) -> str:
+    """``decide <session_id> abandon --turn <turn_id> --effects "<…>" --reason "<text>"``."""
+    shapes = {m.group(1): m.group(2) for m in _SHAPE.finditer(spec.usage)}
+    head = spec.usage.split(" [--", 1)[0].split(" --", 1)[0]
+    words = [w if w != "<decision>" else decision for w in head.split(" ")]
+    parts = [" ".join(words)]
+    for flag, required in decision_flags(runbooks, spec, decision):
+        shape = f"--{flag.name} {shapes.get(flag.name, '<value>')}"
+        parts.append(shape if required else f"[{shape}]")
+    if _confirms(runbooks, decision) and spec.flag("yes") is not None:
+        parts.append("[--yes]")
+    return " ".join(parts)
+
+
+def decision_lines(runbooks: RunbookSet, spec: CommandSpec, prefix: str) -> list[str]:
+    """One usage line per decision, with who decides, for help and error usage."""
+    names = [d for d in runbooks.decidable]
+    return [f"  {prefix} {decision_usage(runbooks, spec, d)}   ({_who(runbooks, d)})" for d in names]
+
+
+def decide_form(runbooks: RunbookSet, decision: str) -> list[FormField]:
+    """The form behind a decision button (Slack modal, console): the fields of its own command."""
+    spec = runbooks.decisions.get(decision)
+    command = runbooks.commands.get(spec.command) if spec is not None else None
+    if command is None:
+        return []
+    return decision_fields(runbooks, command, decision)
+
+
+def form_errors(fields: list[FormField], values: dict[str, str]) -> dict[str, str]:
+    """Field name → why it is refused, for the form to show before anything is sent."""
+    errors: dict[str, str] = {}
+    for field in fields:
+        problem = field.problem(values.get(field.name))
+        if problem:
+            errors[field.name] = problem
+    return errors
