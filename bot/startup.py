@@ -57,19 +57,23 @@ def _reason(exc: BaseException) -> str:
 def slack_start_error(api_url: str, exc: BaseException) -> StartupError:
     """``auth.test`` at start failed: Slack unreachable, or it refused the bot token."""
     url = f"{api_url}auth.test"
-    text = str(exc)
+    # The front end may wrap Slack's error (e.g. "cannot tell which workspace to serve"): judge the cause.
+    root = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    text = f"{exc} {root}"
     code = next((c for c in _TOKEN_ERRORS if c in text), None)
     if code is not None:
         return StartupError(
             f"Slack refused SLACK_BOT_TOKEN at auth.test ({code}): a wrong or revoked token; copy the app's "
             "Bot User OAuth Token (xoxb-…) again"
         )
-    if isinstance(exc, (OSError, urllib.error.URLError, TimeoutError)):
+    if isinstance(root, (OSError, urllib.error.URLError, TimeoutError)):
         return StartupError(
-            f"cannot reach Slack: calling auth.test at {url} failed ({_reason(exc)}); check SLACK_API_URL "
+            f"cannot reach Slack: calling auth.test at {url} failed ({_reason(root)}); check SLACK_API_URL "
             "and this host's network or proxy"
         )
-    first = redact(text).splitlines()[0] if text else type(exc).__name__
+    first = redact(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
     return StartupError(f"Slack's auth.test at {url} failed: {first}; check SLACK_API_URL and SLACK_BOT_TOKEN")
 
 

@@ -6,8 +6,9 @@ Fixtures (tests/fixtures/install.py) for more checks of the installed command:
                        interrupt = Ctrl-C / finish -> (exit status, output)); installed.env(cwd) is the
                        clean environment every command gets (add USER/LOGNAME etc. through env=).
   workdir              an empty folder per test.
-  installed_sandbox    `recover-bot sandbox --port 0` of the wheel: .url, .api_key,
-                       .console_env(db) -> the CONTROL_HOST_* and RECOVER_DB a console needs.
+  installed_sandbox    `recover-bot sandbox --port 0` of the wheel: .url, .api_key, .admin (the sandbox's
+                       admin API: faults, request log), .console_env(db) -> the CONTROL_HOST_* and
+                       RECOVER_DB a console needs.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def test_console_diagnoses_a_sandbox_session(
     assert "retry_restore" in res.stdout
     assert installed_sandbox.api_key not in res.stdout + res.stderr
     assert (workdir / "recover.db").is_file()
+    # Diagnosing reads; it never sends anything (R0.3).
+    seen = installed_sandbox.admin.requests("ses_restore_transient")
+    assert seen and {r["method"] for r in seen} == {"GET"}
 
     # A wrong key is named as such (401), in one line, before any command runs.
     wrong = installed.run(

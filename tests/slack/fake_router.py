@@ -10,6 +10,11 @@ import time
 
 from bot.errors import ApprovalError, CommandError
 from bot.messages import Attachment, Button, Message, Reply, Reporter
+from bot.runbook import load_runbooks
+from bot.runbook.usage import FormField, decide_form
+from bot.settings import packaged_runbooks
+
+_RUNBOOKS = load_runbooks(packaged_runbooks())
 
 SESSION_COMMANDS = {"diagnose", "decide", "resume", "history", "take", "note", "slow"}
 
@@ -28,6 +33,10 @@ class FakeRouter:
 
     def help_text(self) -> str:
         return "/recover diagnose <session_id>"
+
+    def decision_form(self, decision: str) -> list[FormField]:
+        # The form comes from the repository's runbook, as the real router's does.
+        return decide_form(_RUNBOOKS, decision)
 
     def open_cases_view(self) -> list[Message]:
         return [Message(headline=f"case {r['session']}") for r in self.requests.values()]
