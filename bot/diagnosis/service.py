@@ -24,7 +24,7 @@ from bot.controlhost import deadline_at
 from bot.diagnosis import facts as F
 from bot.diagnosis import logcoverage, wording
 from bot.diagnosis.timeline import ControlResult, InterruptTimeline
-from bot.errors import CommandError, ControlHostError, RecoverError
+from bot.errors import CommandError, ControlHostAuthError, ControlHostError, RecoverError
 from bot.messages import Reply, Reporter
 from bot.workpool import PoolBusy, WorkPool
 
@@ -329,6 +329,10 @@ class Diagnoser:
             ):
                 # A request that ran out of the budget (e.g. a host that dribbles its answer) is slow.
                 states[name] = SourceStatus(name, F.SOURCE_SLOW, wording.source_slow(budget), elapsed)
+            elif isinstance(exc, ControlHostAuthError):
+                # R0.1: a refused key is a setting to fix (401 wrong or expired, 403 no scope), not a
+                # source to diagnose around: one line, instead of a diagnosis of unknowns.
+                raise exc
             elif exc is not None:
                 states[name] = SourceStatus(name, F.SOURCE_UNREACHABLE, wording.source_error(exc), elapsed)
             else:

@@ -72,13 +72,14 @@ def test_console_diagnoses_a_sandbox_session(
     seen = installed_sandbox.admin.requests("ses_restore_transient")
     assert seen and {r["method"] for r in seen} == {"GET"}
 
-    # A wrong key is named as such (401), in one line, before any command runs.
+    # A wrong key is named as such (401, not "unreachable", not a missing scope) at the first command.
     wrong = installed.run(
-        "console", cwd=workdir, env={**env, "CONTROL_HOST_API_KEY": "not-the-key-123"}, input="/recover cases\n"
-    )
-    assert wrong.returncode == 2
-    line = _one_line(wrong.stderr)
-    assert "HTTP 401" in line and "CONTROL_HOST_API_KEY is wrong or expired" in line
+        "console", cwd=workdir, env={**env, "CONTROL_HOST_API_KEY": "not-the-key-123"},
+        input="/recover diagnose ses_restore_transient\n",
+    )  # fmt: skip
+    assert wrong.returncode == 1
+    assert "HTTP 401" in wrong.stdout and "CONTROL_HOST_API_KEY is wrong or expired" in wrong.stdout
+    assert "sessions:recover scope" not in wrong.stdout and "Not classified" not in wrong.stdout
     assert "not-the-key-123" not in wrong.stdout + wrong.stderr
 
 
@@ -90,8 +91,9 @@ def test_console_with_an_unreachable_control_host_is_one_line(installed: Install
     res = installed.run("console", cwd=workdir, env=env, input="/recover cases\n")
     assert res.returncode == 2
     assert _one_line(res.stderr) == (
-        f"cannot reach the control host at {url} (unreachable); check CONTROL_HOST_URL and the network"
+        f"cannot reach the control host at {url} (Connection refused); check CONTROL_HOST_URL and the network"
     )
+    assert res.stdout == ""  # refused before the console started
 
 
 def test_audit_verify_and_export_on_a_store_written_by_the_bot(
