@@ -31,6 +31,13 @@ LOGIN = terminal_login()
 SLACK_ID = "UCONSOLE01"
 
 
+@pytest.fixture(autouse=True)
+def _the_installed_wheel(installed, monkeypatch) -> None:
+    # The built wheel's console script in its own virtualenv (tests/fixtures/install.py), as users
+    # install it, not the checkout's editable one.
+    monkeypatch.setattr(sys.modules[__name__], "SCRIPT", installed.script)
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     empty = tmp_path / "empty"
