@@ -17,7 +17,8 @@ from typing import Any
 from bot.clock import Clock, SystemClock, isoformat
 from bot.controlhost import ApiPaths, ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService
-from bot.diagnosis.service import Diagnoser, ReconcilerStatus
+from bot.diagnosis.model import ReconcilerStatus
+from bot.diagnosis.service import Diagnoser
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
 from bot.errors import StartupError
 from bot.logs import FileLogSource, LogSource

@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 from bot.diagnosis.facts import ALL_FACTS, SOURCES, FactValue, empty_facts
-from bot.diagnosis.service import (
-    DEFAULT_BUDGET_SECONDS,
-    Diagnoser,
-    Diagnosis,
-    Evidence,
-    ReconcilerStatus,
-    ReconcilerStatusSource,
-    SourceStatus,
-)
+from bot.diagnosis.model import Diagnosis, Evidence, ReconcilerStatus, ReconcilerStatusSource, SourceStatus
+from bot.diagnosis.service import DEFAULT_BUDGET_SECONDS, Diagnoser
 from bot.diagnosis.timeline import ControlResult, InterruptTimeline, StageEntry, build_timelines
 
 __all__ = [

@@ -8,7 +8,7 @@ that decides the interrupt branch (R3.2–R3.5: the stage timeline) may sit anyw
 - the first answer takes a snapshot of what was read by the deadline (or once ``log_byte_budget``
   bytes were read: that limit bounds the first answer's time, never what is covered) and says what
   it covered;
-- the job reads on to the end of the log; the front end runs :meth:`LogReadJob.follow_up` after it
+- the job reads on to the end of the log; the front end runs :func:`bot.diagnosis.followup.follow_up` after it
   delivered the first answer, which waits for the end and, if the whole log shows evidence the first
   answer lacked (an interrupt stage, a restore or start-up failure line…), posts ONE follow-up through
   the command's reporter and records it as a ``diagnose_followup`` step.
@@ -22,15 +22,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot.clock import isoformat
+from bot.clock import parse_time
 from bot.diagnosis import facts as F
 from bot.logs import Coverage, LogSegment, LogSourceError
-from bot.messages import Message
 
 #: Full scans reading past their first answer at the same time (two cores: more would only compete).
 MAX_BACKGROUND_SCANS = 2
@@ -54,8 +53,6 @@ def _get(obj: Any, name: str) -> Any:
 def _dt(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value
-    from bot.clock import parse_time
-
     return parse_time(value) if isinstance(value, str) else None
 
 
@@ -368,67 +365,3 @@ def new_evidence(
         elif isinstance(after, str) and before is None:
             out.append(f"{name} = {after}")
     return out
-
-
-
-def follow_up(
-    diagnosis: Any,
-    job: LogReadJob,
-    *,
-    runbooks: Any,
-    evaluate: Callable[[Any, F.Facts], Any],
-    store: Any,
-    actor: str,
-    reporter: Any,
-    timeout: float = FULL_SCAN_TIMEOUT_SECONDS,
-) -> Message | None:
-    """Wait for the whole log; when it adds evidence, record a ``diagnose_followup`` step and post ONE
-    message to the case's thread through ``reporter``. Returns that message (None: nothing new)."""
-    from bot.diagnosis import wording
-
-    first_snap: LogSnapshot | None = getattr(diagnosis, "log_snapshot", None)
-    final_snap = job.final(timeout)
-    if first_snap is None or final_snap is None:
-        return None
-    sid = diagnosis.session_id
-    turn = diagnosis.facts.get("unknown_turn.id")
-    turn_id = turn if isinstance(turn, str) else None
-    first_facts, _ = F.log_facts_from(first_snap.result, turn_id=turn_id)
-    final_facts, final_evidence = F.log_facts_from(final_snap.result, turn_id=turn_id)
-    found = new_evidence(first_facts, final_facts, first_snap, final_snap, turn_id)
-    if not found:
-        return None
-    facts = dict(diagnosis.facts)
-    facts.update(final_facts)
-    evaluation = evaluate(runbooks, facts)
-    before, after = wording.branch_id(diagnosis.evaluation), wording.branch_id(evaluation)
-    lines = [final_snap.describe(), "Found after the first answer: " + "; ".join(found) + "."]
-    if final_evidence.timeline is not None:
-        lines.extend(wording.timeline_lines(final_evidence.timeline))
-    if final_evidence.control_result is not None:
-        lines.append(wording.control_result_line(final_evidence.control_result))
-    if after != before:
-        lines.append(
-            f"With these lines the runbook picks a different branch: {wording.branch_title(evaluation)} "
-            f"({after}, was {before}). Run `/recover diagnose {sid}` again before deciding."
-        )
-    else:
-        lines.append(f"The runbook branch stays {before}; the decisions shown above still apply.")
-    message = Message(
-        headline=f"{sid}: the whole worker log adds evidence the first answer did not have",
-        level="warn",
-        lines=lines,
-        rules=wording.rules(evaluation),
-        session_id=sid,
-        kind="diagnosis_followup",
-    )
-    store.record_step(
-        sid,
-        actor,
-        "diagnose_followup",
-        {"session_id": sid, "first_answer_at": isoformat(diagnosis.gathered_at)},
-        after or "unknown",
-        detail={"found": found, "coverage": final_snap.describe(), **final_facts},
-    )
-    reporter.post(message)
-    return message

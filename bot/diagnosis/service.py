@@ -15,17 +15,25 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from bot.clock import Clock, SystemClock, isoformat
 from bot.controlhost import deadline_at
 from bot.diagnosis import facts as F
 from bot.diagnosis import logcoverage, wording
-from bot.diagnosis.timeline import ControlResult, InterruptTimeline
+from bot.diagnosis.followup import follow_up
+from bot.diagnosis.model import (
+    Diagnosis,
+    Evidence,
+    ReconcilerStatus,
+    ReconcilerStatusSource,
+    SourceStatus,
+)
 from bot.errors import CommandError, ControlHostAuthError, ControlHostError, RecoverError
 from bot.messages import Reply, Reporter
+from bot.runbook.evaluate import evaluate as runbook_evaluate
 from bot.workpool import PoolBusy, WorkPool
 
 DEFAULT_BUDGET_SECONDS = 10.0
@@ -35,68 +43,6 @@ _EVENT_PAGES = 50  # bound on event pages read per diagnose (each page is one GE
 # Sources read at once across every diagnose in the process, and how many may wait for a worker.
 POOL_WORKERS = 16
 POOL_QUEUE = 64
-
-
-@dataclass(frozen=True)
-class ReconcilerStatus:
-    """The reconciler's last pass as read from its status file and log lines (R1.4)."""
-
-    last_pass: str | None  # "completed" | "failed" | None
-    last_pass_at: str | None
-    raw: object = None
-
-
-class ReconcilerStatusSource(Protocol):
-    """Where diagnose reads the reconciler's status (the Docker implementation lives in dockerops)."""
-
-    def read_status(self) -> ReconcilerStatus: ...
-
-
-@dataclass(frozen=True)
-class SourceStatus:
-    """How one source answered: ok, slow (no answer by the deadline), unreachable, not_configured."""
-
-    name: str
-    state: str
-    detail: str | None = None
-    elapsed_ms: int | None = None
-
-
-@dataclass
-class Evidence:
-    """What people read beside the facts (not used by runbook conditions)."""
-
-    timeline: InterruptTimeline | None = None
-    control_result: ControlResult | None = None
-    log_lines: list[Any] = field(default_factory=list)
-    events: list[Any] = field(default_factory=list)
-    logs_truncated: bool = False
-    reconciler_raw: object = None
-    #: What of the worker log the answer is based on (one line; see diagnosis.logcoverage).
-    log_coverage: str | None = None
-
-
-@dataclass
-class Diagnosis:
-    """The result of :meth:`Diagnoser.gather`: facts, the runbook's evaluation and where they came from."""
-
-    session_id: str
-    facts: dict[str, F.FactValue]
-    evaluation: Any
-    sources: list[SourceStatus]
-    evidence: Evidence
-    gathered_at: datetime
-    #: The worker-log read behind this answer, when it goes on in the background (follow-up).
-    log_job: logcoverage.LogReadJob | None = None
-    log_snapshot: logcoverage.LogSnapshot | None = None
-
-    def source(self, name: str) -> SourceStatus | None:
-        return next((s for s in self.sources if s.name == name), None)
-
-    @property
-    def degraded_sources(self) -> list[SourceStatus]:
-        """Sources that were slow or unreachable (not_configured is a setup choice, not a fault)."""
-        return [s for s in self.sources if s.state in (F.SOURCE_SLOW, F.SOURCE_UNREACHABLE)]
 
 
 class _DeadlinePassed(Exception):
@@ -162,11 +108,7 @@ class Diagnoser:
         self.log_source = log_source
         self.reconciler_status = reconciler_status
         self.clock: Clock = clock or SystemClock()
-        if evaluate is None:
-            from bot.runbook.evaluate import evaluate as runbook_evaluate
-
-            evaluate = runbook_evaluate
-        self._evaluate = evaluate
+        self._evaluate = evaluate or runbook_evaluate
 
     # -- limits (YAML) -------------------------------------------------------------------------------
 
@@ -412,7 +354,7 @@ class Diagnoser:
         job = diagnosis.log_job
         if job is not None and reporter is not None:
             reply.deferred.append(
-                lambda: logcoverage.follow_up(
+                lambda: follow_up(
                     diagnosis,
                     job,
                     runbooks=self.runbooks,

@@ -9,15 +9,13 @@ Decision names, error codes and rule ids are printed verbatim so people can sear
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.diagnosis import timeline as tl
+from bot.diagnosis.model import Diagnosis
 from bot.messages import Attachment, Button, Message
 from bot.redact import redact
 from bot.runbook.conditions import format_value, known_absent
-
-if TYPE_CHECKING:
-    from bot.diagnosis.service import Diagnosis
 
 #: A timeline longer than this (in lines) goes to an attachment instead of the message body.
 INLINE_TIMELINE_LINES = 12

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from bot.diagnosis import facts as F
 from bot.diagnosis import wording
-from bot.diagnosis.service import Diagnosis, Evidence, SourceStatus
+from bot.diagnosis.model import Diagnosis, Evidence, SourceStatus
 from bot.logs import parse_line
 from bot.runbook.evaluate import evaluate
 

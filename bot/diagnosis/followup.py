@@ -1,0 +1,76 @@
+"""The follow-up after the first answer: when the whole worker log adds evidence, say so once.
+
+See :mod:`bot.diagnosis.logcoverage` for why diagnose answers before the whole log is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bot.clock import isoformat
+from bot.diagnosis import facts as F
+from bot.diagnosis import wording
+from bot.diagnosis.logcoverage import FULL_SCAN_TIMEOUT_SECONDS, LogReadJob, LogSnapshot, new_evidence
+from bot.messages import Message
+
+
+def follow_up(
+    diagnosis: Any,
+    job: LogReadJob,
+    *,
+    runbooks: Any,
+    evaluate: Callable[[Any, F.Facts], Any],
+    store: Any,
+    actor: str,
+    reporter: Any,
+    timeout: float = FULL_SCAN_TIMEOUT_SECONDS,
+) -> Message | None:
+    """Wait for the whole log; when it adds evidence, record a ``diagnose_followup`` step and post ONE
+    message to the case's thread through ``reporter``. Returns that message (None: nothing new)."""
+    first_snap: LogSnapshot | None = getattr(diagnosis, "log_snapshot", None)
+    final_snap = job.final(timeout)
+    if first_snap is None or final_snap is None:
+        return None
+    sid = diagnosis.session_id
+    turn = diagnosis.facts.get("unknown_turn.id")
+    turn_id = turn if isinstance(turn, str) else None
+    first_facts, _ = F.log_facts_from(first_snap.result, turn_id=turn_id)
+    final_facts, final_evidence = F.log_facts_from(final_snap.result, turn_id=turn_id)
+    found = new_evidence(first_facts, final_facts, first_snap, final_snap, turn_id)
+    if not found:
+        return None
+    facts = dict(diagnosis.facts)
+    facts.update(final_facts)
+    evaluation = evaluate(runbooks, facts)
+    before, after = wording.branch_id(diagnosis.evaluation), wording.branch_id(evaluation)
+    lines = [final_snap.describe(), "Found after the first answer: " + "; ".join(found) + "."]
+    if final_evidence.timeline is not None:
+        lines.extend(wording.timeline_lines(final_evidence.timeline))
+    if final_evidence.control_result is not None:
+        lines.append(wording.control_result_line(final_evidence.control_result))
+    if after != before:
+        lines.append(
+            f"With these lines the runbook picks a different branch: {wording.branch_title(evaluation)} "
+            f"({after}, was {before}). Run `/recover diagnose {sid}` again before deciding."
+        )
+    else:
+        lines.append(f"The runbook branch stays {before}; the decisions shown above still apply.")
+    message = Message(
+        headline=f"{sid}: the whole worker log adds evidence the first answer did not have",
+        level="warn",
+        lines=lines,
+        rules=wording.rules(evaluation),
+        session_id=sid,
+        kind="diagnosis_followup",
+    )
+    store.record_step(
+        sid,
+        actor,
+        "diagnose_followup",
+        {"session_id": sid, "first_answer_at": isoformat(diagnosis.gathered_at)},
+        after or "unknown",
+        detail={"found": found, "coverage": final_snap.describe(), **final_facts},
+    )
+    reporter.post(message)
+    return message
