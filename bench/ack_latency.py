@@ -36,8 +36,8 @@ import httpx  # noqa: E402
 from slack_bolt import Ack, App, BoltRequest  # noqa: E402
 from slack_sdk import WebClient  # noqa: E402
 
+from bot.router import build_router  # noqa: E402
 from bot.sandbox import start_sandbox  # noqa: E402
-from bot.services import build_router  # noqa: E402
 from bot.slack import HttpServer, RecoverAsgi, build_bot  # noqa: E402
 from bot.store import Store  # noqa: E402
 from tests.fixtures.slack import SIGNING_SECRET, SlackSender, SlackStandIn, slack_settings  # noqa: E402

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bot.messages import ListReporter, Message
+from bot.router import build_router
 from bot.sandbox import start_sandbox
-from bot.services import build_router
 from bot.settings import load_settings
 from tests.fixtures.triage import clone
 

@@ -9,15 +9,18 @@ stack trace and never a secret.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from bot.clock import isoformat
-from bot.decisions import CONSOLE_CHANNEL
+from bot.bulk_routes import dispatch
+from bot.clock import Clock, isoformat
+from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
 from bot.errors import CommandError, ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter, ref
 from bot.redact import redact
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
-from bot.services import Services
+from bot.services import LoggingReporter, Services, build_services
+from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 
 log = logging.getLogger(__name__)
@@ -178,8 +181,6 @@ class Router:
                 reporter=reporter,
             )
         if kind in ("triage", "batch_decide", "dryrun_batch_decide", "batch") or _batch_id(cmd):
-            from bot.bulk_routes import dispatch
-
             return dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
         if kind == "approve":
             return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
@@ -393,3 +394,29 @@ class Router:
                 )
             )
         return messages
+
+
+def build_router(
+    settings: Settings,
+    *,
+    sandbox: Any = None,
+    directory: ApproverDirectory | None = None,
+    clock: Clock | None = None,
+    reporter: Reporter | None = None,
+    startup: bool = True,
+    console_users_map: dict[str, str] | None = None,
+) -> Router:
+    """Build the services and the router over them.
+
+    With ``startup`` (the console), what a previous run left half-done is finished before this
+    returns; a server passes ``startup=False`` and calls ``router.startup`` in the background, since
+    a resumed wait may last minutes and must not delay readiness.
+    """
+    services = build_services(
+        settings, sandbox=sandbox, directory=directory, clock=clock, console_users_map=console_users_map
+    )
+    router = Router(services)
+    if startup:
+        router.startup(reporter or LoggingReporter())
+    return router
+

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bot.bulk import Bulk
 from bot.clock import Clock, SystemClock, isoformat
 from bot.controlhost import ApiPaths, ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService
@@ -22,7 +23,7 @@ from bot.diagnosis.service import Diagnoser
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
 from bot.errors import StartupError
 from bot.logs import FileLogSource, LogSource
-from bot.messages import Message, Reporter
+from bot.messages import Message
 from bot.runbook import RunbookSet, load_runbooks
 from bot.settings import Settings, reveal
 from bot.store import Store
@@ -43,7 +44,7 @@ class Services:
     dockerops: DockerOps
     clock: Clock
     sandboxed: bool
-    bulk: Any = None  # bot.bulk.Bulk: triage and batches over a paced client
+    bulk: Bulk | None = None  # triage and batches over a paced client
 
 
 
@@ -228,8 +229,6 @@ def build_services(
         directory=directory,
         console_users=console_users(settings) if console_users_map is None else console_users_map,
     )
-    from bot.bulk import Bulk
-
     bulk = Bulk.build(url, key, store=store, clock=clock, runbooks=runbooks, api=api, log_source=log_source,
                       decisions=decisions, csv_dir=settings.db_path.parent / "batches")
     return Services(
@@ -246,38 +245,10 @@ def build_services(
     )
 
 
-def build_router(
-    settings: Settings,
-    *,
-    sandbox: Any = None,
-    directory: ApproverDirectory | None = None,
-    clock: Clock | None = None,
-    reporter: Reporter | None = None,
-    startup: bool = True,
-    console_users_map: dict[str, str] | None = None,
-) -> Any:
-    """Build the services and the router over them.
-
-    With ``startup`` (the console), what a previous run left half-done is finished before this
-    returns; a server passes ``startup=False`` and calls ``router.startup`` in the background, since
-    a resumed wait may last minutes and must not delay readiness.
-    """
-    from bot.router import Router
-
-    services = build_services(
-        settings, sandbox=sandbox, directory=directory, clock=clock, console_users_map=console_users_map
-    )
-    router = Router(services)
-    if startup:
-        router.startup(reporter or LoggingReporter())
-    return router
-
-
 __all__ = [
     "DockerReconcilerStatus",
     "LoggingReporter",
     "Services",
-    "build_router",
     "build_services",
     "reconciler_config",
     "worker_log_config",

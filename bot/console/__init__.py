@@ -5,7 +5,7 @@ from __future__ import annotations
 from bot.console._console import DEMO_CONSOLE_USERS, DEMO_USERS, render, run_console
 from bot.console._demo import run_demo, run_real_console
 from bot.console.identity import terminal_login
-from bot.console.routing import RouterProtocol
+from bot.routing import RouterProtocol
 
 __all__ = [
     "DEMO_CONSOLE_USERS",

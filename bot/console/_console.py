@@ -13,11 +13,11 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from bot.console.routing import RouterProtocol
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
 from bot.messages import Button, Message, Reply
 from bot.redact import redact
+from bot.routing import RouterProtocol
 
 DEMO_USERS = ("alice", "bob")
 # The demo's logins as RECOVER_CONSOLE_USERS would map them: two people, so bob may approve alice's

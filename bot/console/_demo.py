@@ -37,8 +37,8 @@ def run_demo(
     users: tuple[str, ...] = DEMO_USERS,
 ) -> int:
     """Sandbox with its scenarios + the console against it (interactive on a TTY, else stdin)."""
+    from bot.router import build_router
     from bot.sandbox import start_sandbox
-    from bot.services import build_router
 
     out = stdout or sys.stdout
     with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp:
@@ -93,7 +93,7 @@ def run_real_console(
     Nothing is sent at start: what earlier runs left unfinished is listed, and finished only on
     ``/recover replay``.
     """
-    from bot.services import build_router
+    from bot.router import build_router
 
     out = stdout or sys.stdout
     user = login or terminal_login()

@@ -18,6 +18,7 @@ from bot.controlhost._errors import (
     RequestPendingError,
     check_id,
 )
+from bot.controlhost._fields import KNOWN_FIELDS
 from bot.controlhost._models import (
     UNKNOWN,
     Attention,
@@ -36,6 +37,7 @@ from bot.controlhost._retry import RetryPolicy
 from bot.errors import ControlHostAuthError, ControlHostError
 
 __all__ = [
+    "KNOWN_FIELDS",
     "AUTH_MESSAGE",
     "SCOPE_MESSAGE",
     "WRONG_KEY_MESSAGE",

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
 
-from bot.controlhost._fields import KNOWN_FIELDS
+from bot.controlhost import KNOWN_FIELDS
 from bot.runbook.conditions import Cond
 from bot.runbook.vocabulary import STEP_KINDS
 

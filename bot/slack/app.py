@@ -26,10 +26,10 @@ from typing import Any
 from slack_bolt import Ack, App
 from slack_sdk import WebClient
 
-from bot.console.routing import RouterProtocol
 from bot.errors import RecoverError
 from bot.messages import Reply
 from bot.redact import redact
+from bot.routing import RouterProtocol
 from bot.settings import Settings, reveal
 from bot.slack import blocks as kit
 from bot.slack import wording

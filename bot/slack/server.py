@@ -178,7 +178,7 @@ def _quiet_start() -> Iterator[None]:
 
 def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     """``recover-bot serve``: Socket Mode when SLACK_APP_TOKEN is set, otherwise HTTP on HOST:PORT."""
-    from bot.services import build_router  # the core; imported here so the Slack package stays light
+    from bot.router import build_router  # the core; imported here so the Slack package stays light
     from bot.slack.app import build_bot
     from bot.slack.web import SlackDirectory, make_client
 

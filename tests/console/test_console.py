@@ -15,7 +15,7 @@ import pytest
 
 from bot.console import DEMO_CONSOLE_USERS, render, run_console
 from bot.messages import Button, Message
-from bot.services import build_router
+from bot.router import build_router
 from bot.settings import Settings
 
 

@@ -7,7 +7,7 @@ import pytest
 from bot.console import DEMO_CONSOLE_USERS
 from bot.errors import SettingsError
 from bot.messages import ListReporter
-from bot.services import build_router
+from bot.router import build_router
 from bot.settings import load_settings
 
 

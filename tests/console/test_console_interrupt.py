@@ -7,7 +7,7 @@ import io
 import re
 
 from bot.console import DEMO_CONSOLE_USERS, run_console
-from bot.services import build_router
+from bot.router import build_router
 from bot.settings import Settings
 
 

@@ -18,9 +18,8 @@ import pytest
 
 from bot.clock import ManualClock
 from bot.messages import ListReporter, Message, Reply
-from bot.router import Router
+from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle, start_sandbox
-from bot.services import build_router
 from bot.settings import load_settings
 
 CHANNEL = "C1"

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from bot.messages import ListReporter, Message, Reply
-from bot.router import Router
+from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle, start_sandbox
-from bot.services import build_router
 from bot.settings import load_settings
 
 SESSION = "ses_unknown_ckpt_unavailable"

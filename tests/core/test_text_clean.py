@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.messages import ListReporter, Reply
+from bot.router import build_router
 from bot.runbook import load_runbooks
-from bot.services import build_router
 from bot.settings import load_settings
 from bot.textclean import clean_text
 

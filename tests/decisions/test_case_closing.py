@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bot.messages import ListReporter
-from bot.services import build_router
+from bot.router import build_router
 from bot.settings import Settings
 
 ME = "console:alice"

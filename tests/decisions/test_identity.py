@@ -82,7 +82,7 @@ def test_a_mapped_login_passes_the_approver_rules_by_its_slack_id(decision_env):
 
 
 def test_the_button_path_refuses_the_same_person(sandbox, tmp_path):
-    from bot.services import build_router
+    from bot.router import build_router
     from bot.settings import Settings
 
     router = build_router(

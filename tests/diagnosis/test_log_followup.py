@@ -18,7 +18,8 @@ import pytest
 
 from bot.console import run_console
 from bot.dockerops import DockerLogSource
-from bot.services import build_router, worker_log_config
+from bot.router import build_router
+from bot.services import worker_log_config
 from bot.settings import Settings
 from tests.fixtures.docker import DockerEngine
 

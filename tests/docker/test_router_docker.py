@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from bot.messages import ListReporter, Reply
-from bot.router import Router
-from bot.services import build_router
+from bot.router import Router, build_router
 from bot.settings import load_settings
 
 pytestmark = pytest.mark.docker

@@ -1,7 +1,8 @@
 """What a front end needs of the router (``bot.router.Router`` satisfies it).
 
-Declared here so both front ends type-check against one interface and tests can drive them with the
-real router; the console has no Slack dependency, so the protocol lives on this side.
+Declared in the core, beside the router and apart from it, so both front ends type-check against one
+interface without importing each other or the router's dependencies, and tests can drive them with
+the real router.
 """
 
 from __future__ import annotations
