@@ -31,5 +31,7 @@ echo "== ruff"
 python -m ruff check bot tests bench
 echo "== mypy"
 python -m mypy
+echo "== import-linter (the layering in pyproject.toml)"
+lint-imports --no-cache
 echo "== pytest"
 python -m pytest "$@"

@@ -99,9 +99,6 @@ def _audit_key(args: argparse.Namespace, settings: Settings) -> bytes | None:
 
 
 def run_verify(args: argparse.Namespace, settings: Settings) -> int:
-    # The decisions area registers the check of its request table against the chain.
-    import bot.decisions  # noqa: F401
-
     try:
         report = audit.verify(args.db or str(settings.db_path), head=args.head, key=_audit_key(args, settings))
     except StoreError as exc:
