@@ -12,9 +12,8 @@ import pytest
 
 from bot.clock import ManualClock
 from bot.messages import ListReporter, Reply
-from bot.router import Router
+from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle, start_sandbox
-from bot.services import build_router
 from bot.settings import load_settings
 
 
