@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from bot.errors import CommandError
 from bot.runbook.loader import IDS_PLACEHOLDER
 from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
-from bot.runbook.usage import decision_command, decision_lines
+from bot.runbook.usage import decision_command, decision_lines, value_pattern
 
 PREFIX = "/recover"
 MAX_LIMIT = "command_max_chars"
@@ -158,18 +158,6 @@ def _flag_name(word: str) -> str:
     return word
 
 
-def _pattern(runbooks: RunbookSet, pattern: str) -> re.Pattern[str]:
-    if IDS_PLACEHOLDER in pattern:
-        ids = runbooks.id_pattern.pattern if runbooks.id_pattern is not None else r"(?!)"
-        pattern = pattern.replace(IDS_PLACEHOLDER, f"(?:{ids})")
-    return re.compile(pattern)
-
-
-def flag_pattern(runbooks: RunbookSet, flag: FlagSpec) -> re.Pattern[str] | None:
-    """A flag's value pattern with the runbook's id pattern filled in (None: any value)."""
-    return _pattern(runbooks, flag.pattern) if flag.pattern is not None else None
-
-
 def _match_command(runbooks: RunbookSet, tokens: list[_Token]) -> tuple[CommandSpec, int] | None:
     best: tuple[CommandSpec, int] | None = None
     for spec in runbooks.commands.values():
@@ -268,7 +256,7 @@ def _parse_rest(
 
 
 def _check_value(runbooks: RunbookSet, label: str, value: str, spec: ArgSpec | FlagSpec) -> str:
-    if spec.pattern is not None and not _pattern(runbooks, spec.pattern).fullmatch(value):
+    if spec.pattern is not None and not value_pattern(runbooks, spec.pattern).fullmatch(value):
         what = f" ({spec.help})" if spec.help else ""
         if spec.pattern == IDS_PLACEHOLDER:
             rule = runbooks.id_help or (runbooks.id_pattern.pattern if runbooks.id_pattern else "an id")

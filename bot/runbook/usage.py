@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bot.runbook.loader import IDS_PLACEHOLDER
 from bot.runbook.model import CommandSpec, FlagSpec, RunbookSet
 
 _SHAPE = re.compile(r'--([a-z][a-z0-9-]*)[ =]("?<[^>]*>"?)')
@@ -63,10 +64,21 @@ def decision_flags(runbooks: RunbookSet, spec: CommandSpec, decision: str) -> li
     return used
 
 
+def value_pattern(runbooks: RunbookSet, pattern: str) -> re.Pattern[str]:
+    """A value pattern with the runbook's id pattern filled in for the ids placeholder."""
+    if IDS_PLACEHOLDER in pattern:
+        ids = runbooks.id_pattern.pattern if runbooks.id_pattern is not None else r"(?!)"
+        pattern = pattern.replace(IDS_PLACEHOLDER, f"(?:{ids})")
+    return re.compile(pattern)
+
+
+def flag_pattern(runbooks: RunbookSet, flag: FlagSpec) -> re.Pattern[str] | None:
+    """A flag's value pattern with the runbook's id pattern filled in (None: any value)."""
+    return value_pattern(runbooks, flag.pattern) if flag.pattern is not None else None
+
+
 def decision_fields(runbooks: RunbookSet, spec: CommandSpec, decision: str) -> list[FormField]:
     """The decide form of ``decision``: only the fields it uses."""
-    from bot.runbook.parser import flag_pattern
-
     return [
         FormField(
             name=flag.name,
