@@ -92,15 +92,16 @@ def test_render_numbers_buttons_and_shows_commands() -> None:
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
+    # A private tmux server (-L): a server already running would hand the demo its own environment.
     name = f"rbdemo-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "RECOVER_DB": str(tmp_path / "demo.db"), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-c", "import sys; from bot.settings import load_settings; from bot.console import run_demo;"
            " sys.exit(run_demo(load_settings(dotenv=None)))"]
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *cmd], check=True, env=env,
+    subprocess.run(["tmux", "-L", name, "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *cmd], check=True, env=env,
                    cwd=str(tmp_path))
 
     def screen() -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-S", "-3000", "-t", name], capture_output=True,
+        return subprocess.run(["tmux", "-L", name, "capture-pane", "-p", "-S", "-3000", "-t", name], capture_output=True,
                               text=True).stdout
 
     def wait_for(text: str, timeout: float = 30.0) -> str:
@@ -113,8 +114,8 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
         raise AssertionError(f"{text!r} not on screen:\n{screen()}")
 
     def type_line(line: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", name, "-l", line], check=True)
-        subprocess.run(["tmux", "send-keys", "-t", name, "Enter"], check=True)
+        subprocess.run(["tmux", "-L", name, "send-keys", "-t", name, "-l", line], check=True)
+        subprocess.run(["tmux", "-L", name, "send-keys", "-t", name, "Enter"], check=True)
 
     try:
         wait_for("alice>")
@@ -134,13 +135,13 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
         type_line(":quit")
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            if subprocess.run(["tmux", "has-session", "-t", name], capture_output=True).returncode != 0:
+            if subprocess.run(["tmux", "-L", name, "has-session", "-t", name], capture_output=True).returncode != 0:
                 break
             time.sleep(0.2)
         else:
             raise AssertionError("the demo did not exit on :quit")
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 
 
 def test_demo_from_stdin_exit_status(tmp_path: Path) -> None:
