@@ -29,7 +29,9 @@ def test_workers_and_queue_are_bounded_and_a_full_queue_refuses_at_once() -> Non
     started = time.monotonic()
     with pytest.raises(PoolBusy, match="test-bounded pool is full"):
         pool.submit(lambda: None)
-    assert time.monotonic() - started < 0.1
+    # At once, not after a wait for room (a blocked submit would wait for release forever); the bound is
+    # loose so a loaded machine cannot fail it.
+    assert time.monotonic() - started < 2.0
     assert pool.stats()["rejected"] == 1
     assert any(s["name"] == "test-bounded" and s["queued"] == 3 for s in snapshot())
     assert "pool test-bounded: 2 running, 3 queued (max 2 workers, 3 queued), 1 refused" in health_lines()
