@@ -1,10 +1,10 @@
 """A batch under faults and a SIGKILL: every member ends exactly once, none lost.
 
 Sandbox (no scenarios) with N copies of the store-outage scenario, 20 ms latency per call and a rate
-limit of 100 requests/s (the sandbox's traffic options). Faults
-on the decision path: ``--drop`` of the sessions get ``drop_after_commit`` once (the decision commits,
-the connection closes without an answer: the client cannot tell it from a 500 after the commit, and
-both are uncertain outcomes re-sent with the same key), ``--fail`` get a 500 before the commit once.
+limit of 100 requests/s (the sandbox's traffic options). Faults on the decision path, once each:
+``--fail`` of the sessions get ``error_after_commit`` (the decision commits, the answer is a 500) and
+``--drop`` get ``drop_after_commit`` (the decision commits, the connection closes without an answer);
+both are uncertain outcomes, re-sent with the same key, whose replay returns the original receipt.
 A first process requests the batch, a second approves it and is SIGKILLed once ``--kill-at`` of the
 members have an outcome; then a third process starts (its start-up resumes the batch with the stored
 keys). Counted on the sandbox: effects per session, Idempotency-Keys per session.
@@ -54,8 +54,8 @@ def child(url: str, key: str, db: Path, actor: str, *lines: str) -> subprocess.P
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=1000)
-    ap.add_argument("--drop", type=float, default=0.05)
-    ap.add_argument("--fail", type=float, default=0.02)
+    ap.add_argument("--drop", type=float, default=0.02)
+    ap.add_argument("--fail", type=float, default=0.05)
     ap.add_argument("--kill-at", type=float, default=0.4)
     ap.add_argument("--latency", type=float, default=0.02)
     ap.add_argument("--rate", type=float, default=100.0)
@@ -67,12 +67,12 @@ def main() -> None:
         for sid in ids:
             sbx.admin.create_session(clone("restore_stopped_transient", sid))
         sbx.admin.traffic(latency_ms=args.latency * 1000, rate_limit=args.rate)
-        dropped = rng.sample(ids, int(len(ids) * args.drop))
-        failed = rng.sample([s for s in ids if s not in dropped], int(len(ids) * args.fail))
+        failed = rng.sample(ids, int(len(ids) * args.fail))
+        dropped = rng.sample(sorted(set(ids) - set(failed)), int(len(ids) * args.drop))
         for sid in dropped:
             sbx.admin.fault("drop_after_commit", path=f"/v1/sessions/{sid}/recovery-decisions", method="POST")
         for sid in failed:
-            sbx.admin.fault("server_error", path=f"/v1/sessions/{sid}/recovery-decisions", method="POST", status=500)
+            sbx.admin.fault("error_after_commit", path=f"/v1/sessions/{sid}/recovery-decisions", method="POST")
         line = '/recover batch decide t1.g1 retry_restore --reason "store back"'
         out, err = child(sbx.url, sbx.api_key, db, "alice", "/recover triage", line).communicate(timeout=900)
         batch_id = out.split()[0]
@@ -100,11 +100,15 @@ def main() -> None:
         with sqlite3.connect(db) as conn:
             states = dict(conn.execute("SELECT state, count(*) FROM batch_members WHERE batch_id = ? GROUP BY state",
                                        [batch_id]).fetchall())
-        print(f"sessions {args.sessions}, {args.latency * 1000:.0f} ms/call, {args.rate:.0f} requests/s; faults: {len(dropped)} drop_after_commit, {len(failed)} 500 before commit")
+        print(f"sessions {args.sessions}, {args.latency * 1000:.0f} ms/call, {args.rate:.0f} requests/s; faults: {len(failed)} 500 after commit, {len(dropped)} drop_after_commit")
         print(f"SIGKILL after {killed_at:.1f} s with {done} member outcomes recorded, {effects_at_kill} effects")
         print(f"after the restart ({total:.1f} s in all): member states {states}")
         print(f"effects: {sum(effects.values())} on {len(effects)} sessions; more than one: "
               f"{sum(1 for n in effects.values() if n > 1)}; none: {len([s for s in ids if s not in effects])}")
+        hits = Counter()
+        for f in sbx.admin.faults():
+            hits[f["kind"]] += f["hits"]
+        print(f"faults that fired: {dict(hits)}")
         print(f"sessions whose POSTs used more than one Idempotency-Key: {sum(1 for k in keys.values() if len(k) > 1)}")
 
 

@@ -113,7 +113,8 @@ class SandboxAdmin:
         length: bool | None = None,
     ) -> dict[str, Any]:
         """Inject a fault: ``latency`` (seconds), ``rate_limit`` (429 + Retry-After), ``server_error``
-        (5xx before the commit), ``drop_after_commit``, ``dribble`` (the answer at ``rate`` bytes/s for
+        (5xx before the commit), ``error_after_commit`` (commit, then a 5xx, default 500),
+        ``drop_after_commit``, ``dribble`` (the answer at ``rate`` bytes/s for
         ``seconds``) or ``huge_body`` (the answer padded to ``size`` bytes, streamed; ``length=False``
         sends no Content-Length); ``path`` is an fnmatch pattern."""
         body: dict[str, Any] = {"kind": kind, "path": path, "method": method, "times": times}

@@ -35,7 +35,9 @@ log = logging.getLogger("bot.sandbox")
 
 RECOVER_SCOPE = "sessions:recover"
 MAX_BODY = 1 << 20
-FAULT_KINDS = ("latency", "rate_limit", "server_error", "drop_after_commit", "dribble", "huge_body")
+FAULT_KINDS = (
+    "latency", "rate_limit", "server_error", "error_after_commit", "drop_after_commit", "dribble", "huge_body",
+)
 # How an answer can be sent badly (hostile-host tests): slowly, or far too big.
 SHAPE_KINDS = ("dribble", "huge_body")
 DEFAULT_HUGE_BYTES = 300_000_000
@@ -62,7 +64,7 @@ class Fault:
     times: int | None = 1  # None: until cleared
     seconds: float = 0.0  # latency
     retry_after: int = 1  # rate_limit
-    status: int = 503  # server_error
+    status: int = 503  # server_error; error_after_commit defaults to 500
     rate: int = 4  # dribble: bytes per second
     size: int = DEFAULT_HUGE_BYTES  # huge_body: bytes of the answer
     length: bool = True  # huge_body: declare Content-Length (else the body ends when the connection closes)
@@ -291,6 +293,7 @@ class SandboxApp:
                 failing.status, "SERVER_ERROR", "Injected server error (before commit).", retryable=True
             )
         drop = any(f.kind == "drop_after_commit" for f in faults)
+        after = next((f for f in faults if f.kind == "error_after_commit"), None)
         try:
             if method == "GET":
                 response = self._get(name, params, query)
@@ -298,6 +301,9 @@ class SandboxApp:
                 response = self._post(name, params, path, headers, raw, key)
         except ApiError as exc:
             response = Response(exc.status, exc.body())
+        if after:
+            # After the commit: the effect and the stored receipt stay; only this answer is lost.
+            response = _err(after.status, "SERVER_ERROR", "Injected server error (after commit).", retryable=True)
         response.drop = drop
         response.shape = next((f for f in faults if f.kind in SHAPE_KINDS), None)
         return response
@@ -432,7 +438,7 @@ class SandboxApp:
             times=None if times is None else int(times),
             seconds=float(body.get("seconds") or (600.0 if kind == "dribble" else 0.0)),
             retry_after=int(body.get("retry_after", 1)),
-            status=int(body.get("status", 503)),
+            status=int(body.get("status", 500 if kind == "error_after_commit" else 503)),
             rate=int(body.get("rate", 4)),
             size=int(body.get("size", DEFAULT_HUGE_BYTES)),
             length=_bool(body, "length") if "length" in body else True,
@@ -441,8 +447,8 @@ class SandboxApp:
             raise AdminError(400, "BAD_REQUEST", "dribble needs rate >= 1 (bytes per second)")
         if fault.kind == "huge_body" and fault.size < 1:
             raise AdminError(400, "BAD_REQUEST", "huge_body needs size >= 1 (bytes)")
-        if fault.kind == "server_error" and not 500 <= fault.status <= 599:
-            raise AdminError(400, "BAD_REQUEST", "server_error status must be 5xx")
+        if fault.kind in ("server_error", "error_after_commit") and not 500 <= fault.status <= 599:
+            raise AdminError(400, "BAD_REQUEST", f"{fault.kind} status must be 5xx")
         if fault.kind == "latency" and fault.seconds <= 0:
             raise AdminError(400, "BAD_REQUEST", "latency needs seconds > 0")
         self.faults.append(fault)

@@ -1,4 +1,4 @@
-"""Injected faults: latency, 429 + Retry-After, 5xx before the commit, commit-then-drop-the-reply."""
+"""Injected faults: latency, 429 + Retry-After, 5xx before the commit, 5xx after it, commit-then-drop-the-reply."""
 
 from __future__ import annotations
 
@@ -76,6 +76,32 @@ def test_server_error_happens_before_the_commit(sandbox: SandboxHandle, sandbox_
     retried = sandbox_api.post(url, body, key="k-5xx")  # same key, same body
     assert retried.status_code == 201
     assert sandbox.admin.effect_count("ses_incompatible") == 1
+
+
+def test_error_after_commit_applies_once_and_the_replay_returns_the_original_receipt(
+    sandbox: SandboxHandle, sandbox_api: SandboxApi
+) -> None:
+    # An uncertain outcome (R0.3): the client hears a 500, yet the decision is committed.
+    sandbox.admin.fault("error_after_commit", DECIDE, method="POST")
+    body = {"decision": "retry_restore", "reason": "fixed", "expected_revision": 5}
+    url = "/v1/sessions/ses_incompatible/recovery-decisions"
+    failed = sandbox_api.post(url, body, key="k-500")
+    assert failed.status_code == 500 and failed.json()["error"]["retryable"] is True
+    assert sandbox.admin.effect_count("ses_incompatible") == 1
+    assert sandbox_api.session("ses_incompatible")["revision"] == 6
+    stored = sandbox.admin.idempotency_records("ses_incompatible")
+    assert [r["key"] for r in stored] == ["k-500"] and stored[0]["status"] == 201
+    replay = sandbox_api.post(url, body, key="k-500")
+    assert replay.status_code == 201 and replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.json() == stored[0]["response"]
+    assert sandbox.admin.effect_count("ses_incompatible") == 1  # applied once, not twice
+    log = [r for r in sandbox.admin.requests("ses_incompatible") if r["method"] == "POST"]
+    assert [(r["idempotency_key"], r["status"], r["faults"]) for r in log] == [
+        ("k-500", 500, ["error_after_commit"]),
+        ("k-500", 201, []),
+    ]
+    with pytest.raises(SandboxAdminError):
+        sandbox.admin.fault("error_after_commit", DECIDE, status=200)
 
 
 def test_drop_after_commit_commits_and_the_replay_returns_the_stored_receipt(
