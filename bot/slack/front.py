@@ -19,6 +19,7 @@ on the other being wired).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import threading
@@ -36,6 +37,8 @@ EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
 MAX_BODY = 1024 * 1024  # Slack's payloads are a few KiB; 1 MiB is plenty.
 BODY_DEADLINE = 10.0  # seconds to receive the whole body once the headers are in
+DRAIN_LIMIT = 64 * 1024  # a refused request's declared body up to this is read off before answering
+DRAIN_DEADLINE = 1.0  # … within this many seconds
 MAX_SKEW = 5 * 60  # Slack's replay window for a signed request
 MAX_IN_FLIGHT = 256  # requests being read, checked or dispatched at once; 503 beyond
 _SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
@@ -53,6 +56,7 @@ class Refused(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.body_unread = False  # refused on its headers alone: the body is still on the socket
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
@@ -75,6 +79,32 @@ def check_headers(headers: list[tuple[bytes, bytes]], *, now: float, max_body: i
     signature = _header(headers, b"x-slack-signature")
     if signature is None or not _SIGNATURE.fullmatch(signature):
         raise Refused(401, "missing or malformed X-Slack-Signature")
+
+
+async def _drain_small_body(scope: dict[str, Any], receive: Receive) -> None:
+    """Take a small declared body off the socket before a refusal is answered.
+
+    Closing a connection with unread bytes in its receive buffer makes the kernel send a reset, which
+    can reach the client before the refusal does: a forged request would see "connection reset"
+    instead of its 401. Only a declared length up to :data:`DRAIN_LIMIT` is drained, within
+    :data:`DRAIN_DEADLINE`; anything larger or chunked is left unread (the caps above still hold).
+    """
+    length = _header(scope.get("headers") or [], b"content-length")
+    if length is None or not length.isdigit() or int(length) > DRAIN_LIMIT:
+        return
+
+    async def pull() -> None:
+        taken = 0
+        while taken <= DRAIN_LIMIT:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            taken += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
+    with contextlib.suppress(Exception):  # a client that stalls or leaves is answered all the same
+        await asyncio.wait_for(pull(), timeout=DRAIN_DEADLINE)
 
 
 async def read_body(receive: Receive, *, max_body: int = MAX_BODY, deadline: float = BODY_DEADLINE) -> bytes:
@@ -162,6 +192,8 @@ class RecoverAsgi:
             log.warning(
                 "refused %s %s from %s: %s", method, path, _client(scope), refused.reason
             )
+            if refused.body_unread:
+                await _drain_small_body(scope, receive)
             await _respond(send, refused.status, f"{refused.reason}\n".encode(), close=True)
             return
         finally:
@@ -172,7 +204,11 @@ class RecoverAsgi:
 
     async def _checked_body(self, scope: dict[str, Any], receive: Receive) -> str:
         headers = scope.get("headers") or []
-        check_headers(headers, now=time.time(), max_body=self.max_body)
+        try:
+            check_headers(headers, now=time.time(), max_body=self.max_body)
+        except Refused as refused:
+            refused.body_unread = True
+            raise
         raw = await read_body(receive, max_body=self.max_body, deadline=self.body_deadline)
         try:
             text = raw.decode("utf-8")  # Slack signs and sends UTF-8; the verifier would raise on the rest
