@@ -128,10 +128,13 @@ def make_container(client: docker.DockerClient, image: str, project: str, log: b
 
 
 def time_grep(name: str) -> tuple[float, int]:
+    """``docker logs <name> 2>&1 | grep -F <session>``, as two processes joined by a pipe (no shell)."""
     start = time.perf_counter()
-    done = subprocess.run(
-        f"docker logs {name} 2>&1 | grep -F {SID}", shell=True, capture_output=True, text=True, check=False
-    )
+    logs = subprocess.Popen(["docker", "logs", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    done = subprocess.run(["grep", "-F", SID], stdin=logs.stdout, capture_output=True, text=True, check=False)
+    assert logs.stdout is not None
+    logs.stdout.close()
+    logs.wait()
     return time.perf_counter() - start, len(done.stdout.splitlines())
 
 
