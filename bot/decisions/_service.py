@@ -24,13 +24,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bot.clock import Clock, isoformat, parse_time
-from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME
+from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, ControlHostClient
 from bot.decisions import _text as text
 from bot.decisions._authority import AuthorityMixin, approval_evidence
 from bot.decisions._cases import CasesMixin
+from bot.decisions._context import DecisionContext
 from bot.decisions._duplicates import identical_open, pointer_message, repeats
-from bot.decisions._policy import DecisionPolicy, Limits, decision_policy, runbook_limits
-from bot.decisions._requests import DecisionRequest, RequestStore, new_request_id
+from bot.decisions._policy import DecisionPolicy, Limits
+from bot.decisions._requests import DecisionRequest, new_request_id
 from bot.decisions._rules import (
     ID_RE,
     ApproverDirectory,
@@ -46,9 +47,11 @@ from bot.decisions._rules import (
 )
 from bot.decisions._uncertain import UncertainMixin, is_uncertain
 from bot.decisions._unfinished import UnfinishedMixin
+from bot.diagnosis import Diagnoser
 from bot.errors import ControlHostError, DecisionError, Interrupted, RecoverError, StoreError
-from bot.messages import Message, Reply, Reporter, plain, ref
+from bot.messages import Message, Reply, Reporter, ref
 from bot.runbook.evaluate import check_decision
+from bot.runbook.model import RunbookSet
 from bot.store import Store
 
 BOT = "recover-bot"
@@ -121,43 +124,54 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         self,
         *,
         store: Store,
-        client: Any,
-        runbooks: Any,
-        diagnoser: Any,
+        client: ControlHostClient,
+        runbooks: RunbookSet,
+        diagnoser: Diagnoser,
         clock: Clock,
         approvers: tuple[str, ...] = (),
         channels: tuple[str, ...] = (),
         directory: ApproverDirectory | None = None,
         console_users: Mapping[str, str] | None = None,
     ) -> None:
+        self.ctx = DecisionContext(
+            store=store,
+            client=client,
+            runbooks=runbooks,
+            diagnoser=diagnoser,
+            clock=clock,
+            approvers=tuple(approvers),
+            channels=tuple(channels),
+            directory=directory,
+            console_users=dict(console_users or {}),
+        )
+        # The mixins still read these by name; the rooms that replace them take ``ctx``.
         self.store = store
         self.client = client
         self.runbooks = runbooks
         self.diagnoser = diagnoser
         self.clock = clock
-        self.approvers = tuple(approvers)
-        self.channels = tuple(channels)
+        self.approvers = self.ctx.approvers
+        self.channels = self.ctx.channels
         self.directory = directory
-        # RECOVER_CONSOLE_USERS: console login → Slack id; people are compared by that id.
-        self.console_users: dict[str, str] = dict(console_users or {})
-        self.requests = RequestStore(store)
-        self.limits: Limits = runbook_limits(runbooks)
+        self.console_users = self.ctx.console_users
+        self.requests = self.ctx.requests
+        self.limits: Limits = self.ctx.limits
 
-    # == helpers ==================================================================================
+    # == helpers (the context's, under their old names) ===========================================
 
     def _now(self) -> datetime:
-        return self.clock.now()
+        return self.ctx.now()
 
     def _iso(self, when: datetime | None = None) -> str:
-        return isoformat(when or self._now()) or ""
+        return self.ctx.iso(when)
 
     def _policy(self, decision: str) -> DecisionPolicy:
-        return decision_policy(self.runbooks, decision, self.limits)
+        return self.ctx.policy(decision)
 
     def _record(
         self, session_id: str | None, actor: str, step: str, inputs: Any, outcome: str, **kw: Any
     ) -> None:
-        self.store.record_step(session_id, actor, step, dict(inputs), outcome, **kw)
+        self.ctx.record(session_id, actor, step, inputs, outcome, **kw)
 
     def _refuse(
         self,
@@ -171,27 +185,10 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         extra: Sequence[Message] = (),
         code: str = "refused",
     ) -> Reply:
-        """Record a refusal as a step (the audit shows attempts too) and say why, actionably."""
-        # Stored as Slack writes references (the per-process markers of ref() never reach the chain).
-        detail = {"why": plain(headline), "lines": [plain(line) for line in lines]}
-        self._record(session_id, actor, step, inputs, code, detail=detail)
-        msg = text.refusal(headline, *lines, rules=list(rules), session_id=session_id)
-        return Reply([*extra, msg], ok=False)
+        return self.ctx.refuse(actor, session_id, step, inputs, headline, *lines, rules=rules, extra=extra, code=code)
 
     def _diagnose(self, session_id: str, turn_id: str | None) -> tuple[dict[str, Any], str | None]:
-        """A fresh diagnosis: its facts, and the target turn's status when a turn is named."""
-        diagnosis = self.diagnoser.gather(session_id)
-        facts = dict(_attr(diagnosis, "facts") or {})
-        turn_status: str | None = None
-        if turn_id:
-            if facts.get("unknown_turn.id") == turn_id and facts.get("unknown_turn.present"):
-                turn_status = "outcome_unknown"
-            else:
-                try:
-                    turn_status = _attr(self.client.get_turn(session_id, turn_id), "status")
-                except ControlHostError:
-                    turn_status = None
-        return facts, turn_status
+        return self.ctx.diagnose(session_id, turn_id)
 
     def _verdict(self, policy: DecisionPolicy, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> Verdict:
         """Would the API accept it? The runbook's preconditions, in the API's order (R2.10, R3.9, R3.11)."""
@@ -199,7 +196,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         return Verdict(bool(v.ok), v.code, v.reason, tuple(v.rules))
 
     def _mentions(self) -> list[str]:
-        return list(self.approvers)
+        return self.ctx.mentions()
 
     def _ensure_owner(self, session_id: str, actor: str, channel: str | None) -> None:
         case = self.store.open_case(session_id, actor, channel)

@@ -1,0 +1,131 @@
+"""What every room of the decisions core shares: one typed object handed to each of them.
+
+Why: the lifecycle rooms (decide, approvals, cases) and the execution rooms (send, waits,
+verification, resume) need the same store, client, runbooks, clock and approver settings, and the
+same few helpers (time stamps, the runbook's policy for a decision, a recorded step, a recorded
+refusal, a fresh diagnosis). Each room receives this object (composition) instead of being mixed into
+one class that owns everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlite_utils import Database
+
+from bot.clock import Clock, isoformat
+from bot.controlhost import ControlHostClient, ControlHostError
+from bot.decisions import _text as text
+from bot.decisions._policy import DecisionPolicy, Limits, decision_policy, runbook_limits
+from bot.decisions._requests import RequestStore
+from bot.decisions._rules import ApproverDirectory
+from bot.diagnosis import Diagnoser
+from bot.messages import Message, Reply, plain
+from bot.runbook.model import RunbookSet
+from bot.store import Store
+
+# The actor of what the bot does by itself (expiry, background re-sends, refusals for want of authority).
+BOT = "recover-bot"
+
+
+@dataclass
+class DecisionContext:
+    """The decisions core's dependencies and its shared helpers. Cheap: all state lives in SQLite."""
+
+    store: Store
+    client: ControlHostClient
+    runbooks: RunbookSet
+    diagnoser: Diagnoser
+    clock: Clock
+    approvers: tuple[str, ...] = ()
+    channels: tuple[str, ...] = ()
+    directory: ApproverDirectory | None = None
+    # RECOVER_CONSOLE_USERS: console login → Slack id; people are compared by that id.
+    console_users: dict[str, str] = field(default_factory=dict)
+    requests: RequestStore = field(init=False)
+    limits: Limits = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.approvers = tuple(self.approvers)
+        self.channels = tuple(self.channels)
+        self.console_users = dict(self.console_users)
+        self.requests = RequestStore(self.store)
+        self.limits = runbook_limits(self.runbooks)
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def iso(self, when: datetime | None = None) -> str:
+        return isoformat(when or self.now()) or ""
+
+    def policy(self, decision: str) -> DecisionPolicy:
+        """The runbook's definition of ``decision`` (an unknown one raises DecisionError)."""
+        return decision_policy(self.runbooks, decision, self.limits)
+
+    def record(
+        self,
+        session_id: str | None,
+        actor: str,
+        step: str,
+        inputs: Mapping[str, Any],
+        outcome: str,
+        *,
+        detail: Mapping[str, Any] | None = None,
+        http_status: int | None = None,
+        idempotency_key: str | None = None,
+        receipt_id: str | None = None,
+        db: Database | None = None,
+    ) -> None:
+        """Append one step to the hash chain (with ``db``, inside the caller's transaction)."""
+        self.store.record_step(
+            session_id,
+            actor,
+            step,
+            dict(inputs),
+            outcome,
+            detail=detail,
+            http_status=http_status,
+            idempotency_key=idempotency_key,
+            receipt_id=receipt_id,
+            db=db,
+        )
+
+    def refuse(
+        self,
+        actor: str,
+        session_id: str | None,
+        step: str,
+        inputs: Mapping[str, Any],
+        headline: str,
+        *lines: str,
+        rules: Sequence[str] = (),
+        extra: Sequence[Message] = (),
+        code: str = "refused",
+    ) -> Reply:
+        """Record a refusal as a step (the audit shows attempts too) and say why, actionably."""
+        # Stored as Slack writes references (the per-process markers of ref() never reach the chain).
+        detail = {"why": plain(headline), "lines": [plain(line) for line in lines]}
+        self.record(session_id, actor, step, inputs, code, detail=detail)
+        msg = text.refusal(headline, *lines, rules=list(rules), session_id=session_id)
+        return Reply([*extra, msg], ok=False)
+
+    def diagnose(self, session_id: str, turn_id: str | None) -> tuple[dict[str, Any], str | None]:
+        """A fresh diagnosis: its facts, and the target turn's status when a turn is named."""
+        facts: dict[str, Any] = dict(self.diagnoser.gather(session_id).facts)
+        turn_status: str | None = None
+        if turn_id:
+            if facts.get("unknown_turn.id") == turn_id and facts.get("unknown_turn.present"):
+                turn_status = "outcome_unknown"
+            else:
+                try:
+                    turn_status = self.client.get_turn(session_id, turn_id).status
+                except ControlHostError:
+                    turn_status = None
+        return facts, turn_status
+
+    def mentions(self) -> list[str]:
+        """Who an approval request names (RECOVER_APPROVERS)."""
+        return list(self.approvers)
