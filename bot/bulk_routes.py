@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from bot.bulk import Bulk
 from bot.errors import CommandError
 from bot.messages import Reply, Reporter
 from bot.runbook import ParsedCommand
 
 
-def dispatch(bulk: Any, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+def dispatch(bulk: Bulk | None, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
     if bulk is None:
         raise CommandError(f"`{cmd.name}` is not available: no control host is configured.")
     kind = cmd.kind

@@ -65,7 +65,7 @@ def set_settings(parser: argparse.ArgumentParser, *, uses: Iterable[str] = (), r
 
 
 def _add(
-    sub: argparse._SubParsersAction,
+    sub: argparse._SubParsersAction[_Parser],
     name: str,
     *,
     help: str,

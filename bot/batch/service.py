@@ -112,8 +112,8 @@ class BatchService:
 
         def repeated(c: Candidate) -> int:
             code = c.facts.get("attention.code")
-            return self.decisions._repeated(c.session_id, decision, c.facts) + self.batches.executed_count(
-                c.session_id, decision, code)
+            single: int = self.decisions._repeated(c.session_id, decision, c.facts)
+            return single + self.batches.executed_count(c.session_id, decision, code)
 
         chosen = plan(self.runbooks, decision, candidates, reason=reason, cause_fixed=cause_fixed,
                       repeated=repeated, threshold=policy.repeat_threshold)

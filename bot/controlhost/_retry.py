@@ -36,8 +36,9 @@ class RetryPolicy:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
         if retry_after is not None:
             return max(0.0, min(retry_after, self.max_retry_after))
-        capped = min(self.max_delay, self.base_delay * (2 ** max(0, attempt - 1)))
-        return capped * (1 - self.jitter * (rng or random).random())
+        capped = min(self.max_delay, self.base_delay * (2.0 ** max(0, attempt - 1)))
+        draw = rng.random() if rng is not None else random.random()
+        return capped * (1 - self.jitter * draw)
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:

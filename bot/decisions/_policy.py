@@ -75,7 +75,7 @@ class DecisionPolicy:
 
     def request(
         self, session_id: str, facts: Mapping[str, Any], flags: Mapping[str, Any]
-    ) -> tuple[str, str, dict]:
+    ) -> tuple[str, str, dict[str, Any]]:
         """Method, path and body, built from the runbook's request spec (``arg:``/``flag:``/``fact:``/``const:``)."""
         req = self.spec.request
         body: dict[str, Any] = {}

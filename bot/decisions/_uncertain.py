@@ -98,7 +98,7 @@ class UncertainMixin:
 
     @property
     def finisher(self) -> Finisher:
-        made = self.__dict__.get("_finisher")
+        made: Finisher | None = self.__dict__.get("_finisher")
         if made is None:
             made = self.__dict__.setdefault("_finisher", Finisher())
         return made

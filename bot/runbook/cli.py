@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TextIO, TypeVar
 
 from bot.errors import RunbookError
 from bot.runbook.loader import expand_paths, load_runbooks
@@ -24,7 +24,7 @@ Files are checked together (a subcommand defined twice across them is an error).
 Exit status: 0 valid, 1 problems found (one `file:line: what is wrong` per line)."""
 
 
-def check(paths: list[str], out: Any = None, err: Any = None, *, where: str = "") -> int:
+def check(paths: list[str], out: TextIO | None = None, err: TextIO | None = None, *, where: str = "") -> int:
     """Validate runbooks; print a summary (exit 0) or every problem (exit 1)."""
     out = out or sys.stdout
     err = err or sys.stderr
@@ -55,7 +55,10 @@ def _handler(args: argparse.Namespace, settings: object = None) -> int:
     return check([str(directory)], where=f" in {directory}")
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+_P = TypeVar("_P", bound=argparse.ArgumentParser)
+
+
+def register(subparsers: argparse._SubParsersAction[_P]) -> _P:
     """Add ``runbook check FILE…`` to an argparse subparsers object."""
     parser = subparsers.add_parser(
         "runbook",

@@ -190,7 +190,7 @@ class Test(Cond):
         if pair is None:
             return None
         left, right = pair
-        return {"gt": left > right, "ge": left >= right, "lt": left < right, "le": left <= right}[self.op]
+        return bool({"gt": left > right, "ge": left >= right, "lt": left < right, "le": left <= right}[self.op])
 
     def refs(self) -> list[Ref]:
         out = [self.subject]

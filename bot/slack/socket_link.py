@@ -139,7 +139,7 @@ class SocketLink:
                     self.state = "connected"
                 elif kind == "disconnect":
                     log.info("Socket Mode: disconnect (%s): reconnecting", message.get("reason"))
-                    return message.get("reason") == "refresh_requested"
+                    return bool(message.get("reason") == "refresh_requested")
                 elif message.get("envelope_id"):
                     self._pool.submit(self._handle, ws, message)
         except (ConnectionClosed, WebSocketException, OSError) as exc:

@@ -97,8 +97,10 @@ class SlackOut:
     def rate_limited_since(self, since: float) -> float | None:
         """The Retry-After of a 429 Slack answered after ``since`` (monotonic), if any."""
         for handler in self.client.retry_handlers or []:
-            last = getattr(handler, "last", None)
-            if isinstance(handler, NotingRateLimitHandler) and last is not None and last[0] >= since:
+            if not isinstance(handler, NotingRateLimitHandler):
+                continue
+            last = handler.last
+            if last is not None and last[0] >= since:
                 return last[1]
         return None
 

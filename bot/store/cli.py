@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from bot.errors import StoreError
 from bot.settings import Settings
@@ -30,7 +30,10 @@ example:
 _DB_HELP = "SQLite step store (default: RECOVER_DB or ./recover.db)"
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+_P = TypeVar("_P", bound=argparse.ArgumentParser)
+
+
+def register(subparsers: argparse._SubParsersAction[_P]) -> _P:
     """Add ``audit verify`` and ``audit export`` to an argparse subparsers object."""
     parser = subparsers.add_parser(
         "audit",
