@@ -18,11 +18,12 @@ from bot.bulk import Bulk
 from bot.clock import Clock, SystemClock, isoformat
 from bot.controlhost import ApiPaths, ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService
+from bot.diagnosis.logcoverage import WorkerLogSource
 from bot.diagnosis.model import ReconcilerStatus
 from bot.diagnosis.service import Diagnoser
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
 from bot.errors import StartupError
-from bot.logs import FileLogSource, LogSource
+from bot.logs import FileLogSource
 from bot.messages import Message
 from bot.runbook import RunbookSet, load_runbooks
 from bot.settings import Settings, reveal
@@ -197,7 +198,7 @@ def build_services(
         docker_client_factory=docker_factory,
         clock=clock,
     )
-    log_source: LogSource | None = None
+    log_source: WorkerLogSource | None = None
     if settings.log_files:
         log_source = FileLogSource(settings.log_files)
     elif sandbox is not None:

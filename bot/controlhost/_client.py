@@ -272,7 +272,7 @@ class ControlHostClient:
         self.clock.sleep(delay)
         return True
 
-    def _get(self, path: str, *, params: Mapping[str, Any] | None = None, what: str) -> Any:
+    def _get(self, path: str, *, params: Mapping[str, Any] | None = None, what: str) -> object:
         last: ControlHostError | None = None
         for attempt in range(1, self.retry.attempts + 1):
             retry_after: float | None = None

@@ -8,7 +8,6 @@ an installation whose API names a field differently maps it in the runbook's ``a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 #: The canonical fields of each object the bot reads (docs/control-host-api.md's names).
 KNOWN_FIELDS: dict[str, tuple[str, ...]] = {
@@ -36,7 +35,7 @@ _NESTED = {"attention": "attention", "checkpoint": "checkpoint", "execution": "e
 FieldNames = Mapping[str, Mapping[str, str]]
 
 
-def canonical(kind: str, data: Any, names: FieldNames) -> Any:
+def canonical(kind: str, data: object, names: FieldNames) -> object:
     """``data`` with the installation's field names renamed to the canonical ones (nested too).
 
     Anything that is not an object is returned unchanged: the tolerant parsers decide what it means.

@@ -1,8 +1,9 @@
 """Typed views of the control host's answers, parsed tolerantly.
 
 docs/control-host-api.md marks many fields as assumed, so parsing never trusts a shape: unknown fields are
-ignored, a missing or mistyped optional field becomes ``None`` (shown to people as "unknown"), and
-the original object is kept in ``raw`` for anything a later version needs.
+ignored, a missing, empty or mistyped optional field becomes ``None`` (shown to people as "unknown"), and
+the original object is kept in ``raw`` for anything a later version needs. This is the only place that
+reads the API's JSON leniently: everything past the client reads these models' typed fields.
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ def show(value: object) -> str:
     return str(value)
 
 
-def _obj(value: Any) -> dict[str, Any]:
+def _obj(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
 def _str(data: dict[str, Any], key: str) -> str | None:
+    """Text, or a number as text; an empty string is as good as missing (None)."""
     value = data.get(key)
     if isinstance(value, str):
-        return value
+        return value or None
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     return None
@@ -52,7 +54,10 @@ def _int(data: dict[str, Any], key: str) -> int | None:
 
 
 def _bool(data: dict[str, Any], key: str) -> bool | None:
+    """A JSON boolean, or the text "true"/"false" (any case); anything else is unknown."""
     value = data.get(key)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
     return value if isinstance(value, bool) else None
 
 
@@ -65,10 +70,12 @@ class Attention:
     failures: int | None
     retry_at: datetime | None
     retry_at_text: str | None
+    #: ``retry_at`` present and null: no retry is scheduled (R2.2); a missing field stays unknown.
+    retry_at_null: bool = False
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, data: Any) -> Attention | None:
+    def parse(cls, data: object) -> Attention | None:
         if not isinstance(data, dict):
             return None
         return cls(
@@ -77,6 +84,7 @@ class Attention:
             failures=_int(data, "failures"),
             retry_at=parse_time(data.get("retry_at")),
             retry_at_text=_str(data, "retry_at"),
+            retry_at_null="retry_at" in data and data["retry_at"] is None,
             raw=data,
         )
 
@@ -89,7 +97,7 @@ class Checkpoint:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, data: Any) -> Checkpoint | None:
+    def parse(cls, data: object) -> Checkpoint | None:
         if not isinstance(data, dict):
             return None
         return cls(
@@ -109,7 +117,7 @@ class Execution:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, data: Any) -> Execution | None:
+    def parse(cls, data: object) -> Execution | None:
         if not isinstance(data, dict):
             return None
         return cls(
@@ -131,7 +139,7 @@ class Session:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, data: Any, fallback_id: str = "") -> Session:
+    def parse(cls, data: object, fallback_id: str = "") -> Session:
         d = _obj(data)
         return cls(
             id=_str(d, "id") or fallback_id,
@@ -154,7 +162,7 @@ class SessionPage:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, data: Any) -> SessionPage:
+    def parse(cls, data: object) -> SessionPage:
         d = _obj(data)
         items = d.get("sessions")
         sessions = [Session.parse(s) for s in items if isinstance(s, dict)] if isinstance(items, list) else []
@@ -172,7 +180,7 @@ class Turn:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, data: Any, fallback_id: str = "") -> Turn:
+    def parse(cls, data: object, fallback_id: str = "") -> Turn:
         d = _obj(data)
         return cls(
             id=_str(d, "id") or fallback_id,
@@ -196,7 +204,7 @@ class Event:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, data: Any) -> Event:
+    def parse(cls, data: object) -> Event:
         d = _obj(data)
         return cls(
             seq=_int(d, "seq"),
@@ -216,7 +224,7 @@ class EventPage:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, data: Any) -> EventPage:
+    def parse(cls, data: object) -> EventPage:
         d = _obj(data)
         items = d.get("events")
         events = [Event.parse(e) for e in items if isinstance(e, dict)] if isinstance(items, list) else []
@@ -232,7 +240,7 @@ class ReceiptSession:
     admission_state: str | None
 
     @classmethod
-    def parse(cls, data: Any) -> ReceiptSession | None:
+    def parse(cls, data: object) -> ReceiptSession | None:
         if not isinstance(data, dict):
             return None
         return cls(
@@ -257,7 +265,7 @@ class Receipt:
 
     @classmethod
     def parse(
-        cls, data: Any, *, http_status: int | None = None, idempotency_key: str | None = None
+        cls, data: object, *, http_status: int | None = None, idempotency_key: str | None = None
     ) -> Receipt:
         d = _obj(data)
         return cls(

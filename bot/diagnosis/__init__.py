@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bot.diagnosis.facts import ALL_FACTS, SOURCES, FactValue, empty_facts
+from bot.diagnosis.logcoverage import WorkerLogSource
 from bot.diagnosis.model import Diagnosis, Evidence, ReconcilerStatus, ReconcilerStatusSource, SourceStatus
 from bot.diagnosis.service import DEFAULT_BUDGET_SECONDS, Diagnoser
 from bot.diagnosis.timeline import ControlResult, InterruptTimeline, StageEntry, build_timelines
@@ -21,6 +22,7 @@ __all__ = [
     "ReconcilerStatusSource",
     "SourceStatus",
     "StageEntry",
+    "WorkerLogSource",
     "build_timelines",
     "empty_facts",
 ]

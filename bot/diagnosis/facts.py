@@ -259,7 +259,7 @@ NOTABLE_EVENTS = frozenset(
         tl.LATE_ANSWER,
     }
 )
-_MAX_NOTABLE = 40
+MAX_NOTABLE = 40
 
 
 def _fields(line: Any) -> Mapping[str, Any]:
@@ -367,7 +367,7 @@ class LogScanResult:
         self.unanswered = self.unanswered or unanswered
         if event in (tl.STAGE_EVENT, tl.LATE_ANSWER, tl.CONTROL_RESULT_EVENT):
             self.interrupt_lines.append(line)
-        if (event in NOTABLE_EVENTS or unanswered or stopping_failed) and len(self.notable) < _MAX_NOTABLE:
+        if (event in NOTABLE_EVENTS or unanswered or stopping_failed) and len(self.notable) < MAX_NOTABLE:
             self.notable.append(line)
 
 

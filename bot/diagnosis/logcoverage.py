@@ -22,14 +22,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Protocol
 
-from bot.clock import parse_time
+from bot.controlhost import Event, Turn
 from bot.diagnosis import facts as F
-from bot.logs import Coverage, LogSegment, LogSourceError
+from bot.logs import Coverage, LogSegment, LogSource, LogSourceError
 
 #: Full scans reading past their first answer at the same time (two cores: more would only compete).
 MAX_BACKGROUND_SCANS = 2
@@ -44,16 +44,19 @@ _background = threading.BoundedSemaphore(MAX_BACKGROUND_SCANS)
 # -- what the turn tells about where to look -----------------------------------------------------------
 
 
-def _get(obj: Any, name: str) -> Any:
-    if obj is None:
-        return None
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+class WorkerLogSource(LogSource, Protocol):
+    """A log source diagnose can read in stretches, nearest the turn first (files and Docker both can)."""
 
-
-def _dt(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    return parse_time(value) if isinstance(value, str) else None
+    def segments_for_session(
+        self,
+        session_id: str,
+        *,
+        since: datetime,
+        until: datetime | None = None,
+        focus: tuple[datetime, datetime] | None = None,
+        on_bytes: Callable[[int], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[LogSegment]: ...
 
 
 class Focus:
@@ -69,14 +72,14 @@ class Focus:
         self._turns_done = threading.Event()
         self._events_done = threading.Event()
 
-    def set_turn(self, head: Any, detail: Any) -> None:
+    def set_turn(self, head: Turn | None, detail: Turn | None) -> None:
         turn = detail if detail is not None else head
         if turn is not None:
-            self._turn = (_dt(_get(turn, "started_at")), _dt(_get(turn, "ended_at")))
+            self._turn = (turn.started_at, turn.ended_at)
         self._turns_done.set()
 
-    def set_events(self, events: list[Any]) -> None:
-        self._events = [t for t in (_dt(_get(e, "at")) for e in events[-5:]) if t is not None]
+    def set_events(self, events: list[Event]) -> None:
+        self._events = [e.at for e in events[-5:] if e.at is not None]
         self._events_done.set()
 
     def give_up(self) -> None:
@@ -119,9 +122,7 @@ def merge_results(parts: list[F.LogScanResult]) -> F.LogScanResult:
                 mine.extend(theirs)
             elif theirs is not None:
                 setattr(out, f.name, theirs)
-    cap = getattr(F, "_MAX_NOTABLE", None)
-    if isinstance(cap, int):
-        del out.notable[cap:]
+    del out.notable[F.MAX_NOTABLE :]
     return out
 
 
@@ -172,7 +173,7 @@ class LogReadJob:
 
     def __init__(
         self,
-        source: Any,
+        source: WorkerLogSource,
         session_id: str,
         *,
         since: datetime,
@@ -214,16 +215,9 @@ class LogReadJob:
     # -- reading (job thread) -----------------------------------------------------------------------
 
     def _segments(self, focus: tuple[datetime, datetime] | None) -> Iterator[LogSegment]:
-        segments = getattr(self.source, "segments_for_session", None)
-        if callable(segments):
-            yield from segments(
-                self.session_id, since=self.since, focus=focus, on_bytes=self._count, stop=self._stop
-            )
-            return
-        # A source without segments: one forward scan, no byte budget (the job stops it).
-        scan = self.source.lines_for_session(self.session_id, since=self.since, byte_budget=2**62)
-        name = str(getattr(self.source, "name", "log"))
-        yield LogSegment(rank=(0,), scan=scan, coverage=Coverage(source=name), label="whole log")
+        yield from self.source.segments_for_session(
+            self.session_id, since=self.since, focus=focus, on_bytes=self._count, stop=self._stop
+        )
 
     def _count(self, n: int) -> None:
         with self._lock:
@@ -245,13 +239,12 @@ class LogReadJob:
                         result.add(line)
                     if n % 256 == 255 and time.monotonic() > deadline:
                         self._stop.set()
-                stats = getattr(segment.scan, "stats", None)
-                if stats is not None:
-                    with self._lock:
-                        self._problems.extend(getattr(stats, "problems", []) or [])
-                        if not segment.coverage.bytes_read:
-                            segment.coverage.bytes_read = int(getattr(stats, "bytes_read", 0) or 0)
-                            segment.coverage.complete = not getattr(stats, "truncated", False)
+                stats = segment.scan.stats
+                with self._lock:
+                    self._problems.extend(stats.problems)
+                    if not segment.coverage.bytes_read:
+                        segment.coverage.bytes_read = stats.bytes_read
+                        segment.coverage.complete = not stats.truncated
                 if self._stop.is_set():
                     break
                 if self._first_ready.is_set() and not holding:

@@ -6,13 +6,21 @@ this module and neither imports the other.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
+from bot.controlhost import Event
 from bot.diagnosis import facts as F
 from bot.diagnosis import logcoverage
 from bot.diagnosis.timeline import ControlResult, InterruptTimeline
+from bot.logs import LogLine
+from bot.runbook.evaluate import Evaluation
+from bot.runbook.model import RunbookSet
+
+#: How facts become an evaluation (``bot.runbook.evaluate.evaluate``; the same for diagnose and follow-ups).
+Evaluate = Callable[[RunbookSet, Mapping[str, object]], Evaluation]
 
 
 @dataclass(frozen=True)
@@ -46,8 +54,8 @@ class Evidence:
 
     timeline: InterruptTimeline | None = None
     control_result: ControlResult | None = None
-    log_lines: list[Any] = field(default_factory=list)
-    events: list[Any] = field(default_factory=list)
+    log_lines: list[LogLine] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     logs_truncated: bool = False
     reconciler_raw: object = None
     #: What of the worker log the answer is based on (one line; see diagnosis.logcoverage).
@@ -60,7 +68,7 @@ class Diagnosis:
 
     session_id: str
     facts: dict[str, F.FactValue]
-    evaluation: Any
+    evaluation: Evaluation
     sources: list[SourceStatus]
     evidence: Evidence
     gathered_at: datetime

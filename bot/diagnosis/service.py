@@ -15,17 +15,17 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from bot.clock import Clock, SystemClock, isoformat
-from bot.controlhost import deadline_at
+from bot.controlhost import ControlHostClient, Event, Session, Turn, deadline_at
 from bot.diagnosis import facts as F
 from bot.diagnosis import logcoverage, wording
 from bot.diagnosis.followup import follow_up
 from bot.diagnosis.model import (
     Diagnosis,
+    Evaluate,
     Evidence,
     ReconcilerStatus,
     ReconcilerStatusSource,
@@ -34,6 +34,8 @@ from bot.diagnosis.model import (
 from bot.errors import CommandError, ControlHostAuthError, ControlHostError, RecoverError
 from bot.messages import Reply, Reporter
 from bot.runbook.evaluate import evaluate as runbook_evaluate
+from bot.runbook.model import RunbookSet
+from bot.store import Step, Store
 from bot.workpool import PoolBusy, WorkPool
 
 DEFAULT_BUDGET_SECONDS = 10.0
@@ -51,38 +53,29 @@ class _DeadlinePassed(Exception):
 
 @dataclass
 class _SessionResult:
-    session: Any = None
+    session: Session | None = None
     found: bool = True
 
 
 @dataclass
 class _TurnsResult:
-    head: Any = None
-    detail: Any = None
+    head: Turn | None = None
+    detail: Turn | None = None
     session_missing: bool = False
 
 
-def _budget_seconds(runbooks: Any, name: str, default: float) -> float:
+@dataclass
+class _EventsResult:
+    events: list[Event] = field(default_factory=list)
+
+
+def _budget_seconds(runbooks: RunbookSet, name: str, default: float) -> float:
     """A duration limit from the runbook; its absence means the documented default, never a crash."""
-    limit = getattr(runbooks, "limit", None)
-    if limit is None:
-        return default
     try:
-        value = float(limit(name))
+        value = float(runbooks.limit(name))
     except (KeyError, ValueError, TypeError, RecoverError):
         return default
     return value if value > 0 else default
-
-
-def _items(page: Any, key: str) -> tuple[list[Any], Any]:
-    """(items, next) from a list or a page object/dict (the client's page shape is its own business)."""
-    if isinstance(page, list | tuple):
-        return list(page), None
-    if isinstance(page, dict):
-        items = page.get(key)
-        return (list(items) if isinstance(items, list) else []), page.get("next")
-    items = getattr(page, key, None)
-    return (list(items) if isinstance(items, list | tuple) else []), getattr(page, "next", None)
 
 
 class Diagnoser:
@@ -91,13 +84,13 @@ class Diagnoser:
     def __init__(
         self,
         *,
-        client: Any,
-        runbooks: Any,
-        store: Any,
-        log_source: Any | None,
+        client: ControlHostClient,
+        runbooks: RunbookSet,
+        store: Store,
+        log_source: logcoverage.WorkerLogSource | None,
         reconciler_status: ReconcilerStatusSource | None,
         clock: Clock | None = None,
-        evaluate: Callable[[Any, dict[str, F.FactValue]], Any] | None = None,
+        evaluate: Evaluate | None = None,
         pool: WorkPool | None = None,
     ) -> None:
         self.client = client
@@ -108,7 +101,7 @@ class Diagnoser:
         self.log_source = log_source
         self.reconciler_status = reconciler_status
         self.clock: Clock = clock or SystemClock()
-        self._evaluate = evaluate or runbook_evaluate
+        self._evaluate: Evaluate = evaluate or runbook_evaluate
 
     # -- limits (YAML) -------------------------------------------------------------------------------
 
@@ -134,8 +127,7 @@ class Diagnoser:
     # -- gathering -----------------------------------------------------------------------------------
 
     def _check_id(self, session_id: str) -> None:
-        pattern = getattr(self.runbooks, "id_pattern", None)
-        regex = pattern if isinstance(pattern, re.Pattern) else re.compile(_ID)
+        regex = self.runbooks.id_pattern or re.compile(_ID)
         if not isinstance(session_id, str) or not regex.match(session_id):
             raise CommandError(wording.bad_session_id(session_id), usage="/recover diagnose <session_id>")
 
@@ -150,7 +142,7 @@ class Diagnoser:
     def _read_turns(self, session_id: str) -> _TurnsResult:
         # Classification uses the turns endpoint (R3.1), not the attention code alone.
         try:
-            listed, _ = _items(self.client.list_turns(session_id, status="outcome_unknown"), "turns")
+            listed = self.client.list_turns(session_id, status="outcome_unknown")
         except ControlHostError as exc:
             if exc.code == "NOT_FOUND":
                 return _TurnsResult(session_missing=True)
@@ -158,23 +150,22 @@ class Diagnoser:
         head = F.pick_unknown_turn(listed)
         if head is None:
             return _TurnsResult()
-        turn_id = getattr(head, "id", None) if not isinstance(head, dict) else head.get("id")
-        detail = self.client.get_turn(session_id, turn_id) if turn_id else None
+        detail = self.client.get_turn(session_id, head.id) if head.id else None
         return _TurnsResult(head=head, detail=detail)
 
-    def _read_events(self, session_id: str, deadline: float) -> list[Any]:
-        events: list[Any] = []
-        after: Any = None
+    def _read_events(self, session_id: str, deadline: float) -> _EventsResult:
+        events: list[Event] = []
+        after: int | None = None
         for _ in range(_EVENT_PAGES):
             page = self.client.list_events(session_id, after=after)
-            items, nxt = _items(page, "events")
+            items, nxt = page.events, page.next
             events.extend(items)
             if not items or nxt is None or nxt == after:
                 break
             after = nxt
             if time.monotonic() > deadline:
                 raise _DeadlinePassed()
-        return events
+        return _EventsResult(events)
 
     def _log_job(self, session_id: str, now: datetime, focus: logcoverage.Focus) -> logcoverage.LogReadJob:
         """The worker-log read: window around the turn first, the budget bounds only the first answer."""
@@ -213,15 +204,15 @@ class Diagnoser:
             finally:
                 focus.give_up()
 
-        def events() -> list[Any]:
+        def events() -> _EventsResult:
             try:
                 found = self._read_events(session_id, deadline)
-                focus.set_events(found)
+                focus.set_events(found.events)
                 return found
             finally:
                 focus.give_up()
 
-        tasks: dict[str, Callable[[], Any]] = {
+        tasks: dict[str, Callable[[], object]] = {
             "session": lambda: self._read_session(session_id),
             "turns": turns,
             "events": events,
@@ -234,12 +225,12 @@ class Diagnoser:
         if self.reconciler_status is not None:
             tasks["reconciler"] = self._read_reconciler
 
-        results: dict[str, Any] = {}
+        results: dict[str, object] = {}
         states: dict[str, SourceStatus] = {}
         finished_at: dict[str, float] = {}
         lock = threading.Lock()
 
-        def run(name: str, fn: Callable[[], Any]) -> Any:
+        def run(name: str, fn: Callable[[], object]) -> object:
             try:
                 if time.monotonic() >= deadline:
                     raise _DeadlinePassed()  # waited in the queue past the budget: do not start
@@ -250,7 +241,7 @@ class Diagnoser:
                 with lock:
                     finished_at[name] = time.monotonic()
 
-        futures: dict[cf.Future[Any], str] = {}
+        futures: dict[cf.Future[object], str] = {}
         for name, fn in tasks.items():
             try:
                 futures[self.pool.submit(functools.partial(run, name, fn))] = name
@@ -286,7 +277,8 @@ class Diagnoser:
                 states[name] = SourceStatus(name, F.SOURCE_NOT_CONFIGURED, detail)
         diagnosis = self._assemble(session_id, now, results, states)
         if job is not None:
-            diagnosis.log_snapshot = results.get("logs")
+            snapshot = results.get("logs")
+            diagnosis.log_snapshot = snapshot if isinstance(snapshot, logcoverage.LogSnapshot) else None
             if keep_reading_logs and diagnosis.log_snapshot is not None and not diagnosis.log_snapshot.complete:
                 diagnosis.log_job = job
             else:
@@ -294,26 +286,26 @@ class Diagnoser:
         return diagnosis
 
     def _assemble(
-        self, session_id: str, now: datetime, results: dict[str, Any], states: dict[str, SourceStatus]
+        self, session_id: str, now: datetime, results: dict[str, object], states: dict[str, SourceStatus]
     ) -> Diagnosis:
         facts = F.empty_facts(session_id, now)
         evidence = Evidence()
-        session_result: _SessionResult | None = results.get("session")
-        if session_result is not None:
-            if session_result.found:
+        session_result = results.get("session")
+        if isinstance(session_result, _SessionResult):
+            if session_result.found and session_result.session is not None:
                 facts.update(F.session_facts(session_result.session))
             else:
                 facts.update(F.session_missing_facts())
-        turns_result: _TurnsResult | None = results.get("turns")
-        if turns_result is not None and not turns_result.session_missing:
+        turns_result = results.get("turns")
+        if isinstance(turns_result, _TurnsResult) and not turns_result.session_missing:
             facts.update(F.turn_facts(turns_result.head, turns_result.detail))
-        events: list[Any] | None = results.get("events")
-        if events is not None:
-            facts.update(F.event_facts(events))
-            evidence.events = events
-        snapshot: logcoverage.LogSnapshot | None = results.get("logs")
-        scan = snapshot.result if snapshot is not None else None
-        if snapshot is not None and scan is not None:
+        events_result = results.get("events")
+        if isinstance(events_result, _EventsResult):
+            facts.update(F.event_facts(events_result.events))
+            evidence.events = events_result.events
+        snapshot = results.get("logs")
+        if isinstance(snapshot, logcoverage.LogSnapshot):
+            scan = snapshot.result
             evidence.log_coverage = snapshot.describe()
             turn = facts.get("unknown_turn.id")
             log_facts, log_evidence = F.log_facts_from(scan, turn_id=turn if isinstance(turn, str) else None)
@@ -322,8 +314,8 @@ class Diagnoser:
             evidence.control_result = log_evidence.control_result
             evidence.log_lines = log_evidence.notable
             evidence.logs_truncated = log_evidence.truncated
-        status: ReconcilerStatus | None = results.get("reconciler")
-        if status is not None:
+        status = results.get("reconciler")
+        if isinstance(status, ReconcilerStatus):
             facts.update(F.reconciler_facts(status))
             evidence.reconciler_raw = status.raw
         F.link_facts(facts)
@@ -366,7 +358,7 @@ class Diagnoser:
             )
         return diagnosis, reply
 
-    def record(self, diagnosis: Diagnosis, actor: str) -> Any:
+    def record(self, diagnosis: Diagnosis, actor: str) -> Step:
         """Record a ``diagnose`` step: the branch as its outcome, the facts as its detail.
 
         An unknown session (404) is recorded outside any case, so a typo does not open a case that
