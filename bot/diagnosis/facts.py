@@ -1,20 +1,23 @@
 """Facts: the flat vocabulary of docs/facts.md, extracted from API objects, log lines and reconciler status.
 
-Python extracts, YAML decides: every function here is pure and total — a missing field, a
-``None`` object or an unexpected type yields ``None`` (unknown) for the facts it feeds, never an
-exception, because a half-broken control host is exactly when diagnose must still answer.
+Python extracts, YAML decides: every function here is pure and total — a missing field or a
+``None`` object yields ``None`` (unknown) for the facts it feeds, never an exception, because a
+half-broken control host is exactly when diagnose must still answer. The lenient reading of odd
+shapes happens once, before: the control host's JSON in the client's models (bot.controlhost), log
+fields in :class:`bot.logs.LogLine`; here every input is already typed.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from bot.clock import isoformat, parse_time
+from bot.controlhost import Attention, Event, Session, Turn
 from bot.diagnosis import timeline as tl
+from bot.logs import LogLine
 from bot.redact import redact
 from bot.runbook.vocabulary import ALL_FACTS, LOG_FACTS, SOURCES
 
@@ -52,54 +55,9 @@ _CAUSE_FIELDS = ("error", "err", "reason", "message", "msg", "cause", "detail")
 _MAX_CAUSE_CHARS = 300
 
 
-def _get(obj: Any, name: str) -> Any:
-    """Attribute or key access, so typed models and plain JSON dicts both work."""
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-def _str(value: Any) -> str | None:
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        return value or None
-    if isinstance(value, int | float):
-        return str(value)
-    return None
-
-
-def _int(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value))
-    except ValueError:
-        return None
-
-
-def _bool(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    return None
-
-
-def _time(value: Any) -> str | None:
-    """Times become ISO 8601 Z strings (what conditions and people compare), whatever they arrived as."""
-    if isinstance(value, datetime):
-        return isoformat(value)
-    parsed = parse_time(value)
-    return isoformat(parsed) if parsed is not None else _str(value)
-
-
-def _datetime(value: Any) -> datetime | None:
-    return value if isinstance(value, datetime) else parse_time(value)
+def _iso(value: datetime | None) -> str | None:
+    """Times become ISO 8601 Z strings (what conditions and people compare)."""
+    return isoformat(value) if value is not None else None
 
 
 def empty_facts(session_id: str, now: datetime) -> Facts:
@@ -115,51 +73,53 @@ def empty_facts(session_id: str, now: datetime) -> Facts:
 # -- session detail ---------------------------------------------------------------------------------
 
 
-def _in_backoff(attention: Any, retry_at: str | None) -> bool | None:
+def _in_backoff(attention: Attention | None) -> bool | None:
     """R2.2: no attention → not in backoff; ``retry_at`` a time → in backoff; present and null →
     not in backoff; missing, or not a time → unknown."""
     if attention is None:
         return False
-    if retry_at is not None:
-        return parse_time(retry_at) is not None or None
-    raw = attention if isinstance(attention, Mapping) else _get(attention, "raw")
-    if isinstance(raw, Mapping) and "retry_at" in raw and raw["retry_at"] is None:
+    if attention.retry_at is not None:
+        return True
+    if attention.retry_at_text is None and attention.retry_at_null:
         return False
     return None
 
 
-def session_facts(session: Any) -> Facts:
+def session_facts(session: Session) -> Facts:
     """Facts from the session detail (GET /v1/sessions/{id}); fields missing upstream stay None."""
-    attention = _get(session, "attention")
-    checkpoint = _get(session, "checkpoint")
-    execution = _get(session, "execution")
-    retry_at = _time(_get(attention, "retry_at")) if attention is not None else None
-    state = _str(_get(execution, "state"))
+    attention = session.attention
+    checkpoint = session.checkpoint
+    execution = session.execution
+    retry_at: str | None = None
+    if attention is not None:
+        # A time the API sent but that does not read as one is shown as sent (and is not a backoff).
+        retry_at = _iso(attention.retry_at) or attention.retry_at_text
+    state = execution.state if execution is not None else None
     facts: Facts = {
         "session.found": True,
-        "session.status": _str(_get(session, "status")),
-        "session.admission_state": _str(_get(session, "admission_state")),
-        "session.revision": _int(_get(session, "revision")),
-        "session.resumable": _bool(_get(session, "resumable")),
-        "session.queued_inputs": _int(_get(session, "queued_inputs")),
+        "session.status": session.status,
+        "session.admission_state": session.admission_state,
+        "session.revision": session.revision,
+        "session.resumable": session.resumable,
+        "session.queued_inputs": session.queued_inputs,
         "attention.present": attention is not None,
-        "attention.code": _str(_get(attention, "code")),
-        "attention.reason": _str(_get(attention, "reason")),
-        "attention.failures": _int(_get(attention, "failures")),
+        "attention.code": attention.code if attention else None,
+        "attention.reason": attention.reason if attention else None,
+        "attention.failures": attention.failures if attention else None,
         "attention.retry_at": retry_at,
         # R2.1, R2.2, R2.10: retry_at set = still in backoff; present and null once stopped (or
         # relaunched). A missing or unreadable retry_at is unknown, never taken for null.
-        "attention.in_backoff": _in_backoff(attention, retry_at),
+        "attention.in_backoff": _in_backoff(attention),
         "checkpoint.present": checkpoint is not None,
-        "checkpoint.id": _str(_get(checkpoint, "id")),
-        "checkpoint.covers_turn_id": _str(_get(checkpoint, "covers_turn_id")),
+        "checkpoint.id": checkpoint.id if checkpoint else None,
+        "checkpoint.covers_turn_id": checkpoint.covers_turn_id if checkpoint else None,
         "execution.state": state,
         # R3.9: the scheduler's pass confirmed the container absent.
         # The API accepts abandon/confirm only when execution.state is gone, so that is the test here.
         "execution.confirmed_gone": (state == "gone") if state is not None else None,
         # R3.9, R3.10: when the scheduler confirmed it; an effects account older than this was
         # written while the worker could still act.
-        "execution.confirmed_gone_at": _time(_get(execution, "confirmed_gone_at")),
+        "execution.confirmed_gone_at": _iso(execution.confirmed_gone_at) if execution else None,
     }
     return facts
 
@@ -172,18 +132,18 @@ def session_missing_facts() -> Facts:
 # -- turns ------------------------------------------------------------------------------------------
 
 
-def pick_unknown_turn(turns: Iterable[Any]) -> Any:
+def pick_unknown_turn(turns: Iterable[Turn]) -> Turn | None:
     """The outcome_unknown turn at the head of the queue: the oldest one (the API lists newest first)."""
-    unknown = [t for t in turns if _get(t, "status") in (None, "outcome_unknown")]
+    unknown = [t for t in turns if t.status in (None, "outcome_unknown")]
     if not unknown:
         return None
-    dated = [(_datetime(_get(t, "started_at")), i, t) for i, t in enumerate(unknown)]
+    dated = [(t.started_at, i, t) for i, t in enumerate(unknown)]
     if all(d is not None for d, _, _ in dated):
         return min(dated, key=lambda x: (x[0], -x[1]))[2]
     return unknown[-1]
 
 
-def turn_facts(head: Any, detail: Any = None) -> Facts:
+def turn_facts(head: Turn | None, detail: Turn | None = None) -> Facts:
     """Facts about the outcome-unknown turn (R3.1): ``head`` from the list, ``detail`` from get_turn.
 
     The terminal reason comes from the turn itself (GET …/turns/{id}), not from the attention code:
@@ -198,11 +158,9 @@ def turn_facts(head: Any, detail: Any = None) -> Facts:
         }
     return {
         "unknown_turn.present": True,
-        "unknown_turn.id": _str(_get(detail, "id")) or _str(_get(head, "id")),
-        "unknown_turn.terminal_reason": (
-            _str(_get(detail, "terminal_reason")) or _str(_get(head, "terminal_reason"))
-        ),
-        "unknown_turn.control_id": _str(_get(detail, "control_id")) or _str(_get(head, "control_id")),
+        "unknown_turn.id": (detail.id if detail else None) or head.id or None,
+        "unknown_turn.terminal_reason": (detail.terminal_reason if detail else None) or head.terminal_reason,
+        "unknown_turn.control_id": (detail.control_id if detail else None) or head.control_id,
     }
 
 
@@ -224,9 +182,9 @@ def link_facts(facts: Facts) -> Facts:
 # -- events -----------------------------------------------------------------------------------------
 
 
-def event_facts(events: Iterable[Any]) -> Facts:
+def event_facts(events: Iterable[Event]) -> Facts:
     """Counts of the system events the runbook names (R2.5, R2.12)."""
-    names = [_str(_get(e, "name")) or _str(_get(e, "type")) for e in events]
+    names = [e.name or e.type for e in events]
     return {
         "events.restore_failed": names.count("checkpoint_restore_failed"),
         "events.startup_failed": names.count("startup_failed"),
@@ -242,7 +200,7 @@ class LogEvidence:
 
     timeline: tl.InterruptTimeline | None = None
     control_result: tl.ControlResult | None = None
-    notable: list[Any] = field(default_factory=list)
+    notable: list[LogLine] = field(default_factory=list)
     lines_read: int = 0
     truncated: bool = False
 
@@ -262,19 +220,7 @@ NOTABLE_EVENTS = frozenset(
 MAX_NOTABLE = 40
 
 
-def _fields(line: Any) -> Mapping[str, Any]:
-    fields = getattr(line, "fields", None)
-    return fields if isinstance(fields, Mapping) else {}
-
-
-def _line_text(line: Any) -> str:
-    text = getattr(line, "text", None)
-    if not isinstance(text, str):
-        text = getattr(line, "raw", None)
-    return text if isinstance(text, str) else ""
-
-
-def _is_damage(line: Any, event: str | None) -> bool:
+def _is_damage(line: LogLine, event: str | None) -> bool:
     """R2.5, R2.8: permanent damage in a restore-related line (transient outage lines never count).
 
     Interrupt-stage lines are left out on purpose: CHECKPOINT_UNAVAILABLE at finalize means the API
@@ -284,26 +230,24 @@ def _is_damage(line: Any, event: str | None) -> bool:
         return False
     if event == EV_RESTORE_REFUSED:
         return True
-    fields = _fields(line)
     for key in _DAMAGE_FIELDS:
-        value = fields.get(key)
-        if _int(value) in (401, 403, 404):
+        if line.int_of(key) in (401, 403, 404):
             return True
+        value = line.fields.get(key)
         if isinstance(value, str) and _DAMAGE_TEXT.search(value):
             return True
-    return bool(_DAMAGE_TEXT.search(_line_text(line)))
+    return bool(_DAMAGE_TEXT.search(line.text))
 
 
-def _cause(line: Any) -> str | None:
+def _cause(line: LogLine) -> str | None:
     """The error text of a worker.failed / worker.stopping line (R2.13), redacted and bounded."""
-    fields = _fields(line)
     for key in _CAUSE_FIELDS:
-        value = fields.get(key)
+        value = line.fields.get(key)
         if isinstance(value, str) and value.strip() and value.strip() != "failed":
             text = value.strip()
             break
     else:
-        text = _line_text(line).strip()
+        text = line.text.strip()
     if not text:
         return None
     text = redact(text)
@@ -333,16 +277,15 @@ class LogScanResult:
     damage: bool = False
     unanswered: bool = False
     cause: str | None = None
-    interrupt_lines: list[Any] = field(default_factory=list)
-    notable: list[Any] = field(default_factory=list)
+    interrupt_lines: list[LogLine] = field(default_factory=list)
+    notable: list[LogLine] = field(default_factory=list)
     truncated: bool = False
 
-    def add(self, line: Any) -> None:
+    def add(self, line: LogLine) -> None:
         self.total += 1
-        raw_event = getattr(line, "event", None)
-        event = raw_event if isinstance(raw_event, str) else None
-        fields = _fields(line)
-        text = _line_text(line)
+        event = line.event
+        fields = line.fields
+        text = line.text
         stopping_failed = event == EV_STOPPING and str(fields.get("kind", "")).lower() == "failed"
         if event == EV_RESTORE_UNAVAILABLE:
             self.counts["restore_unavailable"] += 1
@@ -371,7 +314,7 @@ class LogScanResult:
             self.notable.append(line)
 
 
-def scan_log_lines(lines: Iterable[Any]) -> LogScanResult:
+def scan_log_lines(lines: Iterable[LogLine]) -> LogScanResult:
     """Read every line once (streaming: only interrupt and notable lines are kept)."""
     scan = LogScanResult()
     for line in lines:
@@ -411,7 +354,7 @@ def log_facts_from(scan: LogScanResult, *, turn_id: str | None = None) -> tuple[
     return facts, evidence
 
 
-def log_facts(lines: Iterable[Any], *, turn_id: str | None = None) -> tuple[Facts, LogEvidence]:
+def log_facts(lines: Iterable[LogLine], *, turn_id: str | None = None) -> tuple[Facts, LogEvidence]:
     """Facts and evidence from the worker's log lines for one session (R2.5–R2.8, R2.13, R2.16, R3.1–R3.5)."""
     return log_facts_from(scan_log_lines(lines), turn_id=turn_id)
 
@@ -419,10 +362,10 @@ def log_facts(lines: Iterable[Any], *, turn_id: str | None = None) -> tuple[Fact
 # -- reconciler -------------------------------------------------------------------------------------
 
 
-def reconciler_facts(status: Any) -> Facts:
+def reconciler_facts(last_pass: str | None, last_pass_at: str | None) -> Facts:
     """Facts from the reconciler's last pass (R1.4); shape of the status file unknown, so only two facts."""
-    last = _str(_get(status, "last_pass"))
+    at = parse_time(last_pass_at)
     return {
-        "reconciler.last_pass": last.lower() if last else None,
-        "reconciler.last_pass_at": _time(_get(status, "last_pass_at")),
+        "reconciler.last_pass": last_pass.lower() if last_pass else None,
+        "reconciler.last_pass_at": isoformat(at) if at is not None else (last_pass_at or None),
     }

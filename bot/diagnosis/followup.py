@@ -5,30 +5,30 @@ See :mod:`bot.diagnosis.logcoverage` for why diagnose answers before the whole l
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from bot.clock import isoformat
 from bot.diagnosis import facts as F
 from bot.diagnosis import wording
-from bot.diagnosis.logcoverage import FULL_SCAN_TIMEOUT_SECONDS, LogReadJob, LogSnapshot, new_evidence
-from bot.messages import Message
+from bot.diagnosis.logcoverage import FULL_SCAN_TIMEOUT_SECONDS, LogReadJob, new_evidence
+from bot.diagnosis.model import Diagnosis, Evaluate
+from bot.messages import Message, Reporter
+from bot.runbook.model import RunbookSet
+from bot.store import Store
 
 
 def follow_up(
-    diagnosis: Any,
+    diagnosis: Diagnosis,
     job: LogReadJob,
     *,
-    runbooks: Any,
-    evaluate: Callable[[Any, F.Facts], Any],
-    store: Any,
+    runbooks: RunbookSet,
+    evaluate: Evaluate,
+    store: Store,
     actor: str,
-    reporter: Any,
+    reporter: Reporter,
     timeout: float = FULL_SCAN_TIMEOUT_SECONDS,
 ) -> Message | None:
     """Wait for the whole log; when it adds evidence, record a ``diagnose_followup`` step and post ONE
     message to the case's thread through ``reporter``. Returns that message (None: nothing new)."""
-    first_snap: LogSnapshot | None = getattr(diagnosis, "log_snapshot", None)
+    first_snap = diagnosis.log_snapshot
     final_snap = job.final(timeout)
     if first_snap is None or final_snap is None:
         return None
@@ -43,7 +43,7 @@ def follow_up(
     facts = dict(diagnosis.facts)
     facts.update(final_facts)
     evaluation = evaluate(runbooks, facts)
-    before, after = wording.branch_id(diagnosis.evaluation), wording.branch_id(evaluation)
+    before, after = diagnosis.evaluation.branch_id, evaluation.branch_id
     lines = [final_snap.describe(), "Found after the first answer: " + "; ".join(found) + "."]
     if final_evidence.timeline is not None:
         lines.extend(wording.timeline_lines(final_evidence.timeline))
@@ -51,7 +51,7 @@ def follow_up(
         lines.append(wording.control_result_line(final_evidence.control_result))
     if after != before:
         lines.append(
-            f"With these lines the runbook picks a different branch: {wording.branch_title(evaluation)} "
+            f"With these lines the runbook picks a different branch: {evaluation.title} "
             f"({after}, was {before}). Run `/recover diagnose {sid}` again before deciding."
         )
     else:
@@ -60,7 +60,7 @@ def follow_up(
         headline=f"{sid}: the whole worker log adds evidence the first answer did not have",
         level="warn",
         lines=lines,
-        rules=wording.rules(evaluation),
+        rules=list(evaluation.rules),
         session_id=sid,
         kind="diagnosis_followup",
     )

@@ -316,7 +316,7 @@ class Diagnoser:
             evidence.logs_truncated = log_evidence.truncated
         status = results.get("reconciler")
         if isinstance(status, ReconcilerStatus):
-            facts.update(F.reconciler_facts(status))
+            facts.update(F.reconciler_facts(status.last_pass, status.last_pass_at))
             evidence.reconciler_raw = status.raw
         F.link_facts(facts)
         ordered = [states[name] for name in F.SOURCES] + [s for n, s in states.items() if n not in F.SOURCES]
@@ -364,7 +364,7 @@ class Diagnoser:
         An unknown session (404) is recorded outside any case, so a typo does not open a case that
         then sits in everyone's ``/recover cases`` list.
         """
-        branch = wording.branch_id(diagnosis.evaluation) or "unknown"
+        branch = diagnosis.evaluation.branch_id or "unknown"
         known = diagnosis.facts.get("session.found") is not False
         return self.store.record_step(
             diagnosis.session_id if known else None,

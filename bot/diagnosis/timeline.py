@@ -7,10 +7,11 @@ the capture failed, or the API refused the manifest — and each of those points
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+
+from bot.logs import LogLine
 
 # R3.2: the normal order of the stages, each with elapsed_ms since the interrupt was received.
 STAGES: tuple[str, ...] = (
@@ -34,51 +35,6 @@ READ_CAPTURE_TIMEOUT = "capture_timeout"
 READ_CAPTURE_FAILED = "capture_failed"
 READ_FINALIZE_CHECKPOINT_UNAVAILABLE = "finalize_checkpoint_unavailable"
 READ_FINALIZE_FAILED = "finalize_failed"
-
-
-def _field(line: Any, key: str) -> Any:
-    fields = getattr(line, "fields", None)
-    if isinstance(fields, Mapping):
-        return fields.get(key)
-    return None
-
-
-def _text(line: Any) -> str:
-    text = getattr(line, "text", None)
-    if text is None:
-        text = getattr(line, "raw", None)
-    return text if isinstance(text, str) else ""
-
-
-def _str(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = str(value).strip()
-    return text or None
-
-
-def _int(value: Any) -> int | None:
-    """Numbers arrive as JSON numbers or logfmt text; unreadable values are unknown, never a crash."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value)
-    try:
-        return int(float(str(value).strip().removesuffix("ms")))
-    except (TypeError, ValueError):
-        return None
-
-
-def _event(line: Any) -> str | None:
-    event = getattr(line, "event", None)
-    return event if isinstance(event, str) else None
-
-
-def _ts(line: Any) -> datetime | None:
-    ts = getattr(line, "ts", None)
-    return ts if isinstance(ts, datetime) else None
 
 
 @dataclass(frozen=True)
@@ -206,28 +162,28 @@ class ControlResult:
         return self.outcome == "unknown" and self.reason_code == "deadline_exceeded"
 
 
-def _entry(line: Any, stage: str) -> StageEntry:
+def _entry(line: LogLine, stage: str) -> StageEntry:
     return StageEntry(
         stage=stage,
-        elapsed_ms=_int(_field(line, "elapsed_ms")),
-        outcome=_str(_field(line, "outcome")),
-        reason=_str(_field(line, "reason")),
-        budget_ms=_int(_field(line, "budget_ms")),
-        error_code=_str(_field(line, "code")) or _str(_field(line, "error_code")),
-        ts=_ts(line),
-        text=_text(line),
+        elapsed_ms=line.int_of("elapsed_ms"),
+        outcome=line.text_of("outcome"),
+        reason=line.text_of("reason"),
+        budget_ms=line.int_of("budget_ms"),
+        error_code=line.text_of("code") or line.text_of("error_code"),
+        ts=line.ts,
+        text=line.text,
     )
 
 
-def _key(line: Any) -> tuple[str | None, str | None, str | None]:
+def _key(line: LogLine) -> tuple[str | None, str | None, str | None]:
     return (
-        _str(getattr(line, "session_id", None)) or _str(_field(line, "session_id")),
-        _str(_field(line, "turn_id")),
-        _str(_field(line, "control_id")),
+        (line.session_id or "").strip() or line.text_of("session_id"),
+        line.text_of("turn_id"),
+        line.text_of("control_id"),
     )
 
 
-def build_timelines(lines: Iterable[Any]) -> list[InterruptTimeline]:
+def build_timelines(lines: Iterable[LogLine]) -> list[InterruptTimeline]:
     """Group interrupt-stage lines by (session_id, turn_id, control_id) and order each group (R3.2).
 
     Stages sort by their place in the normal sequence (elapsed_ms breaks ties between repeats), so the
@@ -235,8 +191,8 @@ def build_timelines(lines: Iterable[Any]) -> list[InterruptTimeline]:
     """
     groups: dict[tuple[str | None, str | None, str | None], InterruptTimeline] = {}
     for line in lines:
-        event = _event(line)
-        stage = _str(_field(line, "stage"))
+        event = line.event
+        stage = line.text_of("stage")
         if event == STAGE_EVENT and stage is not None:
             pass
         elif event == LATE_ANSWER:
@@ -275,23 +231,23 @@ def select_timeline(
     return timelines[-1]
 
 
-def control_results(lines: Iterable[Any]) -> list[ControlResult]:
+def control_results(lines: Iterable[LogLine]) -> list[ControlResult]:
     """Every ``control.result`` line, in log order."""
     out: list[ControlResult] = []
     for line in lines:
-        if _event(line) != CONTROL_RESULT_EVENT:
+        if line.event != CONTROL_RESULT_EVENT:
             continue
         out.append(
             ControlResult(
-                operation=_str(_field(line, "operation")),
-                outcome=_str(_field(line, "outcome")),
-                reason_code=_str(_field(line, "reason_code")),
-                effect_ms=_int(_field(line, "effect_ms")),
-                duration_ms=_int(_field(line, "duration_ms")),
-                turn_id=_str(_field(line, "turn_id")),
-                control_id=_str(_field(line, "control_id")),
-                ts=_ts(line),
-                text=_text(line),
+                operation=line.text_of("operation"),
+                outcome=line.text_of("outcome"),
+                reason_code=line.text_of("reason_code"),
+                effect_ms=line.int_of("effect_ms"),
+                duration_ms=line.int_of("duration_ms"),
+                turn_id=line.text_of("turn_id"),
+                control_id=line.text_of("control_id"),
+                ts=line.ts,
+                text=line.text,
             )
         )
     return out

@@ -9,13 +9,14 @@ Decision names, error codes and rule ids are printed verbatim so people can sear
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from bot.diagnosis import timeline as tl
 from bot.diagnosis.model import Diagnosis
 from bot.messages import Attachment, Button, Message
 from bot.redact import redact
 from bot.runbook.conditions import format_value, known_absent
+from bot.runbook.evaluate import Evaluation
+from bot.runbook.model import RunbookSet
 
 #: A timeline longer than this (in lines) goes to an attachment instead of the message body.
 INLINE_TIMELINE_LINES = 12
@@ -74,10 +75,10 @@ def source_line(name: str, state: str, detail: str | None) -> str:
     return f"[!] Source {name} {label}: {detail}" if detail else f"[!] Source {name} {label}"
 
 
-# -- the evaluation, read tolerantly -------------------------------------------------------------------
+# -- the evaluation ------------------------------------------------------------------------------------
 
 
-def fact_text(name: str, facts: Mapping[str, Any]) -> str:
+def fact_text(name: str, facts: Mapping[str, object]) -> str:
     """A fact for people: "none" for a field of an absent object (no attention, no checkpoint, no
     outcome_unknown turn), "unknown" only when it could not be read (never the same word for both)."""
     value = facts.get(name)
@@ -86,123 +87,28 @@ def fact_text(name: str, facts: Mapping[str, Any]) -> str:
     return format_value(value)
 
 
-def _get(obj: Any, *names: str) -> Any:
-    for name in names:
-        value = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-        if value is not None:
-            return value
-    return None
+def invalid_decisions(evaluation: Evaluation) -> list[tuple[str, str]]:
+    """(decision, why not now) for each decision not valid now, e.g. ("retry_restore", "409 … until …")."""
+    return [(v.decision, v.text.removeprefix(f"{v.decision}: ")) for v in evaluation.invalid_decisions]
 
 
-def branch_id(evaluation: Any) -> str | None:
-    value = _get(evaluation, "branch_id")
-    if value is None:
-        value = _get(_get(evaluation, "branch"), "id")
-    return value if isinstance(value, str) else None
-
-
-def branch_title(evaluation: Any) -> str:
-    value = _get(evaluation, "title", "branch_title")
-    if value is None:
-        value = _get(_get(evaluation, "branch"), "title")
-    return str(value) if value is not None else "no runbook branch applies"
-
-
-def _texts(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    out: list[str] = []
-    for item in value:
-        text = item if isinstance(item, str) else _get(item, "text", "say")
-        if text:
-            out.append(str(text))
-    return out
-
-
-def explanation(evaluation: Any) -> list[str]:
-    return _texts(_get(evaluation, "explanation")) + _texts(_get(evaluation, "notes"))
-
-
-def rules(evaluation: Any) -> list[str]:
-    value = _get(evaluation, "rules", "rules_cited")
-    return [str(r) for r in value] if value else []
-
-
-def _name(item: Any) -> str:
-    if isinstance(item, str):
-        return item
-    return str(_get(item, "decision", "name"))
-
-
-def valid_decisions(evaluation: Any) -> list[str]:
-    value = _get(evaluation, "valid", "valid_decisions")
-    return [_name(v) for v in value] if value else []
-
-
-def invalid_decisions(evaluation: Any) -> list[tuple[str, str]]:
-    value = _get(evaluation, "invalid", "invalid_decisions")
-    if not value:
-        return []
-    if isinstance(value, Mapping):
-        return [(str(k), _reason(v)) for k, v in value.items()]
-    out = []
-    for item in value:
-        text = getattr(item, "text", None)
-        name = _name(item)
-        if isinstance(text, str) and text.startswith(f"{name}: "):
-            out.append((name, text[len(name) + 2 :]))  # the runbook engine's own line
-        elif isinstance(item, tuple | list) and len(item) == 2:
-            out.append((str(item[0]), _reason(item[1])))
-        else:
-            out.append((_name(item), _reason(item)))
-    return out
-
-
-def _reason(item: Any) -> str:
-    if isinstance(item, str):
-        return item
-    text = _get(item, "reason", "text")
-    status = _get(item, "status")
-    code = _get(item, "code")
-    reason = str(text) if text is not None else ""
-    prefix = " ".join(str(p) for p in (status, code) if p is not None)
-    if prefix and prefix not in reason:
-        return f"{prefix} {reason}".strip()
-    return reason or "not valid now"
-
-
-def next_steps(evaluation: Any) -> list[str]:
-    return _texts(_get(evaluation, "next_steps", "next"))
-
-
-def decisive_facts(evaluation: Any, facts: Mapping[str, Any]) -> list[str]:
-    value = _get(evaluation, "show_facts", "decisive_facts")
-    if value is None:
-        value = _get(_get(evaluation, "branch"), "show_facts")
-    names = [str(n) for n in value] if value else [n for n in _DEFAULT_FACTS if facts.get(n) is not None]
-    return names
+def decisive_facts(evaluation: Evaluation, facts: Mapping[str, object]) -> list[str]:
+    """The branch's own facts to show, else the usual few that are known."""
+    return list(evaluation.show_facts) or [n for n in _DEFAULT_FACTS if facts.get(n) is not None]
 
 
 # -- decisions as buttons ------------------------------------------------------------------------------
 
 
-def decide_command(session_id: str, decision: str, runbooks: Any, facts: Mapping[str, Any]) -> str:
+def decide_command(session_id: str, decision: str, runbooks: RunbookSet, facts: Mapping[str, object]) -> str:
     """The typed equivalent of a decision button (docs/commands.md), flags filled from facts where the runbook
     says so (``diagnose_flags``, e.g. ``--turn`` from ``unknown_turn.id``), placeholders for the rest."""
-    spec = (getattr(runbooks, "decisions", None) or {}).get(decision)
-    if spec is not None and not getattr(spec, "decidable", True):
-        return f"/recover {getattr(spec, 'command', decision) or decision} {session_id}"
+    spec = runbooks.decisions.get(decision)
+    if spec is not None and not spec.decidable:
+        return f"/recover {spec.command or decision} {session_id}"
     parts = [f"/recover decide {session_id} {decision}"]
-    from_facts: Mapping[str, str] = getattr(spec, "diagnose_flags", None) or {}
-    required: list[str] = []
-    required_flags = getattr(runbooks, "required_flags", None)
-    if callable(required_flags) and spec is not None:
-        try:
-            required = list(required_flags(decision))
-        except (KeyError, AssertionError):
-            required = []
+    from_facts: Mapping[str, str] = spec.diagnose_flags if spec is not None else {}
+    required = runbooks.required_flags(decision) if spec is not None else []
     for flag, fact in from_facts.items():
         value = facts.get(fact)
         if value is not None:
@@ -215,10 +121,12 @@ def decide_command(session_id: str, decision: str, runbooks: Any, facts: Mapping
     return " ".join(parts)
 
 
-def decision_button(session_id: str, decision: str, runbooks: Any, facts: Mapping[str, Any]) -> Button:
-    spec = (getattr(runbooks, "decisions", None) or {}).get(decision)
+def decision_button(
+    session_id: str, decision: str, runbooks: RunbookSet, facts: Mapping[str, object]
+) -> Button:
+    spec = runbooks.decisions.get(decision)
     command = decide_command(session_id, decision, runbooks, facts)
-    if spec is not None and not getattr(spec, "decidable", True):
+    if spec is not None and not spec.decidable:
         return Button(
             label=decision, action=RESUME_ACTION, value=session_id, command=command, style="primary"
         )
@@ -299,16 +207,16 @@ def control_result_line(result: tl.ControlResult) -> str:
 # -- the whole message ---------------------------------------------------------------------------------
 
 
-def render(diagnosis: Diagnosis, runbooks: Any) -> list[Message]:
+def render(diagnosis: Diagnosis, runbooks: RunbookSet) -> list[Message]:
     """The diagnose answer: one message (the timeline as an attachment when long)."""
     ev = diagnosis.evaluation
     facts = diagnosis.facts
     sid = diagnosis.session_id
-    valid = valid_decisions(ev)
+    valid = list(ev.valid_decisions)
     invalid = invalid_decisions(ev)
-    lines: list[str] = list(explanation(ev))
+    lines: list[str] = [ev.explanation, *ev.notes]
     if valid:
-        said = _get(ev, "consequences") or {}
+        said = ev.consequences
         lines.append("Valid now: " + ", ".join(f"{n} ({said[n]})" if n in said else n for n in valid))
     reasons = {reason for _, reason in invalid}
     if invalid and not valid and len(invalid) > 1 and len(reasons) == 1:
@@ -317,7 +225,7 @@ def render(diagnosis: Diagnosis, runbooks: Any) -> list[Message]:
     elif invalid:
         lines.append("Not valid now:")
         lines.extend(f"  • {name}: {reason}" for name, reason in invalid)
-    steps = next_steps(ev)
+    steps = ev.next_steps
     if steps:
         lines.append("Next:")
         lines.extend(f"  {i}. {step}" for i, step in enumerate(steps, 1))
@@ -340,7 +248,7 @@ def render(diagnosis: Diagnosis, runbooks: Any) -> list[Message]:
         detail.append(control_result_line(diagnosis.evidence.control_result))
     attachment = None
     if len(detail) > INLINE_TIMELINE_LINES:
-        notable = [redact(getattr(line, "text", "")) for line in diagnosis.evidence.log_lines]
+        notable = [redact(line.text) for line in diagnosis.evidence.log_lines]
         text = "\n".join([*detail, "", "Log lines:", *notable] if notable else detail)
         attachment = Attachment(filename=f"diagnose-{sid}-timeline.txt", text=text)
         lines.append(interrupt_attached(attachment.filename))
@@ -350,11 +258,11 @@ def render(diagnosis: Diagnosis, runbooks: Any) -> list[Message]:
     shown = [(name, fact_text(name, facts)) for name in decisive_facts(ev, facts)]
     has_decisions = bool(valid or invalid)
     message = Message(
-        headline=f"{sid}: {branch_title(ev)}",
+        headline=f"{sid}: {ev.title}",
         level="warn" if has_decisions or diagnosis.degraded_sources else "info",
         lines=lines,
         facts=shown,
-        rules=rules(ev),
+        rules=list(ev.rules),
         buttons=[decision_button(sid, name, runbooks, facts) for name in valid],
         attachment=attachment,
         session_id=sid,

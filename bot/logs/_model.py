@@ -39,6 +39,28 @@ class LogLine:
     def get(self, key: str, default: FieldValue = None) -> FieldValue:
         return self.fields.get(key, default)
 
+    def text_of(self, key: str) -> str | None:
+        """A field as text (numbers too), stripped; missing or blank is None."""
+        value = self.fields.get(key)
+        if value is None:
+            return None
+        return str(value).strip() or None
+
+    def int_of(self, key: str) -> int | None:
+        """A field as a whole number: JSON numbers or logfmt text (``"5000"``, ``"5000ms"``); None when
+        unreadable (a worker's odd value never crashes diagnose)."""
+        value = self.fields.get(key)
+        if isinstance(value, bool) or value is None:
+            return None
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float):
+            return int(value) if value == value and abs(value) != float("inf") else None
+        try:
+            return int(float(value.strip().removesuffix("ms")))
+        except (ValueError, OverflowError):
+            return None
+
 
 @dataclass(slots=True)
 class ScanStats:

@@ -124,3 +124,16 @@ def test_turn_event_and_receipt() -> None:
     assert r.session is not None and r.session.revision == 43 and r.resumable is False
     assert (r.http_status, r.idempotency_key) == (201, "k")
     assert Receipt.parse({"id": "rcpt_2", "status": "accepted"}).resumable is None
+
+
+def test_the_lenient_reading_lives_here_empty_text_boolean_text_and_a_null_retry_at() -> None:
+    # Everything after the client reads typed fields, so these odd shapes are settled once, here.
+    s = Session.parse({"id": "s", "status": "", "resumable": "TRUE", "execution": {"state": ""}})
+    assert s.status is None and s.resumable is True
+    assert s.execution is not None and s.execution.state is None
+    assert Session.parse({"resumable": "false"}).resumable is False
+    # R2.2: retry_at present and null (stopped) is not the same as a retry_at the API left out.
+    null = Session.parse({"attention": {"code": "RESTORE_FAILED", "retry_at": None}}).attention
+    missing = Session.parse({"attention": {"code": "RESTORE_FAILED"}}).attention
+    assert null is not None and null.retry_at_null is True
+    assert missing is not None and missing.retry_at_null is False

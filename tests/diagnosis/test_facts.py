@@ -1,4 +1,4 @@
-"""Facts extraction (docs/facts.md) from hand-made API objects and real parsed log lines."""
+"""Facts extraction (docs/facts.md) from API answers parsed by the client's models and real parsed log lines."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from types import SimpleNamespace
 
+from bot.controlhost import Event, Session, Turn
 from bot.diagnosis import facts as F
 from bot.logs import parse_line
 
@@ -34,7 +34,7 @@ def test_empty_facts_are_unknown_with_sources_not_configured():
     assert facts["source.logs"] == "not_configured"
 
 
-def test_session_in_backoff_from_a_plain_dict():
+def test_session_in_backoff():
     # R2.1, R2.2, R2.10: retry_at set means the restore is still in backoff.
     session = {
         "id": "ses_1", "status": "failed", "admission_state": "recovery_required", "revision": 7,
@@ -44,7 +44,7 @@ def test_session_in_backoff_from_a_plain_dict():
         "checkpoint": {"id": "ckpt_1", "covers_turn_id": "turn_8"},
         "execution": {"state": "gone", "confirmed_gone_at": "2026-11-29T10:00:00Z"},
     }
-    facts = F.session_facts(session)
+    facts = F.session_facts(Session.parse(session))
     assert facts["attention.in_backoff"] is True
     assert facts["attention.retry_at"] == "2026-11-29T10:04:30.000Z"
     assert facts["attention.failures"] == 2
@@ -54,15 +54,17 @@ def test_session_in_backoff_from_a_plain_dict():
 
 
 def test_session_with_missing_blocks_and_fields_never_crashes():
-    facts = F.session_facts(SimpleNamespace(id="ses_1", status="stopped"))
+    facts = F.session_facts(Session.parse({"id": "ses_1", "status": "stopped"}))
     assert facts["session.found"] is True
     assert facts["attention.present"] is False and facts["attention.in_backoff"] is False
     assert facts["checkpoint.present"] is False
     assert facts["execution.state"] is None and facts["execution.confirmed_gone"] is None
     assert facts["session.revision"] is None and facts["session.resumable"] is None
     # stopped at the limit: attention present, retry_at null
-    stopped = F.session_facts({"attention": {"code": "RESTORE_FAILED", "retry_at": None, "failures": "3"},
-                               "execution": {"state": "draining"}, "revision": "x"})
+    stopped = F.session_facts(Session.parse({
+        "attention": {"code": "RESTORE_FAILED", "retry_at": None, "failures": "3"},
+        "execution": {"state": "draining"}, "revision": "x",
+    }))
     assert stopped["attention.in_backoff"] is False and stopped["attention.failures"] == 3
     assert stopped["execution.confirmed_gone"] is False
     assert stopped["session.revision"] is None
@@ -73,34 +75,35 @@ def test_unknown_turn_uses_the_turn_detail_and_the_oldest_head():
         {"id": "turn_10", "status": "outcome_unknown", "started_at": "2026-11-29T10:00:05Z"},
         {"id": "turn_9", "status": "outcome_unknown", "started_at": "2026-11-29T09:59:00Z"},
     ]
-    head = F.pick_unknown_turn(turns)
-    assert head["id"] == "turn_9"
-    detail = SimpleNamespace(id="turn_9", terminal_reason="interrupt_unanswered", control_id="ctl_3")
+    head = F.pick_unknown_turn(Turn.parse(t) for t in turns)
+    assert head is not None and head.id == "turn_9"
+    detail = Turn.parse({"id": "turn_9", "terminal_reason": "interrupt_unanswered", "control_id": "ctl_3"})
     facts = F.turn_facts(head, detail)
     assert facts == {
         "unknown_turn.present": True, "unknown_turn.id": "turn_9",
         "unknown_turn.terminal_reason": "interrupt_unanswered", "unknown_turn.control_id": "ctl_3",
     }
     assert F.turn_facts(None)["unknown_turn.present"] is False
-    assert F.pick_unknown_turn([{"id": "t", "status": "completed"}]) is None
+    assert F.pick_unknown_turn([Turn.parse({"id": "t", "status": "completed"})]) is None
 
 
 def test_covered_by_checkpoint_links_session_and_turn():
     # R3.11: confirm_completed needs a committed checkpoint covering the turn.
     facts = F.empty_facts("ses_1", datetime(2026, 11, 29, tzinfo=UTC))
-    facts.update(F.session_facts({"checkpoint": {"id": "c", "covers_turn_id": "turn_9"}}))
-    facts.update(F.turn_facts({"id": "turn_9"}))
+    facts.update(F.session_facts(Session.parse({"checkpoint": {"id": "c", "covers_turn_id": "turn_9"}})))
+    facts.update(F.turn_facts(Turn.parse({"id": "turn_9"})))
     assert F.link_facts(facts)["unknown_turn.covered_by_checkpoint"] is True
-    facts.update(F.session_facts({"checkpoint": None}))
+    facts.update(F.session_facts(Session.parse({"checkpoint": None})))
     assert F.link_facts(facts)["unknown_turn.covered_by_checkpoint"] is False
     unknown_session = F.empty_facts("ses_1", datetime(2026, 11, 29, tzinfo=UTC))
-    unknown_session.update(F.turn_facts({"id": "turn_9"}))
+    unknown_session.update(F.turn_facts(Turn.parse({"id": "turn_9"})))
     assert F.link_facts(unknown_session)["unknown_turn.covered_by_checkpoint"] is None
 
 
 def test_event_counts():
-    events = [{"name": "checkpoint_restore_failed"}, SimpleNamespace(name="checkpoint_restore_failed"),
-              {"name": "startup_failed"}, {"name": "other"}, {}]
+    raw = [{"name": "checkpoint_restore_failed"}, {"type": "checkpoint_restore_failed"},
+           {"name": "startup_failed"}, {"name": "other"}, {}]
+    events = [Event.parse(e) for e in raw]
     assert F.event_facts(events) == {"events.restore_failed": 2, "events.startup_failed": 1}
 
 
@@ -206,23 +209,27 @@ def test_interrupt_facts_from_the_unknown_turn_timeline():
 
 
 def test_reconciler_facts():
-    status = SimpleNamespace(last_pass="Completed", last_pass_at="2026-11-29T09:59:00Z", raw={})
-    assert F.reconciler_facts(status) == {
+    assert F.reconciler_facts("Completed", "2026-11-29T09:59:00Z") == {
         "reconciler.last_pass": "completed", "reconciler.last_pass_at": "2026-11-29T09:59:00.000Z",
     }
-    assert F.reconciler_facts(None) == {"reconciler.last_pass": None, "reconciler.last_pass_at": None}
+    assert F.reconciler_facts(None, None) == {"reconciler.last_pass": None, "reconciler.last_pass_at": None}
 
 
 def test_a_missing_retry_at_is_unknown_not_null() -> None:
     # R2.2: "stopped" reads retry_at present and null; a field the API left out is unknown.
     base = {"id": "s", "status": "failed", "admission_state": "recovery_required", "revision": 3}
-    missing = F.session_facts({**base, "attention": {"code": "RESTORE_FAILED", "failures": 3}})
-    null = F.session_facts({**base, "attention": {"code": "RESTORE_FAILED", "failures": 3, "retry_at": None}})
-    later = F.session_facts({**base, "attention": {"code": "RESTORE_FAILED", "retry_at": "2026-11-29T10:04:30Z"}})
-    garbled = F.session_facts({**base, "attention": {"code": "RESTORE_FAILED", "retry_at": "soon"}})
-    none = F.session_facts({**base, "attention": None})
+
+    def with_attention(attention: object) -> F.Facts:
+        return F.session_facts(Session.parse({**base, "attention": attention}))
+
+    missing = with_attention({"code": "RESTORE_FAILED", "failures": 3})
+    null = with_attention({"code": "RESTORE_FAILED", "failures": 3, "retry_at": None})
+    later = with_attention({"code": "RESTORE_FAILED", "retry_at": "2026-11-29T10:04:30Z"})
+    garbled = with_attention({"code": "RESTORE_FAILED", "retry_at": "soon"})
+    none = with_attention(None)
     assert missing["attention.in_backoff"] is None
     assert null["attention.in_backoff"] is False
     assert later["attention.in_backoff"] is True
     assert garbled["attention.in_backoff"] is None
+    assert garbled["attention.retry_at"] == "soon"  # shown as sent, never taken for a time
     assert none["attention.in_backoff"] is False

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.controlhost import Session, Turn
+from bot.controlhost import Event, Session, Turn
 from bot.diagnosis import facts as F
 from bot.logs import parse_line
 
@@ -26,11 +26,10 @@ ALLOWED = (str, int, float, bool, type(None))
 @given(objects, st.lists(objects, max_size=4), st.lists(objects, max_size=4))
 def test_any_api_shape_gives_plain_facts(session, turns, events):
     facts = F.empty_facts("ses_1", datetime(2026, 11, 29, tzinfo=UTC))
-    for raw in (session, Session.parse(session)):
-        facts.update(F.session_facts(raw))
-    head = F.pick_unknown_turn([*turns, *(Turn.parse(t) for t in turns)])
+    facts.update(F.session_facts(Session.parse(session)))
+    head = F.pick_unknown_turn(Turn.parse(t) for t in turns)
     facts.update(F.turn_facts(head, head))
-    facts.update(F.event_facts(events))
+    facts.update(F.event_facts(Event.parse(e) for e in events))
     F.link_facts(facts)
     assert set(facts) == set(F.ALL_FACTS)
     assert all(isinstance(v, ALLOWED) for v in facts.values())

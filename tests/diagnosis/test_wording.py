@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+from bot.controlhost import Session, Turn
 from bot.diagnosis import facts as F
 from bot.diagnosis import wording
 from bot.diagnosis.model import Diagnosis, Evidence, SourceStatus
@@ -38,12 +39,12 @@ def stage_lines(turn: str = "turn_9"):
 
 def make(shipped_runbooks, sources=None) -> Diagnosis:
     facts = F.empty_facts("ses_1", NOW)
-    facts.update(F.session_facts({
+    facts.update(F.session_facts(Session.parse({
         "status": "failed", "admission_state": "recovery_required", "revision": 4,
         "attention": {"code": "OUTCOME_UNKNOWN", "reason": "interrupt_checkpoint_unavailable"},
         "checkpoint": {"id": "c1", "covers_turn_id": "turn_8"}, "execution": {"state": "gone"},
-    }))
-    facts.update(F.turn_facts({"id": "turn_9", "terminal_reason": "interrupt_checkpoint_unavailable"}))
+    })))
+    facts.update(F.turn_facts(Turn.parse({"id": "turn_9", "terminal_reason": "interrupt_checkpoint_unavailable"})))
     log_facts, log_evidence = F.log_facts(stage_lines(), turn_id="turn_9")
     facts.update(log_facts)
     F.link_facts(facts)

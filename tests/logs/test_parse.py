@@ -163,3 +163,15 @@ def test_any_json_object_parses(obj: dict[str, object]) -> None:
     line = parse_line(json.dumps(obj))
     if line is not None:
         assert set(line.fields) == set(obj)
+
+
+def test_field_readers_take_json_numbers_and_logfmt_text_alike() -> None:
+    # R3.2: elapsed_ms arrives as a JSON number or as logfmt text ("5003", "5003ms"); odd values are unknown.
+    json_line = parse_line('{"event":"x","elapsed_ms":5003,"budget_ms":2.0,"outcome":" timeout ","n":true}')
+    logfmt = parse_line("x elapsed_ms=5003ms budget_ms=soon outcome= code=404")
+    assert json_line is not None and logfmt is not None
+    assert json_line.int_of("elapsed_ms") == 5003 == logfmt.int_of("elapsed_ms")
+    assert json_line.int_of("budget_ms") == 2 and logfmt.int_of("budget_ms") is None
+    assert json_line.int_of("n") is None and json_line.int_of("missing") is None
+    assert json_line.text_of("outcome") == "timeout" and logfmt.text_of("outcome") is None
+    assert logfmt.text_of("code") == "404" and logfmt.int_of("code") == 404
