@@ -80,7 +80,7 @@ class BatchService:
                     return Candidate(sid, None, missing, "unknown_session")  # left out: 404 NOT_FOUND
                 facts, _ = gather(self.client, session, now)
                 branch = evaluate(self.runbooks, facts).branch_id
-                return Candidate(sid, facts.get("session.revision"), facts, branch)
+                return Candidate(sid, session.revision, facts, branch)
 
             workers = max(1, int(self.limit("bulk_concurrency")))
             with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="batch-read") as pool:

@@ -18,8 +18,13 @@ from collections import Counter
 from typing import Any
 
 from bot.clock import Clock, isoformat
+from bot.controlhost import ControlHostClient, Session
+from bot.diagnosis.facts import Facts
+from bot.logs import LogSource
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.evaluate import evaluate
+from bot.runbook.model import RunbookSet
+from bot.store import Store
 from bot.triage import facts as TF
 from bot.triage.groups import Group, Grouper, summary_message
 from bot.triage.pace import Throttle
@@ -39,11 +44,11 @@ DEFAULTS = {
 }
 
 
-def runbook_limit(runbooks: Any, name: str) -> float:
+def runbook_limit(runbooks: RunbookSet, name: str) -> float:
     """A runbook limit, or its documented default when the runbook does not set it."""
     try:
         return float(runbooks.limit(name))
-    except (KeyError, AttributeError):
+    except KeyError:
         return float(DEFAULTS[name])
 
 
@@ -51,7 +56,13 @@ class Triage:
     """Runs triages over one client (the paced bulk client) and stores their groups."""
 
     def __init__(
-        self, *, client: Any, runbooks: Any, store: Any, clock: Clock, log_source: Any | None = None
+        self,
+        *,
+        client: ControlHostClient,
+        runbooks: RunbookSet,
+        store: Store,
+        clock: Clock,
+        log_source: LogSource | None = None,
     ) -> None:
         self.client = client
         self.runbooks = runbooks
@@ -81,16 +92,16 @@ class _Run:
         self.examples = int(runbook_limit(triage.runbooks, "triage_examples"))
         self.throttle = Throttle(reporter, runbook_limit(triage.runbooks, "progress_interval"))
         self.saved_at = 0.0
-        self.full: dict[str, dict[str, Any]] = {}
+        self.full: dict[str, Facts] = {}
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _one(self, session: Any) -> None:
+    def _one(self, session: Session) -> None:
         facts, failed_at = TF.gather(self.t.client, session, self.now)
         evaluation = evaluate(self.t.runbooks, facts)
         member = Member(
-            session_id=str(session.id),
-            revision=facts.get("session.revision"),
+            session_id=session.id,
+            revision=session.revision,
             branch=evaluation.branch_id,
             facts=dict(facts),
             valid=list(evaluation.valid_decisions),

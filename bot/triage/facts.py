@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta
-from typing import Any
 
 from bot.clock import isoformat
+from bot.controlhost import ControlHostClient, Session
 from bot.diagnosis import facts as F
 from bot.errors import ControlHostError
+from bot.logs import LogSource
 from bot.runbook.evaluate import Evaluation, evaluate
+from bot.runbook.model import RunbookSet
 
 FAILURE_EVENTS = ("checkpoint_restore_failed", "startup_failed")  # R2.5, R2.12
 SOURCE_NOT_READ = "not_read"
@@ -36,30 +38,29 @@ BOUND_FACTS = (
 )
 
 
-def session_only_facts(session: Any, now: datetime) -> dict[str, Any]:
+def session_only_facts(session: Session, now: datetime) -> F.Facts:
     """Facts from a session detail alone (a listing page or a GET): the re-check before a send."""
-    facts: dict[str, Any] = F.empty_facts(str(getattr(session, "id", "")), now)
+    facts = F.empty_facts(session.id, now)
     facts.update(F.session_facts(session))
     facts["source.session"] = F.SOURCE_OK
     return facts
 
 
-def gather(client: Any, session: Any, now: datetime) -> tuple[dict[str, Any], str | None]:
+def gather(client: ControlHostClient, session: Session, now: datetime) -> tuple[F.Facts, str | None]:
     """Facts of one listed session plus its turns and first events page; and its last failure time."""
-    sid = str(session.id)
+    sid = session.id
     facts = session_only_facts(session, now)
     try:
         listed = client.list_turns(sid, status="outcome_unknown")
         head = F.pick_unknown_turn(listed)
-        turn_id = getattr(head, "id", None) if head is not None else None
-        detail = client.get_turn(sid, turn_id) if turn_id else None
+        detail = client.get_turn(sid, head.id) if head is not None and head.id else None
         facts.update(F.turn_facts(head, detail))
         facts["source.turns"] = F.SOURCE_OK
     except ControlHostError:
         facts["source.turns"] = F.SOURCE_UNREACHABLE
     failed_at: str | None = None
     try:
-        events = list(client.list_events(sid).events)
+        events = client.list_events(sid).events
         facts.update(F.event_facts(events))
         facts["source.events"] = F.SOURCE_OK
         times = [e.at for e in events if e.name in FAILURE_EVENTS and e.at is not None]
@@ -72,8 +73,14 @@ def gather(client: Any, session: Any, now: datetime) -> tuple[dict[str, Any], st
 
 
 def with_logs(
-    runbooks: Any, log_source: Any, facts: dict[str, Any], now: datetime, *, window: float, deadline: float
-) -> tuple[dict[str, Any], Evaluation]:
+    runbooks: RunbookSet,
+    log_source: LogSource | None,
+    facts: F.Facts,
+    now: datetime,
+    *,
+    window: float,
+    deadline: float,
+) -> tuple[F.Facts, Evaluation]:
     """An example's facts completed with its worker log lines, and the runbook's evaluation of them."""
     out = dict(facts)
     if log_source is not None:
@@ -97,6 +104,3 @@ def with_logs(
         out.update(log_facts)
     return out, evaluate(runbooks, out)
 
-
-def bound(facts: dict[str, Any]) -> dict[str, Any]:
-    return {name: facts.get(name) for name in BOUND_FACTS}

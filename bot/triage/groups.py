@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.messages import Attachment, Message
-from bot.runbook.evaluate import _sort_rules
+from bot.runbook.evaluate import Evaluation, _sort_rules
 from bot.triage.store import Member
 
 MAX_GROUPS_SHOWN = 15
@@ -92,7 +92,7 @@ class Grouper:
         self.triage_id = triage_id
         self.groups: dict[tuple[str, str | None, str | None], Group] = {}
 
-    def add(self, member: Member, evaluation: Any) -> Group:
+    def add(self, member: Member, evaluation: Evaluation) -> Group:
         key = (evaluation.branch_id, member.facts.get("attention.code"), member.facts.get("attention.reason"))
         group = self.groups.get(key)
         if group is None:
