@@ -4,7 +4,7 @@ Members go out in chunks. For each chunk: its members' facts are re-read (a list
 older than the runbook's ``batch_recheck_age``, or one GET each for a small batch); a member whose
 bound facts changed is skipped (void) and never sent. For the others one commit moves each
 ``requested → sending`` (a compare-and-set: one winner across processes) together with its
-idempotency record — key and exact body, written by the store's own rule — so a crash leaves every
+idempotency record — key and exact body, written by the client's own rule — so a crash leaves every
 member either unsent or re-sendable with the same key and body. The pool sends them through the
 paced client; outcomes are committed in groups by one writer (the answer itself is already in the
 idempotency record, so a crash before that commit loses nothing: the member is re-sent with its key
@@ -15,15 +15,14 @@ the re-check and the send is refused by the API (409 REQUEST_STALE), never appli
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from bot.controlhost import PURPOSE_DECISION, RequestPendingError
-from bot.errors import ControlHostError, StoreError
+from bot.controlhost import RequestPendingError
+from bot.errors import ControlHostError
 from bot.triage.facts import BOUND_FACTS, session_only_facts
 
 RECHECKED = tuple(f for f in BOUND_FACTS if not f.startswith("unknown_turn."))
@@ -169,7 +168,7 @@ class Runner:
             else:  # a small batch: one GET each, in parallel
                 fresh = list(pool.map(lambda m: _try(recheck.facts, m.session_id), part))
             void: list[tuple[str, str]] = []
-            ready: list[tuple[Any, str, str, str]] = []
+            ready: list[tuple[str, str, str, dict[str, Any]]] = []
             for member, facts in zip(part, fresh, strict=True):
                 if facts is None:
                     continue  # unreadable now: stays requested, nothing sent
@@ -178,7 +177,7 @@ class Runner:
                     void.append((member.session_id, "; ".join(changed)))
                     continue
                 method, path, body = policy.request(member.session_id, member.facts, {"reason": batch.reason})
-                ready.append((member, method, path, _json(body)))
+                ready.append((member.session_id, method, path, body))
             for sid, why in void:
                 settler.put(sid, ("requested",), "void", code="FACTS_CHANGED", detail=why)
             keys = self.s.begin_members(batch, ready)
@@ -190,20 +189,11 @@ class Runner:
                 inflight = set(inflight)
 
     def _send(self, settler: Settler, session_id: str, key: str | None, from_states: tuple[str, ...]) -> None:
+        # The record was committed with the member's move to sending (``begin_members``): the same
+        # key and body on every attempt, after a crash too.
         record = self.s.store.get_request(key) if key else None
         if record is None:
-            member = self.s.batches.member(self.batch_id, session_id)
-            if member is None or member.body is None or key is None:
-                return
-            try:
-                record = self.s.store.begin_request(
-                    member.method or "POST", member.path or "", member.body, PURPOSE_DECISION,
-                    key=key, session_id=session_id,
-                )
-            except StoreError:
-                record = self.s.store.get_request(key)
-            if record is None:
-                return
+            return
         values: dict[str, Any]
         try:
             receipt = self.s.client.send(record)
@@ -227,6 +217,3 @@ def _try(fn: Callable[[str], dict[str, Any]], session_id: str) -> dict[str, Any]
     except ControlHostError:
         return None
 
-
-def _json(body: Any) -> str:
-    return json.dumps(dict(body), separators=(",", ":"), ensure_ascii=False)

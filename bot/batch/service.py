@@ -288,21 +288,23 @@ class BatchService:
         path = self._write_csv(fresh, members)
         return Reply.of(text.final_message(fresh, members, counts, codes, path), ok=True)
 
-    def begin_members(self, batch: Batch, ready: list[tuple[Any, str, str, str]]) -> list[tuple[str, str]]:
-        """One commit: each member ``requested → sending`` with its idempotency record (the store's
-        key rule). Returns (session, key) for the members this process won."""
+    def begin_members(
+        self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]
+    ) -> list[tuple[str, str]]:
+        """One commit: each member ``requested → sending`` with its idempotency record (the client's
+        key rule: new key, exact body, stored before any send). Returns (session, key) for the members
+        this process won."""
         won: list[tuple[str, str]] = []
         if not ready:
             return won
         with self.store.write() as db:
-            for member, method, path, body in ready:
-                if not self.batches.member_transition(db, batch.id, member.session_id, ("requested",), "sending",
-                                                      method=method, path=path, body=body):
+            for session_id, method, path, body in ready:
+                if not self.batches.member_transition(db, batch.id, session_id, ("requested",), "sending",
+                                                      method=method, path=path):
                     continue
-                record = self.store.begin_request(method, path, body, PURPOSE_DECISION,
-                                                  session_id=member.session_id, db=db)
-                self.batches.member_set(db, batch.id, member.session_id, idem_key=record.key)
-                won.append((member.session_id, record.key))
+                record = self.client.begin(method, path, body, PURPOSE_DECISION, session_id=session_id, db=db)
+                self.batches.member_set(db, batch.id, session_id, idem_key=record.key, body=record.body)
+                won.append((session_id, record.key))
         return won
 
     def settle_many(self, batch: Batch, actor: str, outcomes: list[tuple[str, tuple[str, ...], str, dict[str, Any]]]) -> None:

@@ -4,8 +4,9 @@ GETs are safe to repeat: transport errors, 408/429 (Retry-After honoured) and 5x
 backoff. POSTs change things, so each logical request is first committed to the store (key + exact
 body text) and only then sent; an uncertain outcome is retried with the same key and body, a
 definite answer (2xx or 4xx) is recorded and ends the request. After a crash the store still holds
-every request whose answer never arrived, and :meth:`ControlHostClient.replay_unfinished` re-sends
-those with their stored key and body instead of inventing new ones.
+every request whose answer never arrived, and whoever finishes it calls :meth:`ControlHostClient.send`
+with the stored record: its key and body, never new ones. :meth:`ControlHostClient.begin` and
+:meth:`ControlHostClient.send` are the only way a POST is made.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from sqlite_utils import Database
 
 from bot.clock import Clock, SystemClock
 from bot.controlhost._deadline import deadline_in, deadline_transport, remaining
@@ -299,34 +301,25 @@ class ControlHostClient:
 
     # -- writes (the Idempotency-Key rule) -----------------------------------------------------
 
-    def begin_decision(self, session_id: str, body: Mapping[str, Any]) -> IdempotencyRecord:
-        """Commit a new recovery-decision request (new key, exact body) without sending it."""
-        sid = check_id(session_id, "session id")
-        return self.store.begin_request(
-            "POST",
-            self.paths.decisions.format(session_id=sid),
-            _body_text(body),
-            PURPOSE_DECISION,
-            session_id=sid,
-        )
+    def begin(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any],
+        purpose: str,
+        *,
+        session_id: str | None = None,
+        db: Database | None = None,
+    ) -> IdempotencyRecord:
+        """Store a new logical request — a new Idempotency-Key and the exact body text — before any send.
 
-    def begin_resume(self, session_id: str, reason: str | None = None) -> IdempotencyRecord:
-        """Commit a new resume request (new key, exact body) without sending it."""
-        sid = check_id(session_id, "session id")
-        body = {"reason": reason} if reason else {}
-        return self.store.begin_request(
-            "POST", self.paths.resume.format(session_id=sid), _body_text(body), PURPOSE_RESUME, session_id=sid
-        )
-
-    def submit_decision(self, session_id: str, body: Mapping[str, Any]) -> Receipt:
-        """A new logical request: stored with a new key, then sent (see :meth:`send`)."""
-        return self.send(self.begin_decision(session_id, body))
-
-    def resume(self, session_id: str, reason: str | None = None) -> Receipt:
-        """A new resume request. 503 BACKEND_UNAVAILABLE (R4.2) ends as a retryable
-        :class:`RequestPendingError` after the policy's short retries; riding out a long
-        reclamation is the caller's job (re-send the same record)."""
-        return self.send(self.begin_resume(session_id, reason))
+        The one place a POST's body is serialised: every attempt (:meth:`send`, a retry, a resume
+        after a crash, a replay at start) sends this stored text with this key. With ``db=`` the record
+        joins the caller's write transaction, so a request's state change and its record commit
+        together (a crash leaves both or neither).
+        """
+        sid = check_id(session_id, "session id") if session_id is not None else None
+        return self.store.begin_request(method, path, _body_text(body), purpose, session_id=sid, db=db)
 
     def send(self, record: IdempotencyRecord) -> Receipt:
         """Send (or re-send) a stored request exactly as stored: its key, its body text.
@@ -396,17 +389,6 @@ class ControlHostClient:
         if record is None or record.attempts == 0:
             return False
         return self._in_doubt.get(key, True)
-
-    def replay_unfinished(self) -> list[ReplayResult]:
-        """Re-send every request whose answer was never recorded (start-up), with its stored key
-        and body — never re-created. One failing record does not stop the others."""
-        results: list[ReplayResult] = []
-        for record in self.store.unfinished_requests():
-            try:
-                results.append(ReplayResult(record, receipt=self.send(record)))
-            except ControlHostError as exc:
-                results.append(ReplayResult(record, error=exc))
-        return results
 
     def _answered(self, record: IdempotencyRecord, what: str) -> Receipt:
         status = record.http_status or 0

@@ -153,7 +153,7 @@ class RequestPendingError(ControlHostError):
     """A POST got no definite answer after the client's own retries; its record stays pending.
 
     Re-send it later with ``client.send(store.get_request(error.idempotency_key))``: same key,
-    same body, so the control host applies it at most once. At start-up ``replay_unfinished`` does so.
+    same body, so the control host applies it at most once. A restart's recovery does so.
     """
 
     def __init__(self, last: ControlHostError, *, idempotency_key: str, attempts: int) -> None:

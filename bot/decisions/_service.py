@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,7 +30,7 @@ from bot.decisions._cases import CasesMixin
 from bot.decisions._context import DecisionContext
 from bot.decisions._duplicates import identical_open, pointer_message, repeats
 from bot.decisions._policy import DecisionPolicy, Limits
-from bot.decisions._requests import DecisionRequest, new_request_id
+from bot.decisions._requests import IN_FLIGHT_STATES, DecisionRequest, new_request_id
 from bot.decisions._rules import (
     ID_RE,
     ApproverDirectory,
@@ -1173,13 +1172,17 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         refused = self._authorise(req, actor, reporter)
         if refused is not None:
             return refused
-        key = str(uuid.uuid4())
-        body_text = json.dumps(dict(body), separators=(",", ":"), ensure_ascii=False)
+        # One commit: the compare-and-set to sending, the idempotency record (the client's key rule:
+        # new key, exact body, stored before any send) and the step; a crash leaves all or none.
         with self.store.write() as db:
-            won = self.requests.transition(
-                db, req.id, (from_state,), "sending", actor=actor, idem_key=key, body=body_text
-            )
+            current = self.requests.get(req.id, db=db)
+            won = current is not None and current.state == from_state
             if won:
+                record = self.client.begin(method, path, body, PURPOSE_DECISION, session_id=req.session_id, db=db)
+                if not self.requests.transition(
+                    db, req.id, (from_state,), "sending", actor=actor, idem_key=record.key, body=record.body
+                ):
+                    raise StoreError(f"request {req.id} moved inside its own write transaction")
                 self.requests.count_sends(db, req.id)
                 if seen is not None:
                     self.requests.mark(db, req.id, gone_seen_at=seen)
@@ -1189,14 +1192,11 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                     "decision_sending",
                     {"request_id": req.id, "method": method, "path": path, "body": dict(body)},
                     "sending",
-                    idempotency_key=key,
+                    idempotency_key=record.key,
                     db=db,
                 )
         if not won:
             return Reply.of(text.refusal(self._state_text(self.requests.get(req.id) or req)), ok=False)
-        record = self.store.begin_request(
-            method, path, body_text, PURPOSE_DECISION, key=key, session_id=req.session_id
-        )
         return self._deliver(req.id, actor, record, reporter)
 
     def _deliver(self, request_id: str, actor: str, record: Any, reporter: Reporter) -> Reply:
@@ -1579,10 +1579,12 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             )
         self._ensure_owner(session_id, actor, channel)
         method, path, body = policy.request(session_id, facts, flags)
-        record = self.store.begin_request(
-            method, path, json.dumps(body, separators=(",", ":")), PURPOSE_RESUME, session_id=session_id
-        )
-        self._record(session_id, actor, "resume_requested", inputs, "sending", idempotency_key=record.key)
+        # The record (the client's key rule) and the step that vouches for it at a restart: one commit.
+        with self.store.write() as db:
+            record = self.client.begin(method, path, body, PURPOSE_RESUME, session_id=session_id, db=db)
+            self.store.record_step(
+                session_id, actor, "resume_requested", dict(inputs), "sending", idempotency_key=record.key, db=db
+            )
         advice = policy.advice("BACKEND_UNAVAILABLE", facts, flags, self.runbooks)
         initial = advice.every if advice and advice.every else self.limits.resume_backoff_initial
         cap = advice.max_every if advice and advice.max_every else self.limits.resume_backoff_max
@@ -1860,26 +1862,14 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             )
         record = self.store.get_request(req.idem_key)
         if record is None:
-            # Crashed after the compare-and-set, before the idempotency record: nothing was sent yet.
-            step = next(
-                (
-                    s
-                    for s in reversed(self.store.steps(session_id=req.session_id))
-                    if s.step == "decision_sending" and s.idempotency_key == req.idem_key
-                ),
-                None,
-            )
-            method = str((step.inputs if step else {}).get("method") or "POST")
-            path = str((step.inputs if step else {}).get("path") or "")
-            try:
-                record = self.store.begin_request(
-                    method, path, req.body, PURPOSE_DECISION, key=req.idem_key, session_id=req.session_id
-                )
-            except StoreError:
-                record = self.store.get_request(req.idem_key)  # another process wrote it just now
-        if record is None:
-            return Reply.of(
-                text.refusal(f"request {req.id}: its idempotency record cannot be written"), ok=False
+            # The record commits with the move to sending and before any send: without one, nothing was
+            # ever sent for this request (a store written before that rule), so it is withdrawn, never sent.
+            return self._withdraw(
+                req,
+                BOT,
+                "withdrawn: in flight without an idempotency record, so nothing was sent",
+                step_inputs={"request_id": req.id, "restart": True},
+                from_states=IN_FLIGHT_STATES,
             )
         # send() returns the recorded receipt (or raises the recorded refusal) for an answered record,
         # and re-sends a pending one with its stored key and body: the API applies it at most once.

@@ -22,6 +22,7 @@ from bot.controlhost import (
 )
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.store import Store
+from tests.fixtures.controlhost import post_decision, post_resume, replay
 
 from ._specs import running, starting
 from .conftest import FAST
@@ -38,8 +39,8 @@ def refused(call: Any) -> ControlHostError:
 def decide(client: ControlHostClient, sid: str, decision: str, **extra: Any) -> Any:
     """A decision with the session's current revision, as the decisions layer would send it."""
     revision = client.get_session(sid).revision
-    return client.submit_decision(
-        sid, {"decision": decision, "expected_revision": revision, "reason": f"test: {decision}", **extra}
+    return post_decision(
+        client, sid, {"decision": decision, "expected_revision": revision, "reason": f"test: {decision}", **extra}
     )
 
 
@@ -118,7 +119,7 @@ def test_wrong_key_and_missing_scope(sbx: SandboxHandle, store: Store, clock: Ma
         reader = ControlHostClient(other.url, "sbx_reader_key_1", store=store, clock=clock, retry=FAST)
         assert reader.get_session("ses_b").revision == 5
         with pytest.raises(ControlHostAuthError) as info:
-            reader.submit_decision("ses_b", {"decision": "close", "reason": "x", "expected_revision": 5})
+            post_decision(reader, "ses_b", {"decision": "close", "reason": "x", "expected_revision": 5})
         assert info.value.status == 403 and info.value.code == "FORBIDDEN"
         assert SCOPE_MESSAGE in str(info.value) and WRONG_KEY_MESSAGE not in str(info.value)
         assert len(posts(other, "ses_b")) == 1 and other.admin.effects("ses_b") == []
@@ -146,7 +147,7 @@ def test_wrong_key_and_missing_scope(sbx: SandboxHandle, store: Store, clock: Ma
 )
 def test_row_bad_request(sbx: SandboxHandle, client: ControlHostClient, store: Store, body: dict) -> None:
     sbx.admin.create_session(running("ses_a"))
-    error = refused(lambda: client.submit_decision("ses_a", body))
+    error = refused(lambda: post_decision(client, "ses_a", body))
     assert (error.code, error.status, error.retryable) == ("BAD_REQUEST", 400, False)
     [record] = store.list_requests()
     assert record.state == "answered" and record.http_status == 400 and json.loads(record.body) == body
@@ -156,7 +157,7 @@ def test_row_bad_request(sbx: SandboxHandle, client: ControlHostClient, store: S
 def test_row_stale_revision(sbx: SandboxHandle, client: ControlHostClient) -> None:
     sbx.admin.create_session(running("ses_a", revision=5))
     error = refused(
-        lambda: client.submit_decision("ses_a", {"decision": "close", "expected_revision": 4, "reason": "x"})
+        lambda: post_decision(client, "ses_a", {"decision": "close", "expected_revision": 4, "reason": "x"})
     )
     assert (error.code, error.status) == ("REQUEST_STALE", 409)
     assert "Re-read the session" in str(error)
@@ -276,7 +277,7 @@ def test_outcome_unknown_abandon_waits_for_scheduler_then_context_gap(
     assert session.status == "stopped" and session.attention is not None
     assert session.attention.code == "CONTEXT_GAP"  # R3.12: the turn ran after the last checkpoint
     assert client.get_turn("ses_a", turn).status == "cancelled"
-    assert refused(lambda: client.resume("ses_a")).code == "REQUEST_STALE"
+    assert refused(lambda: post_resume(client, "ses_a")).code == "REQUEST_STALE"
     assert decide(client, "ses_a", "start_fresh").status == "accepted"
 
 
@@ -294,10 +295,10 @@ def test_confirm_completed_needs_a_covering_checkpoint(sbx: SandboxHandle, clien
     sbx.admin.scheduler_pass()
     receipt = decide(client, "ses_b", "confirm_completed", target_turn_id=covered, evidence_ref="pr-123")
     assert receipt.status == "accepted" and receipt.resumable is True  # R3.12
-    resumed = client.resume("ses_b", "checkpoint covers the turn")
+    resumed = post_resume(client, "ses_b", "checkpoint covers the turn")
     assert resumed.status == "accepted" and resumed.http_status == 200
     assert resumed.session is not None and resumed.session.status == "running"
-    assert refused(lambda: client.resume("ses_b")).code == "REQUEST_STALE"
+    assert refused(lambda: post_resume(client, "ses_b")).code == "REQUEST_STALE"
     assert [e["kind"] for e in sbx.admin.effects("ses_b")] == ["decision", "resume"]
 
 
@@ -310,7 +311,7 @@ def test_resume_during_reclamation_is_retryable_then_same_request_succeeds(
     decide(client, "ses_a", "confirm_completed", target_turn_id=turn, evidence_ref="ok")
     sbx.admin.reclamation("ses_a", True)
     with pytest.raises(RequestPendingError) as info:
-        client.resume("ses_a", "after confirm")
+        post_resume(client, "ses_a", "after confirm")
     error = info.value
     assert (error.code, error.status, error.retryable) == ("BACKEND_UNAVAILABLE", 503, True)  # R4.2
     resume_posts = [r for r in posts(sbx, "ses_a") if r["path"].endswith("/resume")]
@@ -395,7 +396,7 @@ def test_post_timeout_is_retried_with_the_same_key(
     sbx.admin.create_session(running("ses_a"))
     sbx.admin.fault("latency", DECISIONS_PATH, method="POST", seconds=1.0)
     quick = ControlHostClient(sbx.url, sbx.api_key, store=store, clock=clock, retry=FAST, timeout=0.3)
-    receipt = quick.submit_decision("ses_a", {"decision": "close", "expected_revision": 5, "reason": "x"})
+    receipt = post_decision(quick, "ses_a", {"decision": "close", "expected_revision": 5, "reason": "x"})
     quick.close()
     # The slow first attempt finishes on the server too; it must find the key and change nothing.
     deadline = time.monotonic() + 5
@@ -426,7 +427,7 @@ def test_no_definite_answer_keeps_the_record_and_replay_finishes_it(
     [pending] = store.unfinished_requests()
     assert pending.key == info.value.idempotency_key
     sbx.admin.clear_faults()
-    [result] = client.replay_unfinished()
+    [result] = replay(client)
     assert result.receipt is not None and result.receipt.idempotency_key == pending.key
     sent = _check_single_effect(sbx, store, "ses_a", result.receipt)
     assert len(sent) == FAST.attempts + 1
@@ -460,5 +461,5 @@ def test_policy_of_one_attempt_never_retries(sbx: SandboxHandle, store: Store, c
     sbx.admin.fault("server_error", DECISIONS_PATH, method="POST", status=500)
     once = ControlHostClient(sbx.url, sbx.api_key, store=store, clock=clock, retry=RetryPolicy(attempts=1))
     with pytest.raises(RequestPendingError):
-        once.submit_decision("ses_a", {"decision": "close", "expected_revision": 5, "reason": "x"})
+        post_decision(once, "ses_a", {"decision": "close", "expected_revision": 5, "reason": "x"})
     assert len(posts(sbx, "ses_a")) == 1

@@ -28,6 +28,7 @@ from bot.controlhost import (
 from bot.controlhost._retry import parse_retry_after
 from bot.errors import CommandError
 from bot.store import Store
+from tests.fixtures.controlhost import post_decision, post_resume, replay
 
 KEY = "sk-test-SECRET-abcdef123456"
 SESSION = {"id": "ses_1", "status": "failed", "admission_state": "recovery_required", "revision": 3}
@@ -138,7 +139,7 @@ def test_auth_failure_is_reported_never_retried_and_never_shows_the_key(
     assert not info.value.retryable and info.value.status == status
     assert len(rec.requests) == 1
     with pytest.raises(ControlHostAuthError):
-        client.submit_decision("ses_1", DECISION)
+        post_decision(client, "ses_1", DECISION)
     assert len(rec.requests) == 2
     assert KEY not in str(info.value) and KEY not in caplog.text and KEY not in repr(client)
 
@@ -161,8 +162,8 @@ def test_bad_ids_are_refused_before_any_request(store: Store, clock: ManualClock
     for call in (
         lambda: client.get_session(bad),
         lambda: client.get_turn("ses_1", bad),
-        lambda: client.submit_decision(bad, DECISION),
-        lambda: client.resume(bad),
+        lambda: post_decision(client, bad, DECISION),
+        lambda: post_resume(client, bad),
     ):
         with pytest.raises(CommandError):
             call()
@@ -229,7 +230,7 @@ def test_post_record_is_committed_before_the_first_send(store: Store, clock: Man
         seen.append((stored.state, stored.body, request.content.decode()) if stored else None)
         return httpx.Response(201, json=RECEIPT)
 
-    receipt = make(store, clock, Recorder([answer])).submit_decision("ses_1", DECISION)
+    receipt = post_decision(make(store, clock, Recorder([answer])), "ses_1", DECISION)
     assert seen == [
         ("pending", json.dumps(DECISION, separators=(",", ":")), json.dumps(DECISION, separators=(",", ":")))
     ]
@@ -241,7 +242,7 @@ def test_post_record_is_committed_before_the_first_send(store: Store, clock: Man
 
 def test_post_headers(store: Store, clock: ManualClock) -> None:
     rec = Recorder([httpx.Response(200, json=RECEIPT)])
-    make(store, clock, rec).resume("ses_1", "worker gone")
+    post_resume(make(store, clock, rec), "ses_1", "worker gone")
     request = rec.requests[0]
     assert request.method == "POST" and request.url.path == "/v1/sessions/ses_1/resume"
     assert request.headers["Content-Type"] == "application/json"
@@ -260,7 +261,7 @@ def test_uncertain_outcomes_retry_with_the_same_key_and_body(store: Store, clock
             httpx.Response(200, json=RECEIPT),
         ]
     )
-    receipt = make(store, clock, rec, attempts=5).submit_decision("ses_1", DECISION)
+    receipt = post_decision(make(store, clock, rec, attempts=5), "ses_1", DECISION)
     keys = {r.headers["Idempotency-Key"] for r in rec.requests}
     bodies = {r.content for r in rec.requests}
     assert len(rec.requests) == 5 and len(keys) == 1 and len(bodies) == 1
@@ -272,14 +273,14 @@ def test_a_4xx_ends_the_request_and_a_later_attempt_is_a_new_key(store: Store, c
     rec = Recorder([err(409, "RECOVERY_REQUIRED", False), httpx.Response(200, json=RECEIPT)])
     client = make(store, clock, rec)
     with pytest.raises(ControlHostError) as info:
-        client.submit_decision("ses_1", DECISION)
+        post_decision(client, "ses_1", DECISION)
     assert info.value.code == "RECOVERY_REQUIRED" and info.value.status == 409 and not info.value.retryable
     assert "scheduler pass" in str(info.value)
     assert len(rec.requests) == 1
     first = store.list_requests()[0]
     assert first.state == "answered" and first.http_status == 409
     assert first.response["error"]["code"] == "RECOVERY_REQUIRED"
-    receipt = client.submit_decision("ses_1", DECISION)
+    receipt = post_decision(client, "ses_1", DECISION)
     assert receipt.idempotency_key != first.key
     assert rec.requests[1].headers["Idempotency-Key"] != rec.requests[0].headers["Idempotency-Key"]
     assert store.unfinished_requests() == []
@@ -289,7 +290,7 @@ def test_no_definite_answer_leaves_the_record_pending(store: Store, clock: Manua
     rec = Recorder([err(503, "BACKEND_UNAVAILABLE", True)])
     client = make(store, clock, rec, attempts=3)
     with pytest.raises(RequestPendingError) as info:
-        client.resume("ses_1")
+        post_resume(client, "ses_1")
     error = info.value
     assert isinstance(error, ControlHostError)
     assert (error.code, error.status, error.retryable) == ("BACKEND_UNAVAILABLE", 503, True)
@@ -307,7 +308,7 @@ def test_no_definite_answer_leaves_the_record_pending(store: Store, clock: Manua
 def test_send_does_not_resend_an_answered_request(store: Store, clock: ManualClock) -> None:
     rec = Recorder([httpx.Response(200, json=RECEIPT)])
     client = make(store, clock, rec)
-    receipt = client.submit_decision("ses_1", DECISION)
+    receipt = post_decision(client, "ses_1", DECISION)
     record = store.get_request(receipt.idempotency_key or "")
     assert record is not None
     again = client.send(record)
@@ -315,14 +316,14 @@ def test_send_does_not_resend_an_answered_request(store: Store, clock: ManualClo
     refused = Recorder([err(409, "REQUEST_STALE", False)])
     client2 = make(store, clock, refused)
     with pytest.raises(ControlHostError):
-        client2.submit_decision("ses_1", DECISION)
+        post_decision(client2, "ses_1", DECISION)
     [stale] = [r for r in store.list_requests() if r.http_status == 409]
     with pytest.raises(ControlHostError) as info:
         client2.send(stale)
     assert info.value.code == "REQUEST_STALE" and len(refused.requests) == 1
 
 
-def test_replay_unfinished_uses_stored_key_and_body(store: Store, clock: ManualClock) -> None:
+def test_replay_sends_each_stored_key_and_body(store: Store, clock: ManualClock) -> None:
     body_text = '{"decision": "close", "expected_revision": 3, "reason": "x"}'  # not our own formatting
     a = store.begin_request(
         "POST", "/v1/sessions/ses_1/recovery-decisions", body_text, "recovery_decision", session_id="ses_1"
@@ -337,7 +338,7 @@ def test_replay_unfinished_uses_stored_key_and_body(store: Store, clock: ManualC
         return httpx.Response(200, json=RECEIPT)
 
     rec = Recorder([answer])
-    results = make(store, clock, rec).replay_unfinished()
+    results = replay(make(store, clock, rec))
     assert [(r.headers["Idempotency-Key"], r.content.decode(), r.url.path) for r in rec.requests] == [
         (a.key, body_text, "/v1/sessions/ses_1/recovery-decisions"),
         (b.key, "{}", "/v1/sessions/ses_2/resume"),

@@ -1,7 +1,8 @@
 """A client process SIGKILLed while the sandbox holds a committed decision whose reply it dropped.
 
-After a restart (a new process calling replay_unfinished) the decision took effect exactly once, and
-the replay used the key and body committed to the store before the first send.
+After a restart (a new process re-sending every stored request without an answer through the client's
+``send``) the decision took effect exactly once, and the replay used the key and body committed to the
+store by ``begin`` before the first send — also when the process died between ``begin`` and ``send``.
 """
 
 from __future__ import annotations
@@ -24,14 +25,19 @@ from bot.store import Store
 from ._specs import running
 
 DECIDE = """
-import json, os, sys
-from bot.controlhost import ControlHostClient, RetryPolicy
+import json, os, sys, time
+from bot.controlhost import PURPOSE_DECISION, ControlHostClient, RetryPolicy
 from bot.store import Store
 store = Store(sys.argv[1])
 client = ControlHostClient(os.environ["CH_URL"], os.environ["CH_KEY"], store=store, timeout=10.0,
                            retry=RetryPolicy(attempts=20, base_delay=30.0, max_delay=30.0, jitter=0.0))
-print("sending", flush=True)
-client.submit_decision(sys.argv[2], json.loads(sys.argv[3]))
+sid = sys.argv[2]
+record = client.begin("POST", client.paths.decisions.format(session_id=sid), json.loads(sys.argv[3]),
+                      PURPOSE_DECISION, session_id=sid)
+print("begun", flush=True)
+if sys.argv[4] == "between_begin_and_send":
+    time.sleep(600)  # the test kills the process here: stored, never sent
+client.send(record)
 print("finished", flush=True)  # never reached: the test kills the process first
 """
 
@@ -41,9 +47,14 @@ from bot.controlhost import ControlHostClient, RetryPolicy
 from bot.store import Store
 client = ControlHostClient(os.environ["CH_URL"], os.environ["CH_KEY"], store=Store(sys.argv[1]),
                            retry=RetryPolicy(attempts=3, base_delay=0.1, max_delay=0.2))
-results = client.replay_unfinished()
-print(json.dumps([{"key": r.record.key, "receipt": r.receipt.id if r.receipt else None,
-                   "error": r.error.code if r.error else None} for r in results]))
+from bot.errors import ControlHostError
+results = []
+for record in client.store.unfinished_requests():
+    try:
+        results.append({"key": record.key, "receipt": client.send(record).id, "error": None})
+    except ControlHostError as exc:
+        results.append({"key": record.key, "receipt": None, "error": exc.code})
+print(json.dumps(results))
 """
 
 
@@ -74,7 +85,7 @@ def test_sigkilled_client_replays_with_stored_key_and_body(
     Store(db)  # created up front so the test can watch it
     body = {"decision": "close", "expected_revision": 5, "reason": "crash test"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", DECIDE, str(db), "ses_k", json.dumps(body)],
+        [sys.executable, "-c", DECIDE, str(db), "ses_k", json.dumps(body), moment],
         env=_env(sbx),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -124,4 +135,47 @@ def test_sigkilled_client_replays_with_stored_key_and_body(
     final = Store(db).get_request(record.key)
     assert final is not None and final.state == "answered" and final.http_status == 201
     assert final.response["id"] == effect["receipt_id"]
+    assert Store(db).unfinished_requests() == [] and len(Store(db).list_requests()) == 1
+
+
+def test_sigkill_between_begin_and_send_then_the_replay_sends_the_stored_key_once(
+    sbx: SandboxHandle, tmp_path: Path
+) -> None:
+    """The key is stored before the first send: a process dying right after ``begin`` sent nothing,
+    and the restart's first (and only) POST carries the stored key and body."""
+    sbx.admin.create_session(running("ses_b", revision=5))
+    db = tmp_path / "bot.db"
+    Store(db)
+    body = {"decision": "close", "expected_revision": 5, "reason": "crash before the send"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DECIDE, str(db), "ses_b", json.dumps(body), "between_begin_and_send"],
+        env=_env(sbx),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        store = Store(db)
+        record = wait_for(lambda: next(iter(store.list_requests()), None))
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "begun"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    assert record.pending and record.attempts == 0 and json.loads(record.body) == body
+    assert [r for r in sbx.admin.requests("ses_b") if r["method"] == "POST"] == []
+
+    replay = subprocess.run(
+        [sys.executable, "-c", REPLAY, str(db)], env=_env(sbx), capture_output=True, text=True, timeout=60
+    )
+    assert replay.returncode == 0, replay.stderr
+    [result] = json.loads(replay.stdout)
+    assert result["key"] == record.key and result["error"] is None
+    [sent] = [r for r in sbx.admin.requests("ses_b") if r["method"] == "POST"]
+    assert sent["idempotency_key"] == record.key and sent["body"] == body
+    [effect] = sbx.admin.effects("ses_b")
+    assert effect["idempotency_key"] == record.key and effect["receipt_id"] == result["receipt"]
     assert Store(db).unfinished_requests() == [] and len(Store(db).list_requests()) == 1

@@ -3,7 +3,9 @@
 Run as ``python -m tests.decisions._proc <db> <url> <action> <request_id> <actor> <channel> <go_file>``;
 the sandbox API key comes in the environment (SANDBOX_API_KEY), never on the command line.
 HANG=after_approval makes the diagnosis after the approval hang (the test SIGKILLs the process there);
-HANG=after_post lets the POST reach the control host and hangs before its answer is recorded.
+HANG=after_post lets the POST reach the control host and hangs before its answer is recorded;
+HANG=before_post hangs after the key and body were stored (the client's ``begin``) and before the POST
+leaves (the client's ``send``).
 Prints one JSON line: {"ok": bool, "headlines": [...]}.
 """
 
@@ -44,6 +46,16 @@ class HangingTransport(httpx.HTTPTransport):
         return response
 
 
+class StalledTransport(httpx.HTTPTransport):
+    """Holds every POST before it leaves: the request is stored, nothing reached the control host."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            _marker("begun")
+            time.sleep(600)
+        return super().handle_request(request)
+
+
 class HangingDiagnoser(Diagnoser):
     def gather(self, session_id: str):  # type: ignore[no-untyped-def]
         _marker("approved")
@@ -57,7 +69,8 @@ def main() -> int:
     clock = ManualClock()
     store = Store(db, clock)
     runbooks = load_runbooks(REPO / "runbooks")
-    transport = HangingTransport() if hang == "after_post" else None
+    transports = {"after_post": HangingTransport, "before_post": StalledTransport}
+    transport = transports[hang]() if hang in transports else None
     client = ControlHostClient(
         url,
         os.environ["SANDBOX_API_KEY"],

@@ -141,3 +141,30 @@ def test_sigkill_after_the_post_reached_the_host_then_restart(decision_env, tmp_
     assert len(env.effects("ses_pk2")) == 1
     final = env.service().requests.get(rid)
     assert final.state == "executed" and final.receipt_id == env.effects("ses_pk2")[0]["receipt_id"]
+
+
+def test_sigkill_between_the_stored_key_and_the_send_then_restart_sends_that_key_once(decision_env, tmp_path):
+    """The Idempotency-Key is stored before the first send: a process killed after ``begin`` and before
+    its POST left sent nothing, and the restart's one POST carries the stored key and body."""
+    env = decision_env
+    svc = env.service()
+    rid = _request(env, svc, "ses_pk3")
+    go = tmp_path / "go"
+    go.write_text("go")
+    proc = _spawn(env, tmp_path, "approve", rid, APPROVER, go, hang="before_post")
+    _wait_for(tmp_path / "begun", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    req = svc.requests.get(rid)
+    assert req.state == "sending" and req.idem_key
+    record = env.store.get_request(req.idem_key)
+    assert record is not None and record.pending and record.body == req.body
+    assert env.posts("ses_pk3") == [] and env.effects("ses_pk3") == []
+    env.restart()
+    reply = env.service().recover_after_restart(NullReporter())
+    assert reply.ok, [m.plain_text() for m in reply.messages]
+    [post] = env.posts("ses_pk3")
+    assert post["idempotency_key"] == req.idem_key and post["body"] == json.loads(record.body)
+    [effect] = env.effects("ses_pk3")
+    final = env.service().requests.get(rid)
+    assert final.state == "executed" and final.receipt_id == effect["receipt_id"]
