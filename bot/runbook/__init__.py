@@ -6,7 +6,7 @@ valid decisions, approval policies, preconditions, durations) lives only in ``ru
 
 from __future__ import annotations
 
-from bot.runbook.evaluate import DecisionVerdict, Evaluation, NextStep, check_decision, evaluate, verify_next
+from bot.runbook.evaluate import DecisionVerdict, Evaluation, check_decision, evaluate
 from bot.runbook.loader import load_runbooks
 from bot.runbook.model import (
     BranchSpec,
@@ -23,14 +23,12 @@ from bot.runbook.vocabulary import FACT_NAMES, STEP_KINDS
 __all__ = [
     "DecisionVerdict",
     "Evaluation",
-    "NextStep",
     "ParsedCommand",
     "decode_slack",
     "help_text",
     "parse_command",
     "check_decision",
     "evaluate",
-    "verify_next",
     "FACT_NAMES",
     "STEP_KINDS",
     "BranchSpec",

@@ -42,15 +42,6 @@ class DecisionVerdict:
         return f"{self.decision}: {prefix + ' ' if prefix else ''}{self.reason}"
 
 
-@dataclass(frozen=True)
-class NextStep:
-    """A step after a decision (``verify.next``): what to say and which decisions it suggests."""
-
-    say: str
-    suggest: tuple[str, ...] = ()
-    rules: tuple[str, ...] = ()
-
-
 @dataclass
 class Evaluation:
     """The branch the runbook picked for these facts, what it means and what may be done now."""
@@ -282,21 +273,3 @@ def _sort_rules(rules: list[str]) -> list[str]:
 
     return sorted(rules, key=key)
 
-
-def verify_next(
-    runbooks: RunbookSet,
-    decision: str,
-    facts: Mapping[str, object],
-    flags: Mapping[str, object] | None = None,
-) -> NextStep | None:
-    """After an accepted decision: the first ``verify.next`` step whose condition is surely true."""
-    spec = runbooks.decisions[decision]
-    given = _clean_flags(flags)
-    ctx = Context(facts=facts, flags=given)
-    values = _values(facts, given, decision)
-    for step in spec.verify.next:
-        if step._cond is None or step._cond.evaluate(ctx) is True:
-            return NextStep(
-                render(step.say, values), tuple(step.suggest), tuple(step.rules or spec.verify.rules)
-            )
-    return None

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.runbook import RunbookSet, check_decision, evaluate, verify_next
+from bot.decisions._policy import decision_policy, runbook_limits
+from bot.runbook import RunbookSet, check_decision, evaluate
 from tests.runbook.helpers import facts
 
 RETRY_AT = "2026-11-29T10:04:30.000Z"
@@ -319,12 +320,14 @@ def test_check_decision_retry_restore_in_backoff(runbooks: RunbookSet) -> None:
 
 
 def test_verify_next_after_abandon(runbooks: RunbookSet) -> None:
-    # R3.12: resumable → resume; CONTEXT_GAP → start_fresh or close.
+    # R3.12: resumable → resume; CONTEXT_GAP → start_fresh or close (the runbook's verify.next, as
+    # the decision's policy reads it after an accepted decision).
+    policy = decision_policy(runbooks, "abandon", runbook_limits(runbooks))
     after = facts(session__status="stopped", session__resumable=True)
-    step = verify_next(runbooks, "abandon", after)
+    step = policy.next_step(after, {})
     assert step is not None and step.suggest == ("resume",)
     gap = facts(session__status="stopped", session__resumable=False, attention__code="CONTEXT_GAP")
-    step = verify_next(runbooks, "abandon", gap)
+    step = policy.next_step(gap, {})
     assert step is not None and step.suggest == ("start_fresh", "close") and "CONTEXT_GAP" in step.say
     assert runbooks.decisions["abandon"].verify.report[:4] == [
         "session.revision",
