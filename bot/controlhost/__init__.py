@@ -20,7 +20,6 @@ from bot.controlhost._errors import (
 )
 from bot.controlhost._fields import KNOWN_FIELDS
 from bot.controlhost._models import (
-    UNKNOWN,
     Attention,
     Checkpoint,
     Event,
@@ -31,7 +30,6 @@ from bot.controlhost._models import (
     Session,
     SessionPage,
     Turn,
-    show,
 )
 from bot.controlhost._retry import RetryPolicy
 from bot.errors import ControlHostAuthError, ControlHostError
@@ -44,7 +42,6 @@ __all__ = [
     "ID_PATTERN",
     "PURPOSE_DECISION",
     "PURPOSE_RESUME",
-    "UNKNOWN",
     "Attention",
     "Checkpoint",
     "ControlHostAuthError",
@@ -67,5 +64,4 @@ __all__ = [
     "deadline_at",
     "deadline_in",
     "remaining",
-    "show",
 ]

@@ -13,17 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.clock import parse_time
-
-UNKNOWN = "unknown"
-
-
-def show(value: object) -> str:
-    """How a value is shown to a person: ``None`` is "unknown", never an empty cell or a crash."""
-    if value is None:
-        return UNKNOWN
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+from bot.format import as_int, as_str
 
 
 def _obj(value: object) -> dict[str, Any]:
@@ -31,26 +21,11 @@ def _obj(value: object) -> dict[str, Any]:
 
 
 def _str(data: dict[str, Any], key: str) -> str | None:
-    """Text, or a number as text; an empty string is as good as missing (None)."""
-    value = data.get(key)
-    if isinstance(value, str):
-        return value or None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return None
+    return as_str(data.get(key))
 
 
 def _int(data: dict[str, Any], key: str) -> int | None:
-    value = data.get(key)
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
+    return as_int(data.get(key))
 
 
 def _bool(data: dict[str, Any], key: str) -> bool | None:

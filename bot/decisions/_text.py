@@ -5,25 +5,19 @@ Messages name decisions, error codes and runbook rule numbers verbatim (docs/com
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from bot.clock import parse_time
 from bot.decisions._requests import DecisionRequest
+
+# Defined in bot.format; kept reachable as ``text.duration`` etc. for this package's callers.
+from bot.format import age as age
+from bot.format import duration as duration
+from bot.format import show
 from bot.messages import Button, Message, ref
 
 APPROVAL_KIND = "approval_request"
 CONFIRM_KIND = "confirmation_request"
 RECHECK_KIND = "recheck_request"
-
-
-def show(value: Any) -> str:
-    """A fact for people: None is "unknown" (never a crash, never an empty cell)."""
-    if value is None:
-        return "unknown"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
@@ -37,24 +31,6 @@ def fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         else:
             rows.append((name, show(value)))
     return rows
-
-
-def age(since: str | None, now: datetime) -> str:
-    start = parse_time(since)
-    if start is None:
-        return "unknown"
-    return duration(max(0.0, (now - start).total_seconds()))
-
-
-def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, sec = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{sec:02d}s" if sec else f"{minutes}m"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 def request_lines(req: DecisionRequest) -> list[str]:

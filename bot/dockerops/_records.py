@@ -22,8 +22,8 @@ from bot.clock import Clock, isoformat, parse_time
 from bot.dockerops import _schema  # noqa: F401 - registers the "dockerops" migrations
 from bot.dockerops._config import ReconcilerConfig
 from bot.dockerops._exec import ExecResult
-from bot.dockerops._wording import fmt_age
 from bot.errors import DockerOpsError
+from bot.format import rough_age
 from bot.redact import redact
 from bot.store import Store
 
@@ -105,10 +105,10 @@ class ReconcilerRecords:
         now = self.clock.now()
         window = timedelta(seconds=cfg.review_window_seconds)
         if finished is None or now - finished > window:
-            age = fmt_age((now - finished).total_seconds()) if finished else "an unknown time"
+            age = rough_age((now - finished).total_seconds()) if finished else "an unknown time"
             raise ReconcileRefused(
                 f"Dry run {dryrun_id} finished {age} ago; a real pass needs one from the last "
-                f"{fmt_age(cfg.review_window_seconds)} (R1.2).",
+                f"{rough_age(cfg.review_window_seconds)} (R1.2).",
                 hint="The database may have changed since: run /recover dryrun again and review it.",
             )
         used = list(

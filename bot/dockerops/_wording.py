@@ -15,24 +15,13 @@ from bot.clock import isoformat
 from bot.dockerops._config import ReconcilerConfig
 from bot.dockerops._exec import ExecResult
 from bot.dockerops._reconciler import PassLine, ReconcilerTarget, later
+from bot.format import rough_age, run_time
 from bot.messages import Attachment, Button, Message, Reply
 from bot.redact import redact
 
 #: Output shown inline at most (the rest goes to the attachment).
 INLINE_CHARS = 3000
 INLINE_LINE_CHARS = 300
-
-
-def fmt_duration(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-
-
-def fmt_age(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def summarise_output(text: str, max_lines: int) -> tuple[list[str], bool]:
@@ -74,7 +63,7 @@ def exec_facts(
             " ".join(f"{k}={v}" for k, v in env.items()) + " (plus the container's own environment, R1.3)",
         ),
         ("Exit code", "unknown" if result.exit_code is None else str(result.exit_code)),
-        ("Duration", fmt_duration(result.duration_s)),
+        ("Duration", run_time(result.duration_s)),
         ("Output", size),
     ]
 
@@ -126,10 +115,10 @@ def dryrun_reply(
     shown, cut = summarise_output(text, cfg.summary_lines)
     attachment = Attachment(f"{dry_id}.txt", text) if cut else None
     if result.succeeded:
-        window = fmt_age(cfg.review_window_seconds)
+        window = rough_age(cfg.review_window_seconds)
         command = f"/recover reconcile --reviewed {dry_id}"
         message = Message(
-            headline=f"Reconciler dry run {dry_id}: exit 0 in {fmt_duration(result.duration_s)}",
+            headline=f"Reconciler dry run {dry_id}: exit 0 in {run_time(result.duration_s)}",
             level="ok",
             facts=facts,
             lines=[
@@ -157,7 +146,7 @@ def dryrun_reply(
         return Reply.of(message)
     message = Message(
         headline=f"Reconciler dry run {dry_id} failed: exit {result.exit_code} in "
-        f"{fmt_duration(result.duration_s)}",
+        f"{run_time(result.duration_s)}",
         level="error",
         facts=facts,
         lines=[
@@ -195,10 +184,10 @@ def pass_reply(
     ok = result.succeeded
     message = Message(
         headline=(
-            f"Reconciler real pass {pass_id}: exit 0 in {fmt_duration(result.duration_s)}"
+            f"Reconciler real pass {pass_id}: exit 0 in {run_time(result.duration_s)}"
             if ok
             else f"Reconciler real pass {pass_id} failed: exit {result.exit_code} in "
-            f"{fmt_duration(result.duration_s)}"
+            f"{run_time(result.duration_s)}"
         ),
         level="ok" if ok else "error",
         facts=facts,
@@ -228,7 +217,7 @@ def status_reply(
             facts.append((label, f"none in the last {cfg.status_log_tail} log lines"))
         else:
             when = isoformat(line.at) if line.at else "time unknown"
-            age = f" ({fmt_age((now - line.at).total_seconds())} ago)" if line.at else ""
+            age = f" ({rough_age((now - line.at).total_seconds())} ago)" if line.at else ""
             facts.append((label, f"{when}{age}"))
     lines: list[str] = [f"{cfg.status_path}:"]
     attachment = None

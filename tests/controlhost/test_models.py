@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot.controlhost import EventPage, Receipt, Session, SessionPage, Turn, show
+from bot.controlhost import EventPage, Receipt, Session, SessionPage, Turn
+from bot.format import show
 
 FULL = {
     "id": "ses_01J",

@@ -1,0 +1,143 @@
+"""The project's fixed vocabularies, one list each: request states, approval policies, decisions,
+actions and the audit step names.
+
+They are ``StrEnum``s so each member *is* its string: it compares equal to the plain text stored in
+SQLite rows, the step log and button values, so code can move to the names one module at a time and
+nothing stored changes. The request states are exactly the list of docs/requests.md.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RequestState(StrEnum):
+    """A decision request's state (docs/requests.md); batches and their members use the same names."""
+
+    REQUESTED = "requested"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
+    VOID = "void"  # the decisive facts changed
+    WAITING = "waiting"  # the previous worker is not yet confirmed gone (R3.9)
+    RECHECK = "recheck"  # effects re-check after the worker is gone (R3.9, R3.10)
+    SENDING = "sending"
+    EXECUTED = "executed"
+    FAILED = "failed"
+    UNCERTAIN = "uncertain"  # sent, no definite answer (R0.3)
+
+
+#: Open states: something may still be sent (docs/requests.md).
+OPEN_STATES: frozenset[RequestState] = frozenset(
+    {
+        RequestState.REQUESTED,
+        RequestState.APPROVED,
+        RequestState.WAITING,
+        RequestState.RECHECK,
+        RequestState.SENDING,
+        RequestState.UNCERTAIN,
+    }
+)
+
+
+class Policy(StrEnum):
+    """Who must agree before a decision is sent (the runbook's ``approval.policy``)."""
+
+    TWO_PERSON = "two_person"  # a second, allowed person approves
+    CONFIRM = "confirm"  # the requester confirms
+    NONE = "none"
+
+
+class Decision(StrEnum):
+    """The decisions the control host accepts (R3); which apply when is the runbook's, not this list's."""
+
+    RETRY_RESTORE = "retry_restore"
+    START_FRESH = "start_fresh"
+    CLOSE = "close"
+    ABANDON = "abandon"
+    CONFIRM_COMPLETED = "confirm_completed"
+
+
+class Action(StrEnum):
+    """What a button asks the router to do (a button's ``action``; Slack prefixes it with ``rb:``)."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    CONFIRM = "confirm"
+    RECONCILE_REVIEWED = "reconcile_reviewed"
+    RESUME = "resume"
+    DECIDE = "decide"
+    DECIDE_FORM = "decide_form"
+    RUN = "run"
+
+
+class Step(StrEnum):
+    """The names of the audit step log's steps (``steps.step``), what ``audit export`` shows.
+
+    A command's refusal is recorded under the command's own name (``decide``, ``approve``, …).
+    """
+
+    # commands, and their refusals
+    DECIDE = "decide"
+    DRYRUN_DECIDE = "dryrun_decide"
+    APPROVE = "approve"
+    CONFIRM = "confirm"
+    REJECT = "reject"
+    RESUME = "resume"
+    WITHDRAW = "withdraw"
+    REPLAY = "replay"
+    CASES = "cases"
+    HISTORY = "history"
+    TAKE = "take"
+    NOTE = "note"
+    HANDOFF = "handoff"
+    DIAGNOSE = "diagnose"
+    DIAGNOSE_FOLLOWUP = "diagnose_followup"
+    TRIAGE = "triage"
+    # a decision request's life (docs/requests.md)
+    REQUEST_STATE = "request_state"  # every transition, with ``from`` and ``to``
+    DECISION_REQUESTED = "decision_requested"
+    DECISION_APPROVED = "decision_approved"
+    DECISION_CONFIRMED = "decision_confirmed"
+    DECISION_REJECTED = "decision_rejected"
+    DECISION_EXPIRED = "decision_expired"
+    DECISION_WITHDRAWN = "decision_withdrawn"
+    DECISION_VOID = "decision_void"
+    DECISION_EFFECTS_RECHECKED = "decision_effects_rechecked"
+    DECISION_SENDING = "decision_sending"
+    DECISION_EXECUTED = "decision_executed"
+    DECISION_UNCERTAIN = "decision_uncertain"
+    DECISION_REFUSED_BY_API = "decision_refused_by_api"
+    DECISION_REFUSED_NO_AUTHORITY = "decision_refused_no_authority"
+    DECISION_WAIT_GAVE_UP = "decision_wait_gave_up"
+    VERIFICATION = "verification"
+    # resume (R4.2)
+    RESUME_REQUESTED = "resume_requested"
+    RESUME_ACCEPTED = "resume_accepted"
+    RESUME_REFUSED = "resume_refused"
+    RESUME_UNCERTAIN = "resume_uncertain"
+    RESUME_GAVE_UP = "resume_gave_up"
+    RESUME_WITHDRAWN = "resume_withdrawn"
+    # start-up
+    UNFINISHED_FOUND = "unfinished_found"
+    RECOVER_AFTER_RESTART = "recover_after_restart"
+    # the reconciler (R1)
+    RECONCILER_DRYRUN = "reconciler_dryrun"
+    RECONCILER_PASS = "reconciler_pass"
+    RECONCILER_REVIEWED = "reconciler_reviewed"
+    # batches
+    BATCH_REQUESTED = "batch_requested"
+    BATCH_APPROVE = "batch_approve"  # a refused approval
+    BATCH_APPROVED = "batch_approved"
+    BATCH_CONFIRMED = "batch_confirmed"
+    BATCH_REJECTED = "batch_rejected"
+    BATCH_WITHDRAWN = "batch_withdrawn"
+    BATCH_REFUSED = "batch_refused"
+    BATCH_STOP = "batch_stop"
+    BATCH_TAKE = "batch_take"
+    BATCH_FINISHED = "batch_finished"
+    BATCH_MEMBER_VOID = "batch_member_void"  # facts changed: skipped, nothing sent
+    BATCH_MEMBER_EXECUTED = "batch_member_executed"
+    BATCH_MEMBER_FAILED = "batch_member_failed"
+    BATCH_MEMBER_UNCERTAIN = "batch_member_uncertain"
