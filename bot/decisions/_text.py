@@ -12,7 +12,7 @@ from bot.decisions._requests import DecisionRequest
 # Defined in bot.format; kept reachable as ``text.duration`` etc. for this package's callers.
 from bot.format import age as age
 from bot.format import duration as duration
-from bot.format import show
+from bot.format import show as show
 from bot.messages import Button, Message, ref
 
 APPROVAL_KIND = "approval_request"
