@@ -402,7 +402,7 @@ def _body_text(body: Mapping[str, Any]) -> str:
     return json.dumps(dict(body), separators=(",", ":"), ensure_ascii=False)
 
 
-def _response_body(response: httpx.Response) -> Any:
+def _response_body(response: httpx.Response) -> object:
     try:
         return response.json()
     except ValueError:

@@ -96,7 +96,7 @@ class _DeadlineStream(httpcore.NetworkStream):
         inner = self._inner.start_tls(ssl_context, server_hostname, _clamp(timeout, httpcore.ConnectTimeout))
         return _DeadlineStream(inner)
 
-    def get_extra_info(self, info: str) -> typing.Any:
+    def get_extra_info(self, info: str) -> object:
         return self._inner.get_extra_info(info)
 
 
