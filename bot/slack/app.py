@@ -1,5 +1,10 @@
-"""The Bolt app, built by a factory: thin listeners that ack, hand the work to a background pool, and
-deliver the router's reply into the case's thread.
+"""The Bolt app, built by a factory: thin listeners that commit each delivery to the inbox and ack;
+the work behind it (router, core, posts) delivers the router's reply into the case's thread.
+
+Who runs the work: a thread of this process by default (tests, embedded use); under ``recover-bot
+serve`` a separate worker process (``handoff``, see :mod:`bot.slack.worker`), so the work never
+competes with the acks for the interpreter. Either way the delivery is committed (and de-duplicated
+by Slack's key) in :mod:`bot.slack.inbox` before the ack.
 
 Why the work does not use Bolt's lazy listeners: Bolt runs ack functions and lazy functions on the
 same ``listener_executor``; twenty slow decisions waiting on a 10 s control host would fill it and
@@ -15,11 +20,13 @@ and the dispatching thread polls for the ack every 10 ms: up to 10 ms added to e
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import traceback
+import uuid
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +39,10 @@ from bot.redact import redact
 from bot.routing import RouterProtocol
 from bot.settings import Settings, reveal
 from bot.slack import blocks as kit
-from bot.slack import wording
+from bot.slack import queued, wording
+from bot.slack.background import BackgroundWork, logged
 from bot.slack.delivery import Origin, SlackReporter, ThreadBook
+from bot.slack.inbox import Inbox
 from bot.slack.state import RecentDeliveries, SlackState
 from bot.slack.tenancy import Tenancy, tenancy_middleware
 from bot.slack.web import SlackOut, make_client
@@ -44,48 +53,6 @@ log = logging.getLogger("recover_bot.slack")
 COMMAND = "/recover"
 # Our buttons' action_ids are "rb:<action>:<index>"; anything else is acked and ignored.
 _OUR_ACTIONS = r"^rb:.+"
-
-
-class BackgroundWork:
-    """A thread pool that knows when it is idle (tests and shutdown wait on it)."""
-
-    def __init__(self, max_workers: int, name: str) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name)
-        self._pending: set[Future[Any]] = set()
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        future = self._pool.submit(_logged, fn, *args)
-        with self._lock:
-            self._pending.add(future)
-        future.add_done_callback(self._done)
-        return future
-
-    def _done(self, future: Future[Any]) -> None:
-        with self._lock:
-            self._pending.discard(future)
-            if not self._pending:
-                self._idle.notify_all()
-
-    def wait_idle(self, timeout: float = 30.0) -> bool:
-        """True once nothing is queued or running."""
-        with self._lock:
-            return self._idle.wait_for(lambda: not self._pending, timeout=timeout)
-
-    def shutdown(self, wait: bool = True) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=not wait)
-
-
-def _logged(fn: Callable[..., Any], *args: Any) -> Any:
-    # A background job has nobody to raise to: log (redacted) instead of losing the error silently.
-    try:
-        return fn(*args)
-    except Exception:
-        log.error(
-            "background job %s failed:\n%s", getattr(fn, "__name__", fn), redact(traceback.format_exc())
-        )
-        return None
 
 
 @dataclass
@@ -105,6 +72,10 @@ class SlackBot:
     later: BackgroundWork = field(default_factory=lambda: BackgroundWork(4, "recover-later"))
     app: App = field(init=False)
     recent: RecentDeliveries = field(default_factory=RecentDeliveries)
+    inbox: Inbox | None = None
+    #: Passes a committed inbox item on (to the worker process); None: a thread here claims and runs it.
+    handoff: Callable[[int], None] | None = None
+    worker_id: str = field(default_factory=lambda: f"inline:{os.getpid()}:{uuid.uuid4().hex[:8]}")
     _sweeping: threading.Event = field(default_factory=threading.Event, init=False)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
@@ -153,11 +124,35 @@ class SlackBot:
 
         def loop() -> None:
             while not self._sweeping.wait(interval):
-                _logged(self.sweep_expired)
+                logged(self.sweep_expired)
 
         thread = threading.Thread(target=loop, name="recover-expiry", daemon=True)
         thread.start()
         return thread
+
+    # -- the inbox ------------------------------------------------------------------------------------
+
+    def enqueue(self, kind: str, key: str, payload: dict[str, Any]) -> bool:
+        """Commit one delivery (ack path), then hand it on; False for a repeat already queued."""
+        assert self.inbox is not None, "build_bot gives every bot an inbox"
+        item_id = self.inbox.put(kind, key, payload)
+        if item_id is None:
+            log.info("dropping a repeated Slack delivery %s", key)
+            return False
+        if self.handoff is not None:
+            self.handoff(item_id)
+        else:
+            (self.ui if kind == queued.HOME else self.work).submit(self.run_queued, item_id)
+        return True
+
+    def run_queued(self, item_id: int) -> None:
+        """Claim one item (compare-and-set: nobody else runs it), run it, mark it done."""
+        assert self.inbox is not None
+        for item in self.inbox.claim(self.worker_id, item_id=item_id):
+            try:
+                queued.run_item(self, item)
+            finally:
+                self.inbox.finish(item.id, self.worker_id)
 
     # -- the work behind each listener (background threads) ------------------------------------------
 
@@ -325,6 +320,7 @@ def build_bot(
         threads=ThreadBook(state, out),
         work=BackgroundWork(work_threads, "recover-work"),
         ui=BackgroundWork(4, "recover-ui"),
+        inbox=Inbox(store),
     )
     http_mode = not settings.slack_app_token
     app = App(
@@ -361,17 +357,16 @@ def _register(app: App, bot: SlackBot) -> None:
     """Thin listeners: ack first (no I/O), then hand the work to the background pool."""
 
     # Each delivery is handled once (Slack's retries, replays of a signed request within its 5 minutes,
-    # double submits), keyed on what Slack gives it: in memory on the ack path (no I/O), then in
-    # SQLite in the background (a restart forgets nothing; see SlackState.first_delivery).
+    # double submits), keyed on what Slack gives it: in memory first (no I/O), then by the inbox's
+    # unique key, committed before the ack (a restart forgets nothing; see bot.slack.inbox).
 
     @app.command(COMMAND)
     def on_command(ack: Ack, body: dict[str, Any]) -> None:
         key = delivery_key("command", body)
-        if not bot.recent.first(key):
+        # Committed first, then acked: nothing acked is lost, whichever process dies.
+        if not bot.recent.first(key) or not bot.enqueue(queued.COMMAND, key, queued.command(body)):
             ack()
             return
-        # Queue first, then ack: queuing is in-memory (no I/O), and nothing is lost between the two.
-        bot.work.submit(bot.run_command, body, key)
         ack(text=wording.ack_command(str(body.get("text") or "")))
 
     @app.action({"type": "block_actions", "action_id": re.compile(_OUR_ACTIONS)})
@@ -383,10 +378,11 @@ def _register(app: App, bot: SlackBot) -> None:
         name = kit.parse_action_id(str(action.get("action_id") or "")) or ""
         value = str(action.get("value") or "")
         if name == "decide_form":
-            # trigger_id expires 3 s after the click: the UI pool, never queued behind slow work.
+            # trigger_id expires 3 s after the click: views.open from this process's UI pool, never
+            # queued behind slow work (the form's fields come from the runbook: no I/O).
             bot.ui.submit(bot.open_decide_form, body, value)
         else:
-            bot.work.submit(bot.run_action, body, name, value, key)
+            bot.enqueue(queued.ACTION, key, queued.action(body, name, value))
         ack()
 
     @app.action(re.compile(r".*"))
@@ -405,15 +401,16 @@ def _register(app: App, bot: SlackBot) -> None:
         key = delivery_key("view", body)
         if bot.recent.first(key):
             actor = str((body.get("user") or {}).get("id") or "unknown")
-            bot.work.submit(bot.run_decide, actor, form, fields, key)
+            bot.enqueue(queued.DECIDE, key, queued.decide(actor, form, fields))
         ack()
 
     @app.event("app_home_opened")
     def on_home_opened(ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
         user = str(event.get("user") or "")
         event_id = str(body.get("event_id") or "")
-        if user and event.get("tab", "home") == "home" and bot.recent.first(f"event:{event_id}" if event_id else ""):
-            bot.ui.submit(bot.home_opened, event_id, user)
+        key = f"event:{event_id}" if event_id else ""
+        if user and event.get("tab", "home") == "home" and bot.recent.first(key):
+            bot.enqueue(queued.HOME, key, queued.home(event_id, user))
         ack()
 
     @app.error

@@ -27,6 +27,7 @@ from bot.redact import redact
 from bot.settings import Settings, reveal
 from bot.slack.front import EVENTS_PATH, HEALTH_PATH, RecoverAsgi
 from bot.slack.h11guard import HEADER_TIMEOUT, guarded_protocol
+from bot.slack.supervisor import WorkerSupervisor
 from bot.startup import listen_error, slack_start_error
 
 log = logging.getLogger("recover_bot.slack")
@@ -147,11 +148,16 @@ class HttpServer:
         self.sock.close()
 
 
-def _socket_health(link: Any, settings: Settings, out: TextIO) -> HttpServer | None:
-    """In Socket Mode, ``/healthz`` (with the link's state) on HOST:PORT; best effort: a busy port
-    costs the health endpoint, not the bot."""
+def _socket_health(link: Any, settings: Settings, out: TextIO, worker: WorkerSupervisor) -> HttpServer | None:
+    """In Socket Mode, ``/healthz`` (the link's and the worker's state) on HOST:PORT; best effort: a
+    busy port costs the health endpoint, not the bot."""
+
+    def health() -> tuple[bool, list[str]]:
+        (link_ok, link_lines), (worker_ok, worker_lines) = link.health(), worker.health()
+        return link_ok and worker_ok, [*link_lines, *worker_lines]
+
     try:
-        asgi = RecoverAsgi(link.app, events=False, health=link.health)
+        asgi = RecoverAsgi(link.app, events=False, health=health)
         server = HttpServer(asgi, settings.host, settings.port, log_level=settings.log_level).start()
     except (OSError, RuntimeError) as exc:
         log.warning("no /healthz in Socket Mode: %s", exc)
@@ -207,15 +213,18 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
             sock.close()
         print(redact(str(exc)), file=sys.stderr)
         return 2
-    bot.start_sweeper()
-    bot.work.submit(bot.run_startup)
+    # The work (router, core, posts, start-up replays, expiry) runs in the worker process; this one
+    # only checks, commits each delivery to the inbox and acks (see bot.slack.worker).
+    assert bot.inbox is not None
+    worker = WorkerSupervisor(settings, bot.inbox).start()
+    bot.handoff = worker.wake
     try:
         if settings.slack_app_token:
             from bot.slack.socket_link import SocketLink
 
             link = SocketLink(bot.app, reveal(settings.slack_app_token) or "", api_url=settings.slack_api_url)
             print("recover-bot: connecting to Slack in Socket Mode", file=out, flush=True)
-            health = _socket_health(link, settings, out)
+            health = _socket_health(link, settings, out, worker)
             try:
                 link.run()
             finally:
@@ -224,7 +233,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
                     health.stop()
             return 0
         raise_fd_limit()
-        asgi = RecoverAsgi(bot.app, signing_secret=reveal(settings.slack_signing_secret))
+        asgi = RecoverAsgi(bot.app, signing_secret=reveal(settings.slack_signing_secret), health=worker.health)
         server = HttpServer(asgi, settings.host, settings.port, log_level=settings.log_level, sock=sock)
         print(
             f"recover-bot listening on {server.url} "
@@ -235,4 +244,5 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
         server.run()
         return 0
     finally:
+        worker.stop()
         bot.close()

@@ -1,0 +1,193 @@
+"""The durable queue between the ack and the work: Slack deliveries committed to SQLite before the ack.
+
+Why: the work behind a command (the router, the core, the posts to Slack) competes with the acks for
+the interpreter when it runs in the process that acks. ``recover-bot serve`` therefore acks in one
+process and works in another (:mod:`bot.slack.worker`); this table is what passes between them, in
+the step store's file, so nothing acked is lost when either process dies.
+
+- :meth:`Inbox.put` (ack path): one ``INSERT OR IGNORE`` keyed on Slack's own delivery key, so a
+  retried or replayed delivery is refused here, durably, before its ack.
+- :meth:`Inbox.claim` (worker): queued → claimed as a compare-and-set inside ``BEGIN IMMEDIATE``, so
+  two workers (two ``serve`` processes on one store) never take the same item.
+- An item whose worker died while running it is never run again (it may have sent something):
+  :meth:`Inbox.take_orphans` moves it to ``interrupted`` (again a compare-and-set) and the worker that
+  took it tells the person. What the core had stored is finished by its start-up (replays with the
+  stored Idempotency-Key, R0.3: nothing re-created).
+
+The connection commits with ``synchronous=NORMAL`` (WAL): a commit survives either process being
+killed; only a power cut can forget the last ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlite_utils import Database
+
+from bot.slack.state import slack_migrations
+from bot.store import Store
+
+DONE_TTL_SECONDS = 3600.0  # finished rows (and their keys) are kept this long: Slack's retries end well before
+STALE_WORKER_SECONDS = 30.0  # a worker that has not beaten for this long is taken for dead
+QUEUED, CLAIMED, DONE, INTERRUPTED = "queued", "claimed", "done", "interrupted"
+
+
+@slack_migrations(name="0003_inbox")
+def _m0003(db: Database) -> None:
+    """Queued deliveries and the workers that claim them."""
+    db.execute(
+        """CREATE TABLE slack_inbox (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT UNIQUE, kind TEXT NOT NULL,
+            payload TEXT NOT NULL, state TEXT NOT NULL, claimed_by TEXT, claimed_at REAL,
+            created_at REAL NOT NULL, finished_at REAL)"""
+    )
+    db.execute("CREATE INDEX slack_inbox_state ON slack_inbox (state, id)")
+    db.execute(
+        """CREATE TABLE slack_workers (
+            id TEXT PRIMARY KEY, pid INTEGER NOT NULL, beat_at REAL NOT NULL, dead INTEGER NOT NULL DEFAULT 0)"""
+    )
+
+
+_CLAIM_ONE = (
+    "UPDATE slack_inbox SET state = ?, claimed_by = ?, claimed_at = ? "
+    "WHERE id = ? AND state = ? RETURNING id, kind, key, payload"
+)
+_CLAIM_OLDEST = (
+    "UPDATE slack_inbox SET state = ?, claimed_by = ?, claimed_at = ? "
+    "WHERE id IN (SELECT id FROM slack_inbox WHERE state = ? ORDER BY id LIMIT ?) AND state = ? "
+    "RETURNING id, kind, key, payload"
+)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One queued delivery: ``kind`` names the work, ``payload`` is what the listener had (JSON)."""
+
+    id: int
+    kind: str
+    key: str | None
+    payload: dict[str, Any]
+
+
+def _item(row: tuple[int, str, str | None, str]) -> Item:
+    return Item(id=row[0], kind=row[1], key=row[2], payload=json.loads(row[3]))
+
+
+class Inbox:
+    """Typed access to ``slack_inbox``; one connection per thread (the ack path opens none per put)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._local = threading.local()
+        store.migrate()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = sqlite3.connect(
+                str(self.store.path), timeout=self.store.busy_timeout, isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.store.busy_timeout * 1000)}")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def _tx(self, sql: str, params: list[object]) -> tuple[int, int | None, list[tuple[Any, ...]]]:
+        """One statement in its own ``BEGIN IMMEDIATE``: (rows changed, last row id, rows returned)."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            cur = conn.execute(sql, params)
+            rows = cur.fetchall()  # RETURNING rows are read before the commit
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return cur.rowcount, cur.lastrowid, rows
+
+    # -- the ack side -------------------------------------------------------------------------------
+
+    def put(self, kind: str, key: str, payload: dict[str, Any]) -> int | None:
+        """Queue one delivery, committed on return; None when its key was queued before (a repeat)."""
+        changed, row_id, _ = self._tx(
+            "INSERT OR IGNORE INTO slack_inbox (key, kind, payload, state, created_at) VALUES (?, ?, ?, ?, ?)",
+            [key or None, kind, json.dumps(payload, separators=(",", ":")), QUEUED, time.time()],
+        )
+        return row_id if changed == 1 else None
+
+    def depth(self) -> int:
+        """Items queued and not yet claimed."""
+        row = self._conn().execute("SELECT count(*) FROM slack_inbox WHERE state = ?", [QUEUED]).fetchone()
+        return int(row[0])
+
+    # -- the worker side ----------------------------------------------------------------------------
+
+    def claim(self, worker: str, limit: int = 1, item_id: int | None = None) -> list[Item]:
+        """queued → claimed by ``worker`` (the oldest first, or the one ``item_id``); a compare-and-set."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if item_id is not None:
+                rows = conn.execute(_CLAIM_ONE, [CLAIMED, worker, time.time(), item_id, QUEUED]).fetchall()
+            else:
+                rows = conn.execute(_CLAIM_OLDEST, [CLAIMED, worker, time.time(), QUEUED, limit, QUEUED]).fetchall()
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return sorted((_item(r) for r in rows), key=lambda item: item.id)
+
+    def finish(self, item_id: int, worker: str) -> bool:
+        """claimed → done (only by the worker holding it); prunes old finished rows now and then."""
+        now = time.time()
+        changed, _, _ = self._tx(
+            "UPDATE slack_inbox SET state = ?, finished_at = ? WHERE id = ? AND state = ? AND claimed_by = ?",
+            [DONE, now, item_id, CLAIMED, worker],
+        )
+        if item_id % 64 == 0:
+            self._tx(
+                "DELETE FROM slack_inbox WHERE state IN (?, ?) AND finished_at < ?",
+                [DONE, INTERRUPTED, now - DONE_TTL_SECONDS],
+            )
+        return changed == 1
+
+    def beat(self, worker: str) -> None:
+        """This worker is alive (its claims are not orphans)."""
+        self._tx(
+            "INSERT INTO slack_workers (id, pid, beat_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET beat_at = excluded.beat_at, pid = excluded.pid",
+            [worker, os.getpid(), time.time()],
+        )
+
+    def mark_dead(self, worker: str) -> None:
+        """The supervisor saw this worker exit: its claims are orphans at once."""
+        self._tx("UPDATE slack_workers SET dead = 1 WHERE id = ?", [worker])
+
+    def take_orphans(self, stale_after: float = STALE_WORKER_SECONDS) -> list[Item]:
+        """claimed by a dead or silent worker → interrupted; returns the items this call moved."""
+        _, _, rows = self._tx(
+            "UPDATE slack_inbox SET state = ?, finished_at = ? WHERE state = ? AND claimed_by IN "
+            "(SELECT id FROM slack_workers WHERE dead = 1 OR beat_at < ?) RETURNING id, kind, key, payload",
+            [INTERRUPTED, time.time(), CLAIMED, time.time() - stale_after],
+        )
+        return sorted((_item(r) for r in rows), key=lambda item: item.id)
+
+    def states(self) -> dict[str, int]:
+        """How many items are in each state (tests, /healthz)."""
+        rows = self._conn().execute("SELECT state, count(*) FROM slack_inbox GROUP BY state").fetchall()
+        return {str(state): int(n) for state, n in rows}
+
+    def close(self) -> None:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
