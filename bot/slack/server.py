@@ -13,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import resource
+import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any, TextIO
 
 import uvicorn
@@ -127,8 +129,17 @@ class HttpServer:
         return f"http://{host}:{self.port}"
 
     def run(self) -> None:
-        """Serve in the foreground until SIGINT/SIGTERM."""
-        self.server.run(sockets=[self.sock])
+        """Serve in the foreground until SIGINT/SIGTERM.
+
+        uvicorn re-raises a caught SIGTERM once it has shut down; with the default handler that ends
+        the process at once, skipping the caller's clean-up (stopping the worker process). Here the
+        re-raised signal becomes SystemExit(0), so ``finally`` blocks run.
+        """
+        previous = signal.signal(signal.SIGTERM, _exit_cleanly)
+        try:
+            self.server.run(sockets=[self.sock])
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     def start(self, timeout: float = 10.0) -> HttpServer:
         """Serve in a background thread; returns once uvicorn accepts connections."""
@@ -146,6 +157,10 @@ class HttpServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.sock.close()
+
+
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 def _socket_health(link: Any, settings: Settings, out: TextIO, worker: WorkerSupervisor) -> HttpServer | None:

@@ -133,6 +133,7 @@ def main(stream: TextIO | None = None) -> int:
     config = json.loads(stream.readline() or "{}")
     settings = Settings(**config["settings"])
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # as the CLI: every request at INFO is noise
     store = Store(settings.db_path, audit_key=settings.audit_key_bytes())
     bot = worker_bot(settings, store)
     assert bot.inbox is not None

@@ -1,0 +1,205 @@
+"""The ack/work split of `recover-bot serve` under attack: SIGKILL of the worker process, a second
+worker on the same store.
+
+Real parts: `recover-bot serve` as a process (uvicorn, the checked front, Bolt, the inbox) with its
+supervised worker process, the sandbox control host over HTTP, the Slack stand-in, one SQLite file.
+What is counted: answers on each command's own response_url, effects on the sandbox, inbox rows.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import yaml
+
+from bot.sandbox import builtin_scenarios_dir
+from bot.slack.inbox import Inbox
+from bot.slack.supervisor import WorkerSupervisor
+from bot.store import Store
+from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackSender, SlackStandIn, slack_settings
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _serve(slack_api: SlackStandIn, sandbox, db: Path, cwd: Path) -> tuple[subprocess.Popen[str], str]:
+    env = {
+        **os.environ,
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack_api.base_url,
+        "CONTROL_HOST_URL": sandbox.url,
+        "CONTROL_HOST_API_KEY": sandbox.api_key,
+        "RECOVER_DB": str(db),
+        "HOST": "127.0.0.1",
+        "PORT": "0",
+    }
+    env.pop("SLACK_APP_TOKEN", None)
+    code = "import sys; from bot.settings import load_settings; from bot.slack import serve; sys.exit(serve(load_settings(dotenv=None)))"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True, cwd=str(cwd))
+    assert proc.stdout is not None
+    m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
+    assert m, "serve did not start"
+    return proc, m.group(1)
+
+
+def _health(url: str) -> tuple[int, str]:
+    r = httpx.get(url + "/healthz", timeout=5)
+    return r.status_code, r.text
+
+
+def _worker_pid(url: str) -> int | None:
+    code, text = _health(url)
+    m = re.search(r"worker: alive \(pid (\d+)", text)
+    return int(m.group(1)) if code == 200 and m else None
+
+
+def _fresh_session(sandbox, sid: str) -> str:
+    spec = yaml.safe_load((builtin_scenarios_dir() / "restore_stopped_transient.yaml").read_text())
+    s = copy.deepcopy(spec)
+    s["session"]["id"] = sid
+    s["worker_logs"] = []
+    sandbox.admin.create_session({k: s[k] for k in ("session", "turns", "events", "worker_logs")})
+    return sid
+
+
+def _reply_path(body: str) -> str:
+    """The path of a signed command's response_url, as the stand-in records answers to it."""
+    return httpx.URL(urllib.parse.parse_qs(body)["response_url"][0]).path
+
+
+def _answers(slack_api: SlackStandIn, path: str) -> list[dict]:
+    return [b for p, b in list(slack_api.responses) if p == path]
+
+
+def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack_api, sandbox_factory, tmp_path) -> None:
+    sandbox = sandbox_factory(scenarios="builtin", clock=None)
+    db = tmp_path / "serve.db"
+    proc, url = _serve(slack_api, sandbox, db, tmp_path)
+    sender = SlackSender(url + "/slack/events", stand_in=slack_api)
+    inbox = Inbox(Store(db))
+    try:
+        _wait("a healthy worker", lambda: _worker_pid(url) is not None)
+        first_pid = _worker_pid(url)
+        assert first_pid is not None and first_pid != proc.pid  # the work runs in another process
+        sessions = [_fresh_session(sandbox, f"ses_kill_{i}") for i in range(3)]
+        # Every control-host call takes 4 s: eight diagnoses fill the worker's eight threads.
+        sandbox.admin.fault("latency", "*", seconds=4, times=None)
+        busy = []
+        for _ in range(8):
+            body = sender.command_body("diagnose ses_restore_transient")
+            busy.append(_reply_path(body))
+            assert sender.post(body, content_type="application/x-www-form-urlencoded").status_code == 200
+        _wait("eight claimed items", lambda: inbox.states().get("claimed", 0) == 8)
+        # Behind them, queued: helps and single-person decisions (R4: retry_restore needs no second person).
+        queued: dict[str, str] = {}
+        for text in ["help"] * 5 + [f'decide {sid} retry_restore --reason "worker killed" --yes' for sid in sessions]:
+            body = sender.command_body(text)
+            queued[_reply_path(body)] = text
+            r = sender.post(body, content_type="application/x-www-form-urlencoded")
+            assert r.status_code == 200 and "received" in r.text  # acked: committed before the ack
+        assert inbox.states().get("queued", 0) == 8
+
+        os.kill(first_pid, signal.SIGKILL)
+        _wait("a new worker", lambda: (_worker_pid(url) or first_pid) != first_pid)
+        sandbox.admin.clear_faults()
+        _wait("the inbox drained", lambda: set(inbox.states()) <= {"done", "interrupted"}, timeout=120)
+        assert inbox.states() == {"done": 8, "interrupted": 8}
+        code, text = _health(url)
+        assert code == 200 and "queue depth: 0" in text and "started 2×" in text, text
+
+        for path, text in queued.items():
+            if text == "help":
+                assert len(_answers(slack_api, path)) == 1, text  # run once: not lost, not twice
+        # Each decision ran once: one effect, one decision POST under one Idempotency-Key (R0.3).
+        _wait("three effects", lambda: all(sandbox.admin.effect_count(s) == 1 for s in sessions), timeout=60)
+        for sid in sessions:
+            posts = [r for r in sandbox.admin.idempotency_records(sid) if "decision" in r["path"]]
+            assert len(posts) == 1, (sid, posts)
+        # The eight interrupted diagnoses are not re-run: each person is told once, on their response_url.
+        for path in busy:
+            told = [b for b in _answers(slack_api, path) if "restarted while working" in str(b)]
+            assert len(told) == 1, (path, _answers(slack_api, path))
+        time.sleep(1.5)
+        assert all(sandbox.admin.effect_count(s) == 1 for s in sessions)
+    finally:
+        sender.close()
+        proc.terminate()
+        proc.wait(30)
+    # Stopped with serve: the worker is gone too.
+    pid = _worker_pid_from_db(db)
+    assert pid is not None and pid != first_pid
+    _wait("the worker gone", lambda: not _alive(pid), timeout=5)
+
+
+def _worker_pid_from_db(db: Path) -> int | None:
+    with Store(db).read() as conn:
+        row = conn.execute("SELECT pid FROM slack_workers ORDER BY beat_at DESC LIMIT 1").fetchone()
+    return int(row[0]) if row else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie of ours would still answer: read its state.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_path) -> None:
+    db = tmp_path / "shared.db"
+    settings = slack_settings(slack_api, db, control_host_url=sandbox.url, control_host_api_key=sandbox.api_key)
+    inbox = Inbox(Store(db))
+    supervisors = [WorkerSupervisor(settings, inbox).start() for _ in range(2)]
+    try:
+        _wait("two beating workers", lambda: _workers(db) >= 2)
+        sender = SlackSender("http://127.0.0.1:9/unused", stand_in=slack_api)
+        urls = []
+        for i in range(120):
+            raw = sender.command_body("help", user=f"U{i:03d}")
+            body = {k: v[0] for k, v in urllib.parse.parse_qs(raw).items()}
+            urls.append(_reply_path(raw))
+            assert inbox.put("command", f"command:T1:{body['trigger_id']}", {"body": body}) is not None
+        for s in supervisors:
+            s.wake()
+        _wait("every item done", lambda: inbox.states() == {"done": 120}, timeout=120)
+        per_url = Counter(p for p, _ in slack_api.responses)
+        assert all(per_url[u] == 1 for u in urls), [u for u in urls if per_url[u] != 1]
+        with Store(db).read() as conn:
+            by_worker = dict(conn.execute("SELECT claimed_by, count(*) FROM slack_inbox GROUP BY claimed_by").fetchall())
+        ids = {s.worker_id for s in supervisors}
+        assert set(by_worker) <= ids and sum(by_worker.values()) == 120, by_worker
+        # A repeat of a queued delivery is refused by its key, durably.
+        assert inbox.put("command", f"command:T1:{body['trigger_id']}", {"body": body}) is None
+    finally:
+        for s in supervisors:
+            s.stop()
+    for s in supervisors:
+        assert s.proc is not None and s.proc.poll() is not None
+
+
+def _workers(db: Path) -> int:
+    with Store(db).read() as conn:
+        try:
+            return int(conn.execute("SELECT count(*) FROM slack_workers WHERE dead = 0").fetchone()[0])
+        except Exception:  # noqa: BLE001 - the table appears with the first migration
+            return 0
