@@ -6,7 +6,8 @@ router's messages into Block Kit.
 
 from __future__ import annotations
 
-from bot.slack.app import COMMAND, BackgroundWork, SlackBot, build_app, build_bot
+from bot.slack.app import COMMAND, SlackBot, build_app, build_bot
+from bot.slack.background import BackgroundWork
 from bot.slack.server import EVENTS_PATH, HEALTH_PATH, HttpServer, RecoverAsgi, serve
 from bot.slack.web import SlackDirectory, SlackOut, make_client
 
