@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from bot.bulk_routes import dispatch
+from bot.buttons import DecisionChoice
 from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
 from bot.errors import CommandError, ControlHostError, RecoverError
@@ -97,6 +98,10 @@ class Router:
     def decision_form(self, decision: str) -> list[FormField]:
         """The fields a decision's form asks for (only those it uses), from the runbook."""
         return decide_form(self.runbooks, decision)
+
+    def decision_choice(self, value: str) -> DecisionChoice:
+        """A decision button's value, parsed strictly against the runbook (:class:`BadButtonValue` if not)."""
+        return DecisionChoice.parse(value, ids=self.runbooks.id_pattern, decisions=self.runbooks.decisions)
 
     def help_text(self) -> str:
         return help_text(self.runbooks)
@@ -320,8 +325,8 @@ class Router:
         if action == "resume":
             return d.resume(actor, channel, self._id(value, "session id"), reporter)
         if action == "decide_form":
-            session, _, decision = value.partition("|")
-            self._id(session, "session id")
+            choice = self.decision_choice(value)
+            session, decision = choice.session_id, choice.decision
             return Reply.of(
                 Message(
                     headline=f"To decide {decision} on {session}, type:",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from bot.buttons import DecisionChoice
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.usage import FormField
 
@@ -32,6 +33,10 @@ class RouterProtocol(Protocol):
     def help_text(self) -> str: ...
 
     def decision_form(self, decision: str) -> list[FormField]: ...
+
+    def decision_choice(self, value: str) -> DecisionChoice:
+        """A decision button's value parsed strictly (``bot.buttons.BadButtonValue`` when it is not ours)."""
+        ...
 
     def session_of(self, text: str) -> str | None: ...
 

@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from bot.buttons import BadButtonValue, DecisionChoice
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
 from bot.messages import Button, Message, Reply
@@ -267,11 +268,15 @@ class _Console:
         form: dict[str, str] | None = None
         action, value = button.action, button.value
         if action == "decide_form":
-            form = self.ask_form(value)
+            try:
+                choice = self.router.decision_choice(value)
+            except BadButtonValue as exc:
+                self.fail(exc.message)
+                return
+            form = self.ask_form(choice)
             if form is None:
                 return
-            session_id, _, decision = value.partition("|")
-            form.update(session_id=session_id, decision=decision)
+            form.update(session_id=choice.session_id, decision=choice.decision)
             action = "decide"
         previous, self.choices = self.choices, []
         reporter = _ConsoleReporter(self)
@@ -287,8 +292,8 @@ class _Console:
         if not ok and not self.choices:
             self.choices = previous
 
-    def ask_form(self, value: str) -> dict[str, str] | None:
-        session_id, _, decision = value.partition("|")
+    def ask_form(self, choice: DecisionChoice) -> dict[str, str] | None:
+        session_id, decision = choice.session_id, choice.decision
         # The fields this decision uses, as the Slack modal asks them (from the runbook's flags).
         fields = self.router.decision_form(decision)
         self.write(f"{decision} on {session_id}: answer each field (an optional one may stay empty).")

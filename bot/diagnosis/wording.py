@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bot.buttons import DecisionChoice
 from bot.diagnosis import timeline as tl
 from bot.diagnosis.model import Diagnosis
 from bot.messages import Attachment, Button, Message
@@ -133,7 +134,7 @@ def decision_button(
     return Button(
         label=decision,
         action=DECIDE_ACTION,
-        value=f"{session_id}|{decision}",
+        value=DecisionChoice(session_id, decision).encode(),
         command=command,
         style="danger" if decision in _DANGER else None,
     )

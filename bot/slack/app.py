@@ -33,6 +33,7 @@ from typing import Any
 from slack_bolt import Ack, App
 from slack_sdk import WebClient
 
+from bot.buttons import BadButtonValue, DecisionChoice
 from bot.errors import RecoverError
 from bot.messages import Reply
 from bot.redact import redact
@@ -205,20 +206,26 @@ class SlackBot:
         )
 
     def open_decide_form(self, body: dict[str, Any], value: str) -> None:
-        session_id, _, decision = value.partition("|")
         container = body.get("container") or {}
         message = body.get("message") or {}
+        channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+        actor = str((body.get("user") or {}).get("id") or "")
+        try:
+            choice = self.router.decision_choice(value)
+        except BadButtonValue as exc:  # forged or stale: one private line, no form, nothing recorded
+            if channel and actor:
+                self.out.ephemeral(channel, actor, wording.recover_error(exc))
+            return
         form = kit.DecideForm(
-            session_id=session_id,
-            decision=decision,
-            channel=(body.get("channel") or {}).get("id") or container.get("channel_id"),
+            session_id=choice.session_id,
+            decision=choice.decision,
+            channel=channel,
             thread_ts=message.get("thread_ts") or message.get("ts"),
         )
-        fields = self.router.decision_form(decision)
-        if not self.out.open_view(str(body.get("trigger_id") or ""), kit.decide_modal(form, fields)):
-            actor = str((body.get("user") or {}).get("id") or "")
-            if form.channel and actor:
-                self.out.ephemeral(form.channel, actor, wording.modal_unavailable(session_id, decision))
+        fields = self.router.decision_form(choice.decision)
+        opened = self.out.open_view(str(body.get("trigger_id") or ""), kit.decide_modal(form, fields))
+        if not opened and channel and actor:
+            self.out.ephemeral(channel, actor, wording.modal_unavailable(choice.session_id, choice.decision))
 
     def run_decide(self, actor: str, form: kit.DecideForm, fields: dict[str, str], key: str = "") -> None:
         if self.repeated(key):
@@ -231,7 +238,7 @@ class SlackBot:
             reporter,
             lambda: self.router.handle_action(
                 "decide",
-                f"{form.session_id}|{form.decision}",
+                DecisionChoice(form.session_id, form.decision).encode(),
                 actor=actor,
                 channel=form.channel,
                 reporter=reporter,

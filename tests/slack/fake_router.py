@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
+from bot.buttons import DecisionChoice
 from bot.errors import ApprovalError, CommandError
 from bot.messages import Attachment, Button, Message, Reply, Reporter
 from bot.runbook import load_runbooks
@@ -38,6 +39,10 @@ class FakeRouter:
         # The form comes from the repository's runbook, as the real router's does.
         return decide_form(_RUNBOOKS, decision)
 
+    def decision_choice(self, value: str) -> DecisionChoice:
+        # Parsed by the core's one parser against the repository's runbook, as the real router does.
+        return DecisionChoice.parse(value, ids=_RUNBOOKS.id_pattern, decisions=_RUNBOOKS.decisions)
+
     def open_cases_view(self) -> list[Message]:
         return [Message(headline=f"case {r['session']}") for r in self.requests.values()]
 
@@ -63,8 +68,8 @@ class FakeRouter:
                     facts=[("attention", "RESTORE_FAILED"), ("failures", "3")],
                     rules=["R2.1", "R2.10"],
                     buttons=[
-                        Button("Retry restore", "decide_form", f"{sid}|retry_restore"),
-                        Button("Close", "decide_form", f"{sid}|close", style="danger"),
+                        Button("Retry restore", "decide_form", DecisionChoice(sid, "retry_restore").encode()),
+                        Button("Close", "decide_form", DecisionChoice(sid, "close").encode(), style="danger"),
                     ],
                     attachment=Attachment("timeline.txt", "\n".join(f"line {i}" for i in range(2000))),
                     session_id=sid,
