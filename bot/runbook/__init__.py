@@ -7,16 +7,9 @@ valid decisions, approval policies, preconditions, durations) lives only in ``ru
 from __future__ import annotations
 
 from bot.runbook.evaluate import DecisionVerdict, Evaluation, check_decision, evaluate
+from bot.runbook.installation import LimitSpec, ReconcilerSpec, WorkerSpec
 from bot.runbook.loader import load_runbooks
-from bot.runbook.model import (
-    BranchSpec,
-    CommandSpec,
-    DecisionSpec,
-    LimitSpec,
-    ReconcilerSpec,
-    RunbookSet,
-    WorkerSpec,
-)
+from bot.runbook.model import BranchSpec, CommandSpec, DecisionSpec, RunbookSet
 from bot.runbook.parser import ParsedCommand, decode_slack, help_text, parse_command
 from bot.runbook.vocabulary import FACT_NAMES, STEP_KINDS
 

@@ -11,75 +11,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import Field, PrivateAttr, field_validator
 
-from bot.controlhost import KNOWN_FIELDS
 from bot.runbook.conditions import Cond
+from bot.runbook.installation import ApiSpec, DockerSpec, IdsSpec, LimitSpec, ReconcilerSpec, WorkerSpec
+from bot.runbook.values import COMMAND_NAME, Duration, Model, Regex, Text, YamlValue
 from bot.runbook.vocabulary import STEP_KINDS
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$")
-_BYTE_UNITS = {
-    None: 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "KiB": 2**10,
-    "MiB": 2**20,
-    "GiB": 2**30,
-}
-RULE_ID = re.compile(r"^R\d+\.\d+$")
-COMMAND_NAME = re.compile(r"^[a-z][a-z0-9-]*( [a-z][a-z0-9-]*)*$")
-NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def parse_duration(value: object) -> float:
-    """'10s', '15m', '500ms', '1h' or a number of seconds → seconds; anything else is an error."""
-    if isinstance(value, bool):
-        raise ValueError(f"bad duration {value!r}: use a number with a unit (ms, s, m, h, d), e.g. 10s")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if match is None:
-            raise ValueError(f"bad duration {value!r}: use a number with a unit (ms, s, m, h, d), e.g. 10s")
-        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"bad duration {value!r}: must be more than zero")
-    return seconds
-
-
-def parse_bytes(value: object) -> int:
-    """'64MiB', '1GB', '4096' → bytes."""
-    match = _BYTES.match(str(value)) if not isinstance(value, bool) else None
-    if match is None:
-        raise ValueError(f"bad size {value!r}: use a number with B, KB, MB, GB, KiB, MiB or GiB, e.g. 64MiB")
-    size = int(float(match.group(1)) * _BYTE_UNITS[match.group(2)])
-    if size <= 0:
-        raise ValueError(f"bad size {value!r}: must be more than zero")
-    return size
-
-
-def _check_regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"bad regular expression {value!r}: {exc}") from exc
-    return value
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-Bytes = Annotated[int, BeforeValidator(parse_bytes)]
-Regex = Annotated[str, BeforeValidator(lambda v: _check_regex(v) if isinstance(v, str) else v)]
-Text = Annotated[str, Field(min_length=1)]
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, str_strip_whitespace=False)
+from bot.vocab import Policy
 
 
 class TextVariant(Model):
@@ -89,7 +29,7 @@ class TextVariant(Model):
     nothing after STARTUP_FAILED, R2.14) is data too: a list of variants, the first that holds wins.
     """
 
-    when: Any = None
+    when: YamlValue = None
     text: Text
     _cond: Cond | None = PrivateAttr(default=None)
 
@@ -167,7 +107,7 @@ class CommandSpec(Model):
 class NoteSpec(Model):
     """A line of explanation shown only when its condition holds (e.g. the R3.5 reading of the stages)."""
 
-    when: Any
+    when: YamlValue
     text: Text
     rules: list[str] = Field(default_factory=list)
     _cond: Cond | None = PrivateAttr(default=None)
@@ -178,7 +118,7 @@ class BranchSpec(Model):
 
     id: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
     title: Text
-    when: Any = None
+    when: YamlValue = None
     fallback: bool = False
     explanation: Texts
     notes: list[NoteSpec] = Field(default_factory=list)
@@ -218,7 +158,7 @@ class PreconditionSpec(Model):
     """An acceptance check, in the API's order: when ``require`` fails the API would answer ``code``."""
 
     id: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
-    require: Any
+    require: YamlValue
     status: int = 409
     code: Annotated[str, Field(pattern=r"^[A-Z][A-Z_]*$")]
     reason: Texts
@@ -227,7 +167,7 @@ class PreconditionSpec(Model):
 
 
 class NextStepSpec(Model):
-    when: Any = None
+    when: YamlValue = None
     say: Text
     suggest: list[str] = Field(default_factory=list)
     rules: list[str] = Field(default_factory=list)
@@ -284,114 +224,10 @@ class DecisionSpec(Model):
     name: str = ""  # set by the loader
 
     @property
-    def policy(self) -> str:
+    def policy(self) -> Policy:
+        """The approval policy (the loader refuses a decision without a known one)."""
         assert self.approval is not None and self.approval.policy is not None
-        return self.approval.policy
-
-
-# --- limits, reconciler, Docker ----------------------------------------------------------------------
-
-
-class LimitSpec(Model):
-    """One limit: exactly one of a duration, a byte size or a count."""
-
-    duration: Duration | None = None
-    bytes: Bytes | None = None
-    count: Annotated[int, Field(ge=0)] | None = None
-    help: Text
-    rules: list[str] = Field(default_factory=list)
-
-    @property
-    def value(self) -> float:
-        for v in (self.duration, self.bytes, self.count):
-            if v is not None:
-                return float(v)
-        raise ValueError("limit without a value")
-
-
-class IdsSpec(Model):
-    pattern: Regex
-    help: str = ""
-
-
-class ContainerSelector(Model):
-    project_label: Text
-    service_label: Text
-    service: Text
-    status: str | None = None
-    name_pattern: str | None = None
-
-
-class PassPatterns(Model):
-    completed: Text
-    failed: Text
-
-
-class ReconcilerSpec(Model):
-    """How the reconciler is found and run (R1.1–R1.6); durations are names of limits."""
-
-    container: ContainerSelector
-    argv: list[Text] = Field(min_length=1)
-    env_var: Text
-    dry_value: Text
-    real_value: Text
-    review_window: Text
-    exec_timeout: Text
-    status_file: Text
-    pass_patterns: PassPatterns
-    cautions: dict[str, str] = Field(default_factory=dict)
-    rules: list[str] = Field(default_factory=list)
-
-
-class WorkerSpec(Model):
-    project_label: Text
-    service_label: Text
-    service: Text
-    session_label: Text
-
-
-_SESSION_PATH = r"^/[A-Za-z0-9_./{}-]*\{session_id\}[A-Za-z0-9_./{}-]*$"
-_PLAIN_PATH = r"^/[A-Za-z0-9_./-]*$"
-
-
-class ApiSpec(Model):
-    """The control host's read paths. docs/control-host-api.md marks them [assumed]: an installation whose API
-    differs changes them here, not in code. Decision and resume paths live with each decision."""
-
-    session: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}"
-    sessions: Annotated[str, Field(pattern=_PLAIN_PATH)] = "/v1/sessions"
-    turns: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}/turns"
-    turn: Annotated[
-        str, Field(pattern=r"^/.*\{session_id\}.*\{turn_id\}.*$|^/.*\{turn_id\}.*\{session_id\}.*$")
-    ] = "/v1/sessions/{session_id}/turns/{turn_id}"
-    events: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}/events"
-    #: ``{object: {canonical field: the API's field}}``, only where the installation's names differ.
-    fields: dict[str, dict[str, Text]] = Field(default_factory=dict)
-
-    @field_validator("fields")
-    @classmethod
-    def _known_fields(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-        for kind, names in value.items():
-            if kind not in KNOWN_FIELDS:
-                raise ValueError(f"unknown object {kind!r} (known: {', '.join(KNOWN_FIELDS)})")
-            for name in names:
-                if name not in KNOWN_FIELDS[kind]:
-                    raise ValueError(f"{kind} has no field {name!r} (known: {', '.join(KNOWN_FIELDS[kind])})")
-        return value
-
-
-class DeployStep(Model):
-    image: Text
-    note: Text
-
-
-class DockerSpec(Model):
-    """Docker daemon requirements for isolation-contract changes (R1.7) and the deploy order (R2.17)."""
-
-    min_daemon_major: Annotated[int, Field(ge=1)]
-    deploy_order: list[DeployStep] = Field(default_factory=list)
-    drain_advice: list[str] = Field(default_factory=list)
-    rules: list[str] = Field(default_factory=list)
+        return Policy(self.approval.policy)
 
 
 class RunbookFile(Model):

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 
 from bot.errors import CommandError
-from bot.runbook.loader import IDS_PLACEHOLDER
 from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
 from bot.runbook.usage import decision_command, decision_lines, value_pattern
+from bot.runbook.values import IDS_PLACEHOLDER
 
 PREFIX = "/recover"
 MAX_LIMIT = "command_max_chars"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from bot.runbook.loader import IDS_PLACEHOLDER
 from bot.runbook.model import CommandSpec, FlagSpec, RunbookSet
+from bot.runbook.values import IDS_PLACEHOLDER
 
 _SHAPE = re.compile(r'--([a-z][a-z0-9-]*)[ =]("?<[^>]*>"?)')
 

@@ -7,6 +7,8 @@ Step kinds are what Python implements; a runbook picks one per subcommand.
 
 from __future__ import annotations
 
+from bot.vocab import Policy
+
 #: The sources ``diagnose`` reads; each gets a ``source.<name>`` fact (ok, slow, unreachable, not_configured).
 SOURCES: tuple[str, ...] = ("session", "turns", "events", "logs", "reconciler")
 
@@ -109,4 +111,4 @@ STEP_KINDS: frozenset[str] = frozenset(
 )
 
 #: Approval policies the decision machinery implements.
-APPROVAL_POLICIES: frozenset[str] = frozenset({"two_person", "confirm", "none"})
+APPROVAL_POLICIES: frozenset[str] = frozenset(p.value for p in Policy)

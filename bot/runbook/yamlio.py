@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -26,7 +25,8 @@ class LineMap:
     lines: dict[Path_, int] = field(default_factory=dict)
 
     def line(self, path: Sequence[object]) -> int:
-        parts: list[Any] = list(path)
+        # Paths are YAML keys and list indexes; anything else is looked up by its text.
+        parts: list[str | int] = [p if isinstance(p, int) else str(p) for p in path]
         while parts:
             key = tuple(parts)
             if key in self.lines:
@@ -46,7 +46,7 @@ class LineLoader(yaml.SafeLoader):
         self.line_map = LineMap(file)
         self.duplicate_keys: list[tuple[int, str]] = []
 
-    def load_with_lines(self) -> Any:
+    def load_with_lines(self) -> object:
         """Construct the single document and fill :attr:`line_map` (call once)."""
         node = self.get_single_node()
         if node is None:
@@ -80,7 +80,7 @@ class LineLoader(yaml.SafeLoader):
                 self._record(item, (*path, index), seen)
 
 
-def load_yaml(text: str, file: str) -> tuple[Any, LineMap, list[str]]:
+def load_yaml(text: str, file: str) -> tuple[object, LineMap, list[str]]:
     """Parse ``text`` safely; return the data, its line map and ``file:line: problem`` strings."""
     loader = LineLoader(text, file)
     problems: list[str] = []
@@ -102,7 +102,7 @@ def load_yaml(text: str, file: str) -> tuple[Any, LineMap, list[str]]:
     return data, loader.line_map, problems
 
 
-def read_yaml_file(path: Path) -> tuple[Any, LineMap, list[str]]:
+def read_yaml_file(path: Path) -> tuple[object, LineMap, list[str]]:
     """Read and parse one runbook file; an unreadable file is a problem, not a crash."""
     try:
         text = path.read_text(encoding="utf-8")

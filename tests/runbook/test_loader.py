@@ -147,6 +147,23 @@ def test_bad_runbook_is_rejected_with_file_and_line(tmp_path: Path, case: str) -
     _assert_problem(directory, path, line, fragment)
 
 
+def test_irreversible_decision_needs_two_people(tmp_path: Path) -> None:
+    """R5.4: close cannot be undone, so a runbook that lets one person close a session is refused, at the
+    ``irreversible`` line, naming the policy's line too."""
+    directory = copy_runbooks(tmp_path)
+    close = '    approval: {policy: two_person}\n    irreversible: true\n    drops: "the whole session'
+    path, policy_line = edit(directory, close, close.replace("two_person", "confirm"))
+    problems = _problems(directory)
+    assert problems == [
+        f"{path}:{policy_line + 1}: decisions.close.irreversible: an irreversible decision needs "
+        f"'approval: {{policy: two_person}}', not 'confirm' (at {path}:{policy_line}): a second person "
+        "approves what cannot be undone; or set 'irreversible: false' if it can be"
+    ]
+    # The same decision declared reversible loads (the flag, not the decision's name, carries the rule).
+    edit(directory, "    approval: {policy: confirm}\n    irreversible: true\n", "    approval: {policy: confirm}\n    irreversible: false\n")
+    assert load_runbooks(directory).decisions["close"].policy == "confirm"
+
+
 def test_duplicate_subcommand_across_files(tmp_path: Path) -> None:
     directory = copy_runbooks(tmp_path)
     extra = directory / "zz-extra.yaml"
