@@ -33,6 +33,7 @@ from bot.diagnosis import Diagnoser, ReconcilerStatus  # noqa: E402
 from bot.logs import FileLogSource  # noqa: E402
 from bot.runbook import load_runbooks  # noqa: E402
 from bot.sandbox import start_sandbox  # noqa: E402
+from bot.services import MIGRATIONS  # noqa: E402
 from bot.store import Store  # noqa: E402
 
 
@@ -73,7 +74,7 @@ def main() -> int:
                     fh.write(text)
                     written += len(text)
                     i += 1
-        store = Store(folder / "recover.db", clock)
+        store = Store(folder / "recover.db", clock, migrations=MIGRATIONS)
         client = ControlHostClient(sandbox.url, sandbox.api_key, store=store, clock=clock,
                                    retry=RetryPolicy(attempts=1))
         diagnoser = Diagnoser(

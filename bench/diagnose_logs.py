@@ -49,7 +49,7 @@ from bot.dockerops import DockerLogSource, client_factory  # noqa: E402
 from bot.messages import ListReporter  # noqa: E402
 from bot.runbook import load_runbooks  # noqa: E402
 from bot.sandbox import builtin_scenarios_dir, load_scenarios, start_sandbox  # noqa: E402
-from bot.services import worker_log_config  # noqa: E402
+from bot.services import MIGRATIONS, worker_log_config  # noqa: E402
 from bot.store import Store  # noqa: E402
 from tests.docker.images.build import build_images  # noqa: E402
 
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = ManualClock(real_now + timedelta(seconds=120))
     sandbox = start_sandbox(scenarios=[scenario], clock=clock)
     tmp = Path(tempfile.mkdtemp(prefix="recover-bench-"))
-    store = Store(tmp / "recover.db", clock)
+    store = Store(tmp / "recover.db", clock, migrations=MIGRATIONS)
     api = ControlHostClient(sandbox.url, sandbox.api_key, store=store, clock=clock)
     runbooks = load_runbooks(ROOT / "runbooks")
     diagnoser = Diagnoser(

@@ -14,22 +14,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlite_utils.migrations import Migrations
+
+from bot.batch.store import migrations as batch_migrations
 from bot.bulk import Bulk
 from bot.clock import Clock, SystemClock, isoformat
 from bot.controlhost import ApiPaths, ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService
+from bot.decisions import migrations as decision_migrations
 from bot.diagnosis.logcoverage import WorkerLogSource
 from bot.diagnosis.model import ReconcilerStatus
 from bot.diagnosis.service import Diagnoser
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
+from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError
 from bot.logs import FileLogSource
 from bot.messages import Message
 from bot.runbook import RunbookSet, load_runbooks
 from bot.settings import Settings, reveal
 from bot.store import Store
+from bot.triage.store import migrations as triage_migrations
 
 log = logging.getLogger(__name__)
+
+# The core areas' tables, each area's own migration set, applied after the store's own set. A front
+# that keeps tables of its own (the Slack app) passes its set as well (Store.migrate).
+MIGRATIONS: tuple[Migrations, ...] = (
+    dockerops_migrations,
+    decision_migrations,
+    triage_migrations,
+    batch_migrations,
+)
 
 
 @dataclass
@@ -152,7 +167,7 @@ def _open_store(settings: Settings, clock: Clock) -> Store:
     """The step store, or one line naming RECOVER_DB when it cannot be opened (not a traceback)."""
     try:
         settings.db_path.parent.mkdir(parents=True, exist_ok=True)
-        return Store(settings.db_path, clock=clock, audit_key=settings.audit_key_bytes())
+        return Store(settings.db_path, clock=clock, migrations=MIGRATIONS, audit_key=settings.audit_key_bytes())
     except (OSError, sqlite3.Error) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise StartupError(

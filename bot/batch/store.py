@@ -24,7 +24,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
-from bot.store import Store, register_migrations
+from bot.store import Store
 from bot.store.chain import canonical_json
 
 migrations = Migrations("batches")
@@ -62,7 +62,6 @@ def _m0001(db: Database) -> None:
     db.execute("CREATE INDEX batch_members_state ON batch_members(batch_id, state)")
 
 
-register_migrations(migrations)
 
 
 @dataclass
@@ -141,7 +140,7 @@ def _member(row: Mapping[str, Any]) -> BatchMember:
 class BatchStore:
     def __init__(self, store: Store) -> None:
         self.store = store
-        store.migrate()
+        store.require(migrations)
 
     def now(self) -> str:
         return isoformat(self.store.clock.now()) or ""

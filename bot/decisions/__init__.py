@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bot.decisions._authority import Authority, NoAuthority, check_request_table, derive
 from bot.decisions._policy import DecisionPolicy, Limits
-from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash
+from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash, migrations
 from bot.decisions._rules import (
     CONSOLE_CHANNEL,
     DECISIVE_FACTS,
@@ -33,6 +33,7 @@ __all__ = [
     "check_request_table",
     "console_actor",
     "content_hash",
+    "migrations",
     "derive",
     "person_of",
     "same_person",

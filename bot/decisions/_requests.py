@@ -36,7 +36,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
-from bot.store import Store, register_migrations
+from bot.store import Store
 from bot.store.chain import canonical_json
 
 migrations = Migrations("decisions")
@@ -226,7 +226,6 @@ def _m0003(db: Database) -> None:
         db.execute(f"ALTER TABLE decision_requests ADD COLUMN {column} TEXT")  # noqa: S608 - fixed names
 
 
-register_migrations(migrations)
 
 
 @dataclass(frozen=True)
@@ -321,7 +320,7 @@ class RequestStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        store.migrate()
+        store.require(migrations)
 
     def _now(self) -> str:
         return isoformat(self.store.clock.now()) or ""

@@ -19,9 +19,9 @@ from sqlite_utils import Database
 from sqlite_utils.db import NotFoundError
 
 from bot.clock import Clock, isoformat, parse_time
-from bot.dockerops import _schema  # noqa: F401 - registers the "dockerops" migrations
 from bot.dockerops._config import ReconcilerConfig
 from bot.dockerops._exec import ExecResult
+from bot.dockerops._schema import migrations
 from bot.errors import DockerOpsError
 from bot.format import rough_age
 from bot.redact import redact
@@ -49,6 +49,7 @@ class ReconcilerRecords:
     """The ``dryruns`` and ``passes`` tables of one store, and the R1.2 gate over them."""
 
     def __init__(self, store: Store, config: ReconcilerConfig, clock: Clock) -> None:
+        store.require(migrations)
         self.store = store
         self.config = config
         self.clock = clock

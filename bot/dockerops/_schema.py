@@ -1,4 +1,4 @@
-"""The dockerops tables: reconciler dry runs and real passes (registered as the "dockerops" set).
+"""The dockerops tables: reconciler dry runs and real passes (the "dockerops" migration set, passed to the store by whoever composes the app).
 
 A row is written *before* the exec starts (outcome ``running``) and completed after it, so a bot that
 dies mid-pass leaves a row that says a pass was started and its outcome never learnt.
@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
-
-from bot.store.schema import register_migrations
 
 migrations = Migrations("dockerops")
 
@@ -69,6 +67,3 @@ def _m0001(db: Database) -> None:
     ]
     for sql in statements:
         db.execute(sql)
-
-
-register_migrations(migrations)

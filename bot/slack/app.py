@@ -44,7 +44,7 @@ from bot.slack import queued, wording
 from bot.slack.background import BackgroundWork, logged
 from bot.slack.delivery import Origin, SlackReporter, ThreadBook
 from bot.slack.inbox import Inbox
-from bot.slack.state import RecentDeliveries, SlackState
+from bot.slack.state import RecentDeliveries, SlackState, slack_migrations
 from bot.slack.tenancy import Tenancy, tenancy_middleware
 from bot.slack.web import SlackOut, make_client
 from bot.store import Store
@@ -316,6 +316,7 @@ def build_bot(
     client = client or make_client(settings)
     tenancy = tenancy or Tenancy.discover(client, settings.slack_teams)
     store = store or Store(settings.db_path, audit_key=settings.audit_key_bytes())
+    store.migrate([slack_migrations])  # the Slack front's own tables, beside the core's
     out = SlackOut(client)
     state = SlackState(store)
     bot = SlackBot(

@@ -85,7 +85,7 @@ class Inbox:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._local = threading.local()
-        store.migrate()
+        store.require(slack_migrations)
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-from bot.store import Store, register_migrations
+from bot.store import Store
 
 slack_migrations = Migrations("slack")
 
@@ -52,7 +52,6 @@ def _m0002(db: Database) -> None:
     db.execute("CREATE INDEX slack_deliveries_seen ON slack_deliveries (seen_at)")
 
 
-register_migrations(slack_migrations)
 
 
 class RecentDeliveries:
@@ -92,6 +91,7 @@ class SlackState:
     """Small typed access to the tables above, one connection per call (thread-pool safe)."""
 
     def __init__(self, store: Store) -> None:
+        store.require(slack_migrations)
         self.store = store
 
     # -- threads --------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from bot.slack.app import SlackBot
 from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
-from bot.slack.state import SlackState
+from bot.slack.state import SlackState, slack_migrations
 from bot.slack.web import SlackOut
 from bot.store import Store
 
@@ -106,6 +106,7 @@ def worker_bot(settings: Settings, store: Store) -> SlackBot:
 
     client = make_client(settings)
     router = build_router(settings, directory=SlackDirectory(client), startup=False)
+    store.migrate([slack_migrations])  # the Slack front's own tables, beside the core's
     out = SlackOut(client)
     state = SlackState(store)
     return SlackBot(

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from bot.store._store import Case, IdempotencyRecord, Step, Store
-from bot.store.schema import GENESIS_HASH, MIGRATION_SETS, register_migrations
+from bot.store._rows import Case, IdempotencyRecord, Json, Step
+from bot.store._store import Store
+from bot.store.schema import GENESIS_HASH
 
 __all__ = [
     "GENESIS_HASH",
-    "MIGRATION_SETS",
     "Case",
     "IdempotencyRecord",
+    "Json",
     "Step",
     "Store",
-    "register_migrations",
 ]

@@ -1,4 +1,4 @@
-"""The SQLite step store: cases, the append-only hash-chained step log, idempotency records.
+"""The SQLite step store: one file's connections, transactions and schema, and its public calls.
 
 Why it looks like this:
 - A new connection per unit of work: Bolt runs listeners on a thread pool and ``sqlite3`` objects
@@ -7,6 +7,10 @@ Why it looks like this:
 - Every write starts with ``BEGIN IMMEDIATE``: in WAL a read-then-write transaction that starts
   with a plain ``BEGIN`` can fail with SQLITE_BUSY at once, whatever the busy timeout. Appending a
   step reads the chain's head and writes the next link, so it must hold the write lock throughout.
+- The schema is the store's own migration set plus the sets it is given: whoever composes the app
+  (bot/services.py, a front's builder, a test's fixture) names the areas whose tables it needs.
+- The tables' SQL lives in one module per table (``_cases``, ``_steps``, ``_requests``); this class
+  decides where each transaction begins and ends.
 """
 
 from __future__ import annotations
@@ -16,122 +20,21 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
 
 from bot.clock import Clock, SystemClock, isoformat
 from bot.errors import StoreError
-from bot.store import schema
-from bot.store.chain import KEYED_VERSION, PLAIN_VERSION, canonical_json, hash_matches, head_ref, step_hash
+from bot.store import _cases, _requests, _steps, schema
+from bot.store._rows import Case, IdempotencyRecord, Json, Step
+from bot.store.chain import canonical_json, hash_matches, head_ref
 
 DEFAULT_BUSY_TIMEOUT = 10.0
-
-
-@dataclass(frozen=True)
-class Case:
-    """One recovery case: opened by the first step on a session, closed when verification says so."""
-
-    id: int
-    session_id: str
-    opened_at: str
-    opened_by: str
-    owner: str | None = None
-    channel: str | None = None
-    thread_ts: str | None = None
-    closed_at: str | None = None
-    closed_by: str | None = None
-    close_reason: str | None = None
-
-    @property
-    def is_open(self) -> bool:
-        return self.closed_at is None
-
-
-@dataclass(frozen=True)
-class Step:
-    """One entry of the append-only step log."""
-
-    seq: int
-    case_id: int | None
-    session_id: str | None
-    actor: str
-    at: str
-    step: str
-    inputs: dict[str, Any]
-    outcome: str
-    detail: dict[str, Any] | None
-    http_status: int | None
-    idempotency_key: str | None
-    receipt_id: str | None
-    prev_hash: str
-    hash: str
-    v: int = PLAIN_VERSION
-
-
-@dataclass(frozen=True)
-class IdempotencyRecord:
-    """A POST to the control host, committed before its first send (the Idempotency-Key rule).
-
-    ``body`` is the exact JSON text sent on every attempt; ``state`` is ``pending`` until a
-    definite answer (2xx/4xx) is recorded.
-    """
-
-    key: str
-    method: str
-    path: str
-    body: str
-    purpose: str
-    session_id: str | None
-    created_at: str
-    state: str = "pending"
-    http_status: int | None = None
-    response: Any = None
-    answered_at: str | None = None
-    attempts: int = 0
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def pending(self) -> bool:
-        return self.state == "pending"
-
-
-def _q(db: Database, sql: str, params: Any = ()) -> sqlite3.Cursor:
-    """Execute on the raw connection with dict-like rows (sqlite-utils itself expects plain tuples)."""
-    cur = db.conn.cursor()
-    cur.row_factory = sqlite3.Row
-    return cur.execute(sql, params)
-
-
-def _loads(text: Any) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
-
-
-def _case(row: Mapping[str, Any]) -> Case:
-    return Case(**{k: row[k] for k in Case.__dataclass_fields__})
-
-
-def _step(row: Mapping[str, Any]) -> Step:
-    values = dict(row)
-    values.setdefault("v", PLAIN_VERSION)
-    values["inputs"] = _loads(values["inputs"]) or {}
-    values["detail"] = _loads(values["detail"])
-    return Step(**{k: values[k] for k in Step.__dataclass_fields__})
-
-
-def _record(row: Mapping[str, Any]) -> IdempotencyRecord:
-    values = {k: row[k] for k in IdempotencyRecord.__dataclass_fields__ if k != "raw"}
-    values["response"] = _loads(values["response"])
-    return IdempotencyRecord(**values, raw=dict(row))
 
 
 class Store:
@@ -142,6 +45,7 @@ class Store:
         path: str | Path,
         clock: Clock | None = None,
         *,
+        migrations: Iterable[Migrations] = (),
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         audit_key: bytes | None = None,
     ) -> None:
@@ -150,23 +54,51 @@ class Store:
         self.busy_timeout = busy_timeout
         # With a key every new step is keyed (chain version 2, bot/store/chain.py).
         self._audit_key = audit_key or None
-        self._migrated_sets: set[str] = set()
+        self._applied: dict[str, Migrations] = {}
         self._migrate_lock = threading.Lock()
         self._enable_wal()
-        self.migrate()
+        self.migrate([schema.core, *migrations])
         self._check_key()
 
     @property
     def keyed(self) -> bool:
         return self._audit_key is not None
 
+    # -- schema ----------------------------------------------------------------------------------
+
+    def migrate(self, sets: Iterable[Migrations]) -> None:
+        """Apply these areas' migration sets (sets already applied here are skipped).
+
+        Two different sets under one name would share one record of applied migrations: refused.
+        """
+        with self._migrate_lock:
+            todo: dict[str, Migrations] = {}
+            for m in sets:
+                known = self._applied.get(m.name) or todo.get(m.name)
+                if known is None:
+                    todo[m.name] = m
+                elif known is not m:
+                    raise ValueError(f"two different migration sets are named {m.name!r}")
+            if not todo:
+                return
+            with self._write() as db:
+                for m in todo.values():
+                    m.apply(db)
+            self._applied.update(todo)
+
+    def require(self, migrations: Migrations) -> None:
+        """Refuse, in one clear line, an area's use of a store opened without that area's tables."""
+        if self._applied.get(migrations.name) is not migrations:
+            raise StoreError(
+                f"the step store {self.path} was opened without the {migrations.name!r} migrations",
+                hint="Pass the area's migration set to Store(..., migrations=...) where the app is composed.",
+            )
+
     def _check_key(self) -> None:
         """Refuse a keyed store without its key, or with another key: a process writing plain or
         wrongly keyed steps after keyed ones would make the chain fail ``audit verify``."""
         with self.read() as db:
-            row = _q(
-                db, "SELECT * FROM steps WHERE v = ? ORDER BY seq DESC LIMIT 1", [KEYED_VERSION]
-            ).fetchone()
+            row = _steps.last_keyed(db)
         if row is None:
             return
         if self._audit_key is None:
@@ -174,32 +106,14 @@ class Store:
                 f"the step store {self.path} is keyed (chain version 2) but no audit key is configured",
                 hint="Set RECOVER_AUDIT_KEY or RECOVER_AUDIT_KEY_FILE to the key it was written with.",
             )
-        if not hash_matches(dict(row), self._audit_key):
+        if not hash_matches(row, self._audit_key):
             raise StoreError(
                 f"the audit key does not match the step store {self.path} (its last keyed step, "
                 f"{row['seq']}, does not verify under it)",
                 hint="Use the key the store was written with; `recover-bot audit verify` names what differs.",
             )
 
-    def verify_step(self, step: Step) -> bool | None:
-        """Does a step still match its own hash (keyed with this store's key)? None: keyed, no key."""
-        row = {name: getattr(step, name) for name in Step.__dataclass_fields__}
-        row["inputs"] = canonical_json(step.inputs)
-        row["detail"] = canonical_json(step.detail) if step.detail is not None else None
-        return hash_matches(row, self._audit_key)
-
-    def first_keyed_seq(self) -> int | None:
-        """The first keyed step (chain version 2): steps after it must all be keyed."""
-        with self.read() as db:
-            row = _q(db, "SELECT MIN(seq) AS seq FROM steps WHERE v = ?", [KEYED_VERSION]).fetchone()
-        return row["seq"] if row and row["seq"] is not None else None
-
-    def step_at(self, seq: int) -> Step | None:
-        with self.read() as db:
-            row = _q(db, "SELECT * FROM steps WHERE seq = ?", [seq]).fetchone()
-        return _step(row) if row else None
-
-    # -- connections ---------------------------------------------------------------------------
+    # -- connections -----------------------------------------------------------------------------
 
     def _connect(self) -> Database:
         try:
@@ -218,7 +132,7 @@ class Store:
         while True:
             db = self._connect()
             try:
-                mode = _q(db, "PRAGMA journal_mode = WAL").fetchone()[0]
+                mode = db.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise StoreError(f"the step store {self.path} cannot use WAL (journal_mode={mode})")
                 return
@@ -229,26 +143,9 @@ class Store:
             finally:
                 db.close()
 
-    def migrate(self) -> None:
-        """Apply every registered migration set (see :mod:`bot.store.schema`)."""
-        with self._migrate_lock:
-            sets = list(schema.MIGRATION_SETS)
-            if all(m.name in self._migrated_sets for m in sets):
-                return
-            with self._write(migrating=True) as db:
-                for m in sets:
-                    m.apply(db)
-            self._migrated_sets.update(m.name for m in sets)
-
-    def _ensure_migrated(self) -> None:
-        # An area imported after the store opened registers its set late: apply it now.
-        if len(self._migrated_sets) < len(schema.MIGRATION_SETS):
-            self.migrate()
-
     @contextmanager
     def read(self) -> Iterator[Database]:
         """A fresh connection for reads (autocommit; wrap several reads in ``BEGIN`` for a snapshot)."""
-        self._ensure_migrated()
         db = self._connect()
         try:
             yield db
@@ -258,16 +155,15 @@ class Store:
     @contextmanager
     def write(self) -> Iterator[Database]:
         """A fresh connection inside ``BEGIN IMMEDIATE``: committed on exit, rolled back on error."""
-        self._ensure_migrated()
         with self._write() as db:
             yield db
 
     @contextmanager
-    def _write(self, *, migrating: bool = False) -> Iterator[Database]:
+    def _write(self) -> Iterator[Database]:
         db = self._connect()
         try:
             try:
-                _q(db, "BEGIN IMMEDIATE")
+                db.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise StoreError(
                     f"the step store {self.path} stayed locked for {self.busy_timeout:.0f} s: {exc}",
@@ -289,7 +185,12 @@ class Store:
         assert text is not None
         return text
 
-    # -- cases ---------------------------------------------------------------------------------
+    @staticmethod
+    def _joined(db: Database, call: str) -> None:
+        if not db.conn.in_transaction:
+            raise StoreError(f"{call}(db=...) needs a connection from Store.write()")
+
+    # -- cases -----------------------------------------------------------------------------------
 
     def open_case(
         self, session_id: str, actor: str, channel: str | None = None, *, db: Database | None = None
@@ -297,44 +198,20 @@ class Store:
         """Return the session's open case, or open one."""
         if db is None:
             with self.write() as wdb:
-                return self.open_case(session_id, actor, channel, db=wdb)
-        row = _q(
-            db, "SELECT * FROM cases WHERE session_id = ? AND closed_at IS NULL", [session_id]
-        ).fetchone()
-        if row is not None:
-            return _case(row)
-        cur = _q(
-            db,
-            "INSERT INTO cases (session_id, opened_at, opened_by, channel) VALUES (?, ?, ?, ?)",
-            [session_id, self._now(), actor, channel],
-        )
-        row = _q(db, "SELECT * FROM cases WHERE id = ?", [cur.lastrowid]).fetchone()
-        return _case(row)
-
-    def get_case(self, case_id: int) -> Case | None:
-        with self.read() as db:
-            row = _q(db, "SELECT * FROM cases WHERE id = ?", [case_id]).fetchone()
-        return _case(row) if row else None
+                return _cases.open_case(wdb, session_id, actor, channel, self._now())
+        return _cases.open_case(db, session_id, actor, channel, self._now())
 
     def get_open_case(self, session_id: str) -> Case | None:
         with self.read() as db:
-            row = _q(
-                db, "SELECT * FROM cases WHERE session_id = ? AND closed_at IS NULL", [session_id]
-            ).fetchone()
-        return _case(row) if row else None
+            return _cases.find_open(db, session_id)
 
     def list_open_cases(self) -> list[Case]:
         with self.read() as db:
-            rows = _q(db, "SELECT * FROM cases WHERE closed_at IS NULL ORDER BY id").fetchall()
-        return [_case(r) for r in rows]
+            return _cases.listed(db, open_only=True)
 
     def list_cases(self, session_id: str | None = None) -> list[Case]:
         with self.read() as db:
-            if session_id is None:
-                rows = _q(db, "SELECT * FROM cases ORDER BY id").fetchall()
-            else:
-                rows = _q(db, "SELECT * FROM cases WHERE session_id = ? ORDER BY id", [session_id]).fetchall()
-        return [_case(r) for r in rows]
+            return _cases.listed(db, session_id)
 
     def close_case(self, case_id: int, actor: str, reason: str) -> Case:
         """Close a case (verification found the session needs no operator, or it is closed).
@@ -343,35 +220,21 @@ class Store:
         Closing an already closed case returns it unchanged.
         """
         with self.write() as db:
-            row = _q(db, "SELECT * FROM cases WHERE id = ?", [case_id]).fetchone()
-            if row is None:
-                raise StoreError(f"no case {case_id} in the step store")
-            case = _case(row)
+            case = _cases.get(db, case_id)
             if not case.is_open:
                 return case
             self._append(db, case.session_id, case.id, actor, "case_closed", {"reason": reason}, "closed")
-            _q(
-                db,
-                "UPDATE cases SET closed_at = ?, closed_by = ?, close_reason = ? WHERE id = ?",
-                [self._now(), actor, reason, case_id],
-            )
-            return _case(_q(db, "SELECT * FROM cases WHERE id = ?", [case_id]).fetchone())
+            return _cases.close(db, case_id, actor, reason, self._now())
 
     def set_owner(self, case_id: int, owner: str | None) -> Case:
-        return self._set_case(case_id, owner=owner)
+        with self.write() as db:
+            return _cases.update(db, case_id, {"owner": owner})
 
     def set_thread(self, case_id: int, channel: str | None, thread_ts: str | None) -> Case:
-        return self._set_case(case_id, channel=channel, thread_ts=thread_ts)
-
-    def _set_case(self, case_id: int, **values: Any) -> Case:
         with self.write() as db:
-            sets = ", ".join(f"{name} = ?" for name in values)
-            cur = _q(db, f"UPDATE cases SET {sets} WHERE id = ?", [*values.values(), case_id])  # noqa: S608
-            if cur.rowcount == 0:
-                raise StoreError(f"no case {case_id} in the step store")
-            return _case(_q(db, "SELECT * FROM cases WHERE id = ?", [case_id]).fetchone())
+            return _cases.update(db, case_id, {"channel": channel, "thread_ts": thread_ts})
 
-    # -- steps ---------------------------------------------------------------------------------
+    # -- steps -----------------------------------------------------------------------------------
 
     def record_step(
         self,
@@ -395,32 +258,14 @@ class Store:
         if db is None:
             with self.write() as wdb:
                 return self.record_step(
-                    session_id,
-                    actor,
-                    step,
-                    inputs,
-                    outcome,
-                    detail=detail,
-                    http_status=http_status,
-                    idempotency_key=idempotency_key,
-                    receipt_id=receipt_id,
-                    db=wdb,
+                    session_id, actor, step, inputs, outcome, detail=detail, http_status=http_status,
+                    idempotency_key=idempotency_key, receipt_id=receipt_id, db=wdb,
                 )
-        if not db.conn.in_transaction:
-            raise StoreError("record_step(db=...) needs a connection from Store.write()")
+        self._joined(db, "record_step")
         case_id = self.open_case(session_id, actor, db=db).id if session_id is not None else None
         return self._append(
-            db,
-            session_id,
-            case_id,
-            actor,
-            step,
-            inputs,
-            outcome,
-            detail=detail,
-            http_status=http_status,
-            idempotency_key=idempotency_key,
-            receipt_id=receipt_id,
+            db, session_id, case_id, actor, step, inputs, outcome, detail=detail, http_status=http_status,
+            idempotency_key=idempotency_key, receipt_id=receipt_id,
         )
 
     def _append(
@@ -438,59 +283,44 @@ class Store:
         idempotency_key: str | None = None,
         receipt_id: str | None = None,
     ) -> Step:
-        last = _q(db, "SELECT seq, hash FROM steps ORDER BY seq DESC LIMIT 1").fetchone()
-        seq = (last["seq"] + 1) if last else 1
-        prev_hash = last["hash"] if last else schema.GENESIS_HASH
-        row: dict[str, Any] = {
-            "seq": seq,
-            "case_id": case_id,
-            "session_id": session_id,
-            "actor": actor,
-            "at": self._now(),
-            "step": step,
-            "inputs": canonical_json(dict(inputs or {})),
-            "outcome": outcome,
-            "detail": canonical_json(dict(detail)) if detail is not None else None,
-            "http_status": http_status,
-            "idempotency_key": idempotency_key,
-            "receipt_id": receipt_id,
-            "prev_hash": prev_hash,
-            "v": KEYED_VERSION if self._audit_key else PLAIN_VERSION,
-        }
-        row["hash"] = step_hash(row, prev_hash, self._audit_key)
-        columns = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        _q(db, f"INSERT INTO steps ({columns}) VALUES ({marks})", list(row.values()))  # noqa: S608
-        return _step(row)
+        return _steps.append(
+            db, session_id=session_id, case_id=case_id, actor=actor, step=step, inputs=inputs,
+            outcome=outcome, detail=detail, http_status=http_status, idempotency_key=idempotency_key,
+            receipt_id=receipt_id, at=self._now(), key=self._audit_key,
+        )
 
     def steps(self, session_id: str | None = None, case_id: int | None = None) -> list[Step]:
         """Steps in log order, optionally of one session or one case."""
-        clauses: list[str] = []
-        params: list[Any] = []
-        if session_id is not None:
-            clauses.append("session_id = ?")
-            params.append(session_id)
-        if case_id is not None:
-            clauses.append("case_id = ?")
-            params.append(case_id)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         with self.read() as db:
-            rows = _q(db, f"SELECT * FROM steps {where} ORDER BY seq", params).fetchall()  # noqa: S608
-        return [_step(r) for r in rows]
+            return _steps.listed(db, session_id, case_id)
+
+    def step_at(self, seq: int) -> Step | None:
+        with self.read() as db:
+            return _steps.at_seq(db, seq)
 
     def head(self) -> str:
         """The hash of the last step (the genesis value for an empty log): publish it outside."""
         with self.read() as db:
-            row = _q(db, "SELECT hash FROM steps ORDER BY seq DESC LIMIT 1").fetchone()
-        return row["hash"] if row else schema.GENESIS_HASH
+            return _steps.last_link(db)[1]
 
     def head_ref(self) -> str:
         """The head to publish outside the database, ``SEQ:HASH`` (``audit verify --head`` takes it)."""
         with self.read() as db:
-            row = _q(db, "SELECT seq, hash FROM steps ORDER BY seq DESC LIMIT 1").fetchone()
-        return head_ref(row["seq"], row["hash"]) if row else head_ref(0, schema.GENESIS_HASH)
+            return head_ref(*_steps.last_link(db))
 
-    # -- idempotency records -------------------------------------------------------------------
+    def first_keyed_seq(self) -> int | None:
+        """The first keyed step (chain version 2): steps after it must all be keyed."""
+        with self.read() as db:
+            return _steps.first_keyed_seq(db)
+
+    def verify_step(self, step: Step) -> bool | None:
+        """Does a step still match its own hash (keyed with this store's key)? None: keyed, no key."""
+        row = {name: getattr(step, name) for name in Step.__dataclass_fields__}
+        row["inputs"] = canonical_json(step.inputs)
+        row["detail"] = canonical_json(step.detail) if step.detail is not None else None
+        return hash_matches(row, self._audit_key)
+
+    # -- idempotency records ---------------------------------------------------------------------
 
     def begin_request(
         self,
@@ -512,78 +342,36 @@ class Store:
         text = body if isinstance(body, str) else json.dumps(dict(body), separators=(",", ":"))
         key = key or str(uuid.uuid4())
         if db is not None:
-            if not db.conn.in_transaction:
-                raise StoreError("begin_request(db=...) needs a connection from Store.write()")
-            return self._insert_request(db, key, method, path, text, purpose, session_id)
+            self._joined(db, "begin_request")
+            return _requests.insert(db, key, method, path, text, purpose, session_id, self._now())
         with self.write() as wdb:
-            return self._insert_request(wdb, key, method, path, text, purpose, session_id)
-
-    def _insert_request(
-        self, db: Database, key: str, method: str, path: str, text: str, purpose: str, session_id: str | None
-    ) -> IdempotencyRecord:
-        try:
-            _q(
-                db,
-                "INSERT INTO idempotency (key, method, path, body, purpose, session_id, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [key, method.upper(), path, text, purpose, session_id, self._now()],
-            )
-        except sqlite3.IntegrityError as exc:
-            raise StoreError(f"an idempotency record with this key already exists: {exc}") from exc
-        return _record(_q(db, "SELECT * FROM idempotency WHERE key = ?", [key]).fetchone())
+            return _requests.insert(wdb, key, method, path, text, purpose, session_id, self._now())
 
     def note_attempt(self, key: str) -> int:
         """Count one send of a stored request; returns the attempt number."""
         with self.write() as db:
-            cur = _q(db, "UPDATE idempotency SET attempts = attempts + 1 WHERE key = ?", [key])
-            if cur.rowcount == 0:
-                raise StoreError(f"no idempotency record {key}")
-            return int(_q(db, "SELECT attempts FROM idempotency WHERE key = ?", [key]).fetchone()[0])
+            return _requests.note_attempt(db, key)
 
-    def finish_request(self, key: str, http_status: int, response: Any) -> IdempotencyRecord:
+    def finish_request(self, key: str, http_status: int, response: Json) -> IdempotencyRecord:
         """Record the definite answer (2xx/4xx) that ends a logical request."""
         with self.write() as db:
-            cur = _q(
-                db,
-                "UPDATE idempotency SET state = 'answered', http_status = ?, response = ?, answered_at = ? "
-                "WHERE key = ?",
-                [http_status, canonical_json(response), self._now(), key],
-            )
-            if cur.rowcount == 0:
-                raise StoreError(f"no idempotency record {key}")
-            return _record(_q(db, "SELECT * FROM idempotency WHERE key = ?", [key]).fetchone())
+            return _requests.finish(db, key, http_status, response, self._now())
 
     def withdraw_request(self, key: str, actor: str, why: str) -> bool:
         """End a stored request that never took effect (never sent, or every answer said nothing was
         kept), so no restart re-sends it. False when it already had an answer (nothing changed)."""
         with self.write() as db:
-            cur = _q(
-                db,
-                "UPDATE idempotency SET state = 'answered', response = ?, answered_at = ? "
-                "WHERE key = ? AND state = 'pending'",
-                [canonical_json({"withdrawn": {"by": actor, "why": why}}), self._now(), key],
-            )
-            return cur.rowcount == 1
+            return _requests.withdraw(db, key, actor, why, self._now())
 
     def get_request(self, key: str) -> IdempotencyRecord | None:
         with self.read() as db:
-            row = _q(db, "SELECT * FROM idempotency WHERE key = ?", [key]).fetchone()
-        return _record(row) if row else None
+            return _requests.get(db, key)
 
     def unfinished_requests(self) -> list[IdempotencyRecord]:
         """Requests whose answer was never recorded, oldest first (replayed at start-up)."""
         with self.read() as db:
-            rows = _q(
-                db, "SELECT * FROM idempotency WHERE state = 'pending' ORDER BY created_at, rowid"
-            ).fetchall()
-        return [_record(r) for r in rows]
+            return _requests.listed(db, pending_only=True)
 
     def list_requests(self, session_id: str | None = None) -> list[IdempotencyRecord]:
         with self.read() as db:
-            if session_id is None:
-                rows = _q(db, "SELECT * FROM idempotency ORDER BY rowid").fetchall()
-            else:
-                rows = _q(
-                    db, "SELECT * FROM idempotency WHERE session_id = ? ORDER BY rowid", [session_id]
-                ).fetchall()
-        return [_record(r) for r in rows]
+            return _requests.listed(db, session_id)

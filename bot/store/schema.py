@@ -1,9 +1,9 @@
-"""The store's schema, as named sqlite-utils migration sets.
+"""The store's own schema, as a named sqlite-utils migration set.
 
-Every area owns its tables: it builds its own :class:`Migrations` set and registers it here with
-:func:`register_migrations` at import time (``decisions`` adds "approvals", ``dockerops`` adds
-"dockerops"). :class:`bot.store.Store` applies every registered set when it opens a file, and again
-when a set is registered later, so an area never has to remember to migrate.
+Every area owns its tables in its own :class:`Migrations` set (``decisions``, ``dockerops``,
+``triage``, ``batches``, ``slack``). Nothing registers itself: whoever composes the app passes the
+sets to :class:`bot.store.Store` (``migrations=``), which applies this core set first, then those.
+Set names are what the file records as applied, so they never change.
 
 Migrations run inside the store's ``BEGIN IMMEDIATE`` lock (sqlite-utils nests its own ``atomic()``
 as a savepoint), so two processes opening a fresh file at once cannot both create a table. Keep
@@ -11,8 +11,6 @@ migrations transactional: a ``transactional=False`` migration (e.g. ``VACUUM``) 
 """
 
 from __future__ import annotations
-
-import threading
 
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
@@ -101,22 +99,3 @@ def _m0002(db: Database) -> None:
     Existing steps are version 1 and keep verifying as they are (bot/store/chain.py).
     """
     db.execute("ALTER TABLE steps ADD COLUMN v INTEGER NOT NULL DEFAULT 1")
-
-
-MIGRATION_SETS: list[Migrations] = [core]
-_lock = threading.Lock()
-
-
-def register_migrations(m: Migrations) -> Migrations:
-    """Add an area's migration set; registering the same set again is a no-op.
-
-    Two different sets under one name would share one record of applied migrations: refused.
-    """
-    with _lock:
-        for existing in MIGRATION_SETS:
-            if existing.name == m.name:
-                if existing is not m:
-                    raise ValueError(f"a migration set named {m.name!r} is already registered")
-                return m
-        MIGRATION_SETS.append(m)
-    return m

@@ -18,7 +18,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
-from bot.store import Store, register_migrations
+from bot.store import Store
 from bot.store.chain import canonical_json
 
 migrations = Migrations("triage")
@@ -49,7 +49,6 @@ def _m0001(db: Database) -> None:
     )
 
 
-register_migrations(migrations)
 
 
 @dataclass
@@ -100,7 +99,7 @@ def _q(db: Database, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
 class TriageStore:
     def __init__(self, store: Store) -> None:
         self.store = store
-        store.migrate()
+        store.require(migrations)
 
     def new(self, actor: str) -> str:
         """A new triage's id, ``t<n>``."""

@@ -25,6 +25,7 @@ from bot.decisions import DecisionService
 from bot.diagnosis import Diagnoser
 from bot.messages import NullReporter
 from bot.runbook import load_runbooks
+from bot.services import MIGRATIONS
 from bot.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,7 +68,7 @@ def main() -> int:
     db, url, action, request_id, actor, channel, go_file = sys.argv[1:8]
     hang = os.environ.get("HANG", "")
     clock = ManualClock()
-    store = Store(db, clock)
+    store = Store(db, clock, migrations=MIGRATIONS)
     runbooks = load_runbooks(REPO / "runbooks")
     transports = {"after_post": HangingTransport, "before_post": StalledTransport}
     transport = transports[hang]() if hang in transports else None

@@ -8,6 +8,7 @@ import sqlite3
 from sqlite_utils import Database
 
 from bot.decisions._requests import STATES, migrations
+from bot.services import MIGRATIONS
 from bot.store import Store, schema
 from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER
 
@@ -20,7 +21,7 @@ def test_a_first_schema_store_is_migrated_to_the_one_list_of_states(tmp_path):
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)
     db = Database(conn)
-    for m in schema.MIGRATION_SETS:
+    for m in (schema.core, *MIGRATIONS):
         if m is not migrations:
             m.apply(db)
     migrations.apply(db, stop_before="0002_request_states")
@@ -31,7 +32,7 @@ def test_a_first_schema_store_is_migrated_to_the_one_list_of_states(tmp_path):
         )
     conn.close()
 
-    store = Store(path)
+    store = Store(path, migrations=MIGRATIONS)
     with store.read() as rdb:
         states = dict(rdb.execute("SELECT id, state FROM decision_requests ORDER BY id").fetchall())
         assert states == {"req_a": "requested", "req_b": "sending", "req_c": "executed"}

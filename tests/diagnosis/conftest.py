@@ -15,6 +15,7 @@ from bot.diagnosis import Diagnoser, ReconcilerStatus
 from bot.logs import FileLogSource
 from bot.runbook import RunbookSet, load_runbooks
 from bot.sandbox import SandboxHandle, start_sandbox
+from bot.services import MIGRATIONS
 from bot.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +87,7 @@ def shipped_runbooks() -> RunbookSet:
 @pytest.fixture
 def env(tmp_path: Path, clock: ManualClock, shipped_runbooks: RunbookSet) -> Iterator[Env]:
     sandbox = start_sandbox(scenarios="builtin", clock=clock)
-    store = Store(tmp_path / "recover.db", clock)
+    store = Store(tmp_path / "recover.db", clock, migrations=MIGRATIONS)
     # One attempt per GET: a retry would sleep on the shared manual clock and move the sandbox's time.
     client = ControlHostClient(
         sandbox.url, sandbox.api_key, store=store, clock=clock, retry=RetryPolicy(attempts=1), timeout=5.0

@@ -25,6 +25,7 @@ import yaml
 
 from bot.sandbox import builtin_scenarios_dir
 from bot.slack.inbox import Inbox
+from bot.slack.state import slack_migrations
 from bot.slack.supervisor import WorkerSupervisor
 from bot.store import Store
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackSender, SlackStandIn, slack_settings
@@ -92,7 +93,7 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
     db = tmp_path / "serve.db"
     proc, url = _serve(slack_api, sandbox, db, tmp_path)
     sender = SlackSender(url + "/slack/events", stand_in=slack_api)
-    inbox = Inbox(Store(db))
+    inbox = Inbox(Store(db, migrations=[slack_migrations]))
     try:
         _wait("a healthy worker", lambda: _worker_pid(url) is not None)
         first_pid = _worker_pid(url)
@@ -168,7 +169,7 @@ def _alive(pid: int) -> bool:
 def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_path) -> None:
     db = tmp_path / "shared.db"
     settings = slack_settings(slack_api, db, control_host_url=sandbox.url, control_host_api_key=sandbox.api_key)
-    inbox = Inbox(Store(db))
+    inbox = Inbox(Store(db, migrations=[slack_migrations]))
     supervisors = [WorkerSupervisor(settings, inbox).start() for _ in range(2)]
     try:
         _wait("two beating workers", lambda: _workers(db) >= 2)

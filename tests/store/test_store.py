@@ -10,7 +10,8 @@ from sqlite_utils.migrations import Migrations
 
 from bot.clock import ManualClock
 from bot.errors import StoreError
-from bot.store import GENESIS_HASH, MIGRATION_SETS, Store, register_migrations
+from bot.services import MIGRATIONS
+from bot.store import GENESIS_HASH, Store
 from bot.store.chain import step_hash
 
 
@@ -184,30 +185,39 @@ def test_unfinished_requests_oldest_first(store: Store, clock: ManualClock) -> N
     assert [r.key for r in store.list_requests()] == [a.key, b.key, c.key]
 
 
-def test_registered_migration_sets_are_applied(db_path: Path, clock: ManualClock) -> None:
-    store = Store(db_path, clock=clock)
+def test_the_migration_sets_passed_in_are_applied_once(db_path: Path, clock: ManualClock) -> None:
     extra = Migrations("test_extra_area")
 
     @extra()
     def create_things(db):  # type: ignore[no-untyped-def]
         db["things"].create({"id": int, "name": str}, pk="id")
 
-    register_migrations(extra)
-    try:
-        # The already-open store applies a set registered after it opened.
-        with store.write() as db:
-            db.execute("INSERT INTO things (name) VALUES ('a')")
-        assert register_migrations(extra) is extra  # idempotent
-        with pytest.raises(ValueError):
-            register_migrations(Migrations("test_extra_area"))
-        reopened = Store(db_path, clock=clock)
-        with reopened.read() as db:
-            names = [r[0] for r in db.execute("SELECT migration_set FROM _sqlite_migrations ORDER BY id")]
-        # Other areas' sets may be registered too (whatever the test run imported); order matters:
-        # the core set first, the late-registered one last.
-        assert names[0] == "core" and names[-1] == "test_extra_area" and names.count("test_extra_area") == 1
-    finally:
-        MIGRATION_SETS.remove(extra)
+    plain = Store(db_path, clock=clock)  # the store's own tables only
+    with pytest.raises(StoreError, match="test_extra_area"):
+        plain.require(extra)
+    # An area's set passed to an open store (the Slack front does this with its own tables).
+    plain.migrate([extra])
+    plain.require(extra)
+    with plain.write() as db:
+        db.execute("INSERT INTO things (name) VALUES ('a')")
+    plain.migrate([extra])  # already applied here: nothing to do
+    with pytest.raises(ValueError, match="test_extra_area"):
+        plain.migrate([Migrations("test_extra_area")])  # another set under the same name
+    reopened = Store(db_path, clock=clock, migrations=[extra])
+    with reopened.read() as db:
+        names = [r[0] for r in db.execute("SELECT migration_set FROM _sqlite_migrations ORDER BY id")]
+        assert [r[0] for r in db.execute("SELECT name FROM things")] == ["a"]
+    # The core set first; reopening applied nothing twice.
+    assert names[0] == "core" and names.count("test_extra_area") == 1
+
+
+def test_the_app_composes_every_core_areas_tables(db_path: Path, clock: ManualClock) -> None:
+    store = Store(db_path, clock=clock, migrations=MIGRATIONS)
+    with store.read() as db:
+        applied = {r[0] for r in db.execute("SELECT migration_set FROM _sqlite_migrations")}
+        tables = set(db.table_names())
+    assert applied == {"core", "dockerops", "decisions", "triage", "batches"}
+    assert {"cases", "steps", "idempotency", "dryruns", "decision_requests", "triages", "batches"} <= tables
 
 
 def test_unreadable_path_is_a_store_error(tmp_path: Path) -> None:
