@@ -1,0 +1,187 @@
+"""Parsing of each setting's raw text: every message names the setting and what to put there.
+
+Pure functions from what the environment, ``.env`` or a test passed (text, or an already parsed
+value) to the typed value, raising ``ValueError`` with one actionable line; the model
+(:mod:`bot.settings._model`) calls them from its validators. A secret's value is never quoted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+
+from pydantic import SecretStr
+
+DEFAULT_SLACK_API_URL = "https://slack.com/api/"
+DEFAULT_DB = Path("./recover.db")
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 3000
+RUNBOOKS_PACKAGE = "bot.runbooks_data"
+_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
+_GROUP_ID = re.compile(r"^S[A-Z0-9]{2,}$")
+_CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,}$")
+_TEAM_ID = re.compile(r"^[TE][A-Z0-9]{2,}$")
+_LOGIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?$")
+_URL = re.compile(r"^https?://[^\s/]+")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def packaged_runbooks() -> Path:
+    """The runbooks shipped in the package: the repository's top-level ``runbooks/`` folder.
+
+    An editable install made before the folder was packaged cannot import it: the checkout's folder
+    is the same files.
+    """
+    try:
+        return Path(str(resources.files(RUNBOOKS_PACKAGE)))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[2] / "runbooks"
+
+
+def blank(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def split(value: object) -> tuple[str, ...]:
+    """A comma list from the environment (``"U1, U2"``) or an already parsed sequence."""
+    if blank(value):
+        return ()
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, Iterable):
+        return tuple(str(part).strip() for part in value)
+    raise ValueError(f"expected a comma-separated list (got a {type(value).__name__})")
+
+
+def optional_text(value: object) -> object:
+    """Blank is unset; text is stripped (anything else is left to the field's type check)."""
+    return None if blank(value) else value.strip() if isinstance(value, str) else value
+
+
+def optional(value: object) -> object:
+    """Blank is unset."""
+    return None if blank(value) else value
+
+
+def db_path(value: object) -> object:
+    return DEFAULT_DB if blank(value) else value
+
+
+def control_host_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not _URL.match(value):
+        raise ValueError(f"CONTROL_HOST_URL must start with http:// or https:// (got {value!r})")
+    return value.rstrip("/")
+
+
+def secret(value: object) -> str | None:
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    return None if blank(value) else str(value).strip()
+
+
+def token(value: SecretStr | None, name: str, prefix: str, kind: str) -> SecretStr | None:
+    if value is not None and not value.get_secret_value().startswith(prefix):
+        raise ValueError(f"{name} does not look like {kind} (it should start with {prefix})")
+    return value
+
+
+def slack_api_url(value: object) -> str:
+    text = DEFAULT_SLACK_API_URL if blank(value) else str(value).strip()
+    if not _URL.match(text):
+        raise ValueError(f"SLACK_API_URL must be an http(s) URL ending in /api/ (got {text!r})")
+    return text if text.endswith("/") else text + "/"
+
+
+def approvers(value: object) -> tuple[str, ...]:
+    ids = split(value)
+    bad = [a for a in ids if not (_USER_ID.match(a) or _GROUP_ID.match(a))]
+    if bad:
+        raise ValueError(
+            f"RECOVER_APPROVERS: {', '.join(map(repr, bad))} "
+            f"{'is not a Slack user id' if len(bad) == 1 else 'are not Slack user ids'} "
+            "(U…/W…) or user-group id (S…); comma-separated, e.g. U012ABC,S034ONCALL"
+        )
+    return ids
+
+
+def channels(value: object) -> tuple[str, ...]:
+    ids = split(value)
+    # The terminal console is a channel of its own, named `console` (docs/commands.md).
+    bad = [c for c in ids if not _CHANNEL_ID.match(c) and c != "console"]
+    if bad:
+        raise ValueError(
+            f"RECOVER_CHANNELS: {', '.join(map(repr, bad))} is not a Slack channel id (C…/G…) "
+            "or `console`; use the id from the channel's details, not its #name"
+        )
+    return ids
+
+
+def teams(value: object) -> tuple[str, ...]:
+    ids = split(value)
+    bad = [t for t in ids if not _TEAM_ID.match(t)]
+    if bad:
+        raise ValueError(
+            f"RECOVER_SLACK_TEAMS: {', '.join(map(repr, bad))} is not a Slack workspace id (T…) "
+            "or enterprise id (E…)"
+        )
+    return ids
+
+
+def console_users(value: object) -> dict[str, str]:
+    """``login:SlackUserId`` pairs (the console's people, compared by their Slack id)."""
+    if isinstance(value, Mapping):
+        pairs = [(str(k), str(v)) for k, v in value.items()]
+    else:
+        pairs = []
+        for item in split(value):
+            login, sep, user_id = item.partition(":")
+            pairs.append((login.strip(), user_id.strip() if sep else ""))
+    mapping: dict[str, str] = {}
+    bad: list[str] = []
+    for login, user_id in pairs:
+        if not _LOGIN.match(login) or not _USER_ID.match(user_id):
+            bad.append(f"{login}:{user_id}" if user_id else login)
+        elif login in mapping:
+            bad.append(f"{login} (listed twice)")
+        else:
+            mapping[login] = user_id
+    if bad:
+        raise ValueError(
+            f"RECOVER_CONSOLE_USERS: {', '.join(map(repr, bad))} is not login:SlackUserId; "
+            "write e.g. alice:U012ABC,bob:W034DEF (user ids U…/W…, each login once)"
+        )
+    return mapping
+
+
+def host(value: object) -> str:
+    return DEFAULT_HOST if blank(value) else str(value).strip()
+
+
+def port(value: object) -> int:
+    if blank(value):
+        return DEFAULT_PORT
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise ValueError(f"PORT must be a number from 0 to 65535 (got {str(value)!r}; 0 = any free port)")
+    return number
+
+
+def runbooks_dir(value: object) -> Path:
+    path = packaged_runbooks() if blank(value) else Path(str(value).strip())
+    if not path.is_dir():
+        raise ValueError(f"RECOVER_RUNBOOKS: {path} is not a directory of runbook YAML files")
+    return path
+
+
+def log_level(value: object) -> str:
+    level = "INFO" if blank(value) else str(value).strip().upper()
+    if level not in _LOG_LEVELS:
+        raise ValueError(f"RECOVER_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR (got {level!r})")
+    return level
