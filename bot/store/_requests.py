@@ -12,7 +12,7 @@ from sqlite_utils import Database
 from sqlite_utils.db import NotFoundError
 
 from bot.errors import StoreError
-from bot.store._rows import IdempotencyRecord, Json, record_of
+from bot.store._rows import IdempotencyRecord, record_of
 from bot.store.chain import canonical_json
 
 
@@ -58,7 +58,7 @@ def note_attempt(db: Database, key: str) -> int:
     return _existing(db, key).attempts
 
 
-def finish(db: Database, key: str, http_status: int, response: Json, now: str) -> IdempotencyRecord:
+def finish(db: Database, key: str, http_status: int, response: object, now: str) -> IdempotencyRecord:
     _existing(db, key)
     db.table("idempotency").update(
         key,

@@ -31,7 +31,7 @@ from sqlite_utils.migrations import Migrations
 from bot.clock import Clock, SystemClock, isoformat
 from bot.errors import StoreError
 from bot.store import _cases, _requests, _steps, schema
-from bot.store._rows import Case, IdempotencyRecord, Json, Step
+from bot.store._rows import Case, IdempotencyRecord, Step
 from bot.store.chain import canonical_json, hash_matches, head_ref
 
 DEFAULT_BUSY_TIMEOUT = 10.0
@@ -352,7 +352,7 @@ class Store:
         with self.write() as db:
             return _requests.note_attempt(db, key)
 
-    def finish_request(self, key: str, http_status: int, response: Json) -> IdempotencyRecord:
+    def finish_request(self, key: str, http_status: int, response: object) -> IdempotencyRecord:
         """Record the definite answer (2xx/4xx) that ends a logical request."""
         with self.write() as db:
             return _requests.finish(db, key, http_status, response, self._now())

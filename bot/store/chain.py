@@ -46,7 +46,7 @@ class KeyRequired(ValueError):
     """A keyed (version 2) step cannot be hashed or checked without the audit key."""
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     """Deterministic JSON text: sorted keys, no spaces, UTF-8 kept as is."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
