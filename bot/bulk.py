@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from bot.batch import BatchService
+from bot.clock import Clock
 from bot.controlhost import ControlHostClient
+from bot.decisions import DecisionService
+from bot.logs import LogSource
+from bot.runbook import RunbookSet
+from bot.store import Store
 from bot.triage import PacedTransport, RateLimiter, Triage, runbook_limit
 
 
@@ -24,8 +29,8 @@ class Bulk:
     batches: BatchService
 
     @classmethod
-    def build(cls, url: str, key: str, *, store: Any, clock: Any, runbooks: Any, api: dict[str, Any],
-              log_source: Any, decisions: Any, csv_dir: Path | None) -> Bulk:
+    def build(cls, url: str, key: str, *, store: Store, clock: Clock, runbooks: RunbookSet, api: dict[str, Any],
+              log_source: LogSource | None, decisions: DecisionService, csv_dir: Path | None) -> Bulk:
         limiter = RateLimiter(runbook_limit(runbooks, "bulk_rate"))
         client = ControlHostClient(url, key, store=store, clock=clock, transport=PacedTransport(limiter), **api)
         triage = Triage(client=client, runbooks=runbooks, store=store, clock=clock, log_source=log_source)

@@ -23,7 +23,7 @@ secret: build them with :func:`bot.redact.redact` when they quote outside text.
 
 from __future__ import annotations
 
-from typing import Any
+from bot.messages import Reply
 
 
 class RecoverError(Exception):
@@ -117,6 +117,6 @@ class Interrupted(KeyboardInterrupt):
     console shows ``reply`` — withdrawn and never replayed, or uncertain and kept with its key.
     """
 
-    def __init__(self, reply: Any) -> None:
+    def __init__(self, reply: Reply) -> None:
         super().__init__("interrupted")
         self.reply = reply

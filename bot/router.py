@@ -9,7 +9,6 @@ stack trace and never a secret.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from bot.bulk_routes import dispatch
 from bot.buttons import DecisionChoice
@@ -20,6 +19,7 @@ from bot.messages import Message, Reply, Reporter, ref
 from bot.redact import redact
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
+from bot.sandbox import SandboxHandle
 from bot.services import LoggingReporter, Services, build_services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
@@ -404,7 +404,7 @@ class Router:
 def build_router(
     settings: Settings,
     *,
-    sandbox: Any = None,
+    sandbox: SandboxHandle | None = None,
     directory: ApproverDirectory | None = None,
     clock: Clock | None = None,
     reporter: Reporter | None = None,

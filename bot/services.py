@@ -31,6 +31,7 @@ from bot.errors import StartupError
 from bot.logs import FileLogSource
 from bot.messages import Message
 from bot.runbook import RunbookSet, load_runbooks
+from bot.sandbox import SandboxHandle
 from bot.settings import Settings, reveal
 from bot.store import Store
 from bot.triage.store import migrations as triage_migrations
@@ -147,7 +148,7 @@ def worker_log_config(runbooks: RunbookSet) -> WorkerLogConfig:
     return WorkerLogConfig(**kwargs)
 
 
-def _demo_log_file(sandbox: Any, folder: Path) -> Path:
+def _demo_log_file(sandbox: SandboxHandle, folder: Path) -> Path:
     """The demo's worker logs: every scenario's lines in one file, read through the file source."""
     path = folder / "demo-worker.log"
     now = sandbox.clock.now()
@@ -179,7 +180,7 @@ def _open_store(settings: Settings, clock: Clock) -> Store:
 def build_services(
     settings: Settings,
     *,
-    sandbox: Any = None,
+    sandbox: SandboxHandle | None = None,
     directory: ApproverDirectory | None = None,
     clock: Clock | None = None,
     console_users_map: dict[str, str] | None = None,

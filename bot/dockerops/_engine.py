@@ -11,7 +11,6 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 import docker
 import docker.errors
@@ -158,7 +157,7 @@ def _explanation(exc: docker.errors.APIError) -> str:
     return redact(text.strip()[:300])
 
 
-def parse_docker_time(text: Any) -> datetime | None:
+def parse_docker_time(text: object) -> datetime | None:
     """Docker's RFC 3339 times have nanoseconds; Python reads microseconds."""
     if not isinstance(text, str) or len(text) < 19:
         return None

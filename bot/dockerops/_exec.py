@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ class ExecResult:
 class _Reader(threading.Thread):
     """Drains the exec's output stream, keeping at most ``cap`` bytes (the rest is only counted)."""
 
-    def __init__(self, stream: Any, cap: int) -> None:
+    def __init__(self, stream: Iterable[bytes], cap: int) -> None:
         super().__init__(name="dockerops-exec-reader", daemon=True)
         self.stream = stream
         self.cap = cap
@@ -161,7 +162,7 @@ def run_exec(
     )
 
 
-def _exec_info(api: Any, exec_id: str, host: str) -> dict[str, Any] | None:
+def _exec_info(api: docker.APIClient, exec_id: str, host: str) -> dict[str, Any] | None:
     """``exec inspect``; None when the exec is gone (its container was removed)."""
     try:
         info = api.exec_inspect(exec_id)
@@ -173,7 +174,7 @@ def _exec_info(api: Any, exec_id: str, host: str) -> dict[str, Any] | None:
     return dict(info)
 
 
-def _inspect_quietly(api: Any, exec_id: str) -> tuple[int | None, bool | None]:
+def _inspect_quietly(api: docker.APIClient, exec_id: str) -> tuple[int | None, bool | None]:
     try:
         info = api.exec_inspect(exec_id)
     except (docker.errors.DockerException, OSError):
@@ -181,7 +182,7 @@ def _inspect_quietly(api: Any, exec_id: str) -> tuple[int | None, bool | None]:
     return _int(info.get("Pid")), bool(info.get("Running"))
 
 
-def _container_down(api: Any, container: str, wait: float = 5.0) -> bool:
+def _container_down(api: docker.APIClient, container: str, wait: float = 5.0) -> bool:
     """Did the container stop or go away under the exec? (A kill arrives before the removal shows.)"""
     deadline = time.monotonic() + wait
     while True:
@@ -198,7 +199,7 @@ def _container_down(api: Any, container: str, wait: float = 5.0) -> bool:
         time.sleep(0.1)
 
 
-def _close(stream: Any) -> None:
+def _close(stream: object) -> None:
     close = getattr(stream, "close", None)
     if close is None:
         return
@@ -206,7 +207,7 @@ def _close(stream: Any) -> None:
         close()
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

@@ -13,7 +13,7 @@ import contextlib
 import io
 import re
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -161,14 +161,14 @@ def _name(container: dict[str, Any]) -> str:
     return str(names[0]).lstrip("/") if names else str(container.get("Id", "?"))[:12]
 
 
-def _close(stream: Any) -> None:
+def _close(stream: object) -> None:
     close = getattr(stream, "close", None)
     if close is not None:
         with contextlib.suppress(Exception):
             close()
 
 
-def _lines_of(chunks: Any) -> Iterator[bytes]:
+def _lines_of(chunks: Iterable[bytes]) -> Iterator[bytes]:
     """Whole lines out of a byte stream whose chunks do not follow line ends."""
     carry = b""
     for chunk in chunks:

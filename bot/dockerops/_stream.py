@@ -202,7 +202,7 @@ def sdk_log_blocks(
             stream.close()
 
 
-def _param(value: Any) -> str:
+def _param(value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
