@@ -202,14 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--outage-seconds", type=float, default=600.0, help="when the incident's outage ends (from start)"
     )
 
-    # bot.decisions registers the check of its request table against the chain (audit verify): the
-    # command wires it, so the store package does not import the decisions above it.
-    import bot.decisions  # noqa: F401
+    from bot.decisions import check_request_table
     from bot.runbook.cli import register as register_runbook
     from bot.store.cli import register as register_audit
 
     register_runbook(sub)
-    register_audit(sub)
+    # `audit verify` also checks the decision requests against the chain: the command passes the
+    # decisions' check, so the store package does not import the decisions above it.
+    register_audit(sub, checks=[check_request_table])
     return parser
 
 

@@ -34,7 +34,7 @@ from bot.decisions._rules import ApproverDirectory, channel_allowed, person_of, 
 from bot.errors import ControlHostError
 from bot.messages import Message, Reply, Reporter
 from bot.store import Step, Store
-from bot.store.audit import AuditProblem, register_cache_check
+from bot.store.audit import AuditProblem
 from bot.store.chain import KEYED_VERSION
 
 BOT_ACTOR = "recover-bot"
@@ -262,7 +262,6 @@ def _json(text: Any) -> dict[str, Any]:
 _NEEDS_APPROVAL = ("approved", "waiting", "recheck", "sending", "executed", "uncertain")
 
 
-@register_cache_check
 def check_request_table(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> list[AuditProblem]:
     """Every ``decision_requests`` row against the chain: its content hash, its state, its approver."""
     exists = conn.execute(

@@ -7,7 +7,8 @@ edited, removed or moved. With the audit key it also checks keyed steps (chain v
 re-hashed to the end no longer verifies. A tail cut off cleanly leaves a valid chain, so only a head
 published outside the database (``audit export`` prints it as ``SEQ:HASH``; hand-off digests repeat
 it) can reveal truncation; the steps recorded after that head are listed, since it does not vouch for
-them. Tables kept beside the chain (decision requests) are checked against it by registered checks.
+them. Tables kept beside the chain (decision requests) are checked against it by the checks the
+caller passes (``recover-bot audit verify`` passes the decisions' check; the store imports no area).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -46,17 +47,9 @@ class AuditProblem:
         return f"{where}: {self.kind}: {self.message}"
 
 
-# Checks of the tables kept beside the chain (caches of it), registered by the areas that own them:
+# A check of a table kept beside the chain (a cache of it), written by the area that owns the table:
 # ``check(conn, rows) -> problems`` with a read-only connection and the verified step rows.
 CacheCheck = Callable[[sqlite3.Connection, list[dict[str, Any]]], list[AuditProblem]]
-CACHE_CHECKS: list[CacheCheck] = []
-
-
-def register_cache_check(check: CacheCheck) -> CacheCheck:
-    """Add a check of a cache table against the chain (registering the same one twice is a no-op)."""
-    if check not in CACHE_CHECKS:
-        CACHE_CHECKS.append(check)
-    return check
 
 
 @dataclass
@@ -152,14 +145,17 @@ def _rows(db_path: str | Path) -> list[dict[str, Any]]:
         conn.close()
 
 
-def verify(db_path: str | Path, head: str | None = None, key: bytes | None = None) -> AuditReport:
-    """Check the chain (keyed steps with ``key``), the caches beside it, and with ``head`` (published
-    earlier as ``SEQ:HASH`` or ``HASH``) a truncated or rewritten tail and the steps it does not vouch for."""
+def verify(
+    db_path: str | Path, head: str | None = None, key: bytes | None = None, *, checks: Iterable[CacheCheck] = ()
+) -> AuditReport:
+    """Check the chain (keyed steps with ``key``), the caches beside it (``checks``), and with ``head``
+    (published earlier as ``SEQ:HASH`` or ``HASH``) a truncated or rewritten tail and the steps it
+    does not vouch for."""
     conn = _open_ro(db_path)
     try:
         rows = _select(conn)
         problems = _chain_problems(rows, key)
-        for check in CACHE_CHECKS:
+        for check in checks:
             try:
                 problems.extend(check(conn, rows))
             except sqlite3.Error as exc:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TypeVar
 
 from bot.errors import StoreError
 from bot.settings import Settings
 from bot.store import audit
+from bot.store.audit import CacheCheck
 
 # The settings these commands read (bot/cli.py): the store and the audit chain's key, nothing else,
 # so a problem elsewhere in the settings never blocks an audit.
@@ -33,8 +35,9 @@ _DB_HELP = "SQLite step store (default: RECOVER_DB or ./recover.db)"
 _P = TypeVar("_P", bound=argparse.ArgumentParser)
 
 
-def register(subparsers: argparse._SubParsersAction[_P]) -> _P:
-    """Add ``audit verify`` and ``audit export`` to an argparse subparsers object."""
+def register(subparsers: argparse._SubParsersAction[_P], *, checks: Iterable[CacheCheck] = ()) -> _P:
+    """Add ``audit verify`` and ``audit export`` to an argparse subparsers object; ``verify`` also runs
+    ``checks`` (the areas' checks of their tables against the chain, passed by the composing CLI)."""
     parser = subparsers.add_parser(
         "audit",
         help="verify or export the tamper-evident step log",
@@ -66,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction[_P]) -> _P:
         metavar="FILE",
         help="the audit key's file (default: RECOVER_AUDIT_KEY or RECOVER_AUDIT_KEY_FILE)",
     )
-    verify_p.set_defaults(handler=run_verify, settings_uses=SETTINGS_USES)
+    verify_p.set_defaults(handler=run_verify, settings_uses=SETTINGS_USES, cache_checks=tuple(checks))
 
     export_p = sub.add_parser(
         "export",
@@ -103,7 +106,9 @@ def _audit_key(args: argparse.Namespace, settings: Settings) -> bytes | None:
 
 def run_verify(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        report = audit.verify(args.db or str(settings.db_path), head=args.head, key=_audit_key(args, settings))
+        report = audit.verify(
+            args.db or str(settings.db_path), head=args.head, key=_audit_key(args, settings), checks=args.cache_checks
+        )
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

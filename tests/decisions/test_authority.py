@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bot.decisions import check_request_table
 from bot.decisions._requests import CONTENT_FIELDS, content_hash
 from bot.messages import ListReporter
 from bot.store.audit import verify
@@ -30,7 +31,7 @@ def _text(reporter: ListReporter) -> str:
 def _request_problems(db: Path, rid: str) -> list[str]:
     import bot.decisions  # noqa: F401 - registers the request table's check
 
-    report = verify(db)
+    report = verify(db, checks=[check_request_table])
     return [p.message for p in report.problems if p.kind == "request table" and rid in p.message]
 
 
@@ -141,5 +142,5 @@ def test_a_store_used_normally_has_no_request_table_findings(decision_env):
     svc.expire_due()
     import bot.decisions  # noqa: F401
 
-    report = verify(env.db_path)
+    report = verify(env.db_path, checks=[check_request_table])
     assert report.ok, report.summary()
