@@ -121,7 +121,8 @@ class BatchService:
             lines = [f"{e['session_id']}: {e['why']}" for e in chosen.excluded[:15]]
             return _refuse(f"No member of {source or 'the list'} can take `{decision}`: nothing to send", *lines)
         threshold = int(self.limit("batch_approval_threshold"))
-        two = decision == "close" or len(chosen.members) > threshold
+        irreversible = self.runbooks.decisions[decision].irreversible  # needs two people (R5.4)
+        two = irreversible or len(chosen.members) > threshold
         now = self.clock.now()
         content = {
             "id": new_batch_id(), "requester": actor, "channel": channel, "decision": decision,
@@ -141,7 +142,8 @@ class BatchService:
                                            "members": len(members), "source": source}, db=db)
         stored = self.batches.members(batch.id)
         if two or not yes:
-            return Reply.of(text.approval_message(batch, stored, source, list(self.decisions.approvers)))
+            return Reply.of(text.approval_message(batch, stored, source, list(self.decisions.approvers),
+                                                  irreversible=irreversible))
         return self._confirm(batch, actor, channel, reporter)
 
     def _dry(self, content: dict[str, Any], members: list[dict[str, Any]], policy: DecisionPolicy) -> Reply:

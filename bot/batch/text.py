@@ -58,9 +58,10 @@ def members_csv(batch: Any, members: Sequence[Any]) -> str:
     return out.getvalue()
 
 
-def approval_message(batch: Any, members: Sequence[Any], groups: str, mentions: list[str]) -> Message:
+def approval_message(batch: Any, members: Sequence[Any], groups: str, mentions: list[str], *,
+                     irreversible: bool = False) -> Message:
     two = batch.policy == "two_person"
-    why = "close is irreversible" if batch.decision == "close" else "more members than the runbook's threshold"
+    why = f"{batch.decision} is irreversible" if irreversible else "more members than the runbook's threshold"
     headline = (
         f"Batch {batch.id}: `{batch.decision}` on {len(members)} session(s) needs a second person's approval ({why})"
         if two else f"Batch {batch.id}: `{batch.decision}` on {len(members)} session(s): confirm to send"

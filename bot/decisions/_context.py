@@ -65,6 +65,12 @@ class DecisionContext:
         """The runbook's definition of ``decision`` (an unknown one raises DecisionError)."""
         return decision_policy(self.runbooks, decision, self.limits)
 
+    def irreversible(self, decision: str) -> bool:
+        """Does the runbook mark ``decision`` irreversible (said in every approval message)? A decision the
+        loaded runbook no longer defines is said to be: the reading that cannot mislead."""
+        spec = self.runbooks.decisions.get(decision)
+        return True if spec is None else spec.irreversible
+
     def record(
         self,
         session_id: str | None,

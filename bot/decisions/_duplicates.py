@@ -15,6 +15,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from bot.decisions._requests import OPEN_STATES, DecisionRequest, RequestStore
+from bot.decisions._text import irreversible_line
 from bot.messages import Button, Message
 
 _FIELDS = ("session_id", "decision", "requester", "turn_id", "evidence_ref", "effects", "reason")
@@ -44,12 +45,14 @@ def repeats(same: DecisionRequest | None, *, yes: bool) -> DecisionRequest | Non
     return same
 
 
-def pointer_message(req: DecisionRequest) -> Message:
+def pointer_message(req: DecisionRequest, *, irreversible: bool = False) -> Message:
     """What a repeated ``decide`` answers: the existing request, and how to act on it."""
     lines = [f"Nothing new was created: this is request `{req.id}` again, made at {req.created_at}."]
     buttons: list[Button] = []
     if req.state == "requested" and req.policy == "two_person":
         lines.append(f"It waits for a second person: /recover approve {req.id}")
+        if irreversible:
+            lines.append(irreversible_line(req.decision))
         buttons.append(Button("Approve", "approve", req.id, command=f"/recover approve {req.id}", style="primary"))
     elif req.state == "requested":
         lines.append(f"It waits for its confirmation; to withdraw it: /recover reject {req.id}")

@@ -240,7 +240,8 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                     "evidence_ref": evidence, "effects": effects, "reason": reason}
         same = repeats(identical_open(self.requests, identity), yes=yes)
         if same is not None:
-            return Reply.of(pointer_message(same))  # a replay or a double submit: no second request
+            # a replay or a double submit: no second request
+            return Reply.of(pointer_message(same, irreversible=self.ctx.irreversible(same.decision)))
         facts, turn_status = self._diagnose(session_id, turn)
         verdict = self._verdict(policy, facts, flags)
         if not verdict.ok and verdict.code != WAITABLE:
@@ -281,7 +282,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         with self.store.write() as db:
             same = repeats(identical_open(self.requests, content, db=db), yes=yes)  # concurrently
             if same is not None:
-                return Reply.of(pointer_message(same))
+                return Reply.of(pointer_message(same, irreversible=self.ctx.irreversible(same.decision)))
             req = self.requests.insert(db, content)
             self.store.record_step(
                 session_id,
@@ -310,7 +311,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 "and then submits it once (R3.9)."
             )
         if policy.approval == "two_person":
-            msg = text.approval_request_message(req, self._mentions(), rules)
+            msg = text.approval_request_message(req, self._mentions(), rules, irreversible=self.ctx.irreversible(decision))
             drops = policy.drops(facts, flags)
             msg.lines[4:4] = [*(f"[!] {n}" for n in notes), *([f"Drops: {drops}"] if drops else [])]
             if yes:
@@ -321,7 +322,8 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         if policy.approval == "confirm" and not yes:
             command = self._decide_command(req) + " --yes"
             msg = text.confirmation_message(
-                req, policy.drops(facts, flags), rules, command, policy.confirm_text(facts, flags)
+                req, policy.drops(facts, flags), rules, command, policy.confirm_text(facts, flags),
+                irreversible=self.ctx.irreversible(decision),
             )
             msg.lines[4:4] = [f"[!] {n}" for n in notes]
             return Reply.of(msg)
@@ -919,7 +921,9 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
                 db=db,
             )
         old = self.requests.get(req.id) or req
-        msg = text.approval_request_message(new, self._mentions(), ["R3.9", "R3.10"])
+        msg = text.approval_request_message(
+            new, self._mentions(), ["R3.9", "R3.10"], irreversible=self.ctx.irreversible(new.decision)
+        )
         msg.lines.insert(
             0,
             f"The effects account of {req.id} changed after the worker was confirmed gone: this is a new request; "
@@ -1150,7 +1154,8 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         fresh = self.requests.get(req.id) or req
         if not won:
             return Reply.of(text.refusal(self._state_text(fresh)), ok=False)
-        return Reply.of(text.recheck_message(fresh, facts.get("execution.confirmed_gone_at")))
+        gone_at = facts.get("execution.confirmed_gone_at")
+        return Reply.of(text.recheck_message(fresh, gone_at, irreversible=self.ctx.irreversible(fresh.decision)))
 
     def _send(
         self,
@@ -1804,7 +1809,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         for req in self.requests.find(states=("recheck",)):
             # Still waiting for a person's effects re-check (R3.10): ask again, send nothing.
             expired = self._expire_if_due(req, BOT)
-            messages.append(expired or text.recheck_message(req, None))
+            messages.append(expired or text.recheck_message(req, None, irreversible=self.ctx.irreversible(req.decision)))
         for w in self.requests.active_waits():
             if w.kind == "reclamation":
                 self.requests.end_wait(w.id, "interrupted")

@@ -53,9 +53,18 @@ def request_lines(req: DecisionRequest) -> list[str]:
     return lines
 
 
-def approval_request_message(req: DecisionRequest, mentions: list[str], rules: list[str]) -> Message:
+def irreversible_line(decision: str) -> str:
+    """Said in every message that asks to approve or send a decision the runbook marks ``irreversible``."""
+    return f"[!] Irreversible: once the control host accepts `{decision}`, it cannot be undone (R5.4)."
+
+
+def approval_request_message(
+    req: DecisionRequest, mentions: list[str], rules: list[str], *, irreversible: bool = False
+) -> Message:
     """The request a second person approves: exact content, both buttons, the typed equivalent."""
     lines = request_lines(req)
+    if irreversible:
+        lines.append(irreversible_line(req.decision))
     lines.append("A second person approves or rejects (the requester cannot approve their own request):")
     lines.append(f"/recover approve {req.id}")
     lines.append(f'/recover reject {req.id} --reason "…"')
@@ -77,7 +86,13 @@ def approval_request_message(req: DecisionRequest, mentions: list[str], rules: l
 
 
 def confirmation_message(
-    req: DecisionRequest, drops: str | None, rules: list[str], command: str, question: str | None = None
+    req: DecisionRequest,
+    drops: str | None,
+    rules: list[str],
+    command: str,
+    question: str | None = None,
+    *,
+    irreversible: bool = False,
 ) -> Message:
     """A single-person decision waits for its explicit confirmation (R2.11, R5.3)."""
     lines = request_lines(req)
@@ -85,6 +100,8 @@ def confirmation_message(
         lines.insert(0, question)
     if drops:
         lines.append(f"This drops: {drops}")
+    if irreversible:
+        lines.append(irreversible_line(req.decision))
     lines.append(f"Confirm with the button, or type: {command}")
     return Message(
         headline=f"Confirm `{req.decision}` on `{req.session_id}` (request {req.id})",
@@ -99,7 +116,7 @@ def confirmation_message(
     )
 
 
-def recheck_message(req: DecisionRequest, gone_at: Any) -> Message:
+def recheck_message(req: DecisionRequest, gone_at: Any, *, irreversible: bool = False) -> Message:
     """R3.9 then R3.10: the worker is confirmed gone; the effects account written before that is
     re-checked (button, or the typed line) by the requester or the approver, and only then sent."""
     when = f" at {gone_at}" if gone_at else ""
@@ -108,6 +125,7 @@ def recheck_message(req: DecisionRequest, gone_at: Any) -> Message:
         f"({req.created_at}): its effects account was written while the worker could still act.",
         "Check again what the turn's tools did outside (file writes, pushes, external calls are not undone).",
         *request_lines(req),
+        *([irreversible_line(req.decision)] if irreversible else []),
         f"If the account still holds: the button, or /recover confirm {req.id}",
         f'If it changed: /recover confirm {req.id} --effects "…" (a new request; someone other than you approves it)',
         f"By {ref(req.requester)} (requester) or {ref(req.approved_by or '?')} (approver). Unanswered, it lapses with the "
