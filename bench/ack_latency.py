@@ -1,15 +1,17 @@
 """Ack latency of `/recover` under load, against a bare Bolt app on the standard library's server.
 
-The bot is the real one (build_bot over the real router and the sandbox control host, with a 10 s
-latency fault on every control-host call) on its real HTTP stack: uvicorn, the checked ASGI front
-(bot.slack.front) and Bolt. The comparison is the plainest server a Bolt app can have: a bare app
+The bot is the real one, split as `recover-bot serve` runs it: the acking side (build_bot over the
+real router, the inbox) on its real HTTP stack — uvicorn, the checked ASGI front (bot.slack.front)
+and Bolt — and the work in the supervised worker process (bot.slack.worker) against the sandbox
+control host, with a 10 s latency fault on every control-host call. ``--inline`` runs the work on
+threads of the acking process instead (the embedded mode, and how serve ran before the split). The comparison is the plainest server a Bolt app can have: a bare app
 whose `/recover` listener only acks, dispatched from ``http.server.ThreadingHTTPServer``. Each round
 sends C signed commands at once (released by a barrier) to each app, interleaved so both see the
 same machine load; latency is from send to the HTTP answer (the ack). Two commands are measured:
 ``diagnose`` (the background work waits 10 s on the control host) and ``help`` (no control host at
 all: what competes with the ack is the bot's own background work).
 
-    python bench/ack_latency.py [--rounds 10] [--concurrency 20]
+    python bench/ack_latency.py [--rounds 10] [--concurrency 20] [--inline]
 
 Targets: bot p99 ≤ 1.5 × bare p99, and bot p99 < 300 ms. Results: bench/out/ack_latency.json.
 """
@@ -39,6 +41,7 @@ from slack_sdk import WebClient  # noqa: E402
 from bot.router import build_router  # noqa: E402
 from bot.sandbox import start_sandbox  # noqa: E402
 from bot.slack import HttpServer, RecoverAsgi, build_bot  # noqa: E402
+from bot.slack.supervisor import WorkerSupervisor  # noqa: E402
 from bot.store import Store  # noqa: E402
 from tests.fixtures.slack import SIGNING_SECRET, SlackSender, SlackStandIn, slack_settings  # noqa: E402
 
@@ -128,6 +131,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--inline", action="store_true", help="the work on threads of the acking process")
     args = parser.parse_args()
     # Background diagnoses keep failing against the 10 s fault and a stopped stand-in: not the subject.
     logging.getLogger("recover_bot").setLevel(logging.CRITICAL)
@@ -137,8 +141,15 @@ def main() -> int:
     sandbox.admin.fault("latency", "*", seconds=10, times=None)  # the control host takes 10 s
     tmp = tempfile.TemporaryDirectory(prefix="recover-bench-")
     db = Path(tmp.name) / "bench.db"
-    settings = slack_settings(api, db)
+    settings = slack_settings(
+        api, db, control_host_url=sandbox.url, control_host_api_key=sandbox.api_key, log_level="ERROR"
+    )
     bot = build_bot(settings, build_router(settings, sandbox=sandbox, startup=False), store=Store(db))
+    worker: WorkerSupervisor | None = None
+    if not args.inline:
+        assert bot.inbox is not None
+        worker = WorkerSupervisor(settings, bot.inbox).start()
+        bot.handoff = worker.wake
     bare = BareStdlibServer(bare_app(api))
     ours = HttpServer(RecoverAsgi(bot.app), "127.0.0.1", 0).start()
     urls = {"bare": bare.url + "/slack/events", "recover-bot": ours.url + "/slack/events"}
@@ -163,12 +174,19 @@ def main() -> int:
         bare.stop()
         sandbox.admin.clear_faults()
         bot.wait_idle(120)  # the queued diagnoses finish (each at most one 10 s wait) before teardown
+        if worker is not None and bot.inbox is not None:
+            inbox = bot.inbox
+            deadline = time.monotonic() + 300
+            while set(inbox.states()) - {"done", "interrupted"} and time.monotonic() < deadline:
+                time.sleep(0.5)
+            worker.stop()
         bot.close()
         sandbox.stop()
         api.stop()
         tmp.cleanup()
 
-    summary: dict[str, object] = {"load_average": os.getloadavg(), "cpus": os.cpu_count()}
+    mode = "inline" if args.inline else "worker process"
+    summary: dict[str, object] = {"load_average": os.getloadavg(), "cpus": os.cpu_count(), "mode": mode}
     met = True
     print(f"{'command':<9} {'app':<12} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for command, by_app in latencies.items():
@@ -190,7 +208,7 @@ def main() -> int:
         print(f"{command:<9} p99 ratio recover-bot/bare: {ratio:.2f} (target ≤ 1.5); p99 < 300 ms: "
               f"{rows['recover-bot']['p99_ms'] < 300}")
     summary["targets_met"] = met
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; targets met: {met}")
+    print(f"work: {mode}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; targets met: {met}")
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
     (out / "ack_latency.json").write_text(json.dumps(summary, indent=2))

@@ -54,6 +54,7 @@ def _m0003(db: Database) -> None:
     )
 
 
+_PUT = "INSERT OR IGNORE INTO slack_inbox (key, kind, payload, state, created_at) VALUES (?, ?, ?, ?, ?)"
 _CLAIM_ONE = (
     "UPDATE slack_inbox SET state = ?, claimed_by = ?, claimed_at = ? "
     "WHERE id = ? AND state = ? RETURNING id, kind, key, payload"
@@ -75,6 +76,16 @@ class Item:
     payload: dict[str, Any]
 
 
+@dataclass
+class _Put:
+    """One put waiting for its group's commit."""
+
+    row: list[object]
+    row_id: int | None = None
+    error: Exception | None = None
+    done: bool = False
+
+
 def _item(row: tuple[int, str, str | None, str]) -> Item:
     return Item(id=row[0], kind=row[1], key=row[2], payload=json.loads(row[3]))
 
@@ -85,17 +96,25 @@ class Inbox:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._local = threading.local()
+        self._put_lock = threading.Lock()  # the writer's turn
+        self._pending_lock = threading.Lock()
+        self._pending: list[_Put] = []
+        self._put: sqlite3.Connection | None = None
+        self._put_pid = 0
         store.require(slack_migrations)
+
+    def _open(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            str(self.store.path), timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        return conn
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            conn = sqlite3.connect(
-                str(self.store.path), timeout=self.store.busy_timeout, isolation_level=None,
-                check_same_thread=False,
-            )
-            conn.execute(f"PRAGMA busy_timeout = {int(self.store.busy_timeout * 1000)}")
-            conn.execute("PRAGMA synchronous = NORMAL")
+            conn = self._open(int(self.store.busy_timeout * 1000))
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
@@ -116,12 +135,61 @@ class Inbox:
     # -- the ack side -------------------------------------------------------------------------------
 
     def put(self, kind: str, key: str, payload: dict[str, Any]) -> int | None:
-        """Queue one delivery, committed on return; None when its key was queued before (a repeat)."""
-        changed, row_id, _ = self._tx(
-            "INSERT OR IGNORE INTO slack_inbox (key, kind, payload, state, created_at) VALUES (?, ?, ?, ?, ?)",
-            [key or None, kind, json.dumps(payload, separators=(",", ":")), QUEUED, time.time()],
-        )
-        return row_id if changed == 1 else None
+        """Queue one delivery, committed on return; None when its key was queued before (a repeat).
+
+        Why not one ``BEGIN IMMEDIATE`` per put: twenty acks at once let SQLite's busy handler put all
+        but one to sleep in steps of 1, 2, 5, 10, 15 ms (p99 34 ms measured for this one insert).
+        Here puts are committed in groups (whoever holds the writer's turn commits every put waiting
+        at that moment, in one transaction), and a write lock held by another process (the worker)
+        is retried every fraction of a millisecond, up to the store's busy timeout.
+        """
+        request = _Put([key or None, kind, json.dumps(payload, separators=(",", ":")), QUEUED, time.time()])
+        with self._pending_lock:
+            self._pending.append(request)
+        with self._put_lock:
+            if not request.done:
+                with self._pending_lock:
+                    group, self._pending = self._pending, []
+                self._commit(group)
+        if request.error is not None:
+            raise request.error
+        return request.row_id
+
+    def _commit(self, group: list[_Put]) -> None:
+        conn = self._put_conn()
+        try:
+            deadline = time.monotonic() + self.store.busy_timeout
+            pause = 0.0002
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.002)
+            try:
+                for request in group:
+                    cur = conn.execute(_PUT, request.row)
+                    request.row_id = cur.lastrowid if cur.rowcount == 1 else None
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except Exception as exc:  # every put of the group raises it: none of them was acked
+            for request in group:
+                request.row_id, request.error = None, exc
+        finally:
+            for request in group:
+                request.done = True
+
+    def _put_conn(self) -> sqlite3.Connection:
+        if self._put is None or self._put_pid != os.getpid():
+            self._put = self._open(busy_timeout_ms=0)
+            self._put_pid = os.getpid()
+        return self._put
 
     def depth(self) -> int:
         """Items queued and not yet claimed."""
