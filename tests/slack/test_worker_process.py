@@ -204,3 +204,43 @@ def _workers(db: Path) -> int:
             return int(conn.execute("SELECT count(*) FROM slack_workers WHERE dead = 0").fetchone()[0])
         except Exception:  # noqa: BLE001 - the table appears with the first migration
             return 0
+
+
+def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slack_api, sandbox_factory, tmp_path) -> None:
+    """views.open needs the click's trigger_id within 3 s: it is called from the acking process (the
+    form's fields come from the runbook, no control host); the form's validation errors are the
+    submission's synchronous answer; the decision itself goes through the inbox to the worker."""
+    sandbox = sandbox_factory(scenarios="builtin", clock=None)
+    db = tmp_path / "serve.db"
+    proc, url = _serve(slack_api, sandbox, db, tmp_path)
+    sender = SlackSender(url + "/slack/events", stand_in=slack_api)
+    inbox = Inbox(Store(db))
+    try:
+        _wait("a healthy worker", lambda: _worker_pid(url) is not None)
+        sid = _fresh_session(sandbox, "ses_form_0")
+        sandbox.admin.fault("latency", "*", seconds=4, times=None)
+        for _ in range(8):
+            assert sender.command("diagnose ses_restore_transient").status_code == 200
+        _wait("a busy worker", lambda: inbox.states().get("claimed", 0) == 8)
+        clicked = time.monotonic()
+        r = sender.block_action("rb:decide_form:0", f"{sid}|close", user="UALICE", channel="CINC", message_ts="1.0")
+        assert r.status_code == 200
+        _wait("views.open", lambda: bool(slack_api.calls_to("views.open")), timeout=3.0)
+        opened = slack_api.calls_to("views.open")[-1]
+        assert opened.at - clicked < 3.0
+        view = opened.params["view"]
+        refused = sender.submit_view(view, {"reason": "   "}, user="UALICE")
+        assert refused.status_code == 200 and refused.json()["response_action"] == "errors", refused.text
+        assert "reason" in refused.json()["errors"]
+        assert sender.submit_view(view, {"reason": "store never came back"}, user="UALICE").status_code == 200
+        assert inbox.states().get("queued", 0) >= 1  # the decision waits for a free worker thread
+        sandbox.admin.clear_faults()
+        # close is two-person (R4): the worker posts the approval request into the case's thread.
+        _wait("the approval request", lambda: any(
+            a.startswith("rb:approve:") for m in slack_api.messages.copy().values() for a, _ in m.action_ids()
+            if sid in m.all_text()
+        ), timeout=90)
+    finally:
+        sender.close()
+        proc.terminate()
+        proc.wait(30)
