@@ -10,11 +10,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from bot.slack.inbox import Inbox
+from bot.slack.state import slack_migrations
 from bot.store import Store
 
 
 def test_concurrent_puts_each_commit_once_and_a_repeated_key_gets_no_row(tmp_path) -> None:
-    inbox = Inbox(Store(tmp_path / "inbox.db"))
+    inbox = Inbox(Store(tmp_path / "inbox.db", migrations=[slack_migrations]))
     barrier = threading.Barrier(40)
 
     def put(i: int) -> int | None:
@@ -29,15 +30,15 @@ def test_concurrent_puts_each_commit_once_and_a_repeated_key_gets_no_row(tmp_pat
     assert inbox.states() == {"queued": 20}
     assert inbox.put("command", "command:T1:trig-3", {"body": {}}) is None  # still refused later
     # A fresh Inbox over the same file (another process, a restart) sees the same keys.
-    assert Inbox(Store(tmp_path / "inbox.db")).put("command", "command:T1:trig-3", {"body": {}}) is None
+    assert Inbox(Store(tmp_path / "inbox.db", migrations=[slack_migrations])).put("command", "command:T1:trig-3", {"body": {}}) is None
 
 
 def test_a_claim_is_a_compare_and_set_between_workers(tmp_path) -> None:
     db = tmp_path / "inbox.db"
-    inbox = Inbox(Store(db))
+    inbox = Inbox(Store(db, migrations=[slack_migrations]))
     for i in range(50):
         inbox.put("command", f"k{i}", {"body": {"n": i}})
-    others = [Inbox(Store(db)) for _ in range(4)]
+    others = [Inbox(Store(db, migrations=[slack_migrations])) for _ in range(4)]
     barrier = threading.Barrier(4)
 
     def drain(w: int) -> list[int]:

@@ -149,7 +149,7 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
 
 
 def _worker_pid_from_db(db: Path) -> int | None:
-    with Store(db).read() as conn:
+    with Store(db, migrations=[slack_migrations]).read() as conn:
         row = conn.execute("SELECT pid FROM slack_workers ORDER BY beat_at DESC LIMIT 1").fetchone()
     return int(row[0]) if row else None
 
@@ -185,7 +185,7 @@ def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_pat
         _wait("every item done", lambda: inbox.states() == {"done": 120}, timeout=120)
         per_url = Counter(p for p, _ in slack_api.responses)
         assert all(per_url[u] == 1 for u in urls), [u for u in urls if per_url[u] != 1]
-        with Store(db).read() as conn:
+        with Store(db, migrations=[slack_migrations]).read() as conn:
             by_worker = dict(conn.execute("SELECT claimed_by, count(*) FROM slack_inbox GROUP BY claimed_by").fetchall())
         ids = {s.worker_id for s in supervisors}
         assert set(by_worker) <= ids and sum(by_worker.values()) == 120, by_worker
@@ -199,7 +199,7 @@ def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_pat
 
 
 def _workers(db: Path) -> int:
-    with Store(db).read() as conn:
+    with Store(db, migrations=[slack_migrations]).read() as conn:
         try:
             return int(conn.execute("SELECT count(*) FROM slack_workers WHERE dead = 0").fetchone()[0])
         except Exception:  # noqa: BLE001 - the table appears with the first migration
@@ -214,7 +214,7 @@ def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slac
     db = tmp_path / "serve.db"
     proc, url = _serve(slack_api, sandbox, db, tmp_path)
     sender = SlackSender(url + "/slack/events", stand_in=slack_api)
-    inbox = Inbox(Store(db))
+    inbox = Inbox(Store(db, migrations=[slack_migrations]))
     try:
         _wait("a healthy worker", lambda: _worker_pid(url) is not None)
         sid = _fresh_session(sandbox, "ses_form_0")
