@@ -24,8 +24,7 @@ from bot.batch.runner import Runner
 from bot.batch.store import OPEN_STATES, Batch, BatchStore, content_hash, new_batch_id
 from bot.clock import isoformat, parse_time
 from bot.controlhost import PURPOSE_DECISION
-from bot.decisions._policy import DecisionPolicy, decision_policy
-from bot.decisions._rules import approver_allowed, channel_allowed
+from bot.decisions import DecisionPolicy, approver_allowed, channel_allowed, decision_policy
 from bot.diagnosis import facts as F
 from bot.errors import CommandError, ControlHostError
 from bot.messages import Message, Reply, Reporter, ref
@@ -112,7 +111,7 @@ class BatchService:
 
         def repeated(c: Candidate) -> int:
             code = c.facts.get("attention.code")
-            single: int = self.decisions._repeated(c.session_id, decision, c.facts)
+            single: int = self.decisions.repeated(c.session_id, decision, c.facts)
             return single + self.batches.executed_count(c.session_id, decision, code)
 
         chosen = plan(self.runbooks, decision, candidates, reason=reason, cause_fixed=cause_fixed,

@@ -19,22 +19,21 @@ the same reading for ``audit verify``: it names every cached row that differs fr
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from bot.clock import parse_time
 from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, ReplayResult
 from bot.decisions import _text as text
-from bot.decisions._requests import OPEN_STATES, STATE_STEP, DecisionRequest, content_hash
+from bot.decisions._context import DecisionContext
+from bot.decisions._requests import OPEN_STATES, DecisionRequest, content_hash
 from bot.decisions._rules import ApproverDirectory, channel_allowed, person_of, same_person
 from bot.errors import ControlHostError
 from bot.messages import Message, Reply, Reporter
 from bot.store import Step, Store
-from bot.store.audit import AuditProblem
 from bot.store.chain import KEYED_VERSION
 
 BOT_ACTOR = "recover-bot"
@@ -97,7 +96,7 @@ def approval_evidence(
     return None, problem
 
 
-def evidence_problem(actor: str, evidence: Any, approvers: Sequence[str]) -> str | None:
+def evidence_problem(actor: str, evidence: object, approvers: Sequence[str]) -> str | None:
     """Does the recorded evidence still allow ``actor`` under today's RECOVER_APPROVERS? No look-ups."""
     if not approvers:
         return None  # any other person may approve
@@ -216,7 +215,7 @@ def _approval_problem(
     made: Step,
     req: DecisionRequest,
     chain_hash: str,
-    expires: Any,
+    expires: datetime | None,
     two_person: bool,
     approvers: Sequence[str],
     channels: Sequence[str],
@@ -246,171 +245,44 @@ def _approval_problem(
     return None
 
 
-# -- the chain's view of every request, for audit verify ------------------------------------------
-
-
-def _json(text: Any) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-_NEEDS_APPROVAL = ("approved", "waiting", "recheck", "sending", "executed", "uncertain")
-
-
-def check_request_table(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> list[AuditProblem]:
-    """Every ``decision_requests`` row against the chain: its content hash, its state, its approver."""
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'decision_requests'"
-    ).fetchone()
-    if not exists:
-        return []
-    made: dict[str, dict[str, Any]] = {}
-    states: dict[str, str] = {}
-    approvals: dict[str, list[dict[str, Any]]] = {}
-    problems: list[AuditProblem] = []
-    for r in rows:
-        inputs = _json(r["inputs"])
-        rid = inputs.get("request_id")
-        if r["step"] == REQUESTED:
-            detail = _json(r["detail"])
-            if detail.get("request_id"):
-                made[detail["request_id"]] = r
-                if detail.get("state"):  # recorded since every transition is a step
-                    states[detail["request_id"]] = str(detail["state"])
-        elif r["step"] == STATE_STEP and rid:
-            before = states.get(rid)
-            if before is not None and inputs.get("from") != before:
-                # The bot moved the request from a state the chain never gave it: the table was edited.
-                problems.append(
-                    AuditProblem(
-                        r["seq"],
-                        "request table",
-                        f"request table: {rid} was moved from {inputs.get('from')!r}, a state the chain "
-                        f"never gave it (the chain had {before!r}): the table was edited",
-                    )
-                )
-            states[rid] = str(inputs.get("to"))
-        elif r["step"] in (APPROVED, CONFIRMED) and rid:
-            approvals.setdefault(rid, []).append(r)
-        elif r["step"] == "decision_refused_no_authority" and rid:
-            why = _json(r["detail"]).get("why")
-            problems.append(
-                AuditProblem(
-                    r["seq"],
-                    "request table",
-                    f"request table: {rid} was refused for want of authority: {why}",
-                )
-            )
-    conn.row_factory = sqlite3.Row
-    for row in conn.execute("SELECT * FROM decision_requests ORDER BY created_at, id"):
-        req = dict(row)
-        rid = req["id"]
-        where = f"request table: {rid}"
-        step = made.get(rid)
-        if step is None:
-            problems.append(AuditProblem(None, "request table", f"{rid} has no request step in the chain"))
-            continue
-        seq = step["seq"]
-        content = {k: req.get(k) for k in req}
-        content["facts"] = _json(req.get("facts"))
-        content["shown_facts"] = _json(req.get("shown_facts"))
-        chain_hash = _json(step["detail"]).get("content_hash")
-        if content_hash(content) != chain_hash or req.get("content_hash") != chain_hash:
-            problems.append(
-                AuditProblem(
-                    seq,
-                    "request table",
-                    f"{where}: its content (decision {req.get('decision')!r}) differs from the hash "
-                    f"recorded in the chain at step {seq}",
-                )
-            )
-        chain_state = states.get(rid)
-        if chain_state is not None and chain_state != req["state"]:
-            problems.append(
-                AuditProblem(
-                    seq,
-                    "request table",
-                    f"{where}: state {req['state']!r} in the table, {chain_state!r} in the chain",
-                )
-            )
-        granted = [
-            a
-            for a in approvals.get(rid, [])
-            if (req.get("policy") != "two_person") or a["actor"] != req["requester"]
-        ]
-        if req["state"] in _NEEDS_APPROVAL and not granted:
-            problems.append(
-                AuditProblem(
-                    seq,
-                    "request table",
-                    f"{where}: state {req['state']!r} but the chain records no approval or confirmation",
-                )
-            )
-        elif req.get("approved_by") and granted and req["approved_by"] not in {a["actor"] for a in granted}:
-            problems.append(
-                AuditProblem(
-                    seq,
-                    "request table",
-                    f"{where}: approved_by {req['approved_by']} in the table, "
-                    f"{', '.join(sorted({a['actor'] for a in granted}))} in the chain",
-                )
-            )
-    return problems
-
-
-# -- the service's guard (a mixin of DecisionService) -----------------------------------------------
+# -- the guard before every send ---------------------------------------------------------------------
 
 log = logging.getLogger("bot.decisions")
 
 
-class AuthorityMixin:
-    """``_authorise`` before every send; ``_replay_vouched`` instead of a blind start-up replay."""
+class AuthorityGuard:
+    """``authorise`` before every send; ``replay_vouched`` instead of a blind start-up replay."""
 
-    store: Store
-    requests: Any
-    approvers: tuple[str, ...]
-    channels: tuple[str, ...]
-    console_users: dict[str, str]
-    client: Any
+    def __init__(self, ctx: DecisionContext) -> None:
+        self.ctx = ctx
 
-    def _policy(self, decision: str) -> Any:  # DecisionService's
-        raise NotImplementedError
-
-    def _iso(self, when: Any = None) -> str:  # DecisionService's
-        raise NotImplementedError
-
-    def _authorise(self, req: DecisionRequest, actor: str, reporter: Reporter) -> Reply | None:
+    def authorise(self, req: DecisionRequest, actor: str, reporter: Reporter) -> Reply | None:
         """None when the chain authorises sending ``req``; otherwise void it, say why, send nothing."""
         try:
             derive(
-                self.store,
+                self.ctx.store,
                 req,
-                runbook_policy=self._policy(req.decision).approval,
-                approvers=self.approvers,
-                channels=self.channels,
-                console_users=self.console_users,
+                runbook_policy=self.ctx.policy(req.decision).approval,
+                approvers=self.ctx.approvers,
+                channels=self.ctx.channels,
+                console_users=self.ctx.console_users,
             )
             return None
         except NoAuthority as exc:
             reason = exc.reason
         log.warning("refused to send %s (%s on %s): %s", req.id, req.decision, req.session_id, reason)
-        with self.store.write() as db:
-            self.requests.transition(
+        with self.ctx.store.write() as db:
+            self.ctx.requests.transition(
                 db,
                 req.id,
                 tuple(s for s in OPEN_STATES if s != "void"),
                 "void",
                 actor=BOT_ACTOR,
                 decided_by=BOT_ACTOR,
-                decided_at=self._iso(),
+                decided_at=self.ctx.iso(),
                 note=f"no authority in the chain: {reason}",
             )
-            self.store.record_step(
+            self.ctx.store.record_step(
                 req.session_id,
                 BOT_ACTOR,
                 "decision_refused_no_authority",
@@ -429,23 +301,23 @@ class AuthorityMixin:
         reporter.post(msg)
         return Reply.of(msg, ok=False)
 
-    def _replay_vouched(self) -> tuple[list[ReplayResult], list[Message]]:
+    def replay_vouched(self) -> tuple[list[ReplayResult], list[Message]]:
         """Re-send stored resume requests the chain recorded; decisions go through their own request
         (``_resend``, with the authority check). A record no step vouches for is never sent."""
         sent: list[ReplayResult] = []
         refused: list[Message] = []
-        for record in self.store.unfinished_requests():
+        for record in self.ctx.store.unfinished_requests():
             if record.purpose == PURPOSE_DECISION:
                 continue
             step = next(
                 (
                     s
-                    for s in self.store.steps(session_id=record.session_id)
+                    for s in self.ctx.store.steps(session_id=record.session_id)
                     if s.idempotency_key == record.key
                 ),
                 None,
             )
-            if record.purpose != PURPOSE_RESUME or step is None or self.store.verify_step(step) is not True:
+            if record.purpose != PURPOSE_RESUME or step is None or self.ctx.store.verify_step(step) is not True:
                 log.warning(
                     "not re-sending %s %s (%s): no intact step records it",
                     record.method,
@@ -462,7 +334,7 @@ class AuthorityMixin:
                 )
                 continue
             try:
-                sent.append(ReplayResult(record, receipt=self.client.send(record)))
+                sent.append(ReplayResult(record, receipt=self.ctx.client.send(record)))
             except ControlHostError as exc:
                 log.info("re-sending %s: %s", record.key, exc.code)
                 sent.append(ReplayResult(record, error=exc))

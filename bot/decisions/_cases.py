@@ -8,38 +8,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
-from bot.clock import Clock, isoformat, parse_time
+from bot.clock import isoformat, parse_time
 from bot.decisions import _text as text
-from bot.decisions._requests import OPEN_STATES, DecisionRequest, RequestStore
+from bot.decisions._context import DecisionContext
+from bot.decisions._requests import OPEN_STATES, DecisionRequest
 from bot.decisions._rules import ID_RE, settled_reason
 from bot.messages import Message, Reply, ref
-from bot.store import Step, Store
+from bot.store import Step
 
 
 def who(user: str | None) -> str:
     return f"{ref(user)}" if user else "nobody"
 
 
-class CasesMixin:
-    """cases, history, take, note, handoff (mixed into DecisionService)."""
+class CaseBook:
+    """cases, history, take, note, done, handoff, and closing a settled case."""
 
-    store: Store
-    requests: RequestStore
-    clock: Clock
-
-    def _record(
-        self, session_id: str | None, actor: str, step: str, inputs: Any, outcome: str, **kw: Any
-    ) -> None:
-        raise NotImplementedError
+    def __init__(self, ctx: DecisionContext) -> None:
+        self.ctx = ctx
+        self.store = ctx.store
+        self.requests = ctx.requests
 
     def cases(self, actor: str | None = None) -> Reply:
         """The open cases, one line each. With ``actor`` (the typed command) the look-up is recorded;
         views that refresh by themselves (App Home) pass none and leave the audit log alone."""
         open_cases = self.store.list_open_cases()
         if actor is not None:
-            self._record(None, actor, "cases", {}, f"{len(open_cases)} open")
+            self.ctx.record(None, actor, "cases", {}, f"{len(open_cases)} open")
         if not open_cases:
             return Reply.of(Message(headline="No open cases."))
         lines = []
@@ -51,7 +47,7 @@ class CasesMixin:
     def history(self, session_id: str, actor: str | None = None) -> Reply:
         """Every recorded step of a session, in order (the look-up is recorded outside the session's case)."""
         steps = self.store.steps(session_id=session_id)
-        self._record(
+        self.ctx.record(
             None, actor or "recover-bot", "history", {"session_id": session_id}, f"{len(steps)} steps"
         )
         if not steps:
@@ -77,7 +73,7 @@ class CasesMixin:
         case = self.store.open_case(session_id, actor)
         previous = case.owner
         self.store.set_owner(case.id, actor)
-        self._record(session_id, actor, "take", {"previous_owner": previous}, "owner")
+        self.ctx.record(session_id, actor, "take", {"previous_owner": previous}, "owner")
         was = f" (was {who(previous)})" if previous and previous != actor else ""
         return Reply.of(
             Message(
@@ -93,13 +89,13 @@ class CasesMixin:
             return Reply.of(text.refusal(f"invalid session id {session_id!r}"), ok=False)
         if not note_text.strip():
             return Reply.of(text.refusal("a note needs text: /recover note <session_id> <text>"), ok=False)
-        self._record(session_id, actor, "note", {"text": note_text}, "noted")
+        self.ctx.record(session_id, actor, "note", {"text": note_text}, "noted")
         return Reply.of(
             Message(headline=f"Noted on `{session_id}`", lines=[note_text], level="ok", session_id=session_id)
         )
 
     def close_if_settled(
-        self, session_id: str, actor: str, facts: Mapping[str, Any], found_by: str
+        self, session_id: str, actor: str, facts: Mapping[str, object], found_by: str
     ) -> list[Message]:
         """Close the session's open case when ``facts`` show it needs no operator (a recorded step)."""
         why = settled_reason(facts)
@@ -154,7 +150,7 @@ class CasesMixin:
 
     def handoff(self, actor: str) -> Reply:
         """A digest of every open case for the next shift: state, last step, approvals, waits, next, notes."""
-        now = self.clock.now()
+        now = self.ctx.now()
         open_cases = self.store.list_open_cases()
         messages: list[Message] = []
         for case in open_cases:
@@ -180,7 +176,7 @@ class CasesMixin:
                 lines.append(f"Note by {who(n.actor)} at {n.at}: {n.inputs.get('text')}")
             messages.append(Message(headline=f"Case `{sid}`", lines=lines, session_id=sid))
         before = self.store.head_ref()
-        self._record(
+        self.ctx.record(
             None,
             actor,
             "handoff",

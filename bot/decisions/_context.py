@@ -24,6 +24,7 @@ from bot.decisions._requests import RequestStore
 from bot.decisions._rules import ApproverDirectory
 from bot.diagnosis import Diagnoser
 from bot.messages import Message, Reply, plain
+from bot.runbook.evaluate import DecisionVerdict, check_decision
 from bot.runbook.model import RunbookSet
 from bot.store import Store
 
@@ -131,6 +132,12 @@ class DecisionContext:
                 except ControlHostError:
                     turn_status = None
         return facts, turn_status
+
+    def verdict(
+        self, policy: DecisionPolicy, facts: Mapping[str, Any], flags: Mapping[str, Any]
+    ) -> DecisionVerdict:
+        """Would the API accept it? The runbook's preconditions, in the API's order (R2.10, R3.9, R3.11)."""
+        return check_decision(self.runbooks, policy.name, facts, flags)
 
     def mentions(self) -> list[str]:
         """Who an approval request names (RECOVER_APPROVERS)."""

@@ -11,8 +11,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bot.decisions._requests import DecisionRequest
 from bot.errors import DecisionError
 from bot.runbook.conditions import Context, pick_text, render
+from bot.runbook.model import DecisionSpec, RunbookSet, Texts
+
+# The one refusal the bot waits out rather than refuses: the worker is not yet confirmed gone (R3.9).
+WAITABLE = "RECOVERY_REQUIRED"
+
+
+def flags_of(req: DecisionRequest | None = None, **given: str | bool | None) -> dict[str, str | bool | None]:
+    """The flags a decision is checked and built with: a stored request's, or those given to decide."""
+    if req is not None:
+        return {
+            "turn": req.turn_id,
+            "evidence": req.evidence_ref,
+            "effects": req.effects,
+            "reason": req.reason,
+            "yes": True,
+        }
+    return dict(given)
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,8 @@ class Advice:
 
 @dataclass(frozen=True)
 class NextStep:
+    """A step after an accepted decision (the runbook's ``verify.next``): what to say, what it suggests."""
+
     say: str
     suggest: tuple[str, ...]
     rules: tuple[str, ...]
@@ -57,7 +77,7 @@ class DecisionPolicy:
     required: tuple[str, ...]
     rules: tuple[str, ...]
     repeat_threshold: int
-    spec: Any
+    spec: DecisionSpec
 
     def drops(self, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> str | None:
         return _render(self.spec.drops, facts, flags)
@@ -82,7 +102,7 @@ class DecisionPolicy:
         for field_name, source in req.body.items():
             kind, _, name = str(source).partition(":")
             if kind == "const":
-                value: Any = name
+                value: object = name
             elif kind == "arg":
                 value = {"decision": self.name, "session_id": session_id}.get(name, flags.get(name))
             elif kind == "flag":
@@ -99,7 +119,7 @@ class DecisionPolicy:
         return req.method, req.path.replace("{session_id}", session_id), body
 
     def advice(
-        self, code: str, facts: Mapping[str, Any], flags: Mapping[str, Any], runbooks: Any
+        self, code: str, facts: Mapping[str, Any], flags: Mapping[str, Any], runbooks: RunbookSet
     ) -> Advice | None:
         spec = self.spec.on_error.get(code)
         if spec is None:
@@ -131,7 +151,7 @@ class DecisionPolicy:
         return None
 
 
-def _render(template: Any, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> str | None:
+def _render(template: Texts | None, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> str | None:
     """A template, or the variant of a conditional text that holds for these facts and flags."""
     template = pick_text(template, Context(facts=dict(facts), flags=dict(flags)))
     if not template:
@@ -141,7 +161,7 @@ def _render(template: Any, facts: Mapping[str, Any], flags: Mapping[str, Any]) -
     return render(template, values)
 
 
-def decision_policy(runbooks: Any, name: str, limits: Limits) -> DecisionPolicy:
+def decision_policy(runbooks: RunbookSet, name: str, limits: Limits) -> DecisionPolicy:
     """The runbook's definition of ``name``; an unknown decision is refused with the known ones."""
     decisions = runbooks.decisions
     if name not in decisions:
@@ -162,7 +182,7 @@ def decision_policy(runbooks: Any, name: str, limits: Limits) -> DecisionPolicy:
     )
 
 
-def runbook_limits(runbooks: Any) -> Limits:
+def runbook_limits(runbooks: RunbookSet) -> Limits:
     """The runbook's limits (a missing one is a runbook error, reported by name)."""
     try:
         return Limits(

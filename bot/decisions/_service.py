@@ -15,84 +15,41 @@ Exactly once, whatever happens to the network or the process:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from bot.clock import Clock, isoformat, parse_time
-from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, ControlHostClient
+from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, ControlHostClient, ReplayResult
 from bot.decisions import _text as text
-from bot.decisions._authority import AuthorityMixin, approval_evidence
-from bot.decisions._cases import CasesMixin
+from bot.decisions._approvals import ApprovalRoom
+from bot.decisions._authority import AuthorityGuard
+from bot.decisions._cases import CaseBook
+from bot.decisions._context import BOT as BOT_ACTOR
 from bot.decisions._context import DecisionContext
-from bot.decisions._duplicates import identical_open, pointer_message, repeats
-from bot.decisions._policy import DecisionPolicy, Limits
-from bot.decisions._requests import IN_FLIGHT_STATES, DecisionRequest, new_request_id
-from bot.decisions._rules import (
-    ID_RE,
-    ApproverDirectory,
-    approver_allowed,
-    changed_facts,
-    channel_allowed,
-    console_login,
-    decisive_facts,
-    identity_refusal,
-    person_of,
-    same_person,
-    settled_reason,
-)
+from bot.decisions._decide import DecideRoom
+from bot.decisions._guards import expire_if_due, is_requester
+from bot.decisions._policy import WAITABLE, DecisionPolicy, Limits
+from bot.decisions._policy import flags_of as _flags
+from bot.decisions._requests import IN_FLIGHT_STATES, DecisionRequest
+from bot.decisions._rules import ID_RE, ApproverDirectory, changed_facts, decisive_facts, settled_reason
 from bot.decisions._uncertain import UncertainMixin, is_uncertain
 from bot.decisions._unfinished import UnfinishedMixin
 from bot.diagnosis import Diagnoser
-from bot.errors import ControlHostError, DecisionError, Interrupted, RecoverError, StoreError
+from bot.errors import ControlHostError, Interrupted, RecoverError, StoreError
 from bot.messages import Message, Reply, Reporter, ref
-from bot.runbook.evaluate import check_decision
+from bot.runbook.evaluate import DecisionVerdict
 from bot.runbook.model import RunbookSet
 from bot.store import Store
 
-BOT = "recover-bot"
 log = logging.getLogger(__name__)
-
-# Facts shown with a request (the second person sees what the requester saw).
-SHOWN_FACTS = (
-    "session.status",
-    "session.admission_state",
-    "session.revision",
-    "session.resumable",
-    "attention.code",
-    "attention.reason",
-    "attention.failures",
-    "attention.retry_at",
-    "checkpoint.id",
-    "checkpoint.covers_turn_id",
-    "execution.state",
-    "execution.confirmed_gone",
-    "unknown_turn.id",
-    "unknown_turn.terminal_reason",
-    "unknown_turn.covered_by_checkpoint",
-    "logs.likely_cause",
-    # Whether each object exists, so an absent one reads "none" and an unread one "unknown".
-    "attention.present",
-    "checkpoint.present",
-    "unknown_turn.present",
-)
 
 # R5.1: always reported after a decision, besides what the runbook's verify.report adds.
 VERIFY_FACTS = ("session.revision", "session.status", "session.admission_state", "session.resumable")
 
-# A refusal the bot waits out rather than refuses (R3.9).
-WAITABLE = "RECOVERY_REQUIRED"
 
-
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    code: str | None
-    reason: str | None
-    rules: tuple[str, ...]
+BOT = BOT_ACTOR
 
 
 def _attr(obj: Any, *path: str) -> Any:
@@ -104,20 +61,26 @@ def _attr(obj: Any, *path: str) -> Any:
     return obj
 
 
-def _flags(req: DecisionRequest | None = None, **kw: Any) -> dict[str, Any]:
-    if req is not None:
-        return {
-            "turn": req.turn_id,
-            "evidence": req.evidence_ref,
-            "effects": req.effects,
-            "reason": req.reason,
-            "yes": True,
-        }
-    return dict(kw)
+class _ExecutionHalf:
+    """The execution half as the lifecycle rooms see it (see :class:`Execution`)."""
+
+    def __init__(self, service: DecisionService) -> None:
+        self.service = service
+
+    def execute(self, request_id: str, actor: str, reporter: Reporter) -> Reply:
+        return self.service._execute(request_id, actor, reporter)
+
+    def send_fresh(
+        self, req: DecisionRequest, actor: str, reporter: Reporter, *, from_state: str, retry: str
+    ) -> Reply:
+        return self.service._send_fresh(req, actor, reporter, from_state=from_state, retry=retry)
 
 
-class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixin):
-    """The decisions core. Cheap to construct: all state lives in the store's SQLite file."""
+class DecisionService(UnfinishedMixin, UncertainMixin):
+    """The decisions core as the router calls it: each method hands over to the room that owns it.
+
+    Cheap to construct: all state lives in the store's SQLite file.
+    """
 
     def __init__(
         self,
@@ -132,7 +95,7 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
         directory: ApproverDirectory | None = None,
         console_users: Mapping[str, str] | None = None,
     ) -> None:
-        self.ctx = DecisionContext(
+        self.ctx = ctx = DecisionContext(
             store=store,
             client=client,
             runbooks=runbooks,
@@ -143,20 +106,114 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             directory=directory,
             console_users=dict(console_users or {}),
         )
-        # The mixins still read these by name; the rooms that replace them take ``ctx``.
+        # The execution half still reads these by name; the rooms take ``ctx``.
         self.store = store
         self.client = client
         self.runbooks = runbooks
         self.diagnoser = diagnoser
         self.clock = clock
-        self.approvers = self.ctx.approvers
-        self.channels = self.ctx.channels
         self.directory = directory
-        self.console_users = self.ctx.console_users
-        self.requests = self.ctx.requests
-        self.limits: Limits = self.ctx.limits
+        self.approvers = ctx.approvers
+        self.channels = ctx.channels
+        self.console_users = ctx.console_users
+        self.requests = ctx.requests
+        self.limits: Limits = ctx.limits
+        self.authority = AuthorityGuard(ctx)
+        self.casebook = CaseBook(ctx)
+        execution = _ExecutionHalf(self)
+        self.deciding = DecideRoom(ctx, execution)
+        self.approvals = ApprovalRoom(ctx, execution)
 
-    # == helpers (the context's, under their old names) ===========================================
+    # == the lifecycle: decide, the two-person rule, expiry ========================================
+
+    def decide(
+        self,
+        actor: str,
+        channel: str | None,
+        session_id: str,
+        decision: str,
+        *,
+        turn: str | None = None,
+        evidence: str | None = None,
+        effects: str | None = None,
+        reason: str,
+        yes: bool = False,
+        reporter: Reporter,
+    ) -> Reply:
+        """Check a decision against a fresh diagnosis; then ask for approval, confirmation, or send it."""
+        return self.deciding.decide(
+            actor, channel, session_id, decision, turn=turn, evidence=evidence, effects=effects,
+            reason=reason, yes=yes, reporter=reporter,
+        )
+
+    def dryrun_decide(
+        self,
+        actor: str,
+        channel: str | None,
+        session_id: str,
+        decision: str,
+        *,
+        turn: str | None = None,
+        evidence: str | None = None,
+        effects: str | None = None,
+        reason: str,
+        yes: bool = False,
+        reporter: Reporter,
+    ) -> Reply:
+        """Show exactly what ``decide`` would send and what is expected back; send nothing."""
+        return self.deciding.dryrun(
+            actor, channel, session_id, decision, turn=turn, evidence=evidence, effects=effects,
+            reason=reason, yes=yes,
+        )
+
+    def approve(self, actor: str, channel: str | None, request_id: str, reporter: Reporter) -> Reply:
+        """A second, allowed person approves (R3.10); then it executes once."""
+        return self.approvals.approve(actor, channel, request_id, reporter)
+
+    def confirm(
+        self, actor: str, channel: str | None, request_id: str, reporter: Reporter, effects: str | None = None
+    ) -> Reply:
+        """The requester's confirmation, or the effects re-check once the worker is gone (R3.9, R3.10)."""
+        return self.approvals.confirm(actor, channel, request_id, reporter, effects)
+
+    def reject(self, actor: str, channel: str | None, request_id: str, reason: str | None = None) -> Reply:
+        """An allowed approver rejects; the requester may withdraw their own request."""
+        return self.approvals.reject(actor, channel, request_id, reason)
+
+    def expire_due(self) -> list[Message]:
+        """Expire every pending request past its expiry; returns the updated messages to show."""
+        return self.approvals.expire_due()
+
+    def repeated(self, session_id: str, decision: str, facts: Mapping[str, object]) -> int:
+        """R5.4: how often this decision already ran here without fixing the cause."""
+        return self.deciding.repeated(session_id, decision, facts)
+
+    # == cases and hand-offs =========================================================================
+
+    def cases(self, actor: str | None = None) -> Reply:
+        return self.casebook.cases(actor)
+
+    def history(self, session_id: str, actor: str | None = None) -> Reply:
+        return self.casebook.history(session_id, actor)
+
+    def take(self, actor: str, session_id: str) -> Reply:
+        return self.casebook.take(actor, session_id)
+
+    def note(self, actor: str, session_id: str, note_text: str) -> Reply:
+        return self.casebook.note(actor, session_id, note_text)
+
+    def done(self, actor: str, session_id: str, reason: str | None = None) -> Reply:
+        return self.casebook.done(actor, session_id, reason)
+
+    def handoff(self, actor: str) -> Reply:
+        return self.casebook.handoff(actor)
+
+    def close_if_settled(
+        self, session_id: str, actor: str, facts: Mapping[str, object], found_by: str
+    ) -> list[Message]:
+        return self.casebook.close_if_settled(session_id, actor, facts, found_by)
+
+    # == the shared helpers, under the names the execution half still calls ========================
 
     def _now(self) -> datetime:
         return self.ctx.now()
@@ -189,813 +246,29 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
     def _diagnose(self, session_id: str, turn_id: str | None) -> tuple[dict[str, Any], str | None]:
         return self.ctx.diagnose(session_id, turn_id)
 
-    def _verdict(self, policy: DecisionPolicy, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> Verdict:
-        """Would the API accept it? The runbook's preconditions, in the API's order (R2.10, R3.9, R3.11)."""
-        v = check_decision(self.runbooks, policy.name, dict(facts), dict(flags))
-        return Verdict(bool(v.ok), v.code, v.reason, tuple(v.rules))
+    def _verdict(
+        self, policy: DecisionPolicy, facts: Mapping[str, Any], flags: Mapping[str, Any]
+    ) -> DecisionVerdict:
+        return self.ctx.verdict(policy, facts, flags)
 
-    def _mentions(self) -> list[str]:
-        return self.ctx.mentions()
+    def _is_requester(self, actor: str, req: DecisionRequest) -> bool:
+        return is_requester(self.ctx, actor, req)
+
+    def _expire_if_due(self, req: DecisionRequest, actor: str) -> Message | None:
+        return expire_if_due(self.ctx, req, actor)
 
     def _ensure_owner(self, session_id: str, actor: str, channel: str | None) -> None:
         case = self.store.open_case(session_id, actor, channel)
         if case.owner is None:
             self.store.set_owner(case.id, actor)
 
-    def _repeated(self, session_id: str, decision: str, facts: Mapping[str, Any]) -> int:
-        """R5.4: how often this decision already ran here without fixing the cause (same attention)."""
-        code = facts.get("attention.code")
-        if code is None:
-            return 0
-        return sum(
-            1
-            for r in self.requests.find(states=("executed",), session_id=session_id)
-            if r.decision == decision and r.facts.get("attention.code") == code
-        )
+    def _authorise(self, req: DecisionRequest, actor: str, reporter: Reporter) -> Reply | None:
+        return self.authority.authorise(req, actor, reporter)
 
-    # == decide ===================================================================================
+    def _replay_vouched(self) -> tuple[list[ReplayResult], list[Message]]:
+        return self.authority.replay_vouched()
 
-    def decide(
-        self,
-        actor: str,
-        channel: str | None,
-        session_id: str,
-        decision: str,
-        *,
-        turn: str | None = None,
-        evidence: str | None = None,
-        effects: str | None = None,
-        reason: str,
-        yes: bool = False,
-        reporter: Reporter,
-    ) -> Reply:
-        """Check a decision against a fresh diagnosis; then ask for approval, confirmation, or send it."""
-        flags = _flags(turn=turn, evidence=evidence, effects=effects, reason=reason, yes=yes)
-        inputs = {"decision": decision, **flags, "channel": channel}
-        pre = self._precheck(actor, channel, session_id, decision, flags, "decide", inputs)
-        if isinstance(pre, Reply):
-            return pre
-        policy = pre
-        identity = {"session_id": session_id, "decision": decision, "requester": actor, "turn_id": turn,
-                    "evidence_ref": evidence, "effects": effects, "reason": reason}
-        same = repeats(identical_open(self.requests, identity), yes=yes)
-        if same is not None:
-            # a replay or a double submit: no second request
-            return Reply.of(pointer_message(same, irreversible=self.ctx.irreversible(same.decision)))
-        facts, turn_status = self._diagnose(session_id, turn)
-        verdict = self._verdict(policy, facts, flags)
-        if not verdict.ok and verdict.code != WAITABLE:
-            advice = policy.advice(verdict.code or "", facts, flags, self.runbooks)
-            return self._refuse(
-                actor,
-                session_id,
-                "decide",
-                inputs,
-                f"`{decision}` on `{session_id}` will not be accepted: {verdict.reason}",
-                f"The control host would answer {verdict.code}. Nothing was sent.",
-                *([advice.text] if advice else []),
-                f"See `/recover diagnose {session_id}` for the decisions valid now.",
-                rules=list(verdict.rules or policy.rules),
-                code=verdict.code or "refused",
-            )
-        now = self._now()
-        repeated = self._repeated(session_id, decision, facts)
-        flagged = repeated > 0 and repeated + 1 >= policy.repeat_threshold
-        content = {
-            "id": new_request_id(),
-            "session_id": session_id,
-            "decision": decision,
-            "turn_id": turn,
-            "evidence_ref": evidence,
-            "effects": effects,
-            "reason": reason,
-            "requester": actor,
-            "channel": channel,
-            "policy": policy.approval,
-            "facts": decisive_facts(facts, turn_status),
-            "shown_facts": {k: facts.get(k) for k in SHOWN_FACTS},
-            "repeated": repeated if flagged else 0,
-            "created_at": self._iso(now),
-            "expires_at": self._iso(now + timedelta(seconds=policy.expiry_seconds)),
-        }
-        self._ensure_owner(session_id, actor, channel)
-        with self.store.write() as db:
-            same = repeats(identical_open(self.requests, content, db=db), yes=yes)  # concurrently
-            if same is not None:
-                return Reply.of(pointer_message(same, irreversible=self.ctx.irreversible(same.decision)))
-            req = self.requests.insert(db, content)
-            self.store.record_step(
-                session_id,
-                actor,
-                "decision_requested",
-                inputs,
-                req.state,
-                detail={
-                    "request_id": req.id,
-                    "state": req.state,  # the first state; the chain then records every transition
-                    "policy": req.policy,
-                    "content_hash": req.content_hash,
-                    "facts": req.facts,
-                    "repeated": req.repeated,
-                    # Who the requester is, by Slack id (None: an unmapped console login); the
-                    # authority check compares the approver with it (RECOVER_CONSOLE_USERS).
-                    "person": person_of(actor, self.console_users),
-                },
-                db=db,
-            )
-        rules = list(verdict.rules or policy.rules)
-        notes = [n for n in (policy.warning(facts, flags),) if n]
-        if verdict.code == WAITABLE:
-            notes.append(
-                f"{verdict.reason}: once executed, the bot waits for the scheduler's confirmation "
-                "and then submits it once (R3.9)."
-            )
-        if policy.approval == "two_person":
-            msg = text.approval_request_message(req, self._mentions(), rules, irreversible=self.ctx.irreversible(decision))
-            drops = policy.drops(facts, flags)
-            msg.lines[4:4] = [*(f"[!] {n}" for n in notes), *([f"Drops: {drops}"] if drops else [])]
-            if yes:
-                msg.lines.insert(
-                    0, "`--yes` does not apply: a two-person decision is never executed by its requester."
-                )
-            return Reply.of(msg)
-        if policy.approval == "confirm" and not yes:
-            command = self._decide_command(req) + " --yes"
-            msg = text.confirmation_message(
-                req, policy.drops(facts, flags), rules, command, policy.confirm_text(facts, flags),
-                irreversible=self.ctx.irreversible(decision),
-            )
-            msg.lines[4:4] = [f"[!] {n}" for n in notes]
-            return Reply.of(msg)
-        # Confirmed from text (--yes), or a decision that needs no confirmation.
-        with self.store.write() as db:
-            won = self.requests.transition(
-                db, req.id, ("requested",), "approved", approved_by=actor, approved_at=self._iso()
-            )
-            if won:
-                self.store.record_step(
-                    session_id,
-                    actor,
-                    "decision_confirmed",
-                    {"request_id": req.id, "content_hash": req.content_hash, "yes": yes, "channel": channel},
-                    "approved",
-                    db=db,
-                )
-        if not won:
-            return Reply.of(text.refusal(self._state_text(self.requests.get(req.id) or req)), ok=False)
-        return self._execute(req.id, actor, reporter)
-
-    @staticmethod
-    def _decide_command(req: DecisionRequest) -> str:
-        parts = [f"/recover decide {req.session_id} {req.decision}"]
-        if req.turn_id:
-            parts.append(f"--turn {req.turn_id}")
-        if req.evidence_ref:
-            parts.append(f"--evidence {json.dumps(req.evidence_ref)}")
-        if req.effects:
-            parts.append(f"--effects {json.dumps(req.effects)}")
-        parts.append(f"--reason {json.dumps(req.reason)}")
-        return " ".join(parts)
-
-    def _precheck(
-        self,
-        actor: str,
-        channel: str | None,
-        session_id: str,
-        decision: str,
-        flags: Mapping[str, Any],
-        step: str,
-        inputs: Mapping[str, Any],
-    ) -> DecisionPolicy | Reply:
-        """Checks that need no network: channel, ids, the decision's required flags."""
-        if step == "decide" and not channel_allowed(channel, self.channels):
-            return self._refuse(
-                actor,
-                None,
-                step,
-                {**inputs, "session_id": session_id},
-                "`decide` is refused outside the recovery channels (RECOVER_CHANNELS)",
-                "Run it in one of: " + ", ".join(ref(c, "#") for c in self.channels) + ".",
-            )
-        for label, value in (("session", session_id), ("turn", flags.get("turn"))):
-            if value is not None and not ID_RE.match(value):
-                return self._refuse(
-                    actor,
-                    None,
-                    step,
-                    inputs,
-                    f"invalid {label} id {value!r}",
-                    "Ids are letters, digits and _.:- (up to 128 characters).",
-                )
-        try:
-            policy = self._policy(decision)
-            if not policy.spec.decidable:
-                raise DecisionError(
-                    f"`{decision}` is not a decision for `decide`",
-                    hint=f"Use `/recover {policy.spec.command} <session_id>`.",
-                )
-        except DecisionError as exc:
-            return self._refuse(
-                actor, session_id, step, inputs, exc.message, *([exc.hint] if exc.hint else [])
-            )
-        missing = [f"--{f}" for f in policy.required if not str(flags.get(f) or "").strip()]
-        if missing:
-            return self._refuse(
-                actor,
-                session_id,
-                step,
-                inputs,
-                f"`{decision}` needs {', '.join(missing)}",
-                "Usage: /recover decide <session_id> <decision> [--turn <turn_id>] [--evidence <ref>] "
-                '[--effects "<what the turn did outside>"] --reason "<text>" [--yes]',
-                rules=list(policy.rules),
-            )
-        return policy
-
-    def dryrun_decide(
-        self,
-        actor: str,
-        channel: str | None,
-        session_id: str,
-        decision: str,
-        *,
-        turn: str | None = None,
-        evidence: str | None = None,
-        effects: str | None = None,
-        reason: str,
-        yes: bool = False,
-        reporter: Reporter,
-    ) -> Reply:
-        """Show exactly what ``decide`` would send and what is expected back; send nothing."""
-        flags = _flags(turn=turn, evidence=evidence, effects=effects, reason=reason, yes=yes)
-        inputs = {"decision": decision, **flags}
-        pre = self._precheck(actor, channel, session_id, decision, flags, "dryrun_decide", inputs)
-        if isinstance(pre, Reply):
-            return pre
-        policy = pre
-        facts, _ = self._diagnose(session_id, turn)
-        verdict = self._verdict(policy, facts, flags)
-        method, path, body = policy.request(session_id, facts, flags)
-        revision = facts.get("session.revision")
-        lines = [
-            f"{method} {path}",
-            "Authorization: Bearer ***",
-            "Idempotency-Key: *** (a new uuid4, stored before the first send and reused on every retry)",
-            "Content-Type: application/json",
-            "",
-            json.dumps(body, indent=2, sort_keys=True),
-            "",
-        ]
-        if verdict.ok:
-            after = revision + 1 if isinstance(revision, int) else "unknown"
-            lines.append(
-                f"Expected back: 200 with a decision receipt (status accepted, session revision {after}); "
-                "then the bot verifies the session (R5.1)."
-            )
-        else:
-            advice = policy.advice(verdict.code or "", facts, flags, self.runbooks)
-            lines.append(f"Expected back: 409 {verdict.code} — {verdict.reason}.")
-            if advice:
-                lines.append(advice.text)
-        if policy.approval == "two_person":
-            lines.append("It needs approval by a second person before it is sent.")
-        elif policy.approval == "confirm":
-            lines.append("It needs an explicit confirmation (button or --yes) before it is sent.")
-        drops = policy.drops(facts, flags)
-        if drops:
-            lines.append(f"Drops: {drops}")
-        self._record(
-            session_id,
-            actor,
-            "dryrun_decide",
-            inputs,
-            "shown",
-            detail={"method": method, "path": path, "body": body},
-        )
-        return Reply.of(
-            Message(
-                headline=f"Dry run: `{decision}` on `{session_id}` (nothing sent)",
-                lines=lines,
-                rules=list(verdict.rules or policy.rules),
-                session_id=session_id,
-            )
-        )
-
-    # == approval, confirmation, rejection ========================================================
-
-    def _load(self, request_id: str) -> DecisionRequest | None:
-        if not isinstance(request_id, str) or not request_id.startswith("req_"):
-            return None
-        return self.requests.get(request_id)
-
-    def _tampered(self, req: DecisionRequest) -> bool:
-        """The stored content must hash to the value written into the hash-chained step log."""
-        from bot.decisions._requests import content_hash
-
-        if content_hash(req.content()) != req.content_hash:
-            return True
-        for step in self.store.steps(session_id=req.session_id):
-            if step.step == "decision_requested" and (step.detail or {}).get("request_id") == req.id:
-                return (step.detail or {}).get("content_hash") != req.content_hash
-        return True
-
-    def _expire_if_due(self, req: DecisionRequest, actor: str) -> Message | None:
-        expires = parse_time(req.expires_at)
-        # An unanswered effects re-check lapses with the request (R3.9): the approval's expiry governs.
-        if req.state not in ("requested", "recheck") or expires is None or self._now() < expires:
-            return None
-        with self.store.write() as db:
-            if self.requests.transition(
-                db,
-                req.id,
-                (req.state,),
-                "expired",
-                decided_by=actor,
-                decided_at=self._iso(),
-                note="expired",
-            ):
-                self.store.record_step(
-                    req.session_id, actor, "decision_expired", {"request_id": req.id}, "expired", db=db
-                )
-        fresh = self.requests.get(req.id) or req
-        if fresh.state != "expired":
-            return None
-        return text.updated_request_message(fresh, f"expired at {req.expires_at}; nothing was sent", "warn")
-
-    def _approver_problem(self, actor: str) -> list[str] | None:
-        person = person_of(actor, self.console_users)
-        if person is None:
-            return [f"{actor} is not mapped to a Slack user id (RECOVER_CONSOLE_USERS)."]
-        allowed, problem = approver_allowed(person, self.approvers, self.directory)
-        if allowed:
-            return None
-        return [*([problem] if problem else []), "Allowed approvers: " + ", ".join(self.approvers) + "."]
-
-    def _approval_evidence(self, actor: str) -> tuple[dict[str, Any] | None, str | None]:
-        """What allows ``actor`` to approve, by its Slack id; a console login's mapping is recorded too."""
-        person = person_of(actor, self.console_users)
-        if person is None:
-            return None, f"{actor} is not mapped to a Slack user id (RECOVER_CONSOLE_USERS)"
-        evidence, problem = approval_evidence(person, self.approvers, self.directory)
-        if evidence is not None and person != actor:
-            evidence = {**evidence, "person": person, "login": console_login(actor)}
-        return evidence, problem
-
-    def _is_requester(self, actor: str, req: DecisionRequest) -> bool:
-        """One person, compared by Slack id (a Slack user and their own mapped console login are one)."""
-        return same_person(actor, req.requester, self.console_users)
-
-    def _identity_refusal(
-        self, actor: str, req: DecisionRequest
-    ) -> tuple[str, str, list[str], list[str]] | None:
-        """The two-person rule's identity check (code, headline, lines, rules), in the core for every path."""
-        refusal = identity_refusal(actor, req.requester, self.console_users)
-        if refusal is None:
-            return None
-        code, headline, lines = refusal
-        if code == "self_approval":
-            return code, headline, [f"Ask another on-call engineer to run `/recover approve {req.id}`."], ["R3.10"]
-        return code, headline, lines, []
-
-    def approve(self, actor: str, channel: str | None, request_id: str, reporter: Reporter) -> Reply:
-        """A second, allowed person approves (button or text both end here); then it executes once."""
-        inputs = {"request_id": request_id, "channel": channel}
-        req = self._load(request_id)
-        if req is None:
-            return self._refuse(
-                actor,
-                None,
-                "approve",
-                inputs,
-                f"no decision request {request_id!r}",
-                "Copy the id from the approval request (req_…).",
-            )
-        sid = req.session_id
-        if not channel_allowed(channel, self.channels):
-            return self._refuse(
-                actor,
-                sid,
-                "approve",
-                inputs,
-                "approvals are refused outside the recovery channels (RECOVER_CHANNELS)",
-                "Approve in one of: " + ", ".join(ref(c, "#") for c in self.channels) + ".",
-            )
-        if req.policy != "two_person":
-            return self._refuse(
-                actor,
-                sid,
-                "approve",
-                inputs,
-                f"request {req.id} is a single-person `{req.decision}`: it is confirmed, not approved",
-                "Its requester confirms it with the button or `--yes`.",
-            )
-        refusal = self._identity_refusal(actor, req)
-        if refusal is not None:
-            code, headline, lines, rules = refusal
-            return self._refuse(actor, sid, "approve", inputs, headline, *lines, rules=rules, code=code)
-        # What allows this approver, as seen now: recorded with the approval, never looked up again.
-        evidence, problem = self._approval_evidence(actor)
-        if evidence is None:
-            return self._refuse(
-                actor,
-                sid,
-                "approve",
-                inputs,
-                f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)",
-                *([problem] if problem else []),
-                "Allowed approvers: " + ", ".join(self.approvers) + ".",
-                code="not_approver",
-            )
-        if req.state == "approved":
-            # Approved but not executed (a crash, an unreadable API): an allowed person retries execution.
-            return self._execute(req.id, actor, reporter)
-        if req.state != "requested":
-            return self._refuse(actor, sid, "approve", inputs, self._state_text(req))
-        if self._tampered(req):
-            with self.store.write() as db:
-                self.requests.transition(
-                    db,
-                    req.id,
-                    ("requested",),
-                    "void",
-                    decided_by=actor,
-                    decided_at=self._iso(),
-                    note="content changed after it was requested",
-                )
-            fresh = self.requests.get(req.id) or req
-            return self._refuse(
-                actor,
-                sid,
-                "approve",
-                inputs,
-                f"request {req.id} was changed after it was requested: approval refused",
-                "Its stored content no longer matches the hash recorded when it was made. "
-                "Make a new request, and check the step store with `recover-bot audit verify`.",
-                extra=[text.updated_request_message(fresh, "void: content changed", "error")],
-                code="tampered",
-            )
-        expired = self._expire_if_due(req, actor)
-        if expired is not None:
-            return self._refuse(
-                actor,
-                sid,
-                "approve",
-                inputs,
-                f"request {req.id} has expired: nothing was sent",
-                "Make a new request with `/recover decide …` if it is still needed.",
-                extra=[expired],
-                code="expired",
-            )
-        with self.store.write() as db:
-            won = self.requests.transition(
-                db, req.id, ("requested",), "approved", approved_by=actor, approved_at=self._iso()
-            )
-            if won:
-                self.store.record_step(
-                    sid,
-                    actor,
-                    "decision_approved",
-                    {
-                        "request_id": req.id,
-                        "content_hash": req.content_hash,
-                        "channel": channel,
-                        "allowed_by": evidence,
-                    },
-                    "approved",
-                    db=db,
-                )
-        if not won:
-            return self._refuse(
-                actor, sid, "approve", inputs, self._state_text(self.requests.get(req.id) or req)
-            )
-        return self._execute(req.id, actor, reporter)
-
-    def confirm(
-        self,
-        actor: str,
-        channel: str | None,
-        request_id: str,
-        reporter: Reporter,
-        effects: str | None = None,
-    ) -> Reply:
-        """One word, two uses (docs/commands.md, "confirm"): the explicit confirmation of a single-person
-        decision by its requester, or the effects re-check of a two-person decision once its worker is
-        confirmed gone (R3.9, R3.10)."""
-        inputs = {"request_id": request_id, "channel": channel, "effects": effects}
-        req = self._load(request_id)
-        if req is None:
-            return self._refuse(actor, None, "confirm", inputs, f"no decision request {request_id!r}")
-        sid = req.session_id
-        if not channel_allowed(channel, self.channels):
-            return self._refuse(
-                actor,
-                sid,
-                "confirm",
-                inputs,
-                "decisions are refused outside the recovery channels (RECOVER_CHANNELS)",
-            )
-        if req.state == "recheck":
-            return self._recheck(req, actor, channel, effects, reporter, inputs)
-        if effects is not None:
-            return self._refuse(
-                actor,
-                sid,
-                "confirm",
-                inputs,
-                f"--effects applies only to the effects re-check of a request whose worker is confirmed gone; "
-                f"request {req.id} is {req.state}",
-                "The re-check is asked for in the case's thread once the scheduler confirms the worker gone (R3.9).",
-                rules=["R3.9", "R3.10"],
-            )
-        if req.policy == "two_person" and req.state == "waiting":
-            return self._refuse(
-                actor,
-                sid,
-                "confirm",
-                inputs,
-                f"request {req.id} waits for the scheduler to confirm the worker gone: nothing to re-check yet",
-                "The effects re-check is asked for in the case's thread once it is (R3.9, R3.10).",
-                rules=["R3.9", "R3.10"],
-            )
-        if req.policy == "two_person" and req.state != "requested":
-            return self._refuse(actor, sid, "confirm", inputs, self._state_text(req))
-        if req.policy == "two_person":
-            return self._refuse(
-                actor,
-                sid,
-                "confirm",
-                inputs,
-                f"request {req.id} needs approval by a second person, not a confirmation",
-                f"Another person runs `/recover approve {req.id}`.",
-            )
-        if not self._is_requester(actor, req):
-            return self._refuse(
-                actor,
-                sid,
-                "confirm",
-                inputs,
-                f"only {ref(req.requester)}, who asked for it, confirms request {req.id}",
-                "Make your own request with `/recover decide …` if you want it.",
-            )
-        if req.state == "approved":
-            return self._execute(req.id, actor, reporter)
-        if req.state != "requested":
-            return self._refuse(actor, sid, "confirm", inputs, self._state_text(req))
-        if self._tampered(req):
-            return self._refuse(
-                actor,
-                sid,
-                "confirm",
-                inputs,
-                f"request {req.id} was changed after it was made",
-                code="tampered",
-            )
-        expired = self._expire_if_due(req, actor)
-        if expired is not None:
-            return self._refuse(
-                actor,
-                sid,
-                "confirm",
-                inputs,
-                f"request {req.id} has expired: nothing was sent",
-                extra=[expired],
-                code="expired",
-            )
-        with self.store.write() as db:
-            won = self.requests.transition(
-                db, req.id, ("requested",), "approved", approved_by=actor, approved_at=self._iso()
-            )
-            if won:
-                self.store.record_step(
-                    sid,
-                    actor,
-                    "decision_confirmed",
-                    {"request_id": req.id, "content_hash": req.content_hash, "channel": channel},
-                    "approved",
-                    db=db,
-                )
-        if not won:
-            return self._refuse(
-                actor, sid, "confirm", inputs, self._state_text(self.requests.get(req.id) or req)
-            )
-        return self._execute(req.id, actor, reporter)
-
-    def _recheck(
-        self,
-        req: DecisionRequest,
-        actor: str,
-        channel: str | None,
-        effects: str | None,
-        reporter: Reporter,
-        inputs: Mapping[str, Any],
-    ) -> Reply:
-        """R3.10 after R3.9: the effects account re-checked now that the worker is gone, then sent once.
-
-        The same account (or none given) confirms it; a different one is new content: a new request
-        (new id) that needs a new approval by someone other than its editor. The approval's own expiry
-        still governs: an unanswered re-check lapses with the request.
-        """
-        sid = req.session_id
-        if actor not in (req.requester, req.approved_by):
-            return self._refuse(
-                actor,
-                sid,
-                "confirm",
-                inputs,
-                f"only {ref(req.requester)} (requester) or {ref(req.approved_by or '?')} (approver) re-checks the effects "
-                f"of request {req.id}",
-                "They know what was checked; anyone else makes their own request with `/recover decide …`.",
-                rules=["R3.10"],
-                code="not_party",
-            )
-        if self._tampered(req):
-            return self._refuse(
-                actor, sid, "confirm", inputs, f"request {req.id} was changed after it was made", code="tampered"
-            )
-        expired = self._expire_if_due(req, actor)
-        if expired is not None:
-            return self._refuse(
-                actor,
-                sid,
-                "confirm",
-                inputs,
-                f"request {req.id} has expired: the effects re-check lapsed with it; nothing was sent",
-                "Make a new request with `/recover decide …` if it is still needed.",
-                extra=[expired],
-                rules=["R3.9"],
-                code="expired",
-            )
-        edited = effects is not None and effects.strip() != (req.effects or "").strip()
-        if edited:
-            return self._supersede(req, actor, channel, str(effects).strip(), inputs)
-        with self.store.write() as db:
-            current = self.requests.get(req.id, db=db)
-            if current is None or current.state != "recheck":
-                still = False
-            else:
-                still = True
-                self.requests.mark(db, req.id, rechecked_by=actor, rechecked_at=self._iso())
-        if not still:
-            return self._refuse(actor, sid, "confirm", inputs, self._state_text(self.requests.get(req.id) or req))
-        with self.store.write() as db:
-            self.store.record_step(
-                sid,
-                actor,
-                "decision_effects_rechecked",
-                {"request_id": req.id, "effects": req.effects, "channel": channel},
-                "recheck",
-                detail={"content_hash": req.content_hash},
-                db=db,
-            )
-        fresh = self.requests.get(req.id) or req
-        try:
-            facts, turn_status = self._diagnose(sid, fresh.turn_id)
-        except RecoverError as exc:
-            return Reply.of(
-                text.refusal(
-                    f"request {req.id}: the session could not be read: {exc.message}",
-                    f"Nothing was sent. `/recover confirm {req.id}` again in a moment.",
-                    session_id=sid,
-                ),
-                ok=False,
-            )
-        reply = self._check_and_send(fresh, actor, facts, turn_status, reporter, from_state="recheck")
-        return self._after_submit(req.id, actor, reply, reporter)
-
-    def _supersede(
-        self, req: DecisionRequest, actor: str, channel: str | None, effects: str, inputs: Mapping[str, Any]
-    ) -> Reply:
-        """A changed effects account: the old request is void, a new one (new id) waits for approval."""
-        sid = req.session_id
-        try:
-            facts, turn_status = self._diagnose(sid, req.turn_id)
-        except RecoverError as exc:
-            return self._refuse(actor, sid, "confirm", inputs, f"the session could not be read: {exc.message}")
-        now = self._now()
-        policy = self._policy(req.decision)
-        content = {
-            "id": new_request_id(),
-            "session_id": sid,
-            "decision": req.decision,
-            "turn_id": req.turn_id,
-            "evidence_ref": req.evidence_ref,
-            "effects": effects,
-            "reason": req.reason,
-            "requester": actor,  # its editor: someone else must approve it
-            "channel": channel or req.channel,
-            "policy": req.policy,
-            "facts": decisive_facts(facts, turn_status),
-            "shown_facts": {k: facts.get(k) for k in SHOWN_FACTS},
-            "repeated": req.repeated,
-            "created_at": self._iso(now),
-            "expires_at": self._iso(now + timedelta(seconds=policy.expiry_seconds)),
-        }
-        with self.store.write() as db:
-            if not self.requests.transition(
-                db,
-                req.id,
-                ("recheck",),
-                "void",
-                actor=actor,
-                decided_by=actor,
-                decided_at=self._iso(now),
-                note=f"superseded by {content['id']}: the effects account changed",
-            ):
-                return self._refuse(actor, sid, "confirm", inputs, self._state_text(self.requests.get(req.id) or req))
-            new = self.requests.insert(db, content)
-            self.requests.mark(db, req.id, superseded_by=new.id)
-            self.store.record_step(
-                sid,
-                actor,
-                "decision_requested",
-                {**inputs, "decision": req.decision, "supersedes": req.id},
-                new.state,
-                detail={
-                    "request_id": new.id,
-                    "policy": new.policy,
-                    "content_hash": new.content_hash,
-                    "facts": new.facts,
-                    "repeated": new.repeated,
-                    "supersedes": req.id,
-                },
-                db=db,
-            )
-        old = self.requests.get(req.id) or req
-        msg = text.approval_request_message(
-            new, self._mentions(), ["R3.9", "R3.10"], irreversible=self.ctx.irreversible(new.decision)
-        )
-        msg.lines.insert(
-            0,
-            f"The effects account of {req.id} changed after the worker was confirmed gone: this is a new request; "
-            f"it needs a new approval by someone other than {ref(actor)} (R3.10).",
-        )
-        return Reply(
-            [text.updated_request_message(old, f"void: superseded by {new.id} (effects account changed)", "warn"), msg]
-        )
-
-    def reject(self, actor: str, channel: str | None, request_id: str, reason: str | None = None) -> Reply:
-        """An allowed approver rejects; the requester may withdraw their own request."""
-        inputs = {"request_id": request_id, "channel": channel, "reason": reason}
-        req = self._load(request_id)
-        if req is None:
-            return self._refuse(actor, None, "reject", inputs, f"no decision request {request_id!r}")
-        sid = req.session_id
-        if not channel_allowed(channel, self.channels):
-            return self._refuse(
-                actor,
-                sid,
-                "reject",
-                inputs,
-                "rejections are refused outside the recovery channels (RECOVER_CHANNELS)",
-            )
-        if not self._is_requester(actor, req):
-            problem = self._approver_problem(actor)
-            if problem is not None:
-                return self._refuse(
-                    actor,
-                    sid,
-                    "reject",
-                    inputs,
-                    f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)",
-                    *problem,
-                )
-        to_state = "withdrawn" if self._is_requester(actor, req) else "rejected"
-        with self.store.write() as db:
-            won = self.requests.transition(
-                db, req.id, ("requested",), to_state, decided_by=actor, decided_at=self._iso(), note=reason
-            )
-            if won:
-                self.store.record_step(sid, actor, "decision_rejected", inputs, to_state, db=db)
-        if not won:
-            return self._refuse(
-                actor, sid, "reject", inputs, self._state_text(self.requests.get(req.id) or req)
-            )
-        fresh = self.requests.get(req.id) or req
-        how = "withdrawn by its requester" if self._is_requester(actor, req) else f"rejected by {ref(actor)}"
-        because = f": {reason}" if reason else ""
-        return Reply.of(text.updated_request_message(fresh, f"{how}{because}; nothing was sent", "warn"))
-
-    def expire_due(self) -> list[Message]:
-        """Expire every pending request past its expiry; returns the updated messages to show."""
-        out: list[Message] = []
-        for req in self.requests.find(states=("requested", "recheck")):
-            msg = self._expire_if_due(req, BOT)
-            if msg is not None:
-                out.append(msg)
-        return out
-
-    @staticmethod
-    def _state_text(req: DecisionRequest) -> str:
-        if req.state == "uncertain":
-            return (
-                f"request {req.id} is uncertain (sent, no definite answer): the bot re-sends it in the background "
-                "with the same Idempotency-Key and body and posts the outcome in the case's thread"
-            )
-        by = req.decided_by or req.approved_by
-        who = f" by {ref(by)}" if by else ""
-        when = req.decided_at or req.approved_at or req.updated_at
-        note = f" ({req.note})" if req.note else ""
-        return f"request {req.id} is already {req.state}{who} at {when}{note}: nothing more to do"
+    _state_text = staticmethod(text.state_text)
 
     # == execution ================================================================================
 
@@ -1011,19 +284,32 @@ class DecisionService(CasesMixin, AuthorityMixin, UnfinishedMixin, UncertainMixi
             return Reply.of(
                 text.refusal(self._state_text(req) if req else f"no request {request_id}"), ok=False
             )
+        return self._send_fresh(
+            req,
+            actor,
+            reporter,
+            from_state="approved",
+            retry=f"`/recover approve {req.id}` retries; a restarted bot also finishes it.",
+        )
+
+    def _send_fresh(
+        self, req: DecisionRequest, actor: str, reporter: Reporter, *, from_state: str, retry: str
+    ) -> Reply:
+        """A fresh diagnosis, then check-and-send from ``from_state`` (the approval and the effects
+        re-check both end here); an unreadable session sends nothing and says how to ``retry``."""
         sid = req.session_id
         try:
             facts, turn_status = self._diagnose(sid, req.turn_id)
         except RecoverError as exc:
             return Reply.of(
                 text.refusal(
-                    f"request {req.id} is approved but the session could not be read: {exc.message}",
-                    f"Nothing was sent. `/recover approve {req.id}` retries; a restarted bot also finishes it.",
+                    f"request {req.id} is {from_state} but the session could not be read: {exc.message}",
+                    f"Nothing was sent. {retry}",
                     session_id=sid,
                 ),
                 ok=False,
             )
-        reply = self._check_and_send(req, actor, facts, turn_status, reporter, from_state="approved")
+        reply = self._check_and_send(req, actor, facts, turn_status, reporter, from_state=from_state)
         return self._after_submit(req.id, actor, reply, reporter)
 
     def _after_submit(self, request_id: str, actor: str, reply: Reply, reporter: Reporter) -> Reply:

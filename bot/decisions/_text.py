@@ -5,6 +5,7 @@ Messages name decisions, error codes and runbook rule numbers verbatim (docs/com
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from bot.decisions._requests import DecisionRequest
@@ -33,13 +34,15 @@ def fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def request_lines(req: DecisionRequest) -> list[str]:
+def request_lines(req: DecisionRequest, notes: Sequence[str] = ()) -> list[str]:
+    """The request's exact content; ``notes`` (runbook warnings, what it drops) right after its reason."""
     lines = [
         f"Request `{req.id}`: `{req.decision}` on session `{req.session_id}`",
         f"Requested by {ref(req.requester)} at {req.created_at}; expires at {req.expires_at}",
         # A flag left out is "none" (not "unknown": that word belongs to outcome_unknown and unread facts).
         f"Turn: {req.turn_id or 'none'}   Evidence: {req.evidence_ref or 'none'}",
         f"Reason: {req.reason}",
+        *notes,
     ]
     if req.effects is not None:
         # R3.10: what the turn did outside, as the requester accounts for it.
@@ -59,10 +62,18 @@ def irreversible_line(decision: str) -> str:
 
 
 def approval_request_message(
-    req: DecisionRequest, mentions: list[str], rules: list[str], *, irreversible: bool = False
+    req: DecisionRequest,
+    mentions: list[str],
+    rules: list[str],
+    *,
+    first: Sequence[str] = (),
+    notes: Sequence[str] = (),
+    irreversible: bool = False,
 ) -> Message:
-    """The request a second person approves: exact content, both buttons, the typed equivalent."""
-    lines = request_lines(req)
+    """The request a second person approves: exact content, both buttons, the typed equivalent.
+
+    ``first``: what the reader must know before the content; ``notes``: the runbook's warnings."""
+    lines = [*first, *request_lines(req, notes)]
     if irreversible:
         lines.append(irreversible_line(req.decision))
     lines.append("A second person approves or rejects (the requester cannot approve their own request):")
@@ -91,13 +102,12 @@ def confirmation_message(
     rules: list[str],
     command: str,
     question: str | None = None,
+    notes: Sequence[str] = (),
     *,
     irreversible: bool = False,
 ) -> Message:
     """A single-person decision waits for its explicit confirmation (R2.11, R5.3)."""
-    lines = request_lines(req)
-    if question:
-        lines.insert(0, question)
+    lines = [*([question] if question else []), *request_lines(req, notes)]
     if drops:
         lines.append(f"This drops: {drops}")
     if irreversible:
@@ -116,7 +126,7 @@ def confirmation_message(
     )
 
 
-def recheck_message(req: DecisionRequest, gone_at: Any, *, irreversible: bool = False) -> Message:
+def recheck_message(req: DecisionRequest, gone_at: object, *, irreversible: bool = False) -> Message:
     """R3.9 then R3.10: the worker is confirmed gone; the effects account written before that is
     re-checked (button, or the typed line) by the requester or the approver, and only then sent."""
     when = f" at {gone_at}" if gone_at else ""
@@ -161,6 +171,20 @@ def updated_request_message(req: DecisionRequest, outcome: str, level: str = "in
         kind=kind,
         ref=req.id,
     )
+
+
+def state_text(req: DecisionRequest) -> str:
+    """What became of a request that is no longer where an action expected it."""
+    if req.state == "uncertain":
+        return (
+            f"request {req.id} is uncertain (sent, no definite answer): the bot re-sends it in the background "
+            "with the same Idempotency-Key and body and posts the outcome in the case's thread"
+        )
+    by = req.decided_by or req.approved_by
+    who = f" by {ref(by)}" if by else ""
+    when = req.decided_at or req.approved_at or req.updated_at
+    note = f" ({req.note})" if req.note else ""
+    return f"request {req.id} is already {req.state}{who} at {when}{note}: nothing more to do"
 
 
 def refusal(

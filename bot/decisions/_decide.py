@@ -1,0 +1,270 @@
+"""decide and its dry run: a decision checked against a fresh diagnosis, then requested.
+
+Why a room of its own: ``decide`` is where a request is born. It runs the checks that need no
+network (channel, ids, the decision's required flags), points a repeated decide at the open request
+(a replay or a double submit makes no second request), asks the runbook whether the API would accept
+it now (R2.10, R3.9, R3.11), and then asks for a second person's approval (R3.10), for the
+requester's confirmation (R2.11, R5.3), or sends it at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from bot.decisions import _text as text
+from bot.decisions._context import DecisionContext
+from bot.decisions._duplicates import identical_open, pointer_message, repeats
+from bot.decisions._guards import Refusal, in_recovery_channel, refusing, valid_ids
+from bot.decisions._lifecycle import Execution, grant, make_request, request_content
+from bot.decisions._policy import WAITABLE, DecisionPolicy, flags_of
+from bot.decisions._requests import DecisionRequest
+from bot.errors import DecisionError
+from bot.messages import Message, Reply, Reporter
+from bot.runbook.evaluate import DecisionVerdict
+
+Facts = Mapping[str, object]
+USAGE = (
+    "Usage: /recover decide <session_id> <decision> [--turn <turn_id>] [--evidence <ref>] "
+    '[--effects "<what the turn did outside>"] --reason "<text>" [--yes]'
+)
+
+
+class DecideRoom:
+    """``/recover decide`` and ``/recover dryrun decide``."""
+
+    def __init__(self, ctx: DecisionContext, execution: Execution) -> None:
+        self.ctx = ctx
+        self.execution = execution
+
+    def decide(
+        self,
+        actor: str,
+        channel: str | None,
+        session_id: str,
+        decision: str,
+        *,
+        turn: str | None,
+        evidence: str | None,
+        effects: str | None,
+        reason: str,
+        yes: bool,
+        reporter: Reporter,
+    ) -> Reply:
+        """Check a decision against a fresh diagnosis; then ask for approval, confirmation, or send it."""
+        flags = flags_of(turn=turn, evidence=evidence, effects=effects, reason=reason, yes=yes)
+        # The session is named in the inputs: a refusal outside the channels opens no case for it.
+        inputs = {"decision": decision, "session_id": session_id, **flags, "channel": channel}
+
+        def attempt() -> Reply:
+            policy = self.precheck(channel, session_id, decision, flags, "decide")
+            identity = {"session_id": session_id, "decision": decision, "requester": actor, "turn_id": turn,
+                        "evidence_ref": evidence, "effects": effects, "reason": reason}
+            same = repeats(identical_open(self.ctx.requests, identity), yes=yes)
+            if same is not None:
+                # a replay or a double submit: no second request
+                return Reply.of(pointer_message(same, irreversible=self.ctx.irreversible(same.decision)))
+            facts, turn_status = self.ctx.diagnose(session_id, turn)
+            verdict = self.ctx.verdict(policy, facts, flags)
+            if not verdict.ok and verdict.code != WAITABLE:
+                advice = policy.advice(verdict.code or "", facts, flags, self.ctx.runbooks)
+                raise Refusal(
+                    f"`{decision}` on `{session_id}` will not be accepted: {verdict.reason}",
+                    f"The control host would answer {verdict.code}. Nothing was sent.",
+                    *([advice.text] if advice else []),
+                    f"See `/recover diagnose {session_id}` for the decisions valid now.",
+                    session_id=session_id,
+                    rules=verdict.rules or policy.rules,
+                    code=verdict.code or "refused",
+                )
+            repeated = self.repeated(session_id, decision, facts)
+            content = request_content(
+                self.ctx, policy, session_id=session_id, turn_id=turn, evidence_ref=evidence,
+                effects=effects, reason=reason, requester=actor, channel=channel, facts=facts,
+                turn_status=turn_status,
+                repeated=repeated if repeated > 0 and repeated + 1 >= policy.repeat_threshold else 0,
+            )
+            self._ensure_owner(session_id, actor, channel)
+            with self.ctx.store.write() as db:
+                same = repeats(identical_open(self.ctx.requests, content, db=db), yes=yes)  # concurrently
+                if same is not None:
+                    return Reply.of(pointer_message(same, irreversible=self.ctx.irreversible(same.decision)))
+                req = make_request(self.ctx, db, content, inputs)
+            return self._ask_or_send(req, policy, verdict, facts, flags, channel, yes, reporter)
+
+        return refusing(self.ctx, actor, "decide", inputs, attempt)
+
+    def _ask_or_send(
+        self,
+        req: DecisionRequest,
+        policy: DecisionPolicy,
+        verdict: DecisionVerdict,
+        facts: Facts,
+        flags: Mapping[str, object],
+        channel: str | None,
+        yes: bool,
+        reporter: Reporter,
+    ) -> Reply:
+        """A second person approves (R3.10), the requester confirms (R2.11), or it is sent now."""
+        rules = list(verdict.rules or policy.rules)
+        notes = [f"[!] {n}" for n in (policy.warning(facts, flags),) if n]
+        if verdict.code == WAITABLE:
+            notes.append(
+                f"[!] {verdict.reason}: once executed, the bot waits for the scheduler's confirmation "
+                "and then submits it once (R3.9)."
+            )
+        drops = policy.drops(facts, flags)
+        if policy.approval == "two_person":
+            first = ["`--yes` does not apply: a two-person decision is never executed by its requester."]
+            return Reply.of(
+                text.approval_request_message(
+                    req,
+                    self.ctx.mentions(),
+                    rules,
+                    first=first if yes else (),
+                    notes=[*notes, *([f"Drops: {drops}"] if drops else [])],
+                    irreversible=self.ctx.irreversible(req.decision),
+                )
+            )
+        if policy.approval == "confirm" and not yes:
+            command = decide_command(req) + " --yes"
+            return Reply.of(
+                text.confirmation_message(
+                    req,
+                    drops,
+                    rules,
+                    command,
+                    policy.confirm_text(facts, flags),
+                    notes=notes,
+                    irreversible=self.ctx.irreversible(req.decision),
+                )
+            )
+        # Confirmed from text (--yes), or a decision that needs no confirmation.
+        if not grant(self.ctx, req, req.requester, "decision_confirmed", {"yes": yes, "channel": channel}):
+            return Reply.of(text.refusal(text.state_text(self.ctx.requests.get(req.id) or req)), ok=False)
+        return self.execution.execute(req.id, req.requester, reporter)
+
+    def precheck(
+        self, channel: str | None, session_id: str, decision: str, flags: Mapping[str, object], step: str
+    ) -> DecisionPolicy:
+        """Checks that need no network: channel, ids, the decision's required flags."""
+        if step == "decide":
+            in_recovery_channel(self.ctx, channel, "`decide` is")
+        turn = flags.get("turn")
+        valid_ids(session_id, turn if isinstance(turn, str) else None)
+        try:
+            policy = self.ctx.policy(decision)
+            if not policy.spec.decidable:
+                raise DecisionError(
+                    f"`{decision}` is not a decision for `decide`",
+                    hint=f"Use `/recover {policy.spec.command} <session_id>`.",
+                )
+        except DecisionError as exc:
+            raise Refusal(exc.message, *([exc.hint] if exc.hint else []), session_id=session_id) from None
+        missing = [f"--{f}" for f in policy.required if not str(flags.get(f) or "").strip()]
+        if missing:
+            raise Refusal(
+                f"`{decision}` needs {', '.join(missing)}", USAGE, session_id=session_id, rules=policy.rules
+            )
+        return policy
+
+    def dryrun(
+        self,
+        actor: str,
+        channel: str | None,
+        session_id: str,
+        decision: str,
+        *,
+        turn: str | None,
+        evidence: str | None,
+        effects: str | None,
+        reason: str,
+        yes: bool,
+    ) -> Reply:
+        """Show exactly what ``decide`` would send and what is expected back; send nothing."""
+        flags = flags_of(turn=turn, evidence=evidence, effects=effects, reason=reason, yes=yes)
+        inputs = {"decision": decision, **flags}
+
+        def attempt() -> Reply:
+            policy = self.precheck(channel, session_id, decision, flags, "dryrun_decide")
+            facts, _ = self.ctx.diagnose(session_id, turn)
+            verdict = self.ctx.verdict(policy, facts, flags)
+            method, path, body = policy.request(session_id, facts, flags)
+            self.ctx.record(
+                session_id, actor, "dryrun_decide", inputs, "shown",
+                detail={"method": method, "path": path, "body": body},
+            )
+            return Reply.of(
+                Message(
+                    headline=f"Dry run: `{decision}` on `{session_id}` (nothing sent)",
+                    lines=[
+                        f"{method} {path}",
+                        "Authorization: Bearer ***",
+                        "Idempotency-Key: *** (a new uuid4, stored before the first send and reused on every retry)",
+                        "Content-Type: application/json",
+                        "",
+                        json.dumps(body, indent=2, sort_keys=True),
+                        "",
+                        *self._expected(policy, verdict, facts, flags),
+                    ],
+                    rules=list(verdict.rules or policy.rules),
+                    session_id=session_id,
+                )
+            )
+
+        return refusing(self.ctx, actor, "dryrun_decide", inputs, attempt)
+
+    def _expected(
+        self, policy: DecisionPolicy, verdict: DecisionVerdict, facts: Facts, flags: Mapping[str, object]
+    ) -> list[str]:
+        """What the dry run expects back, and what must happen before it is sent."""
+        lines: list[str] = []
+        if verdict.ok:
+            revision = facts.get("session.revision")
+            after = revision + 1 if isinstance(revision, int) else "unknown"
+            lines.append(
+                f"Expected back: 200 with a decision receipt (status accepted, session revision {after}); "
+                "then the bot verifies the session (R5.1)."
+            )
+        else:
+            advice = policy.advice(verdict.code or "", facts, flags, self.ctx.runbooks)
+            lines.append(f"Expected back: 409 {verdict.code} — {verdict.reason}.")
+            if advice:
+                lines.append(advice.text)
+        if policy.approval == "two_person":
+            lines.append("It needs approval by a second person before it is sent.")
+        elif policy.approval == "confirm":
+            lines.append("It needs an explicit confirmation (button or --yes) before it is sent.")
+        drops = policy.drops(facts, flags)
+        if drops:
+            lines.append(f"Drops: {drops}")
+        return lines
+
+    def repeated(self, session_id: str, decision: str, facts: Facts) -> int:
+        """R5.4: how often this decision already ran here without fixing the cause (same attention)."""
+        code = facts.get("attention.code")
+        if code is None:
+            return 0
+        return sum(
+            1
+            for r in self.ctx.requests.find(states=("executed",), session_id=session_id)
+            if r.decision == decision and r.facts.get("attention.code") == code
+        )
+
+    def _ensure_owner(self, session_id: str, actor: str, channel: str | None) -> None:
+        case = self.ctx.store.open_case(session_id, actor, channel)
+        if case.owner is None:
+            self.ctx.store.set_owner(case.id, actor)
+
+
+def decide_command(req: DecisionRequest) -> str:
+    """The typed ``decide`` that makes ``req`` again (shown with ``--yes`` as its confirmation)."""
+    parts = [f"/recover decide {req.session_id} {req.decision}"]
+    if req.turn_id:
+        parts.append(f"--turn {req.turn_id}")
+    if req.evidence_ref:
+        parts.append(f"--evidence {json.dumps(req.evidence_ref)}")
+    if req.effects:
+        parts.append(f"--effects {json.dumps(req.effects)}")
+    parts.append(f"--reason {json.dumps(req.reason)}")
+    return " ".join(parts)
