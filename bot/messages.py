@@ -14,46 +14,64 @@ from typing import Literal, Protocol
 
 Level = Literal["info", "ok", "warn", "error", "progress"]
 
-# The core's own references to people and channels. Everything else in a message (logs, reasons,
-# notes, effects, control-host messages) is outside text, which Slack output escapes completely; only a
-# reference made by :func:`ref` in this process can become a live mention. The key is per process
-# and never shown, so outside text cannot forge one; a reference read back from storage after a
-# restart carries an old key and is shown as plain ``@name``.
+# The core's own references to people and channels: structured values (:class:`Mention`) carried
+# inside the text the core composes, so a message can still be written as one f-string. Each front
+# renders them its own way (Slack: a live ``<@U…>`` / ``<#C…>``; the console and logs: ``@id``); the
+# core never writes a front's syntax. Everything else in a message (logs, reasons, notes, effects,
+# control-host messages) is outside text, which Slack output escapes completely; only a reference made
+# by :func:`ref` in this process can become a live mention. The key is per process and never shown, so
+# outside text cannot forge one; a reference read back from storage after a restart carries an old key
+# and comes back as the plain outside text ``@name``.
 _REF_KEY = secrets.token_hex(6)
 _REF = re.compile("\u2063([0-9a-f]{12})([@#])([^\u2063<>\\s]{1,80})\u2063")
 
 
+@dataclass(frozen=True)
+class Mention:
+    """A person (``@``: a Slack user or group id, or a console actor) or a channel (``#``) the core
+    names on purpose. ``str()`` is the readable form (``@U1``, ``#C1``) the console, logs and the
+    audit chain show; Slack renders it as a live mention."""
+
+    kind: Literal["@", "#"]
+    identity: str
+
+    def __str__(self) -> str:
+        return self.kind + self.identity
+
+
 def ref(identity: str, kind: Literal["@", "#"] = "@") -> str:
-    """A reference to a person (``@``) or a channel (``#``) the core names on purpose."""
+    """A :class:`Mention` of a person (``@``) or a channel (``#``), to write into the core's text."""
     return f"\u2063{_REF_KEY}{kind}{identity}\u2063"
 
 
-def render_refs(text: str, render: Callable[[str, str, bool], str]) -> str:
-    """Replace every :func:`ref` in ``text`` with ``render(kind, identity, made_by_this_process)``."""
-    if "\u2063" not in text:
-        return text
-    return _REF.sub(lambda m: render(m.group(2), m.group(3), m.group(1) == _REF_KEY), text)
+def pieces(text: str) -> list[str | Mention]:
+    """``text`` as outside-text pieces and the :class:`Mention` values this process wrote into it.
 
-
-def split_refs(text: str) -> list[tuple[str, str | None, str | None]]:
-    """``text`` as pieces ``(outside_text, kind, identity)``; kind/identity None for plain pieces and
-    for references not made by this process (those come back as outside text ``@name``)."""
-    out: list[tuple[str, str | None, str | None]] = []
+    A reference not made by this process (another process's key) comes back as outside text
+    ``@name``: it never becomes a mention.
+    """
+    out: list[str | Mention] = []
     pos = 0
     for m in _REF.finditer(text):
-        out.append((text[pos : m.start()], None, None))
-        if m.group(1) == _REF_KEY:
-            out.append(("", m.group(2), m.group(3)))
-        else:
-            out.append((m.group(2) + m.group(3), None, None))
+        out.append(text[pos : m.start()])
+        kind: Literal["@", "#"] = "#" if m.group(2) == "#" else "@"
+        out.append(Mention(kind, m.group(3)) if m.group(1) == _REF_KEY else kind + m.group(3))
         pos = m.end()
-    out.append((text[pos:], None, None))
-    return out
+    out.append(text[pos:])
+    return [p for p in out if p != ""]
+
+
+def render_refs(text: str, render: Callable[[Mention], str], outside: Callable[[str], str] = str) -> str:
+    """``text`` with every :class:`Mention` as ``render`` writes it and every other piece through
+    ``outside`` (Slack escapes it; the console keeps it as it is)."""
+    if "\u2063" not in text:
+        return outside(text)
+    return "".join(render(p) if isinstance(p, Mention) else outside(p) for p in pieces(text))
 
 
 def plain(text: str) -> str:
-    """References as Slack writes them (``<@U1>``, ``<#C1>``): the console and logs read these."""
-    return render_refs(text, lambda kind, ident, _ours: f"<{kind}{ident}>")
+    """The readable form (``@U1``, ``#C1``): what the console, logs and the audit chain show."""
+    return render_refs(text, str)
 
 
 @dataclass(frozen=True)
@@ -100,7 +118,8 @@ class Message:
     mentions: list[str] = field(default_factory=list)
 
     def plain_text(self) -> str:
-        """A readable text rendering (console, logs); Slack renders :meth:`marked_text` itself."""
+        """A readable text rendering, mentions as ``@id`` (console, logs); Slack renders
+        :meth:`marked_text` itself."""
         return plain(self.marked_text())
 
     def marked_text(self) -> str:

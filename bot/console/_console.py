@@ -7,7 +7,6 @@ and the steps a command posts while it runs are printed inline, in order.
 
 from __future__ import annotations
 
-import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -38,17 +37,9 @@ CONSOLE_HELP = """Console commands:
 
 
 
-_SLACK_REF = re.compile(r"<(?:@|!subteam\^|#)([^<>|]+)(?:\|([^<>]*))?>")
-
-
-def _terminal(text: str) -> str:
-    """Slack references the core writes (``<@U1>``, ``<#C1|incident>``) as a person reads them."""
-    return _SLACK_REF.sub(lambda m: ("#" if m.group(0)[1] == "#" else "@") + (m.group(2) or m.group(1)), text)
-
-
 def render(message: Message, first_choice: int = 1) -> str:
     """A message as terminal text; buttons numbered from ``first_choice``."""
-    out = [_terminal(message.plain_text())]
+    out = [message.plain_text()]  # the core's mentions as readable ids (@U1, @console:bob, #C1)
     if message.mentions:
         out.append("  for: " + " ".join("@" + m for m in message.mentions))
     if message.attachment is not None:

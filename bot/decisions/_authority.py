@@ -32,7 +32,7 @@ from bot.decisions._context import DecisionContext
 from bot.decisions._requests import OPEN_STATES, DecisionRequest, content_hash
 from bot.decisions._rules import ApproverDirectory, channel_allowed, person_of, same_person
 from bot.errors import ControlHostError
-from bot.messages import Message, Reply, Reporter
+from bot.messages import Mention, Message, Reply, Reporter
 from bot.store import Step, Store
 from bot.store.chain import KEYED_VERSION
 
@@ -107,7 +107,8 @@ def evidence_problem(actor: str, evidence: object, approvers: Sequence[str]) -> 
         return None
     if kind == "group" and ident in approvers and evidence.get("member") == actor:
         return None
-    return f"the recorded evidence ({kind} {ident}) does not allow <@{actor}> under RECOVER_APPROVERS"
+    # Readable, not a live mention: this reason is stored in the chain and the request table as it is.
+    return f"the recorded evidence ({kind} {ident}) does not allow {Mention('@', actor)} under RECOVER_APPROVERS"
 
 
 # -- reading the chain ------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ class DecisionContext:
         code: str = "refused",
     ) -> Reply:
         """Record a refusal as a step (the audit shows attempts too) and say why, actionably."""
-        # Stored as Slack writes references (the per-process markers of ref() never reach the chain).
+        # Stored with mentions readable (@U1): the per-process markers of ref() never reach the chain.
         detail = {"why": plain(headline), "lines": [plain(line) for line in lines]}
         self.record(session_id, actor, step, inputs, code, detail=detail)
         msg = text.refusal(headline, *lines, rules=list(rules), session_id=session_id)

@@ -32,7 +32,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from bot.messages import Attachment, Button, Message, render_refs, split_refs
+from bot.messages import Attachment, Button, Mention, Message, render_refs
 from bot.runbook.usage import FormField, form_errors
 
 # Slack's documented limits (Block Kit reference).
@@ -90,24 +90,24 @@ def _escape_plain(text: str) -> str:
 def escape(text: str) -> str:
     """Text for mrkdwn: every ``&``, ``<`` and ``>`` of outside text (logs, reasons, notes, effects,
     control-host messages) escaped, so ``<!channel>`` or ``<@U…>`` in a log line stays text. Only the
-    core's own references (:func:`bot.messages.ref`, unforgeable) become mentions.
+    core's own :class:`bot.messages.Mention` values (made by ``ref``, unforgeable) become mentions.
 
     Escaping is enough because no message is ever sent with ``link_names`` or ``parse=full`` (see
     :func:`message_payload`): Slack then reads only the ``<…>`` forms as mentions.
     """
-    out: list[str] = []
-    for piece, kind, identity in split_refs(text):
-        out.append(_escape_plain(piece))
-        if kind == "@" and identity is not None:
-            out.append(mention(identity))
-        elif kind == "#" and identity is not None:
-            out.append(f"<#{identity}>" if _CHANNEL_ID.fullmatch(identity) else "#" + _escape_plain(identity))
-    return "".join(out)
+    return render_refs(text, render_mention, _escape_plain)
+
+
+def render_mention(m: Mention) -> str:
+    """A core mention as Slack writes it: a person by :func:`mention`, a channel id as ``<#C…>``."""
+    if m.kind == "@":
+        return mention(m.identity)
+    return f"<#{m.identity}>" if _CHANNEL_ID.fullmatch(m.identity) else "#" + _escape_plain(m.identity)
 
 
 def plain_refs(text: str) -> str:
-    """For plain_text fields (headers, button labels): references as ``@name``, nothing else touched."""
-    return render_refs(text, lambda kind, identity, _ours: kind + identity)
+    """For plain_text fields (headers, button labels): mentions readable (``@U1``), nothing else touched."""
+    return render_refs(text, str)
 
 
 def mention(identity: str) -> str:

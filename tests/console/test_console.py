@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.console import DEMO_CONSOLE_USERS, render, run_console
-from bot.messages import Button, Message
+from bot.messages import Button, Message, ref
 from bot.router import build_router
 from bot.settings import Settings
 
@@ -72,7 +72,7 @@ def test_two_person_story_through_numbered_choices(router, sandbox) -> None:
     assert code == 1  # alice's own approval was refused (the two-person rule)
     assert "Approval needed" in out and "bob> 1" in out
     assert "Verified `ses_restore_transient` after `close`" in out
-    assert "<@" not in out  # Slack references rendered for a terminal
+    assert "<@" not in out and "\u2063" not in out  # mentions as readable ids, no Slack syntax
     posted = [r for r in sandbox.admin.requests("ses_restore_transient") if "decision" in str(r.get("path", ""))]
     assert len(posted) == 1
 
@@ -88,6 +88,18 @@ def test_render_numbers_buttons_and_shows_commands() -> None:
         first_choice=4,
     )
     assert "[4] Approve   /recover approve r1" in text
+
+
+def test_render_shows_the_cores_mentions_as_readable_ids_and_outside_text_as_it_came() -> None:
+    text = render(
+        Message(
+            headline=f"{ref('UBOB')} now owns the case",
+            lines=[f"Run it in one of: {ref('CINC', '#')}.", "log: restore failed <!channel> <@U0BAD|eve>"],
+        )
+    )
+    assert text.splitlines()[:2] == ["@UBOB now owns the case", "Run it in one of: #CINC."]
+    # Outside text is shown as it came (a terminal notifies nobody): no pattern rewrites it.
+    assert "log: restore failed <!channel> <@U0BAD|eve>" in text and "\u2063" not in text
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.messages import ListReporter, plain
+from bot.messages import ListReporter, Mention, pieces, plain
 from tests.decisions.test_execution import HookClock
 from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REQUESTER
 
@@ -23,14 +23,14 @@ def test_take_note_history_and_cases_are_recorded(decision_env):
     )
     assert env.store.get_open_case("ses_c1").owner == REQUESTER
     took = svc.take(APPROVER, "ses_c1")
-    assert took.ok and f"(was <@{REQUESTER}>)" in plain(took.messages[0].headline)
+    assert took.ok and f"(was @{REQUESTER})" in plain(took.messages[0].headline)
     assert env.store.get_open_case("ses_c1").owner == APPROVER
     assert svc.note(APPROVER, "ses_c1", "pinged the repo owner about the push").ok
     assert not svc.note(APPROVER, "ses_c1", "   ").ok
     steps = env.store.steps(session_id="ses_c1")
     assert [s.step for s in steps] == ["decision_requested", "take", "note"]
     history = svc.history("ses_c1", actor=OUTSIDER).messages[0]
-    assert len(history.lines) == 3 and "take" in history.lines[1] and f"<@{APPROVER}>" in plain(history.lines[1])
+    assert len(history.lines) == 3 and "take" in history.lines[1] and Mention("@", APPROVER) in pieces(history.lines[1])
     cases = svc.cases(actor=OUTSIDER).messages[0]
     assert cases.headline == "1 open case(s)" and "ses_c1" in cases.lines[0] and "note" in cases.lines[0]
     # The look-ups are on the record too, outside the session's case (reading does not change it).
@@ -111,11 +111,11 @@ def test_handoff_digest_lists_everything_for_the_next_shift(make_decision_env):
     assert digest.messages[0].headline.startswith("Hand-off: 3 open case(s)")
     h1 = by_session["ses_h1"]
     assert "State: waiting for approval/confirmation" in h1
-    assert f"Pending approval: {rid} `abandon` by <@{REQUESTER}>, age 10m" in h1
+    assert f"Pending approval: {rid} `abandon` by @{REQUESTER}, age 10m" in h1
     assert "age 10m15s, expires 2026-11-29T10:30:00.000Z (in 19m45s)" in h1  # digest taken 15 s into the wait
     assert f"/recover approve {rid}" in h1
     assert "Note by" in h1 and "effects checked with the repo owner" in h1
-    assert f"Last step: note → noted by <@{REQUESTER}> at 2026-11-29T10:00:00.000Z" in h1
+    assert f"Last step: note → noted by @{REQUESTER} at 2026-11-29T10:00:00.000Z" in h1
     h2 = by_session["ses_h2"]
     assert "Next step: A turn ran after the last checkpoint (CONTEXT_GAP)" in h2
     assert "Last step: verification → checked" in h2

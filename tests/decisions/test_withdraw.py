@@ -57,7 +57,10 @@ def test_the_requester_withdraws_a_pending_request_and_it_is_never_sent(decision
     svc = env.service()
     rid = _close(env, svc, "ses_wd1")
     refused = svc.withdraw(OUTSIDER, CHANNEL, rid)
-    assert not refused.ok and "only <@UREQ000001>" in refused.messages[0].plain_text()
+    assert not refused.ok and "only @UREQ000001, who asked for it" in refused.messages[0].plain_text()
+    # The refusal is in the chain with the mention readable: no front's syntax, no per-process marker.
+    (stored,) = [s for s in env.store.steps(session_id="ses_wd1") if s.actor == OUTSIDER]
+    assert stored.detail["why"] == f"only @{REQUESTER}, who asked for it, withdraws request {rid}"
     reply = svc.withdraw(REQUESTER, CHANNEL, rid)
     assert reply.ok and "withdrawn by its requester" in reply.messages[0].headline
     assert (

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.messages import Attachment, Button, Message, ref
+from bot.messages import Attachment, Button, Mention, Message, pieces, plain, ref
 from bot.slack import blocks as kit
 
 text = st.text(max_size=400)
@@ -84,6 +84,11 @@ def test_mentions_and_escaping() -> None:
     assert kit.escape(f"by {ref('alice')}") == "by @alice"
     forged = ref("U1").replace(ref("U1")[1:13], "0" * 12)  # a marker with another process's key
     assert kit.escape(forged) == "@U1"
+    # The core's text carries structured mentions; each front renders them (Slack above, readable here).
+    text = f"by {ref('U1')} in {ref('C0123', '#')}: <@U2>"
+    assert pieces(text) == ["by ", Mention("@", "U1"), " in ", Mention("#", "C0123"), ": <@U2>"]
+    assert plain(text) == "by @U1 in #C0123: <@U2>" and kit.plain_refs(text) == plain(text)
+    assert pieces(forged) == ["@U1"]  # another process's marker is outside text, never a Mention
 
 
 def test_attachment_preview_is_truncated_and_says_where_the_rest_is() -> None:
