@@ -10,12 +10,13 @@ saw is what is sent), and an approval over that hash before the expiry — for a
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
+from bot.batch.store import Batch
 from bot.clock import parse_time
+from bot.store import Step
 
 
-def authority_problem(batch: Any, stored_hash: str, steps: Iterable[Any]) -> str | None:
+def authority_problem(batch: Batch, stored_hash: str, steps: Iterable[Step]) -> str | None:
     """None when the chain authorises sending ``batch``; otherwise what is missing, in words."""
     if stored_hash != batch.content_hash:
         return "its stored members no longer hash to the content hash it was requested with"

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.runbook import RunbookSet
 from bot.runbook.evaluate import check_decision
 
 BATCH_DECISIONS = ("retry_restore", "start_fresh", "close")
@@ -59,7 +60,7 @@ def incurable(c: Candidate) -> tuple[str, str] | None:
 
 
 def plan(
-    runbooks: Any,
+    runbooks: RunbookSet,
     decision: str,
     candidates: list[Candidate],
     *,

@@ -30,6 +30,8 @@ from bot.store.chain import canonical_json
 migrations = Migrations("batches")
 
 OPEN_STATES = ("requested", "approved", "sending")
+# A value written into one column of a batch or member row (an id, a state, a note, a status, a flag).
+Column = str | int | None
 CONTENT = ("id", "requester", "channel", "decision", "reason", "cause_fixed", "source", "policy",
            "created_at", "expires_at")
 
@@ -210,7 +212,7 @@ class BatchStore:
                       "GROUP BY code", [batch_id]).fetchall()
         return {str(r["code"]): r["n"] for r in rows}
 
-    def transition(self, db: Database, batch_id: str, from_states: Sequence[str], to: str, **values: Any) -> bool:
+    def transition(self, db: Database, batch_id: str, from_states: Sequence[str], to: str, **values: Column) -> bool:
         """Compare-and-set the batch's state; False when another writer moved it first."""
         sets = ["state = ?", "updated_at = ?"] + [f"{k} = ?" for k in values]
         marks = ", ".join("?" for _ in from_states)
@@ -218,13 +220,13 @@ class BatchStore:
                  [to, self.now(), *values.values(), batch_id, *from_states])
         return cur.rowcount == 1
 
-    def set(self, batch_id: str, **values: Any) -> None:
+    def set(self, batch_id: str, **values: Column) -> None:
         with self.store.write() as db:
             sets = ", ".join(f"{k} = ?" for k in values)
             _q(db, f"UPDATE batches SET {sets} WHERE id = ?", [*values.values(), batch_id])  # noqa: S608
 
     def member_transition(
-        self, db: Database, batch_id: str, session_id: str, from_states: Sequence[str], to: str, **values: Any
+        self, db: Database, batch_id: str, session_id: str, from_states: Sequence[str], to: str, **values: Column
     ) -> bool:
         sets = ["state = ?", "updated_at = ?"] + [f"{k} = ?" for k in values]
         marks = ", ".join("?" for _ in from_states)
@@ -236,12 +238,12 @@ class BatchStore:
         )
         return cur.rowcount == 1
 
-    def member_set(self, db: Database, batch_id: str, session_id: str, **values: Any) -> None:
+    def member_set(self, db: Database, batch_id: str, session_id: str, **values: Column) -> None:
         sets = ", ".join(f"{k} = ?" for k in values)
         _q(db, f"UPDATE batch_members SET {sets} WHERE batch_id = ? AND session_id = ?",  # noqa: S608
            [*values.values(), batch_id, session_id])
 
-    def executed_count(self, session_id: str, decision: str, code: Any) -> int:
+    def executed_count(self, session_id: str, decision: str, code: str | None) -> int:
         """R5.4: how often this decision was already applied to the session by a batch, same attention."""
         with self.store.read() as db:
             rows = _q(

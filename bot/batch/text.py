@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
-from typing import Any
 
+from bot.batch.store import Batch, BatchMember
 from bot.messages import Attachment, Button, Level, Message, ref
 
 SHOWN_MEMBERS = 25
@@ -22,7 +22,7 @@ def counts_line(counts: dict[str, int], codes: dict[str, int], total: int) -> st
     )
 
 
-def request_lines(batch: Any, members: Sequence[Any], groups: str) -> list[str]:
+def request_lines(batch: Batch, members: Sequence[BatchMember], groups: str) -> list[str]:
     lines = [
         f"Decision: `{batch.decision}` · members: {len(members)} · from: {groups} · requested by {ref(batch.requester)}",
         f"Reason: {batch.reason}",
@@ -43,7 +43,7 @@ def request_lines(batch: Any, members: Sequence[Any], groups: str) -> list[str]:
     return lines
 
 
-def members_csv(batch: Any, members: Sequence[Any]) -> str:
+def members_csv(batch: Batch, members: Sequence[BatchMember]) -> str:
     out = io.StringIO()
     w = csv.writer(out)
     w.writerow(["batch_id", "session_id", "bound_revision", "outcome", "http_status", "code", "receipt_id",
@@ -58,7 +58,7 @@ def members_csv(batch: Any, members: Sequence[Any]) -> str:
     return out.getvalue()
 
 
-def approval_message(batch: Any, members: Sequence[Any], groups: str, mentions: list[str], *,
+def approval_message(batch: Batch, members: Sequence[BatchMember], groups: str, mentions: list[str], *,
                      irreversible: bool = False) -> Message:
     two = batch.policy == "two_person"
     why = f"{batch.decision} is irreversible" if irreversible else "more members than the runbook's threshold"
@@ -87,7 +87,7 @@ def approval_message(batch: Any, members: Sequence[Any], groups: str, mentions: 
     )
 
 
-def progress_message(batch: Any, counts: dict[str, int], codes: dict[str, int], total: int,
+def progress_message(batch: Batch, counts: dict[str, int], codes: dict[str, int], total: int,
                      elapsed: float, note: str | None) -> Message:
     state = "stopping: no new sends" if batch.stop_requested else "sending"
     lines = [counts_line(counts, codes, total), f"`/recover batch {batch.id}` shows it; "
@@ -98,7 +98,7 @@ def progress_message(batch: Any, counts: dict[str, int], codes: dict[str, int], 
                    level="progress", lines=lines, kind="batch_progress", ref=batch.id, session_id=batch.id)
 
 
-def final_message(batch: Any, members: Sequence[Any], counts: dict[str, int], codes: dict[str, int],
+def final_message(batch: Batch, members: Sequence[BatchMember], counts: dict[str, int], codes: dict[str, int],
                   csv_path: str | None) -> Message:
     total = len(members)
     table = [
