@@ -26,9 +26,6 @@ from bot.textclean import clean_optional, clean_text
 
 log = logging.getLogger(__name__)
 
-# Button actions the core produces (bot.messages.Button.action) and that front ends send back.
-ACTIONS = ("approve", "reject", "confirm", "reconcile_reviewed", "resume", "decide", "decide_form", "run")
-
 
 def error_reply(exc: BaseException) -> Reply:
     """The one place an error becomes words for a person."""

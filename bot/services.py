@@ -60,7 +60,6 @@ class Services:
     decisions: DecisionService
     dockerops: DockerOps
     clock: Clock
-    sandboxed: bool
     bulk: Bulk | None = None  # triage and batches over a paced client
 
 
@@ -258,7 +257,6 @@ def build_services(
         decisions=decisions,
         dockerops=dockerops,
         clock=clock,
-        sandboxed=sandbox is not None,
     )
 
 

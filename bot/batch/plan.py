@@ -20,8 +20,7 @@ from bot.runbook.evaluate import check_decision
 BATCH_DECISIONS = ("retry_restore", "start_fresh", "close")
 PER_SESSION = ("abandon", "confirm_completed")  # each turn's external effects are checked on their own (R3.10)
 
-# Branches and attention reasons whose cause a retry of the same checkpoint cannot cure.
-INCURABLE_BRANCHES = {"restore_incompatible": "R2.3", "restore_permanent": "R2.8"}
+# Reasons and worker errors whose cause a retry of the same checkpoint cannot cure (R2.3, R2.8).
 _DAMAGE = re.compile(
     r"incompatible_checkpoint|restore_refused|CHECKPOINT_UNAVAILABLE|NoSuchKey|AccessDenied|digest|checksum"
     r"|\b40[134]\b",

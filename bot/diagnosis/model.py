@@ -57,7 +57,6 @@ class Evidence:
     log_lines: list[LogLine] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     logs_truncated: bool = False
-    reconciler_raw: object = None
     #: What of the worker log the answer is based on (one line; see diagnosis.logcoverage).
     log_coverage: str | None = None
 

@@ -317,7 +317,6 @@ class Diagnoser:
         status = results.get("reconciler")
         if isinstance(status, ReconcilerStatus):
             facts.update(F.reconciler_facts(status.last_pass, status.last_pass_at))
-            evidence.reconciler_raw = status.raw
         F.link_facts(facts)
         ordered = [states[name] for name in F.SOURCES] + [s for n, s in states.items() if n not in F.SOURCES]
         for source in ordered:

@@ -88,17 +88,6 @@ class ScanStats:
     #: Problems that did not stop the scan (an unreadable file, a corrupt .gz…), one sentence each.
     problems: list[str] = field(default_factory=list)
 
-    def merge(self, other: ScanStats) -> None:
-        """Fold a per-file scan into the total of a multi-file scan."""
-        self.bytes_read += other.bytes_read
-        self.lines_matched += other.lines_matched
-        self.truncated = self.truncated or other.truncated
-        self.lines_outside_window += other.lines_outside_window
-        self.lines_other_session += other.lines_other_session
-        self.lines_unparsed += other.lines_unparsed
-        self.long_lines += other.long_lines
-        self.sources.extend(s for s in other.sources if s not in self.sources)
-        self.problems.extend(other.problems)
 
 
 class LogScan(Iterator[LogLine]):

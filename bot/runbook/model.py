@@ -290,11 +290,6 @@ class RunbookSet:
         return [str(p) for p in self.files]
 
     @property
-    def docker_min_major(self) -> int | None:
-        """The minimum Docker daemon major version (R1.7), or None when no runbook sets it."""
-        return self.docker.min_daemon_major if self.docker is not None else None
-
-    @property
     def decidable(self) -> list[str]:
         """Decisions a person may name in ``decide`` (resume has its own command)."""
         return [name for name, d in self.decisions.items() if d.decidable]

@@ -78,7 +78,6 @@ class SlackReporter:
         self.origin = origin
         self._progress: tuple[str, str] | None = None
         self._progress_at = 0.0
-        self._pending_progress: Message | None = None
         self._lock = threading.Lock()
         self._on_posted = on_posted
         self._asked = time.monotonic()
@@ -105,9 +104,7 @@ class SlackReporter:
         with self._lock:
             now = time.monotonic()
             if self._progress is not None and now - self._progress_at < PROGRESS_MIN_INTERVAL:
-                self._pending_progress = message
                 return
-            self._pending_progress = None
             self._progress_at = now
             if self._progress is not None:
                 channel, ts = self._progress
@@ -150,7 +147,6 @@ class SlackReporter:
         if reuse_progress:
             with self._lock:
                 progress, self._progress = self._progress, None
-                self._pending_progress = None
         where = self._where(message)
         if where is None and progress is None:
             if self.origin.response_url:

@@ -46,10 +46,6 @@ def guarded_protocol(*, header_timeout: float = HEADER_TIMEOUT, max_connections:
         def evictions() -> int:
             return evicted[0]
 
-        @staticmethod
-        def waiting_count() -> int:
-            return len(waiting)
-
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._await_headers()

@@ -150,10 +150,6 @@ class SlackState:
 
     # -- Events API redeliveries -----------------------------------------------------------------
 
-    def first_sighting(self, event_id: str, now: float | None = None) -> bool:
-        """True the first time an event id is seen; False for a redelivery (drop it)."""
-        return self.first_delivery(f"event:{event_id}", now)
-
     def first_delivery(self, key: str, now: float | None = None) -> bool:
         """True the first time a delivery key is recorded, across restarts; False for a repeat.
 

@@ -250,7 +250,6 @@ class SlackDirectory:
 
     def __init__(self, client: WebClient) -> None:
         self.client = client
-        self._names: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def members(self, group_id: str) -> set[str]:
@@ -266,20 +265,3 @@ class SlackDirectory:
             ) from exc
         users = response.get("users") or []
         return {str(u) for u in users}
-
-    def display_name(self, user_id: str) -> str:
-        """A person's name for messages; the id itself when users.info is not allowed."""
-        with self._lock:
-            if user_id in self._names:
-                return self._names[user_id]
-        name = user_id
-        try:
-            response = self.client.users_info(user=user_id)
-            user = response.get("user") or {}
-            profile = user.get("profile") or {}
-            name = str(profile.get("display_name") or user.get("real_name") or user.get("name") or user_id)
-        except (SlackClientError, OSError, ValueError) as exc:
-            log.info("users.info for %s unavailable: %s", user_id, redact(str(exc)))
-        with self._lock:
-            self._names[user_id] = name
-        return name

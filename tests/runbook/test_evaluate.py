@@ -363,7 +363,7 @@ def test_accessors(runbooks: RunbookSet) -> None:
     assert runbooks.reconciler.container.name_pattern == "{project}-reconciler-{n}"
     assert runbooks.reconciler_review_window() == 900.0
     assert runbooks.workers is not None and runbooks.workers.session_label == "control-host.session_id"
-    assert runbooks.docker_min_major == 28
+    assert runbooks.docker is not None and runbooks.docker.min_daemon_major == 28
     assert [s.image for s in runbooks.docker.deploy_order] == ["API_IMAGE", "WORKER_IMAGE"]  # type: ignore[union-attr]
     assert {c.name for c in runbooks.commands.values() if c.channel_restricted} == {
         "approve",
@@ -384,6 +384,6 @@ def test_a_set_without_branches_is_a_runbook_error(runbooks_dir) -> None:
     from bot.runbook import load_runbooks
 
     only_upgrade = load_runbooks(runbooks_dir / "isolation-upgrade.yaml")
-    assert only_upgrade.docker_min_major == 28 and "preflight" in only_upgrade.commands
+    assert only_upgrade.docker is not None and only_upgrade.docker.min_daemon_major == 28 and "preflight" in only_upgrade.commands
     with pytest.raises(RunbookError, match="no loaded runbook defines branches"):
         evaluate(only_upgrade, facts())
