@@ -8,33 +8,36 @@ evidence, effects account, reason and requester; open means any state before a f
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
 from sqlite_utils import Database
 
-from bot.decisions._requests import OPEN_STATES, DecisionRequest, RequestStore
+from bot.decisions._requests import OPEN_STATES, REQUESTS, DecisionRequest, RequestStore
 from bot.decisions._text import irreversible_line
 from bot.messages import Button, Message
 
 _FIELDS = ("session_id", "decision", "requester", "turn_id", "evidence_ref", "effects", "reason")
 
 
-def identical_open(requests: RequestStore, content: Mapping[str, Any], *, db: Database | None = None) -> DecisionRequest | None:
+def identical_open(
+    requests: RequestStore, content: Mapping[str, Any], *, db: Database | None = None
+) -> DecisionRequest | None:
     """The open request with the same content as ``content``, if any (inside ``db``'s transaction)."""
     if db is None:
         with requests.store.read() as rdb:
             return identical_open(requests, content, db=rdb)
     marks = ", ".join("?" for _ in OPEN_STATES)
     where = " AND ".join(f"{name} IS ?" for name in _FIELDS)  # IS: NULL matches NULL
-    cur: sqlite3.Cursor = db.conn.execute(
-        f"SELECT id FROM decision_requests WHERE {where} AND state IN ({marks}) "  # noqa: S608 - fixed names
-        "ORDER BY created_at LIMIT 1",
+    rows = db.table(REQUESTS).rows_where(
+        f"{where} AND state IN ({marks})",
         [*(content.get(name) for name in _FIELDS), *OPEN_STATES],
+        select="id",
+        order_by="created_at",
+        limit=1,
     )
-    row = cur.fetchone()
-    return requests.get(str(row[0]), db=db) if row else None
+    row = next(rows, None)
+    return requests.get(str(row["id"]), db=db) if row else None
 
 
 def repeats(same: DecisionRequest | None, *, yes: bool) -> DecisionRequest | None:

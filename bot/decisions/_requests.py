@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,8 @@ from bot.store import Store
 from bot.store.chain import canonical_json
 
 migrations = Migrations("decisions")
+REQUESTS = "decision_requests"
+WAITS = "decision_waits"
 
 # Content columns: fixed once the request exists (the approver approves exactly these).
 CONTENT_FIELDS = (
@@ -76,7 +77,6 @@ STATES = (
     "uncertain",  # sent, no definite answer (5xx, timeout, dropped reply): re-sent with the same key
 )
 OPEN_STATES = ("requested", "approved", "waiting", "recheck", "sending", "uncertain")
-FINAL_STATES = ("rejected", "expired", "withdrawn", "void", "executed", "failed")
 # Nothing was sent for a request in these states, so its requester may withdraw it.
 WITHDRAWABLE_STATES = ("requested", "approved", "waiting", "recheck")
 # States in which a request has been (or may have been) sent with its stored key.
@@ -260,7 +260,7 @@ class DecisionRequest:
     receipt_id: str | None = None
     http_status: int | None = None
     error_code: str | None = None
-    result: Any = None
+    result: dict[str, Any] | None = None  # the API's receipt, as JSON
     updated_at: str = ""
     gone_seen_at: str | None = None
     rechecked_by: str | None = None
@@ -301,13 +301,7 @@ def new_request_id() -> str:
     return "req_" + uuid.uuid4().hex[:16]
 
 
-def _q(db: Database, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
-    cur = db.conn.cursor()
-    cur.row_factory = sqlite3.Row
-    return cur.execute(sql, list(params))
-
-
-def _row(row: Mapping[str, Any]) -> DecisionRequest:
+def _request(row: Mapping[str, Any]) -> DecisionRequest:
     values = dict(row)
     values["facts"] = json.loads(values["facts"])
     values["shown_facts"] = json.loads(values["shown_facts"])
@@ -335,34 +329,34 @@ class RequestStore:
         row["content_hash"] = content_hash(content)
         row["state"] = "requested"
         row["updated_at"] = self._now()
-        columns = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        _q(db, f"INSERT INTO decision_requests ({columns}) VALUES ({marks})", list(row.values()))  # noqa: S608
-        return self.get(str(row["id"]), db=db)  # type: ignore[return-value]
+        db.table(REQUESTS).insert(row)
+        made = self.get(str(row["id"]), db=db)
+        assert made is not None  # just inserted in this transaction
+        return made
 
     def get(self, request_id: str, *, db: Database | None = None) -> DecisionRequest | None:
-        if db is not None:
-            row = _q(db, "SELECT * FROM decision_requests WHERE id = ?", [request_id]).fetchone()
-            return _row(row) if row else None
-        with self.store.read() as rdb:
-            return self.get(request_id, db=rdb)
+        if db is None:
+            with self.store.read() as rdb:
+                return self.get(request_id, db=rdb)
+        rows = db.table(REQUESTS).rows_where("id = ?", [request_id], limit=1)
+        return next((_request(r) for r in rows), None)
 
     def find(
         self, *, states: Sequence[str] | None = None, session_id: str | None = None
     ) -> list[DecisionRequest]:
         clauses: list[str] = []
-        params: list[Any] = []
+        params: list[str] = []
         if states:
             clauses.append(f"state IN ({', '.join('?' for _ in states)})")
             params.extend(states)
         if session_id is not None:
             clauses.append("session_id = ?")
             params.append(session_id)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         with self.store.read() as db:
-            sql = f"SELECT * FROM decision_requests {where} ORDER BY created_at, id"  # noqa: S608 - fixed clauses
-            rows = _q(db, sql, params).fetchall()
-        return [_row(r) for r in rows]
+            rows = db.table(REQUESTS).rows_where(
+                " AND ".join(clauses) or None, params, order_by="created_at, id"
+            )
+            return [_request(r) for r in rows]
 
     def transition(
         self,
@@ -372,7 +366,7 @@ class RequestStore:
         to_state: str,
         *,
         actor: str | None = None,
-        **values: Any,
+        **values: object,
     ) -> bool:
         """Compare-and-set the request's state inside the caller's ``BEGIN IMMEDIATE``.
 
@@ -384,20 +378,18 @@ class RequestStore:
             raise RuntimeError("transition() needs a connection from Store.write()")
         if to_state not in STATES:
             raise ValueError(f"unknown request state {to_state!r}")
-        before = _q(
-            db, "SELECT session_id, state FROM decision_requests WHERE id = ?", [request_id]
-        ).fetchone()
+        before = next(
+            db.table(REQUESTS).rows_where("id = ?", [request_id], select="session_id, state", limit=1), None
+        )
         if before is None or before["state"] not in from_states:
             return False
-        if "result" in values and values["result"] is not None:
+        if values.get("result") is not None:
             values["result"] = canonical_json(values["result"])
         sets = ["state = ?", "updated_at = ?"] + [f"{name} = ?" for name in values]
-        params: list[Any] = [to_state, self._now(), *values.values(), request_id, *from_states]
         marks = ", ".join("?" for _ in from_states)
-        cur = _q(
-            db,
-            f"UPDATE decision_requests SET {', '.join(sets)} WHERE id = ? AND state IN ({marks})",  # noqa: S608
-            params,
+        cur = db.execute(
+            f"UPDATE {REQUESTS} SET {', '.join(sets)} WHERE id = ? AND state IN ({marks})",  # noqa: S608
+            [to_state, self._now(), *values.values(), request_id, *from_states],
         )
         if cur.rowcount != 1:
             return False
@@ -418,11 +410,10 @@ class RequestStore:
         allowed = {"gone_seen_at", "rechecked_by", "rechecked_at", "superseded_by"}
         if not values or set(values) - allowed:
             raise ValueError(f"mark() sets only {sorted(allowed)}")
-        sets = ", ".join(f"{name} = ?" for name in values)
-        _q(db, f"UPDATE decision_requests SET {sets} WHERE id = ?", [*values.values(), request_id])  # noqa: S608
+        db.table(REQUESTS).update(request_id, values)
 
     def count_sends(self, db: Database, request_id: str) -> None:
-        _q(db, "UPDATE decision_requests SET sends = sends + 1 WHERE id = ?", [request_id])
+        db.table(REQUESTS).update(request_id, {"sends": 1}, conversions={"sends": "sends + ?"})
 
     # -- waits -----------------------------------------------------------------------------------
 
@@ -436,31 +427,21 @@ class RequestStore:
         request_id: str | None = None,
         detail: str | None = None,
     ) -> int:
+        row = {"session_id": session_id, "request_id": request_id, "kind": kind, "actor": actor,
+               "started_at": self._now(), "deadline": deadline, "detail": detail}
         with self.store.write() as db:
-            cur = _q(
-                db,
-                "INSERT INTO decision_waits (session_id, request_id, kind, actor, started_at, deadline, detail) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [session_id, request_id, kind, actor, self._now(), deadline, detail],
-            )
-            return int(cur.lastrowid or 0)
+            return int(db.table(WAITS).insert(row).last_pk or 0)
 
     def end_wait(self, wait_id: int, state: str) -> None:
+        """active → ``state`` (a compare-and-set: a wait ends once)."""
         with self.store.write() as db:
-            _q(
-                db,
-                "UPDATE decision_waits SET state = ?, ended_at = ? WHERE id = ? AND state = 'active'",
+            db.execute(
+                f"UPDATE {WAITS} SET state = ?, ended_at = ? WHERE id = ? AND state = 'active'",  # noqa: S608
                 [state, self._now(), wait_id],
             )
 
     def active_waits(self, session_id: str | None = None) -> list[Wait]:
+        where = "state = 'active'" + (" AND session_id = ?" if session_id is not None else "")
         with self.store.read() as db:
-            if session_id is None:
-                rows = _q(db, "SELECT * FROM decision_waits WHERE state = 'active' ORDER BY id").fetchall()
-            else:
-                rows = _q(
-                    db,
-                    "SELECT * FROM decision_waits WHERE state = 'active' AND session_id = ? ORDER BY id",
-                    [session_id],
-                ).fetchall()
-        return [Wait(**dict(r)) for r in rows]
+            rows = db.table(WAITS).rows_where(where, [session_id] if session_id is not None else [], order_by="id")
+            return [Wait(**r) for r in rows]

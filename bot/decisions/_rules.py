@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-REQUEST_ID_RE = re.compile(r"^req_[0-9a-f]{16}$")
 
 # The facts whose change voids an approval: what the second person looked at when approving
 # (attention code/reason/failures, the turn's status, the checkpoint). The revision is not one of
