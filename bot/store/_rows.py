@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from bot.store.chain import PLAIN_VERSION
@@ -78,7 +78,6 @@ class IdempotencyRecord:
     response: Json = None
     answered_at: str | None = None
     attempts: int = 0
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def pending(self) -> bool:
@@ -114,6 +113,6 @@ def step_of(row: Mapping[str, Any]) -> Step:
 
 
 def record_of(row: Mapping[str, Any]) -> IdempotencyRecord:
-    values = {k: row[k] for k in IdempotencyRecord.__dataclass_fields__ if k != "raw"}
+    values = {k: row[k] for k in IdempotencyRecord.__dataclass_fields__}
     values["response"] = loads(values["response"])
-    return IdempotencyRecord(**values, raw=dict(row))
+    return IdempotencyRecord(**values)
