@@ -23,7 +23,11 @@ secret: build them with :func:`bot.redact.redact` when they quote outside text.
 
 from __future__ import annotations
 
-from bot.messages import Reply
+from typing import Generic, TypeVar
+
+# What an interrupted command says (the core's Reply): a parameter, because this module is the base
+# of everything, the sandbox included, and imports nothing of the bot.
+R = TypeVar("R")
 
 
 class RecoverError(Exception):
@@ -110,13 +114,13 @@ class StoreError(RecoverError):
     """The step store refused a write or found itself inconsistent."""
 
 
-class Interrupted(KeyboardInterrupt):
+class Interrupted(KeyboardInterrupt, Generic[R]):
     """Ctrl-C reached the core during a command; ``reply`` says what became of its request.
 
     A KeyboardInterrupt (not an Exception) so front ends that catch Exception still stop; the
     console shows ``reply`` — withdrawn and never replayed, or uncertain and kept with its key.
     """
 
-    def __init__(self, reply: Reply) -> None:
+    def __init__(self, reply: R) -> None:
         super().__init__("interrupted")
         self.reply = reply
