@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from bot.buttons import DecisionChoice
 from bot.diagnosis import timeline as tl
 from bot.diagnosis.model import Diagnosis
+from bot.errors import ControlHostError, RecoverError
 from bot.messages import Attachment, Button, Message
 from bot.redact import redact
 from bot.runbook.conditions import format_value, known_absent
@@ -53,8 +54,8 @@ def source_slow(budget_seconds: float) -> str:
 
 
 def source_error(exc: BaseException) -> str:
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    code = getattr(exc, "code", None)
+    message = (exc.message if isinstance(exc, RecoverError) else None) or str(exc) or type(exc).__name__
+    code = exc.code if isinstance(exc, ControlHostError) else None
     text = f"{code}: {message}" if code and code not in message else message
     return redact(text.splitlines()[0] if text else type(exc).__name__)[:300]
 

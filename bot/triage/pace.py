@@ -15,12 +15,20 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Protocol, runtime_checkable
 
 import httpx
 
 from bot.messages import Message, Reporter
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class RateLimitedReporter(Protocol):
+    """A reporter that knows when its chat rate-limited it (the Slack one), so progress slows down."""
+
+    def rate_limited_for(self) -> float | None: ...
 
 
 class RateLimiter:
@@ -174,8 +182,8 @@ class Throttle:
             except Exception:  # noqa: BLE001 - progress is best effort; the final reply always lands
                 log.warning("progress update failed", exc_info=True)
             took = time.monotonic() - started
-            limited = getattr(self.reporter, "rate_limited_for", None)
-            retry = limited() if callable(limited) else None
+            reporter = self.reporter
+            retry = reporter.rate_limited_for() if isinstance(reporter, RateLimitedReporter) else None
             if retry or took > self.interval:
                 self.slowed = True
                 self.current = max(self.current, float(retry or 0), took * 2, self.interval * 2)
