@@ -76,7 +76,16 @@ class Member:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Member:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+        """A member as :meth:`to_json` stored it (our own JSON: every field present)."""
+        return cls(
+            session_id=data.get("session_id", ""),
+            revision=data.get("revision"),
+            branch=data.get("branch", ""),
+            facts=data.get("facts") or {},
+            valid=data.get("valid") or [],
+            verdicts=data.get("verdicts") or {},
+            failed_at=data.get("failed_at"),
+        )
 
 
 @dataclass
