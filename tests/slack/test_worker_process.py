@@ -143,15 +143,9 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
         proc.terminate()
         proc.wait(30)
     # Stopped with serve: the worker is gone too.
-    pid = _worker_pid_from_db(db)
-    assert pid is not None and pid != first_pid
+    pid = inbox.workers()[0][1]
+    assert pid != first_pid
     _wait("the worker gone", lambda: not _alive(pid), timeout=5)
-
-
-def _worker_pid_from_db(db: Path) -> int | None:
-    with Store(db, migrations=[slack_migrations]).read() as conn:
-        row = conn.execute("SELECT pid FROM slack_workers ORDER BY beat_at DESC LIMIT 1").fetchone()
-    return int(row[0]) if row else None
 
 
 def _alive(pid: int) -> bool:
@@ -172,7 +166,7 @@ def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_pat
     inbox = Inbox(Store(db, migrations=[slack_migrations]))
     supervisors = [WorkerSupervisor(settings, inbox).start() for _ in range(2)]
     try:
-        _wait("two beating workers", lambda: _workers(db) >= 2)
+        _wait("two beating workers", lambda: sum(not dead for _, _, dead in inbox.workers()) >= 2)
         sender = SlackSender("http://127.0.0.1:9/unused", stand_in=slack_api)
         urls = []
         for i in range(120):
@@ -185,8 +179,7 @@ def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_pat
         _wait("every item done", lambda: inbox.states() == {"done": 120}, timeout=120)
         per_url = Counter(p for p, _ in slack_api.responses)
         assert all(per_url[u] == 1 for u in urls), [u for u in urls if per_url[u] != 1]
-        with Store(db, migrations=[slack_migrations]).read() as conn:
-            by_worker = dict(conn.execute("SELECT claimed_by, count(*) FROM slack_inbox GROUP BY claimed_by").fetchall())
+        by_worker = inbox.claimed_by()
         ids = {s.worker_id for s in supervisors}
         assert set(by_worker) <= ids and sum(by_worker.values()) == 120, by_worker
         # A repeat of a queued delivery is refused by its key, durably.
@@ -196,14 +189,6 @@ def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_pat
             s.stop()
     for s in supervisors:
         assert s.proc is not None and s.proc.poll() is not None
-
-
-def _workers(db: Path) -> int:
-    with Store(db, migrations=[slack_migrations]).read() as conn:
-        try:
-            return int(conn.execute("SELECT count(*) FROM slack_workers WHERE dead = 0").fetchone()[0])
-        except Exception:  # noqa: BLE001 - the table appears with the first migration
-            return 0
 
 
 def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slack_api, sandbox_factory, tmp_path) -> None:
