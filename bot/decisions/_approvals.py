@@ -29,6 +29,7 @@ from bot.decisions._lifecycle import Execution, grant
 from bot.decisions._recheck import RecheckRoom
 from bot.decisions._requests import DecisionRequest
 from bot.messages import Message, Reply, Reporter, ref
+from bot.vocab import Policy, RequestState, Step
 
 AGAIN = "Make a new request with `/recover decide …` if it is still needed."
 
@@ -49,7 +50,7 @@ class ApprovalRoom:
             req = load(self.ctx, request_id)
             sid = req.session_id
             in_recovery_channel(self.ctx, channel, "approvals are", sid)
-            if req.policy != "two_person":
+            if req.policy != Policy.TWO_PERSON:
                 raise Refusal(
                     f"request {req.id} is a single-person `{req.decision}`: it is confirmed, not approved",
                     "Its requester confirms it with the button or `--yes`.",
@@ -58,13 +59,13 @@ class ApprovalRoom:
             second_person(self.ctx, actor, req)  # R3.10
             # What allows this approver, as seen now: recorded with the approval, never looked up again.
             evidence = allowed_approver(self.ctx, actor, sid)
-            if req.state == "approved":
+            if req.state == RequestState.APPROVED:
                 # Approved but not executed (a crash, an unreadable API): an allowed person retries it.
                 return self.execution.execute(req.id, actor, reporter)
-            return self._grant(req, actor, "decision_approved", {"channel": channel, "allowed_by": evidence},
+            return self._grant(req, actor, Step.DECISION_APPROVED, {"channel": channel, "allowed_by": evidence},
                                reporter, void_if_changed=True)
 
-        return refusing(self.ctx, actor, "approve", inputs, attempt)
+        return refusing(self.ctx, actor, Step.APPROVE, inputs, attempt)
 
     def confirm(
         self, actor: str, channel: str | None, request_id: str, reporter: Reporter, effects: str | None = None
@@ -78,7 +79,7 @@ class ApprovalRoom:
             req = load(self.ctx, request_id)
             sid = req.session_id
             in_recovery_channel(self.ctx, channel, "decisions are", sid)
-            if req.state == "recheck":
+            if req.state == RequestState.RECHECK:
                 return self.recheck.confirm(req, actor, channel, effects, reporter, inputs)
             if effects is not None:
                 raise Refusal(
@@ -89,7 +90,7 @@ class ApprovalRoom:
                     session_id=sid,
                     rules=["R3.9", "R3.10"],
                 )
-            if req.policy == "two_person":
+            if req.policy == Policy.TWO_PERSON:
                 self._not_confirmable(req)
             if not is_requester(self.ctx, actor, req):
                 raise Refusal(
@@ -97,23 +98,23 @@ class ApprovalRoom:
                     "Make your own request with `/recover decide …` if you want it.",
                     session_id=sid,
                 )
-            if req.state == "approved":
+            if req.state == RequestState.APPROVED:
                 return self.execution.execute(req.id, actor, reporter)
-            return self._grant(req, actor, "decision_confirmed", {"channel": channel}, reporter)
+            return self._grant(req, actor, Step.DECISION_CONFIRMED, {"channel": channel}, reporter)
 
-        return refusing(self.ctx, actor, "confirm", inputs, attempt)
+        return refusing(self.ctx, actor, Step.CONFIRM, inputs, attempt)
 
     @staticmethod
     def _not_confirmable(req: DecisionRequest) -> None:
         """A two-person request is approved by a second person; its re-check comes only after R3.9."""
-        if req.state == "waiting":
+        if req.state == RequestState.WAITING:
             raise Refusal(
                 f"request {req.id} waits for the scheduler to confirm the worker gone: nothing to re-check yet",
                 "The effects re-check is asked for in the case's thread once it is (R3.9, R3.10).",
                 session_id=req.session_id,
                 rules=["R3.9", "R3.10"],
             )
-        in_state(req, "requested")
+        in_state(req, RequestState.REQUESTED)
         raise Refusal(
             f"request {req.id} needs approval by a second person, not a confirmation",
             f"Another person runs `/recover approve {req.id}`.",
@@ -131,7 +132,7 @@ class ApprovalRoom:
         void_if_changed: bool = False,
     ) -> Reply:
         """Still requested, unchanged, unexpired: win ``requested → approved``, then execute once."""
-        in_state(req, "requested")
+        in_state(req, RequestState.REQUESTED)
         untampered(self.ctx, req, actor, void=void_if_changed)
         not_expired(self.ctx, req, actor, AGAIN)
         if not grant(self.ctx, req, actor, step, inputs):
@@ -149,13 +150,13 @@ class ApprovalRoom:
             own = is_requester(self.ctx, actor, req)
             if not own:
                 allowed_approver(self.ctx, actor, sid)
-            to_state = "withdrawn" if own else "rejected"
+            to_state = RequestState.WITHDRAWN if own else RequestState.REJECTED
             with self.ctx.store.write() as db:
                 won = self.ctx.requests.transition(
-                    db, req.id, ("requested",), to_state, decided_by=actor, decided_at=self.ctx.iso(), note=reason
+                    db, req.id, (RequestState.REQUESTED,), to_state, decided_by=actor, decided_at=self.ctx.iso(), note=reason
                 )
                 if won:
-                    self.ctx.record(sid, actor, "decision_rejected", inputs, to_state, db=db)
+                    self.ctx.record(sid, actor, Step.DECISION_REJECTED, inputs, to_state, db=db)
             if not won:
                 moved(self.ctx, req)
             fresh = self.ctx.requests.get(req.id) or req
@@ -163,12 +164,12 @@ class ApprovalRoom:
             because = f": {reason}" if reason else ""
             return Reply.of(text.updated_request_message(fresh, f"{how}{because}; nothing was sent", "warn"))
 
-        return refusing(self.ctx, actor, "reject", inputs, attempt)
+        return refusing(self.ctx, actor, Step.REJECT, inputs, attempt)
 
     def expire_due(self) -> list[Message]:
         """Expire every pending request past its expiry; returns the updated messages to show."""
         out: list[Message] = []
-        for req in self.ctx.requests.find(states=("requested", "recheck")):
+        for req in self.ctx.requests.find(states=(RequestState.REQUESTED, RequestState.RECHECK)):
             msg = expire_if_due(self.ctx, req, BOT)
             if msg is not None:
                 out.append(msg)

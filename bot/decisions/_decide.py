@@ -22,6 +22,7 @@ from bot.decisions._requests import DecisionRequest
 from bot.errors import DecisionError
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.evaluate import DecisionVerdict
+from bot.vocab import Policy, RequestState, Step
 
 Facts = Mapping[str, object]
 USAGE = (
@@ -57,7 +58,7 @@ class DecideRoom:
         inputs = {"decision": decision, "session_id": session_id, **flags, "channel": channel}
 
         def attempt() -> Reply:
-            policy = self.precheck(channel, session_id, decision, flags, "decide")
+            policy = self.precheck(channel, session_id, decision, flags, Step.DECIDE)
             identity = {"session_id": session_id, "decision": decision, "requester": actor, "turn_id": turn,
                         "evidence_ref": evidence, "effects": effects, "reason": reason}
             same = repeats(identical_open(self.ctx.requests, identity), yes=yes)
@@ -92,7 +93,7 @@ class DecideRoom:
                 req = make_request(self.ctx, db, content, inputs)
             return self._ask_or_send(req, policy, verdict, facts, flags, channel, yes, reporter)
 
-        return refusing(self.ctx, actor, "decide", inputs, attempt)
+        return refusing(self.ctx, actor, Step.DECIDE, inputs, attempt)
 
     def _ask_or_send(
         self,
@@ -114,7 +115,7 @@ class DecideRoom:
                 "and then submits it once (R3.9)."
             )
         drops = policy.drops(facts, flags)
-        if policy.approval == "two_person":
+        if policy.approval == Policy.TWO_PERSON:
             first = ["`--yes` does not apply: a two-person decision is never executed by its requester."]
             return Reply.of(
                 text.approval_request_message(
@@ -126,7 +127,7 @@ class DecideRoom:
                     irreversible=self.ctx.irreversible(req.decision),
                 )
             )
-        if policy.approval == "confirm" and not yes:
+        if policy.approval == Policy.CONFIRM and not yes:
             command = decide_command(req) + " --yes"
             return Reply.of(
                 text.confirmation_message(
@@ -140,7 +141,7 @@ class DecideRoom:
                 )
             )
         # Confirmed from text (--yes), or a decision that needs no confirmation.
-        if not grant(self.ctx, req, req.requester, "decision_confirmed", {"yes": yes, "channel": channel}):
+        if not grant(self.ctx, req, req.requester, Step.DECISION_CONFIRMED, {"yes": yes, "channel": channel}):
             return Reply.of(text.refusal(text.state_text(self.ctx.requests.get(req.id) or req)), ok=False)
         return self.execution.execute(req.id, req.requester, reporter)
 
@@ -148,7 +149,7 @@ class DecideRoom:
         self, channel: str | None, session_id: str, decision: str, flags: Mapping[str, object], step: str
     ) -> DecisionPolicy:
         """Checks that need no network: channel, ids, the decision's required flags."""
-        if step == "decide":
+        if step == Step.DECIDE:
             in_recovery_channel(self.ctx, channel, "`decide` is")
         turn = flags.get("turn")
         valid_ids(session_id, turn if isinstance(turn, str) else None)
@@ -186,12 +187,12 @@ class DecideRoom:
         inputs = {"decision": decision, **flags}
 
         def attempt() -> Reply:
-            policy = self.precheck(channel, session_id, decision, flags, "dryrun_decide")
+            policy = self.precheck(channel, session_id, decision, flags, Step.DRYRUN_DECIDE)
             facts, _ = self.ctx.diagnose(session_id, turn)
             verdict = self.ctx.verdict(policy, facts, flags)
             method, path, body = policy.request(session_id, facts, flags)
             self.ctx.record(
-                session_id, actor, "dryrun_decide", inputs, "shown",
+                session_id, actor, Step.DRYRUN_DECIDE, inputs, "shown",
                 detail={"method": method, "path": path, "body": body},
             )
             return Reply.of(
@@ -212,7 +213,7 @@ class DecideRoom:
                 )
             )
 
-        return refusing(self.ctx, actor, "dryrun_decide", inputs, attempt)
+        return refusing(self.ctx, actor, Step.DRYRUN_DECIDE, inputs, attempt)
 
     def _expected(
         self, policy: DecisionPolicy, verdict: DecisionVerdict, facts: Facts, flags: Mapping[str, object]
@@ -231,9 +232,9 @@ class DecideRoom:
             lines.append(f"Expected back: 409 {verdict.code} — {verdict.reason}.")
             if advice:
                 lines.append(advice.text)
-        if policy.approval == "two_person":
+        if policy.approval == Policy.TWO_PERSON:
             lines.append("It needs approval by a second person before it is sent.")
-        elif policy.approval == "confirm":
+        elif policy.approval == Policy.CONFIRM:
             lines.append("It needs an explicit confirmation (button or --yes) before it is sent.")
         drops = policy.drops(facts, flags)
         if drops:
@@ -247,7 +248,7 @@ class DecideRoom:
             return 0
         return sum(
             1
-            for r in self.ctx.requests.find(states=("executed",), session_id=session_id)
+            for r in self.ctx.requests.find(states=(RequestState.EXECUTED,), session_id=session_id)
             if r.decision == decision and r.facts.get("attention.code") == code
         )
 

@@ -26,6 +26,7 @@ from bot.decisions._rules import (
     same_person,
 )
 from bot.messages import Message, Reply, ref
+from bot.vocab import RequestState, Step
 
 AttemptInputs = Mapping[str, Any]
 
@@ -125,8 +126,8 @@ def untampered(ctx: DecisionContext, req: DecisionRequest, actor: str, *, void: 
             ctx.requests.transition(
                 db,
                 req.id,
-                ("requested",),
-                "void",
+                (RequestState.REQUESTED,),
+                RequestState.VOID,
                 decided_by=actor,
                 decided_at=ctx.iso(),
                 note="content changed after it was requested",
@@ -148,7 +149,7 @@ def tampered(ctx: DecisionContext, req: DecisionRequest) -> bool:
     if content_hash(req.content()) != req.content_hash:
         return True
     for step in ctx.store.steps(session_id=req.session_id):
-        if step.step == "decision_requested" and (step.detail or {}).get("request_id") == req.id:
+        if step.step == Step.DECISION_REQUESTED and (step.detail or {}).get("request_id") == req.id:
             return (step.detail or {}).get("content_hash") != req.content_hash
     return True
 
@@ -157,15 +158,15 @@ def expire_if_due(ctx: DecisionContext, req: DecisionRequest, actor: str) -> Mes
     """``requested``/``recheck`` past its expiry → ``expired`` (one winner); the updated message."""
     expires = parse_time(req.expires_at)
     # An unanswered effects re-check lapses with the request (R3.9): the approval's expiry governs.
-    if req.state not in ("requested", "recheck") or expires is None or ctx.now() < expires:
+    if req.state not in (RequestState.REQUESTED, RequestState.RECHECK) or expires is None or ctx.now() < expires:
         return None
     with ctx.store.write() as db:
         if ctx.requests.transition(
-            db, req.id, (req.state,), "expired", decided_by=actor, decided_at=ctx.iso(), note="expired"
+            db, req.id, (req.state,), RequestState.EXPIRED, decided_by=actor, decided_at=ctx.iso(), note="expired"
         ):
-            ctx.record(req.session_id, actor, "decision_expired", {"request_id": req.id}, "expired", db=db)
+            ctx.record(req.session_id, actor, Step.DECISION_EXPIRED, {"request_id": req.id}, RequestState.EXPIRED, db=db)
     fresh = ctx.requests.get(req.id) or req
-    if fresh.state != "expired":
+    if fresh.state != RequestState.EXPIRED:
         return None
     return text.updated_request_message(fresh, f"expired at {req.expires_at}; nothing was sent", "warn")
 

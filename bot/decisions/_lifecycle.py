@@ -20,6 +20,7 @@ from bot.decisions._policy import DecisionPolicy
 from bot.decisions._requests import DecisionRequest, new_request_id
 from bot.decisions._rules import decisive_facts, person_of
 from bot.messages import Reply, Reporter
+from bot.vocab import RequestState, Step
 
 # Facts shown with a request (the second person sees what the requester saw).
 SHOWN_FACTS = (
@@ -108,7 +109,7 @@ def make_request(
     ctx.record(
         req.session_id,
         req.requester,
-        "decision_requested",
+        Step.DECISION_REQUESTED,
         inputs,
         req.state,
         detail={
@@ -135,7 +136,7 @@ def grant(
     second person (R3.10) or decision_confirmed by the requester. False: someone moved it first."""
     with ctx.store.write() as db:
         won = ctx.requests.transition(
-            db, req.id, ("requested",), "approved", approved_by=actor, approved_at=ctx.iso()
+            db, req.id, (RequestState.REQUESTED,), RequestState.APPROVED, approved_by=actor, approved_at=ctx.iso()
         )
         if won:
             ctx.record(
@@ -143,7 +144,7 @@ def grant(
                 actor,
                 step,
                 {"request_id": req.id, "content_hash": req.content_hash, **inputs},
-                "approved",
+                RequestState.APPROVED,
                 db=db,
             )
     return won

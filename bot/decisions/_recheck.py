@@ -18,6 +18,7 @@ from bot.decisions._lifecycle import Execution, make_request, request_content
 from bot.decisions._requests import DecisionRequest
 from bot.errors import RecoverError
 from bot.messages import Reply, Reporter, ref
+from bot.vocab import RequestState, Step
 
 
 class RecheckRoom:
@@ -62,7 +63,7 @@ class RecheckRoom:
             return self._supersede(req, actor, channel, effects.strip(), inputs)
         with self.ctx.store.write() as db:
             current = self.ctx.requests.get(req.id, db=db)
-            still = current is not None and current.state == "recheck"
+            still = current is not None and current.state == RequestState.RECHECK
             if still:
                 self.ctx.requests.mark(db, req.id, rechecked_by=actor, rechecked_at=self.ctx.iso())
         if not still:
@@ -70,16 +71,16 @@ class RecheckRoom:
         self.ctx.record(
             sid,
             actor,
-            "decision_effects_rechecked",
+            Step.DECISION_EFFECTS_RECHECKED,
             {"request_id": req.id, "effects": req.effects, "channel": channel},
-            "recheck",
+            RequestState.RECHECK,
             detail={"content_hash": req.content_hash},
         )
         return self.execution.send_fresh(
             self.ctx.requests.get(req.id) or req,
             actor,
             reporter,
-            from_state="recheck",
+            from_state=RequestState.RECHECK,
             retry=f"`/recover confirm {req.id}` again in a moment.",
         )
 
@@ -111,8 +112,8 @@ class RecheckRoom:
             if not self.ctx.requests.transition(
                 db,
                 req.id,
-                ("recheck",),
-                "void",
+                (RequestState.RECHECK,),
+                RequestState.VOID,
                 actor=actor,
                 decided_by=actor,
                 decided_at=content["created_at"],

@@ -37,6 +37,7 @@ from sqlite_utils.migrations import Migrations
 from bot.clock import isoformat
 from bot.store import Store
 from bot.store.chain import canonical_json
+from bot.vocab import RequestState
 
 migrations = Migrations("decisions")
 REQUESTS = "decision_requests"
@@ -62,25 +63,13 @@ CONTENT_FIELDS = (
 )
 
 # The request life cycle, one list for the whole project (docs/requests.md).
-STATES = (
-    "requested",  # made, waiting for approval or confirmation
-    "approved",  # a valid approval (two-person) or confirmation (single person) is recorded
-    "rejected",  # refused by an allowed approver
-    "expired",  # not approved before its expiry
-    "withdrawn",  # dropped by its requester
-    "void",  # the decisive facts changed (or the stored content no longer matches its hash)
-    "waiting",  # 409 RECOVERY_REQUIRED: the worker is not yet confirmed gone (R3.9)
-    "recheck",  # the worker is gone: the turn's effects are re-checked before the one new submission
-    "sending",  # the key and body are stored; being sent
-    "executed",  # a 2xx receipt is recorded
-    "failed",  # a definite refusal (4xx) or a wait that gave up
-    "uncertain",  # sent, no definite answer (5xx, timeout, dropped reply): re-sent with the same key
-)
-OPEN_STATES = ("requested", "approved", "waiting", "recheck", "sending", "uncertain")
+STATES = tuple(RequestState)  # the one list (bot/vocab.py, docs/requests.md)
+_R = RequestState
+OPEN_STATES = (_R.REQUESTED, _R.APPROVED, _R.WAITING, _R.RECHECK, _R.SENDING, _R.UNCERTAIN)
 # Nothing was sent for a request in these states, so its requester may withdraw it.
-WITHDRAWABLE_STATES = ("requested", "approved", "waiting", "recheck")
+WITHDRAWABLE_STATES = (_R.REQUESTED, _R.APPROVED, _R.WAITING, _R.RECHECK)
 # States in which a request has been (or may have been) sent with its stored key.
-IN_FLIGHT_STATES = ("sending", "uncertain")
+IN_FLIGHT_STATES = (_R.SENDING, _R.UNCERTAIN)
 # The step that records a state change (one per transition, in the same commit).
 STATE_STEP = "request_state"
 # Transition values worth repeating in that step (who, why, which key, what answer).
@@ -109,7 +98,10 @@ _V1_STATES = (
 )
 _V1_TO_V2 = {"pending": "requested", "executing": "sending"}
 # The states 0002 allows; a new state needs a new migration (SQLite rebuilds the table for a CHECK).
-_V2_STATES = STATES
+_V2_STATES = (
+    "requested", "approved", "rejected", "expired", "withdrawn", "void",
+    "waiting", "recheck", "sending", "executed", "failed", "uncertain",
+)
 
 
 @migrations(name="0001_decision_requests")
