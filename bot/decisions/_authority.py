@@ -35,6 +35,7 @@ from bot.errors import ControlHostError
 from bot.messages import Mention, Message, Reply, Reporter
 from bot.store import Step, Store
 from bot.store.chain import KEYED_VERSION
+from bot.vocab import Policy, RequestState
 
 BOT_ACTOR = "recover-bot"
 REQUESTED = "decision_requested"
@@ -43,7 +44,7 @@ CONFIRMED = "decision_confirmed"
 
 # How strict each approval policy is: the request's recorded policy may never be weaker than the
 # runbook's policy for its decision (a row changed to ``confirm`` on a ``close`` is refused).
-_STRICTNESS = {"none": 0, "confirm": 1, "two_person": 2}
+_STRICTNESS: dict[str, int] = {Policy.NONE: 0, Policy.CONFIRM: 1, Policy.TWO_PERSON: 2}
 
 
 class NoAuthority(Exception):
@@ -170,7 +171,7 @@ def derive(
     if problem:
         raise NoAuthority(problem)
     expires = parse_time(req.expires_at)
-    two_person = req.policy == "two_person"
+    two_person = req.policy == Policy.TWO_PERSON
     name = APPROVED if two_person else CONFIRMED
     reasons: list[str] = []
     for s in (s for s in steps if s.step == name):
@@ -276,8 +277,8 @@ class AuthorityGuard:
             self.ctx.requests.transition(
                 db,
                 req.id,
-                tuple(s for s in OPEN_STATES if s != "void"),
-                "void",
+                tuple(s for s in OPEN_STATES if s != RequestState.VOID),
+                RequestState.VOID,
                 actor=BOT_ACTOR,
                 decided_by=BOT_ACTOR,
                 decided_at=self.ctx.iso(),

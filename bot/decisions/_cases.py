@@ -16,6 +16,7 @@ from bot.decisions._requests import OPEN_STATES, DecisionRequest
 from bot.decisions._rules import ID_RE, settled_reason
 from bot.messages import Message, Reply, ref
 from bot.store import Step
+from bot.vocab import Policy, RequestState
 
 
 def who(user: str | None) -> str:
@@ -126,7 +127,7 @@ class CaseBook:
             r = in_flight[0]
             how = (
                 "its send has no definite answer yet: finish it with `/recover replay`"
-                if r.state in ("sending", "uncertain")
+                if r.state in (RequestState.SENDING, RequestState.UNCERTAIN)
                 else f"withdraw it first (`/recover withdraw {r.id}`) or let it be decided"
             )
             return Reply.of(
@@ -202,8 +203,8 @@ def _last(steps: Sequence[Step]) -> str:
 
 
 def _request_line(r: DecisionRequest, now: datetime) -> str:
-    if r.state == "requested":
-        kind = "approval" if r.policy == "two_person" else "confirmation"
+    if r.state == RequestState.REQUESTED:
+        kind = "approval" if r.policy == Policy.TWO_PERSON else "confirmation"
         left = max(0.0, ((parse_time(r.expires_at) or now) - now).total_seconds())
         return (
             f"Pending {kind}: {r.id} `{r.decision}` by {who(r.requester)}, age {text.age(r.created_at, now)}, "
@@ -214,13 +215,13 @@ def _request_line(r: DecisionRequest, now: datetime) -> str:
 
 def _case_state(steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> str:
     states = {r.state for r in open_reqs}
-    if "recheck" in states:
+    if RequestState.RECHECK in states:
         return "waiting for the effects re-check now that the worker is gone (R3.9, R3.10)"
-    if "waiting" in states:
+    if RequestState.WAITING in states:
         return "waiting for the scheduler to confirm the worker gone (R3.9)"
-    if states & {"approved", "sending", "uncertain"}:
+    if states & {RequestState.APPROVED, RequestState.SENDING, RequestState.UNCERTAIN}:
         return "decision in flight"
-    if "requested" in states:
+    if RequestState.REQUESTED in states:
         return "waiting for approval/confirmation"
     verifs = [s for s in steps if s.step == "verification"]
     if verifs:
@@ -235,19 +236,19 @@ def _case_state(steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> 
 
 def _next_step(session_id: str, steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> str:
     for r in open_reqs:
-        if r.state == "requested":
-            if r.policy == "two_person":
+        if r.state == RequestState.REQUESTED:
+            if r.policy == Policy.TWO_PERSON:
                 return f"a second person approves or rejects {r.id} (`/recover approve {r.id}`)"
             return f"{who(r.requester)} confirms or drops {r.id}"
-        if r.state == "recheck":
+        if r.state == RequestState.RECHECK:
             return (
                 f"{who(r.requester)} or {who(r.approved_by)} re-checks the turn's external effects and runs "
                 f"`/recover confirm {r.id}` (a changed account: `--effects \"…\"`, a new request) before "
                 f"{r.expires_at} (R3.10)"
             )
-        if r.state == "uncertain":
+        if r.state == RequestState.UNCERTAIN:
             return f"{r.id} got no definite answer: the bot re-sends it in the background with the same key"
-        if r.state == "waiting":
+        if r.state == RequestState.WAITING:
             return f"wait for the scheduler's pass; {r.id} is then re-checked or submitted once (R3.9)"
         return f"{r.id} is being executed; after a restart the bot finishes it on start-up"
     verifs = [s for s in steps if s.step == "verification"]

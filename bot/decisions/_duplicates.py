@@ -16,6 +16,7 @@ from sqlite_utils import Database
 from bot.decisions._requests import OPEN_STATES, REQUESTS, DecisionRequest, RequestStore
 from bot.decisions._text import irreversible_line
 from bot.messages import Button, Message
+from bot.vocab import Policy, RequestState
 
 _FIELDS = ("session_id", "decision", "requester", "turn_id", "evidence_ref", "effects", "reason")
 
@@ -43,7 +44,7 @@ def identical_open(
 def repeats(same: DecisionRequest | None, *, yes: bool) -> DecisionRequest | None:
     """``same`` unless this decide carries the confirmation the earlier one was waiting for (``--yes``
     after a single-person request asked for it): that one proceeds as a confirmed decide."""
-    if same is None or (yes and same.state == "requested" and same.policy != "two_person"):
+    if same is None or (yes and same.state == RequestState.REQUESTED and same.policy != Policy.TWO_PERSON):
         return None
     return same
 
@@ -52,12 +53,12 @@ def pointer_message(req: DecisionRequest, *, irreversible: bool = False) -> Mess
     """What a repeated ``decide`` answers: the existing request, and how to act on it."""
     lines = [f"Nothing new was created: this is request `{req.id}` again, made at {req.created_at}."]
     buttons: list[Button] = []
-    if req.state == "requested" and req.policy == "two_person":
+    if req.state == RequestState.REQUESTED and req.policy == Policy.TWO_PERSON:
         lines.append(f"It waits for a second person: /recover approve {req.id}")
         if irreversible:
             lines.append(irreversible_line(req.decision))
         buttons.append(Button("Approve", "approve", req.id, command=f"/recover approve {req.id}", style="primary"))
-    elif req.state == "requested":
+    elif req.state == RequestState.REQUESTED:
         lines.append(f"It waits for its confirmation; to withdraw it: /recover reject {req.id}")
     else:
         lines.append(f"It is {req.state}; `/recover history {req.session_id}` shows its steps.")

@@ -15,6 +15,7 @@ from bot.format import age as age
 from bot.format import duration as duration
 from bot.format import show as show
 from bot.messages import Button, Message, ref
+from bot.vocab import Policy, RequestState
 
 APPROVAL_KIND = "approval_request"
 CONFIRM_KIND = "confirmation_request"
@@ -161,7 +162,7 @@ def recheck_message(req: DecisionRequest, gone_at: object, *, irreversible: bool
 
 def updated_request_message(req: DecisionRequest, outcome: str, level: str = "info") -> Message:
     """The approval/confirmation message after it was decided: same kind and ref, no buttons."""
-    kind = APPROVAL_KIND if req.policy == "two_person" else CONFIRM_KIND
+    kind = APPROVAL_KIND if req.policy == Policy.TWO_PERSON else CONFIRM_KIND
     return Message(
         headline=f"Request {req.id} (`{req.decision}` on `{req.session_id}`): {outcome}",
         level=level,  # type: ignore[arg-type]
@@ -175,7 +176,7 @@ def updated_request_message(req: DecisionRequest, outcome: str, level: str = "in
 
 def state_text(req: DecisionRequest) -> str:
     """What became of a request that is no longer where an action expected it."""
-    if req.state == "uncertain":
+    if req.state == RequestState.UNCERTAIN:
         return (
             f"request {req.id} is uncertain (sent, no definite answer): the bot re-sends it in the background "
             "with the same Idempotency-Key and body and posts the outcome in the case's thread"
