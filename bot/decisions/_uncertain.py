@@ -15,16 +15,17 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
+from bot.controlhost import Receipt
 from bot.decisions import _text as text
+from bot.decisions._context import BOT as BOT_ACTOR
+from bot.decisions._context import DecisionContext
+from bot.decisions._poll import Pace, poll
 from bot.decisions._requests import DecisionRequest
 from bot.errors import ControlHostError
 from bot.messages import Message, Reply, Reporter
 
 log = logging.getLogger("bot.decisions")
-
-BOT_ACTOR = "recover-bot"
 
 
 def is_uncertain(exc: ControlHostError) -> bool:
@@ -73,47 +74,36 @@ def _logged(job: Callable[[], None]) -> None:
         log.exception("finishing an uncertain decision failed")
 
 
-class UncertainMixin:
-    """``_uncertain`` for the service's error path; the background loop that settles the request."""
+Settle = Callable[[DecisionRequest, str, Receipt], Reply]
+SettleError = Callable[[DecisionRequest, str, ControlHostError, Reporter], Reply]
+Authorise = Callable[[DecisionRequest, str, Reporter], Reply | None]
 
-    store: Any
-    client: Any
-    clock: Any
-    runbooks: Any
-    requests: Any
 
-    def _iso(self, when: Any = None) -> str:  # DecisionService's
-        raise NotImplementedError
+class UncertainSends:
+    """Marks a request ``uncertain`` and re-sends its stored record in the background until settled.
 
-    def _authorise(
-        self, req: DecisionRequest, actor: str, reporter: Reporter
-    ) -> Reply | None:  # AuthorityMixin's
-        raise NotImplementedError
+    Composed with what settles an answer (``on_accepted``/``on_error``, the execution's outcomes) and
+    the chain's guard (``authorise``), handed in by whoever owns them.
+    """
 
-    def _on_accepted(self, req: DecisionRequest, actor: str, receipt: Any) -> Reply:  # DecisionService's
-        raise NotImplementedError
+    def __init__(
+        self, ctx: DecisionContext, authorise: Authorise, on_accepted: Settle, on_error: SettleError
+    ) -> None:
+        self.ctx = ctx
+        self.authorise = authorise
+        self.on_accepted = on_accepted
+        self.on_error = on_error
+        self.finisher = Finisher()
 
-    def _on_error(self, req: DecisionRequest, actor: str, exc: ControlHostError, reporter: Reporter) -> Reply:
-        raise NotImplementedError
-
-    @property
-    def finisher(self) -> Finisher:
-        made: Finisher | None = self.__dict__.get("_finisher")
-        if made is None:
-            made = self.__dict__.setdefault("_finisher", Finisher())
-        return made
-
-    def wait_background(self, timeout: float = 30.0) -> bool:
-        """Wait for background finishing (tests, shutdown)."""
-        return self.finisher.wait(timeout)
-
-    def _uncertain_bounds(self) -> tuple[float, float, float]:
-        limit = self.runbooks.limit
+    def bounds(self) -> tuple[float, float, float]:
+        limit = self.ctx.runbooks.limit
         return limit("uncertain_retry_initial"), limit("uncertain_retry_max"), limit("uncertain_retry_for")
 
-    def _mark_uncertain(self, req: DecisionRequest, actor: str, exc: ControlHostError) -> None:
-        with self.store.write() as db:
-            self.requests.transition(
+    def mark(self, req: DecisionRequest, actor: str, exc: ControlHostError) -> None:
+        """``sending → uncertain``, with its step (the request keeps its key and body)."""
+        ctx = self.ctx
+        with ctx.store.write() as db:
+            ctx.requests.transition(
                 db,
                 req.id,
                 ("sending",),
@@ -123,7 +113,7 @@ class UncertainMixin:
                 error_code=exc.code,
                 note="sent, no definite answer",
             )
-            self.store.record_step(
+            ctx.record(
                 req.session_id,
                 actor,
                 "decision_uncertain",
@@ -134,13 +124,11 @@ class UncertainMixin:
                 db=db,
             )
 
-    def _uncertain(
-        self, req: DecisionRequest, actor: str, exc: ControlHostError, reporter: Reporter
-    ) -> Reply:
+    def start(self, req: DecisionRequest, actor: str, exc: ControlHostError, reporter: Reporter) -> Reply:
         """The request is ``uncertain``: say so truthfully and finish it in the background."""
-        self._mark_uncertain(req, actor, exc)
-        every, cap, total = self._uncertain_bounds()
-        self.finisher.start(req.id, lambda: self._finish_uncertain(req.id, reporter))
+        self.mark(req, actor, exc)
+        every, cap, total = self.bounds()
+        self.finisher.start(req.id, lambda: self.finish(req.id, reporter))
         sid = req.session_id
         return Reply.of(
             Message(
@@ -159,63 +147,63 @@ class UncertainMixin:
             ok=False,
         )
 
-    def _finish_uncertain(self, request_id: str, reporter: Reporter) -> None:
-        every, cap, total = self._uncertain_bounds()
-        start = self.clock.now()
-        delay = every
-        attempt = 0
-        while True:
-            req = self.requests.get(request_id)
-            if req is None or req.state != "uncertain":
-                return  # settled elsewhere (another process, a restart)
-            elapsed = (self.clock.now() - start).total_seconds()
-            if elapsed >= total:
-                break
-            self.clock.sleep(min(delay, max(0.0, total - elapsed)))
-            delay = min(delay * 2, cap)
-            req = self.requests.get(request_id)
+    def finish(self, request_id: str, reporter: Reporter) -> None:
+        """Re-send the stored record (same key, same body) on the bounded poll until a definite answer."""
+        ctx = self.ctx
+        every, cap, total = self.bounds()
+        start = ctx.now()
+        attempts = 0
+
+        def attempt() -> bool | None:
+            nonlocal attempts
+            req = ctx.requests.get(request_id)
             if req is None or req.state != "uncertain" or not req.idem_key:
-                return
-            refused = self._authorise(req, BOT_ACTOR, reporter)
-            if refused is not None:
-                return  # posted and logged by the guard
-            record = self.store.get_request(req.idem_key)
+                return True  # settled elsewhere (another process, a restart)
+            if self.authorise(req, BOT_ACTOR, reporter) is not None:
+                return True  # posted and logged by the guard
+            record = ctx.store.get_request(req.idem_key)
             if record is None:
-                return
-            attempt += 1
+                return True
+            attempts += 1
             try:
-                receipt = self.client.send(record)
+                receipt = ctx.client.send(record)
             except ControlHostError as exc:
-                if is_uncertain(exc):
-                    self.store.record_step(
-                        req.session_id,
-                        BOT_ACTOR,
-                        "decision_uncertain",
-                        {"request_id": req.id, "attempt": attempt},
-                        exc.code,
-                        http_status=exc.status,
-                        idempotency_key=req.idem_key,
+                if not is_uncertain(exc):
+                    for message in self.on_error(req, BOT_ACTOR, exc, reporter).messages:
+                        reporter.post(message)
+                    return True
+                ctx.record(
+                    req.session_id,
+                    BOT_ACTOR,
+                    "decision_uncertain",
+                    {"request_id": req.id, "attempt": attempts},
+                    exc.code,
+                    http_status=exc.status,
+                    idempotency_key=req.idem_key,
+                )
+                reporter.progress(
+                    Message(
+                        headline=f"`{req.decision}` on `{req.session_id}`: still no definite answer "
+                        f"({exc.code}); re-sending the same request again",
+                        level="progress",
+                        rules=["R0.3"],
+                        session_id=req.session_id,
                     )
-                    reporter.progress(
-                        Message(
-                            headline=f"`{req.decision}` on `{req.session_id}`: still no definite answer "
-                            f"({exc.code}); re-sending the same request again",
-                            level="progress",
-                            rules=["R0.3"],
-                            session_id=req.session_id,
-                        )
-                    )
-                    continue
-                for message in self._on_error(req, BOT_ACTOR, exc, reporter).messages:
-                    reporter.post(message)
-                return
-            for message in self._on_accepted(req, BOT_ACTOR, receipt).messages:
+                )
+                return None
+            for message in self.on_accepted(req, BOT_ACTOR, receipt).messages:
                 reporter.post(message)
-            return
+            return True
+
         until = start + timedelta(seconds=total)
+        if poll(ctx.clock, until, Pace(every, cap), attempt, attempt_first=False):
+            return
+        req = ctx.requests.get(request_id)
+        if req is None or req.state != "uncertain":
+            return
         msg = text.refusal(
             f"`{req.decision}` on `{req.session_id}` is still uncertain after {text.duration(total)}",
-            f"Request {req.id} got no definite answer by {self._iso(until)}; it stays uncertain and is re-sent "
+            f"Request {req.id} got no definite answer by {ctx.iso(until)}; it stays uncertain and is re-sent "
             "with the same key when the bot next starts.",
             f"Check the control host, and the session with `/recover diagnose {req.session_id}`.",
             rules=["R0.3"],

@@ -1,4 +1,4 @@
-"""No silent side effects: unfinished requests named at start, withdrawal, Ctrl-C, replay on request.
+"""No silent side effects: unfinished requests named at start, withdrawal, the Ctrl-C rules.
 
 A request nothing was sent for (pending, approved, waiting for the scheduler, awaiting the effects
 re-check) can be taken back: ``withdraw`` by its requester, or Ctrl-C during its wait. It is then
@@ -12,22 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-from bot.clock import Clock
 from bot.controlhost import PURPOSE_RESUME
 from bot.decisions import _text as text
-from bot.decisions._requests import (
-    IN_FLIGHT_STATES,
-    OPEN_STATES,
-    WITHDRAWABLE_STATES,
-    DecisionRequest,
-    RequestStore,
-)
+from bot.decisions._context import DecisionContext
+from bot.decisions._guards import is_requester
+from bot.decisions._requests import IN_FLIGHT_STATES, OPEN_STATES, WITHDRAWABLE_STATES, DecisionRequest
 from bot.decisions._rules import channel_allowed
 from bot.errors import ControlHostError, Interrupted
-from bot.messages import Message, Reply, Reporter, ref
-from bot.store import IdempotencyRecord, Store
+from bot.messages import Message, Reply, ref
+from bot.store import IdempotencyRecord
+
+MarkUncertain = Callable[[DecisionRequest, str, ControlHostError], None]
 
 
 @dataclass(frozen=True)
@@ -47,42 +43,12 @@ class Unfinished:
         return f"`{self.session_id or '?'}` `{self.what}`{ref}: {self.state} since {self.since}"
 
 
-class UnfinishedMixin:
-    """withdraw, the Ctrl-C rules, the start-up listing (mixed into DecisionService)."""
+class UnfinishedRoom:
+    """withdraw, the Ctrl-C rules and the start-up listing; ``mark_uncertain`` is the uncertain sends'."""
 
-    store: Store
-    requests: RequestStore
-    client: Any
-    clock: Clock
-    channels: tuple[str, ...]
-
-    def _record(
-        self, session_id: str | None, actor: str, step: str, inputs: Any, outcome: str, **kw: Any
-    ) -> None:
-        raise NotImplementedError
-
-    def _refuse(
-        self,
-        actor: str,
-        session_id: str | None,
-        step: str,
-        inputs: Mapping[str, Any],
-        headline: str,
-        *lines: str,
-        rules: Sequence[str] = (),
-        extra: Sequence[Message] = (),
-        code: str = "refused",
-    ) -> Reply:
-        raise NotImplementedError
-
-    def _iso(self, when: Any = None) -> str:
-        raise NotImplementedError
-
-    def _is_requester(self, actor: str, req: DecisionRequest) -> bool:
-        raise NotImplementedError
-
-    # Provided by UncertainMixin (declared only: a stub here would shadow it in the service's MRO).
-    _mark_uncertain: Callable[[DecisionRequest, str, ControlHostError], None]
+    def __init__(self, ctx: DecisionContext, mark_uncertain: MarkUncertain) -> None:
+        self.ctx = ctx
+        self.mark_uncertain = mark_uncertain
 
     # == what is unfinished =======================================================================
 
@@ -90,8 +56,8 @@ class UnfinishedMixin:
         """Every open decision request and every stored send without an answer, oldest first."""
         found: list[Unfinished] = []
         keys: set[str] = set()
-        for req in self.requests.find(states=OPEN_STATES):
-            record = self.store.get_request(req.idem_key) if req.idem_key else None
+        for req in self.ctx.requests.find(states=OPEN_STATES):
+            record = self.ctx.store.get_request(req.idem_key) if req.idem_key else None
             uncertain = req.state in IN_FLIGHT_STATES and (record is None or record.pending)
             if req.idem_key:
                 keys.add(req.idem_key)
@@ -118,7 +84,7 @@ class UnfinishedMixin:
                     uncertain,
                 )
             )
-        for record in self.store.unfinished_requests():
+        for record in self.ctx.store.unfinished_requests():
             if record.key in keys:
                 continue
             what = "resume" if record.purpose == PURPOSE_RESUME else record.purpose
@@ -155,9 +121,9 @@ class UnfinishedMixin:
     def withdraw(self, actor: str, channel: str | None, request_id: str) -> Reply:
         """The requester takes back a request nothing was sent for; it is never sent after that."""
         inputs = {"request_id": request_id, "channel": channel}
-        req = self.requests.get(request_id) if request_id.startswith("req_") else None
+        req = self.ctx.requests.get(request_id) if request_id.startswith("req_") else None
         if req is None:
-            return self._refuse(
+            return self.ctx.refuse(
                 actor,
                 None,
                 "withdraw",
@@ -166,16 +132,16 @@ class UnfinishedMixin:
                 "Copy the id from the request (req_…).",
             )
         sid = req.session_id
-        if not channel_allowed(channel, self.channels):
-            return self._refuse(
+        if not channel_allowed(channel, self.ctx.channels):
+            return self.ctx.refuse(
                 actor,
                 sid,
                 "withdraw",
                 inputs,
                 "withdrawals are refused outside the recovery channels (RECOVER_CHANNELS)",
             )
-        if not self._is_requester(actor, req):
-            return self._refuse(
+        if not is_requester(self.ctx, actor, req):
+            return self.ctx.refuse(
                 actor,
                 sid,
                 "withdraw",
@@ -184,7 +150,7 @@ class UnfinishedMixin:
                 f"To refuse it, an approver runs `/recover reject {req.id}`.",
             )
         if req.state in IN_FLIGHT_STATES:
-            return self._refuse(
+            return self.ctx.refuse(
                 actor,
                 sid,
                 "withdraw",
@@ -195,36 +161,36 @@ class UnfinishedMixin:
                 code="uncertain",
             )
         if req.state not in WITHDRAWABLE_STATES:
-            return self._refuse(
+            return self.ctx.refuse(
                 actor,
                 sid,
                 "withdraw",
                 inputs,
                 f"request {req.id} is already {req.state}: nothing to withdraw",
             )
-        return self._withdraw(req, actor, "withdrawn by its requester", step_inputs=inputs)
+        return self.withdraw_one(req, actor, "withdrawn by its requester", step_inputs=inputs)
 
-    def _withdraw(
+    def withdraw_one(
         self,
         req: DecisionRequest,
         actor: str,
         why: str,
         *,
-        step_inputs: Mapping[str, Any],
+        step_inputs: Mapping[str, object],
         from_states: Sequence[str] = WITHDRAWABLE_STATES,
     ) -> Reply:
-        with self.store.write() as db:
-            won = self.requests.transition(
+        with self.ctx.store.write() as db:
+            won = self.ctx.requests.transition(
                 db,
                 req.id,
                 tuple(from_states),
                 "withdrawn",
                 decided_by=actor,
-                decided_at=self._iso(),
+                decided_at=self.ctx.iso(),
                 note=why,
             )
             if won:
-                self.store.record_step(
+                self.ctx.store.record_step(
                     req.session_id,
                     actor,
                     "decision_withdrawn",
@@ -233,7 +199,7 @@ class UnfinishedMixin:
                     detail={"was": req.state, "why": why},
                     db=db,
                 )
-        fresh = self.requests.get(req.id) or req
+        fresh = self.ctx.requests.get(req.id) or req
         if not won:
             return Reply.of(
                 text.refusal(
@@ -241,11 +207,11 @@ class UnfinishedMixin:
                 ),
                 ok=False,
             )
-        for wait in self.requests.active_waits(req.session_id):
+        for wait in self.ctx.requests.active_waits(req.session_id):
             if wait.request_id == req.id:
-                self.requests.end_wait(wait.id, "withdrawn")
+                self.ctx.requests.end_wait(wait.id, "withdrawn")
         if req.idem_key:
-            self.store.withdraw_request(req.idem_key, actor, why)
+            self.ctx.store.withdraw_request(req.idem_key, actor, why)
         return Reply.of(
             text.updated_request_message(fresh, f"{why}; nothing was sent, it will never be", "warn")
         )
@@ -253,10 +219,10 @@ class UnfinishedMixin:
     def withdraw_pending_of(self, actor: str, since: str) -> Reply:
         """Ctrl-C at the console: withdraw what ``actor`` requested since ``since`` and nothing was sent for."""
         messages: list[Message] = []
-        for req in self.requests.find(states=WITHDRAWABLE_STATES):
+        for req in self.ctx.requests.find(states=WITHDRAWABLE_STATES):
             if req.requester == actor and req.created_at >= since:
                 messages.extend(
-                    self._withdraw(
+                    self.withdraw_one(
                         req,
                         actor,
                         "withdrawn: interrupted (Ctrl-C)",
@@ -268,27 +234,27 @@ class UnfinishedMixin:
     # == Ctrl-C ===================================================================================
 
     @contextmanager
-    def _interruptible(self, request_id: str, actor: str) -> Iterator[None]:
+    def interruptible(self, request_id: str, actor: str) -> Iterator[None]:
         """Ctrl-C inside a request's execution or wait: withdraw it if nothing uncertain was sent."""
         try:
             yield
         except Interrupted:
             raise
         except KeyboardInterrupt:
-            raise Interrupted(self._request_interrupted(request_id, actor)) from None
+            raise Interrupted(self.request_interrupted(request_id, actor)) from None
 
-    def _request_interrupted(self, request_id: str, actor: str) -> Reply:
-        req = self.requests.get(request_id)
+    def request_interrupted(self, request_id: str, actor: str) -> Reply:
+        req = self.ctx.requests.get(request_id)
         if req is None:
             return Reply.of(Message(headline="Interrupted: nothing was sent.", level="warn"), ok=False)
         inputs = {"request_id": req.id, "interrupted": True}
         if req.state in WITHDRAWABLE_STATES:
-            reply = self._withdraw(req, actor, "withdrawn: interrupted (Ctrl-C)", step_inputs=inputs)
+            reply = self.withdraw_one(req, actor, "withdrawn: interrupted (Ctrl-C)", step_inputs=inputs)
             return Reply(reply.messages, ok=False)
         if req.state in IN_FLIGHT_STATES:
-            record = self.store.get_request(req.idem_key) if req.idem_key else None
-            if record is None or (record.pending and not self.client.in_doubt(record.key)):
-                reply = self._withdraw(
+            record = self.ctx.store.get_request(req.idem_key) if req.idem_key else None
+            if record is None or (record.pending and not self.ctx.client.in_doubt(record.key)):
+                reply = self.withdraw_one(
                     req,
                     actor,
                     "withdrawn: interrupted (Ctrl-C) before anything was sent",
@@ -298,11 +264,11 @@ class UnfinishedMixin:
                 return Reply(reply.messages, ok=False)
             if record.pending:
                 # Sent, the answer never read: uncertain with its key (finished by replay or at start).
-                self._mark_uncertain(
+                self.mark_uncertain(
                     req, actor, ControlHostError("interrupted (Ctrl-C) before the answer", code="INTERRUPTED")
                 )
                 return Reply.of(
-                    self._uncertain_message(req.session_id, f"`{req.decision}` ({req.id})"), ok=False
+                    self.uncertain_message(req.session_id, f"`{req.decision}` ({req.id})"), ok=False
                 )
         return Reply.of(
             Message(
@@ -314,17 +280,17 @@ class UnfinishedMixin:
             ok=False,
         )
 
-    def _resume_interrupted(
+    def resume_interrupted(
         self, actor: str, session_id: str, record: IdempotencyRecord, wait_id: int | None
     ) -> Reply:
         """Ctrl-C during a resume (R4.2): withdrawn when every answer was a 503, else kept uncertain."""
         if wait_id is not None:
-            self.requests.end_wait(wait_id, "withdrawn")
+            self.ctx.requests.end_wait(wait_id, "withdrawn")
         inputs = {"session_id": session_id, "interrupted": True}
-        current = self.store.get_request(record.key) or record
-        if current.pending and not self.client.in_doubt(record.key):
-            self.store.withdraw_request(record.key, actor, "interrupted (Ctrl-C)")
-            self._record(
+        current = self.ctx.store.get_request(record.key) or record
+        if current.pending and not self.ctx.client.in_doubt(record.key):
+            self.ctx.store.withdraw_request(record.key, actor, "interrupted (Ctrl-C)")
+            self.ctx.record(
                 session_id, actor, "resume_withdrawn", inputs, "withdrawn", idempotency_key=record.key
             )
             return Reply.of(
@@ -341,10 +307,10 @@ class UnfinishedMixin:
                 ok=False,
             )
         if current.pending:
-            self._record(
+            self.ctx.record(
                 session_id, actor, "resume_uncertain", inputs, "uncertain", idempotency_key=record.key
             )
-            return Reply.of(self._uncertain_message(session_id, "resume"), ok=False)
+            return Reply.of(self.uncertain_message(session_id, "resume"), ok=False)
         return Reply.of(
             Message(
                 headline=f"Interrupted: the resume of `{session_id}` had already been answered",
@@ -356,7 +322,7 @@ class UnfinishedMixin:
         )
 
     @staticmethod
-    def _uncertain_message(session_id: str, what: str) -> Message:
+    def uncertain_message(session_id: str, what: str) -> Message:
         return Message(
             headline=f"Interrupted while {what} on `{session_id}` was on its way: its outcome is uncertain",
             level="warn",
@@ -367,20 +333,3 @@ class UnfinishedMixin:
             rules=["R0.3"],
             session_id=session_id,
         )
-
-    # == replay ===================================================================================
-
-    def replay(self, actor: str, channel: str | None, reporter: Reporter) -> Reply:
-        """The console's `/recover replay`: finish what earlier runs left (same keys, never anew)."""
-        if not channel_allowed(channel, self.channels):
-            return self._refuse(
-                actor,
-                None,
-                "replay",
-                {"channel": channel},
-                "`replay` is refused outside the recovery channels (RECOVER_CHANNELS)",
-            )
-        return self.recover_after_restart(reporter, actor=actor)
-
-    def recover_after_restart(self, reporter: Reporter, *, actor: str | None = None) -> Reply:
-        raise NotImplementedError

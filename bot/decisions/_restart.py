@@ -1,0 +1,149 @@
+"""Restart recovery: finish what a previous process left, each request once, each send with its own key.
+
+Why its own room: after a crash (or at the console's ``/recover replay``) the store holds requests
+at every stage. Each is finished the one safe way: named first; a stored resume the chain vouches
+for is re-sent with its key and body; a ``sending``/``uncertain`` decision is settled from its
+stored record through the client's ``send`` (the recorded answer, or a re-send with the same key and
+body — never a new key, never a re-run turn, R0.3); an ``approved`` one is executed once on fresh
+facts; a ``waiting`` one resumes its R3.9 wait until its stored deadline; a ``recheck`` one is
+asked again. Nothing here makes a new logical request for an old one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bot.clock import parse_time
+from bot.controlhost import PURPOSE_RESUME
+from bot.decisions import _text as text
+from bot.decisions._authority import AuthorityGuard
+from bot.decisions._context import BOT, DecisionContext
+from bot.decisions._execution import ExecutionRoom
+from bot.decisions._guards import expire_if_due
+from bot.decisions._requests import IN_FLIGHT_STATES, DecisionRequest
+from bot.decisions._resume import ResumeRoom
+from bot.decisions._rules import channel_allowed
+from bot.decisions._unfinished import UnfinishedRoom
+from bot.messages import Message, Reply, Reporter
+
+log = logging.getLogger(__name__)
+
+
+class RestartRoom:
+    """``recover_after_restart`` (the Slack app at start) and ``replay`` (the console, on request)."""
+
+    def __init__(
+        self,
+        ctx: DecisionContext,
+        authority: AuthorityGuard,
+        execution: ExecutionRoom,
+        resume: ResumeRoom,
+        unfinished: UnfinishedRoom,
+    ) -> None:
+        self.ctx = ctx
+        self.authority = authority
+        self.execution = execution
+        self.resume = resume
+        self.unfinished = unfinished
+
+    def replay(self, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+        """The console's `/recover replay`: finish what earlier runs left (same keys, never anew)."""
+        if not channel_allowed(channel, self.ctx.channels):
+            return self.ctx.refuse(
+                actor,
+                None,
+                "replay",
+                {"channel": channel},
+                "`replay` is refused outside the recovery channels (RECOVER_CHANNELS)",
+            )
+        return self.recover(reporter, actor=actor)
+
+    def recover(self, reporter: Reporter, *, actor: str | None = None) -> Reply:
+        """Finish what a previous process left: in-flight requests re-sent, approved ones executed once.
+
+        First names every unfinished request it found (session, decision, since when); each outcome
+        is a message about its session, so the Slack app posts it in the case's thread.
+        """
+        ctx = self.ctx
+        who = actor or BOT
+        messages: list[Message] = []
+        found = self.unfinished.unfinished()
+        for item in found:
+            log.info("unfinished request found: %s", item.line())
+            reporter.post(
+                Message(
+                    headline=f"Unfinished request found: {item.line()}",
+                    level="warn",
+                    lines=[
+                        "Finishing it now with its own Idempotency-Key."
+                        if item.uncertain
+                        else "Nothing uncertain was sent for it; it continues where it stopped."
+                    ],
+                    session_id=item.session_id,
+                )
+            )
+        if found:
+            ctx.record(
+                None, who, "unfinished_found", {}, f"{len(found)} found", detail={"requests": [u.line() for u in found]}
+            )
+        # Stored requests whose answer never arrived are re-sent first, each with its own key and body,
+        # when a step of the chain vouches for them (decisions: through their request, below).
+        replayed, refused = self.authority.replay_vouched()
+        messages.extend(refused)
+        ok = not refused
+        if replayed:
+            messages.append(
+                Message(
+                    headline=f"Re-sent {len(replayed)} unfinished request(s) with their original Idempotency-Keys"
+                )
+            )
+        replies: list[Reply] = []
+        for result in replayed:
+            if result.record.purpose == PURPOSE_RESUME:
+                replies.append(self.resume.settle_replayed(result, who))
+        for req in ctx.requests.find(states=("sending", "uncertain")):
+            replies.append(self.resend(req, reporter))
+        for req in ctx.requests.find(states=("approved",)):
+            replies.append(self.execution.execute(req.id, req.approved_by or BOT, reporter))
+        for req in ctx.requests.find(states=("waiting",)):
+            waits = [w for w in ctx.requests.active_waits(req.session_id) if w.request_id == req.id]
+            for w in waits:
+                ctx.requests.end_wait(w.id, "interrupted")
+            deadline = parse_time(waits[-1].deadline) if waits else None
+            replies.append(self.execution.waits.wait(req.id, BOT, reporter, deadline=deadline))
+        for reply in replies:
+            messages.extend(reply.messages)
+            ok = ok and reply.ok
+        for req in ctx.requests.find(states=("recheck",)):
+            # Still waiting for a person's effects re-check (R3.10): ask again, send nothing.
+            expired = expire_if_due(ctx, req, BOT)
+            messages.append(expired or text.recheck_message(req, None, irreversible=ctx.irreversible(req.decision)))
+        for w in ctx.requests.active_waits():
+            if w.kind == "reclamation":
+                ctx.requests.end_wait(w.id, "interrupted")
+        ctx.record(
+            None, who, "recover_after_restart", {}, "done", detail={"messages": [m.headline for m in messages]}
+        )
+        if not messages:
+            messages.append(Message(headline="Nothing to recover: no approved or in-flight decisions."))
+        return Reply(messages, ok=ok)
+
+    def resend(self, req: DecisionRequest, reporter: Reporter) -> Reply:
+        """A ``sending`` or ``uncertain`` request: settled from its stored record, same key and body."""
+        with self.unfinished.interruptible(req.id, BOT):
+            if not req.idem_key or not req.body:
+                return Reply.of(text.refusal(f"request {req.id} is in flight without a stored key or body"), ok=False)
+            record = self.ctx.store.get_request(req.idem_key)
+            if record is None:
+                # The record commits with the move to sending and before any send: without one, nothing
+                # was ever sent for it (a store written before that rule), so it is withdrawn, never sent.
+                return self.unfinished.withdraw_one(
+                    req,
+                    BOT,
+                    "withdrawn: in flight without an idempotency record, so nothing was sent",
+                    step_inputs={"request_id": req.id, "restart": True},
+                    from_states=IN_FLIGHT_STATES,
+                )
+            # send() returns the recorded receipt (or raises the recorded refusal) for an answered record,
+            # and re-sends a pending one with its stored key and body: the API applies it at most once.
+            return self.execution.deliver(req.id, BOT, record, reporter)
