@@ -19,15 +19,39 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from bot.controlhost import RequestPendingError
+from bot.batch.store import Batch, BatchStore
+from bot.clock import Clock
+from bot.controlhost import ControlHostClient, RequestPendingError, Session
+from bot.decisions import DecisionPolicy
 from bot.errors import ControlHostError
+from bot.store import Store
 from bot.triage.facts import BOUND_FACTS, session_only_facts
 
 RECHECKED = tuple(f for f in BOUND_FACTS if not f.startswith("unknown_turn."))
 SMALL = 20  # up to this many members, each is re-read with its own GET
 SETTLE_EVERY = 0.05
+
+Value = str | int | None
+Outcome = tuple[str, tuple[str, ...], str, dict[str, Value]]
+
+
+class BatchSending(Protocol):
+    """What the runner needs of the batch service (it cannot import it: the service imports the runner)."""
+
+    batches: BatchStore
+    store: Store
+    client: ControlHostClient
+    clock: Clock
+
+    def limit(self, name: str) -> float: ...
+
+    def policy(self, decision: str) -> DecisionPolicy: ...
+
+    def begin_members(self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]) -> list[tuple[str, str]]: ...
+
+    def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome]) -> None: ...
 
 
 def changes(bound: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
@@ -41,18 +65,20 @@ def changes(bound: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
 class Recheck:
     """Fresh session facts for members, from a shared listing snapshot or one GET each."""
 
-    def __init__(self, client: Any, clock: Any, *, size: int, max_age: float, page_size: int) -> None:
+    def __init__(
+        self, client: ControlHostClient, clock: Clock, *, size: int, max_age: float, page_size: int
+    ) -> None:
         self.client = client
         self.clock = clock
         self.use_listing = size > SMALL
         self.max_age = max_age
         self.page_size = page_size
-        self._snapshot: dict[str, Any] = {}
+        self._snapshot: dict[str, Session] = {}
         self._at = -1e9
         self._lock = threading.Lock()
 
     def _refresh(self) -> None:
-        snapshot: dict[str, Any] = {}
+        snapshot: dict[str, Session] = {}
         cursor: str | None = None
         for _ in range(10_000):
             page = self.client.list_sessions_needing_operator(cursor, limit=self.page_size)
@@ -83,16 +109,16 @@ class Recheck:
 class Settler:
     """Commits member outcomes in groups, from one thread (each commit is an fsync)."""
 
-    def __init__(self, service: Any, batch: Any, actor: str, on_change: Callable[[], None]) -> None:
+    def __init__(self, service: BatchSending, batch: Batch, actor: str, on_change: Callable[[], None]) -> None:
         self.s = service
         self.batch = batch
         self.actor = actor
         self.on_change = on_change
-        self.q: queue.Queue[tuple[str, tuple[str, ...], str, dict[str, Any]] | None] = queue.Queue()
+        self.q: queue.Queue[Outcome | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="batch-settle", daemon=True)
         self._thread.start()
 
-    def put(self, session_id: str, from_states: tuple[str, ...], to: str, **values: Any) -> None:
+    def put(self, session_id: str, from_states: tuple[str, ...], to: str, **values: Value) -> None:
         self.q.put((session_id, from_states, to, values))
 
     def _run(self) -> None:
@@ -119,7 +145,7 @@ class Settler:
 class Runner:
     """Sends one batch's remaining members with bounded concurrency (the paced client bounds the rate)."""
 
-    def __init__(self, service: Any, batch_id: str, actor: str, on_change: Callable[[], None]) -> None:
+    def __init__(self, service: BatchSending, batch_id: str, actor: str, on_change: Callable[[], None]) -> None:
         self.s = service
         self.batch_id = batch_id
         self.actor = actor
@@ -150,7 +176,7 @@ class Runner:
         finally:
             retry.close()
 
-    def _new_sends(self, batch: Any, pool: cf.ThreadPoolExecutor, settler: Settler, concurrency: int) -> None:
+    def _new_sends(self, batch: Batch, pool: cf.ThreadPoolExecutor, settler: Settler, concurrency: int) -> None:
         pending = self.s.batches.members(batch.id, ("requested",))
         recheck = Recheck(
             self.s.client, self.s.clock, size=len(pending), max_age=self.s.limit("batch_recheck_age"),
@@ -194,7 +220,7 @@ class Runner:
         record = self.s.store.get_request(key) if key else None
         if record is None:
             return
-        values: dict[str, Any]
+        values: dict[str, Value]
         try:
             receipt = self.s.client.send(record)
         except RequestPendingError as exc:
@@ -206,8 +232,7 @@ class Runner:
                 to, values = "failed", {"code": exc.code, "http_status": exc.status, "detail": exc.message}
         else:
             to = "executed"
-            values = {"receipt_id": getattr(receipt, "id", None),
-                      "http_status": getattr(receipt, "http_status", None) or 200}
+            values = {"receipt_id": receipt.id, "http_status": receipt.http_status or 200}
         settler.put(session_id, from_states, to, key=record.key, **values)
 
 

@@ -20,15 +20,17 @@ from typing import Any
 from bot.batch import text
 from bot.batch.authority import authority_problem
 from bot.batch.plan import BATCH_DECISIONS, PER_SESSION, Candidate, plan
-from bot.batch.runner import Runner
+from bot.batch.runner import Outcome, Runner
 from bot.batch.store import OPEN_STATES, Batch, BatchStore, content_hash, new_batch_id
-from bot.clock import isoformat, parse_time
-from bot.controlhost import PURPOSE_DECISION
-from bot.decisions import DecisionPolicy, approver_allowed, channel_allowed, decision_policy
+from bot.clock import Clock, isoformat, parse_time
+from bot.controlhost import PURPOSE_DECISION, ControlHostClient
+from bot.decisions import DecisionPolicy, DecisionService, approver_allowed, channel_allowed, decision_policy
 from bot.diagnosis import facts as F
 from bot.errors import CommandError, ControlHostError
 from bot.messages import Message, Reply, Reporter, ref
 from bot.runbook.evaluate import evaluate
+from bot.runbook.model import RunbookSet
+from bot.store import Store
 from bot.triage.engine import runbook_limit
 from bot.triage.facts import gather
 from bot.triage.pace import Throttle
@@ -42,8 +44,8 @@ def _refuse(headline: str, *lines: str) -> Reply:
 
 
 class BatchService:
-    def __init__(self, *, store: Any, client: Any, runbooks: Any, clock: Any, decisions: Any,
-                 csv_dir: Path | None = None) -> None:
+    def __init__(self, *, store: Store, client: ControlHostClient, runbooks: RunbookSet, clock: Clock,
+                 decisions: DecisionService, csv_dir: Path | None = None) -> None:
         self.store = store
         self.client = client
         self.runbooks = runbooks
@@ -59,7 +61,7 @@ class BatchService:
     def policy(self, decision: str) -> DecisionPolicy:
         return decision_policy(self.runbooks, decision, self.decisions.limits)
 
-    def _step(self, batch_id: str, actor: str, step: str, outcome: str, **detail: Any) -> None:
+    def _step(self, batch_id: str, actor: str, step: str, outcome: str, **detail: object) -> None:
         self.store.record_step(None, actor, step, {"batch_id": batch_id}, outcome, detail=detail or None)
 
     # == request ==================================================================================
@@ -308,19 +310,21 @@ class BatchService:
                 won.append((session_id, record.key))
         return won
 
-    def settle_many(self, batch: Batch, actor: str, outcomes: list[tuple[str, tuple[str, ...], str, dict[str, Any]]]) -> None:
+    def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome]) -> None:
         """Members' outcomes and their steps in the sessions' cases, in one commit."""
         with self.store.write() as db:
             for session_id, from_states, to, values in outcomes:
                 key = values.pop("key", None)
                 if not self.batches.member_transition(db, batch.id, session_id, from_states, to, **values):
                     continue
+                status, receipt_id = values.get("http_status"), values.get("receipt_id")
                 self.store.record_step(
                     session_id, actor, f"batch_member_{to}",
                     {"batch_id": batch.id, "decision": batch.decision}, str(values.get("code") or to),
                     detail={k: v for k, v in values.items() if v is not None} or None,
-                    http_status=values.get("http_status"), idempotency_key=key,
-                    receipt_id=values.get("receipt_id"), db=db,
+                    http_status=status if isinstance(status, int) else None,
+                    idempotency_key=key if isinstance(key, str) else None,
+                    receipt_id=receipt_id if isinstance(receipt_id, str) else None, db=db,
                 )
 
     def _write_csv(self, batch: Batch, members: list[Any]) -> str | None:
