@@ -11,7 +11,7 @@ commit together; only then does the client's ``send`` post it. The answer is set
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from bot.clock import parse_time
@@ -22,12 +22,11 @@ from bot.decisions._outcomes import Outcomes
 from bot.decisions._policy import WAITABLE, flags_of
 from bot.decisions._requests import DecisionRequest
 from bot.decisions._rules import changed_facts, decisive_facts
+from bot.decisions._uncertain import Authorise
 from bot.decisions._waits import Interruptible, WorkerGoneWait, observation
 from bot.errors import ControlHostError, RecoverError, StoreError
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord
-
-Authorise = Callable[[DecisionRequest, str, Reporter], Reply | None]
 
 
 class ExecutionRoom:

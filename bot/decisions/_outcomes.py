@@ -10,19 +10,15 @@ compare-and-set, so of two processes settling one request only one records it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from bot.controlhost import Receipt
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._policy import WAITABLE, flags_of
 from bot.decisions._requests import DecisionRequest
-from bot.decisions._uncertain import UncertainSends, is_uncertain
+from bot.decisions._uncertain import Authorise, UncertainSends, is_uncertain
 from bot.decisions._verify import Verifier
 from bot.errors import ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter, ref
-
-Authorise = Callable[[DecisionRequest, str, Reporter], Reply | None]
 
 
 class Outcomes:

@@ -76,6 +76,7 @@ def _logged(job: Callable[[], None]) -> None:
 
 Settle = Callable[[DecisionRequest, str, Receipt], Reply]
 SettleError = Callable[[DecisionRequest, str, ControlHostError, Reporter], Reply]
+# The chain's guard before every send (bot/decisions/_authority.py): None, or the refusal it posted.
 Authorise = Callable[[DecisionRequest, str, Reporter], Reply | None]
 
 
