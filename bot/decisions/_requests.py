@@ -37,7 +37,7 @@ from sqlite_utils.migrations import Migrations
 from bot.clock import isoformat
 from bot.store import Store
 from bot.store.chain import canonical_json
-from bot.vocab import RequestState
+from bot.vocab import Policy, RequestState
 
 migrations = Migrations("decisions")
 REQUESTS = "decision_requests"
@@ -233,14 +233,14 @@ class DecisionRequest:
     reason: str
     requester: str
     channel: str | None
-    policy: str
+    policy: Policy
     facts: dict[str, Any]
     shown_facts: dict[str, Any]
     repeated: int
     created_at: str
     expires_at: str
     content_hash: str
-    state: str
+    state: RequestState
     approved_by: str | None = None
     approved_at: str | None = None
     decided_by: str | None = None
@@ -298,6 +298,7 @@ def _request(row: Mapping[str, Any]) -> DecisionRequest:
     values["facts"] = json.loads(values["facts"])
     values["shown_facts"] = json.loads(values["shown_facts"])
     values["result"] = json.loads(values["result"]) if values.get("result") else None
+    values["state"], values["policy"] = RequestState(values["state"]), Policy(values["policy"])
     return DecisionRequest(**{k: values[k] for k in DecisionRequest.__dataclass_fields__})
 
 
