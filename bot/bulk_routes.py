@@ -6,31 +6,32 @@ from bot.bulk import Bulk
 from bot.errors import CommandError
 from bot.messages import Reply, Reporter
 from bot.runbook import ParsedCommand
+from bot.vocab import StepKind
 
 
 def dispatch(bulk: Bulk | None, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
     if bulk is None:
         raise CommandError(f"`{cmd.name}` is not available: no control host is configured.")
     kind = cmd.kind
-    if kind == "triage":
+    if kind == StepKind.TRIAGE:
         result: Reply = bulk.triage.run(actor, reporter)
         return result
-    if kind in ("batch_decide", "dryrun_batch_decide"):
+    if kind in (StepKind.BATCH_DECIDE, StepKind.DRYRUN_BATCH_DECIDE):
         return bulk.batches.decide(
             actor, channel, cmd.arg("target") or "", cmd.arg("decision"),
             sessions=cmd.flag_text("sessions"), reason=cmd.flag_text("reason") or "",
             cause_fixed=cmd.flag_text("cause-fixed"), yes=bool(cmd.flag("yes")),
-            dry=kind == "dryrun_batch_decide", reporter=reporter,
+            dry=kind == StepKind.DRYRUN_BATCH_DECIDE, reporter=reporter,
         )
-    if kind == "batch":
+    if kind == StepKind.BATCH:
         return bulk.batches.show(actor, channel, cmd.arg("batch_id") or "", cmd.arg("action"))
     batch_id = cmd.arg("request_id") or cmd.arg("session_id") or ""
-    if kind == "approve":
+    if kind == StepKind.APPROVE:
         return bulk.batches.approve(actor, channel, batch_id, reporter)
-    if kind == "reject":
+    if kind == StepKind.REJECT:
         return bulk.batches.reject(actor, channel, batch_id, cmd.flag_text("reason"))
-    if kind == "take":
+    if kind == StepKind.TAKE:
         return bulk.batches.take(actor, batch_id)
-    if kind == "history":
+    if kind == StepKind.HISTORY:
         return bulk.batches.history(batch_id)
     raise CommandError(f"`{cmd.name}` cannot run here.")

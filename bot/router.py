@@ -23,6 +23,7 @@ from bot.sandbox import SandboxHandle
 from bot.services import LoggingReporter, Services, build_services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
+from bot.vocab import Action, RequestState, StepKind
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,8 @@ def error_reply(exc: BaseException) -> Reply:
 def _batch_id(cmd: ParsedCommand) -> bool:
     """approve/reject/take/history name a batch by its ``bat_`` prefix (docs/commands.md)."""
     value = cmd.arg("request_id") or cmd.arg("session_id") or ""
-    return cmd.kind in ("approve", "reject", "take", "history") and value.startswith("bat_")
+    batch_kinds = (StepKind.APPROVE, StepKind.REJECT, StepKind.TAKE, StepKind.HISTORY)
+    return cmd.kind in batch_kinds and value.startswith("bat_")
 
 
 class Router:
@@ -149,27 +151,27 @@ class Router:
     def _dispatch(self, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
         s = self.services
         kind = cmd.kind
-        if kind == "help":
+        if kind == StepKind.HELP:
             return Reply.of(
                 Message(
                     headline="recover-bot commands", lines=[help_text(self.runbooks, cmd.arg("subcommand"))]
                 )
             )
-        if kind == "diagnose":
+        if kind == StepKind.DIAGNOSE:
             session_id = self._arg(cmd, "session_id")
             diagnosis, reply = s.diagnoser.diagnose_and_record(session_id, actor, reporter)
             reply.messages.extend(s.decisions.close_if_settled(session_id, actor, diagnosis.facts, "diagnosis"))
             return reply
-        if kind == "reconciler_status":
+        if kind == StepKind.RECONCILER_STATUS:
             return s.dockerops.status()
-        if kind == "reconciler_dryrun":
+        if kind == StepKind.RECONCILER_DRYRUN:
             return s.dockerops.dryrun(actor)
-        if kind == "reconciler_real_pass":
+        if kind == StepKind.RECONCILER_REAL_PASS:
             return s.dockerops.reconcile(actor, self._flag(cmd, "reviewed"))
-        if kind == "preflight":
+        if kind == StepKind.PREFLIGHT:
             return self._preflight()
-        if kind in ("decide", "dryrun_decide"):
-            call = s.decisions.decide if kind == "decide" else s.decisions.dryrun_decide
+        if kind in (StepKind.DECIDE, StepKind.DRYRUN_DECIDE):
+            call = s.decisions.decide if kind == StepKind.DECIDE else s.decisions.dryrun_decide
             return call(
                 actor,
                 channel,
@@ -182,38 +184,39 @@ class Router:
                 yes=bool(cmd.flag("yes")),
                 reporter=reporter,
             )
-        if kind in ("triage", "batch_decide", "dryrun_batch_decide", "batch") or _batch_id(cmd):
+        bulk_kinds = (StepKind.TRIAGE, StepKind.BATCH_DECIDE, StepKind.DRYRUN_BATCH_DECIDE, StepKind.BATCH)
+        if kind in bulk_kinds or _batch_id(cmd):
             return dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
-        if kind == "approve":
+        if kind == StepKind.APPROVE:
             return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
-        if kind == "confirm":
+        if kind == StepKind.CONFIRM:
             return s.decisions.confirm(
                 actor, channel, self._arg(cmd, "request_id"), reporter, effects=cmd.flag_text("effects")
             )
-        if kind == "reject":
+        if kind == StepKind.REJECT:
             return s.decisions.reject(actor, channel, self._arg(cmd, "request_id"), cmd.flag_text("reason"))
-        if kind == "resume":
+        if kind == StepKind.RESUME:
             return s.decisions.resume(actor, channel, self._arg(cmd, "session_id"), reporter)
-        if kind == "cases":
+        if kind == StepKind.CASES:
             return s.decisions.cases(actor=actor)
-        if kind == "history":
+        if kind == StepKind.HISTORY:
             return s.decisions.history(self._arg(cmd, "session_id"), actor=actor)
-        if kind == "take":
+        if kind == StepKind.TAKE:
             return s.decisions.take(actor, self._arg(cmd, "session_id"))
-        if kind == "note":
+        if kind == StepKind.NOTE:
             return s.decisions.note(actor, self._arg(cmd, "session_id"), self._arg(cmd, "text"))
-        if kind == "handoff":
+        if kind == StepKind.HANDOFF:
             reply = s.decisions.handoff(actor)
             if s.bulk is not None:
                 reply.messages.extend(s.bulk.batches.handoff_messages())
             return reply
-        if kind == "withdraw":
+        if kind == StepKind.WITHDRAW:
             return s.decisions.withdraw(actor, channel, self._arg(cmd, "request_id"))
-        if kind == "done":
+        if kind == StepKind.DONE:
             return s.decisions.done(actor, self._arg(cmd, "session_id"), cmd.flag_text("reason"))
-        if kind == "replay":
+        if kind == StepKind.REPLAY:
             return s.decisions.replay(actor, channel, reporter)
-        if kind == "text":
+        if kind == StepKind.TEXT:
             return self._text(cmd)
         raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
 
@@ -287,25 +290,26 @@ class Router:
         form: dict[str, str],
     ) -> Reply:
         d = self.services.decisions
-        if action in ("approve", "reject", "confirm") and value.startswith("bat_") and self.services.bulk:
+        batch_action = action in (Action.APPROVE, Action.REJECT, Action.CONFIRM)
+        if batch_action and value.startswith("bat_") and self.services.bulk:
             self._check_channel(action, True, channel)
             batches = self.services.bulk.batches
-            if action == "reject":
+            if action == Action.REJECT:
                 return batches.reject(actor, channel, value, form.get("reason") or None)
             return batches.approve(actor, channel, value, reporter)
-        if action == "approve":
+        if action == Action.APPROVE:
             self._check_channel("approve", True, channel)
             return d.approve(actor, channel, self._id(value, "request id"), reporter)
-        if action == "reject":
+        if action == Action.REJECT:
             self._check_channel("reject", True, channel)
             return d.reject(actor, channel, self._id(value, "request id"), form.get("reason") or None)
-        if action == "confirm":
+        if action == Action.CONFIRM:
             self._check_channel("decide", True, channel)
             return d.confirm(actor, channel, self._id(value, "request id"), reporter)
-        if action == "reconcile_reviewed":
+        if action == Action.RECONCILE_REVIEWED:
             self._check_channel("reconcile", True, channel)
             return self.services.dockerops.reconcile(actor, self._id(value, "dry-run id"))
-        if action == "decide":
+        if action == Action.DECIDE:
             self._check_channel("decide", True, channel)
             return d.decide(
                 actor,
@@ -319,9 +323,9 @@ class Router:
                 yes=form.get("yes") in ("1", "true", "yes"),
                 reporter=reporter,
             )
-        if action == "resume":
+        if action == Action.RESUME:
             return d.resume(actor, channel, self._id(value, "session id"), reporter)
-        if action == "decide_form":
+        if action == Action.DECIDE_FORM:
             choice = self.decision_choice(value)
             session, decision = choice.session_id, choice.decision
             return Reply.of(
@@ -331,7 +335,7 @@ class Router:
                     session_id=session,
                 )
             )
-        if action == "run":
+        if action == Action.RUN:
             return self.handle_text(value, actor=actor, channel=channel, reporter=reporter)
         raise CommandError(f"Unknown button action {action[:40]!r}.")
 
@@ -383,7 +387,7 @@ class Router:
     def pending_approvals_view(self) -> list[Message]:
         d = self.services.decisions
         messages: list[Message] = []
-        for request in d.requests.find(states=("requested",)):
+        for request in d.requests.find(states=(RequestState.REQUESTED,)):
             messages.append(
                 Message(
                     headline=f"{request.id}: {request.decision} on {request.session_id} by {request.requester}",

@@ -1,5 +1,5 @@
 """The project's fixed vocabularies, one list each: request states, approval policies, decisions,
-actions and the audit step names.
+button actions, the step kinds a runbook subcommand runs and the audit step names.
 
 They are ``StrEnum``s so each member *is* its string: it compares equal to the plain text stored in
 SQLite rows, the step log and button values, so code can move to the names one module at a time and
@@ -70,6 +70,36 @@ class Action(StrEnum):
     DECIDE = "decide"
     DECIDE_FORM = "decide_form"
     RUN = "run"
+
+
+class StepKind(StrEnum):
+    """What Python implements for a subcommand; each runbook subcommand picks one (``kind:``)."""
+
+    HELP = "help"
+    DIAGNOSE = "diagnose"
+    RECONCILER_STATUS = "reconciler_status"
+    RECONCILER_DRYRUN = "reconciler_dryrun"
+    RECONCILER_REAL_PASS = "reconciler_real_pass"
+    PREFLIGHT = "preflight"
+    DECIDE = "decide"
+    DRYRUN_DECIDE = "dryrun_decide"
+    APPROVE = "approve"
+    CONFIRM = "confirm"
+    REJECT = "reject"
+    RESUME = "resume"
+    CASES = "cases"
+    HISTORY = "history"
+    TAKE = "take"
+    NOTE = "note"
+    HANDOFF = "handoff"
+    WITHDRAW = "withdraw"
+    DONE = "done"
+    REPLAY = "replay"
+    TEXT = "text"
+    TRIAGE = "triage"
+    BATCH_DECIDE = "batch_decide"
+    DRYRUN_BATCH_DECIDE = "dryrun_batch_decide"
+    BATCH = "batch"
 
 
 class Step(StrEnum):

@@ -16,7 +16,7 @@ from bot.runbook.model import BranchSpec, CommandSpec, DecisionSpec, RunbookSet,
 from bot.runbook.values import IDS_PLACEHOLDER
 from bot.runbook.vocabulary import APPROVAL_POLICIES, FACT_NAMES
 from bot.runbook.yamlio import LineMap
-from bot.vocab import Policy
+from bot.vocab import Policy, StepKind
 
 # Limits that supply defaults when a decision leaves them out (names, not values: values live in YAML).
 DEFAULT_EXPIRY_LIMIT = "approval_expiry"
@@ -83,7 +83,7 @@ class Checker:
 
 def check_command(ck: Checker, rs: RunbookSet, command: CommandSpec, path: list[object]) -> None:
     ck.rules(command.rules, rs.rules, [*path, "rules"])
-    if command.kind == "text" and not command.text and not command.checklist:
+    if command.kind == StepKind.TEXT and not command.text and not command.checklist:
         ck.at(path, "missing field 'text' (a text-kind subcommand shows its text or checklist)")
     seen_optional = False
     for j, arg in enumerate(command.args):

@@ -19,7 +19,7 @@ from bot.runbook.conditions import Cond
 from bot.runbook.installation import ApiSpec, DockerSpec, IdsSpec, LimitSpec, ReconcilerSpec, WorkerSpec
 from bot.runbook.values import COMMAND_NAME, Duration, Model, Regex, Text, YamlValue
 from bot.runbook.vocabulary import STEP_KINDS
-from bot.vocab import Policy
+from bot.vocab import Policy, StepKind
 
 
 class TextVariant(Model):
@@ -71,7 +71,7 @@ class CommandSpec(Model):
     """A subcommand of ``/recover``: which Python step kind runs it, its grammar and its help."""
 
     name: str
-    kind: str
+    kind: StepKind
     usage: Text
     help: Text
     example: Text
@@ -90,9 +90,9 @@ class CommandSpec(Model):
             raise ValueError(f"bad subcommand name {value!r}: lower-case words, e.g. 'dryrun decide'")
         return value
 
-    @field_validator("kind")
+    @field_validator("kind", mode="before")
     @classmethod
-    def _kind(cls, value: str) -> str:
+    def _kind(cls, value: object) -> object:
         if value not in STEP_KINDS:
             raise ValueError(f"unknown step kind {value!r} (known: {', '.join(sorted(STEP_KINDS))})")
         return value

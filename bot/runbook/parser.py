@@ -17,6 +17,7 @@ from bot.errors import CommandError
 from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
 from bot.runbook.usage import decision_command, decision_lines, value_pattern
 from bot.runbook.values import IDS_PLACEHOLDER
+from bot.vocab import StepKind
 
 PREFIX = "/recover"
 MAX_LIMIT = "command_max_chars"
@@ -34,7 +35,7 @@ class ParsedCommand:
     """A parsed command: its subcommand (name and step kind), arguments and flags, all validated."""
 
     name: str
-    kind: str
+    kind: StepKind
     args: dict[str, str] = field(default_factory=dict)
     flags: dict[str, str | bool] = field(default_factory=dict)
     spec: CommandSpec | None = None
@@ -189,7 +190,7 @@ def parse_command(text: str, runbooks: RunbookSet) -> ParsedCommand:
     if tokens and not tokens[0].quoted and tokens[0].value.lower() == PREFIX:
         tokens = tokens[1:]
     if not tokens:
-        helper = next((c for c in runbooks.commands.values() if c.kind == "help"), None)
+        helper = next((c for c in runbooks.commands.values() if c.kind == StepKind.HELP), None)
         if helper is None:
             raise CommandError("no subcommand given", usage=help_text(runbooks))
         return ParsedCommand(helper.name, helper.kind, spec=helper, text=decoded)

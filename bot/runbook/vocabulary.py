@@ -7,7 +7,7 @@ Step kinds are what Python implements; a runbook picks one per subcommand.
 
 from __future__ import annotations
 
-from bot.vocab import Policy
+from bot.vocab import Policy, StepKind
 
 #: The sources ``diagnose`` reads; each gets a ``source.<name>`` fact (ok, slow, unreachable, not_configured).
 SOURCES: tuple[str, ...] = ("session", "turns", "events", "logs", "reconciler")
@@ -80,35 +80,7 @@ ALL_FACTS: tuple[str, ...] = (
 FACT_NAMES: frozenset[str] = frozenset(ALL_FACTS)
 
 #: Step kinds implemented in Python. A subcommand's ``kind`` must be one of these.
-STEP_KINDS: frozenset[str] = frozenset(
-    {
-        "help",
-        "diagnose",
-        "reconciler_status",
-        "reconciler_dryrun",
-        "reconciler_real_pass",
-        "preflight",
-        "decide",
-        "dryrun_decide",
-        "approve",
-        "confirm",
-        "reject",
-        "resume",
-        "cases",
-        "history",
-        "take",
-        "note",
-        "handoff",
-        "withdraw",
-        "done",
-        "replay",
-        "text",
-        "triage",
-        "batch_decide",
-        "dryrun_batch_decide",
-        "batch",
-    }
-)
+STEP_KINDS: frozenset[str] = frozenset(k.value for k in StepKind)
 
 #: Approval policies the decision machinery implements.
 APPROVAL_POLICIES: frozenset[str] = frozenset(p.value for p in Policy)
