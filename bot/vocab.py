@@ -59,6 +59,12 @@ class Decision(StrEnum):
     CONFIRM_COMPLETED = "confirm_completed"
 
 
+#: The decisions a batch may take; the others are decided per session, because each turn's external
+#: effects are checked on their own (R3.10).
+BATCH_DECISIONS: tuple[Decision, ...] = (Decision.RETRY_RESTORE, Decision.START_FRESH, Decision.CLOSE)
+PER_SESSION: tuple[Decision, ...] = (Decision.ABANDON, Decision.CONFIRM_COMPLETED)
+
+
 class Action(StrEnum):
     """What a button asks the router to do (a button's ``action``; Slack prefixes it with ``rb:``)."""
 

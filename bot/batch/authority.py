@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from bot.batch.store import Batch
 from bot.clock import parse_time
 from bot.store import Step
+from bot.vocab import Policy
+from bot.vocab import Step as StepName
 
 
 def authority_problem(batch: Batch, stored_hash: str, steps: Iterable[Step]) -> str | None:
@@ -27,9 +29,9 @@ def authority_problem(batch: Batch, stored_hash: str, steps: Iterable[Step]) -> 
         if inputs.get("batch_id") != batch.id:
             continue
         detail = step.detail or {}
-        if step.step == "batch_requested":
+        if step.step == StepName.BATCH_REQUESTED:
             requested = step
-        elif step.step in ("batch_approved", "batch_confirmed") and detail.get("content_hash") == batch.content_hash:
+        elif step.step in (StepName.BATCH_APPROVED, StepName.BATCH_CONFIRMED) and detail.get("content_hash") == batch.content_hash:
             approval = step
     if requested is None or (requested.detail or {}).get("content_hash") != batch.content_hash:
         return "the step log has no batch_requested step with this content hash"
@@ -39,9 +41,9 @@ def authority_problem(batch: Batch, stored_hash: str, steps: Iterable[Step]) -> 
     at = parse_time(approval.at)
     if expires is not None and at is not None and at >= expires:
         return f"the approval was recorded after the expiry ({batch.expires_at})"
-    if batch.policy == "two_person":
-        if approval.step != "batch_approved" or approval.actor == batch.requester:
+    if batch.policy == Policy.TWO_PERSON:
+        if approval.step != StepName.BATCH_APPROVED or approval.actor == batch.requester:
             return "a two-person batch needs an approval by someone other than its requester"
-    elif approval.step != "batch_confirmed" or approval.actor != batch.requester:
+    elif approval.step != StepName.BATCH_CONFIRMED or approval.actor != batch.requester:
         return "a single-person batch is confirmed by its requester only"
     return None

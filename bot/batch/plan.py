@@ -16,9 +16,7 @@ from typing import Any
 
 from bot.runbook import RunbookSet
 from bot.runbook.evaluate import check_decision
-
-BATCH_DECISIONS = ("retry_restore", "start_fresh", "close")
-PER_SESSION = ("abandon", "confirm_completed")  # each turn's external effects are checked on their own (R3.10)
+from bot.vocab import Decision
 
 # Reasons and worker errors whose cause a retry of the same checkpoint cannot cure (R2.3, R2.8).
 _DAMAGE = re.compile(
@@ -77,12 +75,12 @@ def plan(
             code = f"{verdict.status} {verdict.code}: " if verdict.code else ""
             out.leave_out(c, f"{code}{verdict.reason}", verdict.rules[0] if verdict.rules else None)
             continue
-        if decision == "retry_restore" and not cause_fixed:
+        if decision == Decision.RETRY_RESTORE and not cause_fixed:
             bad = incurable(c)
             if bad is not None:
                 out.leave_out(c, bad[0] + ' (say what changed with --cause-fixed "…")', bad[1])
                 continue
-        if decision == "retry_restore" and not cause_fixed:
+        if decision == Decision.RETRY_RESTORE and not cause_fixed:
             done = repeated(c)
             if done > 0 and done + 1 >= threshold:
                 out.leave_out(

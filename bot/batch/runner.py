@@ -28,6 +28,7 @@ from bot.decisions import DecisionPolicy
 from bot.errors import ControlHostError
 from bot.store import Store
 from bot.triage.facts import BOUND_FACTS, session_only_facts
+from bot.vocab import RequestState
 
 RECHECKED = tuple(f for f in BOUND_FACTS if not f.startswith("unknown_turn."))
 SMALL = 20  # up to this many members, each is re-read with its own GET
@@ -163,21 +164,21 @@ class Runner:
         try:
             with cf.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="batch") as pool:
                 # A crash left these in flight: the same key and body again.
-                for member in self.s.batches.members(batch.id, ("sending",)):
-                    pool.submit(self._send, settler, member.session_id, member.idem_key, ("sending",))
+                for member in self.s.batches.members(batch.id, (RequestState.SENDING,)):
+                    pool.submit(self._send, settler, member.session_id, member.idem_key, (RequestState.SENDING,))
                 self._new_sends(batch, pool, settler, concurrency)
         finally:
             settler.close()
         # Uncertain members: the same logical request again, same key and body (never a new one).
         retry = Settler(self.s, batch, self.actor, self.on_change)
         try:
-            for member in self.s.batches.members(self.batch_id, ("uncertain",)):
-                self._send(retry, member.session_id, member.idem_key, ("uncertain",))
+            for member in self.s.batches.members(self.batch_id, (RequestState.UNCERTAIN,)):
+                self._send(retry, member.session_id, member.idem_key, (RequestState.UNCERTAIN,))
         finally:
             retry.close()
 
     def _new_sends(self, batch: Batch, pool: cf.ThreadPoolExecutor, settler: Settler, concurrency: int) -> None:
-        pending = self.s.batches.members(batch.id, ("requested",))
+        pending = self.s.batches.members(batch.id, (RequestState.REQUESTED,))
         recheck = Recheck(
             self.s.client, self.s.clock, size=len(pending), max_age=self.s.limit("batch_recheck_age"),
             page_size=int(self.s.limit("bulk_page_size")),
@@ -205,10 +206,10 @@ class Runner:
                 method, path, body = policy.request(member.session_id, member.facts, {"reason": batch.reason})
                 ready.append((member.session_id, method, path, body))
             for sid, why in void:
-                settler.put(sid, ("requested",), "void", code="FACTS_CHANGED", detail=why)
+                settler.put(sid, (RequestState.REQUESTED,), RequestState.VOID, code="FACTS_CHANGED", detail=why)
             keys = self.s.begin_members(batch, ready)
             for sid, key in keys:
-                inflight.add(pool.submit(self._send, settler, sid, key, ("sending",)))
+                inflight.add(pool.submit(self._send, settler, sid, key, (RequestState.SENDING,)))
             # At most two chunks in flight: a stop takes effect at once, and re-checks stay fresh.
             while len(inflight) > chunk:
                 done, inflight = cf.wait(inflight, return_when=cf.FIRST_COMPLETED)
@@ -224,14 +225,14 @@ class Runner:
         try:
             receipt = self.s.client.send(record)
         except RequestPendingError as exc:
-            to, values = "uncertain", {"code": exc.code}
+            to, values = RequestState.UNCERTAIN, {"code": exc.code}
         except ControlHostError as exc:
             if exc.status is None or exc.status >= 500 or exc.status in (408, 429):
-                to, values = "uncertain", {"code": exc.code}
+                to, values = RequestState.UNCERTAIN, {"code": exc.code}
             else:
-                to, values = "failed", {"code": exc.code, "http_status": exc.status, "detail": exc.message}
+                to, values = RequestState.FAILED, {"code": exc.code, "http_status": exc.status, "detail": exc.message}
         else:
-            to = "executed"
+            to = RequestState.EXECUTED
             values = {"receipt_id": receipt.id, "http_status": receipt.http_status or 200}
         settler.put(session_id, from_states, to, key=record.key, **values)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from bot.batch import text
 from bot.batch.authority import authority_problem
-from bot.batch.plan import BATCH_DECISIONS, PER_SESSION, Candidate, plan
+from bot.batch.plan import Candidate, plan
 from bot.batch.runner import Outcome, Runner
 from bot.batch.store import OPEN_STATES, Batch, BatchStore, content_hash, new_batch_id
 from bot.clock import Clock, isoformat, parse_time
@@ -35,6 +35,7 @@ from bot.triage.engine import runbook_limit
 from bot.triage.facts import gather
 from bot.triage.pace import Throttle
 from bot.triage.store import TriageStore
+from bot.vocab import BATCH_DECISIONS, PER_SESSION, Policy, RequestState, Step
 
 BOT = "recover-bot"
 
@@ -128,7 +129,7 @@ class BatchService:
         content = {
             "id": new_batch_id(), "requester": actor, "channel": channel, "decision": decision,
             "reason": reason, "cause_fixed": cause_fixed, "source": source,
-            "policy": "two_person" if two else "confirm", "created_at": isoformat(now),
+            "policy": Policy.TWO_PERSON if two else Policy.CONFIRM, "created_at": isoformat(now),
             "expires_at": isoformat(now + timedelta(seconds=policy.expiry_seconds)),
             "excluded": chosen.excluded,
         }
@@ -138,7 +139,7 @@ class BatchService:
             return self._dry(content, members, policy)
         with self.store.write() as db:
             batch = self.batches.insert(db, content, members)
-            self.store.record_step(None, actor, "batch_requested", {"batch_id": batch.id}, "requested",
+            self.store.record_step(None, actor, Step.BATCH_REQUESTED, {"batch_id": batch.id}, RequestState.REQUESTED,
                                    detail={"content_hash": batch.content_hash, "decision": decision,
                                            "members": len(members), "source": source}, db=db)
         stored = self.batches.members(batch.id)
@@ -156,7 +157,7 @@ class BatchService:
             lines.append(f"  … {len(members) - 30} more")
         for e in content["excluded"][:30]:
             lines.append(f"  left out {e['session_id']}: {e['why']}" + (f" ({e['rule']})" if e.get("rule") else ""))
-        who = ("a second person's approval of the whole list" if content["policy"] == "two_person"
+        who = ("a second person's approval of the whole list" if content["policy"] == Policy.TWO_PERSON
                else "your confirmation (--yes or the button)")
         lines.append(f"It would need {who}. Each POST carries its own Idempotency-Key, stored before the first send.")
         return Reply.of(Message(headline=f"Dry run: batch `{content['decision']}` on {len(members)} session(s) "
@@ -170,7 +171,7 @@ class BatchService:
         if content_hash(vars(batch), members) != batch.content_hash:
             return True
         for step in self.store.steps():
-            if step.step == "batch_requested" and (step.inputs or {}).get("batch_id") == batch.id:
+            if step.step == Step.BATCH_REQUESTED and (step.inputs or {}).get("batch_id") == batch.id:
                 return (step.detail or {}).get("content_hash") != batch.content_hash
         return True
 
@@ -180,28 +181,28 @@ class BatchService:
             return _refuse(f"no batch {batch_id!r}", "Copy the id from the batch request (bat_…).")
         if not channel_allowed(channel, self.decisions.channels):
             return _refuse("batch approvals are refused outside the recovery channels (RECOVER_CHANNELS)")
-        if batch.policy == "confirm":
+        if batch.policy == Policy.CONFIRM:
             if actor != batch.requester:
                 return _refuse(f"only {ref(batch.requester)}, who asked for it, confirms batch {batch.id}")
             return self._confirm(batch, actor, channel, reporter)
         if actor == batch.requester:
-            self._step(batch.id, actor, "batch_approve", "self_approval")
+            self._step(batch.id, actor, Step.BATCH_APPROVE, "self_approval")
             return _refuse("you cannot approve your own batch: a second person must approve it",
                            f"Ask another on-call engineer to run `/recover approve {batch.id}`.")
         allowed, problem = approver_allowed(actor, self.decisions.approvers, self.decisions.directory)
         if not allowed:
             return _refuse(f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)", *([problem] if problem else []))
-        if batch.state == "approved":
+        if batch.state == RequestState.APPROVED:
             return self.execute(batch.id, actor, reporter)
-        return self._approve_cas(batch, actor, reporter, "batch_approved")
+        return self._approve_cas(batch, actor, reporter, Step.BATCH_APPROVED)
 
     def _confirm(self, batch: Batch, actor: str, channel: str | None, reporter: Reporter) -> Reply:
-        if batch.state == "approved":
+        if batch.state == RequestState.APPROVED:
             return self.execute(batch.id, actor, reporter)
-        return self._approve_cas(batch, actor, reporter, "batch_confirmed")
+        return self._approve_cas(batch, actor, reporter, Step.BATCH_CONFIRMED)
 
     def _approve_cas(self, batch: Batch, actor: str, reporter: Reporter, step: str) -> Reply:
-        if batch.state != "requested":
+        if batch.state != RequestState.REQUESTED:
             return _refuse(f"batch {batch.id} is already {batch.state}: nothing more to do")
         if self._tampered(batch):
             return _refuse(f"batch {batch.id} was changed after it was requested: approval refused",
@@ -209,13 +210,13 @@ class BatchService:
         expires = parse_time(batch.expires_at)
         if expires is not None and self.clock.now() >= expires:
             with self.store.write() as db:
-                self.batches.transition(db, batch.id, ("requested",), "expired", decided_by=actor)
+                self.batches.transition(db, batch.id, (RequestState.REQUESTED,), RequestState.EXPIRED, decided_by=actor)
             return _refuse(f"batch {batch.id} has expired: nothing was sent", "Make a new batch if it is still needed.")
         with self.store.write() as db:
-            won = self.batches.transition(db, batch.id, ("requested",), "approved", approved_by=actor,
+            won = self.batches.transition(db, batch.id, (RequestState.REQUESTED,), RequestState.APPROVED, approved_by=actor,
                                           approved_at=isoformat(self.clock.now()))
             if won:
-                self.store.record_step(None, actor, step, {"batch_id": batch.id}, "approved",
+                self.store.record_step(None, actor, step, {"batch_id": batch.id}, RequestState.APPROVED,
                                        detail={"content_hash": batch.content_hash}, db=db)
         if not won:
             fresh = self.batches.get(batch.id)
@@ -228,16 +229,16 @@ class BatchService:
             return _refuse(f"no batch {batch_id!r}")
         if not channel_allowed(channel, self.decisions.channels):
             return _refuse("batch rejections are refused outside the recovery channels (RECOVER_CHANNELS)")
-        state = "withdrawn" if actor == batch.requester else "rejected"
-        if state == "rejected":
+        state = RequestState.WITHDRAWN if actor == batch.requester else RequestState.REJECTED
+        if state == RequestState.REJECTED:
             allowed, problem = approver_allowed(actor, self.decisions.approvers, self.decisions.directory)
             if not allowed:
                 return _refuse(f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)")
         with self.store.write() as db:
-            won = self.batches.transition(db, batch.id, ("requested",), state, decided_by=actor, note=reason)
+            won = self.batches.transition(db, batch.id, (RequestState.REQUESTED,), state, decided_by=actor, note=reason)
         if not won:
             return _refuse(f"batch {batch.id} is already {batch.state}: nothing more to do")
-        self._step(batch.id, actor, f"batch_{state}", state, reason=reason)
+        self._step(batch.id, actor, Step(f"batch_{state}"), state, reason=reason)
         return Reply.of(Message(headline=f"Batch {batch.id} {state} by {ref(actor)}; nothing was sent", level="warn",
                                 kind="batch_request", ref=batch.id, session_id=batch.id))
 
@@ -251,17 +252,17 @@ class BatchService:
 
     def execute(self, batch_id: str, actor: str, reporter: Reporter) -> Reply:
         batch = self.batches.get(batch_id)
-        if batch is not None and batch.state in ("approved", "sending"):
+        if batch is not None and batch.state in (RequestState.APPROVED, RequestState.SENDING):
             problem = self._authority(batch)
             if problem is not None:
-                self._step(batch_id, actor, "batch_refused", "no_authority", why=problem)
+                self._step(batch_id, actor, Step.BATCH_REFUSED, "no_authority", why=problem)
                 return _refuse(f"batch {batch_id} is not sent: {problem}",
                                "Nothing was sent. Check the step store with `recover-bot audit verify`.")
         runner_id = f"{socket.gethostname()}:{os.getpid()}"
         with self.store.write() as db:
-            won = self.batches.transition(db, batch_id, ("approved",), "sending", runner=runner_id)
+            won = self.batches.transition(db, batch_id, (RequestState.APPROVED,), RequestState.SENDING, runner=runner_id)
         batch = self.batches.get(batch_id)
-        if batch is None or (not won and batch.state != "sending"):
+        if batch is None or (not won and batch.state != RequestState.SENDING):
             return _refuse(f"batch {batch_id} is {batch.state if batch else 'unknown'}: nothing to send")
         if not won:
             self.batches.set(batch_id, runner=runner_id)
@@ -283,10 +284,10 @@ class BatchService:
         finally:
             throttle.close()
         with self.store.write() as db:
-            self.batches.transition(db, batch.id, ("sending",), "executed")
+            self.batches.transition(db, batch.id, (RequestState.SENDING,), RequestState.EXECUTED)
         fresh = self.batches.get(batch.id) or batch
         counts, codes = self.batches.counts(batch.id), self.batches.codes(batch.id)
-        self._step(batch.id, actor, "batch_finished", "executed", counts=counts, codes=codes)
+        self._step(batch.id, actor, Step.BATCH_FINISHED, RequestState.EXECUTED, counts=counts, codes=codes)
         members = self.batches.members(batch.id)
         path = self._write_csv(fresh, members)
         return Reply.of(text.final_message(fresh, members, counts, codes, path), ok=True)
@@ -302,7 +303,7 @@ class BatchService:
             return won
         with self.store.write() as db:
             for session_id, method, path, body in ready:
-                if not self.batches.member_transition(db, batch.id, session_id, ("requested",), "sending",
+                if not self.batches.member_transition(db, batch.id, session_id, (RequestState.REQUESTED,), RequestState.SENDING,
                                                       method=method, path=path):
                     continue
                 record = self.client.begin(method, path, body, PURPOSE_DECISION, session_id=session_id, db=db)
@@ -319,7 +320,7 @@ class BatchService:
                     continue
                 status, receipt_id = values.get("http_status"), values.get("receipt_id")
                 self.store.record_step(
-                    session_id, actor, f"batch_member_{to}",
+                    session_id, actor, Step(f"batch_member_{to}"),
                     {"batch_id": batch.id, "decision": batch.decision}, str(values.get("code") or to),
                     detail={k: v for k, v in values.items() if v is not None} or None,
                     http_status=status if isinstance(status, int) else None,
@@ -341,11 +342,11 @@ class BatchService:
     def resume_open(self, reporter: Reporter) -> list[Message]:
         """At start-up: finish batches a previous process left approved or sending (same keys)."""
         out: list[Message] = []
-        for batch in self.batches.find(("approved", "sending")):
-            if batch.state == "sending" and not _runner_gone(batch.runner):
+        for batch in self.batches.find((RequestState.APPROVED, RequestState.SENDING)):
+            if batch.state == RequestState.SENDING and not _runner_gone(batch.runner):
                 continue
             with self.store.write() as db:
-                self.batches.transition(db, batch.id, ("approved", "sending"), "approved")
+                self.batches.transition(db, batch.id, (RequestState.APPROVED, RequestState.SENDING), RequestState.APPROVED)
             out.extend(self.execute(batch.id, BOT, reporter).messages)
         return out
 
@@ -361,10 +362,10 @@ class BatchService:
             if batch.state not in OPEN_STATES:
                 return _refuse(f"batch {batch.id} is already {batch.state}: nothing to stop")
             self.batches.set(batch.id, stop_requested=1)
-            self._step(batch.id, actor, "batch_stop", "stop_requested")
-            if batch.state == "requested":
+            self._step(batch.id, actor, Step.BATCH_STOP, "stop_requested")
+            if batch.state == RequestState.REQUESTED:
                 with self.store.write() as db:
-                    self.batches.transition(db, batch.id, ("requested",), "withdrawn", decided_by=actor, note="stopped")
+                    self.batches.transition(db, batch.id, (RequestState.REQUESTED,), RequestState.WITHDRAWN, decided_by=actor, note="stopped")
             batch = self.batches.get(batch.id) or batch
         return Reply.of(self.summary(batch))
 
@@ -385,7 +386,7 @@ class BatchService:
         if batch is None:
             return _refuse(f"no batch {batch_id!r}")
         self.batches.set(batch.id, owner=actor)
-        self._step(batch.id, actor, "batch_take", "owner", previous=batch.owner)
+        self._step(batch.id, actor, Step.BATCH_TAKE, "owner", previous=batch.owner)
         return Reply.of(Message(headline=f"{ref(actor)} now owns batch {batch.id}", level="ok",
                                 lines=[self.summary(self.batches.get(batch.id) or batch).lines[0]]))
 

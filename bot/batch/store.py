@@ -26,10 +26,11 @@ from sqlite_utils.migrations import Migrations
 from bot.clock import isoformat
 from bot.store import Store
 from bot.store.chain import canonical_json
+from bot.vocab import RequestState
 
 migrations = Migrations("batches")
 
-OPEN_STATES = ("requested", "approved", "sending")
+OPEN_STATES = (RequestState.REQUESTED, RequestState.APPROVED, RequestState.SENDING)
 # A value written into one column of a batch or member row (an id, a state, a note, a status, a flag).
 Column = str | int | None
 CONTENT = ("id", "requester", "channel", "decision", "reason", "cause_fixed", "source", "policy",
@@ -154,7 +155,7 @@ class BatchStore:
         row.update(
             content_hash=content_hash(batch, members),
             excluded=canonical_json(list(batch.get("excluded") or [])),
-            state="requested",
+            state=RequestState.REQUESTED,
             updated_at=self.now(),
         )
         _q(db, f"INSERT INTO batches ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",  # noqa: S608

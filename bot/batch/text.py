@@ -8,17 +8,18 @@ from collections.abc import Sequence
 
 from bot.batch.store import Batch, BatchMember
 from bot.messages import Attachment, Button, Level, Message, ref
+from bot.vocab import Action, Policy, RequestState
 
 SHOWN_MEMBERS = 25
 
 
 def counts_line(counts: dict[str, int], codes: dict[str, int], total: int) -> str:
-    sent = sum(counts.get(s, 0) for s in ("sending", "executed", "failed", "uncertain"))
+    sent = sum(counts.get(s, 0) for s in (RequestState.SENDING, RequestState.EXECUTED, RequestState.FAILED, RequestState.UNCERTAIN))
     refused = ", ".join(f"{c} {n}" for c, n in sorted(codes.items())) or "0"
     return (
-        f"{sent}/{total} sent · {counts.get('executed', 0)} accepted · refused by code: {refused} · "
-        f"{counts.get('uncertain', 0)} uncertain · {counts.get('void', 0)} skipped (facts changed) · "
-        f"{counts.get('requested', 0)} not sent yet"
+        f"{sent}/{total} sent · {counts.get(RequestState.EXECUTED, 0)} accepted · refused by code: {refused} · "
+        f"{counts.get(RequestState.UNCERTAIN, 0)} uncertain · {counts.get(RequestState.VOID, 0)} skipped (facts changed) · "
+        f"{counts.get(RequestState.REQUESTED, 0)} not sent yet"
     )
 
 
@@ -48,8 +49,9 @@ def members_csv(batch: Batch, members: Sequence[BatchMember]) -> str:
     w = csv.writer(out)
     w.writerow(["batch_id", "session_id", "bound_revision", "outcome", "http_status", "code", "receipt_id",
                 "idempotency_key", "detail"])
-    outcome = {"requested": "not sent", "void": "skipped (facts changed)", "executed": "accepted",
-               "failed": "refused", "uncertain": "uncertain", "sending": "in flight"}
+    outcome: dict[str, str] = {RequestState.REQUESTED: "not sent", RequestState.VOID: "skipped (facts changed)",
+                               RequestState.EXECUTED: "accepted", RequestState.FAILED: "refused",
+                               RequestState.UNCERTAIN: "uncertain", RequestState.SENDING: "in flight"}
     for m in members:
         w.writerow([batch.id, m.session_id, m.revision, outcome.get(m.state, m.state), m.http_status or "",
                     m.code or "", m.receipt_id or "", m.idem_key or "", m.detail or ""])
@@ -60,18 +62,18 @@ def members_csv(batch: Batch, members: Sequence[BatchMember]) -> str:
 
 def approval_message(batch: Batch, members: Sequence[BatchMember], groups: str, mentions: list[str], *,
                      irreversible: bool = False) -> Message:
-    two = batch.policy == "two_person"
+    two = batch.policy == Policy.TWO_PERSON
     why = f"{batch.decision} is irreversible" if irreversible else "more members than the runbook's threshold"
     headline = (
         f"Batch {batch.id}: `{batch.decision}` on {len(members)} session(s) needs a second person's approval ({why})"
         if two else f"Batch {batch.id}: `{batch.decision}` on {len(members)} session(s): confirm to send"
     )
     buttons = (
-        [Button("Approve", "approve", batch.id, f"/recover approve {batch.id}", "primary"),
-         Button("Reject", "reject", batch.id, f"/recover reject {batch.id}", "danger")]
+        [Button("Approve", Action.APPROVE, batch.id, f"/recover approve {batch.id}", "primary"),
+         Button("Reject", Action.REJECT, batch.id, f"/recover reject {batch.id}", "danger")]
         if two else
-        [Button("Confirm", "confirm", batch.id, f"/recover approve {batch.id}", "primary"),
-         Button("Withdraw", "reject", batch.id, f"/recover reject {batch.id}")]
+        [Button("Confirm", Action.CONFIRM, batch.id, f"/recover approve {batch.id}", "primary"),
+         Button("Withdraw", Action.REJECT, batch.id, f"/recover reject {batch.id}")]
     )
     lines = request_lines(batch, members, groups)
     lines.append(f"To approve (another person): /recover approve {batch.id}" if two
@@ -103,26 +105,26 @@ def final_message(batch: Batch, members: Sequence[BatchMember], counts: dict[str
     total = len(members)
     table = [
         "outcome            count",
-        f"accepted           {counts.get('executed', 0)}",
+        f"accepted           {counts.get(RequestState.EXECUTED, 0)}",
         *(f"refused {c:<10} {n}" for c, n in sorted(codes.items())),
-        f"uncertain          {counts.get('uncertain', 0)}",
-        f"skipped (changed)  {counts.get('void', 0)}",
-        f"not sent           {counts.get('requested', 0)}",
+        f"uncertain          {counts.get(RequestState.UNCERTAIN, 0)}",
+        f"skipped (changed)  {counts.get(RequestState.VOID, 0)}",
+        f"not sent           {counts.get(RequestState.REQUESTED, 0)}",
         f"left out           {len(batch.excluded)}",
     ]
-    skipped = [m for m in members if m.state == "void"]
+    skipped = [m for m in members if m.state == RequestState.VOID]
     lines = ["```", *table, "```"]
     if skipped:
         lines.append("Skipped, never sent (facts changed since they were bound):")
         lines.extend(f"  {m.session_id}: {m.detail}" for m in skipped[:10])
-    if counts.get("uncertain"):
+    if counts.get(RequestState.UNCERTAIN):
         lines.append("Uncertain members keep their Idempotency-Key: a restart re-sends them with the same key and body.")
     if csv_path:
         lines.append(f"Every member's outcome: {csv_path}")
     stopped = " (stopped)" if batch.stop_requested else ""
-    level: Level = "ok" if counts.get("executed", 0) == total else "warn"
+    level: Level = "ok" if counts.get(RequestState.EXECUTED, 0) == total else "warn"
     return Message(
-        headline=f"Batch {batch.id}: `{batch.decision}` finished{stopped} · {counts.get('executed', 0)}/{total} accepted",
+        headline=f"Batch {batch.id}: `{batch.decision}` finished{stopped} · {counts.get(RequestState.EXECUTED, 0)}/{total} accepted",
         level=level, lines=lines, kind="batch_progress", ref=batch.id, session_id=batch.id,
         attachment=Attachment(f"{batch.id}.csv", members_csv(batch, members)),
     )

@@ -18,6 +18,7 @@ from bot.errors import Interrupted, RecoverError
 from bot.messages import Button, Message, Reply
 from bot.redact import redact
 from bot.routing import RouterProtocol
+from bot.vocab import Action
 
 DEMO_USERS = ("alice", "bob")
 # The demo's logins as RECOVER_CONSOLE_USERS would map them: two people, so bob may approve alice's
@@ -258,7 +259,7 @@ class _Console:
         button = self.choices[number - 1]
         form: dict[str, str] | None = None
         action, value = button.action, button.value
-        if action == "decide_form":
+        if action == Action.DECIDE_FORM:
             try:
                 choice = self.router.decision_choice(value)
             except BadButtonValue as exc:
@@ -268,7 +269,7 @@ class _Console:
             if form is None:
                 return
             form.update(session_id=choice.session_id, decision=choice.decision)
-            action = "decide"
+            action = Action.DECIDE
         previous, self.choices = self.choices, []
         reporter = _ConsoleReporter(self)
         ok = self._guard(

@@ -13,6 +13,7 @@ from bot.diagnosis.model import Diagnosis, Evaluate
 from bot.messages import Message, Reporter
 from bot.runbook.model import RunbookSet
 from bot.store import Store
+from bot.vocab import Step
 
 
 def follow_up(
@@ -67,7 +68,7 @@ def follow_up(
     store.record_step(
         sid,
         actor,
-        "diagnose_followup",
+        Step.DIAGNOSE_FOLLOWUP,
         {"session_id": sid, "first_answer_at": isoformat(diagnosis.gathered_at)},
         after or "unknown",
         detail={"found": found, "coverage": final_snap.describe(), **final_facts},

@@ -36,6 +36,7 @@ from bot.messages import Reply, Reporter
 from bot.runbook.evaluate import evaluate as runbook_evaluate
 from bot.runbook.model import RunbookSet
 from bot.store import Step, Store
+from bot.vocab import Step as StepName
 from bot.workpool import PoolBusy, WorkPool
 
 DEFAULT_BUDGET_SECONDS = 10.0
@@ -368,7 +369,7 @@ class Diagnoser:
         return self.store.record_step(
             diagnosis.session_id if known else None,
             actor,
-            "diagnose",
+            StepName.DIAGNOSE,
             {"session_id": diagnosis.session_id, "gathered_at": isoformat(diagnosis.gathered_at)},
             branch,
             detail=dict(diagnosis.facts),

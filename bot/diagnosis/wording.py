@@ -19,11 +19,12 @@ from bot.redact import redact
 from bot.runbook.conditions import format_value, known_absent
 from bot.runbook.evaluate import Evaluation
 from bot.runbook.model import RunbookSet
+from bot.vocab import Action
 
 #: A timeline longer than this (in lines) goes to an attachment instead of the message body.
 INLINE_TIMELINE_LINES = 12
-DECIDE_ACTION = "decide_form"
-RESUME_ACTION = "resume"
+DECIDE_ACTION = Action.DECIDE_FORM
+RESUME_ACTION = Action.RESUME
 _DEFAULT_FACTS = (
     "session.status",
     "session.admission_state",
@@ -35,7 +36,6 @@ _DEFAULT_FACTS = (
     "unknown_turn.terminal_reason",
     "execution.confirmed_gone",
 )
-_DANGER = {"close", "abandon", "confirm_completed"}
 
 
 # -- errors and sources ------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def decision_button(
         action=DECIDE_ACTION,
         value=DecisionChoice(session_id, decision).encode(),
         command=command,
-        style="danger" if decision in _DANGER else None,
+        style="danger" if spec is not None and spec.irreversible else None,  # R5.4
     )
 
 

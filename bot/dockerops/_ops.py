@@ -39,6 +39,7 @@ from bot.dockerops._records import ReconcilerRecords, checked_dryrun_id
 from bot.errors import DockerOpsError
 from bot.messages import Reply
 from bot.store import Store
+from bot.vocab import Step
 
 
 class DockerOps:
@@ -141,7 +142,7 @@ class DockerOps:
     ) -> ExecResult:
         """Run the configured argv, then complete the row and the step log in one transaction."""
         cfg = self.config
-        step = "reconciler_dryrun" if table == "dryruns" else "reconciler_pass"
+        step = Step.RECONCILER_DRYRUN if table == "dryruns" else Step.RECONCILER_PASS
         inputs: dict[str, Any] = {
             "id": row_id,
             "installation": self.installation,

@@ -26,6 +26,7 @@ from bot.errors import DockerOpsError
 from bot.format import rough_age
 from bot.redact import redact
 from bot.store import Store
+from bot.vocab import Step
 
 DRYRUN_ID = re.compile(r"^dry_[a-z0-9]{4,40}$")
 
@@ -154,7 +155,7 @@ class ReconcilerRecords:
             self.store.record_step(
                 None,
                 actor,
-                "reconciler_reviewed",
+                Step.RECONCILER_REVIEWED,
                 {"dryrun_id": dryrun_id, "installation": project, "pass_id": pass_id},
                 "reviewed",
                 detail={"reviewed_by": actor, "container": container},

@@ -18,6 +18,7 @@ from bot.dockerops._reconciler import PassLine, ReconcilerTarget, later
 from bot.format import rough_age, run_time
 from bot.messages import Attachment, Button, Message, Reply
 from bot.redact import redact
+from bot.vocab import Action
 
 #: Output shown inline at most (the rest goes to the attachment).
 INLINE_CHARS = 3000
@@ -133,7 +134,7 @@ def dryrun_reply(
             buttons=[
                 Button(
                     label="Reviewed — run the real pass",
-                    action="reconcile_reviewed",
+                    action=Action.RECONCILE_REVIEWED,
                     value=dry_id,
                     command=command,
                     style="primary",

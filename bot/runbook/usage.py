@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from bot.runbook.model import CommandSpec, FlagSpec, RunbookSet
 from bot.runbook.values import IDS_PLACEHOLDER
+from bot.vocab import Policy
 
 _SHAPE = re.compile(r'--([a-z][a-z0-9-]*)[ =]("?<[^>]*>"?)')
 
@@ -93,15 +94,15 @@ def decision_fields(runbooks: RunbookSet, spec: CommandSpec, decision: str) -> l
 
 def _confirms(runbooks: RunbookSet, decision: str) -> bool:
     spec = runbooks.decisions.get(decision)
-    return spec is not None and spec.approval is not None and spec.approval.policy == "confirm"
+    return spec is not None and spec.approval is not None and spec.approval.policy == Policy.CONFIRM
 
 
 def _who(runbooks: RunbookSet, decision: str) -> str:
     spec = runbooks.decisions.get(decision)
     policy = spec.approval.policy if spec is not None and spec.approval is not None else None
-    if policy == "two_person":
+    if policy == Policy.TWO_PERSON:
         return "a second person approves"
-    if policy == "confirm":
+    if policy == Policy.CONFIRM:
         return "one person, confirmed with a button or --yes"
     return policy or ""
 

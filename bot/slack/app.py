@@ -48,6 +48,7 @@ from bot.slack.state import RecentDeliveries, SlackState, slack_migrations
 from bot.slack.tenancy import Tenancy, tenancy_middleware
 from bot.slack.web import SlackOut, make_client
 from bot.store import Store
+from bot.vocab import Action
 
 log = logging.getLogger("recover_bot.slack")
 
@@ -237,7 +238,7 @@ class SlackBot:
         self._guarded(
             reporter,
             lambda: self.router.handle_action(
-                "decide",
+                Action.DECIDE,
                 DecisionChoice(form.session_id, form.decision).encode(),
                 actor=actor,
                 channel=form.channel,
@@ -385,7 +386,7 @@ def _register(app: App, bot: SlackBot) -> None:
             return
         name = kit.parse_action_id(str(action.get("action_id") or "")) or ""
         value = str(action.get("value") or "")
-        if name == "decide_form":
+        if name == Action.DECIDE_FORM:
             # trigger_id expires 3 s after the click: views.open from this process's UI pool, never
             # queued behind slow work (the form's fields come from the runbook: no I/O).
             bot.ui.submit(bot.open_decide_form, body, value)

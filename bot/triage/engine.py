@@ -29,6 +29,7 @@ from bot.triage import facts as TF
 from bot.triage.groups import Group, Grouper, summary_message
 from bot.triage.pace import Throttle
 from bot.triage.store import Member, TriageStore
+from bot.vocab import Step
 
 DEFAULTS = {
     "bulk_concurrency": 16,
@@ -145,7 +146,7 @@ class _Run:
         self.t.store.record_step(
             None,
             self.actor,
-            "triage",
+            Step.TRIAGE,
             {"triage_id": self.id},
             "done",
             detail={

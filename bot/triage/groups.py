@@ -14,9 +14,9 @@ from typing import Any
 from bot.messages import Attachment, Message
 from bot.runbook.evaluate import Evaluation, _sort_rules
 from bot.triage.store import Member
+from bot.vocab import BATCH_DECISIONS
 
 MAX_GROUPS_SHOWN = 15
-BATCH_DECISIONS = ("retry_restore", "start_fresh", "close")
 
 
 @dataclass
