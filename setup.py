@@ -1,7 +1,7 @@
 """Packaging that pyproject.toml cannot say alone: runbooks/ ships inside the package.
 
 Operators edit the top-level ``runbooks/`` folder; it is installed as ``bot.runbooks_data`` so an
-installed bot finds its runbooks through importlib.resources (bot/settings.py) from any folder.
+installed bot finds its runbooks through importlib.resources (bot/settings/_parse.py) from any folder.
 """
 
 from setuptools import find_packages, setup
