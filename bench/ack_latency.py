@@ -11,7 +11,7 @@ same machine load; latency is from send to the HTTP answer (the ack). Two comman
 ``diagnose`` (the background work waits 10 s on the control host) and ``help`` (no control host at
 all: what competes with the ack is the bot's own background work).
 
-    python bench/ack_latency.py [--rounds 10] [--concurrency 20] [--inline]
+    python bench/ack_latency.py [--rounds 10] [--concurrency 20] [--inline | --acks-only]
 
 Targets: bot p99 ≤ 1.5 × bare p99, and bot p99 < 300 ms. Results: bench/out/ack_latency.json.
 """
@@ -132,6 +132,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--inline", action="store_true", help="the work on threads of the acking process")
+    parser.add_argument(
+        "--acks-only", action="store_true", help="diagnostic: items are queued, nobody runs them (the ack path alone)"
+    )
     args = parser.parse_args()
     # Background diagnoses keep failing against the 10 s fault and a stopped stand-in: not the subject.
     logging.getLogger("recover_bot").setLevel(logging.CRITICAL)
@@ -146,7 +149,9 @@ def main() -> int:
     )
     bot = build_bot(settings, build_router(settings, sandbox=sandbox, startup=False), store=Store(db))
     worker: WorkerSupervisor | None = None
-    if not args.inline:
+    if args.acks_only:
+        bot.handoff = lambda item_id: None
+    elif not args.inline:
         assert bot.inbox is not None
         worker = WorkerSupervisor(settings, bot.inbox).start()
         bot.handoff = worker.wake
@@ -185,7 +190,7 @@ def main() -> int:
         api.stop()
         tmp.cleanup()
 
-    mode = "inline" if args.inline else "worker process"
+    mode = "acks only (nothing run)" if args.acks_only else "inline" if args.inline else "worker process"
     summary: dict[str, object] = {"load_average": os.getloadavg(), "cpus": os.cpu_count(), "mode": mode}
     met = True
     print(f"{'command':<9} {'app':<12} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
