@@ -57,3 +57,27 @@ def test_a_forged_decide_button_is_refused_privately_and_changes_nothing(
     h.settle()
     (opened,) = h.api.calls_to("views.open")
     assert f"{SESSION}" in str(opened.params["view"]) and "close" in str(opened.params["view"])
+
+
+@pytest.mark.parametrize(
+    ("metadata", "why"),
+    [
+        ({"s": f"{SESSION}|close", "d": "close", "c": "CINC", "t": None}, "Not a valid session id"),
+        ({"s": SESSION, "d": "drop_all_sessions", "c": "CINC", "t": None}, "unknown decision 'drop_all_sessions'"),
+        ({"s": "../../v1/admin", "d": "close", "c": "CINC", "t": None}, "Not a valid session id"),
+    ],
+)
+def test_a_forged_decision_form_sends_nothing(slack_harness, sandbox, metadata: dict, why: str) -> None:
+    """The form's private metadata comes back from outside too: the router refuses what it carries."""
+    import json
+
+    h: SlackHarness = slack_harness.real(sandbox)
+    view = {"type": "modal", "callback_id": "recover_decide", "private_metadata": json.dumps(metadata)}
+    r = h.send.submit_view(view, {"reason": "forged", "turn": "turn_1", "effects": "none"}, user="UMALLORY")
+    assert r.status_code == 200
+    h.settle()
+    refusals = h.api.calls_to("chat.postEphemeral")
+    assert refusals and all(c.params["user"] == "UMALLORY" for c in refusals), refusals
+    assert any(why in str(c.params.get("text")) for c in refusals), [c.params.get("text") for c in refusals]
+    assert [q for q in sandbox.admin.requests() if q.get("method") == "POST"] == []
+    assert all(m.channel != "CINC" or "requested" not in m.text for m in h.api.messages.values())
