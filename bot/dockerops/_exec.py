@@ -19,6 +19,7 @@ import docker
 import requests
 
 from bot.dockerops._engine import translate
+from bot.format import as_int
 
 
 @dataclass(frozen=True)
@@ -143,10 +144,10 @@ def run_exec(
             output_bytes=reader.total,
             duration_s=duration,
             timed_out=True,
-            pid=_int(info.get("Pid")),
+            pid=as_int(info.get("Pid")),
             still_running=True,
         )
-    code = _int(exit_code)
+    code = as_int(exit_code)
     # A container removed or stopped under the exec ends its stream like a normal exit does, with
     # the exec killed by a signal (exit >= 128): tell that apart from a pass that failed by itself.
     gone_now = (code is None or code >= 128) and _container_down(api, container)
@@ -157,7 +158,7 @@ def run_exec(
         output_bytes=reader.total,
         duration_s=duration,
         container_gone=gone_now,
-        pid=_int(info.get("Pid")),
+        pid=as_int(info.get("Pid")),
         still_running=False,
     )
 
@@ -179,7 +180,7 @@ def _inspect_quietly(api: docker.APIClient, exec_id: str) -> tuple[int | None, b
         info = api.exec_inspect(exec_id)
     except (docker.errors.DockerException, OSError):
         return None, None
-    return _int(info.get("Pid")), bool(info.get("Running"))
+    return as_int(info.get("Pid")), bool(info.get("Running"))
 
 
 def _container_down(api: docker.APIClient, container: str, wait: float = 5.0) -> bool:
@@ -205,11 +206,3 @@ def _close(stream: object) -> None:
         return
     with contextlib.suppress(OSError, AttributeError):
         close()
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    return None
