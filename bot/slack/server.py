@@ -233,6 +233,8 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     assert bot.inbox is not None
     worker = WorkerSupervisor(settings, bot.inbox).start()
     bot.handoff = worker.wake
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_cleanly)  # SIGTERM still stops the worker (finally below)
     try:
         if settings.slack_app_token:
             from bot.slack.socket_link import SocketLink

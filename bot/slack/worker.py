@@ -138,8 +138,13 @@ def main(stream: TextIO | None = None) -> int:
     stream = stream or sys.stdin
     with contextlib.suppress(OSError):
         os.nice(NICE)
-    config = json.loads(stream.readline() or "{}")
-    settings = Settings(**config["settings"])
+    try:
+        config = json.loads(stream.readline() or "{}")
+        settings = Settings(**config["settings"])
+    except (ValueError, KeyError, TypeError) as exc:
+        # Never the error's text: a validation error quotes the values, secrets included.
+        print(f"recover-bot worker: no usable settings on stdin ({type(exc).__name__})", file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # as the CLI: every request at INFO is noise
     store = Store(settings.db_path, audit_key=settings.audit_key_bytes())

@@ -9,9 +9,11 @@ What is counted: answers on each command's own response_url, effects on the sand
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -24,7 +26,7 @@ import httpx
 import yaml
 
 from bot.sandbox import builtin_scenarios_dir
-from bot.slack.inbox import Inbox
+from bot.slack.inbox import Inbox, inbox_path
 from bot.slack.state import slack_migrations
 from bot.slack.supervisor import WorkerSupervisor
 from bot.store import Store
@@ -138,6 +140,10 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
             assert len(told) == 1, (path, _answers(slack_api, path))
         time.sleep(1.5)
         assert all(sandbox.admin.effect_count(s) == 1 for s in sessions)
+        # Slack's verification token is never stored with a queued body.
+        with sqlite3.connect(inbox_path(db)) as conn:
+            payloads = [json.loads(p) for (p,) in conn.execute("SELECT payload FROM slack_inbox")]
+        assert len(payloads) == 16 and not any("token" in p["body"] for p in payloads)
     finally:
         sender.close()
         proc.terminate()
@@ -229,3 +235,47 @@ def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slac
         sender.close()
         proc.terminate()
         proc.wait(30)
+
+
+def test_socket_mode_deliveries_go_through_the_same_inbox_to_the_worker(slack_api, sandbox, tmp_path) -> None:
+    from tests.slack.test_socket_link import SocketStandIn
+
+    stand_in = SocketStandIn()
+    slack_api.socket_url = stand_in.url
+    db = tmp_path / "socket.db"
+    env = {
+        **os.environ,
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_APP_TOKEN": "xapp-1-test-serve",
+        "SLACK_API_URL": slack_api.base_url,
+        "CONTROL_HOST_URL": sandbox.url,
+        "CONTROL_HOST_API_KEY": sandbox.api_key,
+        "RECOVER_DB": str(db),
+        "HOST": "127.0.0.1",
+        "PORT": "0",
+    }
+    env.pop("SLACK_SIGNING_SECRET", None)
+    code = "import sys; from bot.settings import load_settings; from bot.slack import serve; sys.exit(serve(load_settings(dotenv=None)))"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True, cwd=str(tmp_path))
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        m = re.search(r"health on (http://127\.0\.0\.1:\d+)", "".join(lines))
+        assert m, lines
+        url = m.group(1)
+        stand_in.wait_links(1, timeout=30)
+        _wait("a healthy link and worker", lambda: _health(url)[0] == 200)
+        assert "worker: alive" in _health(url)[1] and "socket_mode: connected" in _health(url)[1]
+        sent = stand_in.envelope("env-serve-1", "diagnose ses_restore_transient")
+        _wait("the ack", lambda: "env-serve-1" in stand_in.acks, timeout=3.0)
+        assert stand_in.acks["env-serve-1"] - sent < 3.0
+        _wait("the case thread", lambda: any("ses_restore_transient" in r.text for r in slack_api.roots("CINC")))
+        inbox = Inbox(Store(db, migrations=[slack_migrations]))
+        _wait("the item done", lambda: inbox.states() == {"done": 1})
+        assert inbox.claimed_by() and all(not w.startswith("inline:") for w in inbox.claimed_by())
+        worker_pid = inbox.workers()[0][1]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        stand_in.stop()
+    _wait("the worker stopped with serve", lambda: not _alive(worker_pid), timeout=5)
