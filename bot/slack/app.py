@@ -400,7 +400,11 @@ def _register(app: App, bot: SlackBot) -> None:
 
     @app.view(kit.DECIDE_CALLBACK)
     def on_decide_submit(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
-        form = kit.DecideForm.from_metadata(str(view.get("private_metadata") or "{}"))
+        try:
+            form = kit.DecideForm.from_metadata(str(view.get("private_metadata") or "{}"))
+        except BadButtonValue as exc:  # not a form this bot opened: one line in its place, nothing queued
+            ack(response_action="update", view=kit.refusal_view(exc.message))
+            return
         wanted = bot.router.decision_form(form.decision)
         fields = kit.read_decide_state((view.get("state") or {}).get("values") or {}, wanted)
         errors = kit.decide_form_errors(wanted, fields)

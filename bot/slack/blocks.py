@@ -32,6 +32,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
+from bot.buttons import BadButtonValue
 from bot.messages import Attachment, Button, Mention, Message, render_refs
 from bot.runbook.usage import FormField, form_errors
 
@@ -342,10 +343,24 @@ class DecideForm:
 
     @classmethod
     def from_metadata(cls, text: str) -> DecideForm:
-        data = json.loads(text or "{}")
-        return cls(
-            session_id=str(data["s"]), decision=str(data["d"]), channel=data.get("c"), thread_ts=data.get("t")
-        )
+        """The form :meth:`to_metadata` wrote; :class:`BadButtonValue` for anything else (it comes back
+        from outside; the router still checks the session and the decision it names)."""
+        try:
+            data = json.loads(text or "{}")
+            s, d, c, t = data["s"], data["d"], data.get("c"), data.get("t")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            s = d = c = t = None
+        if not (isinstance(s, str) and isinstance(d, str) and all(v is None or isinstance(v, str) for v in (c, t))):
+            raise BadButtonValue("Refused a decision form this bot did not open; nothing was done. "
+                                 "Click the decision button again, or type the decide command.")
+        return cls(session_id=s, decision=d, channel=c, thread_ts=t)
+
+
+def refusal_view(text: str) -> View:
+    """What a refused form submission shows in place of the form: the one line, and nothing was sent."""
+    body = SectionBlock(block_id="b0", text=MarkdownTextObject(text=truncate(escape(text), SECTION_TEXT)))
+    return View(type="modal", title=PlainTextObject(text="Not done"), close=PlainTextObject(text="Close"),
+                blocks=check_blocks([body], MAX_VIEW_BLOCKS))
 
 
 def decide_modal(form: DecideForm, fields: Sequence[FormField]) -> View:

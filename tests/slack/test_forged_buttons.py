@@ -81,3 +81,18 @@ def test_a_forged_decision_form_sends_nothing(slack_harness, sandbox, metadata: 
     assert any(why in str(c.params.get("text")) for c in refusals), [c.params.get("text") for c in refusals]
     assert [q for q in sandbox.admin.requests() if q.get("method") == "POST"] == []
     assert all(m.channel != "CINC" or "requested" not in m.text for m in h.api.messages.values())
+
+
+@pytest.mark.parametrize("metadata", ["not json", "[]", '{"s": 1, "d": "close"}', '{"d": "close"}', ""])
+def test_a_decision_form_the_bot_did_not_open_is_refused_in_place(slack_harness, sandbox, metadata: str) -> None:
+    """Malformed private metadata: one line in place of the form (not an HTTP 500), nothing queued."""
+    h: SlackHarness = slack_harness.real(sandbox)
+    store = h.bot.router.services.store
+    view = {"type": "modal", "callback_id": "recover_decide", "private_metadata": metadata}
+    r = h.send.submit_view(view, {"reason": "forged"}, user="UMALLORY")
+    assert r.status_code == 200 and r.json()["response_action"] == "update"
+    shown = str(r.json()["view"])
+    assert "Refused a decision form this bot did not open; nothing was done" in shown
+    h.settle()
+    assert store.steps() == [] and h.api.calls_to("chat.postEphemeral") == []
+    assert [q for q in sandbox.admin.requests() if q.get("method") == "POST"] == []
