@@ -27,6 +27,7 @@ from bot.decisions._waits import Interruptible, WorkerGoneWait, observation
 from bot.errors import ControlHostError, RecoverError, StoreError
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord
+from bot.vocab import RequestState, Step
 
 
 class ExecutionRoom:
@@ -45,7 +46,7 @@ class ExecutionRoom:
         """``approved → sending``; Ctrl-C on the way withdraws it unless a send is in doubt."""
         with self.interruptible(request_id, actor):
             req = self.ctx.requests.get(request_id)
-            if req is None or req.state != "approved":
+            if req is None or req.state != RequestState.APPROVED:
                 return Reply.of(
                     text.refusal(text.state_text(req) if req else f"no request {request_id}"), ok=False
                 )
@@ -53,7 +54,7 @@ class ExecutionRoom:
                 req,
                 actor,
                 reporter,
-                from_state="approved",
+                from_state=RequestState.APPROVED,
                 retry=f"`/recover approve {req.id}` retries; a restarted bot also finishes it.",
             )
 
@@ -84,7 +85,7 @@ class ExecutionRoom:
         not a recursion (a second RECOVERY_REQUIRED goes back to the same loop).
         """
         req = self.ctx.requests.get(request_id)
-        if req is None or req.state != "waiting":
+        if req is None or req.state != RequestState.WAITING:
             return reply
         waited = self.waits.wait(request_id, actor, reporter)
         return Reply([*reply.messages, *waited.messages], ok=waited.ok)
@@ -135,10 +136,10 @@ class ExecutionRoom:
             return self.void(req, actor, from_state, changes, why)
         if verdict.code == WAITABLE:
             # R3.9: the runbook already says 409 RECOVERY_REQUIRED: nothing is sent; wait for the pass.
-            if from_state != "waiting":
+            if from_state != RequestState.WAITING:
                 with ctx.store.write() as db:
                     ctx.requests.transition(
-                        db, req.id, (from_state,), "waiting", actor=actor, error_code=WAITABLE, note=verdict.reason
+                        db, req.id, (from_state,), RequestState.WAITING, actor=actor, error_code=WAITABLE, note=verdict.reason
                     )
             return Reply.of(
                 Message(
@@ -160,14 +161,14 @@ class ExecutionRoom:
         sid = req.session_id
         with ctx.store.write() as db:
             if ctx.requests.transition(
-                db, req.id, (from_state,), "void", decided_by=actor, decided_at=ctx.iso(), note="; ".join(why)
+                db, req.id, (from_state,), RequestState.VOID, decided_by=actor, decided_at=ctx.iso(), note="; ".join(why)
             ):
                 ctx.record(
                     sid,
                     actor,
-                    "decision_void",
+                    Step.DECISION_VOID,
                     {"request_id": req.id},
-                    "void",
+                    RequestState.VOID,
                     detail={"changes": changes, "why": why},
                     db=db,
                 )
@@ -186,7 +187,7 @@ class ExecutionRoom:
         """R3.9/R3.10: the worker is gone now; ask in the case thread for the effects re-check."""
         ctx = self.ctx
         with ctx.store.write() as db:
-            won = ctx.requests.transition(db, req.id, (from_state,), "recheck", actor=actor, note="effects re-check asked")
+            won = ctx.requests.transition(db, req.id, (from_state,), RequestState.RECHECK, actor=actor, note="effects re-check asked")
             if won:
                 ctx.requests.mark(db, req.id, gone_seen_at=observation(facts))
         fresh = ctx.requests.get(req.id) or req
@@ -224,7 +225,7 @@ class ExecutionRoom:
             if current is not None and current.state == from_state:
                 record = ctx.client.begin(method, path, body, PURPOSE_DECISION, session_id=req.session_id, db=db)
                 if not ctx.requests.transition(
-                    db, req.id, (from_state,), "sending", actor=actor, idem_key=record.key, body=record.body
+                    db, req.id, (from_state,), RequestState.SENDING, actor=actor, idem_key=record.key, body=record.body
                 ):
                     raise StoreError(f"request {req.id} moved inside its own write transaction")
                 ctx.requests.count_sends(db, req.id)
@@ -233,9 +234,9 @@ class ExecutionRoom:
                 ctx.record(
                     req.session_id,
                     actor,
-                    "decision_sending",
+                    Step.DECISION_SENDING,
                     {"request_id": req.id, "method": method, "path": path, "body": dict(body)},
-                    "sending",
+                    RequestState.SENDING,
                     idempotency_key=record.key,
                     db=db,
                 )

@@ -19,6 +19,7 @@ from bot.decisions._uncertain import Authorise, UncertainSends, is_uncertain
 from bot.decisions._verify import Verifier
 from bot.errors import ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter, ref
+from bot.vocab import Policy, RequestState, Step
 
 
 class Outcomes:
@@ -42,8 +43,8 @@ class Outcomes:
             won = ctx.requests.transition(
                 db,
                 req.id,
-                ("sending", "uncertain"),
-                "executed",
+                (RequestState.SENDING, RequestState.UNCERTAIN),
+                RequestState.EXECUTED,
                 actor=actor,
                 receipt_id=receipt.id,
                 http_status=status,
@@ -53,7 +54,7 @@ class Outcomes:
                 ctx.record(
                     req.session_id,
                     actor,
-                    "decision_executed",
+                    Step.DECISION_EXECUTED,
                     {"request_id": req.id},
                     str(receipt.status or "accepted"),
                     detail=result,
@@ -63,7 +64,7 @@ class Outcomes:
                     db=db,
                 )
         fresh = ctx.requests.get(req.id) or req
-        by = f"approved by {ref(fresh.approved_by or '?')}" if fresh.policy == "two_person" else "confirmed"
+        by = f"approved by {ref(fresh.approved_by or '?')}" if fresh.policy == Policy.TWO_PERSON else "confirmed"
         head = text.updated_request_message(fresh, f"executed ({by}); receipt {receipt.id}", "ok")
         if not won:
             return Reply.of(head)  # another process settled it and verified it
@@ -112,8 +113,8 @@ class Outcomes:
             if ctx.requests.transition(
                 db,
                 req.id,
-                ("sending", "uncertain"),
-                "failed",
+                (RequestState.SENDING, RequestState.UNCERTAIN),
+                RequestState.FAILED,
                 actor=actor,
                 http_status=status,
                 error_code=exc.code,
@@ -122,7 +123,7 @@ class Outcomes:
                 ctx.record(
                     sid,
                     actor,
-                    "decision_refused_by_api",
+                    Step.DECISION_REFUSED_BY_API,
                     {"request_id": req.id},
                     exc.code,
                     detail={"message": exc.message, "advice": lines[1:]},
@@ -156,8 +157,8 @@ class Outcomes:
             ctx.requests.transition(
                 db,
                 req.id,
-                ("sending", "uncertain"),
-                "waiting",
+                (RequestState.SENDING, RequestState.UNCERTAIN),
+                RequestState.WAITING,
                 actor=actor,
                 http_status=exc.status,
                 error_code=exc.code,
@@ -165,7 +166,7 @@ class Outcomes:
             ctx.record(
                 sid,
                 actor,
-                "decision_refused_by_api",
+                Step.DECISION_REFUSED_BY_API,
                 {"request_id": req.id},
                 exc.code,
                 detail={"message": exc.message, "next": "wait for the next confirmed-gone observation"},

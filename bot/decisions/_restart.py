@@ -25,6 +25,7 @@ from bot.decisions._resume import ResumeRoom
 from bot.decisions._rules import channel_allowed
 from bot.decisions._unfinished import UnfinishedRoom
 from bot.messages import Message, Reply, Reporter
+from bot.vocab import RequestState, Step
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class RestartRoom:
             )
         if found:
             ctx.record(
-                None, who, "unfinished_found", {}, f"{len(found)} found", detail={"requests": [u.line() for u in found]}
+                None, who, Step.UNFINISHED_FOUND, {}, f"{len(found)} found", detail={"requests": [u.line() for u in found]}
             )
         # Stored requests whose answer never arrived are re-sent first, each with its own key and body,
         # when a step of the chain vouches for them (decisions: through their request, below).
@@ -101,11 +102,11 @@ class RestartRoom:
         for result in replayed:
             if result.record.purpose == PURPOSE_RESUME:
                 replies.append(self.resume.settle_replayed(result, who))
-        for req in ctx.requests.find(states=("sending", "uncertain")):
+        for req in ctx.requests.find(states=(RequestState.SENDING, RequestState.UNCERTAIN)):
             replies.append(self.resend(req, reporter))
-        for req in ctx.requests.find(states=("approved",)):
+        for req in ctx.requests.find(states=(RequestState.APPROVED,)):
             replies.append(self.execution.execute(req.id, req.approved_by or BOT, reporter))
-        for req in ctx.requests.find(states=("waiting",)):
+        for req in ctx.requests.find(states=(RequestState.WAITING,)):
             waits = [w for w in ctx.requests.active_waits(req.session_id) if w.request_id == req.id]
             for w in waits:
                 ctx.requests.end_wait(w.id, "interrupted")
@@ -114,7 +115,7 @@ class RestartRoom:
         for reply in replies:
             messages.extend(reply.messages)
             ok = ok and reply.ok
-        for req in ctx.requests.find(states=("recheck",)):
+        for req in ctx.requests.find(states=(RequestState.RECHECK,)):
             # Still waiting for a person's effects re-check (R3.10): ask again, send nothing.
             expired = expire_if_due(ctx, req, BOT)
             messages.append(expired or text.recheck_message(req, None, irreversible=ctx.irreversible(req.decision)))
@@ -122,7 +123,7 @@ class RestartRoom:
             if w.kind == "reclamation":
                 ctx.requests.end_wait(w.id, "interrupted")
         ctx.record(
-            None, who, "recover_after_restart", {}, "done", detail={"messages": [m.headline for m in messages]}
+            None, who, Step.RECOVER_AFTER_RESTART, {}, "done", detail={"messages": [m.headline for m in messages]}
         )
         if not messages:
             messages.append(Message(headline="Nothing to recover: no approved or in-flight decisions."))

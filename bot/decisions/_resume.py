@@ -20,6 +20,7 @@ from bot.decisions._waits import ReclamationWait
 from bot.errors import ControlHostError, Interrupted
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord
+from bot.vocab import Step
 
 Facts = dict[str, object]
 
@@ -63,7 +64,7 @@ class ResumeRoom:
         # The record (the client's key rule) and the step that vouches for it at a restart: one commit.
         with ctx.store.write() as db:
             record = ctx.client.begin(method, path, body, PURPOSE_RESUME, session_id=session_id, db=db)
-            ctx.record(session_id, actor, "resume_requested", inputs, "sending", idempotency_key=record.key, db=db)
+            ctx.record(session_id, actor, Step.RESUME_REQUESTED, inputs, "sending", idempotency_key=record.key, db=db)
         advice = policy.advice("BACKEND_UNAVAILABLE", facts, flags, ctx.runbooks)
         initial = advice.every if advice and advice.every else ctx.limits.resume_backoff_initial
         cap = advice.max_every if advice and advice.max_every else ctx.limits.resume_backoff_max
@@ -103,7 +104,7 @@ class ResumeRoom:
             # R4.2: a 503 leaves no receipt and no record, so ending this logical request is safe.
             ctx.store.finish_request(record.key, status, {"error": {"code": code}})
             ctx.record(
-                session_id, actor, "resume_gave_up", inputs, code, http_status=status, idempotency_key=record.key
+                session_id, actor, Step.RESUME_GAVE_UP, inputs, code, http_status=status, idempotency_key=record.key
             )
             elapsed = (ctx.now() - start).total_seconds()
             return Reply.of(
@@ -122,7 +123,7 @@ class ResumeRoom:
         ctx.record(
             session_id,
             actor,
-            "resume_accepted",
+            Step.RESUME_ACCEPTED,
             inputs,
             str(receipt.status or "accepted"),
             http_status=receipt.http_status or 200,
@@ -152,7 +153,7 @@ class ResumeRoom:
         self.ctx.record(
             session_id,
             actor,
-            "resume_refused",
+            Step.RESUME_REFUSED,
             {"session_id": session_id},
             exc.code,
             http_status=exc.status,
@@ -183,7 +184,7 @@ class ResumeRoom:
             ctx.record(
                 sid,
                 actor,
-                "resume_accepted",
+                Step.RESUME_ACCEPTED,
                 inputs,
                 str(receipt.status or "accepted"),
                 http_status=receipt.http_status or 200,
@@ -202,7 +203,7 @@ class ResumeRoom:
         exc = result.error
         code = exc.code if exc else "?"
         if result.still_pending:
-            ctx.record(sid, actor, "resume_uncertain", inputs, code, idempotency_key=record.key)
+            ctx.record(sid, actor, Step.RESUME_UNCERTAIN, inputs, code, idempotency_key=record.key)
             return Reply.of(
                 text.refusal(
                     f"The resume of `{sid}` left by an earlier run is still without a definite answer ({code})",
@@ -215,7 +216,7 @@ class ResumeRoom:
         ctx.record(
             sid,
             actor,
-            "resume_refused",
+            Step.RESUME_REFUSED,
             inputs,
             exc.code if exc else "refused",
             http_status=exc.status if exc else None,

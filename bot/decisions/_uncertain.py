@@ -24,6 +24,7 @@ from bot.decisions._poll import Pace, poll
 from bot.decisions._requests import DecisionRequest
 from bot.errors import ControlHostError
 from bot.messages import Message, Reply, Reporter
+from bot.vocab import RequestState, Step
 
 log = logging.getLogger("bot.decisions")
 
@@ -107,8 +108,8 @@ class UncertainSends:
             ctx.requests.transition(
                 db,
                 req.id,
-                ("sending",),
-                "uncertain",
+                (RequestState.SENDING,),
+                RequestState.UNCERTAIN,
                 actor=actor,
                 http_status=exc.status,
                 error_code=exc.code,
@@ -117,7 +118,7 @@ class UncertainSends:
             ctx.record(
                 req.session_id,
                 actor,
-                "decision_uncertain",
+                Step.DECISION_UNCERTAIN,
                 {"request_id": req.id},
                 exc.code,
                 http_status=exc.status,
@@ -158,7 +159,7 @@ class UncertainSends:
         def attempt() -> bool | None:
             nonlocal attempts
             req = ctx.requests.get(request_id)
-            if req is None or req.state != "uncertain" or not req.idem_key:
+            if req is None or req.state != RequestState.UNCERTAIN or not req.idem_key:
                 return True  # settled elsewhere (another process, a restart)
             if self.authorise(req, BOT_ACTOR, reporter) is not None:
                 return True  # posted and logged by the guard
@@ -176,7 +177,7 @@ class UncertainSends:
                 ctx.record(
                     req.session_id,
                     BOT_ACTOR,
-                    "decision_uncertain",
+                    Step.DECISION_UNCERTAIN,
                     {"request_id": req.id, "attempt": attempts},
                     exc.code,
                     http_status=exc.status,
@@ -200,7 +201,7 @@ class UncertainSends:
         if poll(ctx.clock, until, Pace(every, cap), attempt, attempt_first=False):
             return
         req = ctx.requests.get(request_id)
-        if req is None or req.state != "uncertain":
+        if req is None or req.state != RequestState.UNCERTAIN:
             return
         msg = text.refusal(
             f"`{req.decision}` on `{req.session_id}` is still uncertain after {text.duration(total)}",

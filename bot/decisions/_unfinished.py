@@ -22,6 +22,7 @@ from bot.decisions._rules import channel_allowed
 from bot.errors import ControlHostError, Interrupted
 from bot.messages import Message, Reply, ref
 from bot.store import IdempotencyRecord
+from bot.vocab import Policy, RequestState, Step
 
 MarkUncertain = Callable[[DecisionRequest, str, ControlHostError], None]
 
@@ -61,18 +62,19 @@ class UnfinishedRoom:
             uncertain = req.state in IN_FLIGHT_STATES and (record is None or record.pending)
             if req.idem_key:
                 keys.add(req.idem_key)
-            state = {
-                "requested": "waiting for approval"
-                if req.policy == "two_person"
+            labels: dict[str, str] = {
+                RequestState.REQUESTED: "waiting for approval"
+                if req.policy == Policy.TWO_PERSON
                 else "waiting for confirmation",
-                "approved": "approved, not sent",
-                "sending": "sent, no definite answer (uncertain)"
+                RequestState.APPROVED: "approved, not sent",
+                RequestState.SENDING: "sent, no definite answer (uncertain)"
                 if uncertain
                 else "answered, not recorded",
-                "uncertain": "sent, no definite answer (uncertain)",
-                "waiting": "waiting for the scheduler to confirm the worker gone (R3.9)",
-                "recheck": "waiting for the effects re-check (R3.10)",
-            }.get(req.state, req.state)
+                RequestState.UNCERTAIN: "sent, no definite answer (uncertain)",
+                RequestState.WAITING: "waiting for the scheduler to confirm the worker gone (R3.9)",
+                RequestState.RECHECK: "waiting for the effects re-check (R3.10)",
+            }
+            state = labels.get(req.state, req.state)
             found.append(
                 Unfinished(
                     req.session_id,
@@ -184,7 +186,7 @@ class UnfinishedRoom:
                 db,
                 req.id,
                 tuple(from_states),
-                "withdrawn",
+                RequestState.WITHDRAWN,
                 decided_by=actor,
                 decided_at=self.ctx.iso(),
                 note=why,
@@ -193,9 +195,9 @@ class UnfinishedRoom:
                 self.ctx.store.record_step(
                     req.session_id,
                     actor,
-                    "decision_withdrawn",
+                    Step.DECISION_WITHDRAWN,
                     dict(step_inputs),
-                    "withdrawn",
+                    RequestState.WITHDRAWN,
                     detail={"was": req.state, "why": why},
                     db=db,
                 )
@@ -291,7 +293,7 @@ class UnfinishedRoom:
         if current.pending and not self.ctx.client.in_doubt(record.key):
             self.ctx.store.withdraw_request(record.key, actor, "interrupted (Ctrl-C)")
             self.ctx.record(
-                session_id, actor, "resume_withdrawn", inputs, "withdrawn", idempotency_key=record.key
+                session_id, actor, Step.RESUME_WITHDRAWN, inputs, "withdrawn", idempotency_key=record.key
             )
             return Reply.of(
                 Message(
@@ -308,7 +310,7 @@ class UnfinishedRoom:
             )
         if current.pending:
             self.ctx.record(
-                session_id, actor, "resume_uncertain", inputs, "uncertain", idempotency_key=record.key
+                session_id, actor, Step.RESUME_UNCERTAIN, inputs, "uncertain", idempotency_key=record.key
             )
             return Reply.of(self.uncertain_message(session_id, "resume"), ok=False)
         return Reply.of(

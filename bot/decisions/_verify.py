@@ -19,6 +19,7 @@ from bot.decisions._policy import DecisionPolicy
 from bot.decisions._rules import settled_reason
 from bot.errors import RecoverError
 from bot.messages import Message, Reply
+from bot.vocab import Step
 
 # R5.1: always reported after a decision, besides what the runbook's verify.report adds.
 VERIFY_FACTS = ("session.revision", "session.status", "session.admission_state", "session.resumable")
@@ -50,7 +51,7 @@ class Verifier:
             **{n: facts.get(n) for n in names},
             "next": next_text,
         }
-        ctx.record(session_id, actor, "verification", {"decision": policy.name}, "checked", detail=detail)
+        ctx.record(session_id, actor, Step.VERIFICATION, {"decision": policy.name}, "checked", detail=detail)
         lines = [
             f"Receipt {receipt.id}: {receipt.status or 'unknown'}. "
             "Acceptance is not the same as the worker being gone, nor as a successful resume (R5.1).",

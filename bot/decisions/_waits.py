@@ -26,6 +26,7 @@ from bot.decisions._requests import DecisionRequest
 from bot.errors import ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord
+from bot.vocab import RequestState, Step
 
 Interruptible = Callable[[str, str], AbstractContextManager[None]]
 
@@ -127,7 +128,7 @@ class WorkerGoneWait:
         def attempt() -> Reply | None:
             nonlocal req, submissions
             req = ctx.requests.get(request_id) or req
-            if req.state != "waiting":
+            if req.state != RequestState.WAITING:
                 ctx.requests.end_wait(wait_id, "ended")
                 return self.end(req, replies, f"the request is {req.state}")
             seen = self.gone_now(sid)
@@ -148,10 +149,10 @@ class WorkerGoneWait:
                     session_id=sid,
                 )
             )
-            reply = self.submit(req, actor, facts, turn_status, reporter, from_state="waiting")
+            reply = self.submit(req, actor, facts, turn_status, reporter, from_state=RequestState.WAITING)
             replies.extend(reply.messages)
             after = ctx.requests.get(request_id) or req
-            if after.state != "waiting":
+            if after.state != RequestState.WAITING:
                 ctx.requests.end_wait(wait_id, "done")
                 for message in reply.messages:
                     if message.kind == text.RECHECK_KIND:
@@ -200,13 +201,13 @@ class WorkerGoneWait:
             if ctx.requests.transition(
                 db,
                 req.id,
-                ("waiting",),
-                "failed",
+                (RequestState.WAITING,),
+                RequestState.FAILED,
                 actor=actor,
                 error_code=WAITABLE,
                 note="the worker was not confirmed gone in time",
             ):
-                ctx.record(sid, actor, "decision_wait_gave_up", {"request_id": req.id}, WAITABLE, db=db)
+                ctx.record(sid, actor, Step.DECISION_WAIT_GAVE_UP, {"request_id": req.id}, WAITABLE, db=db)
         sends = (ctx.requests.get(req.id) or req).sends
         msg = text.refusal(
             f"`{req.decision}` on `{sid}` was not submitted again: no new confirmation that the worker is gone by "
@@ -221,7 +222,7 @@ class WorkerGoneWait:
     @staticmethod
     def end(req: DecisionRequest, replies: list[Message], how: str) -> Reply:
         """The visible end of a wait: what became of the request."""
-        ok = req.state in ("executed", "recheck")
+        ok = req.state in (RequestState.EXECUTED, RequestState.RECHECK)
         end = Message(
             headline=f"`{req.decision}` on `{req.session_id}` after the wait ({how}): {req.state}",
             level="ok" if ok else "error",
