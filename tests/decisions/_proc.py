@@ -1,6 +1,7 @@
 """A bot process for the multi-process tests: the real core on a shared database file.
 
-Run as ``python -m tests.decisions._proc <db> <url> <action> <request_id> <actor> <channel> <go_file>``;
+Run as ``python -m tests.decisions._proc <db> <url> <action> <request_id> <actor> <channel> <go_file>``
+(for ``resume`` the request id is the session id);
 the sandbox API key comes in the environment (SANDBOX_API_KEY), never on the command line.
 HANG=after_approval makes the diagnosis after the approval hang (the test SIGKILLs the process there);
 HANG=after_post lets the POST reach the control host and hangs before its answer is recorded;
@@ -94,6 +95,8 @@ def main() -> int:
         time.sleep(0.005)
     if action == "approve":
         reply = svc.approve(actor, channel, request_id, NullReporter())
+    elif action == "resume":
+        reply = svc.resume(actor, channel, request_id, NullReporter())  # request_id names the session here
     elif action == "recover":
         reply = svc.recover_after_restart(NullReporter())
     else:

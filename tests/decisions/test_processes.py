@@ -168,3 +168,26 @@ def test_sigkill_between_the_stored_key_and_the_send_then_restart_sends_that_key
     [effect] = env.effects("ses_pk3")
     final = env.service().requests.get(rid)
     assert final.state == "executed" and final.receipt_id == effect["receipt_id"]
+
+
+def test_sigkill_between_the_stored_resume_and_its_send_then_restart_sends_that_key_once(decision_env, tmp_path):
+    """R4.2's resume has the same key rule: stored with the step that vouches for it, killed before
+    the POST left, and the restart's one POST carries the stored key and body."""
+    env = decision_env
+    env.stopped_resumable("ses_pk4")
+    go = tmp_path / "go"
+    go.write_text("go")
+    proc = _spawn(env, tmp_path, "resume", "ses_pk4", REQUESTER, go, hang="before_post")
+    _wait_for(tmp_path / "begun", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    [record] = env.store.unfinished_requests()
+    assert record.session_id == "ses_pk4" and record.path.endswith("/resume")
+    assert env.posts("ses_pk4") == [] and env.effects("ses_pk4") == []
+    env.restart()
+    reply = env.service().recover_after_restart(NullReporter())
+    assert reply.ok, [m.plain_text() for m in reply.messages]
+    [post] = env.posts("ses_pk4")
+    assert post["idempotency_key"] == record.key and post["body"] == json.loads(record.body)
+    assert len(env.effects("ses_pk4")) == 1
+    assert env.store.unfinished_requests() == []
