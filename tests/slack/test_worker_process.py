@@ -279,3 +279,37 @@ def test_socket_mode_deliveries_go_through_the_same_inbox_to_the_worker(slack_ap
         proc.wait(30)
         stand_in.stop()
     _wait("the worker stopped with serve", lambda: not _alive(worker_pid), timeout=5)
+
+
+def test_a_decision_in_flight_when_the_worker_dies_is_finished_with_its_stored_key(
+    slack_api, sandbox_factory, tmp_path
+) -> None:
+    """R0.3: the interrupted command is not run again; the next worker's start-up replays the stored
+    request with its Idempotency-Key, so the control host applies the decision once."""
+    sandbox = sandbox_factory(scenarios="builtin", clock=None)
+    db = tmp_path / "serve.db"
+    proc, url = _serve(slack_api, sandbox, db, tmp_path)
+    sender = SlackSender(url + "/slack/events", stand_in=slack_api)
+    store = Store(db)
+    try:
+        _wait("a healthy worker", lambda: _worker_pid(url) is not None)
+        first_pid = _worker_pid(url)
+        sid = _fresh_session(sandbox, "ses_inflight_0")
+        sandbox.admin.fault("latency", "*recovery-decisions*", method="POST", seconds=3, times=1)
+        body = sender.command_body(f'decide {sid} retry_restore --reason "killed mid-send" --yes')
+        assert sender.post(body, content_type="application/x-www-form-urlencoded").status_code == 200
+        _wait("the stored, unanswered request", lambda: bool(store.unfinished_requests()), timeout=30)
+        os.kill(first_pid, signal.SIGKILL)
+        _wait("a new worker", lambda: (_worker_pid(url) or first_pid) != first_pid)
+        _wait("one effect", lambda: sandbox.admin.effect_count(sid) == 1, timeout=60)
+        _wait("the request finished", lambda: not store.unfinished_requests(), timeout=60)
+        posts = [r for r in sandbox.admin.requests(sid) if r["method"] == "POST" and "decision" in r["path"]]
+        assert posts and len({r["idempotency_key"] for r in posts}) == 1, posts
+        told = [b for b in _answers(slack_api, _reply_path(body)) if "restarted while working" in str(b)]
+        assert len(told) == 1
+        time.sleep(1.5)
+        assert sandbox.admin.effect_count(sid) == 1
+    finally:
+        sender.close()
+        proc.terminate()
+        proc.wait(30)
