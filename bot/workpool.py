@@ -44,6 +44,7 @@ class WorkPool:
         self._queue: deque[tuple[Future[Any], Callable[[], Any]]] = deque()
         self._threads = 0
         self._idle = 0
+        self._starting = 0  # threads started that have not yet reached their loop: each will take an item
         self._busy = 0
         self._rejected = 0
         self._done = 0
@@ -54,19 +55,26 @@ class WorkPool:
         """Queue ``fn``; raises :class:`PoolBusy` when the queue is full."""
         future: Future[T] = Future()
         with self._lock:
-            if len(self._queue) >= self.max_queue and self._idle == 0 and self._threads >= self.max_workers:
+            # Items that an idle or just-started worker is about to take are not waiting: on a loaded
+            # machine a burst can queue faster than new threads reach their loop, and counting those
+            # items against the bound would refuse work the pool has room for.
+            waiting = len(self._queue) - self._idle - self._starting
+            if waiting >= self.max_queue and self._threads >= self.max_workers:
                 self._rejected += 1
                 raise PoolBusy(
                     f"the bot's {self.name} pool is full ({self._busy} running, {len(self._queue)} queued)"
                 )
             self._queue.append((future, fn))
             self._ready.notify()
-            if len(self._queue) > self._idle and self._threads < self.max_workers:
+            if len(self._queue) > self._idle + self._starting and self._threads < self.max_workers:
                 self._threads += 1
+                self._starting += 1
                 threading.Thread(target=self._work, name=f"{self.name}-{self._threads}", daemon=True).start()
         return future
 
     def _work(self) -> None:
+        with self._lock:
+            self._starting -= 1
         while True:
             with self._lock:
                 while not self._queue:

@@ -58,3 +58,34 @@ def test_an_exception_reaches_the_caller_and_the_worker_survives() -> None:
     with pytest.raises(ValueError, match="boom"):
         pool.submit(boom).result(5)
     assert pool.submit(lambda: 7).result(5) == 7
+
+
+def test_a_burst_before_the_workers_start_is_not_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded machine a burst can queue before the new threads reach their loop.
+
+    The items those threads are about to take are not waiting, so 2 running + 3 queued still fits a
+    pool of 2 workers and 3 queued, and only the sixth is refused. The workers' start is held back
+    here (the standard library's Thread.start, not the pool) to make the slow machine certain.
+    """
+    go = threading.Event()
+    started: list[threading.Thread] = []
+    real_thread = threading.Thread
+
+    class HeldThread(real_thread):
+        def start(self) -> None:
+            if self.name.startswith("test-burst-"):
+                started.append(self)  # held until the burst is in
+            else:
+                super().start()
+
+    monkeypatch.setattr(threading, "Thread", HeldThread)
+    pool = WorkPool("test-burst", workers=2, queue=3, idle_seconds=0.2)
+    futures = [pool.submit(go.wait) for _ in range(5)]
+    with pytest.raises(PoolBusy):
+        pool.submit(lambda: None)
+    assert len(started) == 2 and pool.stats()["queued"] == 5
+    for thread in started:
+        real_thread.start(thread)
+    go.set()
+    assert all(f.result(5) is True for f in futures)
+    assert pool.stats()["rejected"] == 1
