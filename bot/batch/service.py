@@ -404,7 +404,7 @@ class BatchService:
             return []
         lines = []
         for b in open_batches:
-            lines.extend(self.summary(b).plain_text().splitlines())
+            lines.extend(self.summary(b).marked_text().splitlines())  # mentions stay live in Slack
         return [Message(headline=f"Open batches ({len(open_batches)})", lines=lines)]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.batch.plan import Candidate, plan
-from bot.messages import ListReporter, Reply
+from bot.messages import ListReporter, Mention, Reply, pieces
 from bot.runbook import load_runbooks
 from bot.sandbox import SandboxHandle
 from tests.fixtures.triage import bulk_router, make_incident
@@ -52,6 +52,19 @@ def test_a_batch_larger_than_the_threshold_needs_a_second_person(
     clicked = router.handle_action("approve", str(batch_id), actor="alice", channel="C1", reporter=ListReporter())
     assert not clicked.ok and "your own batch" in _text(clicked)  # nor by the button
     assert "4/4 accepted" in _text(_run(router, f"/recover approve {batch_id}", actor="bob"))
+
+
+def test_the_handoff_names_an_open_batchs_requester_as_a_mention(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    made = make_incident(incident_sandbox, {"startup_stopped": 2})["startup_stopped"]
+    router = bulk_router(incident_sandbox, tmp_path)
+    batch_id = _run(router, f'/recover batch decide --sessions {",".join(made)} close --reason "x"').messages[0].ref
+    (batches,) = [m for m in _run(router, "/recover handoff", actor="bob").messages if m.headline.startswith("Open batches")]
+    assert any(str(batch_id) in line for line in batches.lines)
+    # The requester stays a structured mention (live in Slack, readable @alice at the console).
+    assert Mention("@", "alice") in [p for line in batches.lines for p in pieces(line)]
+    assert "Requested by @alice · owner none" in batches.plain_text()
 
 
 def test_expired_batch_is_never_sent(incident_sandbox: SandboxHandle, tmp_path: Path) -> None:
