@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from bot.controlhost import PURPOSE_RESUME
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
-from bot.decisions._guards import is_requester
+from bot.decisions._guards import Refusal, in_recovery_channel, is_requester, load, refusing
 from bot.decisions._requests import IN_FLIGHT_STATES, OPEN_STATES, WITHDRAWABLE_STATES, DecisionRequest
-from bot.decisions._rules import channel_allowed
 from bot.errors import ControlHostError, Interrupted
 from bot.messages import Message, Reply, ref
 from bot.store import IdempotencyRecord
@@ -123,54 +122,30 @@ class UnfinishedRoom:
     def withdraw(self, actor: str, channel: str | None, request_id: str) -> Reply:
         """The requester takes back a request nothing was sent for; it is never sent after that."""
         inputs = {"request_id": request_id, "channel": channel}
-        req = self.ctx.requests.get(request_id) if request_id.startswith("req_") else None
-        if req is None:
-            return self.ctx.refuse(
-                actor,
-                None,
-                "withdraw",
-                inputs,
-                f"no decision request {request_id!r}",
-                "Copy the id from the request (req_…).",
-            )
-        sid = req.session_id
-        if not channel_allowed(channel, self.ctx.channels):
-            return self.ctx.refuse(
-                actor,
-                sid,
-                "withdraw",
-                inputs,
-                "withdrawals are refused outside the recovery channels (RECOVER_CHANNELS)",
-            )
-        if not is_requester(self.ctx, actor, req):
-            return self.ctx.refuse(
-                actor,
-                sid,
-                "withdraw",
-                inputs,
-                f"only {ref(req.requester)}, who asked for it, withdraws request {req.id}",
-                f"To refuse it, an approver runs `/recover reject {req.id}`.",
-            )
-        if req.state in IN_FLIGHT_STATES:
-            return self.ctx.refuse(
-                actor,
-                sid,
-                "withdraw",
-                inputs,
-                f"request {req.id} was sent and its answer never came: it cannot be withdrawn",
-                "Its outcome is finished with its own Idempotency-Key: `/recover replay` in the console; "
-                "the Slack app does it at start.",
-                code="uncertain",
-            )
-        if req.state not in WITHDRAWABLE_STATES:
-            return self.ctx.refuse(
-                actor,
-                sid,
-                "withdraw",
-                inputs,
-                f"request {req.id} is already {req.state}: nothing to withdraw",
-            )
-        return self.withdraw_one(req, actor, "withdrawn by its requester", step_inputs=inputs)
+
+        def attempt() -> Reply:
+            req = load(self.ctx, request_id)
+            sid = req.session_id
+            in_recovery_channel(self.ctx, channel, "withdrawals are", sid)
+            if not is_requester(self.ctx, actor, req):
+                raise Refusal(
+                    f"only {ref(req.requester)}, who asked for it, withdraws request {req.id}",
+                    f"To refuse it, an approver runs `/recover reject {req.id}`.",
+                    session_id=sid,
+                )
+            if req.state in IN_FLIGHT_STATES:
+                raise Refusal(
+                    f"request {req.id} was sent and its answer never came: it cannot be withdrawn",
+                    "Its outcome is finished with its own Idempotency-Key: `/recover replay` in the console; "
+                    "the Slack app does it at start.",
+                    session_id=sid,
+                    code="uncertain",
+                )
+            if req.state not in WITHDRAWABLE_STATES:
+                raise Refusal(f"request {req.id} is already {req.state}: nothing to withdraw", session_id=sid)
+            return self.withdraw_one(req, actor, "withdrawn by its requester", step_inputs=inputs)
+
+        return refusing(self.ctx, actor, Step.WITHDRAW, inputs, attempt)
 
     def withdraw_one(
         self,
