@@ -8,11 +8,15 @@ import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from functools import partial
+from typing import Any, ParamSpec, TypeVar
 
 from bot.redact import redact
 
 log = logging.getLogger("recover_bot.slack")
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class BackgroundWork:
@@ -24,8 +28,8 @@ class BackgroundWork:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        future = self._pool.submit(logged, fn, *args)
+    def submit(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Future[R | None]:
+        future = self._pool.submit(logged, partial(fn, *args, **kwargs))
         with self._lock:
             self._pending.add(future)
         future.add_done_callback(self._done)
@@ -46,11 +50,12 @@ class BackgroundWork:
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
 
 
-def logged(fn: Callable[..., Any], *args: Any) -> Any:
+def logged(job: Callable[[], R]) -> R | None:
     # A background job has nobody to raise to: log (redacted) instead of losing the error silently.
     try:
-        return fn(*args)
+        return job()
     except Exception:
+        fn = job.func if isinstance(job, partial) else job
         log.error(
             "background job %s failed:\n%s", getattr(fn, "__name__", fn), redact(traceback.format_exc())
         )
