@@ -19,7 +19,7 @@ from bot.decisions import _text as text
 from bot.decisions._authority import AuthorityGuard
 from bot.decisions._context import BOT, DecisionContext
 from bot.decisions._execution import ExecutionRoom
-from bot.decisions._guards import expire_if_due
+from bot.decisions._guards import Refusal, expire_if_due, refusing
 from bot.decisions._requests import IN_FLIGHT_STATES, DecisionRequest
 from bot.decisions._resume import ResumeRoom
 from bot.decisions._rules import channel_allowed
@@ -49,15 +49,12 @@ class RestartRoom:
 
     def replay(self, actor: str, channel: str | None, reporter: Reporter) -> Reply:
         """The console's `/recover replay`: finish what earlier runs left (same keys, never anew)."""
-        if not channel_allowed(channel, self.ctx.channels):
-            return self.ctx.refuse(
-                actor,
-                None,
-                "replay",
-                {"channel": channel},
-                "`replay` is refused outside the recovery channels (RECOVER_CHANNELS)",
-            )
-        return self.recover(reporter, actor=actor)
+        def attempt() -> Reply:
+            if not channel_allowed(channel, self.ctx.channels):
+                raise Refusal("`replay` is refused outside the recovery channels (RECOVER_CHANNELS)")
+            return self.recover(reporter, actor=actor)
+
+        return refusing(self.ctx, actor, "replay", {"channel": channel}, attempt)
 
     def recover(self, reporter: Reporter, *, actor: str | None = None) -> Reply:
         """Finish what a previous process left: in-flight requests re-sent, approved ones executed once.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from bot.controlhost import PURPOSE_RESUME, ReplayResult
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
+from bot.decisions._guards import Refusal, refusing
 from bot.decisions._policy import DecisionPolicy
 from bot.decisions._rules import ID_RE
 from bot.decisions._unfinished import UnfinishedRoom
@@ -36,24 +37,28 @@ class ResumeRoom:
 
     def resume(self, actor: str, channel: str | None, session_id: str, reporter: Reporter) -> Reply:
         """Resume, riding through 503 BACKEND_UNAVAILABLE with backoff (R4.2), one key throughout."""
-        ctx = self.ctx
         inputs = {"session_id": session_id, "channel": channel}
+        return refusing(
+            self.ctx, actor, "resume", inputs, lambda: self._resume(actor, channel, session_id, inputs, reporter)
+        )
+
+    def _resume(
+        self, actor: str, channel: str | None, session_id: str, inputs: dict[str, str | None], reporter: Reporter
+    ) -> Reply:
+        ctx = self.ctx
         if not ID_RE.match(session_id):
-            return ctx.refuse(actor, None, "resume", inputs, f"invalid session id {session_id!r}")
+            raise Refusal(f"invalid session id {session_id!r}")
         policy = ctx.policy("resume")
         flags: dict[str, object] = {"reason": f"resume requested by {actor} via recover-bot"}
         facts, _ = ctx.diagnose(session_id, None)
         verdict = ctx.verdict(policy, facts, flags)
         if not verdict.ok:
             advice = policy.advice(verdict.code or "", facts, flags, ctx.runbooks)
-            return ctx.refuse(
-                actor,
-                session_id,
-                "resume",
-                inputs,
+            raise Refusal(
                 f"resume of `{session_id}` will not be accepted: {verdict.reason}",
                 f"The control host would answer {verdict.code}. Nothing was sent.",
                 *([advice.text] if advice else []),
+                session_id=session_id,
                 rules=list(verdict.rules or policy.rules),
                 code=verdict.code or "refused",
             )

@@ -80,3 +80,25 @@ def test_approval_request_reads_in_order_notes_right_after_the_reason(decision_e
     assert lines[reason + 2].startswith("Drops: turn turn_9")
     assert lines[reason + 3].startswith("External effects (requester's account, R3.10)")
     assert lines.index(f"/recover approve {msg.ref}") > reason + 3
+
+
+def test_refused_resume_and_replay_are_one_step_each_and_send_nothing(decision_env):
+    """resume and replay refuse through the same guards: one recorded step each, no POST."""
+    env = decision_env
+    env.outcome_unknown("ses_ab1")  # recovery_required: a resume would be refused (R0.3, R4.1)
+    svc = env.service()
+    bad_id = svc.resume(REQUESTER, CHANNEL, "ses ab1", env.reporter)
+    stuck = svc.resume(REQUESTER, CHANNEL, "ses_ab1", env.reporter)
+    outside = svc.replay(REQUESTER, OTHER_CHANNEL, env.reporter)
+    assert "invalid session id" in bad_id.messages[-1].headline
+    assert stuck.messages[-1].headline.startswith("resume of `ses_ab1` will not be accepted")
+    assert "Nothing was sent." in stuck.messages[-1].lines[0]
+    assert "outside the recovery channels" in outside.messages[-1].headline
+    for reply in (bad_id, stuck, outside):
+        assert not reply.ok and reply.messages[-1].level == "error"
+    resumes = [(s.session_id, s.outcome) for s in env.store.steps() if s.step == "resume"]
+    assert resumes[0] == (None, "refused")
+    assert resumes[1][0] == "ses_ab1" and resumes[1][1] != "sending"  # the control host's code, not a send
+    assert len(resumes) == 2
+    assert [s.outcome for s in env.store.steps() if s.step == "replay"] == ["refused"]
+    assert env.posts("ses_ab1") == []
