@@ -9,7 +9,9 @@ ends the request; a resume left unanswered by an earlier run is settled here aft
 
 from __future__ import annotations
 
-from bot.controlhost import PURPOSE_RESUME, ReplayResult
+from collections.abc import Mapping
+
+from bot.controlhost import PURPOSE_RESUME, Receipt, ReplayResult
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._guards import Refusal, refusing
@@ -125,16 +127,7 @@ class ResumeRoom:
             assert ended.error is not None
             return self.refused(actor, session_id, record, ended.error, policy, facts, flags)
         receipt = ended.receipt
-        ctx.record(
-            session_id,
-            actor,
-            Step.RESUME_ACCEPTED,
-            inputs,
-            str(receipt.status or "accepted"),
-            http_status=receipt.http_status or 200,
-            idempotency_key=record.key,
-            receipt_id=receipt.id,
-        )
+        self._record_accepted(session_id, actor, inputs, record, receipt)
         verification = self.verifier.verify(session_id, actor, policy, flags, receipt)
         reminder = Message(
             headline=f"Resumed `{session_id}` (receipt {receipt.id})",
@@ -186,16 +179,7 @@ class ResumeRoom:
         inputs = {"session_id": sid, "replayed": True}
         if result.receipt is not None:
             receipt = result.receipt
-            ctx.record(
-                sid,
-                actor,
-                Step.RESUME_ACCEPTED,
-                inputs,
-                str(receipt.status or "accepted"),
-                http_status=receipt.http_status or 200,
-                idempotency_key=record.key,
-                receipt_id=receipt.id,
-            )
+            self._record_accepted(sid, actor, inputs, record, receipt)
             verification = self.verifier.verify(sid, actor, ctx.policy("resume"), {"reason": "replayed"}, receipt)
             head = Message(
                 headline=f"Finished the resume of `{sid}` left by an earlier run: accepted "
@@ -235,4 +219,19 @@ class ResumeRoom:
                 session_id=sid,
             ),
             ok=False,
+        )
+
+    def _record_accepted(
+        self, session_id: str, actor: str, inputs: Mapping[str, object], record: IdempotencyRecord, receipt: Receipt
+    ) -> None:
+        """The accepted resume's step, sent now or replayed at start: its receipt and the key it went with."""
+        self.ctx.record(
+            session_id,
+            actor,
+            Step.RESUME_ACCEPTED,
+            inputs,
+            str(receipt.status or "accepted"),
+            http_status=receipt.http_status or 200,
+            idempotency_key=record.key,
+            receipt_id=receipt.id,
         )
