@@ -73,10 +73,14 @@ class WorkPool:
         return future
 
     def _work(self) -> None:
-        with self._lock:
-            self._starting -= 1
+        starting = True
         while True:
             with self._lock:
+                if starting:
+                    # No longer "about to take an item" only once it is idle or holds one: in the same
+                    # critical section, so a submit never sees this worker as neither.
+                    self._starting -= 1
+                    starting = False
                 while not self._queue:
                     self._idle += 1
                     woke = self._ready.wait(self.idle_seconds)

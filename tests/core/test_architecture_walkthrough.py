@@ -16,7 +16,7 @@ import pytest
 from bot.vocab import RequestState, Step
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "architecture.md"
+DOC = ROOT.joinpath("docs/architecture.md")
 HEADING = "## Walk-through: one `decide`, then one `approve`"
 LINE = re.compile(r"^\d+\. `(bot/[\w/]+\.py)` — (.+)$")
 CODE_NAME = re.compile(r"`([A-Za-z_][\w.]*)(?:\([^`]*\))?`")
