@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 
 import docker
@@ -150,6 +150,18 @@ def translate(what: str, host: str, *, not_found: str | None = None) -> Iterator
         raise DockerOpsError(f"{what}: the Docker engine answered {status}: {_explanation(exc)}") from exc
     except (requests.exceptions.RequestException, docker.errors.DockerException, OSError) as exc:
         raise unreachable_error(exc, host) from exc
+
+
+def close_quietly(stream: object) -> None:
+    """Close an engine stream if it can be closed; a failing close never hides the result read so far.
+
+    The SDK's cancellable stream shuts its socket down and can raise on the way (socket errors, an
+    unsupported transport), and a stream may be closed while a reader thread still iterates it.
+    """
+    close = getattr(stream, "close", None)
+    if close is not None:
+        with suppress(Exception):
+            close()
 
 
 def _explanation(exc: docker.errors.APIError) -> str:

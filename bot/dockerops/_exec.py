@@ -8,7 +8,6 @@ unknown; R1.6 makes a later pass safe).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Iterable
@@ -18,7 +17,7 @@ from typing import Any
 import docker
 import requests
 
-from bot.dockerops._engine import translate
+from bot.dockerops._engine import close_quietly, translate
 from bot.format import as_int
 
 
@@ -104,7 +103,7 @@ def run_exec(
     finished = reader.done.wait(timeout)
     if not finished:
         pid, running = _inspect_quietly(api, exec_id)
-        _close(stream)
+        close_quietly(stream)
         return ExecResult(
             exec_id=exec_id,
             exit_code=None,
@@ -116,7 +115,7 @@ def run_exec(
             still_running=running,
         )
     duration = time.monotonic() - started
-    _close(stream)
+    close_quietly(stream)
     # The stream can end a moment before the daemon records the exit code: poll briefly.
     deadline = time.monotonic() + 10.0
     while True:
@@ -198,11 +197,3 @@ def _container_down(api: docker.APIClient, container: str, wait: float = 5.0) ->
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
-
-
-def _close(stream: object) -> None:
-    close = getattr(stream, "close", None)
-    if close is None:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        close()

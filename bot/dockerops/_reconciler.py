@@ -9,7 +9,6 @@ Why it looks like this:
 
 from __future__ import annotations
 
-import contextlib
 import io
 import re
 import tarfile
@@ -21,7 +20,7 @@ from typing import Any
 import docker
 
 from bot.dockerops._config import ReconcilerConfig
-from bot.dockerops._engine import parse_docker_time, translate
+from bot.dockerops._engine import close_quietly, parse_docker_time, translate
 from bot.errors import DockerOpsError
 from bot.redact import redact
 
@@ -102,7 +101,7 @@ def read_status_file(
         raise
     size = int(stat.get("size") or 0) if isinstance(stat, dict) else 0
     if size > STATUS_FILE_CAP:
-        _close(stream)
+        close_quietly(stream)
         return None, f"the status file is {size} bytes, too large to show (limit {STATUS_FILE_CAP})"
     data = bytearray()
     with translate(f"Reading {path} from {target.name}", host):
@@ -110,7 +109,7 @@ def read_status_file(
             data += chunk
             if len(data) > STATUS_FILE_CAP + 64 * 1024:
                 break
-    _close(stream)
+    close_quietly(stream)
     try:
         with tarfile.open(fileobj=io.BytesIO(bytes(data)), mode="r:") as tar:
             member = next((m for m in tar.getmembers() if m.isfile()), None)
@@ -147,7 +146,7 @@ def last_pass_lines(
                 elif cfg.failed_pattern in text:
                     failed = _pass_line("failed", text)
         finally:
-            _close(stream)
+            close_quietly(stream)
     return completed, failed
 
 
@@ -161,11 +160,6 @@ def _name(container: dict[str, Any]) -> str:
     return str(names[0]).lstrip("/") if names else str(container.get("Id", "?"))[:12]
 
 
-def _close(stream: object) -> None:
-    close = getattr(stream, "close", None)
-    if close is not None:
-        with contextlib.suppress(Exception):
-            close()
 
 
 def _lines_of(chunks: Iterable[bytes]) -> Iterator[bytes]:
