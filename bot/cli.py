@@ -19,8 +19,9 @@ from bot.settings import ALL_GROUPS, Settings, load_settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
+# Status 1 (findings) comes from subcommands below this module (runbook check, audit verify, the
+# console), which may not import it; EXIT_CODES documents it with the rest.
 EXIT_OK = 0
-EXIT_FINDINGS = 1  # tampering found, an invalid runbook; for the console: a command refused or failed
 EXIT_USAGE = 2  # a usage error or a setting to fix (one line per problem)
 EXIT_UNEXPECTED = 70  # EX_SOFTWARE: a bug, reported in one line
 EXIT_INTERRUPTED = 130
@@ -124,7 +125,7 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.incident is not None and not 1 <= args.incident <= 20_000:
         print("recover-bot sandbox: --incident takes 1 to 20000 sessions, e.g. --incident 1000", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.scenarios != "builtin" and not Path(args.scenarios).is_dir():
         raise StartupError(f"--scenarios: {args.scenarios} is not a directory of scenario YAML files")
     try:
@@ -140,7 +141,7 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
         if not is_listen_error(exc):
             raise
         raise listen_error(args.host, args.port, exc, host_name="--host", port_name="--port") from None
-    return 0
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
