@@ -134,14 +134,6 @@ class Settings(BaseSettings):
 
     # --- accessors ---
 
-    @property
-    def approver_users(self) -> tuple[str, ...]:
-        return tuple(a for a in self.approvers if not a.startswith("S"))
-
-    @property
-    def approver_groups(self) -> tuple[str, ...]:
-        return tuple(a for a in self.approvers if a.startswith("S"))
-
     def audit_key_bytes(self) -> bytes | None:
         """The audit chain's key: ``RECOVER_AUDIT_KEY``, or the first line of ``RECOVER_AUDIT_KEY_FILE``."""
         if self.audit_key is not None:

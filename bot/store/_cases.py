@@ -26,13 +26,9 @@ def find_open(db: Database, session_id: str) -> Case | None:
     return case_of(row) if row is not None else None
 
 
-def listed(db: Database, session_id: str | None = None, *, open_only: bool = False) -> list[Case]:
-    """Cases in the order they were opened, of one session and/or only the open ones."""
-    clauses = (["session_id = ?"] if session_id is not None else []) + (["closed_at IS NULL"] if open_only else [])
-    rows = db.table("cases").rows_where(
-        " AND ".join(clauses) or None, [session_id] if session_id is not None else [], order_by="id"
-    )
-    return [case_of(r) for r in rows]
+def listed_open(db: Database) -> list[Case]:
+    """The open cases, in the order they were opened."""
+    return [case_of(r) for r in db.table("cases").rows_where("closed_at IS NULL", order_by="id")]
 
 
 def open_case(db: Database, session_id: str, actor: str, channel: str | None, now: str) -> Case:

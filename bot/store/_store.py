@@ -207,11 +207,7 @@ class Store:
 
     def list_open_cases(self) -> list[Case]:
         with self.read() as db:
-            return _cases.listed(db, open_only=True)
-
-    def list_cases(self, session_id: str | None = None) -> list[Case]:
-        with self.read() as db:
-            return _cases.listed(db, session_id)
+            return _cases.listed_open(db)
 
     def close_case(self, case_id: int, actor: str, reason: str) -> Case:
         """Close a case (verification found the session needs no operator, or it is closed).

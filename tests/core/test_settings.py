@@ -46,7 +46,7 @@ def test_every_fixed_name_is_read(tmp_path: Path) -> None:
     s = load_settings(env, dotenv=None)
     assert s.control_host_url == "https://control.example.internal"
     assert s.slack_api_url == "http://127.0.0.1:9/api/"  # a missing trailing slash is added
-    assert s.approver_users == ("U01ABC", "W02DEF") and s.approver_groups == ("S03GRP",)
+    assert s.approvers == ("U01ABC", "W02DEF", "S03GRP")  # users and user groups, in the order given
     assert s.channels == ("C0INCIDENT",)
     assert s.port == 0 and s.host == "0.0.0.0"
     assert s.installation == "prod" and s.docker_host == "tcp://127.0.0.1:2375"

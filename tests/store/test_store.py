@@ -77,7 +77,9 @@ def test_closing_a_case_is_a_step_and_a_later_step_opens_a_new_case(store: Store
     assert store.steps()[-1].step == "case_closed"
     again = store.record_step("ses_1", "U3", "diagnose", {}, "ok")
     assert again.case_id != first.case_id
-    assert [c.id for c in store.list_cases("ses_1")] == [first.case_id, again.case_id]
+    with store.read() as db:
+        rows = db.execute("SELECT id FROM cases WHERE session_id = 'ses_1' ORDER BY id").fetchall()
+    assert [case_id for (case_id,) in rows] == [first.case_id, again.case_id]
     assert [c.id for c in store.list_open_cases()] == [again.case_id]
     # Closing twice changes nothing.
     assert store.close_case(first.case_id, "U9", "again") == closed
