@@ -2,8 +2,8 @@
 
 Loopback only and bounded (``--commands`` over ``--seconds``). The bot is built as the Slack tests build
 it (tests/fixtures/slack.py): the real router over the sandbox control host, ``build_bot``, the checked
-ASGI front on uvicorn, Slack's Web API stand-in. Commands are paced evenly and sent from a few client
-threads as properly signed Slack requests: diagnose, decide (``retry_restore --yes``, single person;
+front on the threaded HTTP server (bot.slack.httpd), Slack's Web API stand-in. Commands are paced
+evenly and sent from a few client threads as properly signed Slack requests: diagnose, decide (``retry_restore --yes``, single person;
 ``close``, two-person, then ``approve`` by a second user), cases, note, history, help. Every few seconds
 a control-host fault is injected through the sandbox's admin API: latency, a 5xx before the commit,
 drop-after-commit (an uncertain outcome the bot must finish with the same key), a 429.
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bot.router import build_router  # noqa: E402
 from bot.sandbox import builtin_scenarios_dir, start_sandbox  # noqa: E402
-from bot.slack import HttpServer, RecoverAsgi, SlackDirectory, build_bot, make_client  # noqa: E402
+from bot.slack import HttpServer, SlackDirectory, SlackFront, build_bot, make_client  # noqa: E402
 from bot.store import Store  # noqa: E402
 from tests.fixtures.slack import SlackSender, SlackStandIn, slack_settings  # noqa: E402
 
@@ -104,7 +104,7 @@ class Soak:
         client = make_client(settings)
         router = build_router(settings, sandbox=sandbox, directory=SlackDirectory(client), startup=False)
         bot = build_bot(settings, router, client=client, store=Store(db), work_threads=8)
-        server = HttpServer(RecoverAsgi(bot.app), "127.0.0.1", 0).start()
+        server = HttpServer(SlackFront(bot.app), "127.0.0.1", 0).start()
         url = server.url + "/slack/events"
         senders = [SlackSender(url, stand_in=api) for _ in range(self.clients)]
         local = threading.local()

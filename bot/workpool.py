@@ -124,7 +124,7 @@ def snapshot() -> list[dict[str, Any]]:
 
 
 def health_lines() -> list[str]:
-    """One line per live pool, for ``/healthz`` (e.g. a ``RecoverAsgi(health=…)`` hook's details)."""
+    """One line per live pool, for ``/healthz`` (e.g. a ``SlackFront(health=…)`` hook's details)."""
     return [
         f"pool {s['name']}: {s['running']} running, {s['queued']} queued "
         f"(max {s['max_workers']} workers, {s['max_queue']} queued), {s['rejected']} refused"

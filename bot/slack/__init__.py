@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bot.slack.app import COMMAND, SlackBot, build_app, build_bot
 from bot.slack.background import BackgroundWork
-from bot.slack.server import EVENTS_PATH, HEALTH_PATH, HttpServer, RecoverAsgi, serve
+from bot.slack.server import EVENTS_PATH, HEALTH_PATH, HttpServer, SlackFront, serve
 from bot.slack.web import SlackDirectory, SlackOut, make_client
 
 __all__ = [
@@ -17,7 +17,7 @@ __all__ = [
     "HEALTH_PATH",
     "BackgroundWork",
     "HttpServer",
-    "RecoverAsgi",
+    "SlackFront",
     "SlackBot",
     "SlackDirectory",
     "SlackOut",

@@ -1,11 +1,11 @@
-"""Running the Bolt app: HTTP mode (the checked ASGI front under uvicorn) or Socket Mode.
+"""Running the Bolt app: HTTP mode (the checked front on our threaded server) or Socket Mode.
 
 The limits on what one client can hold (see README "Deployment" for what the reverse proxy adds):
 - bodies: over 1 MiB refused unread, unsigned ones never parsed (:mod:`bot.slack.front`);
-- headers: 16 KiB at most (h11's incomplete-event limit), complete within 10 s of the first byte;
-- connections: at most ``max_connections`` (derived from the file-descriptor limit), the oldest
-  half-open one closed to make room (:mod:`bot.slack.h11guard`); idle keep-alive 5 s;
-- requests in flight: the front's ``max_in_flight`` and uvicorn's ``limit_concurrency`` (503 beyond).
+- heads: 16 KiB at most, complete within 10 s of the accept or the first byte; idle keep-alive 5 s;
+- connections: at most ``max_connections`` (derived from the file-descriptor limit), the oldest one
+  waiting for a head closed to make room; requests being read or answered: 256, 503 beyond
+  (:mod:`bot.slack.httpd`).
 """
 
 from __future__ import annotations
@@ -22,23 +22,19 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any, TextIO
 
-import uvicorn
-
 from bot.errors import RecoverError
 from bot.redact import redact
 from bot.settings import Settings, reveal
-from bot.slack.front import EVENTS_PATH, HEALTH_PATH, RecoverAsgi
-from bot.slack.h11guard import HEADER_TIMEOUT, guarded_protocol
+from bot.slack.front import EVENTS_PATH, HEALTH_PATH, SlackFront
+from bot.slack.httpd import HEADER_TIMEOUT, MAX_IN_FLIGHT, Reactor
 from bot.slack.supervisor import WorkerSupervisor
 from bot.startup import listen_error, slack_start_error
 
 log = logging.getLogger("recover_bot.slack")
 
-__all__ = ["EVENTS_PATH", "HEALTH_PATH", "HttpServer", "RecoverAsgi", "bind", "serve"]
+__all__ = ["EVENTS_PATH", "HEALTH_PATH", "HttpServer", "SlackFront", "bind", "serve"]
 
 LISTEN_BACKLOG = 2048
-MAX_HEADER_BYTES = 16 * 1024
-KEEP_ALIVE = 5
 FD_RESERVE = 128  # descriptors kept for SQLite, outgoing HTTP, logs
 MAX_CONNECTIONS = 10_000
 
@@ -62,18 +58,18 @@ def _fd_soft_limit() -> int:
 
 
 def listen_backlog() -> int:
-    """The listen backlog, which is also how many sockets asyncio accepts in one go."""
+    """The listen backlog (how many connections the kernel holds before the reactor accepts them)."""
     return max(64, min(LISTEN_BACKLOG, _fd_soft_limit() // 8))
 
 
 def connection_cap() -> int:
     """How many client sockets fit under the descriptor limit.
 
-    asyncio accepts up to a backlog's worth of sockets per wake-up and calls ``connection_made`` (where
-    the cap is enforced) a loop turn or two later, so three batches are kept free besides the reserve:
-    the process never runs out of descriptors (``accept`` failing with EMFILE).
+    The reactor enforces the cap at each accept (the oldest waiting connection is closed before the
+    next accept), so besides the reserve for SQLite, outgoing HTTP and logs only a small margin is
+    kept: the process never runs out of descriptors (``accept`` failing with EMFILE).
     """
-    return max(32, min(MAX_CONNECTIONS, _fd_soft_limit() - 3 * listen_backlog() - FD_RESERVE))
+    return max(32, min(MAX_CONNECTIONS, _fd_soft_limit() - FD_RESERVE - 32))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -88,39 +84,31 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class HttpServer:
-    """uvicorn serving one ASGI app on a bound socket; in the foreground or a thread (tests, bench)."""
+    """The reactor serving one :class:`SlackFront` on a bound socket; in the foreground or a thread."""
 
     def __init__(
         self,
-        asgi: Any,
+        front: SlackFront,
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        log_level: str = "warning",
         header_timeout: float = HEADER_TIMEOUT,
         max_connections: int | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
         sock: socket.socket | None = None,
     ) -> None:
         self.sock = sock if sock is not None else bind(host, port)
         self.host = host
         self.port = int(self.sock.getsockname()[1])
+        self.front = front
         self.max_connections = max_connections or connection_cap()
-        self.protocol = guarded_protocol(header_timeout=header_timeout, max_connections=self.max_connections)
-        self.config = uvicorn.Config(
-            asgi,
-            http=self.protocol,
-            lifespan="on",
-            log_level=log_level.lower(),
-            access_log=False,
-            backlog=listen_backlog(),
-            timeout_keep_alive=KEEP_ALIVE,
-            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-            # uvicorn counts open connections too: above the cap plus the batches in flight, so
-            # half-open sockets are evicted before a request gets 503. Requests in flight are bounded
-            # by the front (RecoverAsgi.max_in_flight).
-            limit_concurrency=self.max_connections + 3 * listen_backlog() + 64,
+        self.reactor = Reactor(
+            self.sock,
+            front,
+            header_timeout=header_timeout,
+            max_connections=self.max_connections,
+            max_in_flight=max_in_flight,
         )
-        self.server = uvicorn.Server(self.config)
         self._thread: threading.Thread | None = None
 
     @property
@@ -128,32 +116,39 @@ class HttpServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def run(self) -> None:
-        """Serve in the foreground until SIGINT/SIGTERM.
+    @property
+    def evictions(self) -> int:
+        """Connections closed to make room under the cap (for tests and the log)."""
+        return self.reactor.evictions
 
-        uvicorn re-raises a caught SIGTERM once it has shut down; with the default handler that ends
-        the process at once, skipping the caller's clean-up (stopping the worker process). Here the
-        re-raised signal becomes SystemExit(0), so ``finally`` blocks run.
-        """
+    def run(self) -> None:
+        """Serve in the foreground until SIGINT/SIGTERM (both end it cleanly: ``finally`` blocks run)."""
         previous = signal.signal(signal.SIGTERM, _exit_cleanly)
+        self.front.ready.set()
         try:
-            self.server.run(sockets=[self.sock])
+            self.reactor.run()
+        except KeyboardInterrupt:
+            pass
         finally:
+            self.front.ready.clear()
             signal.signal(signal.SIGTERM, previous)
+            self.sock.close()
 
     def start(self, timeout: float = 10.0) -> HttpServer:
-        """Serve in a background thread; returns once uvicorn accepts connections."""
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        """Serve in a background thread; returns once the reactor runs."""
+        self._thread = threading.Thread(target=self.reactor.run, name="recover-http", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
-        while not self.server.started:
+        while not self.reactor.running:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError(f"the HTTP server on {self.url} did not start")
-            time.sleep(0.02)
+            time.sleep(0.005)
+        self.front.ready.set()
         return self
 
     def stop(self) -> None:
-        self.server.should_exit = True
+        self.front.ready.clear()
+        self.reactor.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.sock.close()
@@ -172,8 +167,8 @@ def _socket_health(link: Any, settings: Settings, out: TextIO, worker: WorkerSup
         return link_ok and worker_ok, [*link_lines, *worker_lines]
 
     try:
-        asgi = RecoverAsgi(link.app, events=False, health=health)
-        server = HttpServer(asgi, settings.host, settings.port, log_level=settings.log_level).start()
+        front = SlackFront(link.app, events=False, health=health)
+        server = HttpServer(front, settings.host, settings.port).start()
     except (OSError, RuntimeError) as exc:
         log.warning("no /healthz in Socket Mode: %s", exc)
         return None
@@ -250,8 +245,8 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
                     health.stop()
             return 0
         raise_fd_limit()
-        asgi = RecoverAsgi(bot.app, signing_secret=reveal(settings.slack_signing_secret), health=worker.health)
-        server = HttpServer(asgi, settings.host, settings.port, log_level=settings.log_level, sock=sock)
+        front = SlackFront(bot.app, signing_secret=reveal(settings.slack_signing_secret), health=worker.health)
+        server = HttpServer(front, settings.host, settings.port, sock=sock)
         print(
             f"recover-bot listening on {server.url} "
             f"(Slack request URL path {EVENTS_PATH}, health {HEALTH_PATH})",

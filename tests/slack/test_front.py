@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bot.slack import HttpServer, RecoverAsgi, build_bot
+from bot.slack import HttpServer, SlackFront, build_bot
 from bot.store import Store
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackHarness, SlackSender, slack_settings
 from tests.slack.fake_router import FakeRouter
@@ -135,7 +135,7 @@ def test_oversized_bodies_are_refused_unread(slack_harness) -> None:
 def test_a_dribbled_body_and_headers_time_out(slack_api, tmp_path) -> None:
     settings = slack_settings(slack_api, tmp_path / "t.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(RecoverAsgi(bot.app, body_deadline=1.0), "127.0.0.1", 0, header_timeout=1.0).start()
+    server = HttpServer(SlackFront(bot.app, body_deadline=1.0), "127.0.0.1", 0, header_timeout=1.0).start()
     try:
         host, port = "127.0.0.1", server.port
         # Headers never finished: the server closes the socket after the header timeout.
@@ -177,7 +177,7 @@ def test_a_dribbled_body_and_headers_time_out(slack_api, tmp_path) -> None:
 def test_half_open_connections_beyond_the_cap_evict_the_oldest(slack_api, tmp_path) -> None:
     settings = slack_settings(slack_api, tmp_path / "e.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(RecoverAsgi(bot.app), "127.0.0.1", 0, header_timeout=60, max_connections=50).start()
+    server = HttpServer(SlackFront(bot.app), "127.0.0.1", 0, header_timeout=60, max_connections=50).start()
     socks: list[socket.socket] = []
     try:
         for _ in range(200):
@@ -190,7 +190,7 @@ def test_half_open_connections_beyond_the_cap_evict_the_oldest(slack_api, tmp_pa
         assert httpx.get(server.url + "/healthz").status_code == 200
         assert time.monotonic() - t0 < 3
         sender.close()
-        assert server.protocol.evictions() >= 150  # type: ignore[attr-defined]
+        assert server.evictions >= 150
     finally:
         for s in socks:
             s.close()

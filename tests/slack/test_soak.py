@@ -1,6 +1,6 @@
 """The soak bench's 30-second version: mixed signed commands with control-host faults lose nothing.
 
-bench/soak.py runs the real bot (as tests/fixtures/slack.py builds it) over uvicorn against the sandbox
+bench/soak.py runs the real bot (as tests/fixtures/slack.py builds it) over its threaded HTTP server against the sandbox
 control host, sending ~100 `/recover` commands in 30 s while latency, a 5xx before the commit,
 drop-after-commit and 429s are injected. Counted from the SQLite step store and the sandbox's effect
 counters: every accepted command's step is stored, no decision has its effect twice (R0.3: the

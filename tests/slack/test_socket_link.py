@@ -142,14 +142,14 @@ def test_reconnects_within_2s_and_acks_within_3s_with_the_cpu_idle(slack_api, tm
 def test_healthz_reports_the_links_state(slack_api, tmp_path) -> None:
     import httpx
 
-    from bot.slack import HttpServer, RecoverAsgi
+    from bot.slack import HttpServer, SlackFront
 
     stand_in = SocketStandIn()
     slack_api.socket_url = stand_in.url
     settings = slack_settings(slack_api, tmp_path / "h.db", slack_signing_secret=None, slack_app_token=APP_TOKEN)
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
     link = SocketLink(bot.app, APP_TOKEN, api_url=slack_api.base_url)
-    server = HttpServer(RecoverAsgi(bot.app, events=False, health=link.health), "127.0.0.1", 0).start()
+    server = HttpServer(SlackFront(bot.app, events=False, health=link.health), "127.0.0.1", 0).start()
     try:
         r = httpx.get(server.url + "/healthz")
         assert r.status_code == 503 and "socket_mode: starting" in r.text

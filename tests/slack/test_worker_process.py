@@ -1,7 +1,7 @@
 """The ack/work split of `recover-bot serve` under attack: SIGKILL of the worker process, a second
 worker on the same store.
 
-Real parts: `recover-bot serve` as a process (uvicorn, the checked front, Bolt, the inbox) with its
+Real parts: `recover-bot serve` as a process (the threaded HTTP server, the checked front, Bolt, the inbox) with its
 supervised worker process, the sandbox control host over HTTP, the Slack stand-in, one SQLite file.
 What is counted: answers on each command's own response_url, effects on the sandbox, inbox rows.
 """

@@ -1,0 +1,180 @@
+"""The threaded HTTP server under `serve` (bot.slack.httpd), attacked over real sockets.
+
+What it must hold besides the front's checks (tests/slack/test_front.py): framing read one way only
+(request smuggling), keep-alive and pipelining answered in order, ``Expect: 100-continue``, the cap on
+requests in flight, and a chunked signed command served like any other.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.parse
+from collections.abc import Iterator
+
+import pytest
+
+from bot.slack import HttpServer, SlackFront, build_bot
+from bot.store import Store
+from tests.fixtures.slack import SlackHarness, SlackSender, slack_settings
+from tests.slack.fake_router import FakeRouter
+
+
+def _connect(url: str) -> socket.socket:
+    parsed = urllib.parse.urlparse(url)
+    return socket.create_connection((parsed.hostname, parsed.port), timeout=5)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+
+
+def _responses(raw: bytes) -> list[tuple[int, bytes]]:
+    """Split a byte stream of answers (each with a content-length) into (status, body) pairs."""
+    out: list[tuple[int, bytes]] = []
+    while raw:
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = next(
+            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        out.append((status, rest[:length]))
+        raw = rest[length:]
+    return out
+
+
+def _signed(sender: SlackSender, text: str, *, extra: str = "", user: str = "UALICE") -> bytes:
+    body = sender.command_body(text, user=user)
+    ts = int(time.time())
+    sig = sender.verifier.generate_signature(timestamp=str(ts), body=body)
+    return (
+        f"POST /slack/events HTTP/1.1\r\nHost: bot\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        f"X-Slack-Request-Timestamp: {ts}\r\nX-Slack-Signature: {sig}\r\n{extra}"
+        f"Content-Length: {len(body.encode())}\r\n\r\n{body}"
+    ).encode()
+
+
+@pytest.fixture
+def harness(slack_harness) -> Iterator[SlackHarness]:
+    h: SlackHarness = slack_harness(FakeRouter())
+    yield h
+
+
+def test_ambiguous_framing_is_refused_and_nothing_reaches_the_app(harness: SlackHarness) -> None:
+    """Request smuggling: a head a proxy could read another way is a 400/501, never a guess."""
+    ts = str(int(time.time()))
+    signed = f"X-Slack-Request-Timestamp: {ts}\r\nX-Slack-Signature: v0={'a' * 64}\r\n"
+    smuggled = "GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n"
+    cases = {
+        # A length beside chunked: the smuggled request after the empty chunk must never be answered.
+        f"POST /slack/events HTTP/1.1\r\nHost: b\r\n{signed}Content-Length: 5\r\n"
+        f"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}": 400,
+        f"POST /slack/events HTTP/1.1\r\nHost: b\r\n{signed}Content-Length: 3\r\nContent-Length: 40\r\n\r\nabc": 400,
+        f"POST /slack/events HTTP/1.1\r\nHost: b\r\n{signed}Content-Length: +3\r\n\r\nabc": 400,
+        f"POST /slack/events HTTP/1.1\r\nHost: b\r\n{signed}Transfer-Encoding: gzip, chunked\r\n\r\n": 501,
+        f"POST /slack/events HTTP/1.1\r\nHost: b\r\n folded: on\r\n{signed}Content-Length: 0\r\n\r\n": 400,
+        f"POST /slack/events HTTP/1.1\r\nHost: b\r\nX-Bad: a\x01b\r\n\r\n": 400,
+        "POST /slack/events HTTP/2.0\r\nHost: b\r\n\r\n": 505,
+        "POST  /slack/events HTTP/1.1\r\nHost: b\r\n\r\n": 400,
+        "POST http://evil/slack/events HTTP/1.1\r\nHost: b\r\n\r\n": 400,
+        "POST /slack/events HTTP/1.1\r\nHost: b\r\nX-Pad: " + "p" * 17_000 + "\r\n\r\n": 431,
+    }
+    for request, status in cases.items():
+        with _connect(harness.server.url) as sock:
+            sock.sendall(request.encode("latin-1"))
+            answers = _responses(_read_all(sock))
+        assert [s for s, _ in answers] == [status], (request[:80], answers)
+    # A chunked body whose size line is not hex, and one that lies about its chunk's end.
+    for chunked in ("zz\r\nabc\r\n0\r\n\r\n", "3\r\nabcXY0\r\n\r\n"):
+        with _connect(harness.server.url) as sock:
+            sock.sendall(
+                f"POST /slack/events HTTP/1.1\r\nHost: b\r\n{signed}Transfer-Encoding: chunked\r\n\r\n{chunked}".encode()
+            )
+            assert [s for s, _ in _responses(_read_all(sock))] == [400]
+    harness.settle()
+    assert harness.bot.router.calls == [] and harness.api.calls_to("chat.postMessage") == []
+    assert harness.send.command("cases").status_code == 200  # still serving
+
+
+def test_keep_alive_pipelining_and_connection_close(harness: SlackHarness) -> None:
+    """Two signed commands sent back to back on one connection are answered, in order, on it."""
+    with _connect(harness.server.url) as sock:
+        sock.sendall(
+            _signed(harness.send, "diagnose ses_one", user="UONE")
+            + _signed(harness.send, "diagnose ses_two", user="UTWO", extra="Connection: close\r\n")
+        )
+        answers = _responses(_read_all(sock))  # the second asked to close: the server ends the stream
+    assert [s for s, _ in answers] == [200, 200]
+    assert b"ses_one" in answers[0][1] and b"ses_two" in answers[1][1]
+    # HTTP/1.0: one answer, then the connection is closed by the server.
+    with _connect(harness.server.url) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        assert _responses(_read_all(sock)) == [(200, b"ok\n")]
+    # HEAD: the length of what GET would send, and no body.
+    with _connect(harness.server.url) as sock:
+        sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+        raw = _read_all(sock)
+    assert raw.startswith(b"HTTP/1.1 200 ") and raw.endswith(b"\r\n\r\n") and b"content-length: 3" in raw
+    harness.settle()
+    assert sorted(c[1] for c in harness.bot.router.calls) == ["diagnose ses_one", "diagnose ses_two"]
+
+
+def test_expect_100_continue_and_a_chunked_signed_command(harness: SlackHarness) -> None:
+    """curl sends ``Expect: 100-continue`` for larger bodies; a proxy may forward a body chunked."""
+    request = _signed(harness.send, "diagnose ses_expect", extra="Expect: 100-continue\r\n")
+    head, _, body = request.partition(b"\r\n\r\n")
+    with _connect(harness.server.url) as sock:
+        sock.sendall(head + b"\r\n\r\n")
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"  # nothing of the body was sent yet
+        sock.sendall(body)
+        reply = sock.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 200 ") and b"ses_expect" in reply
+    # The same kind of command, its body in three chunks.
+    request = _signed(harness.send, "diagnose ses_chunked")
+    head, _, body = request.partition(b"\r\n\r\n")
+    head = b"\r\n".join(line for line in head.split(b"\r\n") if not line.lower().startswith(b"content-length"))
+    pieces = [body[:10], body[10:50], body[50:]]
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\nX-Trailer: t\r\n\r\n"
+    with _connect(harness.server.url) as sock:
+        sock.sendall(head + b"\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked)
+        answers = _responses(_read_all(sock))
+    assert [s for s, _ in answers] == [200] and b"ses_chunked" in answers[0][1]
+    harness.settle()
+    assert sorted(c[1] for c in harness.bot.router.calls) == ["diagnose ses_chunked", "diagnose ses_expect"]
+
+
+def test_requests_in_flight_beyond_the_cap_get_503_and_the_rest_is_served(slack_api, tmp_path) -> None:
+    """Two clients dribbling their bodies hold the two request threads: a third request gets 503 at
+    once (not a wait), and once their deadline has passed the server answers again."""
+    settings = slack_settings(slack_api, tmp_path / "f.db")
+    bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
+    server = HttpServer(SlackFront(bot.app, body_deadline=1.5), "127.0.0.1", 0, max_in_flight=2).start()
+    sender = SlackSender(server.url + "/slack/events", stand_in=slack_api)
+    holders = []
+    try:
+        for i in range(2):
+            sock = _connect(server.url)
+            request = _signed(sender, f"diagnose ses_slow{i}")
+            sock.sendall(request[:-5])  # the head and all but the last bytes of the body
+            holders.append(sock)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        with _connect(server.url) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n")
+            assert _responses(_read_all(sock)) == [(503, b"busy\n")]
+        assert time.monotonic() - t0 < 1.0
+        for sock in holders:  # each is answered 408 at its body deadline, and its thread is free again
+            assert [s for s, _ in _responses(_read_all(sock))] == [408]
+        assert sender.command("cases").status_code == 200
+    finally:
+        for sock in holders:
+            sock.close()
+        sender.close()
+        server.stop()
+        bot.close()
+    assert [c[1] for c in bot.router.calls] in ([], ["cases"])  # the held commands never ran
