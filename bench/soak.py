@@ -3,9 +3,9 @@
 Loopback only and bounded (``--commands`` over ``--seconds``). The bot is built as the Slack tests build
 it (tests/fixtures/slack.py): the real router over the sandbox control host, ``build_bot``, the checked
 front on the threaded HTTP server (bot.slack.httpd), Slack's Web API stand-in. Commands are paced
-evenly and sent from a few client threads as properly signed Slack requests: diagnose, decide (``retry_restore --yes``, single person;
-``close``, two-person, then ``approve`` by a second user), cases, note, history, help. Every few seconds
-a control-host fault is injected through the sandbox's admin API: latency, a 5xx before the commit,
+evenly and sent from a few client threads as properly signed Slack requests: diagnose, decide
+(``retry_restore --yes``, single person; ``close``, two-person, then ``approve`` by a second user),
+cases, note, history, help. Every few seconds a control-host fault is injected through the sandbox's admin API: latency, a 5xx before the commit,
 drop-after-commit (an uncertain outcome the bot must finish with the same key), a 429.
 
 At the end (after the bot's idle wait) it counts, from the SQLite step store and the sandbox:
