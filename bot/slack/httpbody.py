@@ -67,14 +67,14 @@ class BodyReader:
 
     def _fill(self) -> None:
         """One more read into the buffer, waiting at most until the deadline."""
-        if not self._continued:
-            self._continued = True
-            self._sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
             raise Refused(408, "body not received in time")
         self._sock.settimeout(remaining)
         try:
+            if not self._continued:  # asked for (Expect: 100-continue) and the body is wanted: go on
+                self._continued = True
+                self._sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
             data = self._sock.recv(READ_SIZE)
         except TimeoutError:
             raise Refused(408, "body not received in time") from None

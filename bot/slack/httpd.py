@@ -109,6 +109,7 @@ class Reactor:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._stopping = False
+        self._closed = False
         self._accept_paused_until = 0.0
         self.running = False  # True once the loop is waiting for connections
 
@@ -142,9 +143,11 @@ class Reactor:
         self._wake()
 
     def _timeout(self) -> float:
-        if not self._deadlines:
-            return 1.0
-        return max(0.0, min(1.0, self._deadlines[0][0] - time.monotonic()))
+        soonest = min(
+            [d for d in (self._accept_paused_until, self._deadlines[0][0] if self._deadlines else 0.0) if d]
+            or [time.monotonic() + 1.0]
+        )
+        return max(0.0, min(1.0, soonest - time.monotonic()))
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # full: a wake-up is already pending
@@ -218,7 +221,10 @@ class Reactor:
             self.open -= 1
 
     def _close_all(self) -> None:
-        for conn in list(self._waiting):
+        with self._lock:
+            self._closed = True  # a request thread finishing from now on closes its connection itself
+            returned, self._returned = list(self._returned), deque()
+        for conn in [*self._waiting, *returned]:
             self._close(conn)
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(self.listener)
@@ -304,7 +310,14 @@ class Reactor:
         conn.sock.setblocking(False)
         conn.buffer = bytearray(body.leftover())
         with self._lock:
-            self._returned.append(conn)
+            handed_back = not self._closed
+            if handed_back:
+                self._returned.append(conn)
+        if not handed_back:  # the reactor stopped meanwhile
+            conn.sock.close()
+            with self._lock:
+                self.open -= 1
+            return
         self._wake()
 
     def _take_returned(self) -> None:

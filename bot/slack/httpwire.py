@@ -89,6 +89,8 @@ def parse_head(raw: bytes) -> RequestHead:
         if _BAD_VALUE.search(value):
             raise Refused(400, "control character in a header value")
         headers.append((name.decode("ascii").lower(), value.decode("latin-1")))
+    if version == b"HTTP/1.1" and sum(1 for k, _ in headers if k == "host") != 1:
+        raise Refused(400, "an HTTP/1.1 request needs exactly one Host header")
     path, _, query = target.decode("ascii").partition("?")
     length, chunked = _framing(headers)
     return RequestHead(

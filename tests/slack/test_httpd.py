@@ -11,6 +11,7 @@ import socket
 import time
 import urllib.parse
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,18 @@ def _responses(raw: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
+def _server_side_sockets(port: int) -> list[str]:
+    """States of the sockets whose local port is ``port`` that a server must have closed (from
+    /proc/net/tcp): LISTEN, ESTABLISHED, or CLOSE_WAIT (the client left, the server never closed)."""
+    states = {"0A": "LISTEN", "01": "ESTABLISHED", "08": "CLOSE_WAIT"}
+    found = []
+    for line in Path("/proc/net/tcp").read_text(encoding="ascii").splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) == port and fields[3] in states:
+            found.append(states[fields[3]])
+    return found
+
+
 def _signed(sender: SlackSender, text: str, *, extra: str = "", user: str = "UALICE") -> bytes:
     body = sender.command_body(text, user=user)
     ts = int(time.time())
@@ -80,6 +93,8 @@ def test_ambiguous_framing_is_refused_and_nothing_reaches_the_app(harness: Slack
         f"POST /slack/events HTTP/1.1\r\nHost: b\r\n folded: on\r\n{signed}Content-Length: 0\r\n\r\n": 400,
         "POST /slack/events HTTP/1.1\r\nHost: b\r\nX-Bad: a\x01b\r\n\r\n": 400,
         "POST /slack/events HTTP/2.0\r\nHost: b\r\n\r\n": 505,
+        "GET /healthz HTTP/1.1\r\n\r\n": 400,
+        "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n": 400,
         "POST  /slack/events HTTP/1.1\r\nHost: b\r\n\r\n": 400,
         "POST http://evil/slack/events HTTP/1.1\r\nHost: b\r\n\r\n": 400,
         "POST /slack/events HTTP/1.1\r\nHost: b\r\nX-Pad: " + "p" * 17_000 + "\r\n\r\n": 431,
@@ -178,3 +193,33 @@ def test_requests_in_flight_beyond_the_cap_get_503_and_the_rest_is_served(slack_
         server.stop()
         bot.close()
     assert [c[1] for c in bot.router.calls] in ([], ["cases"])  # the held commands never ran
+
+
+def test_stop_closes_idle_connections_and_answers_the_request_in_flight(slack_api, tmp_path) -> None:
+    """Stopping the server: an idle keep-alive client sees the end of its stream, a request whose
+    body is still arriving is answered once it is complete (then closed), and no socket is left open."""
+    settings = slack_settings(slack_api, tmp_path / "s.db")
+    bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
+    server = HttpServer(SlackFront(bot.app), "127.0.0.1", 0).start()
+    sender = SlackSender(server.url + "/slack/events", stand_in=slack_api)
+    idle = _connect(server.url)
+    idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n")
+    assert idle.recv(1000).startswith(b"HTTP/1.1 200 ")
+    busy = _connect(server.url)
+    request = _signed(sender, "diagnose ses_during_stop")
+    busy.sendall(request[:-5])
+    time.sleep(0.3)
+    server.stop()
+    assert idle.recv(100) == b""  # closed by the server, not left hanging
+    busy.sendall(request[-5:])
+    answers = _responses(_read_all(busy))
+    assert [s for s, _ in answers] == [200] and b"ses_during_stop" in answers[0][1]
+    for sock in (idle, busy):
+        sock.close()
+    sender.close()
+    bot.close()
+    # The kernel's view: no socket on the server's port is still listening, open or half-closed.
+    deadline = time.monotonic() + 5
+    while _server_side_sockets(server.port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _server_side_sockets(server.port) == []
