@@ -68,6 +68,25 @@ def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 60) -> None:
         time.sleep(0.02)
 
 
+def _killed_at(env, tmp_path: Path, action: str, target: str, actor: str, hang: str, marker: str) -> None:
+    """Run ``action`` in another bot process that hangs at ``hang``; SIGKILL it once ``marker`` appears."""
+    go = tmp_path / "go"
+    go.write_text("go")
+    proc = _spawn(env, tmp_path, action, target, actor, go, hang=hang)
+    _wait_for(tmp_path / marker, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def _restarted(env):
+    """A restarted bot (new objects on the same file) that has run its start-up recovery successfully."""
+    env.restart()
+    svc = env.service()
+    reply = svc.recover_after_restart(NullReporter())
+    assert reply.ok, [m.plain_text() for m in reply.messages]
+    return svc
+
+
 def test_two_processes_approving_one_request_make_one_post(decision_env, tmp_path):
     env = decision_env
     svc = env.service()
@@ -94,20 +113,12 @@ def test_sigkill_between_approval_and_execution_then_restart(decision_env, tmp_p
     env = decision_env
     svc = env.service()
     rid = _request(env, svc, "ses_pk1")
-    go = tmp_path / "go"
-    go.write_text("go")
-    proc = _spawn(env, tmp_path, "approve", rid, APPROVER, go, hang="after_approval")
-    _wait_for(tmp_path / "approved", proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    _killed_at(env, tmp_path, "approve", rid, APPROVER, hang="after_approval", marker="approved")
     # The approval survived the kill; nothing was sent.
     assert svc.requests.get(rid).state == "approved"
     assert env.posts("ses_pk1") == []
     # A restarted bot (new objects on the same file) executes it exactly once.
-    env.restart()
-    svc2 = env.service()
-    reply = svc2.recover_after_restart(NullReporter())
-    assert reply.ok, [m.plain_text() for m in reply.messages]
+    svc2 = _restarted(env)
     assert len(env.effects("ses_pk1")) == 1
     assert svc2.requests.get(rid).state == "executed"
     # A second restart finds nothing left to do: no duplicate.
@@ -121,20 +132,13 @@ def test_sigkill_after_the_post_reached_the_host_then_restart(decision_env, tmp_
     env = decision_env
     svc = env.service()
     rid = _request(env, svc, "ses_pk2")
-    go = tmp_path / "go"
-    go.write_text("go")
-    proc = _spawn(env, tmp_path, "approve", rid, APPROVER, go, hang="after_post")
-    _wait_for(tmp_path / "posted", proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    _killed_at(env, tmp_path, "approve", rid, APPROVER, hang="after_post", marker="posted")
     # The control host applied it, but the bot never recorded the answer.
     assert len(env.effects("ses_pk2")) == 1
     req = svc.requests.get(rid)
     assert req.state == "sending"
     assert env.store.get_request(req.idem_key).pending
-    env.restart()
-    reply = env.service().recover_after_restart(NullReporter())
-    assert reply.ok, [m.plain_text() for m in reply.messages]
+    _restarted(env)
     # Re-sent with the same key and body: the host replays its receipt, no second effect.
     posts = env.posts("ses_pk2")
     assert len(posts) == 2 and len({p["idempotency_key"] for p in posts}) == 1
@@ -149,20 +153,13 @@ def test_sigkill_between_the_stored_key_and_the_send_then_restart_sends_that_key
     env = decision_env
     svc = env.service()
     rid = _request(env, svc, "ses_pk3")
-    go = tmp_path / "go"
-    go.write_text("go")
-    proc = _spawn(env, tmp_path, "approve", rid, APPROVER, go, hang="before_post")
-    _wait_for(tmp_path / "begun", proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    _killed_at(env, tmp_path, "approve", rid, APPROVER, hang="before_post", marker="begun")
     req = svc.requests.get(rid)
     assert req.state == "sending" and req.idem_key
     record = env.store.get_request(req.idem_key)
     assert record is not None and record.pending and record.body == req.body
     assert env.posts("ses_pk3") == [] and env.effects("ses_pk3") == []
-    env.restart()
-    reply = env.service().recover_after_restart(NullReporter())
-    assert reply.ok, [m.plain_text() for m in reply.messages]
+    _restarted(env)
     [post] = env.posts("ses_pk3")
     assert post["idempotency_key"] == req.idem_key and post["body"] == json.loads(record.body)
     [effect] = env.effects("ses_pk3")
@@ -175,18 +172,11 @@ def test_sigkill_between_the_stored_resume_and_its_send_then_restart_sends_that_
     the POST left, and the restart's one POST carries the stored key and body."""
     env = decision_env
     env.stopped_resumable("ses_pk4")
-    go = tmp_path / "go"
-    go.write_text("go")
-    proc = _spawn(env, tmp_path, "resume", "ses_pk4", REQUESTER, go, hang="before_post")
-    _wait_for(tmp_path / "begun", proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    _killed_at(env, tmp_path, "resume", "ses_pk4", REQUESTER, hang="before_post", marker="begun")
     [record] = env.store.unfinished_requests()
     assert record.session_id == "ses_pk4" and record.path.endswith("/resume")
     assert env.posts("ses_pk4") == [] and env.effects("ses_pk4") == []
-    env.restart()
-    reply = env.service().recover_after_restart(NullReporter())
-    assert reply.ok, [m.plain_text() for m in reply.messages]
+    _restarted(env)
     [post] = env.posts("ses_pk4")
     assert post["idempotency_key"] == record.key and post["body"] == json.loads(record.body)
     assert len(env.effects("ses_pk4")) == 1

@@ -19,7 +19,8 @@ import sys
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -40,11 +41,13 @@ def _wait(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def _serve(slack_api: SlackStandIn, sandbox, db: Path, cwd: Path) -> tuple[subprocess.Popen[str], str]:
+def _start_serve(
+    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path, *, app_token: str | None = None
+) -> subprocess.Popen[str]:
+    """`recover-bot serve` as its own process: HTTP with the signing secret, or Socket Mode with ``app_token``."""
     env = {
         **os.environ,
         "SLACK_BOT_TOKEN": BOT_TOKEN,
-        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
         "SLACK_API_URL": slack_api.base_url,
         "CONTROL_HOST_URL": sandbox.url,
         "CONTROL_HOST_API_KEY": sandbox.api_key,
@@ -52,13 +55,36 @@ def _serve(slack_api: SlackStandIn, sandbox, db: Path, cwd: Path) -> tuple[subpr
         "HOST": "127.0.0.1",
         "PORT": "0",
     }
-    env.pop("SLACK_APP_TOKEN", None)
+    if app_token is None:
+        env["SLACK_SIGNING_SECRET"] = SIGNING_SECRET
+        env.pop("SLACK_APP_TOKEN", None)
+    else:
+        env["SLACK_APP_TOKEN"] = app_token
+        env.pop("SLACK_SIGNING_SECRET", None)
     code = "import sys; from bot.settings import load_settings; from bot.slack import serve; sys.exit(serve(load_settings(dotenv=None)))"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True, cwd=str(cwd))
-    assert proc.stdout is not None
-    m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
-    assert m, "serve did not start"
-    return proc, m.group(1)
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True, cwd=str(cwd))
+
+
+@contextmanager
+def _served(
+    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path
+) -> Iterator[tuple[subprocess.Popen[str], str, SlackSender]]:
+    """Serve over HTTP until a worker is healthy; yield the process, its URL and a signed sender; stop it."""
+    proc = _start_serve(slack_api, sandbox, db, cwd)
+    try:
+        assert proc.stdout is not None
+        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
+        assert m, "serve did not start"
+        url = m.group(1)
+        sender = SlackSender(url + "/slack/events", stand_in=slack_api)
+        try:
+            _wait("a healthy worker", lambda: _worker_pid(url) is not None)
+            yield proc, url, sender
+        finally:
+            sender.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def _health(url: str) -> tuple[int, str]:
@@ -70,6 +96,12 @@ def _worker_pid(url: str) -> int | None:
     code, text = _health(url)
     m = re.search(r"worker: alive \(pid (\d+)", text)
     return int(m.group(1)) if code == 200 and m else None
+
+
+def _kill_worker(url: str, pid: int) -> None:
+    """SIGKILL the worker process and wait until serve's supervisor reports a new one."""
+    os.kill(pid, signal.SIGKILL)
+    _wait("a new worker", lambda: (_worker_pid(url) or pid) != pid)
 
 
 def _fresh_session(sandbox, sid: str) -> str:
@@ -93,11 +125,8 @@ def _answers(slack_api: SlackStandIn, path: str) -> list[dict]:
 def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack_api, sandbox_factory, tmp_path) -> None:
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
     db = tmp_path / "serve.db"
-    proc, url = _serve(slack_api, sandbox, db, tmp_path)
-    sender = SlackSender(url + "/slack/events", stand_in=slack_api)
-    inbox = Inbox(Store(db, migrations=[slack_migrations]))
-    try:
-        _wait("a healthy worker", lambda: _worker_pid(url) is not None)
+    with _served(slack_api, sandbox, db, tmp_path) as (proc, url, sender):
+        inbox = Inbox(Store(db, migrations=[slack_migrations]))
         first_pid = _worker_pid(url)
         assert first_pid is not None and first_pid != proc.pid  # the work runs in another process
         sessions = [_fresh_session(sandbox, f"ses_kill_{i}") for i in range(3)]
@@ -118,8 +147,7 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
             assert r.status_code == 200 and "received" in r.text  # acked: committed before the ack
         assert inbox.states().get("queued", 0) == 8
 
-        os.kill(first_pid, signal.SIGKILL)
-        _wait("a new worker", lambda: (_worker_pid(url) or first_pid) != first_pid)
+        _kill_worker(url, first_pid)
         sandbox.admin.clear_faults()
         _wait("the inbox drained", lambda: set(inbox.states()) <= {"done", "interrupted"}, timeout=120)
         assert inbox.states() == {"done": 8, "interrupted": 8}
@@ -144,10 +172,6 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
         with sqlite3.connect(inbox_path(db)) as conn:
             payloads = [json.loads(p) for (p,) in conn.execute("SELECT payload FROM slack_inbox")]
         assert len(payloads) == 16 and not any("token" in p["body"] for p in payloads)
-    finally:
-        sender.close()
-        proc.terminate()
-        proc.wait(30)
     # Stopped with serve: the worker is gone too.
     pid = inbox.workers()[0][1]
     assert pid != first_pid
@@ -203,11 +227,8 @@ def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slac
     submission's synchronous answer; the decision itself goes through the inbox to the worker."""
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
     db = tmp_path / "serve.db"
-    proc, url = _serve(slack_api, sandbox, db, tmp_path)
-    sender = SlackSender(url + "/slack/events", stand_in=slack_api)
-    inbox = Inbox(Store(db, migrations=[slack_migrations]))
-    try:
-        _wait("a healthy worker", lambda: _worker_pid(url) is not None)
+    with _served(slack_api, sandbox, db, tmp_path) as (_, _, sender):
+        inbox = Inbox(Store(db, migrations=[slack_migrations]))
         sid = _fresh_session(sandbox, "ses_form_0")
         sandbox.admin.fault("latency", "*", seconds=4, times=None)
         for _ in range(8):
@@ -231,10 +252,6 @@ def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slac
             a.startswith("rb:approve:") for m in slack_api.messages.copy().values() for a, _ in m.action_ids()
             if sid in m.all_text()
         ), timeout=90)
-    finally:
-        sender.close()
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_socket_mode_deliveries_go_through_the_same_inbox_to_the_worker(slack_api, sandbox, tmp_path) -> None:
@@ -243,20 +260,7 @@ def test_socket_mode_deliveries_go_through_the_same_inbox_to_the_worker(slack_ap
     stand_in = SocketStandIn()
     slack_api.socket_url = stand_in.url
     db = tmp_path / "socket.db"
-    env = {
-        **os.environ,
-        "SLACK_BOT_TOKEN": BOT_TOKEN,
-        "SLACK_APP_TOKEN": "xapp-1-test-serve",
-        "SLACK_API_URL": slack_api.base_url,
-        "CONTROL_HOST_URL": sandbox.url,
-        "CONTROL_HOST_API_KEY": sandbox.api_key,
-        "RECOVER_DB": str(db),
-        "HOST": "127.0.0.1",
-        "PORT": "0",
-    }
-    env.pop("SLACK_SIGNING_SECRET", None)
-    code = "import sys; from bot.settings import load_settings; from bot.slack import serve; sys.exit(serve(load_settings(dotenv=None)))"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True, cwd=str(tmp_path))
+    proc = _start_serve(slack_api, sandbox, db, tmp_path, app_token="xapp-1-test-serve")
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline(), proc.stdout.readline()]
@@ -288,19 +292,15 @@ def test_a_decision_in_flight_when_the_worker_dies_is_finished_with_its_stored_k
     request with its Idempotency-Key, so the control host applies the decision once."""
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
     db = tmp_path / "serve.db"
-    proc, url = _serve(slack_api, sandbox, db, tmp_path)
-    sender = SlackSender(url + "/slack/events", stand_in=slack_api)
-    store = Store(db)
-    try:
-        _wait("a healthy worker", lambda: _worker_pid(url) is not None)
+    with _served(slack_api, sandbox, db, tmp_path) as (_, url, sender):
+        store = Store(db)
         first_pid = _worker_pid(url)
         sid = _fresh_session(sandbox, "ses_inflight_0")
         sandbox.admin.fault("latency", "*recovery-decisions*", method="POST", seconds=3, times=1)
         body = sender.command_body(f'decide {sid} retry_restore --reason "killed mid-send" --yes')
         assert sender.post(body, content_type="application/x-www-form-urlencoded").status_code == 200
         _wait("the stored, unanswered request", lambda: bool(store.unfinished_requests()), timeout=30)
-        os.kill(first_pid, signal.SIGKILL)
-        _wait("a new worker", lambda: (_worker_pid(url) or first_pid) != first_pid)
+        _kill_worker(url, first_pid)
         _wait("one effect", lambda: sandbox.admin.effect_count(sid) == 1, timeout=60)
         _wait("the request finished", lambda: not store.unfinished_requests(), timeout=60)
         posts = [r for r in sandbox.admin.requests(sid) if r["method"] == "POST" and "decision" in r["path"]]
@@ -309,7 +309,3 @@ def test_a_decision_in_flight_when_the_worker_dies_is_finished_with_its_stored_k
         assert len(told) == 1
         time.sleep(1.5)
         assert sandbox.admin.effect_count(sid) == 1
-    finally:
-        sender.close()
-        proc.terminate()
-        proc.wait(30)
