@@ -57,6 +57,7 @@ import httpx  # noqa: E402
 
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackSender  # noqa: E402
 
+WORLD_NICE = 10  # the Slack stand-in's and the sandbox's niceness (see _world_child)
 COMMANDS = {"diagnose": "diagnose ses_restore_transient", "help": "help"}
 APPS = ("bare", "recover-bot")
 URL_LINE = re.compile(r"(http://127\.0\.0\.1:\d+\S*)")
@@ -153,17 +154,29 @@ def _term_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _world_child() -> None:
+    """The same, for a stand-in of the world (Slack, the control host): also at a lower priority.
+
+    In production they run on other machines; here they share two cores with the apps under test,
+    and the Slack stand-in in particular wakes for every answer the bot's worker posts, which the
+    bare app never does. At nice 10 they take the CPU when the apps are not using it.
+    """
+    _term_with_parent()
+    os.nice(WORLD_NICE)
+
+
 class Child:
     """A server subprocess: its URL from the first stdout line naming one; stderr kept in a file."""
 
     def __init__(self, name: str, argv: Sequence[str], *, logs: Path, env: dict[str, str] | None = None,
-                 cwd: Path | None = None, stdin: bool = False) -> None:
+                 cwd: Path | None = None, stdin: bool = False, world: bool = False) -> None:
         self.name = name
         self.stderr_path = logs / f"{name}.stderr"
         self._stderr = self.stderr_path.open("w")
         self.proc = subprocess.Popen(
             list(argv), stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=self._stderr, text=True, env=env, cwd=cwd, preexec_fn=_term_with_parent,
+            stderr=self._stderr, text=True, env=env, cwd=cwd,
+            preexec_fn=_world_child if world else _term_with_parent,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True).start()
@@ -339,13 +352,15 @@ def run(rounds: int, concurrency: int) -> int:
     worker_pids: set[int] = set()
     load_start = os.getloadavg()
     try:
-        slack = Child("slack-stand-in", [sys.executable, str(script), "--serve-slack"], logs=work, stdin=True)
+        slack = Child(
+            "slack-stand-in", [sys.executable, str(script), "--serve-slack"], logs=work, stdin=True, world=True
+        )
         children.append((slack, "stdin", 10))
         api_key = secrets.token_urlsafe(16)
         sandbox = Child(
             "sandbox",
             [str(console), "sandbox", "--port", "0", "--api-key", api_key],
-            logs=work, env=user_env(RECOVER_LOG_LEVEL="ERROR"), cwd=work,
+            logs=work, env=user_env(RECOVER_LOG_LEVEL="ERROR"), cwd=work, world=True,
         )
         children.append((sandbox, "SIGINT", 15))
         from bot.sandbox import SandboxAdmin

@@ -11,6 +11,7 @@ The limits on what one client can hold (see README "Deployment" for what the rev
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import resource
 import signal
@@ -154,6 +155,18 @@ class HttpServer:
         self.sock.close()
 
 
+def freeze_startup_heap() -> None:
+    """Move everything built at start-up out of the garbage collector's sight (``gc.freeze``).
+
+    Why: the Bolt app, slack_sdk, the router and the runbooks leave ~80,000 long-lived objects, and a
+    full collection walks them all: 45–50 ms measured, with the interpreter held, so every ack of a
+    burst waits behind it. Frozen, they are never walked again (a collection after this takes well
+    under 1 ms); what requests create is still collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
@@ -230,6 +243,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     bot.handoff = worker.wake
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit_cleanly)  # SIGTERM still stops the worker (finally below)
+    freeze_startup_heap()
     try:
         if settings.slack_app_token:
             from bot.slack.socket_link import SocketLink
