@@ -158,10 +158,10 @@ class HttpServer:
 def freeze_startup_heap() -> None:
     """Move everything built at start-up out of the garbage collector's sight (``gc.freeze``).
 
-    Why: the Bolt app, slack_sdk, the router and the runbooks leave ~80,000 long-lived objects, and a
-    full collection walks them all: 45–50 ms measured, with the interpreter held, so every ack of a
-    burst waits behind it. Frozen, they are never walked again (a collection after this takes well
-    under 1 ms); what requests create is still collected as usual.
+    Why: the Bolt app, slack_sdk, the router and the runbooks leave ~82,000 long-lived objects, and a
+    full collection walks them all with the interpreter held, so every ack of a burst waits behind it:
+    one such pause of 56–58 ms in 3,000 commands measured by bench/gc_pause.py; frozen, none, and the
+    longest pause 0.7 ms. What requests create is still collected as usual.
     """
     gc.collect()
     gc.freeze()
