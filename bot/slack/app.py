@@ -158,16 +158,7 @@ class SlackBot:
 
     # -- the work behind each listener (background threads) ------------------------------------------
 
-    def repeated(self, key: str) -> bool:
-        """True when a delivery was already handled (before a restart too): the work is skipped."""
-        if key and not self.state.first_delivery(key):
-            log.info("dropping a repeated Slack delivery %s", key)
-            return True
-        return False
-
-    def run_command(self, body: dict[str, Any], key: str = "") -> None:
-        if self.repeated(key):
-            return
+    def run_command(self, body: dict[str, Any]) -> None:
         text = str(body.get("text") or "")
         words = text.split()
         origin = Origin(
@@ -187,9 +178,7 @@ class SlackBot:
 
         self._guarded(reporter, call)
 
-    def run_action(self, body: dict[str, Any], action: str, value: str, key: str = "") -> None:
-        if self.repeated(key):
-            return
+    def run_action(self, body: dict[str, Any], action: str, value: str) -> None:
         container = body.get("container") or {}
         message = body.get("message") or {}
         origin = Origin(
@@ -228,9 +217,7 @@ class SlackBot:
         if not opened and channel and actor:
             self.out.ephemeral(channel, actor, wording.modal_unavailable(choice.session_id, choice.decision))
 
-    def run_decide(self, actor: str, form: kit.DecideForm, fields: dict[str, str], key: str = "") -> None:
-        if self.repeated(key):
-            return
+    def run_decide(self, actor: str, form: kit.DecideForm, fields: dict[str, str]) -> None:
         origin = Origin(
             actor=actor, channel=form.channel, thread_ts=form.thread_ts, session_id=form.session_id
         )
@@ -247,11 +234,7 @@ class SlackBot:
             ),
         )
 
-    def home_opened(self, event_id: str, user_id: str) -> None:
-        # Slack redelivers an event whose ack it did not see in time: handle each event_id once. The
-        # check is here, not on the ack path, so even a busy database never delays an ack.
-        if event_id and self.repeated(f"event:{event_id}"):
-            return
+    def home_opened(self, user_id: str) -> None:
         self.state.home_opened(user_id)
         self.publish_home(user_id)
 

@@ -24,13 +24,13 @@ COMMAND, ACTION, DECIDE, HOME = "command", "action", "decide", "home"
 class QueuedWork(Protocol):
     """The work a delivery stands for (implemented by :class:`bot.slack.app.SlackBot`)."""
 
-    def run_command(self, body: dict[str, Any], key: str = "") -> None: ...
+    def run_command(self, body: dict[str, Any]) -> None: ...
 
-    def run_action(self, body: dict[str, Any], action: str, value: str, key: str = "") -> None: ...
+    def run_action(self, body: dict[str, Any], action: str, value: str) -> None: ...
 
-    def run_decide(self, actor: str, form: kit.DecideForm, fields: dict[str, str], key: str = "") -> None: ...
+    def run_decide(self, actor: str, form: kit.DecideForm, fields: dict[str, str]) -> None: ...
 
-    def home_opened(self, event_id: str, user_id: str) -> None: ...
+    def home_opened(self, user_id: str) -> None: ...
 
 
 #: Not stored with a queued body: Slack's deprecated verification token is a secret the work never needs.
@@ -59,16 +59,16 @@ def home(event_id: str, user: str) -> dict[str, Any]:
 
 def run_item(work: QueuedWork, item: Item) -> None:
     """Run one claimed delivery (its errors are the work's own: each method guards itself)."""
-    p, key = item.payload, item.key or ""
+    p = item.payload
     if item.kind == COMMAND:
-        work.run_command(p["body"], key)
+        work.run_command(p["body"])
     elif item.kind == ACTION:
-        work.run_action(p["body"], str(p["action"]), str(p["value"]), key)
+        work.run_action(p["body"], str(p["action"]), str(p["value"]))
     elif item.kind == DECIDE:
         fields = {str(k): str(v) for k, v in (p.get("fields") or {}).items()}
-        work.run_decide(str(p["actor"]), kit.DecideForm.from_metadata(str(p["form"])), fields, key)
+        work.run_decide(str(p["actor"]), kit.DecideForm.from_metadata(str(p["form"])), fields)
     elif item.kind == HOME:
-        work.home_opened(str(p["event_id"]), str(p["user"]))
+        work.home_opened(str(p["user"]))
     else:
         log.warning("queued delivery %d of unknown kind %r skipped", item.id, item.kind)
 

@@ -2,16 +2,14 @@
 
 - ``slack_threads``: the thread of each session's case (the case row also gets ``set_thread``).
 - ``slack_refs``: where a message that is updated in place lives (an approval request, by its id).
-- ``slack_events``: the first table of handled Events API ids (kept; new code uses the next one).
-- ``slack_deliveries``: every delivery already handled, by the key Slack gives it (event id, a
-  command's or form's ``trigger_id``, a click's ``action_id`` + ``action_ts``): Slack redelivers events
-  whose ack was late, and a signed request can be replayed for 5 minutes. TTL pruned.
+- ``slack_events``, ``slack_deliveries``: dropped. Deliveries are de-duplicated by Slack's own key in
+  the inbox (:mod:`bot.slack.inbox`), committed before the ack; a second table keyed the same way
+  cost a connection and a commit per delivery and refused nothing the inbox had not.
 - ``slack_home_users``: who opened the App Home tab, so it can be refreshed when cases change.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
@@ -50,6 +48,13 @@ def _m0002(db: Database) -> None:
     """Deliveries by Slack's own key, pruned by age (indexed, so pruning never scans the table)."""
     db.execute("CREATE TABLE slack_deliveries (key TEXT PRIMARY KEY, seen_at REAL NOT NULL)")
     db.execute("CREATE INDEX slack_deliveries_seen ON slack_deliveries (seen_at)")
+
+
+@slack_migrations(name="0003_drop_delivery_tables")
+def _m0003(db: Database) -> None:
+    """The inbox's unique key de-duplicates every delivery before its ack: these two are unused."""
+    db.execute("DROP TABLE IF EXISTS slack_deliveries")
+    db.execute("DROP TABLE IF EXISTS slack_events")
 
 
 
@@ -147,36 +152,6 @@ class SlackState:
                 "INSERT OR REPLACE INTO slack_refs (kind, ref, channel, ts) VALUES (?, ?, ?, ?)",
                 [kind, ref, channel, ts],
             )
-
-    # -- Events API redeliveries -----------------------------------------------------------------
-
-    def first_delivery(self, key: str, now: float | None = None) -> bool:
-        """True the first time a delivery key is recorded, across restarts; False for a repeat.
-
-        Off the ack path (background threads). The connection commits with ``synchronous=NORMAL``: a
-        power cut may forget the last few keys (the core's compare-and-set still makes one POST), and
-        no fsync is paid per delivery.
-        """
-        now = time.time() if now is None else now
-        conn = sqlite3.connect(str(self.store.path), timeout=self.store.busy_timeout, isolation_level=None)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.store.busy_timeout * 1000)}")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                cur = conn.execute(
-                    "INSERT OR IGNORE INTO slack_deliveries (key, seen_at) VALUES (?, ?)", [key, now]
-                )
-                first = cur.rowcount == 1
-                if first and int(now) % 64 == 0:  # prune now and then, by the index
-                    conn.execute("DELETE FROM slack_deliveries WHERE seen_at < ?", [now - EVENT_TTL_SECONDS])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        finally:
-            conn.close()
-        return first
 
     # -- App Home ----------------------------------------------------------------------------------
 

@@ -9,8 +9,7 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bot.slack.state import RecentDeliveries, SlackState, slack_migrations
-from bot.store import Store
+from bot.slack.state import RecentDeliveries
 from tests.fixtures.slack import Posted, SlackHarness
 
 SESSION = "ses_restore_transient"
@@ -95,12 +94,8 @@ def test_an_identical_decide_points_to_the_pending_request(slack_harness, sandbo
     assert _decision_posts(sandbox) == []
 
 
-def test_delivery_keys_survive_a_restart_and_memory_is_bounded(tmp_path) -> None:
-    store = Store(tmp_path / "k.db", migrations=[slack_migrations])
-    state = SlackState(store)
-    assert state.first_delivery("command:T1:trig-a") is True
-    assert state.first_delivery("command:T1:trig-a") is False
-    assert SlackState(Store(tmp_path / "k.db", migrations=[slack_migrations])).first_delivery("command:T1:trig-a") is False
+def test_the_in_memory_first_check_is_bounded_and_expires() -> None:
+    # The durable check (across restarts) is the inbox's unique key: tests/slack/test_inbox.py.
     recent = RecentDeliveries(ttl=10, max_keys=3)
     assert [recent.first(k, now=0) for k in "abca"] == [True, True, True, False]
     assert recent.first("d", now=1) and recent.first("a", now=1)  # "a" was pushed out by the bound
