@@ -247,7 +247,11 @@ class Reactor:
         if conn.idle:  # the next request's first byte: its head has header_timeout from now
             self._wait_for_head(conn, idle=False)
         conn.buffer += data
-        self._try_head(conn)
+        try:
+            self._try_head(conn)
+        except Exception:  # a bug must cost one connection, never the loop every client depends on
+            log.exception("closing a connection from %s: its request head could not be handled", conn.client)
+            self._close(conn)
 
     def _try_head(self, conn: _Conn) -> None:
         while conn.buffer.startswith(b"\r\n"):  # stray line ends between keep-alive requests
