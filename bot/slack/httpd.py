@@ -286,7 +286,28 @@ class Reactor:
     # -- request threads ----------------------------------------------------------------------------
 
     def _answer(self, conn: _Conn, head: RequestHead, rest: bytes) -> None:
-        """On a request thread: the handler, the answer, then the connection back or closed."""
+        """On a request thread: answer, then hand the connection back or close it (whatever fails)."""
+        try:
+            leftover = self._respond(conn, head, rest)
+        except Exception:  # a bug must cost this connection, never leak it
+            log.exception("closing a connection from %s after %s %s failed", conn.client, head.method, head.path)
+            leftover = None
+        with self._lock:
+            handed_back = leftover is not None and not self._closed  # closed: the reactor has stopped
+            if handed_back:
+                conn.buffer = bytearray(leftover or b"")
+                self._returned.append(conn)
+            else:
+                self.open -= 1
+        if handed_back:
+            self._wake()
+            return
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_WR)
+        conn.sock.close()
+
+    def _respond(self, conn: _Conn, head: RequestHead, rest: bytes) -> bytes | None:
+        """The handler's answer written; the bytes read past this request when the connection stays."""
         conn.sock.setblocking(True)
         body = BodyReader(conn.sock, head, rest)
         try:
@@ -297,32 +318,16 @@ class Reactor:
         if not body.consumed:
             body.drain(DRAIN_LIMIT, DRAIN_SECONDS)
         keep = head.keep_alive and not response.close and body.consumed and not self._stopping
-        if not keep:
-            response.close = True
+        response.close = not keep
         try:
             conn.sock.settimeout(WRITE_TIMEOUT)
             conn.sock.sendall(response_bytes(response, head_only=head.method == "HEAD"))
         except OSError:
-            keep = False
+            return None
         if not keep:
-            with contextlib.suppress(OSError):
-                conn.sock.shutdown(socket.SHUT_WR)
-            conn.sock.close()
-            with self._lock:
-                self.open -= 1
-            return
+            return None
         conn.sock.setblocking(False)
-        conn.buffer = bytearray(body.leftover())
-        with self._lock:
-            handed_back = not self._closed
-            if handed_back:
-                self._returned.append(conn)
-        if not handed_back:  # the reactor stopped meanwhile
-            conn.sock.close()
-            with self._lock:
-                self.open -= 1
-            return
-        self._wake()
+        return body.leftover()
 
     def _take_returned(self) -> None:
         with contextlib.suppress(OSError):

@@ -8,6 +8,7 @@ requests in flight, and a chunked signed command served like any other.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from bot.slack import HttpServer, SlackFront, build_bot
+from bot.slack.httpd import Request
+from bot.slack.httpwire import Response
 from bot.store import Store
 from tests.fixtures.slack import SlackHarness, SlackSender, slack_settings
 from tests.slack.fake_router import FakeRouter
@@ -223,3 +226,28 @@ def test_stop_closes_idle_connections_and_answers_the_request_in_flight(slack_ap
     while _server_side_sockets(server.port) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _server_side_sockets(server.port) == []
+
+
+def test_a_failure_while_answering_costs_one_connection_not_the_server(caplog) -> None:
+    """A handler whose answer cannot even be written (a header that is not Latin-1) must not leave the
+    connection open or the server stuck: the client sees the end of its stream, the next one is served."""
+    class Broken:
+        ready = threading.Event()
+
+        def handle(self, request: Request) -> Response:
+            if request.head.path == "/broken":
+                return Response(200, b"x", [("x-note", "\u20ac")])
+            return Response(200, b"fine\n")
+
+    server = HttpServer(Broken(), "127.0.0.1", 0).start()  # type: ignore[arg-type]
+    try:
+        with _connect(server.url) as sock:
+            sock.sendall(b"GET /broken HTTP/1.1\r\nHost: b\r\n\r\n")
+            assert _read_all(sock) == b""  # closed at once, not left hanging until the client gives up
+        with _connect(server.url) as sock:
+            sock.sendall(b"GET /fine HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+            assert _responses(_read_all(sock)) == [(200, b"fine\n")]
+        assert server.reactor.open == 0
+    finally:
+        server.stop()
+    assert any("GET /broken failed" in r.getMessage() for r in caplog.records)
