@@ -247,13 +247,17 @@ class Reactor:
         if conn.idle:  # the next request's first byte: its head has header_timeout from now
             self._wait_for_head(conn, idle=False)
         conn.buffer += data
+        self._try_head(conn)
+
+    def _try_head(self, conn: _Conn) -> None:
+        """Hand a complete head on; a bug here costs one connection, never the loop every client needs."""
         try:
-            self._try_head(conn)
-        except Exception:  # a bug must cost one connection, never the loop every client depends on
+            self._take_head(conn)
+        except Exception:
             log.exception("closing a connection from %s: its request head could not be handled", conn.client)
             self._close(conn)
 
-    def _try_head(self, conn: _Conn) -> None:
+    def _take_head(self, conn: _Conn) -> None:
         while conn.buffer.startswith(b"\r\n"):  # stray line ends between keep-alive requests
             del conn.buffer[:2]
         end = conn.buffer.find(b"\r\n\r\n", 0, self.max_header_bytes + 4)
