@@ -143,11 +143,14 @@ class Reactor:
         self._wake()
 
     def _timeout(self) -> float:
-        soonest = min(
-            [d for d in (self._accept_paused_until, self._deadlines[0][0] if self._deadlines else 0.0) if d]
-            or [time.monotonic() + 1.0]
-        )
-        return max(0.0, min(1.0, soonest - time.monotonic()))
+        """Until the next head deadline or the end of an accept pause, at most 1 s."""
+        now = time.monotonic()
+        wake = now + 1.0
+        if self._deadlines:
+            wake = min(wake, self._deadlines[0][0])
+        if self._accept_paused_until:
+            wake = min(wake, self._accept_paused_until)
+        return max(0.0, wake - now)
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # full: a wake-up is already pending
