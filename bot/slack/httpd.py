@@ -72,6 +72,7 @@ class _Conn:
     buffer: bytearray = field(default_factory=bytearray)
     deadline: float = 0.0
     idle: bool = False  # between requests (keep-alive), not yet sent a byte of the next one
+    closed: bool = False
 
 
 class Reactor:
@@ -128,7 +129,7 @@ class Reactor:
                         self._accept()
                     elif key.data == "wake":
                         self._take_returned()
-                    else:
+                    elif not key.data.closed:  # evicted earlier in this same batch of events
                         self._readable(key.data)
                 self._expire()
                 if self._accept_paused_until and time.monotonic() >= self._accept_paused_until:
@@ -216,6 +217,10 @@ class Reactor:
                 self._close(conn)
 
     def _close(self, conn: _Conn) -> None:
+        """Close once: a connection evicted while its own event waits in the same batch is not counted twice."""
+        if conn.closed:
+            return
+        conn.closed = True
         self._waiting.pop(conn, None)
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(conn.sock)
