@@ -28,4 +28,5 @@ pytest_plugins = [
     "tests.fixtures.slack",
     "tests.fixtures.triage",
     "tests.fixtures.install",
+    "tests.fixtures.repo_bounds",
 ]

@@ -7,6 +7,7 @@ against the folder of the file that names them; URLs are not paths.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -49,8 +50,13 @@ def _text(path: Path) -> str:
 FILES = _files()
 
 
+def _inside(path: Path) -> bool:
+    """A pointer counts only when it lands inside the repository: a clone has nothing beside it."""
+    return path.is_file() and path.resolve().is_relative_to(ROOT)
+
+
 def _resolves(name: str, where: Path) -> bool:
-    return (ROOT / name).is_file() or (where.parent / name).is_file()
+    return _inside(ROOT / name) or _inside(where.parent / name)
 
 
 def test_the_scan_sees_the_tree() -> None:
@@ -63,7 +69,10 @@ def test_the_scan_sees_the_tree() -> None:
 
 def test_every_md_path_resolves_inside_the_repository() -> None:
     dangling = []
+    this = Path(__file__).resolve()
     for path in FILES:
+        if path == this:  # its examples below are data for the patterns, not pointers
+            continue
         for lineno, line in enumerate(_text(path).splitlines(), 1):
             line = URL.sub("", line)
             for match in MD_PATH.finditer(line):
@@ -99,3 +108,13 @@ def test_the_patterns_catch_what_they_should(text: str, bad: bool) -> None:
     hit = bool(ISSUE_REF.search(text) or OUTSIDE.search(text))
     dangling = any(not _resolves(m.group(1), ROOT / "README.md") for m in MD_PATH.finditer(text))
     assert (hit or dangling) is bad
+
+
+def test_a_pointer_to_a_file_outside_the_repository_does_not_resolve(tmp_path: Path) -> None:
+    """A file that exists beside or above the checkout is still a pointer a user's clone cannot follow."""
+    outside = tmp_path / "notes.md"
+    outside.write_text("x")
+    name = os.path.relpath(outside, ROOT)
+    assert name.startswith("..")
+    assert not _resolves(name, ROOT / "README.md")
+    assert _resolves("docs/commands.md", ROOT / "README.md")

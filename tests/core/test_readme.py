@@ -31,6 +31,16 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "start-dockerd.sh" in ci  # a real Docker engine for the Docker tests
 
 
+def test_ci_runs_the_test_command_in_a_clone_with_nothing_beside_it() -> None:
+    """A test that leans on a folder beside the checkout (shared/) must fail in CI, as on a user's clone."""
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    clone = next(i for i, line in enumerate(ci) if line.startswith("git clone"))
+    enter = next(i for i, line in enumerate(ci) if line.startswith('cd "$clone_dir/'))
+    run = next(i for i, line in enumerate(ci) if _setup_commands()[1] in line)
+    assert any("mktemp -d" in line for line in ci[:clone])
+    assert clone < enter < run
+
+
 def test_test_script_never_skips_docker_silently() -> None:
     script = (ROOT / "scripts" / "test.sh").read_text()
     assert "SKIPPED" in script  # the loud reason for a new user without root
