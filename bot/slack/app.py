@@ -151,10 +151,7 @@ class SlackBot:
         """Claim one item (compare-and-set: nobody else runs it), run it, mark it done."""
         assert self.inbox is not None
         for item in self.inbox.claim(self.worker_id, item_id=item_id):
-            try:
-                queued.run_item(self, item)
-            finally:
-                self.inbox.finish(item.id, self.worker_id)
+            queued.run_claimed(self, self.inbox, self.worker_id, item)
 
     # -- the work behind each listener (background threads) ------------------------------------------
 

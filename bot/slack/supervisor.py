@@ -4,7 +4,8 @@ The serving process hands each committed inbox item on with one byte on the work
 non-blocking write: a full pipe only means the worker has wake-ups pending anyway). When the worker
 exits on its own (killed, crashed) its claims are marked orphaned at once (``Inbox.mark_dead``) and a
 new worker starts after a short, growing pause; the new one finds the queued items and reports the
-interrupted ones (see :mod:`bot.slack.worker`). ``/healthz`` shows :meth:`WorkerSupervisor.health`.
+interrupted ones (see :mod:`bot.slack.worker`). ``/healthz`` shows :meth:`WorkerSupervisor.health`
+(and how many unreadable inbox rows were quarantined).
 """
 
 from __future__ import annotations
@@ -118,7 +119,15 @@ class WorkerSupervisor:
             depth = "unknown"
         pid = self.proc.pid if self.proc is not None else "-"
         state = "alive" if alive else "down"
-        return alive, [f"worker: {state} (pid {pid}, started {self.starts}×), queue depth: {depth}"]
+        lines = [f"worker: {state} (pid {pid}, started {self.starts}×), queue depth: {depth}"]
+        try:
+            count, latest = self.inbox.quarantined()
+        except Exception:  # noqa: BLE001 - as above
+            count, latest = 0, None
+        if count:
+            # Reported, not failed: the other deliveries run; a restart would not mend the row.
+            lines.append(f"inbox: {count} quarantined (latest #{latest}): unreadable deliveries, not run; see the log")
+        return alive, lines
 
     def stop(self, grace: float = STOP_GRACE) -> None:
         """Stop the worker: end of input and SIGTERM, then SIGKILL after ``grace`` seconds."""

@@ -1,0 +1,74 @@
+"""`recover-bot serve` (the installed console script) when its inbox goes wrong: a row it cannot read
+back, an inbox write-locked past the busy timeout.
+
+Real parts: the serving process and its worker process, the sandbox control host over HTTP, the Slack
+Web API stand-in, signed HTTP requests, the inbox's SQLite file (written and locked by a second
+connection, as another process or a damaged disk would). What is counted: answers on each command's
+own response_url, ephemeral posts, inbox rows, `/healthz`, the log.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import time
+import urllib.parse
+
+from bot.slack.inbox import Inbox, inbox_path
+from bot.slack.state import slack_migrations
+from bot.store import Store
+from tests.slack.test_worker_process import _answers, _health, _reply_path, _served, _wait, _worker_pid
+
+
+def _damaged_command(sender, user: str) -> bytes:
+    """A stored command whose text holds bytes that are not UTF-8 (the rest still says who sent it)."""
+    body = {k: v[0] for k, v in urllib.parse.parse_qs(sender.command_body("help", user=user)).items()}
+    body["text"] = "help \x00MARK"
+    raw = ('{"body":{' + ",".join(f'"{k}":"{v}"' for k, v in body.items()) + "}}").encode()
+    return raw.replace(b"\\u0000MARK", b"\xff\xfe").replace(b"\x00MARK", b"\xff\xfe")
+
+
+def test_an_unreadable_inbox_row_is_quarantined_and_reported_and_the_others_run(
+    slack_api, sandbox, tmp_path
+) -> None:
+    db, log = tmp_path / "serve.db", tmp_path / "serve.log"
+    with _served(slack_api, sandbox, db, tmp_path, log=log) as (_, url, sender):
+        inbox = Inbox(Store(db, migrations=[slack_migrations]))
+        pid = _worker_pid(url)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # the worker holds still: what follows is claimed in one batch
+        try:
+            with sqlite3.connect(inbox_path(db)) as conn:
+                rows = [("command:T1:bad-utf8", _damaged_command(sender, "UCAROL")),
+                        ("command:T1:bad-json", b'{"body": {"text": "help", "user_id": "UDAN"'),
+                        ("command:T1:not-an-object", b'"just a string"')]
+                for key, raw in rows:
+                    conn.execute(
+                        "INSERT INTO slack_inbox (key, kind, payload, state, created_at) "
+                        "VALUES (?, 'command', CAST(? AS TEXT), 'queued', ?)", [key, raw, time.time()])
+            paths = []
+            for i in range(5):
+                body = sender.command_body("help", user=f"UHELP{i}")
+                paths.append(_reply_path(body))
+                r = sender.post(body, content_type="application/x-www-form-urlencoded")
+                assert r.status_code == 200 and "received" in r.text
+            assert inbox.states() == {"queued": 8}
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        _wait("the five commands answered", lambda: all(_answers(slack_api, p) for p in paths), timeout=60)
+        _wait("the inbox settled", lambda: inbox.states() == {"done": 5, "quarantined": 3}, timeout=30)
+        # One worker all along: an unreadable row is not a reason to die (and take the others with it).
+        assert _worker_pid(url) == pid
+        code, text = _health(url)
+        assert code == 200 and "inbox: 3 quarantined" in text and "not run" in text, text
+        # The author the damaged row still names is told, only them, by Slack's ephemeral post (never
+        # through a URL read from a damaged row); the rows that name nobody are in the log only.
+        told = [c.params for c in slack_api.calls_to("chat.postEphemeral")]
+        assert [(p["channel"], p["user"]) for p in told] == [("CINC", "UCAROL")], told
+        assert "nothing was run" in str(told[0])
+        assert all(len(_answers(slack_api, p)) == 1 for p in paths)  # each run once
+    written = log.read_text()
+    assert written.count("quarantined, not run") == 3, written
+    assert "not UTF-8" in written and "not JSON" in written and "a JSON str, not an object" in written
+    assert "Traceback" not in written
