@@ -135,9 +135,17 @@ class SlackBot:
     # -- the inbox ------------------------------------------------------------------------------------
 
     def enqueue(self, kind: str, key: str, payload: dict[str, Any]) -> bool:
-        """Commit one delivery (ack path), then hand it on; False for a repeat already queued."""
+        """Commit one delivery (ack path), then hand it on; False for a repeat (seen or queued before).
+
+        Only a committed delivery counts as seen: a put that fails (the inbox locked past its busy
+        timeout) raises before anything is remembered, the listener's answer is a 500, and Slack's
+        retry is queued as the first delivery would have been.
+        """
         assert self.inbox is not None, "build_bot gives every bot an inbox"
+        if self.recent.seen(key):
+            return False
         item_id = self.inbox.put(kind, key, payload)
+        self.recent.remember(key)  # committed now, or by an earlier delivery (the inbox refused a repeat)
         if item_id is None:
             log.info("dropping a repeated Slack delivery %s", key)
             return False
@@ -347,13 +355,14 @@ def _register(app: App, bot: SlackBot) -> None:
 
     # Each delivery is handled once (Slack's retries, replays of a signed request within its 5 minutes,
     # double submits), keyed on what Slack gives it: in memory first (no I/O), then by the inbox's
-    # unique key, committed before the ack (a restart forgets nothing; see bot.slack.inbox).
+    # unique key, committed before the ack (a restart forgets nothing; see bot.slack.inbox). Only a
+    # committed delivery is remembered in memory (SlackBot.enqueue).
 
     @app.command(COMMAND)
     def on_command(ack: Ack, body: dict[str, Any]) -> None:
         key = delivery_key("command", body)
         # Committed first, then acked: nothing acked is lost, whichever process dies.
-        if not bot.recent.first(key) or not bot.enqueue(queued.COMMAND, key, queued.command(body)):
+        if not bot.enqueue(queued.COMMAND, key, queued.command(body)):
             ack()
             return
         ack(text=wording.ack_command(str(body.get("text") or "")))
@@ -361,15 +370,13 @@ def _register(app: App, bot: SlackBot) -> None:
     @app.action({"type": "block_actions", "action_id": re.compile(_OUR_ACTIONS)})
     def on_button(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         key = delivery_key("action", body, action)
-        if not bot.recent.first(key):
-            ack()
-            return
         name = kit.parse_action_id(str(action.get("action_id") or "")) or ""
         value = str(action.get("value") or "")
         if name == Action.DECIDE_FORM:
             # trigger_id expires 3 s after the click: views.open from this process's UI pool, never
-            # queued behind slow work (the form's fields come from the runbook: no I/O).
-            bot.ui.submit(bot.open_decide_form, body, value)
+            # queued behind slow work (the form's fields come from the runbook: no I/O, no commit).
+            if bot.recent.first(key):
+                bot.ui.submit(bot.open_decide_form, body, value)
         else:
             bot.enqueue(queued.ACTION, key, queued.action(body, name, value))
         ack()
@@ -391,10 +398,8 @@ def _register(app: App, bot: SlackBot) -> None:
         if errors:
             ack(response_action="errors", errors=errors)
             return
-        key = delivery_key("view", body)
-        if bot.recent.first(key):
-            actor = str((body.get("user") or {}).get("id") or "unknown")
-            bot.enqueue(queued.DECIDE, key, queued.decide(actor, form, fields))
+        actor = str((body.get("user") or {}).get("id") or "unknown")
+        bot.enqueue(queued.DECIDE, key=delivery_key("view", body), payload=queued.decide(actor, form, fields))
         ack()
 
     @app.event("app_home_opened")
@@ -402,7 +407,7 @@ def _register(app: App, bot: SlackBot) -> None:
         user = str(event.get("user") or "")
         event_id = str(body.get("event_id") or "")
         key = f"event:{event_id}" if event_id else ""
-        if user and event.get("tab", "home") == "home" and bot.recent.first(key):
+        if user and event.get("tab", "home") == "home":
             bot.enqueue(queued.HOME, key, queued.home(event_id, user))
         ack()
 

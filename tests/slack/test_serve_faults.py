@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 
 from bot.slack.inbox import Inbox, inbox_path
 from bot.slack.state import slack_migrations
@@ -72,3 +73,36 @@ def test_an_unreadable_inbox_row_is_quarantined_and_reported_and_the_others_run(
     assert written.count("quarantined, not run") == 3, written
     assert "not UTF-8" in written and "not JSON" in written and "a JSON str, not an object" in written
     assert "Traceback" not in written
+
+
+def test_a_delivery_whose_commit_failed_is_not_seen_and_slacks_retry_is_queued(slack_api, sandbox, tmp_path) -> None:
+    """The inbox write-locked (another connection holds BEGIN IMMEDIATE) past the busy timeout: the put
+    fails, the answer is a 500, nothing is remembered; the retry of the same delivery is queued and run."""
+    db, log = tmp_path / "serve.db", tmp_path / "serve.log"
+    with _served(slack_api, sandbox, db, tmp_path, log=log) as (_, _, sender):
+        inbox = Inbox(Store(db, migrations=[slack_migrations]))
+        body = sender.command_body("help")
+        home = {"type": "app_home_opened", "user": "UHOME", "channel": "D1", "tab": "home"}
+        lock = sqlite3.connect(inbox_path(db), isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            with ThreadPoolExecutor(2) as pool:
+                first = pool.submit(sender.post, body, content_type="application/x-www-form-urlencoded")
+                event = pool.submit(sender.event, "Ev-locked-1", home)
+                assert first.result(timeout=60).status_code == 500
+                assert event.result(timeout=60).status_code == 500
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        assert inbox.states() == {}
+        retry = sender.post(body, content_type="application/x-www-form-urlencoded")
+        assert retry.status_code == 200 and "received" in retry.text, (retry.status_code, retry.text)
+        assert sender.event("Ev-locked-1", home, retry_num=1).status_code == 200
+        _wait("the retried command answered", lambda: bool(_answers(slack_api, _reply_path(body))), timeout=30)
+        _wait("the retried event's App Home", lambda: any(
+            c.params.get("user_id") == "UHOME" for c in slack_api.calls_to("views.publish")), timeout=30)
+        _wait("both done", lambda: inbox.states() == {"done": 2}, timeout=30)
+        # Once committed, a repeat is refused as before (in memory, then by the inbox's key).
+        again = sender.post(body, content_type="application/x-www-form-urlencoded")
+        assert again.status_code == 200 and again.text == ""
+        assert inbox.states() == {"done": 2}
