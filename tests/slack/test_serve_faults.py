@@ -1,8 +1,9 @@
-"""`recover-bot serve` (the installed console script) when its inbox goes wrong: a row it cannot read
-back, an inbox write-locked past the busy timeout.
+"""`recover-bot serve` (the installed console script) when its inbox or its Socket Mode link goes wrong:
+a row it cannot read back, an inbox write-locked past the busy timeout, text frames that are JSON but
+not objects, a link that goes silent.
 
 Real parts: the serving process and its worker process, the sandbox control host over HTTP, the Slack
-Web API stand-in, signed HTTP requests, the inbox's SQLite file (written and locked by a second
+Web API stand-in, signed HTTP requests, a `websockets` Socket Mode stand-in, the inbox's SQLite file (written and locked by a second
 connection, as another process or a damaged disk would). What is counted: answers on each command's
 own response_url, ephemeral posts, inbox rows, `/healthz`, the log.
 """
@@ -10,16 +11,30 @@ own response_url, ephemeral posts, inbox rows, `/healthz`, the log.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
+import subprocess
 import time
 import urllib.parse
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
 
 from bot.slack.inbox import Inbox, inbox_path
 from bot.slack.state import slack_migrations
 from bot.store import Store
-from tests.slack.test_worker_process import _answers, _health, _reply_path, _served, _wait, _worker_pid
+from tests.slack.test_socket_link import SocketStandIn
+from tests.slack.test_worker_process import (
+    _answers,
+    _health,
+    _reply_path,
+    _served,
+    _start_serve,
+    _wait,
+    _worker_pid,
+)
 
 
 def _damaged_command(sender, user: str) -> bytes:
@@ -106,3 +121,67 @@ def test_a_delivery_whose_commit_failed_is_not_seen_and_slacks_retry_is_queued(s
         again = sender.post(body, content_type="application/x-www-form-urlencoded")
         assert again.status_code == 200 and again.text == ""
         assert inbox.states() == {"done": 2}
+
+
+@contextmanager
+def _socket_served(slack_api, sandbox, tmp_path) -> Iterator[tuple[subprocess.Popen[str], str, SocketStandIn, Path]]:
+    """`recover-bot serve` in Socket Mode against the stand-in, until link and worker are healthy."""
+    stand_in = SocketStandIn()
+    slack_api.socket_url = stand_in.url
+    log = tmp_path / "serve.log"
+    proc = _start_serve(slack_api, sandbox, tmp_path / "socket.db", tmp_path, app_token="xapp-1-test-faults", log=log)
+    try:
+        assert proc.stdout is not None
+        m = re.search(r"health on (http://127\.0\.0\.1:\d+)", proc.stdout.readline() + proc.stdout.readline())
+        assert m, log.read_text()
+        stand_in.wait_links(1, timeout=30)
+        _wait("a healthy link and worker", lambda: _health(m.group(1))[0] == 200)
+        yield proc, m.group(1), stand_in, log
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        stand_in.stop()
+
+
+def _acked(stand_in: SocketStandIn, envelope_id: str, text: str) -> float:
+    sent = stand_in.envelope(envelope_id, text)
+    _wait(f"the ack of {envelope_id}", lambda: envelope_id in stand_in.acks, timeout=5.0)
+    return stand_in.acks[envelope_id] - sent
+
+
+def test_socket_frames_that_are_json_but_not_objects_are_logged_and_ignored(slack_api, sandbox, tmp_path) -> None:
+    with _socket_served(slack_api, sandbox, tmp_path) as (proc, url, stand_in, log):
+        for frame in ['"just a string"', "[1,2]", "null", "42", "[" * 50_000]:
+            stand_in.send_raw(frame)
+        assert _acked(stand_in, "env-after-junk", "help") < 3.0  # the same link still serves
+        assert proc.poll() is None
+        code, text = _health(url)
+        assert code == 200 and "socket_mode: connected (connections opened: 1)" in text, text
+    assert log.read_text().count("ignored a frame that is not a JSON object") == 5, log.read_text()
+
+
+def test_a_silent_link_is_noticed_within_5s_and_healthz_says_unconfirmed_meanwhile(
+    slack_api, sandbox, tmp_path
+) -> None:
+    """No FIN, no RST, no pong: the link is dropped and a new one opened within 5 s, and until then
+    `/healthz` no longer says `connected` once a pong is overdue."""
+    with _socket_served(slack_api, sandbox, tmp_path) as (_, url, stand_in, log):
+        time.sleep(2.0)  # a pong or two on the healthy link first
+        silenced = time.monotonic()
+        stand_in.silence(0)
+        seen: list[tuple[float, int, str]] = []
+        while len(stand_in.links) < 2:
+            assert time.monotonic() - silenced < 10, seen[-1:]
+            code, text = _health(url)
+            seen.append((round(time.monotonic() - silenced, 2), code, text.splitlines()[1]))
+            time.sleep(0.1)
+        noticed = stand_in.connected_at[1] - silenced
+        assert noticed < 5.0, noticed
+        unconfirmed = [(at, code) for at, code, text in seen if "socket_mode: unconfirmed" in text]
+        assert unconfirmed and all(code == 503 for _, code in unconfirmed), seen
+        # Once unconfirmed, the old link is never again called connected.
+        old = "socket_mode: connected (connections opened: 1)"
+        assert all(old not in text for at, _, text in seen if at > unconfirmed[0][0]), seen
+        _wait("connected again", lambda: _health(url)[0] == 200, timeout=5)
+        assert _acked(stand_in, "env-new-link", "help") < 3.0
+    assert "no pong within" in log.read_text()
