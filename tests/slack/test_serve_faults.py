@@ -56,28 +56,30 @@ def test_an_unreadable_inbox_row_is_quarantined_and_reported_and_the_others_run(
         os.kill(pid, signal.SIGSTOP)  # the worker holds still: what follows is claimed in one batch
         try:
             with sqlite3.connect(inbox_path(db)) as conn:
-                rows = [("command:T1:bad-utf8", _damaged_command(sender, "UCAROL")),
-                        ("command:T1:bad-json", b'{"body": {"text": "help", "user_id": "UDAN"'),
-                        ("command:T1:not-an-object", b'"just a string"')]
-                for key, raw in rows:
+                rows = [("command", "command:T1:bad-utf8", _damaged_command(sender, "UCAROL")),
+                        ("command", "command:T1:bad-json", b'{"body": {"text": "help", "user_id": "UDAN"'),
+                        ("command", "command:T1:not-an-object", b'"just a string"'),
+                        ("command", "command:T1:bad-shape", b'{"body": "help"}'),
+                        ("telepathy", "telepathy:T1:1", b'{"body": {}}')]
+                for kind, key, raw in rows:
                     conn.execute(
                         "INSERT INTO slack_inbox (key, kind, payload, state, created_at) "
-                        "VALUES (?, 'command', CAST(? AS TEXT), 'queued', ?)", [key, raw, time.time()])
+                        "VALUES (?, ?, CAST(? AS TEXT), 'queued', ?)", [key, kind, raw, time.time()])
             paths = []
             for i in range(5):
                 body = sender.command_body("help", user=f"UHELP{i}")
                 paths.append(_reply_path(body))
                 r = sender.post(body, content_type="application/x-www-form-urlencoded")
                 assert r.status_code == 200 and "received" in r.text
-            assert inbox.states() == {"queued": 8}
+            assert inbox.states() == {"queued": 10}
         finally:
             os.kill(pid, signal.SIGCONT)
         _wait("the five commands answered", lambda: all(_answers(slack_api, p) for p in paths), timeout=60)
-        _wait("the inbox settled", lambda: inbox.states() == {"done": 5, "quarantined": 3}, timeout=30)
+        _wait("the inbox settled", lambda: inbox.states() == {"done": 5, "quarantined": 5}, timeout=30)
         # One worker all along: an unreadable row is not a reason to die (and take the others with it).
         assert _worker_pid(url) == pid
         code, text = _health(url)
-        assert code == 200 and "inbox: 3 quarantined" in text and "not run" in text, text
+        assert code == 200 and "inbox: 5 quarantined" in text and "not run" in text, text
         # The author the damaged row still names is told, only them, by Slack's ephemeral post (never
         # through a URL read from a damaged row); the rows that name nobody are in the log only.
         told = [c.params for c in slack_api.calls_to("chat.postEphemeral")]
@@ -85,8 +87,10 @@ def test_an_unreadable_inbox_row_is_quarantined_and_reported_and_the_others_run(
         assert "nothing was run" in str(told[0])
         assert all(len(_answers(slack_api, p)) == 1 for p in paths)  # each run once
     written = log.read_text()
-    assert written.count("quarantined, not run") == 3, written
-    assert "not UTF-8" in written and "not JSON" in written and "a JSON str, not an object" in written
+    assert written.count("quarantined, not run") == 5, written
+    for why in ["not UTF-8", "not JSON", "a JSON str, not an object", "command payload is not one this bot stores",
+                "kind 'telepathy' is not one this bot queues"]:
+        assert why in written, why
     assert "Traceback" not in written
 
 
@@ -185,3 +189,19 @@ def test_a_silent_link_is_noticed_within_5s_and_healthz_says_unconfirmed_meanwhi
         _wait("connected again", lambda: _health(url)[0] == 200, timeout=5)
         assert _acked(stand_in, "env-new-link", "help") < 3.0
     assert "no pong within" in log.read_text()
+
+
+def test_a_crash_looping_worker_fails_healthz(slack_api, sandbox, tmp_path) -> None:
+    """A worker alive most of the time it is looked at, yet dying again and again, is no healthy worker."""
+    with _served(slack_api, sandbox, tmp_path / "serve.db", tmp_path, log=tmp_path / "serve.log") as (_, url, _):
+        for _ in range(3):
+            pid = _any_worker_pid(url)
+            os.kill(pid, signal.SIGKILL)
+            _wait("a new worker", lambda pid=pid: _any_worker_pid(url) not in (pid, None), timeout=30)
+        code, text = _health(url)
+        assert code == 503 and "worker: crash-looping (exited 3× in 60 s" in text, text
+
+
+def _any_worker_pid(url: str) -> int | None:
+    m = re.search(r"worker: [^(]*(?:\([^)]*\) )?\(pid (\d+)", _health(url)[1])
+    return int(m.group(1)) if m else None
