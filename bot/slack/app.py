@@ -30,7 +30,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from slack_bolt import Ack, App
+from slack_bolt import Ack, App, BoltResponse
 from slack_sdk import WebClient
 
 from bot.buttons import BadButtonValue, DecisionChoice
@@ -43,7 +43,7 @@ from bot.slack import blocks as kit
 from bot.slack import queued, wording
 from bot.slack.background import BackgroundWork, logged
 from bot.slack.delivery import Origin, SlackReporter, ThreadBook
-from bot.slack.inbox import Inbox
+from bot.slack.inbox import NOT_COMMITTED_STATUS, Inbox, InboxUnavailable
 from bot.slack.state import RecentDeliveries, SlackState, slack_migrations
 from bot.slack.tenancy import Tenancy, tenancy_middleware
 from bot.slack.web import SlackOut, make_client
@@ -412,9 +412,12 @@ def _register(app: App, bot: SlackBot) -> None:
         ack()
 
     @app.error
-    def on_error(error: Exception, body: dict[str, Any]) -> None:
+    def on_error(error: Exception, body: dict[str, Any]) -> BoltResponse | None:
         # Errors on the ack path only (background work has its own guard): log, never echo secrets.
         log.error("listener error (%s): %s", type(error).__name__, redact(str(error)))
+        if isinstance(error, InboxUnavailable):  # nothing committed: Slack is to send it again
+            return BoltResponse(status=NOT_COMMITTED_STATUS, body="")
+        return None
 
 
 def delivery_key(kind: str, body: dict[str, Any], action: dict[str, Any] | None = None) -> str:

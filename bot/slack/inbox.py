@@ -46,6 +46,13 @@ QUARANTINE_TTL_SECONDS = 7 * 86400.0  # an unreadable row is kept this long for 
 STALE_WORKER_SECONDS = 30.0  # a worker that has not beaten for this long is taken for dead
 QUEUED, CLAIMED, DONE, INTERRUPTED = "queued", "claimed", "done", "interrupted"
 QUARANTINED = "quarantined"  # could not be read back as a delivery: never run
+#: The answer to a delivery whose put failed: not acked, so Slack sends it again (HTTP: a retry;
+#: Socket Mode: the envelope is left unacked, see bot.slack.socket_link).
+NOT_COMMITTED_STATUS = 503
+
+
+class InboxUnavailable(RuntimeError):
+    """A put could not be committed (the inbox locked past the busy timeout, a full disk): not acked."""
 
 
 _SCHEMA = (
@@ -180,7 +187,8 @@ class Inbox:
     # -- the ack side -------------------------------------------------------------------------------
 
     def put(self, kind: str, key: str, payload: dict[str, Any]) -> int | None:
-        """Queue one delivery, committed on return; None when its key was queued before (a repeat).
+        """Queue one delivery, committed on return; None when its key was queued before (a repeat);
+        :class:`InboxUnavailable` when it could not be committed.
 
         Why not one ``BEGIN IMMEDIATE`` per put: twenty acks at once let SQLite's busy handler put all
         but one to sleep in steps of 1, 2, 5, 10, 15 ms (p99 34 ms measured for this one insert).
@@ -197,7 +205,9 @@ class Inbox:
                     group, self._pending = self._pending, []
                 self._commit(group)
         if request.error is not None:
-            raise request.error
+            raise InboxUnavailable(f"the inbox could not commit a delivery ({type(request.error).__name__})") from (
+                request.error
+            )
         return request.row_id
 
     def _commit(self, group: list[_Put]) -> None:

@@ -9,7 +9,9 @@ Here one thread reads; a ``disconnect`` message, a close frame, an EOF or a miss
 at once and a new connection is opened (``apps.connections.open``) with a short, bounded backoff only
 when opening fails. After a ``refresh_requested`` the new connection is opened before the old one is
 closed. Envelopes are dispatched on a pool and acked with their ``envelope_id`` as soon as the
-listener acks. A text frame that is not a JSON object is logged and ignored (it ended ``serve`` once).
+listener acks; one whose delivery could not be committed to the inbox is left unacked, so Slack sends
+it again (an ack would have told Slack it was taken). A text frame that is not a JSON object is
+logged and ignored (it ended ``serve`` once).
 
 A link can also go silent: no FIN, no RST, nothing read. Our own keepalive pings every
 ``PING_INTERVAL`` s; a pong missing for ``PING_TIMEOUT`` s ends the link (noticed within their sum,
@@ -37,6 +39,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from bot.redact import redact
+from bot.slack.inbox import NOT_COMMITTED_STATUS
 
 log = logging.getLogger("recover_bot.slack.socket")
 
@@ -204,6 +207,9 @@ class SocketLink:
                 ack: dict[str, Any] = {"envelope_id": envelope_id}
             else:
                 response = run_bolt_app(self.app, request)
+                if response.status == NOT_COMMITTED_STATUS:
+                    log.warning("Socket Mode: envelope %s not acked (not committed): Slack sends it again", envelope_id)
+                    return
                 ack = {"envelope_id": envelope_id}
                 if response.status == 200 and response.body:
                     ctype = (response.headers.get("content-type") or [""])[0]

@@ -96,7 +96,8 @@ def test_an_unreadable_inbox_row_is_quarantined_and_reported_and_the_others_run(
 
 def test_a_delivery_whose_commit_failed_is_not_seen_and_slacks_retry_is_queued(slack_api, sandbox, tmp_path) -> None:
     """The inbox write-locked (another connection holds BEGIN IMMEDIATE) past the busy timeout: the put
-    fails, the answer is a 500, nothing is remembered; the retry of the same delivery is queued and run."""
+    fails, the answer is a 503 (not an ack), nothing is remembered; the retry of the same delivery is
+    queued and run."""
     db, log = tmp_path / "serve.db", tmp_path / "serve.log"
     with _served(slack_api, sandbox, db, tmp_path, log=log) as (_, _, sender):
         inbox = Inbox(Store(db, migrations=[slack_migrations]))
@@ -108,8 +109,8 @@ def test_a_delivery_whose_commit_failed_is_not_seen_and_slacks_retry_is_queued(s
             with ThreadPoolExecutor(2) as pool:
                 first = pool.submit(sender.post, body, content_type="application/x-www-form-urlencoded")
                 event = pool.submit(sender.event, "Ev-locked-1", home)
-                assert first.result(timeout=60).status_code == 500
-                assert event.result(timeout=60).status_code == 500
+                assert first.result(timeout=60).status_code == 503
+                assert event.result(timeout=60).status_code == 503
         finally:
             lock.execute("ROLLBACK")
             lock.close()
@@ -205,3 +206,23 @@ def test_a_crash_looping_worker_fails_healthz(slack_api, sandbox, tmp_path) -> N
 def _any_worker_pid(url: str) -> int | None:
     m = re.search(r"worker: [^(]*(?:\([^)]*\) )?\(pid (\d+)", _health(url)[1])
     return int(m.group(1)) if m else None
+
+
+def test_a_socket_envelope_whose_commit_failed_is_not_acked_and_its_redelivery_runs(
+    slack_api, sandbox, tmp_path
+) -> None:
+    """Socket Mode: an ack tells Slack the delivery was taken, so an envelope whose put failed is left
+    unacked (Slack sends it again); the redelivery, once the inbox is free, is acked and run."""
+    with _socket_served(slack_api, sandbox, tmp_path) as (_, url, stand_in, log):
+        inbox = Inbox(Store(tmp_path / "socket.db", migrations=[slack_migrations]))
+        lock = sqlite3.connect(inbox_path(tmp_path / "socket.db"), isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            stand_in.envelope("env-locked", "help")
+            _wait("the failed commit", lambda: "not acked (not committed)" in log.read_text(), timeout=30)
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        assert "env-locked" not in stand_in.acks and inbox.states() == {}
+        assert _acked(stand_in, "env-locked", "help") < 3.0  # Slack's redelivery of the same envelope
+        _wait("the redelivery run", lambda: inbox.states() == {"done": 1}, timeout=30)
