@@ -76,7 +76,7 @@ class SocketLink:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ws: ClientConnection | None = None
-        self._ping_sent: float | None = None  # when the current link's unanswered ping went out
+        self._ping: tuple[ClientConnection, float] | None = None  # a link's unanswered ping, and when it went
 
     # -- life cycle -----------------------------------------------------------------------------------
 
@@ -100,8 +100,9 @@ class SocketLink:
         self.state = "stopped"
 
     def health(self) -> tuple[bool, list[str]]:
-        state, sent = self.state, self._ping_sent
-        if state == "connected" and sent is not None and (late := time.monotonic() - sent) > self.pong_overdue:
+        state, ping = self.state, self._ping
+        late = time.monotonic() - ping[1] if ping is not None and ping[0] is self._ws else 0.0
+        if state == "connected" and late > self.pong_overdue:
             return False, [
                 f"socket_mode: unconfirmed (no pong for {late:.1f} s; connections opened: {self.connections})"
             ]
@@ -138,7 +139,6 @@ class SocketLink:
             if previous is not None:
                 previous.close()  # after a refresh: the new link is up before the old one goes
                 previous = None
-            self._ping_sent = None
             read_done = threading.Event()
             threading.Thread(
                 target=self._keepalive, args=(ws, read_done), name="recover-socket-ping", daemon=True
@@ -147,7 +147,6 @@ class SocketLink:
                 refresh = self._read(ws)
             finally:
                 read_done.set()
-                self._ping_sent = None
             self.state = "reconnecting" if not self._stop.is_set() else "stopped"
             if refresh and not self._stop.is_set():
                 previous = link
@@ -183,7 +182,7 @@ class SocketLink:
         """Ping the link until its read ends; a pong missing for ``ping_timeout`` ends the read (the
         socket is shut down: a silent peer would answer no close frame)."""
         while not read_done.wait(self.ping_interval):
-            self._ping_sent = time.monotonic()
+            self._ping = (ws, time.monotonic())
             try:
                 pong = ws.ping()
             except (ConnectionClosed, WebSocketException, OSError):
@@ -192,7 +191,7 @@ class SocketLink:
             if read_done.is_set():
                 return
             if answered:
-                self._ping_sent = None
+                self._ping = None
                 continue
             log.warning("Socket Mode: no pong within %.1f s (a silent link): reconnecting", self.ping_timeout)
             with contextlib.suppress(OSError):

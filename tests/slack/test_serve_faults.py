@@ -10,6 +10,7 @@ own response_url, ephemeral posts, inbox rows, `/healthz`, the log.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -40,9 +41,8 @@ from tests.slack.test_worker_process import (
 def _damaged_command(sender, user: str) -> bytes:
     """A stored command whose text holds bytes that are not UTF-8 (the rest still says who sent it)."""
     body = {k: v[0] for k, v in urllib.parse.parse_qs(sender.command_body("help", user=user)).items()}
-    body["text"] = "help \x00MARK"
-    raw = ('{"body":{' + ",".join(f'"{k}":"{v}"' for k, v in body.items()) + "}}").encode()
-    return raw.replace(b"\\u0000MARK", b"\xff\xfe").replace(b"\x00MARK", b"\xff\xfe")
+    body["text"] = "help MARK"
+    return json.dumps({"body": body}).encode().replace(b"MARK", b"\xff\xfe")
 
 
 def test_an_unreadable_inbox_row_is_quarantined_and_reported_and_the_others_run(
