@@ -30,7 +30,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from slack_bolt import Ack, App
+from slack_bolt import Ack, App, BoltResponse
 from slack_sdk import WebClient
 
 from bot.buttons import BadButtonValue, DecisionChoice
@@ -43,7 +43,7 @@ from bot.slack import blocks as kit
 from bot.slack import queued, wording
 from bot.slack.background import BackgroundWork, logged
 from bot.slack.delivery import Origin, SlackReporter, ThreadBook
-from bot.slack.inbox import Inbox
+from bot.slack.inbox import NOT_COMMITTED_STATUS, Inbox, InboxUnavailable
 from bot.slack.state import RecentDeliveries, SlackState, slack_migrations
 from bot.slack.tenancy import Tenancy, tenancy_middleware
 from bot.slack.web import SlackOut, make_client
@@ -135,9 +135,17 @@ class SlackBot:
     # -- the inbox ------------------------------------------------------------------------------------
 
     def enqueue(self, kind: str, key: str, payload: dict[str, Any]) -> bool:
-        """Commit one delivery (ack path), then hand it on; False for a repeat already queued."""
+        """Commit one delivery (ack path), then hand it on; False for a repeat (seen or queued before).
+
+        Only a committed delivery counts as seen: a put that fails (the inbox locked past its busy
+        timeout) raises before anything is remembered, the listener's answer is a 500, and Slack's
+        retry is queued as the first delivery would have been.
+        """
         assert self.inbox is not None, "build_bot gives every bot an inbox"
+        if self.recent.seen(key):
+            return False
         item_id = self.inbox.put(kind, key, payload)
+        self.recent.remember(key)  # committed now, or by an earlier delivery (the inbox refused a repeat)
         if item_id is None:
             log.info("dropping a repeated Slack delivery %s", key)
             return False
@@ -151,10 +159,7 @@ class SlackBot:
         """Claim one item (compare-and-set: nobody else runs it), run it, mark it done."""
         assert self.inbox is not None
         for item in self.inbox.claim(self.worker_id, item_id=item_id):
-            try:
-                queued.run_item(self, item)
-            finally:
-                self.inbox.finish(item.id, self.worker_id)
+            queued.run_claimed(self, self.inbox, self.worker_id, item)
 
     # -- the work behind each listener (background threads) ------------------------------------------
 
@@ -350,13 +355,14 @@ def _register(app: App, bot: SlackBot) -> None:
 
     # Each delivery is handled once (Slack's retries, replays of a signed request within its 5 minutes,
     # double submits), keyed on what Slack gives it: in memory first (no I/O), then by the inbox's
-    # unique key, committed before the ack (a restart forgets nothing; see bot.slack.inbox).
+    # unique key, committed before the ack (a restart forgets nothing; see bot.slack.inbox). Only a
+    # committed delivery is remembered in memory (SlackBot.enqueue).
 
     @app.command(COMMAND)
     def on_command(ack: Ack, body: dict[str, Any]) -> None:
         key = delivery_key("command", body)
         # Committed first, then acked: nothing acked is lost, whichever process dies.
-        if not bot.recent.first(key) or not bot.enqueue(queued.COMMAND, key, queued.command(body)):
+        if not bot.enqueue(queued.COMMAND, key, queued.command(body)):
             ack()
             return
         ack(text=wording.ack_command(str(body.get("text") or "")))
@@ -364,15 +370,13 @@ def _register(app: App, bot: SlackBot) -> None:
     @app.action({"type": "block_actions", "action_id": re.compile(_OUR_ACTIONS)})
     def on_button(ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         key = delivery_key("action", body, action)
-        if not bot.recent.first(key):
-            ack()
-            return
         name = kit.parse_action_id(str(action.get("action_id") or "")) or ""
         value = str(action.get("value") or "")
         if name == Action.DECIDE_FORM:
             # trigger_id expires 3 s after the click: views.open from this process's UI pool, never
-            # queued behind slow work (the form's fields come from the runbook: no I/O).
-            bot.ui.submit(bot.open_decide_form, body, value)
+            # queued behind slow work (the form's fields come from the runbook: no I/O, no commit).
+            if bot.recent.first(key):
+                bot.ui.submit(bot.open_decide_form, body, value)
         else:
             bot.enqueue(queued.ACTION, key, queued.action(body, name, value))
         ack()
@@ -394,10 +398,8 @@ def _register(app: App, bot: SlackBot) -> None:
         if errors:
             ack(response_action="errors", errors=errors)
             return
-        key = delivery_key("view", body)
-        if bot.recent.first(key):
-            actor = str((body.get("user") or {}).get("id") or "unknown")
-            bot.enqueue(queued.DECIDE, key, queued.decide(actor, form, fields))
+        actor = str((body.get("user") or {}).get("id") or "unknown")
+        bot.enqueue(queued.DECIDE, key=delivery_key("view", body), payload=queued.decide(actor, form, fields))
         ack()
 
     @app.event("app_home_opened")
@@ -405,14 +407,17 @@ def _register(app: App, bot: SlackBot) -> None:
         user = str(event.get("user") or "")
         event_id = str(body.get("event_id") or "")
         key = f"event:{event_id}" if event_id else ""
-        if user and event.get("tab", "home") == "home" and bot.recent.first(key):
+        if user and event.get("tab", "home") == "home":
             bot.enqueue(queued.HOME, key, queued.home(event_id, user))
         ack()
 
     @app.error
-    def on_error(error: Exception, body: dict[str, Any]) -> None:
+    def on_error(error: Exception, body: dict[str, Any]) -> BoltResponse | None:
         # Errors on the ack path only (background work has its own guard): log, never echo secrets.
         log.error("listener error (%s): %s", type(error).__name__, redact(str(error)))
+        if isinstance(error, InboxUnavailable):  # nothing committed: Slack is to send it again
+            return BoltResponse(status=NOT_COMMITTED_STATUS, body="")
+        return None
 
 
 def delivery_key(kind: str, body: dict[str, Any], action: dict[str, Any] | None = None) -> str:

@@ -18,6 +18,10 @@ In its own file an ack waits at most for another put or a claim, neither of whic
   :meth:`Inbox.take_orphans` moves it to ``interrupted`` (again a compare-and-set) and the worker that
   took it tells the person. What the core had stored is finished by its start-up (replays with the
   stored Idempotency-Key, R0.3: nothing re-created).
+- A row that cannot be read back as a delivery (not UTF-8, not a JSON object, a shape its kind does not
+  have) never stops the others: it comes out of :meth:`Inbox.claim` marked with its ``damage``, and the
+  claimer moves it to ``quarantined`` (:meth:`Inbox.quarantine`), unrun, kept for a week for whoever
+  looks into it, counted on ``/healthz`` (:meth:`Inbox.quarantined`); see :func:`bot.slack.queued.run_claimed`.
 
 The inbox commits with ``synchronous=NORMAL`` (WAL): a commit survives either process being killed;
 only a power cut can forget the last ones. The acking connection never checkpoints (the worker's do),
@@ -38,8 +42,17 @@ from typing import Any
 from bot.store import Store
 
 DONE_TTL_SECONDS = 3600.0  # finished rows (and their keys) are kept this long: Slack's retries end well before
+QUARANTINE_TTL_SECONDS = 7 * 86400.0  # an unreadable row is kept this long for whoever looks into it
 STALE_WORKER_SECONDS = 30.0  # a worker that has not beaten for this long is taken for dead
 QUEUED, CLAIMED, DONE, INTERRUPTED = "queued", "claimed", "done", "interrupted"
+QUARANTINED = "quarantined"  # could not be read back as a delivery: never run
+#: The answer to a delivery whose put failed: not acked, so Slack sends it again (HTTP: a retry;
+#: Socket Mode: the envelope is left unacked, see bot.slack.socket_link).
+NOT_COMMITTED_STATUS = 503
+
+
+class InboxUnavailable(RuntimeError):
+    """A put could not be committed (the inbox locked past the busy timeout, a full disk): not acked."""
 
 
 _SCHEMA = (
@@ -58,26 +71,33 @@ def inbox_path(store_path: Path) -> Path:
     return store_path.with_name(store_path.name + ".inbox")
 
 
+# Rows come back as bytes (CAST ... AS BLOB): decoding is ours, so a row that is not UTF-8 fails no claim.
 _PUT = "INSERT OR IGNORE INTO slack_inbox (key, kind, payload, state, created_at) VALUES (?, ?, ?, ?, ?)"
 _CLAIM_ONE = (
     "UPDATE slack_inbox SET state = ?, claimed_by = ?, claimed_at = ? "
-    "WHERE id = ? AND state = ? RETURNING id, kind, key, payload"
+    "WHERE id = ? AND state = ? "
+    "RETURNING id, CAST(kind AS BLOB), CAST(key AS BLOB), CAST(payload AS BLOB)"
 )
 _CLAIM_OLDEST = (
     "UPDATE slack_inbox SET state = ?, claimed_by = ?, claimed_at = ? "
     "WHERE id IN (SELECT id FROM slack_inbox WHERE state = ? ORDER BY id LIMIT ?) AND state = ? "
-    "RETURNING id, kind, key, payload"
+    "RETURNING id, CAST(kind AS BLOB), CAST(key AS BLOB), CAST(payload AS BLOB)"
 )
 
 
 @dataclass(frozen=True)
 class Item:
-    """One queued delivery: ``kind`` names the work, ``payload`` is what the listener had (JSON)."""
+    """One queued delivery: ``kind`` names the work, ``payload`` is what the listener had (JSON).
+
+    ``damage`` says why the stored row is not a delivery (then ``payload`` is whatever could be read of
+    it, at most enough to tell its author, and nothing is run).
+    """
 
     id: int
     kind: str
     key: str | None
     payload: dict[str, Any]
+    damage: str | None = None
 
 
 @dataclass
@@ -90,8 +110,29 @@ class _Put:
     done: bool = False
 
 
-def _item(row: tuple[int, str, str | None, str]) -> Item:
-    return Item(id=row[0], kind=row[1], key=row[2], payload=json.loads(row[3]))
+def _loose(raw: bytes) -> dict[str, Any]:
+    """What can be read of a damaged payload (bad bytes replaced), to find whom to tell; {} if nothing."""
+    try:
+        value = json.loads(raw.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _item(row: tuple[int, bytes, bytes | None, bytes]) -> Item:
+    """A row read back as an :class:`Item`; never raises (a damaged row is marked, see ``damage``)."""
+    item_id, kind, key, raw = row[0], bytes(row[1] or b""), row[2], bytes(row[3] or b"")
+    label = kind.decode("utf-8", errors="replace")
+    name = None if key is None else bytes(key).decode("utf-8", errors="replace")
+    try:
+        payload = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return Item(item_id, label, name, _loose(raw), damage="its payload is not UTF-8")
+    except (ValueError, RecursionError):
+        return Item(item_id, label, name, {}, damage="its payload is not JSON")
+    if not isinstance(payload, dict):
+        return Item(item_id, label, name, {}, damage=f"its payload is a JSON {type(payload).__name__}, not an object")
+    return Item(item_id, label, name, payload)
 
 
 class Inbox:
@@ -146,7 +187,8 @@ class Inbox:
     # -- the ack side -------------------------------------------------------------------------------
 
     def put(self, kind: str, key: str, payload: dict[str, Any]) -> int | None:
-        """Queue one delivery, committed on return; None when its key was queued before (a repeat).
+        """Queue one delivery, committed on return; None when its key was queued before (a repeat);
+        :class:`InboxUnavailable` when it could not be committed.
 
         Why not one ``BEGIN IMMEDIATE`` per put: twenty acks at once let SQLite's busy handler put all
         but one to sleep in steps of 1, 2, 5, 10, 15 ms (p99 34 ms measured for this one insert).
@@ -163,7 +205,9 @@ class Inbox:
                     group, self._pending = self._pending, []
                 self._commit(group)
         if request.error is not None:
-            raise request.error
+            raise InboxUnavailable(f"the inbox could not commit a delivery ({type(request.error).__name__})") from (
+                request.error
+            )
         return request.row_id
 
     def _commit(self, group: list[_Put]) -> None:
@@ -235,10 +279,25 @@ class Inbox:
         )
         if item_id % 64 == 0:
             self._tx(
-                "DELETE FROM slack_inbox WHERE state IN (?, ?) AND finished_at < ?",
-                [DONE, INTERRUPTED, now - DONE_TTL_SECONDS],
+                "DELETE FROM slack_inbox WHERE (state IN (?, ?) AND finished_at < ?) OR (state = ? AND finished_at < ?)",
+                [DONE, INTERRUPTED, now - DONE_TTL_SECONDS, QUARANTINED, now - QUARANTINE_TTL_SECONDS],
             )
         return changed == 1
+
+    def quarantine(self, item_id: int, worker: str) -> bool:
+        """claimed → quarantined (only by the worker holding it): a row that is not a delivery, never run."""
+        changed, _, _ = self._tx(
+            "UPDATE slack_inbox SET state = ?, finished_at = ? WHERE id = ? AND state = ? AND claimed_by = ?",
+            [QUARANTINED, time.time(), item_id, CLAIMED, worker],
+        )
+        return changed == 1
+
+    def quarantined(self) -> tuple[int, int | None]:
+        """How many rows are quarantined, and the latest one's id (``/healthz``)."""
+        row = self._conn().execute(
+            "SELECT count(*), max(id) FROM slack_inbox WHERE state = ?", [QUARANTINED]
+        ).fetchone()
+        return int(row[0]), (None if row[1] is None else int(row[1]))
 
     def beat(self, worker: str) -> None:
         """This worker is alive (its claims are not orphans)."""
@@ -256,7 +315,8 @@ class Inbox:
         """claimed by a dead or silent worker → interrupted; returns the items this call moved."""
         _, _, rows = self._tx(
             "UPDATE slack_inbox SET state = ?, finished_at = ? WHERE state = ? AND claimed_by IN "
-            "(SELECT id FROM slack_workers WHERE dead = 1 OR beat_at < ?) RETURNING id, kind, key, payload",
+            "(SELECT id FROM slack_workers WHERE dead = 1 OR beat_at < ?) "
+            "RETURNING id, CAST(kind AS BLOB), CAST(key AS BLOB), CAST(payload AS BLOB)",
             [INTERRUPTED, time.time(), CLAIMED, time.time() - stale_after],
         )
         return sorted((_item(r) for r in rows), key=lambda item: item.id)

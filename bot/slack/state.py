@@ -60,7 +60,11 @@ def _m0003(db: Database) -> None:
 
 
 class RecentDeliveries:
-    """In-memory first check on the ack path: no I/O, so a replay costs nothing and waits for nothing."""
+    """In-memory first check on the ack path: no I/O, so a replay costs nothing and waits for nothing.
+
+    Only what is committed is remembered (:meth:`remember` after the inbox put): a delivery whose
+    commit failed was answered 500, and Slack's retry of it must be queued, not dropped as seen.
+    """
 
     def __init__(self, ttl: float = EVENT_TTL_SECONDS, max_keys: int = RECENT_MAX) -> None:
         self.ttl = ttl
@@ -68,20 +72,37 @@ class RecentDeliveries:
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
 
-    def first(self, key: str, now: float | None = None) -> bool:
-        """True the first time ``key`` is seen within the TTL (an empty key is always new)."""
+    def _prune(self, now: float) -> None:
+        while self._seen and next(iter(self._seen.values())) < now - self.ttl:
+            self._seen.popitem(last=False)
+
+    def seen(self, key: str, now: float | None = None) -> bool:
+        """True when ``key`` was remembered within the TTL (an empty key never is)."""
         if not key:
-            return True
+            return False
         now = time.monotonic() if now is None else now
         with self._lock:
-            while self._seen and next(iter(self._seen.values())) < now - self.ttl:
-                self._seen.popitem(last=False)
-            if key in self._seen:
-                return False
-            if len(self._seen) >= self.max_keys:
+            self._prune(now)
+            return key in self._seen
+
+    def remember(self, key: str, now: float | None = None) -> None:
+        """``key`` is committed (or needs no commit): a repeat of it is refused from now on."""
+        if not key:
+            return
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self._prune(now)
+            if key not in self._seen and len(self._seen) >= self.max_keys:
                 self._seen.popitem(last=False)
             self._seen[key] = now
-            return True
+
+    def first(self, key: str, now: float | None = None) -> bool:
+        """True the first time ``key`` is seen within the TTL, remembering it at once (for a delivery
+        that is acted on without a commit; an empty key is always new)."""
+        if self.seen(key, now):
+            return False
+        self.remember(key, now)
+        return True
 
 
 @dataclass(frozen=True)

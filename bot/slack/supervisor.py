@@ -4,7 +4,8 @@ The serving process hands each committed inbox item on with one byte on the work
 non-blocking write: a full pipe only means the worker has wake-ups pending anyway). When the worker
 exits on its own (killed, crashed) its claims are marked orphaned at once (``Inbox.mark_dead``) and a
 new worker starts after a short, growing pause; the new one finds the queued items and reports the
-interrupted ones (see :mod:`bot.slack.worker`). ``/healthz`` shows :meth:`WorkerSupervisor.health`.
+interrupted ones (see :mod:`bot.slack.worker`). ``/healthz`` shows :meth:`WorkerSupervisor.health`
+(and how many unreadable inbox rows were quarantined).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -30,6 +32,8 @@ log = logging.getLogger("recover_bot.slack.supervisor")
 
 STOP_GRACE = 15.0  # seconds a stopping worker gets to finish the items it runs
 MAX_BACKOFF = 5.0
+CRASH_LOOP = 3  # this many exits within CRASH_WINDOW seconds: /healthz says the worker crash-loops
+CRASH_WINDOW = 60.0
 
 
 def settings_line(settings: Settings, worker_id: str) -> bytes:
@@ -54,6 +58,7 @@ class WorkerSupervisor:
         self.proc: subprocess.Popen[bytes] | None = None
         self.worker_id = ""
         self.starts = 0
+        self._exits: deque[float] = deque(maxlen=CRASH_LOOP)  # when the latest workers exited on their own
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -95,6 +100,7 @@ class WorkerSupervisor:
             if self._stopping.is_set():
                 return
             log.warning("worker process %d exited (status %s): starting a new one", proc.pid, code)
+            self._exits.append(time.monotonic())
             with contextlib.suppress(Exception):
                 self.inbox.mark_dead(self.worker_id)
             backoff = 0.2 if time.monotonic() - started > 30 else min(MAX_BACKOFF, backoff * 2)
@@ -109,16 +115,36 @@ class WorkerSupervisor:
         proc = self.proc
         return proc is not None and proc.poll() is None
 
+    def crash_loop(self) -> int:
+        """How many times the worker exited in the last ``CRASH_WINDOW`` s, when that is a loop (else 0).
+
+        Why: a worker that dies again after every start is alive most of the time it is looked at;
+        the items it claims end ``interrupted`` one batch after another."""
+        recent = [t for t in list(self._exits) if time.monotonic() - t < CRASH_WINDOW]
+        return len(recent) if len(recent) >= CRASH_LOOP else 0
+
     def health(self) -> tuple[bool, list[str]]:
-        """For ``/healthz``: the worker is alive, how many items wait, how often it was started."""
+        """For ``/healthz``: the worker is alive (and not crash-looping), how many items wait, how
+        often it was started, how many unreadable rows were quarantined."""
         alive = self.alive()
+        looping = self.crash_loop()
         try:
             depth = str(self.inbox.depth())
         except Exception:  # noqa: BLE001 - a locked or missing store is shown, not raised
             depth = "unknown"
         pid = self.proc.pid if self.proc is not None else "-"
         state = "alive" if alive else "down"
-        return alive, [f"worker: {state} (pid {pid}, started {self.starts}×), queue depth: {depth}"]
+        if looping:
+            state = f"crash-looping (exited {looping}× in {CRASH_WINDOW:.0f} s)"
+        lines = [f"worker: {state} (pid {pid}, started {self.starts}×), queue depth: {depth}"]
+        try:
+            count, latest = self.inbox.quarantined()
+        except Exception:  # noqa: BLE001 - as above
+            count, latest = 0, None
+        if count:
+            # Reported, not failed: the other deliveries run; a restart would not mend the row.
+            lines.append(f"inbox: {count} quarantined (latest #{latest}): unreadable deliveries, not run; see the log")
+        return alive and not looping, lines
 
     def stop(self, grace: float = STOP_GRACE) -> None:
         """Stop the worker: end of input and SIGTERM, then SIGKILL after ``grace`` seconds."""

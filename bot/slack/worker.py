@@ -80,9 +80,8 @@ class InboxRunner:
 
     def _run(self, item: Item) -> None:
         try:
-            queued.run_item(self.bot, item)
+            queued.run_claimed(self.bot, self.inbox, self.worker_id, item)
         finally:
-            self.inbox.finish(item.id, self.worker_id)
             with self._lock:
                 self.running -= 1
             self._wake.set()

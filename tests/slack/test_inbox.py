@@ -6,10 +6,11 @@ none (the durable de-duplication of Slack's retries), and a claim is a compare-a
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from bot.slack.inbox import Inbox
+from bot.slack.inbox import Inbox, inbox_path
 from bot.slack.state import slack_migrations
 from bot.store import Store
 
@@ -53,3 +54,29 @@ def test_a_claim_is_a_compare_and_set_between_workers(tmp_path) -> None:
     assert sorted(claimed) == sorted(set(claimed)) and len(claimed) == 50
     assert inbox.finish(claimed[0], "someone-else") is False  # only the claimer finishes its item
     assert inbox.states() == {"claimed": 50}
+
+
+def test_a_row_that_is_not_a_delivery_is_marked_never_raised_also_as_an_orphan(tmp_path) -> None:
+    """A claim (and the take-over of a dead worker's claims) reads every row it moved: one that is not
+    UTF-8 JSON of an object comes out marked with its damage, the others as they were."""
+    db = tmp_path / "inbox.db"
+    inbox = Inbox(Store(db, migrations=[slack_migrations]))
+    inbox.put("command", "k-good-1", {"body": {"text": "help"}})
+    with sqlite3.connect(inbox_path(db)) as conn:
+        for key, raw in [("k-utf8", b'{"body": {"user_id": "U1", "text": "\xff"}}'), ("k-json", b"{"),
+                         ("k-list", b"[1, 2]"), ("k-deep", b"[" * 100_000)]:
+            conn.execute("INSERT INTO slack_inbox (key, kind, payload, state, created_at) "
+                         "VALUES (?, 'command', CAST(? AS TEXT), 'queued', 0)", [key, raw])
+    inbox.put("command", "k-good-2", {"body": {"text": "help"}})
+    items = inbox.claim("w1", limit=10)
+    assert [i.damage is None for i in items] == [True, False, False, False, False, True]
+    assert items[1].payload == {"body": {"user_id": "U1", "text": "\ufffd"}}  # enough to tell its author
+    assert [i.damage for i in items[2:5]] == ["its payload is not JSON", "its payload is a JSON list, not an object",
+                                              "its payload is not JSON"]
+    assert inbox.quarantine(items[1].id, "w2") is False  # only by the claimer
+    assert inbox.quarantine(items[1].id, "w1") is True and inbox.quarantined() == (1, items[1].id)
+    inbox.beat("w1")
+    inbox.mark_dead("w1")
+    orphans = inbox.take_orphans()
+    assert len(orphans) == 5 and sum(o.damage is not None for o in orphans) == 3
+    assert inbox.states() == {"quarantined": 1, "interrupted": 5}

@@ -80,6 +80,15 @@ class SocketStandIn:
         self.call(self.links[-1].send(json.dumps(msg)))
         return time.monotonic()
 
+    def send_raw(self, text: str) -> None:
+        """Any text frame on the latest link, as Slack (or something between) might send."""
+        self.call(self.links[-1].send(text))
+
+    def silence(self, n: int = 0) -> None:
+        """Link ``n`` goes silent: nothing more is read from it (so no pong), and it is not closed
+        (no FIN, no RST), as when a NAT or a proxy drops the flow."""
+        self.loop.call_soon_threadsafe(self.links[n].transport.pause_reading)
+
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(lambda: self._stop is not None and not self._stop.done() and self._stop.set_result(None))
         self.thread.join(10)

@@ -42,9 +42,12 @@ def _wait(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
 
 
 def _start_serve(
-    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path, *, app_token: str | None = None
+    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path, *, app_token: str | None = None, log: Path | None = None
 ) -> subprocess.Popen[str]:
-    """`recover-bot serve` as its own process: HTTP with the signing secret, or Socket Mode with ``app_token``."""
+    """`recover-bot serve` as its own process: HTTP with the signing secret, or Socket Mode with ``app_token``.
+
+    With ``log`` it is the installed console script (its logging set up, its exit status as users get
+    it), its stderr written to that file."""
     env = {
         **os.environ,
         "SLACK_BOT_TOKEN": BOT_TOKEN,
@@ -61,16 +64,20 @@ def _start_serve(
     else:
         env["SLACK_APP_TOKEN"] = app_token
         env.pop("SLACK_SIGNING_SECRET", None)
+    if log is not None:
+        with log.open("w") as err:
+            return subprocess.Popen([str(Path(sys.executable).with_name("recover-bot")), "serve"], env=env,
+                                    stdout=subprocess.PIPE, stderr=err, text=True, cwd=str(cwd))
     code = "import sys; from bot.settings import load_settings; from bot.slack import serve; sys.exit(serve(load_settings(dotenv=None)))"
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True, cwd=str(cwd))
 
 
 @contextmanager
 def _served(
-    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path
+    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path, *, log: Path | None = None
 ) -> Iterator[tuple[subprocess.Popen[str], str, SlackSender]]:
     """Serve over HTTP until a worker is healthy; yield the process, its URL and a signed sender; stop it."""
-    proc = _start_serve(slack_api, sandbox, db, cwd)
+    proc = _start_serve(slack_api, sandbox, db, cwd, log=log)
     try:
         assert proc.stdout is not None
         m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
