@@ -251,3 +251,44 @@ def test_a_failure_while_answering_costs_one_connection_not_the_server(caplog) -
     finally:
         server.stop()
     assert any("GET /broken failed" in r.getMessage() for r in caplog.records)
+
+
+def _chunked_signed(sender: SlackSender, text: str, framing: str) -> bytes:
+    """A signed command whose body is sent chunked, its one chunk framed as ``framing`` says."""
+    request = _signed(sender, text)
+    head, _, body = request.partition(b"\r\n\r\n")
+    head = b"\r\n".join(line for line in head.split(b"\r\n") if not line.lower().startswith(b"content-length"))
+    size = b"%x" % len(body)
+    chunked = {
+        "a bare LF inside a chunk extension": size + b";a\nxx\r\n" + body + b"\r\n0\r\n\r\n",
+        "a chunk size with a leading space": b" " + size + b"\r\n" + body + b"\r\n0\r\n\r\n",
+        "a trailer line with no colon": size + b"\r\n" + body + b"\r\n0\r\nno-colon-here\r\n\r\n",
+        "a trailer whose name is not a token": size + b"\r\n" + body + b"\r\n0\r\nX Trailer: t\r\n\r\n",
+    }[framing]
+    return head + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+
+
+FRAMINGS = [
+    "a bare LF inside a chunk extension",
+    "a chunk size with a leading space",
+    "a trailer line with no colon",
+    "a trailer whose name is not a token",
+]
+
+
+@pytest.mark.parametrize("framing", FRAMINGS)
+def test_a_signed_chunked_body_framed_loosely_is_refused_and_what_follows_is_never_answered(
+    harness: SlackHarness, framing: str
+) -> None:
+    """Request smuggling through the chunked coding: each of these lines a lenient reader takes (and
+    a proxy may read another way) is a 400 and the end of the connection, although the command is
+    signed; the request pipelined after it is never answered, and the command never runs."""
+    smuggled = b"GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n"
+    with _connect(harness.server.url) as sock:
+        sock.sendall(_chunked_signed(harness.send, "diagnose ses_smuggled", framing) + smuggled)
+        answers = _responses(_read_all(sock))
+    assert [s for s, _ in answers] == [400], answers
+    harness.settle()
+    assert harness.bot.router.calls == []
+    # The same command framed plainly is served (the refusal was the framing, not the command).
+    assert harness.send.command("diagnose ses_plain").status_code == 200
