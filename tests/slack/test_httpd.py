@@ -20,7 +20,7 @@ from bot.slack import HttpServer, SlackFront, build_bot
 from bot.slack.httpd import Request
 from bot.slack.httpwire import Response
 from bot.store import Store
-from tests.fixtures.slack import SlackHarness, SlackSender, slack_settings
+from tests.fixtures.slack import SIGNING_SECRET, SlackHarness, SlackSender, slack_settings
 from tests.slack.fake_router import FakeRouter
 
 
@@ -171,7 +171,7 @@ def test_requests_in_flight_beyond_the_cap_get_503_and_the_rest_is_served(slack_
     once (not a wait), and once their deadline has passed the server answers again."""
     settings = slack_settings(slack_api, tmp_path / "f.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(SlackFront(bot.app, body_deadline=1.5), "127.0.0.1", 0, max_in_flight=2).start()
+    server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET, body_deadline=1.5), "127.0.0.1", 0, max_in_flight=2).start()
     sender = SlackSender(server.url + "/slack/events", stand_in=slack_api)
     holders = []
     try:
@@ -203,7 +203,7 @@ def test_stop_closes_idle_connections_and_answers_the_request_in_flight(slack_ap
     body is still arriving is answered once it is complete (then closed), and no socket is left open."""
     settings = slack_settings(slack_api, tmp_path / "s.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(SlackFront(bot.app), "127.0.0.1", 0).start()
+    server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET), "127.0.0.1", 0).start()
     sender = SlackSender(server.url + "/slack/events", stand_in=slack_api)
     idle = _connect(server.url)
     idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n")
