@@ -38,17 +38,8 @@ def remaining() -> float | None:
 @contextlib.contextmanager
 def deadline_in(seconds: float | None) -> Iterator[float | None]:
     """Run the block under a deadline ``seconds`` from now; an outer, earlier deadline still wins."""
-    outer = _DEADLINE.get()
-    if seconds is None:
-        yield outer
-        return
-    mine = time.monotonic() + max(0.0, seconds)
-    effective = mine if outer is None else min(outer, mine)
-    token = _DEADLINE.set(effective)
-    try:
+    with deadline_at(None if seconds is None else time.monotonic() + max(0.0, seconds)) as effective:
         yield effective
-    finally:
-        _DEADLINE.reset(token)
 
 
 @contextlib.contextmanager
