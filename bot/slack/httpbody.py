@@ -71,7 +71,7 @@ class BodyReader:
             try:
                 event = self._wire.next_event()
             except h11.RemoteProtocolError as error:
-                raise Refused.of(error) from None
+                raise Refused.of(error, too_long="a chunk-size line or the trailer section too long") from None
             if isinstance(event, h11.Data):
                 return bytes(event.data)
             if isinstance(event, h11.EndOfMessage):

@@ -283,7 +283,7 @@ class Reactor:
         try:
             event = conn.wire.next_event()  # h11 refuses an unfinished head over max_header_bytes (431)
         except h11.RemoteProtocolError as error:
-            self._refuse(conn, Refused.of(error))
+            self._refuse(conn, Refused.of(error, too_long=f"request head over {self.max_header_bytes} bytes"))
             return
         if not isinstance(event, h11.Request):
             return  # NEED_DATA: the head is not complete yet

@@ -28,6 +28,7 @@ _BARE_LF = re.compile(rb"(?<!\r)\n")
 _FOLD = re.compile(rb"\n[ \t]")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 MAX_LENGTH_DIGITS = 18
+MAX_REASON = 200  # characters of a refusal's reason (a log line and the answer's body)
 _DROPPED = frozenset({"content-length", "connection", "transfer-encoding"})
 
 
@@ -40,9 +41,13 @@ class Refused(Exception):
         self.reason = reason
 
     @classmethod
-    def of(cls, error: h11.ProtocolError) -> Refused:
-        """What h11 refused, with the status it suggests (400, 431 for a head too long, 501)."""
-        return cls(error.error_status_hint, str(error) or "malformed request")
+    def of(cls, error: h11.ProtocolError, *, too_long: str) -> Refused:
+        """What h11 refused, with the status it suggests (400, 431, 501). ``too_long`` says what was
+        over the size limit (h11's words name its buffer); other reasons are h11's, cut short, since
+        they quote the client's bytes."""
+        status = error.error_status_hint
+        reason = too_long if status == 431 else (str(error) or "malformed request")[:MAX_REASON]
+        return cls(status, reason)
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,7 @@ def parse_head(raw: bytes) -> RequestHead:
     try:
         event = wire.next_event()
     except h11.RemoteProtocolError as error:
-        raise Refused.of(error) from None
+        raise Refused.of(error, too_long="request head too long") from None
     if not isinstance(event, h11.Request) or wire.trailing_data[0]:
         raise Refused(400, "malformed header line (or a blank one inside the head)")
     return request_head(event, raw + b"\r\n\r\n")

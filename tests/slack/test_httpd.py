@@ -292,3 +292,27 @@ def test_a_signed_chunked_body_framed_loosely_is_refused_and_what_follows_is_nev
     assert harness.bot.router.calls == []
     # The same command framed plainly is served (the refusal was the framing, not the command).
     assert harness.send.command("diagnose ses_plain").status_code == 200
+
+
+def test_what_h11_holds_unfinished_is_capped_and_a_refusal_never_echoes_much(harness: SlackHarness) -> None:
+    """A head arriving in pieces past 16 KiB, and a chunk-size line that never ends, are refused with
+    431 as soon as they pass the cap (not read on); a refusal's reason quotes at most 200 characters
+    of what the client sent."""
+    ts = str(int(time.time()))
+    signed = f"X-Slack-Request-Timestamp: {ts}\r\nX-Slack-Signature: v0={'a' * 64}\r\n"
+    with _connect(harness.server.url) as sock:
+        sock.sendall(b"POST /slack/events HTTP/1.1\r\nHost: b\r\nX-Pad: " + b"p" * 10_000)
+        time.sleep(0.2)  # a second read: h11 holds the unfinished head
+        sock.sendall(b"p" * 10_000)
+        assert _responses(_read_all(sock)) == [(431, b"request head over 16384 bytes\n")]
+    with _connect(harness.server.url) as sock:
+        sock.sendall(f"POST /slack/events HTTP/1.1\r\nHost: b\r\n{signed}Transfer-Encoding: chunked\r\n\r\n".encode())
+        sock.sendall(b"5;" + b"e" * 20_000)
+        answers = _responses(_read_all(sock))
+    assert answers == [(431, b"a chunk-size line or the trailer section too long\n")]
+    with _connect(harness.server.url) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: b\r\n" + b"x" * 5_000 + b"\r\n\r\n")
+        ((status, body),) = _responses(_read_all(sock))
+    assert status == 400 and len(body) <= 201
+    harness.settle()
+    assert harness.bot.router.calls == []
