@@ -125,3 +125,28 @@ def test_the_server_survives_any_bytes(live: SlackHarness, caplog: pytest.LogCap
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
     assert httpx.get(live.server.url + "/healthz", timeout=5).status_code == 200
     assert live.bot.router.calls == []  # nothing unsigned reached the app
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GET /healthz HTTP/1.1\nHost: b",  # a bare LF ends the request line (h11 reads it)
+        b"GET /healthz HTTP/1.1\r\nHost: b\nX-A: 1",  # ... or a header line
+        b"GET /healthz HTTP/1.1\r\nHost: b\r\nX-A: 1\r\n\tfolded",  # a folded line (h11 joins it)
+        b"GET /healthz HTTP/1.1\r\nHost: b\r\nX-A: a\x7fb",  # a control byte in a value (h11 takes it)
+        b"GET http://evil/healthz HTTP/1.1\r\nHost: b",  # absolute-form (h11 takes any target)
+        b"POST /slack/events HTTP/1.1\r\nHost: b\r\nContent-Length: 3\r\nTransfer-Encoding: chunked",
+        b"POST /slack/events HTTP/1.1\r\nHost: b\r\nContent-Length: 1234567890123456789",  # 19 digits
+    ],
+)
+def test_what_h11_allows_and_this_server_does_not_is_a_400(raw: bytes) -> None:
+    with pytest.raises(Refused) as info:
+        parse_head(raw)
+    assert info.value.status == 400, info.value.reason
+
+
+def test_only_http_1_0_and_1_1_are_served() -> None:
+    with pytest.raises(Refused) as info:
+        parse_head(b"GET /healthz HTTP/2.0\r\nHost: b")
+    assert info.value.status == 505
+    assert parse_head(b"GET /healthz HTTP/1.0").version == "HTTP/1.0"
