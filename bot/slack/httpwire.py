@@ -13,6 +13,9 @@ It is lenient, on purpose, where this server is not; those checks are here (:fun
 - any version but HTTP/1.0 and HTTP/1.1 → 505;
 - ``Content-Length`` beside ``Transfer-Encoding`` (h11 lets the coding win) → 400;
 - a ``Content-Length`` of more than 18 digits → 400.
+
+An empty line before a request line is a 400 too (h11's reading; the former parser skipped it, and
+neither Slack nor a reverse proxy sends one).
 """
 
 from __future__ import annotations
