@@ -35,7 +35,7 @@ def measure(requests: int, freeze: bool) -> dict[str, Any]:
     from bot.slack import HttpServer, SlackFront, build_bot
     from bot.slack.server import freeze_startup_heap
     from bot.store import Store
-    from tests.fixtures.slack import SlackSender, SlackStandIn, slack_settings
+    from tests.fixtures.slack import SIGNING_SECRET, SlackSender, SlackStandIn, slack_settings
 
     logging.getLogger("recover_bot").setLevel(logging.CRITICAL)
     api = SlackStandIn()
@@ -43,7 +43,7 @@ def measure(requests: int, freeze: bool) -> dict[str, Any]:
     settings = slack_settings(api, db, control_host_url="http://127.0.0.1:9", control_host_api_key="k")
     bot = build_bot(settings, build_router(settings, startup=False), store=Store(db))
     bot.handoff = lambda item_id: None  # the acking side only: nothing runs the queued work here
-    server = HttpServer(SlackFront(bot.app)).start()
+    server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET)).start()
     long_lived = len(gc.get_objects())
     if freeze:
         freeze_startup_heap()

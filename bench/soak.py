@@ -47,7 +47,7 @@ from bot.router import build_router  # noqa: E402
 from bot.sandbox import builtin_scenarios_dir, start_sandbox  # noqa: E402
 from bot.slack import HttpServer, SlackDirectory, SlackFront, build_bot, make_client  # noqa: E402
 from bot.store import Store  # noqa: E402
-from tests.fixtures.slack import SlackSender, SlackStandIn, slack_settings  # noqa: E402
+from tests.fixtures.slack import SIGNING_SECRET, SlackSender, SlackStandIn, slack_settings  # noqa: E402
 
 DECISION_PATH = "/v1/sessions/*/recovery-decisions"
 # Share of each command in the mix; every `close` request is followed by an `approve` from UBOB.
@@ -104,7 +104,7 @@ class Soak:
         client = make_client(settings)
         router = build_router(settings, sandbox=sandbox, directory=SlackDirectory(client), startup=False)
         bot = build_bot(settings, router, client=client, store=Store(db), work_threads=8)
-        server = HttpServer(SlackFront(bot.app), "127.0.0.1", 0).start()
+        server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET), "127.0.0.1", 0).start()
         url = server.url + "/slack/events"
         senders = [SlackSender(url, stand_in=api) for _ in range(self.clients)]
         local = threading.local()

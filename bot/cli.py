@@ -7,13 +7,13 @@ Each subcommand names the groups of settings it reads (``uses``) and those that 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
 from bot.errors import RecoverError, SettingsError
+from bot.logsetup import configure_logging
 from bot.redact import redact
 from bot.settings import ALL_GROUPS, Settings, load_settings
 
@@ -232,11 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(
             uses=getattr(args, "settings_uses", frozenset()), requires=getattr(args, "settings_requires", ())
         )
-        logging.basicConfig(
-            level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-        # httpx logs every request at INFO: noise in a console, and URLs are all it would add.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+        configure_logging(settings.log_level)
         handler: Handler = args.handler
         return handler(args, settings)
     except SettingsError as exc:

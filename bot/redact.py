@@ -1,7 +1,13 @@
-"""Redaction of secrets in text that may reach a log, a chat message or an error."""
+"""Redaction of secrets in text that may reach a log, a chat message or an error.
+
+Logs are masked by :class:`RedactingFilter`, installed on every handler at start
+(:func:`install_log_redaction`); :func:`redact` is called by hand only where text leaves the process
+another way (a message to Slack, the terminal, an error shown to a person).
+"""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 
@@ -33,3 +39,41 @@ def redact(text: str, extra: Iterable[str] = ()) -> str:
         else:
             text = pattern.sub(MASK, text)
     return text
+
+
+class RedactingFilter(logging.Filter):
+    """Masks a record before a handler writes it: the message with its arguments, the exception and
+    the stack text. Why a filter on the handlers: one forgotten ``redact()`` in a log call must not
+    leak a secret, and a handler's filter sees every record that reaches it, from any logger.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a call whose arguments do not fit its format: the handler reports it
+            return True
+        masked = redact(message)
+        if masked != message or record.args:
+            record.msg, record.args = masked, None  # the arguments are in the text now
+        if record.exc_info and not record.exc_text:
+            record.exc_text = _FORMATTER.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+_FORMATTER = logging.Formatter()
+
+
+def install_log_redaction(logger: logging.Logger | None = None) -> RedactingFilter:
+    """Put one :class:`RedactingFilter` on every handler of ``logger`` (the root) and of every logger."""
+    root = logger or logging.getLogger()
+    loggers = [root, *(v for v in logging.Logger.manager.loggerDict.values() if isinstance(v, logging.Logger))]
+    shared = RedactingFilter()
+    for each in loggers:
+        for handler in each.handlers:
+            if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+                handler.addFilter(shared)
+    return shared

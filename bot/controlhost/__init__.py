@@ -31,7 +31,7 @@ from bot.controlhost._models import (
     SessionPage,
     Turn,
 )
-from bot.controlhost._retry import RetryPolicy
+from bot.controlhost._retry import RetryPolicy, parse_retry_after
 from bot.errors import ControlHostAuthError, ControlHostError
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "ReplayResult",
     "RequestPendingError",
     "RetryPolicy",
+    "parse_retry_after",
     "Session",
     "SessionPage",
     "Turn",

@@ -38,17 +38,8 @@ def remaining() -> float | None:
 @contextlib.contextmanager
 def deadline_in(seconds: float | None) -> Iterator[float | None]:
     """Run the block under a deadline ``seconds`` from now; an outer, earlier deadline still wins."""
-    outer = _DEADLINE.get()
-    if seconds is None:
-        yield outer
-        return
-    mine = time.monotonic() + max(0.0, seconds)
-    effective = mine if outer is None else min(outer, mine)
-    token = _DEADLINE.set(effective)
-    try:
+    with deadline_at(None if seconds is None else time.monotonic() + max(0.0, seconds)) as effective:
         yield effective
-    finally:
-        _DEADLINE.reset(token)
 
 
 @contextlib.contextmanager
@@ -129,36 +120,131 @@ class DeadlineBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def deadline_transport(base_url: str, *, verify: ssl.SSLContext | bool = True) -> httpx.HTTPTransport:
-    """An httpx transport whose connections use :class:`DeadlineBackend`.
+class DeadlineTransport(httpx.BaseTransport):
+    """httpx's transport interface over an httpcore pool built here with :class:`DeadlineBackend`.
 
-    httpx offers no way to pass a network backend, so the transport's connection pool gets it after
-    construction (pinned by tests/controlhost/test_hostile.py). Passing a transport turns off httpx's
-    own reading of ``HTTP(S)_PROXY``/``NO_PROXY``, so the proxy for ``base_url`` is looked up here.
+    Why a transport of our own: httpx builds its pool itself and takes no network backend, and httpcore
+    takes one as a plain argument. Passing a transport turns off httpx's own reading of
+    ``HTTP(S)_PROXY``/``NO_PROXY``, so the proxy for ``base_url`` is looked up here (:func:`env_proxy`).
+    httpcore's errors are raised as httpx's, as httpx's own transport does, so callers see one kind.
     """
-    transport = httpx.HTTPTransport(verify=verify, proxy=env_proxy(base_url))
-    pool = transport._pool  # noqa: SLF001 - see the docstring
-    if not hasattr(pool, "_network_backend"):
-        raise RuntimeError("httpx's connection pool changed shape: the total deadline cannot be enforced")
-    pool._network_backend = DeadlineBackend()  # noqa: SLF001
-    return transport
+
+    def __init__(self, base_url: str, *, verify: ssl.SSLContext | bool = True) -> None:
+        context = httpx.create_ssl_context(verify=verify)
+        backend = self.network_backend = DeadlineBackend()  # what every connection goes through
+        proxy_url = env_proxy(base_url)
+        self.pool: httpcore.ConnectionPool  # a proxy's pool is one too
+        if proxy_url is None:
+            self.pool = httpcore.ConnectionPool(
+                ssl_context=context, network_backend=backend, max_connections=MAX_CONNECTIONS,
+                max_keepalive_connections=MAX_KEEPALIVE, keepalive_expiry=KEEPALIVE_EXPIRY,
+            )
+            return
+        proxy = httpx.Proxy(proxy_url)
+        url = httpcore.URL(scheme=proxy.url.raw_scheme, host=proxy.url.raw_host, port=proxy.url.port,
+                           target=proxy.url.raw_path)
+        if proxy.url.scheme in ("http", "https"):
+            self.pool = httpcore.HTTPProxy(
+                url, proxy_auth=proxy.raw_auth, proxy_headers=proxy.headers.raw, ssl_context=context,
+                network_backend=backend, max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE,
+                keepalive_expiry=KEEPALIVE_EXPIRY,
+            )
+        elif proxy.url.scheme in ("socks5", "socks5h"):
+            self.pool = httpcore.SOCKSProxy(
+                url, proxy_auth=proxy.raw_auth, ssl_context=context, network_backend=backend,
+                max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE,
+                keepalive_expiry=KEEPALIVE_EXPIRY,
+            )
+        else:
+            raise ValueError(f"the proxy for {base_url} is {proxy.url.scheme}://…; use http, https or socks5")
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.SyncByteStream)
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host, port=request.url.port,
+                             target=request.url.raw_path),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        with _as_httpx_errors():
+            answer = self.pool.handle_request(core)
+        assert isinstance(answer.stream, typing.Iterable)
+        return httpx.Response(
+            status_code=answer.status, headers=answer.headers, stream=_Body(answer.stream),
+            extensions=answer.extensions,
+        )
+
+    def close(self) -> None:
+        with _as_httpx_errors():
+            self.pool.close()
+
+
+MAX_CONNECTIONS = 100  # httpx's defaults, as the client had them before it built its own transport
+MAX_KEEPALIVE = 20
+KEEPALIVE_EXPIRY = 5.0
+
+_ERRORS: list[tuple[type[Exception], type[httpx.HTTPError]]] = [
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+]
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    """An httpcore error raised as the most specific httpx error of its kind."""
+    try:
+        yield
+    except Exception as exc:
+        mapped: type[httpx.HTTPError] | None = None
+        for core, ours in _ERRORS:
+            if isinstance(exc, core) and (mapped is None or issubclass(ours, mapped)):
+                mapped = ours
+        if mapped is None:
+            raise
+        raise mapped(str(exc)) from exc
+
+
+class _Body(httpx.SyncByteStream):
+    def __init__(self, inner: typing.Iterable[bytes]) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _as_httpx_errors():
+            yield from self._inner
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            with _as_httpx_errors():
+                close()
+
+
+def deadline_transport(base_url: str, *, verify: ssl.SSLContext | bool = True) -> DeadlineTransport:
+    """The control host client's transport: every socket operation under the total deadline."""
+    return DeadlineTransport(base_url, verify=verify)
 
 
 def env_proxy(base_url: str) -> str | None:
     """The proxy the environment names for ``base_url`` (``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``,
-    honouring ``NO_PROXY``), as httpx itself would use it; None for none."""
+    honouring ``NO_PROXY`` as the standard library reads it), as httpx itself would use it; None for none."""
     url = urllib.parse.urlsplit(base_url)
     proxies = urllib.request.getproxies_environment()
     host = (url.hostname or "").lower()
-    if not host or _bypassed(host, proxies.get("no", "")):
+    # proxy_bypass_environment: the standard library's reading of NO_PROXY (typeshed omits it).
+    if not host or urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
         return None
     return proxies.get(url.scheme) or proxies.get("all") or None
-
-
-def _bypassed(host: str, no_proxy: str) -> bool:
-    """NO_PROXY: ``*``, or hosts/domains (``example.internal`` and ``.example.internal`` both cover
-    the domain and its subdomains)."""
-    for entry in (e.strip().lower().lstrip(".") for e in no_proxy.split(",")):
-        if entry == "*" or (entry and (host == entry or host.endswith("." + entry))):
-            return True
-    return False

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 
@@ -42,16 +43,25 @@ class RetryPolicy:
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """Retry-After as seconds: either delta-seconds or an HTTP date; None when absent or unreadable."""
+    """Retry-After as seconds: either delta-seconds or an HTTP date; None when absent or unreadable.
+
+    The one reader of the header, for the client's retries and for the pace of bulk work (a 429
+    pauses every thread: bot/triage/pace.py). ``now`` is aware; a date without a zone is UTC (HTTP
+    dates are GMT). Not a finite number (``inf``, ``nan``) is unreadable, never a wait forever.
+    """
     if not value:
         return None
     value = value.strip()
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
     return max(0.0, (when - now).total_seconds())

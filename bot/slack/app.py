@@ -36,7 +36,6 @@ from slack_sdk import WebClient
 from bot.buttons import BadButtonValue, DecisionChoice
 from bot.errors import RecoverError
 from bot.messages import Reply
-from bot.redact import redact
 from bot.routing import RouterProtocol
 from bot.settings import Settings, reveal
 from bot.slack import blocks as kit
@@ -269,7 +268,7 @@ class SlackBot:
             return
         except Exception:
             message, ref = wording.unexpected_error()
-            log.error("internal error %s:\n%s", ref, redact(traceback.format_exc()))
+            log.error("internal error %s:\n%s", ref, traceback.format_exc())
             reporter.error(message)
             return
         if reply is not None:
@@ -283,7 +282,7 @@ class SlackBot:
                 for work in reply.deferred:
                     self.later.submit(work)
             except Exception:
-                log.error("delivering a reply failed:\n%s", redact(traceback.format_exc()))
+                log.error("delivering a reply failed:\n%s", traceback.format_exc())
 
 
 def build_bot(
@@ -413,8 +412,9 @@ def _register(app: App, bot: SlackBot) -> None:
 
     @app.error
     def on_error(error: Exception, body: dict[str, Any]) -> BoltResponse | None:
-        # Errors on the ack path only (background work has its own guard): log, never echo secrets.
-        log.error("listener error (%s): %s", type(error).__name__, redact(str(error)))
+        # Errors on the ack path only (background work has its own guard): logged (masked by the
+        # handlers' filter), never echoed.
+        log.error("listener error (%s): %s", type(error).__name__, error)
         if isinstance(error, InboxUnavailable):  # nothing committed: Slack is to send it again
             return BoltResponse(status=NOT_COMMITTED_STATUS, body="")
         return None

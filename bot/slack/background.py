@@ -11,8 +11,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
-from bot.redact import redact
-
 log = logging.getLogger("recover_bot.slack")
 
 P = ParamSpec("P")
@@ -51,12 +49,12 @@ class BackgroundWork:
 
 
 def logged(job: Callable[[], R]) -> R | None:
-    # A background job has nobody to raise to: log (redacted) instead of losing the error silently.
+    # A background job has nobody to raise to: log (masked by the handlers' filter) instead of losing the error silently.
     try:
         return job()
     except Exception:
         fn = job.func if isinstance(job, partial) else job
         log.error(
-            "background job %s failed:\n%s", getattr(fn, "__name__", fn), redact(traceback.format_exc())
+            "background job %s failed:\n%s", getattr(fn, "__name__", fn), traceback.format_exc()
         )
         return None

@@ -74,9 +74,9 @@ class SlackFront:
         health: Health | None = None,
         events: bool = True,
     ) -> None:
-        secret = signing_secret if signing_secret is not None else getattr(app, "_signing_secret", None)
+        secret = signing_secret
         if events and not secret:
-            raise ValueError("the HTTP front needs the app's signing secret to check requests")
+            raise ValueError("the HTTP front needs the signing secret (signing_secret=) to check requests")
         self.events = events  # False in Socket Mode: only /healthz is served
         self.app = app
         self.path = path

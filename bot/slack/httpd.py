@@ -8,6 +8,8 @@ back (uvicorn + an ASGI adapter) added a 40–70 ms tail under a burst of 20 com
 
 - the **reactor** (one thread, a selector) accepts, waits for request heads and idle keep-alive
   connections, enforces every limit on them, and never blocks on a client;
+- h11 (:mod:`bot.slack.httpwire`) frames every request on a connection: where its head ends, its
+  body, ``Expect: 100-continue``, whether the connection stays and what is left for the next request;
 - once a head is complete, a **request thread** (a bounded :class:`bot.workpool.WorkPool`) reads the
   body under its deadline, calls the handler (the checks, then Bolt) and writes the answer itself;
   a keep-alive connection then goes back to the reactor.
@@ -36,8 +38,18 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import h11
+
 from bot.slack.httpbody import BodyReader
-from bot.slack.httpwire import Refused, RequestHead, Response, parse_head, refusal, response_bytes
+from bot.slack.httpwire import (
+    Refused,
+    RequestHead,
+    Response,
+    connection,
+    refusal,
+    request_head,
+    response_bytes,
+)
 from bot.workpool import PoolBusy, WorkPool
 
 log = logging.getLogger("recover_bot.slack.front")
@@ -69,7 +81,8 @@ class Handler(Protocol):
 class _Conn:
     sock: socket.socket
     client: str
-    buffer: bytearray = field(default_factory=bytearray)
+    wire: h11.Connection
+    head: bytearray = field(default_factory=bytearray)  # the next head's bytes so far, as received
     deadline: float = 0.0
     idle: bool = False  # between requests (keep-alive), not yet sent a byte of the next one
     closed: bool = False
@@ -173,7 +186,7 @@ class Reactor:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             client = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else "?"
-            conn = _Conn(sock, client)
+            conn = _Conn(sock, client, connection(self.max_header_bytes))
             with self._lock:
                 self.open += 1
             self._wait_for_head(conn, idle=False)
@@ -254,7 +267,8 @@ class Reactor:
             return
         if conn.idle:  # the next request's first byte: its head has header_timeout from now
             self._wait_for_head(conn, idle=False)
-        conn.buffer += data
+        conn.head += data
+        conn.wire.receive_data(data)
         self._try_head(conn)
 
     def _try_head(self, conn: _Conn) -> None:
@@ -266,48 +280,53 @@ class Reactor:
             self._close(conn)
 
     def _take_head(self, conn: _Conn) -> None:
-        while conn.buffer.startswith(b"\r\n"):  # stray line ends between keep-alive requests
-            del conn.buffer[:2]
-        end = conn.buffer.find(b"\r\n\r\n", 0, self.max_header_bytes + 4)
-        if end < 0:
-            if len(conn.buffer) > self.max_header_bytes:
-                self._refuse_now(conn, refusal(431, f"request head over {self.max_header_bytes} bytes"))
+        try:
+            event = conn.wire.next_event()  # h11 refuses an unfinished head over max_header_bytes (431)
+        except h11.RemoteProtocolError as error:
+            self._refuse(conn, Refused.of(error, too_long=f"request head over {self.max_header_bytes} bytes"))
             return
-        raw, rest = bytes(conn.buffer[:end]), bytes(conn.buffer[end + 4 :])
+        if not isinstance(event, h11.Request):
+            return  # NEED_DATA: the head is not complete yet
+        raw = bytes(conn.head[: len(conn.head) - len(conn.wire.trailing_data[0])])
+        conn.head = bytearray()
         self._waiting.pop(conn, None)
         self._selector.unregister(conn.sock)
-        try:
-            head = parse_head(raw)
-        except Refused as refused:
-            log.warning("refused a request from %s: %s", conn.client, refused.reason)
-            self._refuse_now(conn, refusal(refused.status, refused.reason))
+        if len(raw) > self.max_header_bytes + 4:  # complete in one read, but too long all the same
+            self._refuse(conn, Refused(431, f"request head over {self.max_header_bytes} bytes"))
             return
-        conn.buffer = bytearray()
         try:
-            self.pool.submit(lambda: self._answer(conn, head, rest))
+            head = request_head(event, raw)
+        except Refused as refused:
+            self._refuse(conn, refused)
+            return
+        try:
+            self.pool.submit(lambda: self._answer(conn, head))
         except PoolBusy:
             log.warning("refused a request from %s: %d already in flight", conn.client, self.pool.max_workers)
             self._refuse_now(conn, refusal(503, "busy"))
 
+    def _refuse(self, conn: _Conn, refused: Refused) -> None:
+        log.warning("refused a request from %s: %s", conn.client, refused.reason)
+        self._refuse_now(conn, refusal(refused.status, refused.reason))
+
     def _refuse_now(self, conn: _Conn, response: Response) -> None:
         """Answer from the reactor (never blocking: a few hundred bytes fit any send buffer) and close."""
-        with contextlib.suppress(OSError):
-            conn.sock.send(response_bytes(response))
+        with contextlib.suppress(OSError, h11.LocalProtocolError):
+            conn.sock.send(response_bytes(conn.wire, response))
         self._close(conn)
 
     # -- request threads ----------------------------------------------------------------------------
 
-    def _answer(self, conn: _Conn, head: RequestHead, rest: bytes) -> None:
+    def _answer(self, conn: _Conn, head: RequestHead) -> None:
         """On a request thread: answer, then hand the connection back or close it (whatever fails)."""
         try:
-            leftover = self._respond(conn, head, rest)
+            kept = self._respond(conn, head)
         except Exception:  # a bug must cost this connection, never leak it
             log.exception("closing a connection from %s after %s %s failed", conn.client, head.method, head.path)
-            leftover = None
+            kept = False
         with self._lock:
-            handed_back = leftover is not None and not self._closed  # closed: the reactor has stopped
+            handed_back = kept and not self._closed  # closed: the reactor has stopped
             if handed_back:
-                conn.buffer = bytearray(leftover or b"")
                 self._returned.append(conn)
             else:
                 self.open -= 1
@@ -318,10 +337,10 @@ class Reactor:
             conn.sock.shutdown(socket.SHUT_WR)
         conn.sock.close()
 
-    def _respond(self, conn: _Conn, head: RequestHead, rest: bytes) -> bytes | None:
-        """The handler's answer written; the bytes read past this request when the connection stays."""
+    def _respond(self, conn: _Conn, head: RequestHead) -> bool:
+        """The handler's answer written; True when h11 says the connection stays for the next request."""
         conn.sock.setblocking(True)
-        body = BodyReader(conn.sock, head, rest)
+        body = BodyReader(conn.sock, conn.wire, head)
         try:
             response = self.handler.handle(Request(head, conn.client, body))
         except Exception:
@@ -329,17 +348,18 @@ class Reactor:
             response = refusal(500, "internal error")
         if not body.consumed:
             body.drain(DRAIN_LIMIT, DRAIN_SECONDS)
-        keep = head.keep_alive and not response.close and body.consumed and not self._stopping
-        response.close = not keep
+        response.close = response.close or not body.consumed or self._stopping
         try:
             conn.sock.settimeout(WRITE_TIMEOUT)
-            conn.sock.sendall(response_bytes(response, head_only=head.method == "HEAD"))
+            conn.sock.sendall(response_bytes(conn.wire, response, head_only=head.method == "HEAD"))
         except OSError:
-            return None
-        if not keep:
-            return None
+            return False
+        if conn.wire.states != {h11.CLIENT: h11.DONE, h11.SERVER: h11.DONE}:
+            return False  # HTTP/1.0, ``Connection: close`` either way, or a body left unread
+        conn.wire.start_next_cycle()
+        conn.head = bytearray(conn.wire.trailing_data[0])  # a pipelined request read with this one
         conn.sock.setblocking(False)
-        return body.leftover()
+        return True
 
     def _take_returned(self) -> None:
         with contextlib.suppress(OSError):
@@ -354,6 +374,6 @@ class Reactor:
                 self._close(conn)
                 continue
             self._selector.register(conn.sock, selectors.EVENT_READ, conn)
-            self._wait_for_head(conn, idle=not conn.buffer)
-            if conn.buffer:
+            self._wait_for_head(conn, idle=not conn.head)
+            if conn.head:
                 self._try_head(conn)  # a pipelined request was read with the last one

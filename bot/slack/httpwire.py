@@ -1,9 +1,21 @@
-"""HTTP/1.1 on the wire: a request head parsed strictly, a response written in one piece.
+"""HTTP/1.1 on the wire: h11 frames every request; here only what h11 leaves to its user.
 
 Why strict: this server stands in front of signed requests, so anything a proxy and this server could
 read two ways (two different lengths, a length beside ``chunked``, a folded header, a control byte in
-a value) is a 400, never a guess (request smuggling). Slack sends plain HTTP/1.1 with a
-``Content-Length``; everything here is what that needs, and no more.
+a value, a chunk line with stray bytes) is a 4xx, never a guess (request smuggling). h11 reads the
+request line, the headers, the body (by length or chunked, with its trailers), ``Expect:
+100-continue``, keep-alive and what is left for the next request, and refuses what the RFC forbids.
+It is lenient, on purpose, where this server is not; those checks are here (:func:`request_head`):
+
+- a line ended by a bare LF, and a folded header line (h11 reads them; a proxy may not) → 400;
+- a control byte in a header value (h11 takes any but NUL and white space) → 400;
+- a request target that is not a path (absolute-form, ``*``) → 400;
+- any version but HTTP/1.0 and HTTP/1.1 → 505;
+- ``Content-Length`` beside ``Transfer-Encoding`` (h11 lets the coding win) → 400;
+- a ``Content-Length`` of more than 18 digits → 400.
+
+An empty line before a request line is a 400 too (h11's reading; the former parser skipped it, and
+neither Slack nor a reverse proxy sends one).
 """
 
 from __future__ import annotations
@@ -12,11 +24,15 @@ import re
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+import h11
+
 _TARGET = re.compile(rb"/[\x21-\x7e]*")
-_VERSION = re.compile(rb"HTTP/1\.[01]")
-_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-_DIGITS = re.compile(r"[0-9]{1,18}")
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+_FOLD = re.compile(rb"\n[ \t]")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+MAX_LENGTH_DIGITS = 18
+MAX_REASON = 200  # characters of a refusal's reason (a log line and the answer's body)
+_DROPPED = frozenset({"content-length", "connection", "transfer-encoding"})
 
 
 class Refused(Exception):
@@ -26,6 +42,15 @@ class Refused(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
+
+    @classmethod
+    def of(cls, error: h11.ProtocolError, *, too_long: str) -> Refused:
+        """What h11 refused, with the status it suggests (400, 431, 501). ``too_long`` says what was
+        over the size limit (h11's words name its buffer); other reasons are h11's, cut short, since
+        they quote the client's bytes."""
+        status = error.error_status_hint
+        reason = too_long if status == 431 else (str(error) or "malformed request")[:MAX_REASON]
+        return cls(status, reason)
 
 
 @dataclass(frozen=True)
@@ -37,7 +62,7 @@ class RequestHead:
     query: str
     version: str
     headers: tuple[tuple[str, str], ...]
-    #: The body's framing, checked at parse time: a length (0 when there is no body) or chunked.
+    #: The body's framing as h11 reads it: a length (0 when there is no body) or chunked.
     length: int = 0
     chunked: bool = False
 
@@ -47,16 +72,6 @@ class RequestHead:
             if key == name:
                 return value
         return None
-
-    @property
-    def keep_alive(self) -> bool:
-        """HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 is closed after one answer."""
-        tokens = {t.strip().lower() for t in (self.header("connection") or "").split(",")}
-        return self.version == "HTTP/1.1" and "close" not in tokens
-
-    @property
-    def expects_continue(self) -> bool:
-        return (self.header("expect") or "").lower() == "100-continue"
 
 
 @dataclass
@@ -69,77 +84,79 @@ class Response:
     close: bool = False
 
 
-def parse_head(raw: bytes) -> RequestHead:
-    """Parse the bytes before the blank line; :class:`Refused` (400, 501, 505) for anything unclear."""
-    lines = raw.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]):
-        raise Refused(400, "malformed request line")
-    method, target, version = parts
-    if not _VERSION.fullmatch(version):
-        raise Refused(505 if version.startswith(b"HTTP/") else 400, "only HTTP/1.0 and HTTP/1.1 are served")
-    if not _TARGET.fullmatch(target):
+def connection(max_header_bytes: int) -> h11.Connection:
+    """One connection's framing state; an unfinished head (or chunk line) over the limit is a 431."""
+    return h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
+
+
+def request_head(event: h11.Request, raw: bytes) -> RequestHead:
+    """A head h11 accepted, checked for what h11 allows and this server does not (see above).
+
+    ``raw`` is the head as it came off the wire, up to and including its blank line.
+    """
+    if _BARE_LF.search(raw):
+        raise Refused(400, "a line of the request head ends in a bare LF")
+    if _FOLD.search(raw):
+        raise Refused(400, "malformed header line (or a folded one)")
+    if event.http_version not in (b"1.0", b"1.1"):
+        raise Refused(505, "only HTTP/1.0 and HTTP/1.1 are served")
+    if not _TARGET.fullmatch(event.target):
         raise Refused(400, "request target is not a path")
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not _TOKEN.fullmatch(name):
-            raise Refused(400, "malformed header line (or a folded one)")
-        value = value.strip(b" \t")
-        if _BAD_VALUE.search(value):
-            raise Refused(400, "control character in a header value")
-        headers.append((name.decode("ascii").lower(), value.decode("latin-1")))
-    if version == b"HTTP/1.1" and sum(1 for k, _ in headers if k == "host") != 1:
-        raise Refused(400, "an HTTP/1.1 request needs exactly one Host header")
-    path, _, query = target.decode("ascii").partition("?")
-    length, chunked = _framing(headers)
+    headers = tuple((name.decode("ascii"), value.decode("latin-1")) for name, value in event.headers)
+    if any(_CONTROL.search(value) for _, value in headers):
+        raise Refused(400, "control character in a header value")
+    names = {name for name, _ in headers}
+    if "content-length" in names and "transfer-encoding" in names:
+        raise Refused(400, "both Content-Length and Transfer-Encoding")
+    length = next((value for name, value in headers if name == "content-length"), "0")
+    if len(length) > MAX_LENGTH_DIGITS:
+        raise Refused(400, "Content-Length is not a number this server reads")
+    path, _, query = event.target.decode("ascii").partition("?")
     return RequestHead(
-        method=method.decode("ascii"), path=path, query=query, version=version.decode("ascii"),
-        headers=tuple(headers), length=length, chunked=chunked,
+        method=event.method.decode("ascii"), path=path, query=query,
+        version="HTTP/" + event.http_version.decode("ascii"), headers=headers,
+        length=int(length), chunked="transfer-encoding" in names,
     )
 
 
-def _framing(headers: list[tuple[str, str]]) -> tuple[int, bool]:
-    lengths = {v for k, v in headers if k == "content-length"}
-    codings = [v for k, v in headers if k == "transfer-encoding"]
-    if codings:
-        if lengths:
-            raise Refused(400, "both Content-Length and Transfer-Encoding")
-        if [c.strip().lower() for c in codings] != ["chunked"]:
-            raise Refused(501, "only the chunked transfer coding is served")
-        return 0, True
-    if not lengths:
-        return 0, False
-    if len(lengths) > 1:
-        raise Refused(400, "conflicting Content-Length headers")
-    (length,) = lengths
-    if not _DIGITS.fullmatch(length):
-        raise Refused(400, "Content-Length is not a number")
-    return int(length), False
+def parse_head(raw: bytes) -> RequestHead:
+    """The bytes before the blank line read as a head (h11, then :func:`request_head`), or :class:`Refused`."""
+    wire = connection(len(raw) + 4)
+    wire.receive_data(raw + b"\r\n\r\n")
+    try:
+        event = wire.next_event()
+    except h11.RemoteProtocolError as error:
+        raise Refused.of(error, too_long="request head too long") from None
+    if not isinstance(event, h11.Request) or wire.trailing_data[0]:
+        raise Refused(400, "malformed header line (or a blank one inside the head)")
+    return request_head(event, raw + b"\r\n\r\n")
 
 
-def response_bytes(response: Response, *, head_only: bool = False) -> bytes:
-    """The whole answer in one buffer (one ``sendall``): status line, headers, length, body."""
+def response_bytes(wire: h11.Connection, response: Response, *, head_only: bool = False) -> bytes:
+    """The whole answer, framed by h11, in one buffer (one ``sendall``).
+
+    What h11 does not do: a header that would split the answer is dropped (h11 would raise), the
+    handler's own framing headers give way to the length of the body, and a plain-text type is the
+    default. ``head_only`` (a HEAD request): the length of the body, not the body.
+    """
     try:
         reason = HTTPStatus(response.status).phrase
     except ValueError:
         reason = "Unknown"
-    lines = [f"HTTP/1.1 {response.status} {reason}"]
-    names = set()
+    headers: list[tuple[str, str]] = []
     for key, value in response.headers:
-        if key.lower() in ("content-length", "connection", "transfer-encoding"):
-            continue
-        if "\r" in key or "\n" in key or "\r" in value or "\n" in value:
+        if key.lower() in _DROPPED or "\r" in key or "\n" in key or "\r" in value or "\n" in value:
             continue  # never let a value split the answer
-        names.add(key.lower())
-        lines.append(f"{key}: {value}")
-    if "content-type" not in names:
-        lines.append("content-type: text/plain; charset=utf-8")
-    lines.append(f"content-length: {len(response.body)}")
+        headers.append((key, value))
+    if not any(key.lower() == "content-type" for key, _ in headers):
+        headers.append(("content-type", "text/plain; charset=utf-8"))
+    headers.append(("content-length", str(len(response.body))))
     if response.close:
-        lines.append("connection: close")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return head if head_only else head + response.body
+        headers.append(("connection", "close"))
+    out = wire.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b""
+    if not head_only and response.body:
+        out += wire.send(h11.Data(data=response.body)) or b""
+    return out + (wire.send(h11.EndOfMessage()) or b"")
 
 
 def refusal(status: int, reason: str) -> Response:

@@ -64,7 +64,7 @@ class Tenancy:
             try:
                 app_id = (client.bots_info(bot=bot_id).get("bot") or {}).get("app_id")
             except (SlackClientError, OSError, ValueError) as exc:
-                log.warning("bots.info unavailable (%s): the app id of requests is not checked", redact(str(exc))[:200])
+                log.warning("bots.info unavailable (%s): the app id of requests is not checked", str(exc)[:200])
         return cls(frozenset(teams), str(app_id) if app_id else None)
 
     def refusal(self, body: dict[str, Any]) -> str | None:

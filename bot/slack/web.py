@@ -109,10 +109,10 @@ class SlackOut:
             response = self.client.api_call(method, json=kwargs)
         except SlackClientError as exc:
             code = _error_code(exc)
-            log.warning("Slack %s failed: %s", method, redact(code))
+            log.warning("Slack %s failed: %s", method, code)
             raise _CallFailed(code) from exc
         except (OSError, ValueError) as exc:
-            log.warning("Slack %s failed: %s", method, redact(str(exc)))
+            log.warning("Slack %s failed: %s", method, exc)
             raise _CallFailed("connection_error") from exc
         data = response.data
         return data if isinstance(data, dict) else None
@@ -188,7 +188,7 @@ class SlackOut:
         try:
             r = self._responder.post(response_url, json=payload)
         except httpx.HTTPError as exc:
-            log.warning("response_url post failed: %s", redact(str(exc)))
+            log.warning("response_url post failed: %s", exc)
             return False
         return r.status_code < 400
 
@@ -208,12 +208,12 @@ class SlackOut:
             return True
         except SlackClientError as exc:
             code = _error_code(exc)
-            log.warning("file upload failed (%s): showing a truncated preview instead", redact(code))
+            log.warning("file upload failed (%s): showing a truncated preview instead", code)
             if code in {"missing_scope", "unknown_method", "not_allowed_token_type"}:
                 self._uploads_work = False  # do not ask again on every message
             return False
         except (OSError, ValueError) as exc:
-            log.warning("file upload failed: %s", redact(str(exc)))
+            log.warning("file upload failed: %s", exc)
             return False
 
     def open_view(self, trigger_id: str, view: View) -> bool:

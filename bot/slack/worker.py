@@ -25,6 +25,7 @@ import threading
 from types import FrameType
 from typing import TextIO
 
+from bot.logsetup import configure_logging
 from bot.settings import Settings
 from bot.slack import queued
 from bot.slack.app import SlackBot
@@ -144,8 +145,7 @@ def main(stream: TextIO | None = None) -> int:
         # Never the error's text: a validation error quotes the values, secrets included.
         print(f"recover-bot worker: no usable settings on stdin ({type(exc).__name__})", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # as the CLI: every request at INFO is noise
+    configure_logging(settings.log_level)
     store = Store(settings.db_path, audit_key=settings.audit_key_bytes())
     bot = worker_bot(settings, store)
     assert bot.inbox is not None

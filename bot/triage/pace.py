@@ -14,11 +14,11 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Protocol, runtime_checkable
 
 import httpx
 
+from bot.controlhost import parse_retry_after
 from bot.messages import Message, Reporter
 
 log = logging.getLogger(__name__)
@@ -82,19 +82,20 @@ class RateLimiter:
             self._at = max(self._at, now)
 
 
-def retry_after_seconds(value: str | None, default: float = 1.0) -> float:
-    """Retry-After as seconds (delta-seconds or an HTTP date); ``default`` when absent."""
-    if not value:
-        return default
+DEFAULT_PAUSE = 1.0  # a 429 that names no (readable) Retry-After
+
+
+def _pause_for(response: httpx.Response) -> float:
+    """How long a 429 pauses everyone: RateLimit-Reset-Ms (draft RateLimit headers) is exact;
+    Retry-After (whole seconds or an HTTP date) is read by the client's one parser."""
+    exact = response.headers.get("RateLimit-Reset-Ms")
     try:
-        return max(0.0, float(value.strip()))
+        if exact:
+            return max(0.0, float(exact) / 1000)
     except ValueError:
         pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return default
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    wait = parse_retry_after(response.headers.get("Retry-After"), datetime.now(UTC))
+    return DEFAULT_PAUSE if wait is None else wait
 
 
 class PacedTransport(httpx.BaseTransport):
@@ -114,13 +115,7 @@ class PacedTransport(httpx.BaseTransport):
         self.sent += 1
         response = self.inner.handle_request(request)
         if response.status_code == 429:
-            # RateLimit-Reset-Ms (draft RateLimit headers) is exact; Retry-After is whole seconds.
-            exact = response.headers.get("RateLimit-Reset-Ms")
-            try:
-                wait = float(exact) / 1000 if exact else retry_after_seconds(response.headers.get("Retry-After"))
-            except ValueError:
-                wait = retry_after_seconds(response.headers.get("Retry-After"))
-            self.limiter.pause(wait)
+            self.limiter.pause(_pause_for(response))
         return response
 
     def close(self) -> None:

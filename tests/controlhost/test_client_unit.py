@@ -207,6 +207,10 @@ def test_retry_after_parsing() -> None:
     assert parse_retry_after("12", now) == 12.0
     assert parse_retry_after("Sun, 29 Nov 2026 10:00:30 GMT", now) == 30.0
     assert parse_retry_after("garbage", now) is None and parse_retry_after(None, now) is None
+    assert parse_retry_after("Sun, 29 Nov 2026 10:00:30 -0000", now) == 30.0  # no zone: GMT, not a crash
+    assert parse_retry_after("Sun, 29 Nov 2026 09:00:00 GMT", now) == 0.0  # a date past: no wait
+    assert parse_retry_after("inf", now) is None and parse_retry_after("nan", now) is None
+    assert parse_retry_after("-3", now) == 0.0
     policy = RetryPolicy(max_retry_after=20)
     assert policy.delay(1, retry_after=500) == 20
     rng = random.Random(0)

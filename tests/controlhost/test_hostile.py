@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 
 from bot.clock import ManualClock
 from bot.controlhost import ControlHostClient, ControlHostError, RequestPendingError, deadline_in
-from bot.controlhost._deadline import DeadlineBackend
+from bot.controlhost._deadline import DeadlineBackend, DeadlineTransport, deadline_transport
 from bot.sandbox import SandboxAdmin, SandboxHandle
 from bot.services import Services, build_services
 from bot.settings import Settings
@@ -231,16 +232,30 @@ def test_a_huge_answer_every_time_ends_pending_not_refused(
         assert record is not None and record.pending
 
 
-def test_the_client_uses_the_deadline_backend(store: Store) -> None:
-    """Pins the transport wiring the deadline depends on (httpx builds its pool privately)."""
-    with ControlHostClient("http://127.0.0.1:9", "k", store=store) as client:
-        transport = client._http._transport  # noqa: SLF001
-        assert isinstance(transport, httpx.HTTPTransport)
-        assert isinstance(transport._pool._network_backend, DeadlineBackend)  # noqa: SLF001
+def test_the_transport_gives_its_connections_the_deadline_backend() -> None:
+    """The transport is built here, on an httpcore pool given the deadline backend as an argument
+    (no dependency's private attribute is touched: tests/core/test_private_attributes.py)."""
+    transport = deadline_transport("http://127.0.0.1:9")
+    assert isinstance(transport, DeadlineTransport) and isinstance(transport.network_backend, DeadlineBackend)
+    assert type(transport.pool) is httpcore.ConnectionPool
+    transport.close()
 
 
-def test_the_environment_proxy_is_still_honoured(monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
-    """Passing our own transport turns off httpx's proxy lookup; the client does it instead."""
+def test_a_refused_connection_is_an_httpx_error_the_client_reads(store: Store) -> None:
+    """httpcore's errors come out as httpx's, so the client's reading of them is unchanged."""
+    with pytest.raises(httpx.ConnectError):
+        httpx.Client(transport=deadline_transport("http://127.0.0.1:9")).get("http://127.0.0.1:9/v1/x")
+    with (
+        ControlHostClient("http://127.0.0.1:9", "k", store=store, retry=FAST) as client,
+        pytest.raises(ControlHostError) as info,
+    ):
+        client.get_session("ses_healthy")
+    assert info.value.code == "UNREACHABLE" and "ConnectError" in info.value.message, info.value.message
+
+
+def test_the_environment_proxy_is_still_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Passing our own transport turns off httpx's proxy lookup; the transport does it instead, with
+    the standard library's reading of NO_PROXY."""
     from bot.controlhost._deadline import env_proxy
 
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
@@ -249,7 +264,7 @@ def test_the_environment_proxy_is_still_honoured(monkeypatch: pytest.MonkeyPatch
     assert env_proxy("https://direct.internal") is None
     assert env_proxy("https://api.corp") is None and env_proxy("https://notcorp") is not None
     assert env_proxy("http://control.example.internal") is None  # no HTTP_PROXY set
-    with ControlHostClient("https://control.example.internal", "k", store=store) as client:
-        pool = client._http._transport._pool  # noqa: SLF001
-        assert type(pool).__name__ == "HTTPProxy"
-        assert isinstance(pool._network_backend, DeadlineBackend)  # noqa: SLF001
+    transport = deadline_transport("https://control.example.internal")
+    assert isinstance(transport.pool, httpcore.HTTPProxy) and isinstance(transport.network_backend, DeadlineBackend)
+    monkeypatch.setenv("NO_PROXY", "*")
+    assert env_proxy("https://control.example.internal") is None

@@ -1,4 +1,5 @@
-"""Bounded work pools: fixed workers, a bounded queue that refuses at once, idle workers that exit."""
+"""Bounded work pools (ThreadPoolExecutor behind a BoundedSemaphore): fixed workers, a bounded queue
+that refuses at once, idle workers that exit."""
 
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ def test_idle_workers_exit_and_come_back_on_demand() -> None:
     baseline = threading.active_count()
     assert [f.result(5) for f in [pool.submit(lambda i=i: i * 2) for i in range(6)]] == [0, 2, 4, 6, 8, 10]
     assert _wait_threads(pool, 0) == 0
+    deadline = time.monotonic() + 5  # the thread that retired the idle workers ends right after
+    while threading.active_count() > baseline and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert threading.active_count() <= baseline
     assert pool.submit(lambda: "again").result(5) == "again"
 
@@ -89,3 +93,12 @@ def test_a_burst_before_the_workers_start_is_not_refused(monkeypatch: pytest.Mon
     go.set()
     assert all(f.result(5) is True for f in futures)
     assert pool.stats()["rejected"] == 1
+
+
+def test_a_slot_is_free_again_before_the_caller_sees_the_result() -> None:
+    """The http pool has no queue (workers=256, queue=0): a keep-alive connection's next request is
+    submitted as soon as the last one is answered, so the slot must be back by then, not later."""
+    pool = WorkPool("test-slot", workers=1, queue=0, idle_seconds=0.2)
+    for i in range(300):
+        assert pool.submit(lambda i=i: i).result(5) == i
+    assert pool.stats()["rejected"] == 0 and pool.stats()["completed"] == 300

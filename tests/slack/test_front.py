@@ -135,7 +135,7 @@ def test_oversized_bodies_are_refused_unread(slack_harness) -> None:
 def test_a_dribbled_body_and_headers_time_out(slack_api, tmp_path) -> None:
     settings = slack_settings(slack_api, tmp_path / "t.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(SlackFront(bot.app, body_deadline=1.0), "127.0.0.1", 0, header_timeout=1.0).start()
+    server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET, body_deadline=1.0), "127.0.0.1", 0, header_timeout=1.0).start()
     try:
         host, port = "127.0.0.1", server.port
         # Headers never finished: the server closes the socket after the header timeout.
@@ -177,7 +177,7 @@ def test_a_dribbled_body_and_headers_time_out(slack_api, tmp_path) -> None:
 def test_half_open_connections_beyond_the_cap_evict_the_oldest(slack_api, tmp_path) -> None:
     settings = slack_settings(slack_api, tmp_path / "e.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(SlackFront(bot.app), "127.0.0.1", 0, header_timeout=60, max_connections=50).start()
+    server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET), "127.0.0.1", 0, header_timeout=60, max_connections=50).start()
     socks: list[socket.socket] = []
     try:
         for _ in range(200):

@@ -20,7 +20,7 @@ from bot.slack import HttpServer, SlackFront, build_bot
 from bot.slack.httpd import Request
 from bot.slack.httpwire import Response
 from bot.store import Store
-from tests.fixtures.slack import SlackHarness, SlackSender, slack_settings
+from tests.fixtures.slack import SIGNING_SECRET, SlackHarness, SlackSender, slack_settings
 from tests.slack.fake_router import FakeRouter
 
 
@@ -171,7 +171,7 @@ def test_requests_in_flight_beyond_the_cap_get_503_and_the_rest_is_served(slack_
     once (not a wait), and once their deadline has passed the server answers again."""
     settings = slack_settings(slack_api, tmp_path / "f.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(SlackFront(bot.app, body_deadline=1.5), "127.0.0.1", 0, max_in_flight=2).start()
+    server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET, body_deadline=1.5), "127.0.0.1", 0, max_in_flight=2).start()
     sender = SlackSender(server.url + "/slack/events", stand_in=slack_api)
     holders = []
     try:
@@ -203,7 +203,7 @@ def test_stop_closes_idle_connections_and_answers_the_request_in_flight(slack_ap
     body is still arriving is answered once it is complete (then closed), and no socket is left open."""
     settings = slack_settings(slack_api, tmp_path / "s.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(SlackFront(bot.app), "127.0.0.1", 0).start()
+    server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET), "127.0.0.1", 0).start()
     sender = SlackSender(server.url + "/slack/events", stand_in=slack_api)
     idle = _connect(server.url)
     idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n")
@@ -251,3 +251,68 @@ def test_a_failure_while_answering_costs_one_connection_not_the_server(caplog) -
     finally:
         server.stop()
     assert any("GET /broken failed" in r.getMessage() for r in caplog.records)
+
+
+def _chunked_signed(sender: SlackSender, text: str, framing: str) -> bytes:
+    """A signed command whose body is sent chunked, its one chunk framed as ``framing`` says."""
+    request = _signed(sender, text)
+    head, _, body = request.partition(b"\r\n\r\n")
+    head = b"\r\n".join(line for line in head.split(b"\r\n") if not line.lower().startswith(b"content-length"))
+    size = b"%x" % len(body)
+    chunked = {
+        "a bare LF inside a chunk extension": size + b";a\nxx\r\n" + body + b"\r\n0\r\n\r\n",
+        "a chunk size with a leading space": b" " + size + b"\r\n" + body + b"\r\n0\r\n\r\n",
+        "a trailer line with no colon": size + b"\r\n" + body + b"\r\n0\r\nno-colon-here\r\n\r\n",
+        "a trailer whose name is not a token": size + b"\r\n" + body + b"\r\n0\r\nX Trailer: t\r\n\r\n",
+    }[framing]
+    return head + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+
+
+FRAMINGS = [
+    "a bare LF inside a chunk extension",
+    "a chunk size with a leading space",
+    "a trailer line with no colon",
+    "a trailer whose name is not a token",
+]
+
+
+@pytest.mark.parametrize("framing", FRAMINGS)
+def test_a_signed_chunked_body_framed_loosely_is_refused_and_what_follows_is_never_answered(
+    harness: SlackHarness, framing: str
+) -> None:
+    """Request smuggling through the chunked coding: each of these lines a lenient reader takes (and
+    a proxy may read another way) is a 400 and the end of the connection, although the command is
+    signed; the request pipelined after it is never answered, and the command never runs."""
+    smuggled = b"GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n"
+    with _connect(harness.server.url) as sock:
+        sock.sendall(_chunked_signed(harness.send, "diagnose ses_smuggled", framing) + smuggled)
+        answers = _responses(_read_all(sock))
+    assert [s for s, _ in answers] == [400], answers
+    harness.settle()
+    assert harness.bot.router.calls == []
+    # The same command framed plainly is served (the refusal was the framing, not the command).
+    assert harness.send.command("diagnose ses_plain").status_code == 200
+
+
+def test_what_h11_holds_unfinished_is_capped_and_a_refusal_never_echoes_much(harness: SlackHarness) -> None:
+    """A head arriving in pieces past 16 KiB, and a chunk-size line that never ends, are refused with
+    431 as soon as they pass the cap (not read on); a refusal's reason quotes at most 200 characters
+    of what the client sent."""
+    ts = str(int(time.time()))
+    signed = f"X-Slack-Request-Timestamp: {ts}\r\nX-Slack-Signature: v0={'a' * 64}\r\n"
+    with _connect(harness.server.url) as sock:
+        sock.sendall(b"POST /slack/events HTTP/1.1\r\nHost: b\r\nX-Pad: " + b"p" * 10_000)
+        time.sleep(0.2)  # a second read: h11 holds the unfinished head
+        sock.sendall(b"p" * 10_000)
+        assert _responses(_read_all(sock)) == [(431, b"request head over 16384 bytes\n")]
+    with _connect(harness.server.url) as sock:
+        sock.sendall(f"POST /slack/events HTTP/1.1\r\nHost: b\r\n{signed}Transfer-Encoding: chunked\r\n\r\n".encode())
+        sock.sendall(b"5;" + b"e" * 20_000)
+        answers = _responses(_read_all(sock))
+    assert answers == [(431, b"a chunk-size line or the trailer section too long\n")]
+    with _connect(harness.server.url) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: b\r\n" + b"x" * 5_000 + b"\r\n\r\n")
+        ((status, body),) = _responses(_read_all(sock))
+    assert status == 400 and len(body) <= 201
+    harness.settle()
+    assert harness.bot.router.calls == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import string
+import time
 import urllib.parse
 
 import httpx
@@ -17,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.slack.httpwire import Refused, parse_head
+from bot.slack.httpbody import BodyReader
+from bot.slack.httpwire import Refused, connection, parse_head, request_head
 from tests.fixtures.slack import SlackHarness
 from tests.slack.fake_router import FakeRouter
 
@@ -125,3 +127,55 @@ def test_the_server_survives_any_bytes(live: SlackHarness, caplog: pytest.LogCap
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
     assert httpx.get(live.server.url + "/healthz", timeout=5).status_code == 200
     assert live.bot.router.calls == []  # nothing unsigned reached the app
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GET /healthz HTTP/1.1\nHost: b",  # a bare LF ends the request line (h11 reads it)
+        b"GET /healthz HTTP/1.1\r\nHost: b\nX-A: 1",  # ... or a header line
+        b"GET /healthz HTTP/1.1\r\nHost: b\r\nX-A: 1\r\n\tfolded",  # a folded line (h11 joins it)
+        b"GET /healthz HTTP/1.1\r\nHost: b\r\nX-A: a\x7fb",  # a control byte in a value (h11 takes it)
+        b"GET http://evil/healthz HTTP/1.1\r\nHost: b",  # absolute-form (h11 takes any target)
+        b"POST /slack/events HTTP/1.1\r\nHost: b\r\nContent-Length: 3\r\nTransfer-Encoding: chunked",
+        b"POST /slack/events HTTP/1.1\r\nHost: b\r\nContent-Length: 1234567890123456789",  # 19 digits
+    ],
+)
+def test_what_h11_allows_and_this_server_does_not_is_a_400(raw: bytes) -> None:
+    with pytest.raises(Refused) as info:
+        parse_head(raw)
+    assert info.value.status == 400, info.value.reason
+
+
+def test_only_http_1_0_and_1_1_are_served() -> None:
+    with pytest.raises(Refused) as info:
+        parse_head(b"GET /healthz HTTP/2.0\r\nHost: b")
+    assert info.value.status == 505
+    assert parse_head(b"GET /healthz HTTP/1.0").version == "HTTP/1.0"
+
+
+CHUNKED_HEAD = b"POST /slack/events HTTP/1.1\r\nHost: b\r\nTransfer-Encoding: chunked\r\n\r\n"
+PIECES = st.sampled_from(
+    [b"\r\n", b"\r", b"\n", b" ", b"\t", b":", b";", b"=", b"a", b"0", b"5", b"f", b"10", b"\x00", b"\xff", b"xxxxx",
+     b"X-T: v"]
+)
+
+
+@given(st.lists(PIECES, max_size=40).map(b"".join))
+@settings(max_examples=300, deadline=None)
+def test_any_bytes_after_a_chunked_head_give_a_body_or_a_refusal(body: bytes) -> None:
+    """The body as h11 reads it (within the cap) or a :class:`Refused`, never another exception."""
+    ours, theirs = socket.socketpair()
+    try:
+        wire = connection(16 * 1024)
+        wire.receive_data(CHUNKED_HEAD)
+        head = request_head(wire.next_event(), CHUNKED_HEAD)
+        theirs.sendall(body)
+        theirs.shutdown(socket.SHUT_WR)
+        try:
+            assert len(BodyReader(ours, wire, head).read(1000, time.monotonic() + 5)) <= 1000
+        except Refused as refused:
+            assert 400 <= refused.status < 600 and refused.reason
+    finally:
+        ours.close()
+        theirs.close()

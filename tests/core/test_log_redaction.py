@@ -1,0 +1,106 @@
+"""Secrets never reach a log: one filter on every handler masks each record (bot.redact.RedactingFilter).
+
+The logging is set up in a fresh interpreter exactly as the CLI and the serve worker do it at start
+(settings read, then :func:`bot.logsetup.configure_logging`); then every configured secret and every
+token shape is logged through each of the bot's loggers and the libraries' by each path a record can
+carry text: arguments, an f-string, a mapping, an exception object as the message, an exception's
+traceback (with a chained cause), ``stack_info``. None of it may appear in what was written.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import bot
+
+BOT = Path(bot.__file__).resolve().parent
+
+SECRETS = {
+    "SLACK_BOT_TOKEN": "xoxb-1111-2222-botsecretvalue",
+    "SLACK_SIGNING_SECRET": "5f0c9a7e3b1d2c4e6a8b0d1f3e5c7a9b",
+    "SLACK_APP_TOKEN": "xapp-1-A111-3333-appsecretvalue",
+    "CONTROL_HOST_API_KEY": "chk-live-7d3e9b1a5c",
+    "RECOVER_AUDIT_KEY": "audit-key-4b8e2f6a",
+}
+# Shaped like a credential although nobody configured it.
+SHAPES = ["xoxp-9999-userTokenValue", "Bearer eyJhbGciOi.payload.sig"]
+
+
+def _logger_names() -> list[str]:
+    """Every logger the bot names (``getLogger("...")`` or a module's ``__name__``) and the libraries'."""
+    names = {"", "slack_bolt", "slack_sdk", "httpx", "httpcore", "websockets"}
+    for path in BOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "getLogger" and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    names.add(arg.value)
+                elif isinstance(arg, ast.Name) and arg.id == "__name__":
+                    names.add(".".join(("bot", *path.relative_to(BOT).with_suffix("").parts)))
+    return sorted(names)
+
+
+SCRIPT = r"""
+import logging, sys
+from pathlib import Path
+from bot.logsetup import configure_logging
+from bot.settings import load_settings
+
+load_settings(dotenv=None)  # as at start: the configured secrets are known
+configure_logging("DEBUG")
+secrets = sys.argv[2:]
+for name in sys.argv[1].split(","):
+    log = logging.getLogger(name)
+    for s in secrets:
+        log.warning("args [%s] on %s", s, name)
+        log.warning(f"inline [{s}] on {name}")
+        log.warning("mapping [%(s)s] on %(n)s", {"s": s, "n": name})
+        log.warning(RuntimeError(f"object [{s}]"))
+        log.warning("stack [%s] on %s", s, name, stack_info=True)
+        try:
+            try:
+                raise KeyError(f"cause [{s}]")
+            except KeyError as cause:
+                raise RuntimeError(f"boom [{s}]") from cause
+        except RuntimeError:
+            log.exception("traceback on %s", name)
+        log.error("explicit exc_info on %s", name, exc_info=RuntimeError(f"given [{s}]"))
+"""
+
+
+def test_no_secret_or_token_shape_reaches_a_log_through_any_logger_or_path(tmp_path: Path) -> None:
+    names = _logger_names()
+    assert "recover_bot.slack.front" in names and "bot.controlhost" in names
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "RECOVER_", "CONTROL_HOST"))}
+    env.update(SECRETS)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, ",".join(names), *SECRETS.values(), *SHAPES],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=True,
+    )
+    written = result.stderr
+    leaked = [s for s in [*SECRETS.values(), *SHAPES] if s in written]
+    assert not leaked, leaked
+    # Everything was written (the test sees the records, masked), tracebacks included.
+    per_logger = 5 + 2 + 1  # five messages; the traceback's two exceptions; the exception given
+    assert written.count("***") >= len(names) * (len(SECRETS) + len(SHAPES)) * per_logger
+    assert written.count("Traceback (most recent call last)") >= 2 * len(names) * (len(SECRETS) + len(SHAPES))
+    assert "The above exception was the direct cause" in written and "Stack (most recent call last)" in written
+    assert re.search(r"args \[\*\*\*\] on recover_bot\.slack\.front", written)
+
+
+def test_logging_is_set_up_in_one_place_and_the_entry_points_call_it() -> None:
+    """The filter is on every handler because every handler is made by configure_logging, which the
+    CLI and the serve worker call at start; nothing else in bot/ adds a handler of its own."""
+    makers = re.compile(r"basicConfig\(|addHandler\(|dictConfig\(|fileConfig\(")
+    elsewhere = [
+        str(p.relative_to(BOT)) for p in BOT.rglob("*.py")
+        if p.name != "logsetup.py" and makers.search(p.read_text(encoding="utf-8"))
+    ]
+    assert elsewhere == []
+    for entry in ("cli.py", "slack/worker.py"):
+        assert "configure_logging(settings.log_level)" in (BOT / entry).read_text(encoding="utf-8"), entry
