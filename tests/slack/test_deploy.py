@@ -124,26 +124,7 @@ def test_compose_keeps_the_store_on_a_volume(compose) -> None:
     assert str(db.parent) in mounts and mounts[str(db.parent)] in compose["volumes"]
 
 
-def test_compose_proxy_flags_match_the_allowlist_file(compose) -> None:
-    folder = DEPLOY / "socket-proxy"
-    files = sorted(folder.glob("*.y*ml")) if folder.is_dir() else []
-    if not files:
-        pytest.skip("deploy/socket-proxy/ has no allowlist file yet")
-    flags = " ".join(compose["services"]["socket-proxy"]["command"])
-
-    def strings(node: Any) -> list[str]:
-        if isinstance(node, str):
-            return [node]
-        if isinstance(node, dict):
-            return [s for v in node.values() for s in strings(v)]
-        if isinstance(node, list):
-            return [s for v in node for s in strings(v)]
-        return []
-
-    for path in files:
-        for value in strings(yaml.safe_load(path.read_text())):
-            if value.startswith("^"):
-                assert value in flags, f"{path.name}: {value} is not in the compose socket-proxy flags"
+# The compose proxy flags against allowlist.yaml and the recorded calls: tests/docker/test_allowlist.py.
 
 
 def test_dockerfile_is_small_and_non_root() -> None:
