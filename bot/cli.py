@@ -31,6 +31,7 @@ Exit status:
   0   ok
   1   findings: tampering found, an invalid runbook; for console and demo, a command refused or failed
   2   usage or settings: one line per problem, naming what to fix
+  3   audit verify: no damage found, but nothing authenticated (an unkeyed store, or no key given)
   70  unexpected error (a bug: rerun with RECOVER_LOG_LEVEL=DEBUG for the traceback)
   130 interrupted (Ctrl-C)"""
 
@@ -182,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
         example="SLACK_BOT_TOKEN=xoxb-… SLACK_SIGNING_SECRET=… recover-bot serve",
         handler=_serve,
         uses=ALL_GROUPS,
-        requires=("control_host", "slack"),
+        # "audit": a key, or RECOVER_AUDIT_KEY=none on purpose (an unkeyed chain catches accidents only).
+        requires=("control_host", "slack", "audit"),
     )
     sandbox = _add(
         sub,

@@ -16,6 +16,11 @@ from bot.store.audit import CacheCheck
 # The settings these commands read (bot/cli.py): the store and the audit chain's key, nothing else,
 # so a problem elsewhere in the settings never blocks an audit.
 SETTINGS_USES = frozenset({"store", "audit"})
+# `audit verify` found no damage, but no step's content was authenticated with the audit key: a store
+# written unkeyed (RECOVER_AUDIT_KEY=none, or before the key), or keyed steps checked without the key.
+# Its own status, so a script never takes it for "verified" (0), "tampered" (1) or a usage error (2).
+EXIT_UNAUTHENTICATED = 3
+UNKEYED_LINE = "unkeyed: detects accidental damage, not a writer"
 
 _VERIFY_EXAMPLE = """\
 example:
@@ -113,7 +118,23 @@ def run_verify(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.summary())
-    return 0 if report.ok else 1
+    return verify_status(report)
+
+
+def verify_status(report: audit.AuditReport) -> int:
+    """0 verified with the key, 1 findings, :data:`EXIT_UNAUTHENTICATED` intact but not authenticated.
+
+    Plain sha256 links catch accidental damage; whoever can write the file can recompute them, so an
+    unkeyed store is said to be one, never reported as plainly verified.
+    """
+    if not report.ok:
+        return 1
+    if report.steps and not report.keyed_steps:
+        print(UNKEYED_LINE)
+        return EXIT_UNAUTHENTICATED
+    if report.unchecked_steps:
+        return EXIT_UNAUTHENTICATED  # the summary says NOT CHECKED and how to give the key
+    return 0
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
