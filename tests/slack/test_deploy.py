@@ -129,7 +129,7 @@ def test_compose_keeps_the_store_on_a_volume(compose) -> None:
 
 def test_dockerfile_is_small_and_non_root() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim", text, re.M)
+    assert re.search(r"^FROM python:3\.11(\.\d+)?-slim", text, re.M)
     users = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert users and users[-1].split(":")[0] not in {"0", "root"}
     assert "/healthz" in text and "HOST=0.0.0.0" in text
