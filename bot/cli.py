@@ -11,6 +11,7 @@ import logging
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from bot.errors import RecoverError, SettingsError
@@ -208,12 +209,21 @@ def build_parser() -> argparse.ArgumentParser:
     from bot.decisions import check_request_table
     from bot.runbook.cli import register as register_runbook
     from bot.store.cli import register as register_audit
+    from bot.store.cli import register_backup
 
     register_runbook(sub)
     # `audit verify` also checks the decision requests against the chain: the command passes the
     # decisions' check, so the store package does not import the decisions above it.
     register_audit(sub, checks=[check_request_table])
+    register_backup(sub, companions=[_inbox_of])
     return parser
+
+
+def _inbox_of(store: Path) -> Path:
+    """The Slack inbox beside a store (imported late: `backup` should not load the Slack front)."""
+    from bot.slack.inbox import inbox_path
+
+    return inbox_path(store)
 
 
 def _report_unexpected(exc: BaseException, debug: bool) -> None:

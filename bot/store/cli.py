@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -151,4 +151,44 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+# -- recover-bot backup DEST (its own command; bot/cli.py registers it) -------------------------------------
+
+BACKUP_EPILOG = """example:
+  recover-bot backup /backups/recover-2026-11-29.db      # also /backups/recover-2026-11-29.db.inbox
+  (while the bot runs; to restore: stop the bot, put both files at RECOVER_DB and RECOVER_DB.inbox,
+  start it, then `recover-bot audit verify --head HASH` with the last head you published)"""
+
+
+def register_backup(
+    subparsers: argparse._SubParsersAction[_P], *, companions: Iterable[Callable[[Path], Path]] = ()
+) -> _P:
+    """Add ``backup DEST``; ``companions`` name the files beside the store to copy too (the inbox)."""
+    parser = subparsers.add_parser(
+        "backup",
+        help="Take a consistent online copy of the step store and its inbox (the bot may keep running).",
+        description="Take a consistent online copy of the step store and its inbox (SQLite's backup API).",
+        epilog=BACKUP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("dest", metavar="DEST", help="the copy's file name (must not exist)")
+    parser.add_argument("--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)")
+    parser.set_defaults(handler=run_backup, settings_uses=frozenset({"store"}), backup_companions=tuple(companions))
+    return parser
+
+
+def run_backup(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.store.backup import backup
+
+    try:
+        copies = backup(args.db or settings.db_path, args.dest, companions=args.backup_companions)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    store, *others = copies
+    print(f"backed up {store.source} ({store.steps} steps) to {store.dest}; keep it off this host")
+    for copy in others:
+        print(f"  {copy.source} to {copy.dest}")
     return 0
