@@ -79,6 +79,16 @@ def test_every_called_method_has_its_scope(manifest) -> None:
     assert "commands" in scopes
 
 
+def test_the_manifest_asks_for_no_scope_the_code_does_not_use(manifest) -> None:
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    needed = {METHOD_SCOPES[m] for m in _methods_called_by_code() if METHOD_SCOPES.get(m)} | {"commands"}
+    assert scopes == needed  # chat:write.public is not asked for: the bot is invited where it posts
+    # Every scope's comment names only methods the code calls.
+    text = (DEPLOY / "slack-app-manifest.yaml").read_text()
+    named = set(re.findall(r"(?<![:\w])([a-z]+\.[a-zA-Z]+(?:\.[a-zA-Z]+)?)\b", text.split("oauth_config:")[1].split("settings:")[0]))
+    assert named <= _methods_called_by_code() | {"chat.postEphemeral"}, named - _methods_called_by_code()
+
+
 def test_manifest_command_interactivity_home_events_socket_mode(manifest) -> None:
     from urllib.parse import urlparse
 
