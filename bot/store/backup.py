@@ -58,6 +58,8 @@ def backup(
 
 def copy_database(source: Path, dest: Path, *, count_steps: bool = False) -> Copied:
     """One consistent snapshot of ``source`` in ``dest`` (written beside it, checked, then renamed)."""
+    if dest.exists() or dest.resolve() == source.resolve():
+        raise StoreError(f"{dest} exists: a backup never overwrites; give a new file name")
     partial = dest.with_name(dest.name + ".partial")
     with contextlib.suppress(FileNotFoundError):
         partial.unlink()

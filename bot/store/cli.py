@@ -192,3 +192,33 @@ def run_backup(args: argparse.Namespace, settings: Settings) -> int:
     for copy in others:
         print(f"  {copy.source} to {copy.dest}")
     return 0
+
+
+# -- recover-bot browse (Datasette on a snapshot; the [datasette] extra) -------------------------------------
+
+
+def register_browse(subparsers: argparse._SubParsersAction[_P]) -> _P:
+    """Add ``browse``: the audit trail in Datasette, on a consistent snapshot of the store."""
+    parser = subparsers.add_parser(
+        "browse",
+        help="Browse the audit trail in Datasette on a consistent snapshot (pip install 'recover-bot[datasette]').",
+        description="Browse the audit trail in Datasette on a consistent snapshot of the store, with canned "
+        "queries: pending approvals, who approved what, expired and voided requests, sends per installation.",
+        epilog="example:\n  recover-bot browse --port 8001      # then open http://127.0.0.1:8001/recover",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.set_defaults(handler=run_browse, settings_uses=frozenset({"store"}))
+    return parser
+
+
+def run_browse(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.store.browse import serve
+
+    try:
+        return serve(args.db or settings.db_path, args.host, args.port)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
