@@ -87,13 +87,26 @@ def _snapshot(source: Path, partial: Path, count_steps: bool) -> int | None:
                     raise StoreError(f"the copy of {source} failed its check ({check}); nothing was written")
                 if not count_steps:
                     return None
-                return int(dst.execute("SELECT count(*) FROM steps").fetchone()[0])
+                return _steps(dst)
             finally:
                 dst.close()
         finally:
             src.close()
     except sqlite3.Error as exc:
         raise StoreError(f"cannot copy {source}: {exc}") from exc
+
+
+def step_count(path: str | Path) -> int:
+    """How many steps a store file holds (what a backup or a restore is compared by)."""
+    conn = sqlite3.connect(path)
+    try:
+        return _steps(conn)
+    finally:
+        conn.close()
+
+
+def _steps(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM steps").fetchone()[0])
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from bot.clock import ManualClock
 from bot.slack.inbox import Inbox, inbox_path
 from bot.store import Store, audit
-from bot.store.backup import backup
+from bot.store.backup import backup, step_count
 
 REPO = Path(__file__).resolve().parents[2]
 WRITER = """
@@ -36,14 +36,6 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _steps(path: Path) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        return int(conn.execute("SELECT count(*) FROM steps").fetchone()[0])
-    finally:
-        conn.close()
-
-
 def test_a_backup_taken_while_a_process_writes_is_one_consistent_snapshot(tmp_path: Path) -> None:
     live = tmp_path / "live" / "recover.db"
     live.parent.mkdir()
@@ -63,17 +55,17 @@ def test_a_backup_taken_while_a_process_writes_is_one_consistent_snapshot(tmp_pa
             time.sleep(0.01)
         time.sleep(0.5)  # the writer commits steps all the while
         res = _cli("backup", str(tmp_path / "copy.db"), "--db", str(live), cwd=tmp_path)
-        during = _steps(live)
+        during = step_count(live)
     finally:
         stop.write_text("stop")
         writer.wait(timeout=30)
     assert res.returncode == 0, res.stdout + res.stderr
     copy = tmp_path / "copy.db"
     lines = res.stdout.splitlines()
-    copied = _steps(copy)
+    copied = step_count(copy)
     assert lines[0] == f"backed up {live} ({copied} steps) to {copy}; keep it off this host"
     assert lines[1] == f"  {inbox_path(live)} to {inbox_path(copy)}"
-    assert 1 < copied <= during < _steps(live)  # taken while the writer ran, not after it stopped
+    assert 1 < copied <= during < step_count(live)  # taken while the writer ran, not after it stopped
     # One self-contained file per database, each a consistent snapshot: the chain verifies end to end.
     assert not copy.with_name("copy.db-wal").exists()
     assert sqlite3.connect(copy).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
