@@ -122,7 +122,7 @@ def test_the_store_survives_the_host_and_the_restored_bot_finishes_each_request_
     written = step_count(live)
     # The shipped interval is in effect (a misplaced key is ignored by Litestream without a word).
     assert replicating.stdout is not None
-    assert replicating.stdout.read().count("sync-interval=500ms") == 2
+    assert replicating.stdout.read().count("sync-interval=250ms") == 2
 
     fresh = tmp_path / "fresh"  # another host: nothing of the old folder
     fresh.mkdir()
