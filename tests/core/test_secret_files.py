@@ -146,3 +146,25 @@ def test_audit_verify_says_an_unkeyed_store_is_one_with_a_status_of_its_own(tmp_
     assert res.returncode == 3 and "NOT CHECKED" in res.stdout, res.stdout
     res = _cli("audit", "verify", "--db", str(keyed.path), cwd=tmp_path, RECOVER_AUDIT_KEY="k3y-for-the-chain")
     assert res.returncode == 0 and UNKEYED_LINE not in res.stdout, res.stdout + res.stderr
+
+
+def test_compose_passes_every_secret_as_a_file_never_as_a_value() -> None:
+    import yaml
+
+    from bot.settings import SECRET_NAMES
+    from tests.install.test_lock import _ComposeLoader
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    base = yaml.load((deploy / "docker-compose.yml").read_text(), Loader=_ComposeLoader)
+    socket_mode = yaml.load((deploy / "docker-compose.socket-mode.yml").read_text(), Loader=_ComposeLoader)
+    for data in (base, socket_mode):
+        bot = data["services"]["recover-bot"]
+        env, declared = bot["environment"], {**base["secrets"], **(data.get("secrets") or {})}
+        assert not set(SECRET_NAMES) & set(env), "a secret's value in the environment"
+        for name in SECRET_NAMES:
+            path = env.get(f"{name}_FILE")
+            if path:  # every file given is a compose secret mounted for the bot
+                secret = path.removeprefix("/run/secrets/")
+                assert path.startswith("/run/secrets/") and secret in bot["secrets"] and declared.get(secret), name
+    assert base["services"]["recover-bot"]["environment"]["RECOVER_AUDIT_KEY_FILE"]  # serve needs the key
+    assert socket_mode["services"]["recover-bot"]["environment"]["SLACK_APP_TOKEN_FILE"]
