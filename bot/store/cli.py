@@ -88,6 +88,7 @@ def register(subparsers: argparse._SubParsersAction[_P], *, checks: Iterable[Cac
     )
     export_p.add_argument("--out", default=None, metavar="FILE", help="file to write (default: stdout)")
     export_p.set_defaults(handler=run_export, settings_uses=SETTINGS_USES)
+    add_evidence_pack(sub, export_p)
     return parser
 
 
@@ -222,3 +223,64 @@ def run_browse(args: argparse.Namespace, settings: Settings) -> int:
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+# -- evidence packs: `audit export --pack` and `audit verify-pack` (bot/store/evidence.py) ------------------
+
+
+def add_evidence_pack(sub: argparse._SubParsersAction[_P], export_p: argparse.ArgumentParser) -> None:
+    """``export --pack FILE [--session ID] [--since T] [--until T]`` and ``verify-pack FILE``."""
+    export_p.add_argument("--pack", default=None, metavar="FILE", help="write a signed evidence pack instead")
+    export_p.add_argument("--session", default=None, help="with --pack: only this session's steps")
+    export_p.add_argument("--since", default=None, metavar="ISO", help="with --pack: steps at or after this time")
+    export_p.add_argument("--until", default=None, metavar="ISO", help="with --pack: steps before this time")
+    export_p.add_argument("--key-file", default=None, metavar="FILE", help="with --pack: the audit key's file")
+    export_p.set_defaults(handler=run_export_or_pack)
+    pack_p = sub.add_parser(
+        "verify-pack",
+        help="check a signed evidence pack offline (signature, every step's hash)",
+        description="Check an evidence pack from `audit export --pack` without the database.",
+        epilog="example:\n  recover-bot audit verify-pack ses_7f3a.evidence.json --key-file /run/secrets/recover_audit_key",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pack_p.add_argument("pack", metavar="FILE")
+    pack_p.add_argument("--key-file", default=None, metavar="FILE", help="the audit key's file")
+    pack_p.set_defaults(handler=run_verify_pack, settings_uses=SETTINGS_USES)
+
+
+def _pack_key(args: argparse.Namespace, settings: Settings) -> bytes:
+    key = _audit_key(args, settings)
+    if key is None:
+        raise StoreError("an evidence pack is signed with the audit key: set RECOVER_AUDIT_KEY or pass --key-file")
+    return key
+
+
+def run_export_or_pack(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.pack:
+        if args.session or args.since or args.until:
+            print("error: --session, --since and --until go with --pack FILE", file=sys.stderr)
+            return 2
+        return run_export(args, settings)
+    from bot.store.evidence import PackFilter, build_pack, write_pack
+
+    try:
+        selection = PackFilter(session_id=args.session, since=args.since, until=args.until)
+        pack = build_pack(args.db or str(settings.db_path), _pack_key(args, settings), selection)
+        write_pack(pack, Path(args.pack))
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(pack['steps'])} steps to {args.pack}, signed; head {pack['store_head']}")
+    return 0
+
+
+def run_verify_pack(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.store.evidence import verify_pack
+
+    try:
+        report = verify_pack(args.pack, _pack_key(args, settings))
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0 if report.ok else 1
