@@ -319,6 +319,27 @@ def test_the_proxy_runs_as_a_stated_user_with_the_sockets_group_and_the_bot_wait
     assert re.fullmatch(r"wollomatic/socket-proxy:\d+\.\d+\.\d+(@sha256:[a-f0-9]{64})?", proxy["image"])
 
 
+# Every public method of the two classes that talk to Docker, and whether the live recording runs it.
+# A new Docker operation fails this test until the recording below runs it (or it is named as local).
+EXERCISED = {
+    "DockerOps": {"dryrun", "reconcile", "status", "preflight", "last_pass_lines", "find_reconciler"},
+    "DockerLogSource": {"lines_for_session", "segments_for_session"},
+}
+LOCAL_ONLY = {  # no Docker call: records in SQLite, descriptions
+    "DockerOps": {"get_dryrun", "get_pass", "passes_for"},
+    "DockerLogSource": {"describe"},
+}
+
+
+@pytest.mark.parametrize("cls", [DockerOps, DockerLogSource], ids=lambda c: c.__name__)
+def test_the_recording_runs_every_docker_operation(cls: type) -> None:
+    public = {n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
+    assert public == EXERCISED[cls.__name__] | LOCAL_ONLY[cls.__name__]
+    source = Path(__file__).read_text().split("def test_record_the_bots_api_calls_behind_the_allowlist", 1)[1]
+    for name in EXERCISED[cls.__name__] - {"find_reconciler"}:  # find_reconciler: inside every ops call
+        assert f".{name}(" in source, f"{cls.__name__}.{name} is not run behind the recording proxy"
+
+
 def test_a_project_name_cannot_widen_the_allowlist() -> None:
     for bad in (".*", "a|b", "prod)|(.*", "Prod"):
         with pytest.raises(ValueError, match="not a compose project name"):
@@ -359,9 +380,13 @@ def test_record_the_bots_api_calls_behind_the_allowlist(
         status = ops.status().messages[0]
         assert '"result":"completed"' in "\n".join(status.lines)
         assert ops.preflight(20, []).ok
+        completed, _ = ops.last_pass_lines()
+        assert completed is not None
         source = DockerLogSource(installation=RECORD_PROJECT, docker_client_factory=factory)
         lines = list(source.lines_for_session(ws.session_id, since=datetime(2000, 1, 1, tzinfo=UTC)))
         assert len(lines) == len(ws.expected_lines)
+        segments = list(source.segments_for_session(ws.session_id, since=datetime(2000, 1, 1, tzinfo=UTC)))
+        assert segments
         assert all(c.allowed for c in proxy.calls), [c for c in proxy.calls if not c.allowed]
         recorded = proxy.recorded()
 
