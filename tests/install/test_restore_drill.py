@@ -8,11 +8,13 @@ the POST left, one after the POST reached the control host and before its answer
 store is restored with ``litestream restore`` into a fresh folder; ``recover-bot audit verify --head``
 (the installed console script) finds it intact against the head published before the loss; the bot
 started on the restored store finishes both requests exactly once, with their stored keys (R0.3: the
-control host's Idempotency-Key makes the second send of the one that reached it a replay).
+control host's Idempotency-Key makes the second send of the one that reached it a replay). The same
+for a batch in flight: resumed from the restored store, every member ends once, with one key.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,12 +29,15 @@ import pytest
 
 from bot.clock import ManualClock
 from bot.messages import NullReporter
+from bot.sandbox import SandboxHandle
 from bot.services import MIGRATIONS
 from bot.slack.inbox import Inbox, inbox_path
 from bot.store import Store
 from bot.store.backup import step_count
 from tests.decisions.test_processes import _request, _spawn, _wait_for
 from tests.fixtures.decisions import APPROVER, CHANNEL, DecisionEnv
+from tests.fixtures.triage import bulk_router, make_incident
+from tests.triage.test_batch import _CHILD
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "litestream" / "litestream.yml"
@@ -170,3 +175,65 @@ def test_the_store_survives_the_host_and_the_restored_bot_finishes_each_request_
         conn.close()
     finally:
         after.close()
+
+
+def test_a_batch_in_flight_survives_the_host_each_member_once_with_its_key(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    """A bot process runs a 24-member batch (members sent with a latency fault, so several are in
+    flight) and is SIGKILLed; the host goes down a moment later (Litestream SIGKILLed once the replica
+    holds what the bot committed). The router started on the restored store resumes the batch: every
+    member ends with exactly one effect, and each member's POSTs, before and after, carry one key."""
+    binary = litestream_binary()
+    made = make_incident(incident_sandbox, {"startup_stopped": 24})["startup_stopped"]
+    live = tmp_path / "live" / "recover.db"
+    live.parent.mkdir()
+    Inbox(Store(live, ManualClock(), migrations=MIGRATIONS))  # both files exist before replication starts
+    config = drill_config(live.parent, tmp_path)
+    replica = tmp_path / "replica"
+    replicating = litestream(binary, "replicate", "-config", str(config), replica=replica)
+    incident_sandbox.admin.fault("latency", path="/v1/sessions/*/recovery-decisions", seconds=0.2, times=None)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, incident_sandbox.url, incident_sandbox.api_key, str(live),
+         f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "x" --yes'],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline, done = time.monotonic() + 60, 0
+        while done < 5 and time.monotonic() < deadline:
+            with contextlib.suppress(sqlite3.Error), sqlite3.connect(live) as conn:
+                done = conn.execute("SELECT count(*) FROM batch_members WHERE state != 'requested'").fetchone()[0]
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)  # the bot dies mid-batch …
+        child.wait(timeout=30)
+        assert done >= 5, child.stderr.read() if child.stderr else ""
+        assert len(incident_sandbox.admin.effects()) < 24
+        written = step_count(live)
+        probe, deadline = tmp_path / "probe", time.monotonic() + 30
+        while True:  # … and the host a moment later, once the replica holds what the bot committed
+            shutil.rmtree(probe, ignore_errors=True)
+            probe.mkdir()
+            restore(binary, config, replica, live, probe / "recover.db")
+            if step_count(probe / "recover.db") == written:
+                break
+            assert time.monotonic() < deadline, "the replica never caught up"
+            time.sleep(0.2)
+    finally:
+        for proc in (child, replicating):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+    incident_sandbox.admin.clear_faults()
+    time.sleep(0.5)  # requests the killed process left in flight commit (or not) on the sandbox first
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    restore(binary, config, replica, live, fresh / "recover.db")
+    restore(binary, config, replica, inbox_path(live), inbox_path(fresh / "recover.db"))
+    restarted = bulk_router(incident_sandbox, fresh)  # start-up resumes the batch from the restored store
+    assert restarted.startup_reply.ok, [m.plain_text() for m in restarted.startup_reply.messages]
+    counts = incident_sandbox.admin.effect_counts()
+    assert sorted(counts) == sorted(made) and set(counts.values()) == {1}, counts  # each member exactly once
+    for sid in made:
+        keys = {r["idempotency_key"] for r in incident_sandbox.admin.requests(sid) if r["method"] == "POST"}
+        assert len(keys) == 1, (sid, keys)  # a re-send after the restore reused the stored key
