@@ -8,6 +8,7 @@ send. The shipped canned queries must answer each audit question from it.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,12 @@ from bot.messages import NullReporter
 from bot.store.browse import datasette_for, metadata, snapshot
 from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REQUESTER, DecisionEnv
 
-pytest.importorskip("datasette", reason="the [datasette] extra (pip install -e '.[test]' brings it)")
+try:
+    import datasette  # noqa: F401 - the [datasette] extra; the test extra brings it
+except ModuleNotFoundError:
+    if os.environ.get("CI"):
+        raise  # never skipped in CI: pip install -e '.[test]' installs it
+    pytest.skip("!!! Datasette is not installed (pip install -e '.[datasette]'): browse tests SKIPPED", allow_module_level=True)
 
 
 def _abandon(env: DecisionEnv, svc: Any, sid: str) -> str:
@@ -119,7 +125,6 @@ def test_the_snapshot_is_a_copy_and_the_live_store_is_never_opened_by_datasette(
 
 
 def test_browse_names_a_missing_store_in_one_line(tmp_path: Path) -> None:
-    import os
     import subprocess
     import sys
 
