@@ -10,6 +10,7 @@ import argparse
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from bot.errors import RecoverError, SettingsError
@@ -31,6 +32,7 @@ Exit status:
   0   ok
   1   findings: tampering found, an invalid runbook; for console and demo, a command refused or failed
   2   usage or settings: one line per problem, naming what to fix
+  3   audit verify: no damage found, but nothing authenticated (an unkeyed store, or no key given)
   70  unexpected error (a bug: rerun with RECOVER_LOG_LEVEL=DEBUG for the traceback)
   130 interrupted (Ctrl-C)"""
 
@@ -182,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
         example="SLACK_BOT_TOKEN=xoxb-… SLACK_SIGNING_SECRET=… recover-bot serve",
         handler=_serve,
         uses=ALL_GROUPS,
-        requires=("control_host", "slack"),
+        # "audit": a key, or RECOVER_AUDIT_KEY=none on purpose (an unkeyed chain catches accidents only).
+        requires=("control_host", "slack", "audit"),
     )
     sandbox = _add(
         sub,
@@ -206,12 +209,22 @@ def build_parser() -> argparse.ArgumentParser:
     from bot.decisions import check_request_table
     from bot.runbook.cli import register as register_runbook
     from bot.store.cli import register as register_audit
+    from bot.store.cli import register_backup, register_browse
 
     register_runbook(sub)
     # `audit verify` also checks the decision requests against the chain: the command passes the
     # decisions' check, so the store package does not import the decisions above it.
     register_audit(sub, checks=[check_request_table])
+    register_backup(sub, companions=[_inbox_of])
+    register_browse(sub)
     return parser
+
+
+def _inbox_of(store: Path) -> Path:
+    """The Slack inbox beside a store (imported late: `backup` should not load the Slack front)."""
+    from bot.slack.inbox import inbox_path
+
+    return inbox_path(store)
 
 
 def _report_unexpected(exc: BaseException, debug: bool) -> None:

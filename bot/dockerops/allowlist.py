@@ -7,6 +7,10 @@ the proxy's settings for one installation:
 
     python -m bot.dockerops.allowlist --project prod --format env   > socket-proxy.env
     python -m bot.dockerops.allowlist --project prod --format args  # -allowGET=… lines
+    python -m bot.dockerops.allowlist --format compose   # deploy/docker-compose.yml's flags
+
+The compose flags keep ``${RECOVER_INSTALLATION}`` for compose to fill in; tests/docker/test_allowlist.py
+checks that the file's flags are exactly this rendering, and both ways against the recorded calls.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import yaml
 from bot.dockerops._config import PROJECT_NAME
 
 DEFAULT_FILE = Path(__file__).resolve().parents[2] / "deploy" / "socket-proxy" / "allowlist.yaml"
+COMPOSE_PROJECT = "${RECOVER_INSTALLATION}"  # compose interpolates it (a compose project name: no regex metacharacters)
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE")
 
 
@@ -65,6 +70,15 @@ def load_allowlist(project: str, path: str | Path = DEFAULT_FILE) -> Allowlist:
     """Read the file and fill in ``{project}``, ``{v}`` and ``{name}``."""
     if not PROJECT_NAME.match(project):
         raise AllowlistError(f"{project!r} is not a compose project name")
+    return _read(project, path)
+
+
+def compose_flags(path: str | Path = DEFAULT_FILE) -> list[str]:
+    """The socket proxy's ``-allow<METHOD>=`` flags as deploy/docker-compose.yml writes them."""
+    return _read(COMPOSE_PROJECT, path).render_args()
+
+
+def _read(project: str, path: str | Path) -> Allowlist:
     data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict) or not isinstance(data.get("allow"), dict):
         raise AllowlistError(f"{path}: expected a mapping with an 'allow' mapping")
@@ -101,10 +115,20 @@ def denied(allowlist: Allowlist, calls: Iterable[tuple[str, str]]) -> list[tuple
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Render the socket-proxy allowlist for one installation.")
-    parser.add_argument("--project", required=True, help="the compose project (RECOVER_INSTALLATION)")
-    parser.add_argument("--format", choices=("env", "args"), default="env")
+    parser.add_argument("--project", help="the compose project (RECOVER_INSTALLATION); not for --format compose")
+    parser.add_argument("--format", choices=("env", "args", "compose"), default="env")
     parser.add_argument("--file", default=str(DEFAULT_FILE))
     args = parser.parse_args(argv)
+    if args.format == "compose":
+        try:
+            flags = compose_flags(args.file)
+        except (AllowlistError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        sys.stdout.write("".join(f"      - '{f}'\n" for f in flags))
+        return 0
+    if not args.project:
+        parser.error("--project is required for --format env and args")
     try:
         allowlist = load_allowlist(args.project, args.file)
     except (AllowlistError, OSError) as exc:

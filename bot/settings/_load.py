@@ -17,7 +17,16 @@ from pydantic_settings import BaseSettings, DotEnvSettingsSource, EnvSettingsSou
 
 from bot.errors import SettingsError
 from bot.redact import register_secret
-from bot.settings._model import ALL_GROUPS, GROUPS, SECRET_NAMES, Settings
+from bot.settings._model import (
+    ALL_GROUPS,
+    GROUPS,
+    NO_AUDIT_KEY,
+    SECRET_FILES,
+    SECRET_NAMES,
+    Settings,
+    audit_key_missing,
+)
+from bot.settings._parse import blank, read_secret_file
 
 
 def _alias(name: str) -> str:
@@ -49,6 +58,33 @@ def _raw_values(env: Mapping[str, str] | None, dotenv: Path | None) -> dict[str,
     source = EnvSettingsSource(Settings) if env is None else _MappingSource(Settings, env)
     values.update(source())  # the environment wins over .env
     return values
+
+
+def _value(values: dict[str, Any], name: str) -> Any:
+    return values.get(_alias(name), values.get(name))
+
+
+def _read_secret_files(values: dict[str, Any]) -> tuple[list[str], set[str]]:
+    """Put each ``NAME_FILE``'s content in place of ``NAME`` (problems, and the fields that failed).
+
+    Setting both forms is a mistake (which one wins would be a guess), reported like any other.
+    """
+    problems: list[str] = []
+    failed: set[str] = set()
+    for secret, file_field in SECRET_FILES.items():
+        path = _value(values, file_field)
+        if blank(path):
+            continue
+        if not blank(_value(values, secret)):
+            problems.append(f"{_alias(secret)} and {_alias(file_field)} are both set: keep one")
+            failed |= {secret, file_field}
+            continue
+        try:
+            values[_alias(secret)] = read_secret_file(Path(str(path)), _alias(file_field))
+        except ValueError as exc:
+            problems.append(str(exc))
+            failed |= {secret, file_field}
+    return problems, failed
 
 
 def _problem_line(error: ErrorDetails) -> tuple[str, str]:
@@ -84,8 +120,8 @@ def load_settings(
     by_field = {n: _alias(n) for n in Settings.model_fields}
     # Only what the caller uses is read at all: the rest keeps its default.
     values = {k: v for k, v in values.items() if any(k in (n, a) for n, a in by_field.items() if n in wanted_fields)}
-    problems: list[str] = []
-    failed: set[str] = set()
+    problems, failed = _read_secret_files(values)
+    values = {k: v for k, v in values.items() if not any(k in (n, by_field[n]) for n in failed)}
     try:
         settings = Settings(**values)
     except ValidationError as exc:
@@ -98,14 +134,15 @@ def load_settings(
     for name in SECRET_NAMES:
         secret = next((f for f, a in by_field.items() if a == name), None)
         value = getattr(settings, secret) if secret else None
-        register_secret(value.get_secret_value() if isinstance(value, SecretStr) else None)
+        text = value.get_secret_value() if isinstance(value, SecretStr) else None
+        register_secret(None if name == "RECOVER_AUDIT_KEY" and text == NO_AUDIT_KEY else text)
     failed_names = tuple(by_field[n] for n in failed)
-    # A setting already reported as invalid is not reported again as missing.
-    problems.extend(
-        p
-        for p in settings.problems_for(sorted(wanted & {"audit"}) + sorted(required))
-        if not p.startswith(failed_names)
-    )
+    # A setting already reported as invalid is not reported again as missing. Requiring "audit" (serve)
+    # means a key, or RECOVER_AUDIT_KEY=none said on purpose.
+    found = settings.problems_for(sorted((wanted & {"audit"}) | required))
+    if "audit" in required:
+        found += audit_key_missing(settings)
+    problems.extend(p for p in found if not p.startswith(failed_names))
     if problems:
         raise SettingsError(problems)
     return settings

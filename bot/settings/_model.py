@@ -31,12 +31,27 @@ SECRET_NAMES = (
     "RECOVER_AUDIT_KEY",
 )
 
+# A secret's file form (a mounted secret, /run/secrets/…): the file's text, its trailing newline
+# stripped, is the value (bot/settings/_load.py reads it). RECOVER_AUDIT_KEY_FILE is read where it is
+# used (Settings.audit_key_bytes), so a rotated key file is picked up by the next `audit verify`.
+SECRET_FILES: dict[str, str] = {
+    "control_host_api_key": "control_host_api_key_file",
+    "slack_bot_token": "slack_bot_token_file",
+    "slack_signing_secret": "slack_signing_secret_file",
+    "slack_app_token": "slack_app_token_file",
+}
+# RECOVER_AUDIT_KEY=none: the deployer runs unkeyed on purpose (serve refuses to start with no key).
+NO_AUDIT_KEY = "none"
+
 # Which settings each part of the bot reads; a subcommand names the groups it uses (bot/cli.py).
 GROUPS: dict[str, tuple[str, ...]] = {
-    "control_host": ("control_host_url", "control_host_api_key"),
+    "control_host": ("control_host_url", "control_host_api_key", "control_host_api_key_file"),
     "store": ("db_path",),
     "audit": ("audit_key", "audit_key_file"),
-    "slack": ("slack_bot_token", "slack_signing_secret", "slack_app_token", "slack_api_url", "slack_teams"),
+    "slack": (
+        "slack_bot_token", "slack_signing_secret", "slack_app_token", "slack_bot_token_file",
+        "slack_signing_secret_file", "slack_app_token_file", "slack_api_url", "slack_teams",
+    ),  # fmt: skip
     "people": ("approvers", "channels", "console_users"),
     "docker": ("installation", "docker_host", "log_files"),
     "http": ("host", "port"),
@@ -64,12 +79,16 @@ class Settings(BaseSettings):
 
     control_host_url: str | None = Field(None, validation_alias="CONTROL_HOST_URL")
     control_host_api_key: SecretStr | None = Field(None, validation_alias="CONTROL_HOST_API_KEY")
+    control_host_api_key_file: Path | None = Field(None, validation_alias="CONTROL_HOST_API_KEY_FILE")
     db_path: Path = Field(DEFAULT_DB, validation_alias="RECOVER_DB")
     audit_key: SecretStr | None = Field(None, validation_alias="RECOVER_AUDIT_KEY")
     audit_key_file: Path | None = Field(None, validation_alias="RECOVER_AUDIT_KEY_FILE")
     slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(None, validation_alias="SLACK_SIGNING_SECRET")
     slack_app_token: SecretStr | None = Field(None, validation_alias="SLACK_APP_TOKEN")
+    slack_bot_token_file: Path | None = Field(None, validation_alias="SLACK_BOT_TOKEN_FILE")
+    slack_signing_secret_file: Path | None = Field(None, validation_alias="SLACK_SIGNING_SECRET_FILE")
+    slack_app_token_file: Path | None = Field(None, validation_alias="SLACK_APP_TOKEN_FILE")
     slack_api_url: str = Field(DEFAULT_SLACK_API_URL, validation_alias="SLACK_API_URL")
     # NoDecode: pydantic-settings would otherwise parse list-typed values as JSON; these are comma lists.
     slack_teams: Annotated[tuple[str, ...], NoDecode] = Field((), validation_alias="RECOVER_SLACK_TEAMS")
@@ -111,7 +130,10 @@ class Settings(BaseSettings):
         mode="before",
     )(_parse.secret)  # fmt: skip
     _db_path = field_validator("db_path", mode="before")(_parse.db_path)
-    _audit_key_file = field_validator("audit_key_file", mode="before")(_parse.optional)
+    _files = field_validator(
+        "audit_key_file", "control_host_api_key_file", "slack_bot_token_file", "slack_signing_secret_file",
+        "slack_app_token_file", mode="before",
+    )(_parse.optional)  # fmt: skip
     _slack_api_url = field_validator("slack_api_url", mode="before")(_parse.slack_api_url)
     _approvers = field_validator("approvers", mode="before")(_parse.approvers)
     _channels = field_validator("channels", mode="before")(_parse.channels)
@@ -134,8 +156,15 @@ class Settings(BaseSettings):
 
     # --- accessors ---
 
+    @property
+    def audit_unkeyed_on_purpose(self) -> bool:
+        """``RECOVER_AUDIT_KEY=none``: the deployer chose an unkeyed chain (accidental damage only)."""
+        return self.audit_key is not None and self.audit_key.get_secret_value() == NO_AUDIT_KEY
+
     def audit_key_bytes(self) -> bytes | None:
         """The audit chain's key: ``RECOVER_AUDIT_KEY``, or the first line of ``RECOVER_AUDIT_KEY_FILE``."""
+        if self.audit_unkeyed_on_purpose:
+            return None
         if self.audit_key is not None:
             return self.audit_key.get_secret_value().encode()
         if self.audit_key_file is not None:
@@ -194,6 +223,16 @@ def _slack_missing(s: Settings) -> list[str]:
             "(or set SLACK_APP_TOKEN for Socket Mode)"
         )
     return problems
+
+
+def audit_key_missing(s: Settings) -> list[str]:
+    """For ``serve``: a chain without a key detects accidental damage, not a writer; say it on purpose."""
+    if s.audit_key is not None or s.audit_key_file is not None:
+        return []
+    return [
+        "RECOVER_AUDIT_KEY is not set: serve keys the audit chain with it (or RECOVER_AUDIT_KEY_FILE, "
+        "a mounted secret); set RECOVER_AUDIT_KEY=none to run unkeyed on purpose"
+    ]
 
 
 def _audit_problems(s: Settings) -> list[str]:

@@ -40,6 +40,22 @@ def packaged_runbooks() -> Path:
         return Path(__file__).resolve().parents[2] / "runbooks"
 
 
+def read_secret_file(path: Path, name: str) -> str:
+    """A secret's ``_FILE`` form: the file's text with its trailing newline stripped (``echo`` adds one).
+
+    Raises ``ValueError`` with one line naming the setting and the file, never the content.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ValueError(f"{name}: cannot read {path} ({reason}); give a readable file holding the secret") from None
+    value = text.rstrip("\r\n")
+    if not value.strip():
+        raise ValueError(f"{name}: {path} is empty; the file's text is the secret")
+    return value
+
+
 def blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,6 +16,11 @@ from bot.store.audit import CacheCheck
 # The settings these commands read (bot/cli.py): the store and the audit chain's key, nothing else,
 # so a problem elsewhere in the settings never blocks an audit.
 SETTINGS_USES = frozenset({"store", "audit"})
+# `audit verify` found no damage, but no step's content was authenticated with the audit key: a store
+# written unkeyed (RECOVER_AUDIT_KEY=none, or before the key), or keyed steps checked without the key.
+# Its own status, so a script never takes it for "verified" (0), "tampered" (1) or a usage error (2).
+EXIT_UNAUTHENTICATED = 3
+UNKEYED_LINE = "unkeyed: detects accidental damage, not a writer"
 
 _VERIFY_EXAMPLE = """\
 example:
@@ -83,6 +88,7 @@ def register(subparsers: argparse._SubParsersAction[_P], *, checks: Iterable[Cac
     )
     export_p.add_argument("--out", default=None, metavar="FILE", help="file to write (default: stdout)")
     export_p.set_defaults(handler=run_export, settings_uses=SETTINGS_USES)
+    add_evidence_pack(sub, export_p)
     return parser
 
 
@@ -113,7 +119,23 @@ def run_verify(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.summary())
-    return 0 if report.ok else 1
+    return verify_status(report)
+
+
+def verify_status(report: audit.AuditReport) -> int:
+    """0 verified with the key, 1 findings, :data:`EXIT_UNAUTHENTICATED` intact but not authenticated.
+
+    Plain sha256 links catch accidental damage; whoever can write the file can recompute them, so an
+    unkeyed store is said to be one, never reported as plainly verified.
+    """
+    if not report.ok:
+        return 1
+    if report.steps and not report.keyed_steps:
+        print(UNKEYED_LINE)
+        return EXIT_UNAUTHENTICATED
+    if report.unchecked_steps:
+        return EXIT_UNAUTHENTICATED  # the summary says NOT CHECKED and how to give the key
+    return 0
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
@@ -131,3 +153,134 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+# -- recover-bot backup DEST (its own command; bot/cli.py registers it) -------------------------------------
+
+BACKUP_EPILOG = """example:
+  recover-bot backup /backups/recover-2026-11-29.db      # also /backups/recover-2026-11-29.db.inbox
+  (while the bot runs; to restore: stop the bot, put both files at RECOVER_DB and RECOVER_DB.inbox,
+  start it, then `recover-bot audit verify --head HASH` with the last head you published)"""
+
+
+def register_backup(
+    subparsers: argparse._SubParsersAction[_P], *, companions: Iterable[Callable[[Path], Path]] = ()
+) -> _P:
+    """Add ``backup DEST``; ``companions`` name the files beside the store to copy too (the inbox)."""
+    parser = subparsers.add_parser(
+        "backup",
+        help="Take a consistent online copy of the step store and its inbox (the bot may keep running).",
+        description="Take a consistent online copy of the step store and its inbox (SQLite's backup API).",
+        epilog=BACKUP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("dest", metavar="DEST", help="the copy's file name (must not exist)")
+    parser.add_argument("--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)")
+    parser.set_defaults(handler=run_backup, settings_uses=frozenset({"store"}), backup_companions=tuple(companions))
+    return parser
+
+
+def run_backup(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.store.backup import backup
+
+    try:
+        copies = backup(args.db or settings.db_path, args.dest, companions=args.backup_companions)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    store, *others = copies
+    print(f"backed up {store.source} ({store.steps} steps) to {store.dest}; keep it off this host")
+    for copy in others:
+        print(f"  {copy.source} to {copy.dest}")
+    return 0
+
+
+# -- recover-bot browse (Datasette on a snapshot; the [datasette] extra) -------------------------------------
+
+
+def register_browse(subparsers: argparse._SubParsersAction[_P]) -> _P:
+    """Add ``browse``: the audit trail in Datasette, on a consistent snapshot of the store."""
+    parser = subparsers.add_parser(
+        "browse",
+        help="Browse the audit trail in Datasette on a consistent snapshot (pip install 'recover-bot[datasette]').",
+        description="Browse the audit trail in Datasette on a consistent snapshot of the store, with canned "
+        "queries: pending approvals, who approved what, expired and voided requests, sends per installation.",
+        epilog="example:\n  recover-bot browse --port 8001      # then open http://127.0.0.1:8001/recover",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.set_defaults(handler=run_browse, settings_uses=frozenset({"store"}))
+    return parser
+
+
+def run_browse(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.store.browse import serve
+
+    try:
+        return serve(args.db or settings.db_path, args.host, args.port)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+# -- evidence packs: `audit export --pack` and `audit verify-pack` (bot/store/evidence.py) ------------------
+
+
+def add_evidence_pack(sub: argparse._SubParsersAction[_P], export_p: argparse.ArgumentParser) -> None:
+    """``export --pack FILE [--session ID] [--since T] [--until T]`` and ``verify-pack FILE``."""
+    export_p.add_argument("--pack", default=None, metavar="FILE", help="write a signed evidence pack instead")
+    export_p.add_argument("--session", default=None, help="with --pack: only this session's steps")
+    export_p.add_argument("--since", default=None, metavar="ISO", help="with --pack: steps at or after this time")
+    export_p.add_argument("--until", default=None, metavar="ISO", help="with --pack: steps before this time")
+    export_p.add_argument("--key-file", default=None, metavar="FILE", help="with --pack: the audit key's file")
+    export_p.set_defaults(handler=run_export_or_pack)
+    pack_p = sub.add_parser(
+        "verify-pack",
+        help="check a signed evidence pack offline (signature, every step's hash)",
+        description="Check an evidence pack from `audit export --pack` without the database.",
+        epilog="example:\n  recover-bot audit verify-pack ses_7f3a.evidence.json --key-file /run/secrets/recover_audit_key",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pack_p.add_argument("pack", metavar="FILE")
+    pack_p.add_argument("--key-file", default=None, metavar="FILE", help="the audit key's file")
+    pack_p.set_defaults(handler=run_verify_pack, settings_uses=SETTINGS_USES)
+
+
+def _pack_key(args: argparse.Namespace, settings: Settings) -> bytes:
+    key = _audit_key(args, settings)
+    if key is None:
+        raise StoreError("an evidence pack is signed with the audit key: set RECOVER_AUDIT_KEY or pass --key-file")
+    return key
+
+
+def run_export_or_pack(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.pack:
+        if args.session or args.since or args.until:
+            print("error: --session, --since and --until go with --pack FILE", file=sys.stderr)
+            return 2
+        return run_export(args, settings)
+    from bot.store.evidence import PackFilter, build_pack, write_pack
+
+    try:
+        selection = PackFilter(session_id=args.session, since=args.since, until=args.until)
+        pack = build_pack(args.db or str(settings.db_path), _pack_key(args, settings), selection)
+        write_pack(pack, Path(args.pack))
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(pack['steps'])} steps to {args.pack}, signed; head {pack['store_head']}")
+    return 0
+
+
+def run_verify_pack(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.store.evidence import verify_pack
+
+    try:
+        report = verify_pack(args.pack, _pack_key(args, settings))
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0 if report.ok else 1

@@ -93,6 +93,7 @@ def _serve_env(tmp_path, **extra: str) -> dict[str, str]:
         "SLACK_BOT_TOKEN": "xoxb-serve-secret",
         "SLACK_SIGNING_SECRET": "sig-serve-secret",
         "RECOVER_DB": str(tmp_path / "serve.db"),
+        "RECOVER_AUDIT_KEY": "none",  # unkeyed on purpose: these tests are about start-up errors
         **extra,
     }
 

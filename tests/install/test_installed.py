@@ -113,7 +113,9 @@ def test_audit_verify_and_export_on_a_store_written_by_the_bot(
     assert len(steps) >= 2 and any(s["step"] == "note" for s in steps)
 
     ok = installed.run("audit", "verify", "--head", head, cwd=workdir)
-    assert ok.returncode == 0 and ok.stdout.startswith("OK: "), ok.stdout + ok.stderr
+    # The console wrote it without an audit key: intact, and said to be unkeyed (status 3).
+    assert ok.returncode == 3 and ok.stdout.startswith("OK: "), ok.stdout + ok.stderr
+    assert ok.stdout.splitlines()[-1] == "unkeyed: detects accidental damage, not a writer"
 
     # Someone edits a step behind the bot's back (after dropping the trigger that refuses it).
     conn = sqlite3.connect(db)
@@ -134,7 +136,9 @@ def test_serve_with_nothing_set_names_every_missing_setting(installed: Installed
     lines = res.stderr.splitlines()
     assert lines[0] == "recover-bot serve: fix these settings (environment or .env):"
     named = sorted(line.split()[0] for line in lines[1:])
-    assert named == sorted(["CONTROL_HOST_URL", "CONTROL_HOST_API_KEY", "SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"])
+    assert named == sorted(
+        ["CONTROL_HOST_URL", "CONTROL_HOST_API_KEY", "SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "RECOVER_AUDIT_KEY"]
+    )
 
 
 def test_a_busy_or_invalid_port_is_one_line(installed: Installed, workdir: Path) -> None:

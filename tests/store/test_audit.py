@@ -191,7 +191,9 @@ def test_cli_export_then_verify_with_head(filled: Store, tmp_path: Path) -> None
     assert head == filled.head_ref() and len(out_file.read_text().splitlines()) == 8
 
     ok = _cli("audit", "verify", "--db", str(filled.path), "--head", head, cwd=tmp_path)
-    assert ok.returncode == 0 and "OK: 8 steps" in ok.stdout
+    # Intact, but written without the audit key: said so, with a status of its own (not 0, 1 or 2).
+    assert ok.returncode == 3 and "OK: 8 steps" in ok.stdout, ok.stdout + ok.stderr
+    assert "unkeyed: detects accidental damage, not a writer" in ok.stdout.splitlines()
 
     copy = tampered(
         filled,
