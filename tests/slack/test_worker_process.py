@@ -55,6 +55,7 @@ def _start_serve(
         "CONTROL_HOST_URL": sandbox.url,
         "CONTROL_HOST_API_KEY": sandbox.api_key,
         "RECOVER_DB": str(db),
+        "RECOVER_AUDIT_KEY": "none",  # these tests are about the Slack link; serve needs the choice said
         "HOST": "127.0.0.1",
         "PORT": "0",
     }
