@@ -155,8 +155,9 @@ class DecisionService:
         return self.approvals.reject(actor, channel, request_id, reason)
 
     def expire_due(self) -> list[Message]:
-        """Expire every pending request past its expiry; returns the updated messages to show."""
-        return self.approvals.expire_due()
+        """The periodic sweep: expire every pending request past its expiry, and re-read the sessions
+        being verified after an accepted decision (R5.1); returns the messages to show."""
+        return [*self.approvals.expire_due(), *self.verifier.watch_due()]
 
     def repeated(self, session_id: str, decision: str, facts: Mapping[str, object]) -> int:
         """R5.4: how often this decision already ran here without fixing the cause."""
@@ -185,6 +186,9 @@ class DecisionService:
     def close_if_settled(
         self, session_id: str, actor: str, facts: Mapping[str, object], found_by: str
     ) -> list[Message]:
+        if self.verifier.watching(session_id) is not None:
+            # A case being verified closes on observed recovery only, never on "looks healthy" (R5.1).
+            return self.verifier.look(session_id, actor, facts=facts)
         return self.casebook.close_if_settled(session_id, actor, facts, found_by)
 
     # == execution, resume, restart, withdrawal (the execution half's rooms) ==========================

@@ -229,6 +229,7 @@ def test_changed_facts_void_the_approval(decision_env):
         OUTSIDER, CHANNEL, "ses_rf1", "retry_restore", reason="store fixed", yes=True, reporter=env.reporter
     )
     assert other.ok, [m.plain_text() for m in other.messages]
+    env.sandbox.admin.worker_ready("ses_rf1")  # the attention clears once the worker is ready (R5.1)
     reply = svc.approve(APPROVER, CHANNEL, rid, env.reporter)
     assert not reply.ok
     text = "\n".join(m.plain_text() for m in reply.messages)

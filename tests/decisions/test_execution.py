@@ -234,7 +234,18 @@ def test_confirmation_of_single_person_decisions(decision_env):
     done = svc.confirm(REQUESTER, CHANNEL, msg.ref, ListReporter())
     assert done.ok, _text(done)
     assert [e["decision"] for e in env.effects("ses_sf1")] == ["start_fresh"]
-    # start_fresh launched a worker: the session needs no operator any more → the case is closed.
+    # R5.1: acceptance is not recovery: the case stays open, verifying, until the new worker is ready.
+    assert "The case stays open (verifying)" in _text(done)
+    assert env.store.get_open_case("ses_sf1") is not None
+    assert svc.expire_due() == []  # the sweep re-reads it: still starting, nothing to say
+    assert env.store.get_open_case("ses_sf1") is not None
+    env.sandbox.admin.worker_ready("ses_sf1")
+    env.clock.advance(30)
+    closed = svc.expire_due()
+    assert [m.headline for m in closed] == [
+        "Case of `ses_sf1` closed: recovery observed after `start_fresh` — the next worker reported ready "
+        "(the attention cleared)"
+    ]
     assert env.store.get_open_case("ses_sf1") is None
 
 
@@ -301,7 +312,16 @@ def test_resume_rides_through_503_with_backoff_and_one_key(make_decision_env):
     assert len(env.effects("ses_rs1")) == 1
     assert any("waiting for reclamation" in m.headline and "R4.2" in m.rules for m in reporter.posted)
     assert "picked up the checkpoint's context (R5.2)" in _text(reply)
-    assert env.store.get_open_case("ses_rs1") is None  # running again: no operator needed
+    # R5.2: running again is not yet recovery: the case is verified until a new turn runs.
+    assert env.store.get_open_case("ses_rs1") is not None
+    env.sandbox.admin.worker_ready("ses_rs1")
+    clock.advance(30)
+    assert svc.expire_due() == [] and env.store.get_open_case("ses_rs1") is not None
+    env.sandbox.admin.start_turn("ses_rs1", "turn_after_resume")
+    clock.advance(30)
+    closed = svc.expire_due()
+    assert len(closed) == 1 and "a new turn (turn_after_resume) ran after the resume" in closed[0].headline
+    assert env.store.get_open_case("ses_rs1") is None
 
 
 def test_resume_gives_up_after_the_runbook_bound(make_decision_env):

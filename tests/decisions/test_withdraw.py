@@ -238,4 +238,5 @@ def test_the_slack_start_up_finishes_an_uncertain_resume_and_reports_it_about_it
     assert finished, [m.headline for m in reply.messages]
     assert ("resume_accepted", "accepted") in _steps(env, "ses_sr1")
     assert [p["idempotency_key"] for p in env.posts("ses_sr1")] == [record.key]
-    assert env.store.get_open_case("ses_sr1") is None  # running again: verification closed the case
+    # Running again is not recovery (R5.1, R5.2): the case stays open, verifying, until a new turn runs.
+    assert env.store.get_open_case("ses_sr1") is not None
