@@ -113,11 +113,12 @@ class DecisionService:
         reason: str,
         yes: bool = False,
         reporter: Reporter,
+        cause_fixed: str | None = None,
     ) -> Reply:
         """Check a decision against a fresh diagnosis; then ask for approval, confirmation, or send it."""
         return self.deciding.decide(
             actor, channel, session_id, decision, turn=turn, evidence=evidence, effects=effects,
-            reason=reason, yes=yes, reporter=reporter,
+            reason=reason, yes=yes, reporter=reporter, cause_fixed=cause_fixed,
         )
 
     def dryrun_decide(
@@ -133,11 +134,12 @@ class DecisionService:
         reason: str,
         yes: bool = False,
         reporter: Reporter,
+        cause_fixed: str | None = None,
     ) -> Reply:
         """Show exactly what ``decide`` would send and what is expected back; send nothing."""
         return self.deciding.dryrun(
             actor, channel, session_id, decision, turn=turn, evidence=evidence, effects=effects,
-            reason=reason, yes=yes,
+            reason=reason, yes=yes, cause_fixed=cause_fixed,
         )
 
     def approve(self, actor: str, channel: str | None, request_id: str, reporter: Reporter) -> Reply:

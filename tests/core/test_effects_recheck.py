@@ -221,7 +221,9 @@ def test_a_request_made_after_the_pass_is_sent_without_a_recheck(sbx, router, cl
 
 def test_single_person_confirm_still_works_and_refuses_effects(sbx, router) -> None:
     sid = "ses_restore_damaged"  # builtin: restore stopped at the limit (R2.10)
-    asked = say(router, f'/recover decide {sid} retry_restore --reason "proxy fixed"', "alice")
+    asked = say(  # permanent damage: the cause must be said fixed (R2.8)
+        router, f'/recover decide {sid} retry_restore --cause-fixed "proxy replaced" --reason "proxy fixed"', "alice"
+    )
     assert asked.ok, text(asked)
     (confirm,) = [m for m in asked.messages if m.kind == "confirmation_request"]
     assert confirm.ref

@@ -111,7 +111,7 @@ def test_recovery_required_gives_up_after_the_runbook_bound(make_decision_env):
 
 def test_request_stale_from_the_api_gives_the_runbooks_advice(decision_env):
     env = decision_env
-    env.restore_failed("ses_st1")
+    env.restore_failed("ses_st1", reason="restore_unavailable")
     # The worker is draining: a scheduler pass will bump the revision without touching decisive facts.
     env.sandbox.admin.create_session(
         {
@@ -122,7 +122,7 @@ def test_request_stale_from_the_api_gives_the_runbooks_advice(decision_env):
                 "revision": 4,
                 "attention": {
                     "code": "RESTORE_FAILED",
-                    "reason": "restore_refused",
+                    "reason": "restore_unavailable",
                     "failures": 3,
                     "retry_at": None,
                 },
@@ -227,7 +227,8 @@ def test_confirmation_of_single_person_decisions(decision_env):
     # R2.11, R5.3: the confirmation names what is dropped.
     assert "This drops: the checkpoint's context (checkpoint ckpt_7)" in msg.plain_text()
     assert [(b.action, b.value) for b in msg.buttons] == [("confirm", msg.ref)]
-    assert msg.buttons[0].command.endswith("--yes")
+    # Something beyond the standard question is shown: only the button or /recover confirm sends it.
+    assert msg.buttons[0].command == f"/recover confirm {msg.ref}"
     assert env.posts("ses_sf1") == []
     assert not svc.confirm(OUTSIDER, CHANNEL, msg.ref, ListReporter()).ok
     assert not svc.approve(APPROVER, CHANNEL, msg.ref, ListReporter()).ok
@@ -339,9 +340,10 @@ def test_resume_gives_up_after_the_runbook_bound(make_decision_env):
     assert env.store.unfinished_requests() == []
 
 
-def test_repeated_decision_is_flagged(make_decision_env):
+def test_repeated_decision_is_flagged_before_the_send_and_yes_does_not_send_it(make_decision_env):
+    """R5.4: the repeat check runs before the send; without --cause-fixed it needs an explicit confirmation."""
     env = make_decision_env()
-    env.restore_failed("ses_rp1", reason="restore_refused")
+    env.restore_failed("ses_rp1", reason="restore_unavailable")
     svc = env.service()
     first = svc.decide(
         REQUESTER, CHANNEL, "ses_rp1", "retry_restore", reason="try again", yes=True, reporter=ListReporter()
@@ -349,12 +351,39 @@ def test_repeated_decision_is_flagged(make_decision_env):
     assert first.ok, _text(first)
     admin = env.sandbox.admin
     for _ in range(3):  # the cause was not fixed: three more restore failures stop it again (R2.1)
-        admin.fail_restore("ses_rp1", "restore_refused")
+        admin.fail_restore("ses_rp1", "restore_unavailable")
+        admin.advance(61)
+        admin.scheduler_pass()
+    sent = len(env.posts("ses_rp1"))
+    again = svc.decide(
+        REQUESTER, CHANNEL, "ses_rp1", "retry_restore", reason="try again", yes=True, reporter=ListReporter()
+    )
+    assert again.ok, _text(again)
+    msg = again.messages[0]
+    text = msg.plain_text()
+    assert msg.kind == "confirmation_request"
+    assert "already executed 1 time(s)" in text and "R5.4" in text
+    assert "`--yes` did not send it" in text
+    assert len(env.posts("ses_rp1")) == sent  # nothing sent before the warning was seen
+    # The explicit confirmation, after the warning was shown, sends it once.
+    done = svc.confirm(REQUESTER, CHANNEL, msg.ref, ListReporter())
+    assert done.ok, _text(done)
+    assert len(env.posts("ses_rp1")) == sent + 1
+
+
+def test_a_repeat_with_cause_fixed_needs_no_second_confirmation(make_decision_env):
+    env = make_decision_env()
+    env.restore_failed("ses_rp2", reason="restore_unavailable")
+    svc = env.service()
+    assert svc.decide(REQUESTER, CHANNEL, "ses_rp2", "retry_restore", reason="r", yes=True, reporter=ListReporter()).ok
+    admin = env.sandbox.admin
+    for _ in range(3):
+        admin.fail_restore("ses_rp2", "restore_unavailable")
         admin.advance(61)
         admin.scheduler_pass()
     again = svc.decide(
-        REQUESTER, CHANNEL, "ses_rp1", "retry_restore", reason="try again", reporter=ListReporter()
+        REQUESTER, CHANNEL, "ses_rp2", "retry_restore", reason="r", yes=True, reporter=ListReporter(),
+        cause_fixed="object-store endpoint corrected",
     )
     assert again.ok, _text(again)
-    text = again.messages[0].plain_text()
-    assert "already executed 1 time(s)" in text and "R5.4" in text
+    assert [e["decision"] for e in env.effects("ses_rp2")] == ["retry_restore", "retry_restore"]

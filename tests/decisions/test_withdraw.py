@@ -164,7 +164,7 @@ def test_ctrl_c_while_a_send_is_on_the_wire_keeps_it_uncertain_and_it_is_finishe
     from bot.controlhost import ControlHostClient
 
     env = decision_env
-    env.restore_failed("ses_ow1")
+    env.restore_failed("ses_ow1", reason="restore_unavailable")  # transient: no --cause-fixed needed
     transport = InterruptedOnTheWire()
     env.client = ControlHostClient(
         env.sandbox.url, env.sandbox.api_key, store=env.store, clock=env.clock, transport=transport
