@@ -71,7 +71,13 @@ class DecideRoom:
             facts, turn_status = self.ctx.diagnose(session_id, turn)
             verdict = self.ctx.verdict(policy, facts, flags)
             if not verdict.ok and verdict.code != WAITABLE:
-                advice = policy.advice(verdict.code or "", facts, flags, self.ctx.runbooks)
+                # A local refusal: nothing changed, the state is simply not one the API accepts — the
+                # REQUEST_STALE advice ("the session changed") is for an answer from the control host.
+                advice = (
+                    None
+                    if verdict.code == "REQUEST_STALE"
+                    else policy.advice(verdict.code or "", facts, flags, self.ctx.runbooks)
+                )
                 raise Refusal(
                     f"`{decision}` on `{session_id}` will not be accepted: {verdict.reason}",
                     f"The control host would answer {verdict.code}. Nothing was sent.",

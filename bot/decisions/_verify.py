@@ -89,7 +89,7 @@ class Verifier:
             Message(
                 headline=f"Verified `{session_id}` after `{policy.name}`",
                 level="ok",
-                facts=[(n, text.show(facts.get(n))) for n in names],
+                facts=[(n, text.fact_value(n, facts)) for n in names],
                 lines=lines,
                 rules=list(step.rules if step and step.rules else policy.spec.verify.rules),
                 session_id=session_id,
@@ -174,12 +174,13 @@ class Verifier:
         seen = observe(watch, facts, newest, ctx.now())
         if seen.state == VERIFYING:
             return []
-        shown = {n: facts.get(n) for n in (*VERIFY_FACTS, "attention.code", "attention.reason", "attention.failures")}
+        names = (*VERIFY_FACTS, "attention.code", "attention.reason", "attention.failures")
+        shown = {n: facts.get(n) for n in names}
         ctx.record(
             session_id, actor, Step.VERIFICATION, {"decision": watch.decision}, seen.state,
             detail={**shown, "why": seen.why, "since": watch.since},
         )
-        rows = [(n, text.show(v)) for n, v in shown.items()]
+        rows = [(n, text.fact_value(n, facts)) for n in names]
         if seen.state == RECOVERED:
             case = ctx.store.get_open_case(session_id)
             if case is not None:
