@@ -34,6 +34,9 @@ BACKOFF_SECONDS = (30, 60)
 FAILURE_LIMIT = 3
 # R2.6: WORKER_STARTUP_TIMEOUT_SEC, fixed at its default in the current deployment.
 WORKER_STARTUP_TIMEOUT_SEC = 3600
+# R4.1: a stopped session's workspace volume expires after this [assumed: the runbook names a stopped-TTL
+# contract, not its length]; what lived only on the volume is gone, a committed checkpoint stays.
+STOPPED_TTL_SECONDS = 7 * 24 * 3600
 # R2.15: endings that are not failures (drain: SIGTERM, release with stop_kind "drain").
 STOP_KINDS = ("drain", "pause", "terminate", "close", "revoked")
 DECISIONS = ("retry_restore", "start_fresh", "abandon", "confirm_completed", "close")
@@ -174,6 +177,8 @@ class Session:
     scenario_id: str | None = None
     incident_cause: str | None = None  # sandbox only: how this incident session's next workers behave
     relaunch: bool = False  # sandbox only: a drained worker's session continues at the next pass (R1.9)
+    stopped_at: datetime | None = None  # sandbox only: when it last became stopped (R4.1's TTL runs from it)
+    workspace_expired: bool = False  # sandbox only: the stopped-TTL ended; the volume is gone (R4.1)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -219,8 +224,9 @@ class IdempotencyRecord:
 class SandboxState:
     """All sandbox state behind one lock. Methods assume the caller holds :attr:`lock`."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, *, stopped_ttl: float = STOPPED_TTL_SECONDS) -> None:
         self.lock = threading.RLock()
+        self.stopped_ttl = float(stopped_ttl)
         self.clock = clock
         self.sessions: dict[str, Session] = {}
         self.scenarios: dict[str, Scenario] = {}
@@ -468,6 +474,7 @@ class SandboxState:
         now = self.now()
         self._tick_incident(now)
         for session in self.sessions.values():
+            self._tick_workspace(session, now)
             execution = session.execution
             if not (session.store_outage and execution and execution.alive and execution.phase == "starting"):
                 continue
@@ -487,6 +494,25 @@ class SandboxState:
                 self._worker_failed(session, "RESTORE_FAILED", "restore_unavailable", deadline)
             else:
                 self._worker_failed(session, "STARTUP_FAILED", "store_unavailable", deadline)
+
+    def _tick_workspace(self, session: Session, now: datetime) -> None:
+        """R4.1: the stopped-TTL contract: a stopped session's volume expires; without a committed
+        checkpoint nothing is left to resume from (it was not resumable anyway), with one the session
+        resumes from the checkpoint."""
+        if session.status != "stopped" or session.workspace_expired:
+            return
+        if session.stopped_at is None:
+            session.stopped_at = now  # stopped as loaded: the TTL runs from the load
+            return
+        if now < session.stopped_at + timedelta(seconds=self.stopped_ttl):
+            return
+        session.workspace_expired = True
+        self._event(
+            session,
+            "workspace_expired",
+            session.stopped_at + timedelta(seconds=self.stopped_ttl),
+            checkpoint_id=session.checkpoint.id if session.checkpoint else None,
+        )
 
     # ------------------------------------------------------------------ scheduler
 
@@ -1089,6 +1115,7 @@ class SandboxState:
             assert turn is not None
             turn.ended_at = turn.ended_at or now
             session.status = "stopped"
+            session.stopped_at, session.workspace_expired = now, False  # R4.1: the TTL starts
             session.admission_state = "open"
             if decision == "confirm_completed":
                 turn.status = "completed"
@@ -1258,6 +1285,8 @@ class SandboxState:
             else None
         )
         data["reclamation_claim"] = session.reclamation_claim
+        data["stopped_at"] = isoformat(session.stopped_at)
+        data["workspace_expired"] = session.workspace_expired
         data["store_outage"] = session.store_outage
         data["scenario_id"] = session.scenario_id
         data["incident_cause"] = session.incident_cause

@@ -11,30 +11,19 @@ from typing import Any
 
 import pytest
 
-from bot.messages import ListReporter
-from bot.router import build_router
-from bot.settings import Settings
+from tests.fixtures.decisions import reply_text, say
 
-ME = "console:alice"
 SID = "ses_restore_transient"
 
 
 @pytest.fixture
-def router(sandbox, tmp_path) -> Any:
-    return build_router(Settings(db_path=tmp_path / "verify.db"), sandbox=sandbox, startup=False)
-
-
-def _say(router: Any, text: str) -> Any:
-    return router.handle_text(text, actor=ME, channel="console", reporter=ListReporter())
-
-
-def _text(reply: Any) -> str:
-    return "\n".join(m.plain_text() for m in reply.messages)
+def router(console_router: Any) -> Any:
+    return console_router
 
 
 def _retry(router: Any) -> Any:
-    reply = _say(router, f'decide {SID} retry_restore --reason "store answers again" --yes')
-    assert reply.ok, _text(reply)
+    reply = say(router, f'decide {SID} retry_restore --reason "store answers again" --yes')
+    assert reply.ok, reply_text(reply)
     return reply
 
 
@@ -43,17 +32,17 @@ def test_a_case_stays_open_after_an_accepted_retry_restore_and_reopens_when_the_
 ):
     store = router.services.store
     reply = _retry(router)
-    text = _text(reply)
+    text = reply_text(reply)
     assert "Acceptance is not the same as the worker being gone" in text
     assert "The case stays open (verifying)" in text and "Case closed" not in text
     case = store.get_open_case(SID)
     assert case is not None
-    assert f"`{SID}`" in _text(_say(router, "cases")) and "verifying after `retry_restore`" in _text(
-        _say(router, "cases")
+    assert f"`{SID}`" in reply_text(say(router, "cases")) and "verifying after `retry_restore`" in reply_text(
+        say(router, "cases")
     )
-    assert "verifying after `retry_restore`" in _text(_say(router, "handoff"))
+    assert "verifying after `retry_restore`" in reply_text(say(router, "handoff"))
     # A diagnosis of the running session does not close it either: it only looks healthy.
-    _say(router, f"diagnose {SID}")
+    say(router, f"diagnose {SID}")
     assert store.get_open_case(SID) is not None
 
     # The restarted worker fails its restore again: the sweep says so in the same case.
@@ -67,8 +56,8 @@ def test_a_case_stays_open_after_an_accepted_retry_restore_and_reopens_when_the_
     assert "Do not repeat the decision" in failing[0].plain_text()
     again = store.get_open_case(SID)
     assert again is not None and again.id == case.id  # the same case, the same thread
-    assert "failing again after `retry_restore`" in _text(_say(router, "cases"))
-    assert "failing again after `retry_restore`" in _text(_say(router, "handoff"))
+    assert "failing again after `retry_restore`" in reply_text(say(router, "cases"))
+    assert "failing again after `retry_restore`" in reply_text(say(router, "handoff"))
     clock.advance(60)
     assert [m for m in router.expire_due() if m.session_id == SID] == []  # said once, not every sweep
 

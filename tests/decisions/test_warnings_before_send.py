@@ -11,24 +11,12 @@ from typing import Any
 
 import pytest
 
-from bot.messages import ListReporter
-from bot.router import build_router
-from bot.settings import Settings
-
-ME = "console:alice"
+from tests.fixtures.decisions import reply_text, say
 
 
 @pytest.fixture
-def router(sandbox, tmp_path) -> Any:
-    return build_router(Settings(db_path=tmp_path / "warn.db"), sandbox=sandbox, startup=False)
-
-
-def _say(router: Any, text: str) -> Any:
-    return router.handle_text(text, actor=ME, channel="console", reporter=ListReporter())
-
-
-def _text(reply: Any) -> str:
-    return "\n".join(m.plain_text() for m in reply.messages)
+def router(console_router: Any) -> Any:
+    return console_router
 
 
 def _decisions_sent(sandbox: Any, sid: str) -> list[dict]:
@@ -40,18 +28,18 @@ def _decisions_sent(sandbox: Any, sid: str) -> list[dict]:
 @pytest.mark.parametrize("yes", [" --yes", ""])
 @pytest.mark.parametrize("sid", ["ses_incompatible", "ses_restore_damaged"])
 def test_retry_restore_on_an_incurable_cause_needs_cause_fixed(router, sandbox, sid, yes):
-    reply = _say(router, f'decide {sid} retry_restore --reason "try again"{yes}')
+    reply = say(router, f'decide {sid} retry_restore --reason "try again"{yes}')
     assert not reply.ok
     assert f"`retry_restore` on `{sid}` needs --cause-fixed" in reply.messages[0].headline
-    assert "Nothing was sent." in _text(reply)
+    assert "Nothing was sent." in reply_text(reply)
     assert _decisions_sent(sandbox, sid) == []
     assert router.services.decisions.requests.find(session_id=sid) == []  # no request was made either
 
 
 def test_incompatible_retry_with_cause_fixed_shows_the_warning_and_yes_does_not_send(router, sandbox):
     sid = "ses_incompatible"
-    reply = _say(router, f'decide {sid} retry_restore --cause-fixed "profile rolled back" --reason "retry" --yes')
-    assert reply.ok, _text(reply)
+    reply = say(router, f'decide {sid} retry_restore --cause-fixed "profile rolled back" --reason "retry" --yes')
+    assert reply.ok, reply_text(reply)
     msg = reply.messages[0]
     text = msg.plain_text()
     assert msg.kind == "confirmation_request"
@@ -60,44 +48,44 @@ def test_incompatible_retry_with_cause_fixed_shows_the_warning_and_yes_does_not_
     assert "`--yes` did not send it" in text
     assert _decisions_sent(sandbox, sid) == []
     # The same line typed again does not send it either: the warning asks for the explicit confirmation.
-    again = _say(router, f'decide {sid} retry_restore --cause-fixed "profile rolled back" --reason "retry" --yes')
-    assert _decisions_sent(sandbox, sid) == [], _text(again)
-    sent = _say(router, f"confirm {msg.ref}")
-    assert sent.ok, _text(sent)
+    again = say(router, f'decide {sid} retry_restore --cause-fixed "profile rolled back" --reason "retry" --yes')
+    assert _decisions_sent(sandbox, sid) == [], reply_text(again)
+    sent = say(router, f"confirm {msg.ref}")
+    assert sent.ok, reply_text(sent)
     assert [r["status"] for r in _decisions_sent(sandbox, sid)] == [201]
 
 
 def test_start_fresh_with_yes_shows_the_dropped_context_before_any_send(router, sandbox):
     sid = "ses_incompatible"
-    reply = _say(router, f'decide {sid} start_fresh --reason "drop it" --yes')
-    assert reply.ok, _text(reply)
+    reply = say(router, f'decide {sid} start_fresh --reason "drop it" --yes')
+    assert reply.ok, reply_text(reply)
     text = reply.messages[0].plain_text()
     assert "This drops: the checkpoint's context" in text and "`--yes` did not send it" in text
     assert _decisions_sent(sandbox, sid) == []
-    assert _say(router, f"confirm {reply.messages[0].ref}").ok
+    assert say(router, f"confirm {reply.messages[0].ref}").ok
     assert len(_decisions_sent(sandbox, sid)) == 1
 
 
 def test_yes_still_sends_when_nothing_but_the_standard_question_would_be_shown(router, sandbox):
     # STARTUP_FAILED, no checkpoint: start_fresh drops nothing (R2.14).
-    reply = _say(router, 'decide ses_startup_stopped start_fresh --reason "credentials fixed" --yes')
-    assert reply.ok, _text(reply)
+    reply = say(router, 'decide ses_startup_stopped start_fresh --reason "credentials fixed" --yes')
+    assert reply.ok, reply_text(reply)
     assert [r["status"] for r in _decisions_sent(sandbox, "ses_startup_stopped")] == [201]
-    transient = _say(router, 'decide ses_restore_transient retry_restore --reason "store back" --yes')
-    assert transient.ok, _text(transient)
+    transient = say(router, 'decide ses_restore_transient retry_restore --reason "store back" --yes')
+    assert transient.ok, reply_text(transient)
     assert len(_decisions_sent(sandbox, "ses_restore_transient")) == 1
 
 
 def test_a_repeated_retry_is_warned_before_it_is_sent(router, sandbox):
     sid = "ses_restore_transient"
-    assert _say(router, f'decide {sid} retry_restore --reason "store back" --yes').ok
+    assert say(router, f'decide {sid} retry_restore --reason "store back" --yes').ok
     for _ in range(3):  # the cause was not fixed: it stops again at the third failure
         sandbox.admin.fail_restore(sid, "restore_unavailable")
         sandbox.admin.advance(61)
         sandbox.admin.scheduler_pass()
-    reply = _say(router, f'decide {sid} retry_restore --reason "store back" --yes')
-    text = _text(reply)
+    reply = say(router, f'decide {sid} retry_restore --reason "store back" --yes')
+    text = reply_text(reply)
     assert "already executed 1 time(s)" in text and "R5.4" in text and "`--yes` did not send it" in text
     assert len(_decisions_sent(sandbox, sid)) == 1  # the first only
-    dry = _say(router, f'dryrun decide {sid} retry_restore --reason "store back"')
-    assert "confirmed by button or /recover confirm (not --yes)" in _text(dry)
+    dry = say(router, f'dryrun decide {sid} retry_restore --reason "store back"')
+    assert "confirmed by button or /recover confirm (not --yes)" in reply_text(dry)

@@ -8,24 +8,12 @@ from typing import Any
 
 import pytest
 
-from bot.messages import ListReporter
-from bot.router import build_router
-from bot.settings import Settings
-
-ME = "console:alice"
+from tests.fixtures.decisions import reply_text, say
 
 
 @pytest.fixture
-def router(sandbox, tmp_path) -> Any:
-    return build_router(Settings(db_path=tmp_path / "wording.db"), sandbox=sandbox, startup=False)
-
-
-def _say(router: Any, line: str) -> Any:
-    return router.handle_text(line, actor=ME, channel="console", reporter=ListReporter())
-
-
-def _text(reply: Any) -> str:
-    return "\n".join(m.plain_text() for m in reply.messages)
+def router(console_router: Any) -> Any:
+    return console_router
 
 
 def _with_logs(sandbox: Any, tmp_path: Any, spec: dict[str, Any]) -> None:
@@ -66,7 +54,7 @@ def test_another_turns_interrupt_evidence_is_not_the_unknown_turns(router, sandb
                                     "reason_code": "deadline_exceeded", "effect_ms": 30000, "duration_ms": 30000}},
         ],
     })
-    said = _text(_say(router, f"diagnose {sid}"))
+    said = reply_text(say(router, f"diagnose {sid}"))
     assert "Turn outcome unknown" in said
     assert "No interrupt stage line names turn turn_new (control ctl_new)" in said
     assert "the worker ended as failed" not in said
@@ -81,13 +69,13 @@ def test_start_fresh_on_a_startup_failed_session_with_a_checkpoint_says_what_it_
         "attention": {"code": "STARTUP_FAILED", "reason": "git_credentials_refused", "failures": 3, "retry_at": None},
         "checkpoint": {"id": "ckpt_sc", "covers_turn_id": None}, "execution": {"state": "gone", "alive": False},
     }})
-    diagnosis = _text(_say(router, f"diagnose {sid}"))
+    diagnosis = reply_text(say(router, f"diagnose {sid}"))
     assert "start_fresh drops its context" in diagnosis and "Nothing is lost" not in diagnosis
-    asked = _text(_say(router, f'decide {sid} start_fresh --reason "credentials fixed"'))
+    asked = reply_text(say(router, f'decide {sid} start_fresh --reason "credentials fixed"'))
     assert "This drops: the checkpoint's context (checkpoint ckpt_sc)" in asked
     assert "Nothing is lost" not in asked
     # Without a checkpoint the runbook's words stand.
-    assert "Nothing is lost" in _text(_say(router, 'decide ses_startup_stopped start_fresh --reason "fixed"'))
+    assert "Nothing is lost" in reply_text(say(router, 'decide ses_startup_stopped start_fresh --reason "fixed"'))
 
 
 def test_a_store_outage_in_progress_on_a_running_session_is_not_healthy(router, sandbox, tmp_path):
@@ -103,7 +91,7 @@ def test_a_store_outage_in_progress_on_a_running_session_is_not_healthy(router, 
                     "execution": {"state": "running", "alive": True, "phase": "starting"}},
         "worker_logs": outage,
     })
-    said = _text(_say(router, f"diagnose {sid}"))
+    said = reply_text(say(router, f"diagnose {sid}"))
     assert "Store outage in progress" in said and "looks healthy" not in said
     assert "WORKER_STARTUP_TIMEOUT_SEC" in said
     assert router.services.store.get_open_case(sid) is not None  # not closed as "needs no operator"
@@ -126,35 +114,35 @@ def test_a_transient_reason_wins_over_a_loose_damage_word(router, sandbox, tmp_p
                                    "error": "store 503 while reading; earlier probe said NoSuchKey"}},
         ],
     })
-    said = _text(_say(router, f"diagnose {sid}"))
+    said = reply_text(say(router, f"diagnose {sid}"))
     assert f"{sid}: Restore stopped at the limit — store outage" in said
 
 
 def test_wording_none_for_none_and_what_the_next_failure_does(router):
     # No attention block after start_fresh on a stopped session: "none", not "unknown".
-    verified = _text(_say(router, 'decide ses_stopped_no_checkpoint start_fresh --reason "begin again" --yes'))
+    verified = reply_text(say(router, 'decide ses_stopped_no_checkpoint start_fresh --reason "begin again" --yes'))
     assert "attention.code: none" in verified and "attention.code: unknown" not in verified
-    relaunched = _text(_say(router, "diagnose ses_relaunched"))  # RESTORE_FAILED, 2 failures, running
+    relaunched = reply_text(say(router, "diagnose ses_relaunched"))  # RESTORE_FAILED, 2 failures, running
     assert "the next failure is the 3rd and stops the session as recovery_required at once, with no backoff" in relaunched
     assert "backs off, and stops" not in relaunched
 
 
 def test_a_local_request_stale_refusal_does_not_say_the_session_changed(router):
-    refused = _say(router, 'decide ses_restore_backoff retry_restore --reason "try" --yes')
-    said = _text(refused)
+    refused = say(router, 'decide ses_restore_backoff retry_restore --reason "try" --yes')
+    said = reply_text(refused)
     assert not refused.ok and "will not be accepted" in said
     assert "The session changed" not in said
 
 
 def test_the_dry_run_never_prints_409_none(router, sandbox):
     sandbox.admin.fault("server_error", "/v1/sessions/ses_incompatible/turns*", times=None)
-    said = _text(_say(router, 'dryrun decide ses_incompatible start_fresh --reason "drop it"'))
+    said = reply_text(say(router, 'dryrun decide ses_incompatible start_fresh --reason "drop it"'))
     assert "409 None" not in said and "Expected back: cannot tell" in said
 
 
 def test_help_reconcile_gives_an_id_the_bot_accepts(router):
     from bot.dockerops._records import DRYRUN_ID
 
-    said = _text(_say(router, "help reconcile"))
+    said = reply_text(say(router, "help reconcile"))
     example = next(w for w in said.split() if w.startswith("dry_"))
     assert DRYRUN_ID.match(example.strip("`.,")), example

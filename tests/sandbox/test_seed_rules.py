@@ -118,3 +118,23 @@ def test_worker_stop_needs_a_live_worker_and_a_known_kind(sandbox: SandboxHandle
     with pytest.raises(SandboxAdminError) as bad:
         sandbox.admin.worker_stop("ses_healthy", "crash")
     assert bad.value.status == 400
+
+
+def test_a_stopped_workspace_expires_after_the_ttl_and_only_a_checkpoint_survives_it(
+    sandbox_factory,
+) -> None:
+    """R4.1: under the stopped-TTL contract the volume expires; without a committed checkpoint there
+    is nothing to resume from, with one the session still resumes from it."""
+    sb = sandbox_factory(scenarios=["stopped_no_checkpoint", "stopped_resumable"], stopped_ttl=3600)
+    sb.admin.advance(1)  # the TTL runs from the load
+    assert sb.admin.session("ses_stopped_no_checkpoint")["workspace_expired"] is False
+    sb.admin.advance(3600)
+    for sid in ("ses_stopped_no_checkpoint", "ses_stopped_resumable"):
+        assert sb.admin.session(sid)["workspace_expired"] is True, sid
+    api = SandboxApi(sb.url, sb.api_key)
+    assert api.resume("ses_stopped_no_checkpoint").status_code == 409
+    expired = [e for e in api.get("/v1/sessions/ses_stopped_no_checkpoint/events?after=0").json()["events"]
+               if e["name"] == "workspace_expired"]
+    assert len(expired) == 1 and expired[0]["checkpoint_id"] is None
+    assert api.resume("ses_stopped_resumable").status_code == 200  # the checkpoint outlives the volume
+    api.close()
