@@ -50,6 +50,7 @@ def test_incompatible_retry_with_cause_fixed_shows_the_warning_and_yes_does_not_
     # The same line typed again does not send it either: the warning asks for the explicit confirmation.
     again = say(router, f'decide {sid} retry_restore --cause-fixed "profile rolled back" --reason "retry" --yes')
     assert _decisions_sent(sandbox, sid) == [], reply_text(again)
+    assert f"/recover confirm {msg.ref}" in reply_text(again)  # it points to the request and how to confirm
     sent = say(router, f"confirm {msg.ref}")
     assert sent.ok, reply_text(sent)
     assert [r["status"] for r in _decisions_sent(sandbox, sid)] == [201]
