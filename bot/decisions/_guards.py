@@ -104,6 +104,9 @@ _DAMAGE = re.compile(
 )
 
 
+_TRANSIENT_REASONS = ("restore_unavailable", "store_unavailable")
+
+
 def incurable_cause(
     facts: Mapping[str, Any], *, branch: str | None = None, damage: bool = False
 ) -> tuple[str, str] | None:
@@ -115,9 +118,10 @@ def incurable_cause(
     """
     if facts.get("attention.reason") == "incompatible_checkpoint" or branch == "restore_incompatible":
         return "incompatible checkpoint: a retry on the same runtime/profile never succeeds", "R2.3"
-    if damage or branch == "restore_permanent":
-        return "permanent damage to the checkpoint: a restart does not cure it", "R2.8"
     reason = facts.get("attention.reason")
+    # R2.6 vs R2.8: the API's structured reason naming an outage wins over damage read in log lines.
+    if branch == "restore_permanent" or (damage and reason not in _TRANSIENT_REASONS):
+        return "permanent damage to the checkpoint: a restart does not cure it", "R2.8"
     if isinstance(reason, str) and _DAMAGE.search(reason):
         return f"the last worker error ({reason}) is permanent damage, not an outage", "R2.8"
     return None

@@ -90,3 +90,16 @@ def test_a_repeated_retry_is_warned_before_it_is_sent(router, sandbox):
     assert len(_decisions_sent(sandbox, sid)) == 1  # the first only
     dry = say(router, f'dryrun decide {sid} retry_restore --reason "store back"')
     assert "confirmed by button or /recover confirm (not --yes)" in reply_text(dry)
+
+
+def test_the_one_incurable_check_lets_a_transient_reason_win_over_log_damage():
+    """R2.6 vs R2.8, for decide and batch alike (bot.batch.plan.incurable calls the same function)."""
+    from bot.batch.plan import Candidate, incurable
+    from bot.decisions import incurable_cause
+
+    outage = {"attention.reason": "restore_unavailable"}
+    assert incurable_cause(outage, damage=True) is None
+    assert incurable(Candidate("ses_x", 3, outage, damage=True)) is None
+    damaged = {"attention.reason": "checkpoint_unavailable"}
+    assert incurable_cause(damaged, damage=True) == ("permanent damage to the checkpoint: a restart does not cure it", "R2.8")
+    assert incurable_cause({"attention.reason": "incompatible_checkpoint"})[1] == "R2.3"
