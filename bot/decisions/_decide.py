@@ -89,12 +89,10 @@ class DecideRoom:
                 )
             # R2.3, R2.8, R5.3: what a retry cannot cure needs --cause-fixed, as for a batch member.
             cause_fixed_given(decision, facts, cause_fixed, session_id)
-            repeated = self.repeated(session_id, decision, facts)
             content = request_content(
                 self.ctx, policy, session_id=session_id, turn_id=turn, evidence_ref=evidence,
                 effects=effects, reason=reason, requester=actor, channel=channel, facts=facts,
-                turn_status=turn_status,
-                repeated=repeated if repeated > 0 and repeated + 1 >= policy.repeat_threshold else 0,
+                turn_status=turn_status, repeated=self.repeats_to_flag(policy, session_id, facts),
             )
             warned = bool(self.warnings(policy, facts, flags, content, cause_fixed))
             self._ensure_owner(session_id, actor, channel)
@@ -300,12 +298,16 @@ class DecideRoom:
             cause_fixed_given(policy.name, facts, cause_fixed, session_id)
         except Refusal as no:
             return [f"Before it is sent: {no.headline}."]
-        repeated = self.repeated(session_id, policy.name, facts)
-        over = repeated if repeated > 0 and repeated + 1 >= policy.repeat_threshold else 0
+        over = self.repeats_to_flag(policy, session_id, facts)
         shown = self.warnings(policy, facts, flags, {"repeated": over}, cause_fixed)
         if shown and policy.approval == Policy.CONFIRM:
             return [f"Shown before it is sent and confirmed by button or /recover confirm (not --yes): {'; '.join(shown)}"]
         return []
+
+    def repeats_to_flag(self, policy: DecisionPolicy, session_id: str, facts: Facts) -> int:
+        """R5.4: the earlier runs to flag (0 below the runbook's threshold)."""
+        repeated = self.repeated(session_id, policy.name, facts)
+        return repeated if repeated > 0 and repeated + 1 >= policy.repeat_threshold else 0
 
     def repeated(self, session_id: str, decision: str, facts: Facts) -> int:
         """R5.4: how often this decision already ran here without fixing the cause (same attention)."""
