@@ -145,7 +145,8 @@ class Verifier:
             if watch is None:
                 continue
             looked = self._looked.get(sid)
-            if looked is not None and (now - looked).total_seconds() < watch.every:
+            # A little slack: a sweep that runs every ``every`` seconds must not skip every other look.
+            if looked is not None and (now - looked).total_seconds() < watch.every - min(1.0, watch.every / 10):
                 continue
             self._looked[sid] = now
             out.extend(self.look(sid, actor, watch))
