@@ -183,6 +183,7 @@ class Router:
                 reason=cmd.flag_text("reason") or "",
                 yes=bool(cmd.flag("yes")),
                 reporter=reporter,
+                cause_fixed=cmd.flag_text("cause-fixed"),
             )
         bulk_kinds = (StepKind.TRIAGE, StepKind.BATCH_DECIDE, StepKind.DRYRUN_BATCH_DECIDE, StepKind.BATCH)
         if kind in bulk_kinds or _batch_id(cmd):

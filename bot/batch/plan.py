@@ -9,21 +9,14 @@ curing the same attention (R5.4).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.decisions import incurable_cause
 from bot.runbook import RunbookSet
 from bot.runbook.evaluate import check_decision
 from bot.vocab import Decision
-
-# Reasons and worker errors whose cause a retry of the same checkpoint cannot cure (R2.3, R2.8).
-_DAMAGE = re.compile(
-    r"incompatible_checkpoint|restore_refused|CHECKPOINT_UNAVAILABLE|NoSuchKey|AccessDenied|digest|checksum"
-    r"|\b40[134]\b",
-    re.IGNORECASE,
-)
 
 
 @dataclass
@@ -45,15 +38,8 @@ class Plan:
 
 
 def incurable(c: Candidate) -> tuple[str, str] | None:
-    """(why, rule) when retry_restore cannot cure this session's cause; None otherwise."""
-    if c.facts.get("attention.reason") == "incompatible_checkpoint" or c.branch == "restore_incompatible":
-        return "incompatible checkpoint: a retry on the same runtime/profile never succeeds", "R2.3"
-    if c.damage or c.branch == "restore_permanent":
-        return "permanent damage to the checkpoint: a restart does not cure it", "R2.8"
-    reason = c.facts.get("attention.reason")
-    if isinstance(reason, str) and _DAMAGE.search(reason):
-        return f"the last worker error ({reason}) is permanent damage, not an outage", "R2.8"
-    return None
+    """(why, rule) when retry_restore cannot cure this session's cause (the one check, shared with decide)."""
+    return incurable_cause(c.facts, branch=c.branch, damage=c.damage)
 
 
 def plan(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from bot.decisions._audit import check_request_table
 from bot.decisions._authority import Authority, NoAuthority, derive
+from bot.decisions._guards import incurable_cause
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy
 from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash, migrations
 from bot.decisions._rules import (
@@ -43,6 +44,7 @@ __all__ = [
     "content_hash",
     "decision_policy",
     "derive",
+    "incurable_cause",
     "migrations",
     "person_of",
     "same_person",

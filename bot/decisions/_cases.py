@@ -42,7 +42,9 @@ class CaseBook:
         lines = []
         for case in open_cases:
             steps = self.store.steps(session_id=case.session_id)
-            lines.append(f"`{case.session_id}` owner {who(case.owner)} — last: {_last(steps)}")
+            verifying = _verifying(steps, case.id)
+            state = f" — {verifying}" if verifying else ""
+            lines.append(f"`{case.session_id}` owner {who(case.owner)}{state} — last: {_last(steps)}")
         return Reply.of(Message(headline=f"{len(open_cases)} open case(s)", lines=lines))
 
     def history(self, session_id: str, actor: str | None = None) -> Reply:
@@ -158,7 +160,7 @@ class CaseBook:
             sid = case.session_id
             steps = self.store.steps(session_id=sid)
             open_reqs = [r for r in self.requests.find(session_id=sid) if r.is_open]
-            lines = [f"State: {_case_state(steps, open_reqs)}"]
+            lines = [f"State: {_verifying(steps, case.id) or _case_state(steps, open_reqs)}"]
             thread = f"; thread {case.channel}/{case.thread_ts}" if case.thread_ts else ""
             lines.append(
                 f"Owner: {who(case.owner)}; opened {case.opened_at} by {who(case.opened_by)}{thread}"
@@ -193,6 +195,20 @@ class CaseBook:
             ],
         )
         return Reply([summary, *messages])
+
+
+def _verifying(steps: Sequence[Step], case_id: int) -> str | None:
+    """The case's verification after an accepted decision, when it is still in progress or failed
+    again (R5.1): acceptance is not recovery, so such a case is listed as what it is."""
+    last = next((s for s in reversed(steps) if s.step == "verification" and s.case_id == case_id), None)
+    if last is None or last.outcome not in ("verifying", "failed_again"):
+        return None
+    d = last.detail or {}
+    decision = d.get("decision") or last.inputs.get("decision") or "a decision"
+    if last.outcome == "failed_again":
+        return f"failing again after `{decision}` ({d.get('why', 'see the thread')}): needs an operator (R5.4)"
+    since = (d.get("watch") or {}).get("since") or last.at
+    return f"verifying after `{decision}` since {since}: closes when recovery is observed (R5.1)"
 
 
 def _last(steps: Sequence[Step]) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._duplicates import identical_open, pointer_message, repeats
-from bot.decisions._guards import Refusal, in_recovery_channel, refusing, valid_ids
+from bot.decisions._guards import Refusal, cause_fixed_given, in_recovery_channel, refusing, valid_ids
 from bot.decisions._lifecycle import Execution, grant, make_request, request_content
 from bot.decisions._policy import WAITABLE, DecisionPolicy, flags_of
 from bot.decisions._requests import DecisionRequest
@@ -27,7 +27,7 @@ from bot.vocab import Policy, RequestState, Step
 Facts = Mapping[str, object]
 USAGE = (
     "Usage: /recover decide <session_id> <decision> [--turn <turn_id>] [--evidence <ref>] "
-    '[--effects "<what the turn did outside>"] --reason "<text>" [--yes]'
+    '[--effects "<what the turn did outside>"] [--cause-fixed "<what changed>"] --reason "<text>" [--yes]'
 )
 
 
@@ -51,11 +51,14 @@ class DecideRoom:
         reason: str,
         yes: bool,
         reporter: Reporter,
+        cause_fixed: str | None = None,
     ) -> Reply:
         """Check a decision against a fresh diagnosis; then ask for approval, confirmation, or send it."""
         flags = flags_of(turn=turn, evidence=evidence, effects=effects, reason=reason, yes=yes)
         # The session is named in the inputs: a refusal outside the channels opens no case for it.
         inputs = {"decision": decision, "session_id": session_id, **flags, "channel": channel}
+        if cause_fixed:
+            inputs["cause_fixed"] = cause_fixed  # recorded with the request's step (R5.3, R5.4)
 
         def attempt() -> Reply:
             policy = self.precheck(channel, session_id, decision, flags, Step.DECIDE)
@@ -68,7 +71,13 @@ class DecideRoom:
             facts, turn_status = self.ctx.diagnose(session_id, turn)
             verdict = self.ctx.verdict(policy, facts, flags)
             if not verdict.ok and verdict.code != WAITABLE:
-                advice = policy.advice(verdict.code or "", facts, flags, self.ctx.runbooks)
+                # A local refusal: nothing changed, the state is simply not one the API accepts — the
+                # REQUEST_STALE advice ("the session changed") is for an answer from the control host.
+                advice = (
+                    None
+                    if verdict.code == "REQUEST_STALE"
+                    else policy.advice(verdict.code or "", facts, flags, self.ctx.runbooks)
+                )
                 raise Refusal(
                     f"`{decision}` on `{session_id}` will not be accepted: {verdict.reason}",
                     f"The control host would answer {verdict.code}. Nothing was sent.",
@@ -78,20 +87,22 @@ class DecideRoom:
                     rules=verdict.rules or policy.rules,
                     code=verdict.code or "refused",
                 )
-            repeated = self.repeated(session_id, decision, facts)
+            # R2.3, R2.8, R5.3: what a retry cannot cure needs --cause-fixed, as for a batch member.
+            cause_fixed_given(decision, facts, cause_fixed, session_id)
             content = request_content(
                 self.ctx, policy, session_id=session_id, turn_id=turn, evidence_ref=evidence,
                 effects=effects, reason=reason, requester=actor, channel=channel, facts=facts,
-                turn_status=turn_status,
-                repeated=repeated if repeated > 0 and repeated + 1 >= policy.repeat_threshold else 0,
+                turn_status=turn_status, repeated=self.repeats_to_flag(policy, session_id, facts),
             )
+            warned = bool(self.warnings(policy, facts, flags, content, cause_fixed))
             self._ensure_owner(session_id, actor, channel)
             with self.ctx.store.write() as db:
-                same = repeats(identical_open(self.ctx.requests, content, db=db), yes=yes)  # concurrently
+                # --yes confirms an earlier request only when it showed nothing but the standard question.
+                same = repeats(identical_open(self.ctx.requests, content, db=db), yes=yes and not warned)
                 if same is not None:
                     return Reply.of(pointer_message(same, irreversible=self.ctx.irreversible(same.decision)))
                 req = make_request(self.ctx, db, content, inputs)
-            return self._ask_or_send(req, policy, verdict, facts, flags, channel, yes, reporter)
+            return self._ask_or_send(req, policy, verdict, facts, flags, channel, yes, reporter, cause_fixed)
 
         return refusing(self.ctx, actor, Step.DECIDE, inputs, attempt)
 
@@ -105,10 +116,18 @@ class DecideRoom:
         channel: str | None,
         yes: bool,
         reporter: Reporter,
+        cause_fixed: str | None = None,
     ) -> Reply:
-        """A second person approves (R3.10), the requester confirms (R2.11), or it is sent now."""
+        """A second person approves (R3.10), the requester confirms (R2.11), or it is sent now.
+
+        Every consequence (the runbook's warning, what it drops, an R5.4 repeat) is shown and confirmed
+        before the send: ``--yes`` confirms in the same reply only when nothing but the standard
+        question would be shown; otherwise the reply shows them and waits for the button or
+        ``/recover confirm``."""
         rules = list(verdict.rules or policy.rules)
         notes = [f"[!] {n}" for n in (policy.warning(facts, flags),) if n]
+        if cause_fixed:
+            notes.append(f"Cause fixed (the requester's words, R5.3): {cause_fixed}")
         if verdict.code == WAITABLE:
             notes.append(
                 f"[!] {verdict.reason}: once executed, the bot waits for the scheduler's confirmation "
@@ -127,8 +146,15 @@ class DecideRoom:
                     irreversible=self.ctx.irreversible(req.decision),
                 )
             )
-        if policy.approval == Policy.CONFIRM and not yes:
-            command = decide_command(req) + " --yes"
+        consequences = self.warnings(policy, facts, flags, req.content(), cause_fixed)
+        if policy.approval == Policy.CONFIRM and (not yes or consequences):
+            # With consequences to read, only the button or `/recover confirm` sends it (not a typed --yes).
+            command = f"/recover confirm {req.id}" if consequences else decide_command(req) + " --yes"
+            first = (
+                ["`--yes` did not send it: read what it does below, then confirm. Nothing was sent."]
+                if yes
+                else []
+            )
             return Reply.of(
                 text.confirmation_message(
                     req,
@@ -136,7 +162,7 @@ class DecideRoom:
                     rules,
                     command,
                     policy.confirm_text(facts, flags),
-                    notes=notes,
+                    notes=[*first, *notes],
                     irreversible=self.ctx.irreversible(req.decision),
                 )
             )
@@ -144,6 +170,22 @@ class DecideRoom:
         if not grant(self.ctx, req, req.requester, Step.DECISION_CONFIRMED, {"yes": yes, "channel": channel}):
             return Reply.of(text.refusal(text.state_text(self.ctx.requests.get(req.id) or req)), ok=False)
         return self.execution.execute(req.id, req.requester, reporter)
+
+    @staticmethod
+    def warnings(
+        policy: DecisionPolicy,
+        facts: Facts,
+        flags: Mapping[str, object],
+        content: Mapping[str, object],
+        cause_fixed: str | None,
+    ) -> list[str]:
+        """The consequences beyond the standard question: the runbook's warning (R2.4, R5.3), what it
+        drops (R2.11), an R5.4 repeat without --cause-fixed. Any of them must be seen before a send."""
+        out = [w for w in (policy.warning(facts, flags), policy.drops(facts, flags)) if w]
+        repeated = content.get("repeated")
+        if isinstance(repeated, int) and repeated > 0 and not (cause_fixed or "").strip():
+            out.append(f"repeated {repeated} time(s) without fixing the cause (R5.4)")
+        return out
 
     def precheck(
         self, channel: str | None, session_id: str, decision: str, flags: Mapping[str, object], step: str
@@ -181,10 +223,13 @@ class DecideRoom:
         effects: str | None,
         reason: str,
         yes: bool,
+        cause_fixed: str | None = None,
     ) -> Reply:
         """Show exactly what ``decide`` would send and what is expected back; send nothing."""
         flags = flags_of(turn=turn, evidence=evidence, effects=effects, reason=reason, yes=yes)
         inputs = {"decision": decision, **flags}
+        if cause_fixed:
+            inputs["cause_fixed"] = cause_fixed
 
         def attempt() -> Reply:
             policy = self.precheck(channel, session_id, decision, flags, Step.DRYRUN_DECIDE)
@@ -207,6 +252,7 @@ class DecideRoom:
                         json.dumps(body, indent=2, sort_keys=True),
                         "",
                         *self._expected(policy, verdict, facts, flags),
+                        *self._before_send(policy, session_id, facts, flags, cause_fixed),
                     ],
                     rules=list(verdict.rules or policy.rules),
                     session_id=session_id,
@@ -227,9 +273,12 @@ class DecideRoom:
                 f"Expected back: 200 with a decision receipt (status accepted, session revision {after}); "
                 "then the bot verifies the session (R5.1)."
             )
+        elif verdict.code is None:
+            # Facts the check needs are unknown: no status can be foretold (never "409 None").
+            lines.append(f"Expected back: cannot tell — {verdict.reason}.")
         else:
             advice = policy.advice(verdict.code or "", facts, flags, self.ctx.runbooks)
-            lines.append(f"Expected back: 409 {verdict.code} — {verdict.reason}.")
+            lines.append(f"Expected back: {verdict.status or 409} {verdict.code} — {verdict.reason}.")
             if advice:
                 lines.append(advice.text)
         if policy.approval == Policy.TWO_PERSON:
@@ -240,6 +289,25 @@ class DecideRoom:
         if drops:
             lines.append(f"Drops: {drops}")
         return lines
+
+    def _before_send(
+        self, policy: DecisionPolicy, session_id: str, facts: Facts, flags: Mapping[str, object], cause_fixed: str | None
+    ) -> list[str]:
+        """What ``decide`` would ask for before sending: --cause-fixed (R2.3, R2.8), the consequences."""
+        try:
+            cause_fixed_given(policy.name, facts, cause_fixed, session_id)
+        except Refusal as no:
+            return [f"Before it is sent: {no.headline}."]
+        over = self.repeats_to_flag(policy, session_id, facts)
+        shown = self.warnings(policy, facts, flags, {"repeated": over}, cause_fixed)
+        if shown and policy.approval == Policy.CONFIRM:
+            return [f"Shown before it is sent and confirmed by button or /recover confirm (not --yes): {'; '.join(shown)}"]
+        return []
+
+    def repeats_to_flag(self, policy: DecisionPolicy, session_id: str, facts: Facts) -> int:
+        """R5.4: the earlier runs to flag (0 below the runbook's threshold)."""
+        repeated = self.repeated(session_id, policy.name, facts)
+        return repeated if repeated > 0 and repeated + 1 >= policy.repeat_threshold else 0
 
     def repeated(self, session_id: str, decision: str, facts: Facts) -> int:
         """R5.4: how often this decision already ran here without fixing the cause (same attention)."""

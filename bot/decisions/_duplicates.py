@@ -59,7 +59,10 @@ def pointer_message(req: DecisionRequest, *, irreversible: bool = False) -> Mess
             lines.append(irreversible_line(req.decision))
         buttons.append(Button("Approve", "approve", req.id, command=f"/recover approve {req.id}", style="primary"))
     elif req.state == RequestState.REQUESTED:
-        lines.append(f"It waits for its confirmation; to withdraw it: /recover reject {req.id}")
+        lines.append(
+            f"It waits for its confirmation: the button, or /recover confirm {req.id}; "
+            f"to withdraw it: /recover reject {req.id}"
+        )
     else:
         lines.append(f"It is {req.state}; `/recover history {req.session_id}` shows its steps.")
     return Message(

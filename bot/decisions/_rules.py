@@ -144,6 +144,7 @@ def settled_reason(facts: Mapping[str, Any]) -> str | None:
         and admission == "open"
         and not facts.get("attention.present")
         and not facts.get("unknown_turn.present")
+        and facts.get("logs.outage_ongoing") is not True  # R2.6: a store outage in progress is not settled
     ):
         return f"the session is {status} and needs no operator"
     return None

@@ -113,11 +113,12 @@ class DecisionService:
         reason: str,
         yes: bool = False,
         reporter: Reporter,
+        cause_fixed: str | None = None,
     ) -> Reply:
         """Check a decision against a fresh diagnosis; then ask for approval, confirmation, or send it."""
         return self.deciding.decide(
             actor, channel, session_id, decision, turn=turn, evidence=evidence, effects=effects,
-            reason=reason, yes=yes, reporter=reporter,
+            reason=reason, yes=yes, reporter=reporter, cause_fixed=cause_fixed,
         )
 
     def dryrun_decide(
@@ -133,11 +134,12 @@ class DecisionService:
         reason: str,
         yes: bool = False,
         reporter: Reporter,
+        cause_fixed: str | None = None,
     ) -> Reply:
         """Show exactly what ``decide`` would send and what is expected back; send nothing."""
         return self.deciding.dryrun(
             actor, channel, session_id, decision, turn=turn, evidence=evidence, effects=effects,
-            reason=reason, yes=yes,
+            reason=reason, yes=yes, cause_fixed=cause_fixed,
         )
 
     def approve(self, actor: str, channel: str | None, request_id: str, reporter: Reporter) -> Reply:
@@ -155,8 +157,9 @@ class DecisionService:
         return self.approvals.reject(actor, channel, request_id, reason)
 
     def expire_due(self) -> list[Message]:
-        """Expire every pending request past its expiry; returns the updated messages to show."""
-        return self.approvals.expire_due()
+        """The periodic sweep: expire every pending request past its expiry, and re-read the sessions
+        being verified after an accepted decision (R5.1); returns the messages to show."""
+        return [*self.approvals.expire_due(), *self.verifier.watch_due()]
 
     def repeated(self, session_id: str, decision: str, facts: Mapping[str, object]) -> int:
         """R5.4: how often this decision already ran here without fixing the cause."""
@@ -185,6 +188,9 @@ class DecisionService:
     def close_if_settled(
         self, session_id: str, actor: str, facts: Mapping[str, object], found_by: str
     ) -> list[Message]:
+        if self.verifier.watching(session_id) is not None:
+            # A case being verified closes on observed recovery only, never on "looks healthy" (R5.1).
+            return self.verifier.look(session_id, actor, facts=facts)
         return self.casebook.close_if_settled(session_id, actor, facts, found_by)
 
     # == execution, resume, restart, withdrawal (the execution half's rooms) ==========================

@@ -5,7 +5,7 @@ Messages name decisions, error codes and runbook rule numbers verbatim (docs/com
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bot.decisions._requests import DecisionRequest
@@ -15,6 +15,7 @@ from bot.format import age as age
 from bot.format import duration as duration
 from bot.format import show as show
 from bot.messages import Button, Message, ref
+from bot.runbook.conditions import known_absent
 from bot.vocab import Policy, RequestState
 
 APPROVAL_KIND = "approval_request"
@@ -25,14 +26,14 @@ RECHECK_KIND = "recheck_request"
 def fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
     """A request's shown facts for people: a field of an absent object (no attention, no checkpoint,
     no outcome_unknown turn) is "none"; "unknown" is kept for what could not be read."""
-    rows = []
-    for name, value in facts.items():
-        head, _, tail = name.partition(".")
-        if value is None and tail != "present" and facts.get(f"{head}.present") is False:
-            rows.append((name, "none"))
-        else:
-            rows.append((name, show(value)))
-    return rows
+    return [(name, fact_value(name, facts)) for name in facts]
+
+
+def fact_value(name: str, facts: Mapping[str, Any]) -> str:
+    """One fact for people: "none" for none (an absent object's field, a null retry_at), "unknown"
+    only for what could not be read."""
+    value = facts.get(name)
+    return "none" if value is None and known_absent(name, facts) else show(value)
 
 
 def request_lines(req: DecisionRequest, notes: Sequence[str] = ()) -> list[str]:

@@ -3,13 +3,15 @@
 Why its own room: an accepted receipt is not the worker being gone, nor a successful resume (R5.1).
 After every acceptance — a send, a background re-send, a resume, a replay at start — the session is
 read again and its revision, status, admission state and resumability are reported with the
-runbook's next step, recorded as a ``verification`` step; a session that needs nobody any more
-closes its case.
+runbook's next step, recorded as a ``verification`` step. After a decision that launches a worker the
+case stays open, *verifying*: :meth:`Verifier.watch_due` re-reads it (the runbook's ``verify.watch``)
+and closes it only on an observed recovery, or says in its thread that it is failing again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from bot.controlhost import Receipt
@@ -17,6 +19,7 @@ from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._policy import DecisionPolicy
 from bot.decisions._rules import settled_reason
+from bot.decisions._watch import FAILED_AGAIN, RECOVERED, VERIFYING, Watch, observe
 from bot.errors import RecoverError
 from bot.messages import Message, Reply
 from bot.vocab import Step
@@ -26,15 +29,20 @@ VERIFY_FACTS = ("session.revision", "session.status", "session.admission_state",
 
 
 class Verifier:
-    """Re-reads a session after an acceptance and says what it shows now."""
+    """Re-reads a session after an acceptance and says what it shows now; watches it until recovery."""
 
     def __init__(self, ctx: DecisionContext) -> None:
         self.ctx = ctx
+        self._looked: dict[str, datetime] = {}  # session → last periodic re-read (this process)
 
     def verify(
         self, session_id: str, actor: str, policy: DecisionPolicy, flags: Mapping[str, Any], receipt: Receipt
     ) -> Reply:
-        """R5.1/R3.12: re-read the session; report revision, status, admission, resumable and the next step."""
+        """R5.1/R3.12: re-read the session; report revision, status, admission, resumable and the next step.
+
+        A decision that launches a worker (the runbook's ``verify.watch``) leaves the case open,
+        *verifying*, until a re-read observes recovery (R5.1, R5.2); only a closed session closes it now.
+        """
         ctx = self.ctx
         try:
             facts, _ = ctx.diagnose(session_id, None)
@@ -45,30 +53,159 @@ class Verifier:
         names = list(dict.fromkeys([*VERIFY_FACTS, *policy.report()]))
         step = policy.next_step(facts, flags)
         next_text = step.say if step else f"Check it: `/recover diagnose {session_id}`."
+        watch = self._watch_for(session_id, policy)
         detail: dict[str, Any] = {
             "decision": policy.name,
             "receipt_id": receipt.id,
             **{n: facts.get(n) for n in names},
             "next": next_text,
         }
-        ctx.record(session_id, actor, Step.VERIFICATION, {"decision": policy.name}, "checked", detail=detail)
         lines = [
             f"Receipt {receipt.id}: {receipt.status or 'unknown'}. "
             "Acceptance is not the same as the worker being gone, nor as a successful resume (R5.1).",
             f"Next: {next_text}",
         ]
+        outcome = "checked"
         why = settled_reason(facts)
+        if watch is not None:
+            seen = observe(watch, facts, watch.last_turn_id, ctx.now())
+            outcome = seen.state
+            why = f"recovery observed: {seen.why}" if seen.state == RECOVERED else None
+            if seen.state == VERIFYING:
+                detail["watch"] = watch.to_json()
+                lines.append(
+                    f"The case stays open (verifying): the bot re-reads the session every "
+                    f"{text.duration(watch.every)} and closes it only when it sees recovery — {seen.why}."
+                )
+            elif seen.state == FAILED_AGAIN:
+                detail["why"] = seen.why
+                lines.append(f"The session is failing again: {seen.why}. The case stays open (R5.4).")
+        ctx.record(session_id, actor, Step.VERIFICATION, {"decision": policy.name}, outcome, detail=detail)
         case = ctx.store.get_open_case(session_id) if why else None
-        if case is not None:
+        if case is not None and why is not None:
             ctx.store.close_case(case.id, actor, f"verification: {why}")
             lines.append(f"Case closed: {why}.")
         return Reply.of(
             Message(
                 headline=f"Verified `{session_id}` after `{policy.name}`",
                 level="ok",
-                facts=[(n, text.show(facts.get(n))) for n in names],
+                facts=[(n, text.fact_value(n, facts)) for n in names],
                 lines=lines,
                 rules=list(step.rules if step and step.rules else policy.spec.verify.rules),
                 session_id=session_id,
             )
         )
+
+    def _watch_for(self, session_id: str, policy: DecisionPolicy) -> Watch | None:
+        """The runbook's watch for this decision (None: it launches nothing to watch)."""
+        spec = policy.spec.verify.watch
+        if spec is None:
+            return None
+        runbooks = self.ctx.runbooks
+        last_turn: str | None = None
+        if policy.name == "resume":
+            last_turn = self._newest_turn(session_id)
+        return Watch(
+            decision=policy.name,
+            since=self.ctx.iso(),
+            every=runbooks.limit(spec.every),
+            window=runbooks.limit(spec.window),
+            last_turn_id=last_turn,
+        )
+
+    def _newest_turn(self, session_id: str) -> str | None:
+        try:
+            turns = self.ctx.client.list_turns(session_id)
+        except RecoverError:
+            return None
+        return turns[0].id if turns else None
+
+    # -- the watch: re-reads until recovery is observed (R5.1, R5.2) --------------------------------
+
+    def watching(self, session_id: str) -> Watch | None:
+        """The open case's verification in progress, if any (the last verification step says so)."""
+        case = self.ctx.store.get_open_case(session_id)
+        if case is None:
+            return None
+        last = None
+        for s in self.ctx.store.steps(session_id=session_id):
+            if s.step == Step.VERIFICATION and s.case_id == case.id:
+                last = s
+        if last is None or last.outcome != VERIFYING:
+            return None
+        return Watch.parse((last.detail or {}).get("watch"))
+
+    def watch_due(self, actor: str = "recover-bot") -> list[Message]:
+        """Re-read every verifying session whose interval has passed; say what changed in its thread."""
+        now = self.ctx.now()
+        out: list[Message] = []
+        for case in self.ctx.store.list_open_cases():
+            sid = case.session_id
+            watch = self.watching(sid)
+            if watch is None:
+                continue
+            looked = self._looked.get(sid)
+            # A little slack: a sweep that runs every ``every`` seconds must not skip every other look.
+            if looked is not None and (now - looked).total_seconds() < watch.every - min(1.0, watch.every / 10):
+                continue
+            self._looked[sid] = now
+            out.extend(self.look(sid, actor, watch))
+        return out
+
+    def look(
+        self,
+        session_id: str,
+        actor: str,
+        watch: Watch | None = None,
+        *,
+        facts: Mapping[str, Any] | None = None,
+    ) -> list[Message]:
+        """One re-read of a verifying session (``facts``: a diagnosis just made): close on recovery,
+        re-open on a new failure, else nothing."""
+        ctx = self.ctx
+        watch = watch or self.watching(session_id)
+        if watch is None:
+            return []
+        if facts is None:
+            try:
+                facts, _ = ctx.diagnose(session_id, None)
+            except RecoverError:
+                return []  # unreadable now: the next sweep looks again
+        newest = self._newest_turn(session_id) if watch.decision == "resume" else None
+        seen = observe(watch, facts, newest, ctx.now())
+        if seen.state == VERIFYING:
+            return []
+        names = (*VERIFY_FACTS, "attention.code", "attention.reason", "attention.failures")
+        shown = {n: facts.get(n) for n in names}
+        ctx.record(
+            session_id, actor, Step.VERIFICATION, {"decision": watch.decision}, seen.state,
+            detail={**shown, "why": seen.why, "since": watch.since},
+        )
+        rows = [(n, text.fact_value(n, facts)) for n in names]
+        if seen.state == RECOVERED:
+            case = ctx.store.get_open_case(session_id)
+            if case is not None:
+                ctx.store.close_case(case.id, actor, f"verification: recovery observed: {seen.why}")
+            return [
+                Message(
+                    headline=f"Case of `{session_id}` closed: recovery observed after `{watch.decision}` — {seen.why}",
+                    level="ok",
+                    facts=rows,
+                    rules=["R5.1", "R5.2"] if watch.decision == "resume" else ["R5.1"],
+                    session_id=session_id,
+                )
+            ]
+        return [
+            Message(
+                headline=f"`{session_id}` is failing again after `{watch.decision}`: {seen.why}",
+                level="error",
+                facts=rows,
+                lines=[
+                    "The case is open again (it was being verified): acceptance was not recovery (R5.1).",
+                    "Do not repeat the decision before the cause is fixed (R5.4); "
+                    f"diagnose again: `/recover diagnose {session_id}`.",
+                ],
+                rules=["R5.1", "R5.4"],
+                session_id=session_id,
+            )
+        ]

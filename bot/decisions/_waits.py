@@ -209,8 +209,11 @@ class WorkerGoneWait:
             ):
                 ctx.record(sid, actor, Step.DECISION_WAIT_GAVE_UP, {"request_id": req.id}, WAITABLE, db=db)
         sends = (ctx.requests.get(req.id) or req).sends
+        # "again" only when something was submitted before: a request that never got a confirmed-gone
+        # observation was never sent at all.
+        how = "was not submitted again" if sends else "was not submitted"
         msg = text.refusal(
-            f"`{req.decision}` on `{sid}` was not submitted again: no new confirmation that the worker is gone by "
+            f"`{req.decision}` on `{sid}` {how}: no new confirmation that the worker is gone by "
             f"{ctx.iso(until)} ({sends} submission(s) of request {req.id} in all)",
             "Check the scheduler (a reconciler pass does not remove containers, R1.5), then decide again.",
             rules=["R3.9", "R1.5"],

@@ -39,6 +39,9 @@ EV_WORKER_FAILED = "worker.failed"  # R2.5, R2.13
 EV_STOPPING = "worker.stopping"  # R2.13 (kind=failed)
 EV_STOP_KIND_REFUSED = "worker.release.stop_kind_refused"  # R2.16
 TRANSIENT_EVENTS = frozenset({EV_RESTORE_UNAVAILABLE, EV_STORE_UNAVAILABLE})
+# Lines after which a store outage is over for that worker [assumed names: the worker reports ready,
+# or the store answers again]; a failing or stopping worker ends it too.
+OUTAGE_CLOSERS = frozenset({"worker.ready", "worker.checkpoint.store_available"})
 
 # R2.5, R2.8: what marks permanent damage rather than a store outage.
 _DAMAGE_TEXT = re.compile(
@@ -220,22 +223,38 @@ NOTABLE_EVENTS = frozenset(
 MAX_NOTABLE = 40
 
 
+def _transient_status(status: int | None) -> bool:
+    """R2.6: 408, 429 and 5xx are a store outage, never damage."""
+    return status is not None and (status in (408, 429) or 500 <= status <= 599)
+
+
 def _is_damage(line: LogLine, event: str | None) -> bool:
     """R2.5, R2.8: permanent damage in a restore-related line (transient outage lines never count).
 
-    Interrupt-stage lines are left out on purpose: CHECKPOINT_UNAVAILABLE at finalize means the API
-    refused a manifest (R3.5), not that a stored checkpoint is damaged.
+    Structured fields decide before free text (R2.6 vs R2.8): a transient status (408, 429, 5xx) in a
+    status field is an outage whatever the message says; 401/403/404 or a damage code in a field is
+    damage; a line with such fields is never judged again on its free text, which is read only for
+    lines that carry none. Interrupt-stage lines are left out on purpose: CHECKPOINT_UNAVAILABLE at
+    finalize means the API refused a manifest (R3.5), not that a stored checkpoint is damaged.
     """
     if event in TRANSIENT_EVENTS or event in (tl.STAGE_EVENT, tl.CONTROL_RESULT_EVENT, tl.LATE_ANSWER):
         return False
     if event == EV_RESTORE_REFUSED:
         return True
+    statuses = [line.int_of(key) for key in _DAMAGE_FIELDS]
+    if any(_transient_status(n) for n in statuses):
+        return False
+    if any(n in (401, 403, 404) for n in statuses):
+        return True
+    structured = False
     for key in _DAMAGE_FIELDS:
-        if line.int_of(key) in (401, 403, 404):
-            return True
         value = line.fields.get(key)
-        if isinstance(value, str) and _DAMAGE_TEXT.search(value):
-            return True
+        if isinstance(value, str) and value.strip():
+            structured = True
+            if _DAMAGE_TEXT.search(value):
+                return True
+    if structured or any(n is not None for n in statuses):
+        return False
     return bool(_DAMAGE_TEXT.search(line.text))
 
 
@@ -279,6 +298,8 @@ class LogScanResult:
     cause: str | None = None
     interrupt_lines: list[LogLine] = field(default_factory=list)
     notable: list[LogLine] = field(default_factory=list)
+    unanswered_lines: list[LogLine] = field(default_factory=list)  # R3.1, attributed per turn later
+    outage_open: bool = False  # the last outage-relevant line is a transient outage line (R2.6)
     truncated: bool = False
 
     def add(self, line: LogLine) -> None:
@@ -308,6 +329,12 @@ class LogScanResult:
             isinstance(v, str) and _UNANSWERED_TEXT.search(v) for v in fields.values()
         )
         self.unanswered = self.unanswered or unanswered
+        if unanswered and len(self.unanswered_lines) < MAX_NOTABLE:
+            self.unanswered_lines.append(line)
+        if event in TRANSIENT_EVENTS:
+            self.outage_open = True
+        elif event in OUTAGE_CLOSERS or event == EV_WORKER_FAILED or stopping_failed:
+            self.outage_open = False  # the store answered, the worker got ready, or it ended
         if event in (tl.STAGE_EVENT, tl.LATE_ANSWER, tl.CONTROL_RESULT_EVENT):
             self.interrupt_lines.append(line)
         if (event in NOTABLE_EVENTS or unanswered or stopping_failed) and len(self.notable) < MAX_NOTABLE:
@@ -322,18 +349,38 @@ def scan_log_lines(lines: Iterable[LogLine]) -> LogScanResult:
     return scan
 
 
-def log_facts_from(scan: LogScanResult, *, turn_id: str | None = None) -> tuple[Facts, LogEvidence]:
-    """Facts and evidence from a scan; ``turn_id`` (the outcome-unknown turn) picks its timeline (R3.2)."""
+def _names_turn(line: LogLine, turn_id: str, control_id: str | None) -> bool:
+    """R3.2: a line is evidence about a turn only when it names it (its turn_id or control_id field, or
+    the id as a word of a plain line); a line naming another turn, or none, is not."""
+    named_turn = line.text_of("turn_id")
+    named_control = line.text_of("control_id")
+    if named_turn is not None or named_control is not None:
+        return named_turn == turn_id or (control_id is not None and named_control == control_id)
+    return re.search(rf"(?<![\w.:-]){re.escape(turn_id)}(?![\w.:-])", line.text) is not None
+
+
+def log_facts_from(
+    scan: LogScanResult, *, turn_id: str | None = None, control_id: str | None = None
+) -> tuple[Facts, LogEvidence]:
+    """Facts and evidence from a scan. With ``turn_id`` (the outcome-unknown turn; ``control_id`` its
+    control) the interrupt evidence is that turn's only — session_id · turn_id · control_id (R3.2):
+    another turn's stages, control.result or unanswered line never explain it."""
     timelines = tl.build_timelines(scan.interrupt_lines)
-    chosen = tl.select_timeline(timelines, turn_id)
-    result = tl.select_control_result(tl.control_results(scan.interrupt_lines), chosen, turn_id)
+    chosen = tl.select_timeline(timelines, turn_id, control_id)
+    result = tl.select_control_result(tl.control_results(scan.interrupt_lines), chosen, turn_id, control_id)
     late = bool(chosen.late) if chosen is not None else False
+    if turn_id is None:
+        unanswered = scan.unanswered
+    else:
+        unanswered = any(_names_turn(line, turn_id, control_id) for line in scan.unanswered_lines)
     facts: Facts = {
         "logs.lines": scan.total,
         **{f"logs.{k}": v for k, v in scan.counts.items()},
         "logs.permanent_damage": scan.damage,
         "logs.likely_cause": scan.cause,
-        "logs.interrupt_unanswered": scan.unanswered,
+        "logs.interrupt_unanswered": unanswered,
+        "logs.outage_ongoing": scan.outage_open,
+        "logs.timeline_turn_id": chosen.turn_id if chosen else None,
         "logs.late_sdk_interrupt_answered": late,  # R3.4
         "logs.engine_terminal_timeout": chosen.engine_terminal_timeout if chosen else False,
         "logs.capture_timeout": chosen.capture_timeout if chosen else False,
@@ -354,9 +401,11 @@ def log_facts_from(scan: LogScanResult, *, turn_id: str | None = None) -> tuple[
     return facts, evidence
 
 
-def log_facts(lines: Iterable[LogLine], *, turn_id: str | None = None) -> tuple[Facts, LogEvidence]:
+def log_facts(
+    lines: Iterable[LogLine], *, turn_id: str | None = None, control_id: str | None = None
+) -> tuple[Facts, LogEvidence]:
     """Facts and evidence from the worker's log lines for one session (R2.5–R2.8, R2.13, R2.16, R3.1–R3.5)."""
-    return log_facts_from(scan_log_lines(lines), turn_id=turn_id)
+    return log_facts_from(scan_log_lines(lines), turn_id=turn_id, control_id=control_id)
 
 
 # -- reconciler -------------------------------------------------------------------------------------

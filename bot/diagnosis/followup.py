@@ -36,8 +36,10 @@ def follow_up(
     sid = diagnosis.session_id
     turn = diagnosis.facts.get("unknown_turn.id")
     turn_id = turn if isinstance(turn, str) else None
-    first_facts, _ = F.log_facts_from(first_snap.result, turn_id=turn_id)
-    final_facts, final_evidence = F.log_facts_from(final_snap.result, turn_id=turn_id)
+    control = diagnosis.facts.get("unknown_turn.control_id")
+    control_id = control if isinstance(control, str) else None
+    first_facts, _ = F.log_facts_from(first_snap.result, turn_id=turn_id, control_id=control_id)
+    final_facts, final_evidence = F.log_facts_from(final_snap.result, turn_id=turn_id, control_id=control_id)
     found = new_evidence(first_facts, final_facts, first_snap, final_snap, turn_id)
     if not found:
         return None

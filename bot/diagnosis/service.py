@@ -309,7 +309,12 @@ class Diagnoser:
             scan = snapshot.result
             evidence.log_coverage = snapshot.describe()
             turn = facts.get("unknown_turn.id")
-            log_facts, log_evidence = F.log_facts_from(scan, turn_id=turn if isinstance(turn, str) else None)
+            control = facts.get("unknown_turn.control_id")
+            log_facts, log_evidence = F.log_facts_from(
+                scan,
+                turn_id=turn if isinstance(turn, str) else None,
+                control_id=control if isinstance(control, str) else None,
+            )
             facts.update(log_facts)
             evidence.timeline = log_evidence.timeline
             evidence.control_result = log_evidence.control_result

@@ -216,15 +216,19 @@ def build_timelines(lines: Iterable[LogLine]) -> list[InterruptTimeline]:
 
 
 def select_timeline(
-    timelines: list[InterruptTimeline], turn_id: str | None = None
+    timelines: list[InterruptTimeline], turn_id: str | None = None, control_id: str | None = None
 ) -> InterruptTimeline | None:
-    """The timeline that explains the outcome-unknown turn, else the most recent one."""
+    """The timeline of the outcome-unknown turn — and only that turn's (R3.2: session_id · turn_id ·
+    control_id): with ``turn_id`` given and no stage line naming it, there is none. Without a turn to
+    explain, the most recent one."""
     if not timelines:
         return None
     if turn_id is not None:
-        matching = [t for t in timelines if t.turn_id == turn_id]
-        if matching:
-            return matching[-1]
+        matching = [
+            t for t in timelines
+            if t.turn_id == turn_id and (control_id is None or t.control_id in (None, control_id))
+        ]
+        return matching[-1] if matching else None
     dated = [t for t in timelines if t.last_at is not None]
     if dated:
         return max(dated, key=lambda t: t.last_at or datetime.min)
@@ -254,18 +258,21 @@ def control_results(lines: Iterable[LogLine]) -> list[ControlResult]:
 
 
 def select_control_result(
-    results: list[ControlResult], timeline: InterruptTimeline | None = None, turn_id: str | None = None
+    results: list[ControlResult],
+    timeline: InterruptTimeline | None = None,
+    turn_id: str | None = None,
+    control_id: str | None = None,
 ) -> ControlResult | None:
-    """The ``control.result`` of the interrupt being explained (same control or turn), else the last one."""
+    """The ``control.result`` of the interrupt being explained (same control or turn). With a turn to
+    explain, another turn's result is never taken for it (R3.3); without one, the last."""
     if not results:
         return None
-    if timeline is not None and timeline.control_id is not None:
-        same = [r for r in results if r.control_id == timeline.control_id]
-        if same:
-            return same[-1]
+    controls = {c for c in (control_id, timeline.control_id if timeline is not None else None) if c}
+    same = [r for r in results if r.control_id is not None and r.control_id in controls]
+    if same:
+        return same[-1]
     wanted = turn_id or (timeline.turn_id if timeline is not None else None)
     if wanted is not None:
-        same = [r for r in results if r.turn_id == wanted]
-        if same:
-            return same[-1]
+        same = [r for r in results if r.turn_id == wanted and (not controls or r.control_id in (None, *controls))]
+        return same[-1] if same else None
     return results[-1]

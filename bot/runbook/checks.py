@@ -267,6 +267,12 @@ def check_decision(ck: Checker, rs: RunbookSet, decision: DecisionSpec, path: li
         if fact not in FACT_NAMES:
             ck.at([*path, "verify", "report", j], f"unknown fact {fact!r} (see docs/facts.md)")
     ck.rules(decision.verify.rules, rs.rules, [*path, "verify", "rules"])
+    watch = decision.verify.watch
+    for field_name in ("every", "window") if watch is not None else ():
+        limit_name = getattr(watch, field_name)
+        limit = rs.limits.get(limit_name)
+        if limit is None or limit.duration is None:
+            ck.at([*path, "verify", "watch", field_name], f"names {limit_name!r}, which is not a duration under 'limits:'")
     for j, step in enumerate(decision.verify.next):
         spath = [*path, "verify", "next", j]
         if step.when is not None:

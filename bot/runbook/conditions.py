@@ -389,8 +389,11 @@ def format_value(value: object, filt: str | None = None) -> str:
 
 def known_absent(name: str, values: Mapping[str, object]) -> bool:
     """``attention.code`` of a session known to have no attention block reads "none", not "unknown":
-    a field of an object whose ``<object>.present`` fact is False is absent, which is not unknown."""
+    a field of an object whose ``<object>.present`` fact is False is absent, which is not unknown; so
+    is a ``retry_at`` the API sent as null (not in backoff)."""
     head, dot, tail = name.partition(".")
+    if name == "attention.retry_at" and values.get("attention.in_backoff") is False:
+        return True  # R2.2: present and null (stopped or relaunched): "none", not "unknown"
     return bool(dot) and tail != "present" and values.get(f"{head}.present") is False
 
 

@@ -189,12 +189,22 @@ class OnErrorSpec(Model):
     wait: WaitSpec | None = None
 
 
+class WatchSpec(Model):
+    """After acceptance the case stays open, *verifying* (R5.1, R5.2): the session is re-read every
+    ``every`` (a limit name) until recovery is observed or it fails again; ``window`` (a limit name) is
+    the worker's start-up window, past which a running session with no failure counts as recovered."""
+
+    every: str
+    window: str
+
+
 class VerifySpec(Model):
     """What to check after the decision was accepted (R5.1) and what to do next (R3.12)."""
 
     report: list[str] = Field(default_factory=list)
     next: list[NextStepSpec] = Field(default_factory=list)
     rules: list[str] = Field(default_factory=list)
+    watch: WatchSpec | None = None
 
 
 class DecisionSpec(Model):

@@ -53,6 +53,8 @@ LOG_FACTS: tuple[str, ...] = (
     "logs.stop_kind_refused",
     "logs.likely_cause",
     "logs.interrupt_unanswered",
+    "logs.outage_ongoing",
+    "logs.timeline_turn_id",
     "logs.late_sdk_interrupt_answered",
     "logs.engine_terminal_timeout",
     "logs.capture_timeout",

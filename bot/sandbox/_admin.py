@@ -209,6 +209,14 @@ class SandboxAdmin:
         result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/stray-workers", {"count": count})
         return result
 
+    def worker_stop(self, session_id: str, kind: str = "drain", *, old_api: bool = False) -> dict[str, Any]:
+        """The worker ends by pause/terminate/close/revoked rights/drain: never a counted failure (R2.15),
+        except a drain released to an old API that refuses ``stop_kind`` on a restore claim (R2.16)."""
+        result: dict[str, Any] = self._call(
+            "POST", f"/sessions/{session_id}/worker-stop", {"kind": kind, "old_api": old_api}
+        )
+        return result
+
     # -- scenarios and logs
     def scenarios(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/scenarios")["scenarios"]

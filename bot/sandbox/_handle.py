@@ -15,7 +15,7 @@ from bot.clock import Clock, ManualClock, SystemClock
 from bot.sandbox._admin import SandboxAdmin
 from bot.sandbox._scenarios import Scenario, builtin_scenarios_dir, load_scenarios
 from bot.sandbox._server import RECOVER_SCOPE, SandboxApp, SandboxHTTPServer
-from bot.sandbox._state import SandboxState
+from bot.sandbox._state import STOPPED_TTL_SECONDS, SandboxState
 from bot.sandbox._traffic import Traffic
 
 ScenarioSpec = str | Path | list[Any] | None
@@ -128,6 +128,7 @@ def start_sandbox(
     rate_burst: float | None = None,
     incident: int | None = None,
     outage_seconds: float = 600.0,
+    stopped_ttl: float = STOPPED_TTL_SECONDS,
 ) -> SandboxHandle:
     """Start the sandbox control host in a background thread and return its handle.
 
@@ -139,7 +140,8 @@ def start_sandbox(
     idle client is disconnected after it). ``latency`` (seconds, real time) is added to every public
     call; ``rate_limit`` (requests a second per client, bursts up to ``rate_burst``) answers 429 with
     Retry-After past it. ``incident`` creates a mass incident of that many sessions whose outage ends
-    ``outage_seconds`` from now (see docs/sandbox.md).
+    ``outage_seconds`` from now (see docs/sandbox.md). ``stopped_ttl``: seconds after which a stopped
+    session's workspace volume expires (R4.1).
     """
     clock = clock if clock is not None else ManualClock()
     state_clock: Any = clock if callable(getattr(clock, "advance", None)) else AdjustableClock(clock)
@@ -148,7 +150,7 @@ def start_sandbox(
     recover_keys = [k for k, scopes in api_keys.items() if RECOVER_SCOPE in scopes]
     if not recover_keys:
         raise ValueError(f"api_keys needs at least one key with the {RECOVER_SCOPE} scope")
-    state = SandboxState(state_clock)
+    state = SandboxState(state_clock, stopped_ttl=stopped_ttl)
     state.add_scenarios(_resolve_scenarios(scenarios))
     if incident:
         state.create_incident(incident, outage_seconds=outage_seconds)

@@ -136,6 +136,7 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/store-outage$"), "store_outage"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/reclamation$"), "reclamation"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/stray-workers$"), "stray_workers"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/worker-stop$"), "worker_stop"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/turns$"), "start_turn"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/interrupt$"), "interrupt"),
 ]
@@ -601,6 +602,13 @@ class SandboxApp:
         if not isinstance(count, int) or isinstance(count, bool):
             raise AdminError(400, "BAD_REQUEST", "count must be an integer")
         self.state.stray_workers(params["sid"], count)
+        return self.state.debug_session(params["sid"])
+
+    def _admin_worker_stop(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        kind = body.get("kind", "drain")
+        if not isinstance(kind, str):
+            raise AdminError(400, "BAD_REQUEST", "kind must be a string")
+        self.state.worker_stop(params["sid"], kind, old_api=_bool({"old_api": body.get("old_api", False)}, "old_api"))
         return self.state.debug_session(params["sid"])
 
     def _admin_start_turn(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:

@@ -34,6 +34,11 @@ BACKOFF_SECONDS = (30, 60)
 FAILURE_LIMIT = 3
 # R2.6: WORKER_STARTUP_TIMEOUT_SEC, fixed at its default in the current deployment.
 WORKER_STARTUP_TIMEOUT_SEC = 3600
+# R4.1: a stopped session's workspace volume expires after this [assumed: the runbook names a stopped-TTL
+# contract, not its length]; what lived only on the volume is gone, a committed checkpoint stays.
+STOPPED_TTL_SECONDS = 7 * 24 * 3600
+# R2.15: endings that are not failures (drain: SIGTERM, release with stop_kind "drain").
+STOP_KINDS = ("drain", "pause", "terminate", "close", "revoked")
 DECISIONS = ("retry_restore", "start_fresh", "abandon", "confirm_completed", "close")
 _DECISION_FIELDS = {"decision", "expected_revision", "reason", "target_turn_id", "evidence_ref"}
 _RESUME_FIELDS = {"reason"}
@@ -105,6 +110,7 @@ class Execution:
     # while any is left, abandon / confirm_completed still get RECOVERY_REQUIRED, even though the API
     # shows the execution gone; each pass removes one and moves ``confirmed_gone_at`` (R3.9).
     strays: int = 0
+    restore: bool = False  # the claim carried a restore plan (a checkpoint at launch): R2.16
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -170,6 +176,9 @@ class Session:
     store_outage: bool = False
     scenario_id: str | None = None
     incident_cause: str | None = None  # sandbox only: how this incident session's next workers behave
+    relaunch: bool = False  # sandbox only: a drained worker's session continues at the next pass (R1.9)
+    stopped_at: datetime | None = None  # sandbox only: when it last became stopped (R4.1's TTL runs from it)
+    workspace_expired: bool = False  # sandbox only: the stopped-TTL ended; the volume is gone (R4.1)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -215,8 +224,9 @@ class IdempotencyRecord:
 class SandboxState:
     """All sandbox state behind one lock. Methods assume the caller holds :attr:`lock`."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, *, stopped_ttl: float = STOPPED_TTL_SECONDS) -> None:
         self.lock = threading.RLock()
+        self.stopped_ttl = float(stopped_ttl)
         self.clock = clock
         self.sessions: dict[str, Session] = {}
         self.scenarios: dict[str, Scenario] = {}
@@ -390,7 +400,12 @@ class SandboxState:
         """A new worker generation claims the session (R2.1: only ever after the backoff)."""
         generation = (session.execution.generation + 1) if session.execution else 1
         session.execution = Execution(
-            state="running", alive=True, phase="starting", generation=generation, started_at=at
+            state="running",
+            alive=True,
+            phase="starting",
+            generation=generation,
+            started_at=at,
+            restore=session.checkpoint is not None,
         )
         session.status = "running"
         self._event(session, "generation_launched", at, generation=generation, cause=reason)
@@ -434,9 +449,11 @@ class SandboxState:
         counted = (
             previous.failures if previous and previous.code in {"RESTORE_FAILED", "STARTUP_FAILED"} else 0
         )
-        failures = (counted or 0) + 1
-        # R2.3: an incompatible checkpoint is deterministic: stop right after this launch, no backoff.
-        stop = failures >= FAILURE_LIMIT or (code == "RESTORE_FAILED" and reason == "incompatible_checkpoint")
+        incompatible = code == "RESTORE_FAILED" and reason == "incompatible_checkpoint"
+        # R2.3: an incompatible checkpoint is deterministic: it stops right after this launch with
+        # failures 1 and retry_at null, whatever failures came before it.
+        failures = 1 if incompatible else (counted or 0) + 1
+        stop = failures >= FAILURE_LIMIT or incompatible
         retry_at = None if stop else at + timedelta(seconds=BACKOFF_SECONDS[min(failures, 2) - 1])
         session.attention = Attention(code=code, reason=reason, failures=failures, retry_at=retry_at)
         if stop:
@@ -457,6 +474,7 @@ class SandboxState:
         now = self.now()
         self._tick_incident(now)
         for session in self.sessions.values():
+            self._tick_workspace(session, now)
             execution = session.execution
             if not (session.store_outage and execution and execution.alive and execution.phase == "starting"):
                 continue
@@ -476,6 +494,25 @@ class SandboxState:
                 self._worker_failed(session, "RESTORE_FAILED", "restore_unavailable", deadline)
             else:
                 self._worker_failed(session, "STARTUP_FAILED", "store_unavailable", deadline)
+
+    def _tick_workspace(self, session: Session, now: datetime) -> None:
+        """R4.1: the stopped-TTL contract: a stopped session's volume expires; without a committed
+        checkpoint nothing is left to resume from (it was not resumable anyway), with one the session
+        resumes from the checkpoint."""
+        if session.status != "stopped" or session.workspace_expired:
+            return
+        if session.stopped_at is None:
+            session.stopped_at = now  # stopped as loaded: the TTL runs from the load
+            return
+        if now < session.stopped_at + timedelta(seconds=self.stopped_ttl):
+            return
+        session.workspace_expired = True
+        self._event(
+            session,
+            "workspace_expired",
+            session.stopped_at + timedelta(seconds=self.stopped_ttl),
+            checkpoint_id=session.checkpoint.id if session.checkpoint else None,
+        )
 
     # ------------------------------------------------------------------ scheduler
 
@@ -501,6 +538,19 @@ class SandboxState:
                     session, "execution_confirmed_gone", now, generation=execution.generation, stray=True
                 )
                 confirmed.append(session.id)
+            if (
+                session.relaunch
+                and session.admission_state == "open"
+                and session.status != "closed"
+                and session.execution is not None
+                and session.execution.state == "gone"
+            ):
+                # R1.9, R2.15: a drained worker was not a failure; the session continues at once.
+                session.relaunch = False
+                self._launch(session, now, reason="drained")
+                session.revision += 1
+                launched.append(session.id)
+                continue
             attention = session.attention
             if (
                 attention
@@ -609,6 +659,35 @@ class SandboxState:
             session.store_outage = False
             # R2.6: the same worker goes on; no new generation, no failure counted.
             self._log_json(session, now, "worker.checkpoint.store_available")
+        return session
+
+    def worker_stop(self, session_id: str, kind: str, *, old_api: bool = False) -> Session:
+        """The current worker ends without failing: pause, terminate, close, revoked rights or a SIGTERM
+        drain. None of them counts as a failure (R2.15); a drained session continues at the next
+        scheduler pass (R1.9). ``old_api``: the API predates ``stop_kind`` and refuses it with 400
+        (R2.16): the worker logs ``worker.release.stop_kind_refused``, releases again without it, and
+        the old API counts the ending by the old rules: one failure when the claim carried a restore."""
+        if kind not in STOP_KINDS:
+            raise AdminError(400, "BAD_REQUEST", f"kind must be one of {', '.join(STOP_KINDS)}")
+        session = self.get(session_id)
+        execution = self._alive_worker(session, "worker_stop")
+        now = self.now()
+        execution.alive = False
+        execution.state = "draining"  # ended; the scheduler confirms it gone (R1.5)
+        if kind == "drain" and old_api:
+            self._log_json(
+                session, now, "worker.release.stop_kind_refused", level="warn", status=400, code="BAD_REQUEST"
+            )
+            self._log_json(session, now, "worker.released", generation=execution.generation)
+            if execution.restore:
+                self._worker_failed(session, "RESTORE_FAILED", "worker_released", now)
+                return session
+        else:
+            self._log_json(session, now, "worker.released", generation=execution.generation, stop_kind=kind)
+        session.status = "idle"
+        session.relaunch = kind == "drain"
+        session.revision += 1
+        self._event(session, "worker_stopped", now, stop_kind=kind, generation=execution.generation)
         return session
 
     def stray_workers(self, session_id: str, count: int) -> Session:
@@ -967,7 +1046,10 @@ class SandboxState:
             raise ApiError(400, "BAD_REQUEST", f"decision must be one of {', '.join(DECISIONS)}.")
         if not isinstance(reason, str) or not reason.strip():
             raise ApiError(400, "BAD_REQUEST", "reason is required (free text for the records).")
-        if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
+        if expected is None:
+            # The runbook's decision body always carries it: a client that drops it must not pass.
+            raise ApiError(400, "BAD_REQUEST", "expected_revision is required (the session's current revision).")
+        if not isinstance(expected, int) or isinstance(expected, bool):
             raise ApiError(400, "BAD_REQUEST", "expected_revision must be an integer.")
         for name, value in (("target_turn_id", target), ("evidence_ref", evidence)):
             if value is not None and not isinstance(value, str):
@@ -976,7 +1058,7 @@ class SandboxState:
             raise ApiError(400, "BAD_REQUEST", f"{decision} needs target_turn_id.")
         if decision == "confirm_completed" and not evidence:
             raise ApiError(400, "BAD_REQUEST", "confirm_completed needs evidence_ref.")
-        if expected is not None and expected != session.revision:
+        if expected != session.revision:
             raise ApiError(
                 409, "REQUEST_STALE", f"expected_revision {expected} is not current ({session.revision})."
             )
@@ -1016,13 +1098,15 @@ class SandboxState:
                 session.execution.alive = False
                 session.execution.state = "draining"
         elif decision == "retry_restore":
-            # R2.9: count back to 0; the next worker restores from the same checkpoint pointer.
-            session.attention = None
+            # R2.9: count back to 0; the next worker restores from the same checkpoint pointer. The
+            # attention stays (failures 0) until that worker reports ready: acceptance is not recovery.
+            session.attention = self._attention_until_ready(session.attention)
             session.admission_state = "open"
             self._launch(session, now, reason="retry_restore")
         elif decision == "start_fresh":
-            # R2.11: a new engine session without the checkpoint.
-            session.attention = None
+            # R2.11: a new engine session without the checkpoint; the attention stays (failures 0)
+            # until its worker reports ready.
+            session.attention = self._attention_until_ready(session.attention)
             session.checkpoint = None
             session.admission_state = "open"
             session.resumable = False
@@ -1031,6 +1115,7 @@ class SandboxState:
             assert turn is not None
             turn.ended_at = turn.ended_at or now
             session.status = "stopped"
+            session.stopped_at, session.workspace_expired = now, False  # R4.1: the TTL starts
             session.admission_state = "open"
             if decision == "confirm_completed":
                 turn.status = "completed"
@@ -1058,6 +1143,14 @@ class SandboxState:
             "session": session.summary(),
             "result": {"resumable": bool(session.resumable)},
         }
+
+    @staticmethod
+    def _attention_until_ready(attention: Attention | None) -> Attention | None:
+        """A restore/startup attention kept across a retry_restore / start_fresh with the count back to 0
+        (R2.9); it clears only when the next worker reports ready (R2.2, R5.1)."""
+        if attention is None or attention.code not in {"RESTORE_FAILED", "STARTUP_FAILED"}:
+            return None
+        return Attention(code=attention.code, reason=attention.reason, failures=0, retry_at=None)
 
     @staticmethod
     def _stale(message: str) -> ApiError:
@@ -1192,6 +1285,8 @@ class SandboxState:
             else None
         )
         data["reclamation_claim"] = session.reclamation_claim
+        data["stopped_at"] = isoformat(session.stopped_at)
+        data["workspace_expired"] = session.workspace_expired
         data["store_outage"] = session.store_outage
         data["scenario_id"] = session.scenario_id
         data["incident_cause"] = session.incident_cause

@@ -208,7 +208,9 @@ def test_restore_failures_backoff_limit_and_retry_restore_resets(
     receipt = decide(client, "ses_a", "retry_restore")
     assert receipt.status == "accepted"
     after = client.get_session("ses_a")
-    assert after.attention is None and after.admission_state == "open"
+    # R5.1: the attention stays, count back to 0 (R2.9), until the next worker reports ready.
+    assert after.attention is not None and after.attention.failures == 0
+    assert after.admission_state == "open"
     sbx.admin.fail_restore("ses_a")  # the next worker fails again: the count started over (R2.9)
     again = client.get_session("ses_a")
     assert (
@@ -242,7 +244,8 @@ def test_startup_failures_refuse_retry_restore_but_accept_start_fresh(
     assert session.attention.failures == 3 and session.admission_state == "recovery_required"
     assert refused(lambda: decide(client, "ses_a", "retry_restore")).code == "REQUEST_STALE"  # R2.10
     assert decide(client, "ses_a", "start_fresh").status == "accepted"  # R2.14
-    assert client.get_session("ses_a").attention is None
+    fresh = client.get_session("ses_a").attention
+    assert fresh is not None and fresh.failures == 0  # kept until the new worker is ready (R5.1)
 
 
 def test_start_fresh_refused_unless_stopped(sbx: SandboxHandle, client: ControlHostClient) -> None:

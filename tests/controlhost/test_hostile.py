@@ -212,7 +212,7 @@ def test_a_huge_answer_to_a_post_keeps_the_request_pending_with_its_key(
     sbx: SandboxHandle = sandbox_factory(scenarios=["healthy"])
     sbx.admin.fault("huge_body", "/v1/sessions/*/recovery-decisions", size=50 * MB, times=1)
     with ControlHostClient(sbx.url, sbx.api_key, store=store, clock=clock, retry=FAST) as client:
-        receipt = post_decision(client, "ses_healthy", {"decision": "close", "reason": "hostile test"})
+        receipt = post_decision(client, "ses_healthy", {"decision": "close", "reason": "hostile test", "expected_revision": sbx.admin.session("ses_healthy")["revision"]})
     assert receipt.status == "accepted"
     posts = [r for r in sbx.admin.requests("ses_healthy") if r["method"] == "POST"]
     assert len(posts) == 2 and posts[0]["idempotency_key"] == posts[1]["idempotency_key"]
@@ -226,7 +226,7 @@ def test_a_huge_answer_every_time_ends_pending_not_refused(
     sbx.admin.fault("huge_body", "/v1/sessions/*/recovery-decisions", size=20 * MB, times=None)
     with ControlHostClient(sbx.url, sbx.api_key, store=store, clock=clock, retry=FAST) as client:
         with pytest.raises(RequestPendingError) as info:
-            post_decision(client, "ses_healthy", {"decision": "close", "reason": "hostile test"})
+            post_decision(client, "ses_healthy", {"decision": "close", "reason": "hostile test", "expected_revision": sbx.admin.session("ses_healthy")["revision"]})
         assert info.value.code == "ANSWER_TOO_LARGE"
         record = store.get_request(info.value.idempotency_key)
         assert record is not None and record.pending

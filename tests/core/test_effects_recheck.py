@@ -221,7 +221,9 @@ def test_a_request_made_after_the_pass_is_sent_without_a_recheck(sbx, router, cl
 
 def test_single_person_confirm_still_works_and_refuses_effects(sbx, router) -> None:
     sid = "ses_restore_damaged"  # builtin: restore stopped at the limit (R2.10)
-    asked = say(router, f'/recover decide {sid} retry_restore --reason "proxy fixed"', "alice")
+    asked = say(  # permanent damage: the cause must be said fixed (R2.8)
+        router, f'/recover decide {sid} retry_restore --cause-fixed "proxy replaced" --reason "proxy fixed"', "alice"
+    )
     assert asked.ok, text(asked)
     (confirm,) = [m for m in asked.messages if m.kind == "confirmation_request"]
     assert confirm.ref
@@ -281,3 +283,17 @@ def test_without_a_next_pass_the_wait_ends_visibly_after_one_submission(sbx, rou
     assert "was not submitted again" in said and f"1 submission(s) of request {rid} in all" in said
     assert sbx.admin.effect_count(STRAY) == 0
     assert router.services.decisions.requests.get(rid).state == "failed"
+
+
+def test_a_wait_that_never_saw_the_worker_gone_says_nothing_was_submitted(sbx, router, clock) -> None:
+    """Approved before any scheduler pass, and none comes: nothing was ever submitted, so the end says
+    "was not submitted" — never "again"."""
+    sid = "ses_unknown_unanswered"  # builtin: the worker is not confirmed gone
+    rid = request_abandon(router, sid, "turn_uu5")
+    clock.on_sleep = None
+    reply = say(router, f"/recover approve {rid}", "bob")
+    said = text(reply)
+    assert not reply.ok
+    assert "was not submitted: no new confirmation" in said and "not submitted again" not in said
+    assert f"0 submission(s) of request {rid} in all" in said
+    assert posts(sbx, sid) == []

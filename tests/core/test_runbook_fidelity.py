@@ -205,8 +205,13 @@ def test_a_restore_stopped_at_the_limit_still_offers_retry_restore(sbx, router) 
     reply = say(router, f"/recover diagnose {sid}")
     assert "Incompatible checkpoint" in text(reply)
     assert valid_line(reply).startswith("Valid now: retry_restore, start_fresh, close")
-    confirm = say(router, f'/recover decide {sid} retry_restore --reason "runtime pinned back"')
-    # R2.4/R5.3: the incompatible warning applies here …
+    refused = say(router, f'/recover decide {sid} retry_restore --reason "runtime pinned back"')
+    # R2.3/R5.3: without saying what changed it is refused, as for a batch member …
+    assert "needs --cause-fixed" in text(refused) and posts(sbx, sid) == []
+    confirm = say(
+        router, f'/recover decide {sid} retry_restore --cause-fixed "runtime pinned back" --reason "runtime pinned back" --yes'
+    )
+    # R2.4/R5.3: … and then the incompatible warning is shown before any send, --yes or not.
     assert "never succeeds on the same runtime/profile" in text(confirm)
     assert posts(sbx, sid) == []
 
@@ -356,8 +361,11 @@ def test_a_voided_approval_lists_every_fact_that_changed(sbx, router) -> None:
     close = say(router, f'/recover decide {sid} close --reason "give up"')
     (asked,) = [m for m in close.messages if m.kind == "approval_request"]
     # Meanwhile carol's retry_restore clears the attention (R2.9): three decisive facts change.
-    retry = say(router, f'/recover decide {sid} retry_restore --reason "proxy fixed"', actor="carol")
+    retry = say(
+        router, f'/recover decide {sid} retry_restore --cause-fixed "proxy replaced" --reason "proxy fixed"', actor="carol"
+    )
     assert say(router, f"/recover confirm {confirmation_id(retry)}", actor="carol").ok
+    sbx.admin.worker_ready(sid)  # the attention clears when the next worker is ready (R5.1)
     void = say(router, f"/recover approve {asked.ref}", actor="bob")
     assert not void.ok
     updated = void.messages[0].headline

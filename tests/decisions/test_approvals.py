@@ -226,9 +226,11 @@ def test_changed_facts_void_the_approval(decision_env):
     # The session moves on: a retry_restore by someone else resets attention (R2.9) — a decisive change.
     env.sandbox.admin.create_session({"session": {"id": "ses_other", "status": "running"}})
     other = svc.decide(
-        OUTSIDER, CHANNEL, "ses_rf1", "retry_restore", reason="store fixed", yes=True, reporter=env.reporter
+        OUTSIDER, CHANNEL, "ses_rf1", "retry_restore", reason="store fixed", yes=True, reporter=env.reporter,
+        cause_fixed="store path corrected",  # restore_refused is permanent damage (R2.8)
     )
     assert other.ok, [m.plain_text() for m in other.messages]
+    env.sandbox.admin.worker_ready("ses_rf1")  # the attention clears once the worker is ready (R5.1)
     reply = svc.approve(APPROVER, CHANNEL, rid, env.reporter)
     assert not reply.ok
     text = "\n".join(m.plain_text() for m in reply.messages)

@@ -111,7 +111,7 @@ def test_recovery_required_gives_up_after_the_runbook_bound(make_decision_env):
 
 def test_request_stale_from_the_api_gives_the_runbooks_advice(decision_env):
     env = decision_env
-    env.restore_failed("ses_st1")
+    env.restore_failed("ses_st1", reason="restore_unavailable")
     # The worker is draining: a scheduler pass will bump the revision without touching decisive facts.
     env.sandbox.admin.create_session(
         {
@@ -122,7 +122,7 @@ def test_request_stale_from_the_api_gives_the_runbooks_advice(decision_env):
                 "revision": 4,
                 "attention": {
                     "code": "RESTORE_FAILED",
-                    "reason": "restore_refused",
+                    "reason": "restore_unavailable",
                     "failures": 3,
                     "retry_at": None,
                 },
@@ -227,14 +227,26 @@ def test_confirmation_of_single_person_decisions(decision_env):
     # R2.11, R5.3: the confirmation names what is dropped.
     assert "This drops: the checkpoint's context (checkpoint ckpt_7)" in msg.plain_text()
     assert [(b.action, b.value) for b in msg.buttons] == [("confirm", msg.ref)]
-    assert msg.buttons[0].command.endswith("--yes")
+    # Something beyond the standard question is shown: only the button or /recover confirm sends it.
+    assert msg.buttons[0].command == f"/recover confirm {msg.ref}"
     assert env.posts("ses_sf1") == []
     assert not svc.confirm(OUTSIDER, CHANNEL, msg.ref, ListReporter()).ok
     assert not svc.approve(APPROVER, CHANNEL, msg.ref, ListReporter()).ok
     done = svc.confirm(REQUESTER, CHANNEL, msg.ref, ListReporter())
     assert done.ok, _text(done)
     assert [e["decision"] for e in env.effects("ses_sf1")] == ["start_fresh"]
-    # start_fresh launched a worker: the session needs no operator any more → the case is closed.
+    # R5.1: acceptance is not recovery: the case stays open, verifying, until the new worker is ready.
+    assert "The case stays open (verifying)" in _text(done)
+    assert env.store.get_open_case("ses_sf1") is not None
+    assert svc.expire_due() == []  # the sweep re-reads it: still starting, nothing to say
+    assert env.store.get_open_case("ses_sf1") is not None
+    env.sandbox.admin.worker_ready("ses_sf1")
+    env.clock.advance(30)
+    closed = svc.expire_due()
+    assert [m.headline for m in closed] == [
+        "Case of `ses_sf1` closed: recovery observed after `start_fresh` — the next worker reported ready "
+        "(the attention cleared)"
+    ]
     assert env.store.get_open_case("ses_sf1") is None
 
 
@@ -301,7 +313,16 @@ def test_resume_rides_through_503_with_backoff_and_one_key(make_decision_env):
     assert len(env.effects("ses_rs1")) == 1
     assert any("waiting for reclamation" in m.headline and "R4.2" in m.rules for m in reporter.posted)
     assert "picked up the checkpoint's context (R5.2)" in _text(reply)
-    assert env.store.get_open_case("ses_rs1") is None  # running again: no operator needed
+    # R5.2: running again is not yet recovery: the case is verified until a new turn runs.
+    assert env.store.get_open_case("ses_rs1") is not None
+    env.sandbox.admin.worker_ready("ses_rs1")
+    clock.advance(30)
+    assert svc.expire_due() == [] and env.store.get_open_case("ses_rs1") is not None
+    env.sandbox.admin.start_turn("ses_rs1", "turn_after_resume")
+    clock.advance(30)
+    closed = svc.expire_due()
+    assert len(closed) == 1 and "a new turn (turn_after_resume) ran after the resume" in closed[0].headline
+    assert env.store.get_open_case("ses_rs1") is None
 
 
 def test_resume_gives_up_after_the_runbook_bound(make_decision_env):
@@ -319,9 +340,10 @@ def test_resume_gives_up_after_the_runbook_bound(make_decision_env):
     assert env.store.unfinished_requests() == []
 
 
-def test_repeated_decision_is_flagged(make_decision_env):
+def test_repeated_decision_is_flagged_before_the_send_and_yes_does_not_send_it(make_decision_env):
+    """R5.4: the repeat check runs before the send; without --cause-fixed it needs an explicit confirmation."""
     env = make_decision_env()
-    env.restore_failed("ses_rp1", reason="restore_refused")
+    env.restore_failed("ses_rp1", reason="restore_unavailable")
     svc = env.service()
     first = svc.decide(
         REQUESTER, CHANNEL, "ses_rp1", "retry_restore", reason="try again", yes=True, reporter=ListReporter()
@@ -329,12 +351,39 @@ def test_repeated_decision_is_flagged(make_decision_env):
     assert first.ok, _text(first)
     admin = env.sandbox.admin
     for _ in range(3):  # the cause was not fixed: three more restore failures stop it again (R2.1)
-        admin.fail_restore("ses_rp1", "restore_refused")
+        admin.fail_restore("ses_rp1", "restore_unavailable")
+        admin.advance(61)
+        admin.scheduler_pass()
+    sent = len(env.posts("ses_rp1"))
+    again = svc.decide(
+        REQUESTER, CHANNEL, "ses_rp1", "retry_restore", reason="try again", yes=True, reporter=ListReporter()
+    )
+    assert again.ok, _text(again)
+    msg = again.messages[0]
+    text = msg.plain_text()
+    assert msg.kind == "confirmation_request"
+    assert "already executed 1 time(s)" in text and "R5.4" in text
+    assert "`--yes` did not send it" in text
+    assert len(env.posts("ses_rp1")) == sent  # nothing sent before the warning was seen
+    # The explicit confirmation, after the warning was shown, sends it once.
+    done = svc.confirm(REQUESTER, CHANNEL, msg.ref, ListReporter())
+    assert done.ok, _text(done)
+    assert len(env.posts("ses_rp1")) == sent + 1
+
+
+def test_a_repeat_with_cause_fixed_needs_no_second_confirmation(make_decision_env):
+    env = make_decision_env()
+    env.restore_failed("ses_rp2", reason="restore_unavailable")
+    svc = env.service()
+    assert svc.decide(REQUESTER, CHANNEL, "ses_rp2", "retry_restore", reason="r", yes=True, reporter=ListReporter()).ok
+    admin = env.sandbox.admin
+    for _ in range(3):
+        admin.fail_restore("ses_rp2", "restore_unavailable")
         admin.advance(61)
         admin.scheduler_pass()
     again = svc.decide(
-        REQUESTER, CHANNEL, "ses_rp1", "retry_restore", reason="try again", reporter=ListReporter()
+        REQUESTER, CHANNEL, "ses_rp2", "retry_restore", reason="r", yes=True, reporter=ListReporter(),
+        cause_fixed="object-store endpoint corrected",
     )
     assert again.ok, _text(again)
-    text = again.messages[0].plain_text()
-    assert "already executed 1 time(s)" in text and "R5.4" in text
+    assert [e["decision"] for e in env.effects("ses_rp2")] == ["retry_restore", "retry_restore"]

@@ -7,6 +7,8 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from bot.controlhost import Event, Session, Turn
 from bot.diagnosis import facts as F
 from bot.logs import parse_line
@@ -190,7 +192,7 @@ def test_interrupt_facts_from_the_unknown_turn_timeline():
         st("sdk_interrupt_called", 2),
         st("engine_terminal", 5003, outcome="timeout"),
         st("control_received", 0, turn="turn_2"),
-        "gave no terminal within 5000ms of its interrupt session_id=ses_1",
+        "turn turn_9 gave no terminal within 5000ms of its interrupt session_id=ses_1",
         '{"event":"late_sdk_interrupt_answered","session_id":"ses_1","turn_id":"turn_9","control_id":"ctl_3",'
         '"elapsed_ms":6400}',
         "control.result session_id=ses_1 turn_id=turn_9 control_id=ctl_3 operation=interrupt outcome=unknown "
@@ -206,6 +208,57 @@ def test_interrupt_facts_from_the_unknown_turn_timeline():
     assert facts["logs.control_result_reason_code"] == "deadline_exceeded"
     assert evidence.timeline is not None and evidence.timeline.turn_id == "turn_9"
     assert evidence.control_result is not None and evidence.control_result.deadline_exceeded
+
+
+def test_another_turns_interrupt_evidence_is_never_attributed_to_the_unknown_turn():
+    """R3.2: with no stage lines for the outcome-unknown turn, an older turn's engine_terminal timeout,
+    its deadline_exceeded control.result and an unanswered line naming it (or no turn) explain nothing."""
+
+    def st(stage, ms, turn, **kw):
+        return json.dumps({"event": "worker.turn.interrupt.stage", "session_id": "ses_1", "turn_id": turn,
+                           "control_id": "ctl_old", "stage": stage, "elapsed_ms": ms, **kw})
+
+    facts, evidence = F.log_facts(lines(
+        st("control_received", 0, "turn_old"),
+        st("engine_terminal", 5003, "turn_old", outcome="timeout"),
+        "turn turn_old gave no terminal within 5000ms of its interrupt session_id=ses_1",
+        "gave no terminal within 5000ms of its interrupt session_id=ses_1",
+        "control.result session_id=ses_1 turn_id=turn_old control_id=ctl_old operation=interrupt outcome=unknown "
+        "reason_code=deadline_exceeded effect_ms=30000 duration_ms=30000",
+    ), turn_id="turn_new", control_id="ctl_new")
+    assert evidence.timeline is None and evidence.control_result is None
+    assert facts["logs.timeline_turn_id"] is None
+    assert facts["logs.engine_terminal_timeout"] is False
+    assert facts["logs.interrupt_unanswered"] is False
+    assert facts["logs.control_result_reason_code"] is None
+    # Without a turn to explain, the session's latest evidence is shown, labelled with its turn.
+    anyturn, _ = F.log_facts(lines(st("engine_terminal", 5003, "turn_old", outcome="timeout")))
+    assert anyturn["logs.timeline_turn_id"] == "turn_old" and anyturn["logs.engine_terminal_timeout"] is True
+
+
+@pytest.mark.parametrize(
+    ("line", "damage"),
+    [
+        ('{"event":"worker.failed","session_id":"ses_1","status":503,"error":"NoSuchKey while retrying"}', False),
+        ('{"event":"worker.failed","session_id":"ses_1","status":404,"error":"not found"}', True),
+        ('{"event":"worker.failed","session_id":"ses_1","error":"object-store timeout","detail":"status 404 earlier"}', False),
+        ("worker.failed session_id=ses_1 NoSuchKey: the manifest is gone", True),
+    ],
+)
+def test_structured_fields_decide_damage_before_free_text(line, damage):
+    """R2.6 vs R2.8: a transient status field wins over a damage word in the text; free text is read
+    only on lines without structured fields."""
+    facts, _ = F.log_facts(lines(line))
+    assert facts["logs.permanent_damage"] is damage
+
+
+def test_an_ongoing_outage_is_open_until_the_store_answers():
+    outage = '{"event":"worker.checkpoint.restore_unavailable","session_id":"ses_1","status":503}'
+    assert F.log_facts(lines(outage, outage))[0]["logs.outage_ongoing"] is True
+    back = '{"event":"worker.checkpoint.store_available","session_id":"ses_1"}'
+    assert F.log_facts(lines(outage, back))[0]["logs.outage_ongoing"] is False
+    failed = '{"event":"worker.failed","session_id":"ses_1","error":"startup timeout"}'
+    assert F.log_facts(lines(outage, failed))[0]["logs.outage_ongoing"] is False
 
 
 def test_reconciler_facts():

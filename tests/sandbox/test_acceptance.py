@@ -191,7 +191,7 @@ def test_retry_restore_accepted_at_the_limit_and_launches_from_the_same_checkpoi
     assert response.status_code == 201, response.text
     after = sandbox_api.session(session_id)
     # R2.9: count back to 0, the next worker restores the same checkpoint pointer.
-    assert after["attention"] is None
+    assert after["attention"]["failures"] == 0 and after["attention"]["retry_at"] is None  # kept until ready
     assert after["admission_state"] == "open" and after["status"] == "running"
     assert after["checkpoint"] == before["checkpoint"]
     assert after["execution"]["state"] == "running"
@@ -288,11 +288,17 @@ def test_start_fresh_refused(sandbox: SandboxHandle, sandbox_api: SandboxApi, se
 def test_start_fresh_accepted_when_stopped_or_context_gap(
     sandbox: SandboxHandle, sandbox_api: SandboxApi, session_id: str
 ) -> None:
+    before = sandbox_api.session(session_id)
     response = sandbox_api.decide(session_id, "start_fresh")
     assert response.status_code == 201, response.text
     after = sandbox_api.session(session_id)
     assert after["checkpoint"] is None  # R2.11: without the checkpoint
-    assert after["attention"] is None and after["status"] == "running" and after["admission_state"] == "open"
+    # A restore/startup attention stays, count 0, until the new worker reports ready (R5.1).
+    if before["attention"] and before["attention"]["code"] in {"RESTORE_FAILED", "STARTUP_FAILED"}:
+        assert after["attention"]["failures"] == 0 and after["attention"]["retry_at"] is None
+    else:
+        assert after["attention"] is None
+    assert after["status"] == "running" and after["admission_state"] == "open"
     assert response.json()["result"] == {"resumable": False}
     assert sandbox.admin.effect_count(session_id) == 1
 
@@ -436,9 +442,15 @@ def test_confirm_completed_accepted_with_covering_checkpoint(
     ]
 
 
-def test_expected_revision_is_optional(sandbox_api: SandboxApi) -> None:
+def test_expected_revision_is_required(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
+    """The runbook's decision body always carries expected_revision: a client that drops it is refused
+    (strict schema, 400) and nothing happens."""
+    before = sandbox_api.session("ses_incompatible")
     response = sandbox_api.decide("ses_incompatible", "close", expected_revision=None)
-    assert response.status_code == 201
+    assert (response.status_code, _code(response)) == (400, "BAD_REQUEST")
+    assert "expected_revision is required" in response.json()["error"]["message"]
+    assert sandbox_api.session("ses_incompatible") == before
+    assert sandbox.admin.effect_count("ses_incompatible") == 0
 
 
 def test_decision_on_unknown_session_is_404(sandbox_api: SandboxApi) -> None:

@@ -48,20 +48,22 @@ def test_same_key_other_body_or_path_is_422(sandbox: SandboxHandle, sandbox_api:
 
 
 def test_errors_are_not_stored_under_the_key(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
-    """A 4xx stores nothing: the same key later gets a fresh evaluation (here: accepted after the pass)."""
+    """A 4xx stores nothing: the same key later gets a fresh evaluation (here: accepted after the pass,
+    with the revision the pass moved to: no 422 for the changed body, since nothing was stored)."""
     sid = "ses_unknown_unanswered"
     body = {"decision": "abandon", "reason": "checked", "target_turn_id": "turn_uu5"}
     url = f"/v1/sessions/{sid}/recovery-decisions"
-    early = sandbox_api.post(url, body, key="key-c")
+    early = sandbox_api.post(url, {**body, "expected_revision": sandbox_api.session(sid)["revision"]}, key="key-c")
     assert early.json()["error"]["code"] == "RECOVERY_REQUIRED"
     assert sandbox.admin.idempotency_records(sid) == []
     sandbox.admin.scheduler_pass()
-    later = sandbox_api.post(url, body, key="key-c")
+    later = sandbox_api.post(url, {**body, "expected_revision": sandbox_api.session(sid)["revision"]}, key="key-c")
     assert later.status_code == 201
     assert [r["key"] for r in sandbox.admin.idempotency_records(sid)] == ["key-c"]
     # A 400 with a key also stores nothing, so the key stays usable for a correct body.
     assert sandbox_api.post(URL, {"decision": "retry_restore"}, key="key-d").status_code == 400
-    assert sandbox_api.post(URL, {"decision": "close", "reason": "done"}, key="key-d").status_code == 201
+    close = {"decision": "close", "reason": "done", "expected_revision": sandbox_api.session("ses_incompatible")["revision"]}
+    assert sandbox_api.post(URL, close, key="key-d").status_code == 201
 
 
 def test_concurrent_replays_of_one_request_make_one_effect(sandbox: SandboxHandle) -> None:

@@ -112,7 +112,7 @@ def test_after_the_outage_retry_restore_succeeds_and_the_worker_stays_up(inciden
     sb.admin.advance(300)
     waiting = sb.admin.session(during)
     assert waiting["store_outage"] is True and waiting["execution_internal"]["phase"] == "starting"
-    assert waiting["attention"] is None and waiting["status"] == "running"
+    assert waiting["attention"]["failures"] == 0 and waiting["status"] == "running"
     sb.admin.advance(301)  # the outage is over
     sb.admin.scheduler_pass()
     up = sb.admin.session(during)

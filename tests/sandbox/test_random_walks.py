@@ -47,7 +47,9 @@ def _check_invariants(sessions: dict[str, dict[str, Any]], previous: dict[str, d
                     assert turn["status"] in {"outcome_unknown", "cancelled", "completed"}
         attention = s["attention"]
         if attention and attention["code"] in {"RESTORE_FAILED", "STARTUP_FAILED"}:
-            assert 1 <= attention["failures"] <= 3
+            assert 0 <= attention["failures"] <= 3
+            if attention["failures"] == 0:  # kept after retry_restore / start_fresh until ready (R5.1)
+                assert attention["retry_at"] is None and s["admission_state"] == "open"
             if attention["retry_at"] is not None:
                 assert attention["failures"] in {1, 2} and s["admission_state"] == "open"  # R2.1
             if attention["failures"] == 3:

@@ -86,7 +86,10 @@ def test_restore_failures_backoff_limit_and_retry_restore_resets_the_count(
     # R2.9: retry_restore resets the count; the next failure is the 1st again, with a 30 s backoff.
     accepted = sandbox_api.decide(sid, "retry_restore")
     assert accepted.status_code == 201
-    assert sandbox_api.session(sid)["attention"] is None
+    # R5.1: acceptance is not recovery: the attention stays, count 0, until the next worker is ready.
+    assert sandbox_api.session(sid)["attention"] == {
+        "code": "RESTORE_FAILED", "reason": "restore_refused", "failures": 0, "retry_at": None
+    }
     sandbox.admin.fail_restore(sid, "restore_refused")
     again = sandbox_api.session(sid)["attention"]
     assert again["failures"] == 1
@@ -228,7 +231,7 @@ def test_startup_failures_stop_at_the_third_and_start_fresh_relaunches(
     assert sandbox_api.decide(sid, "retry_restore").status_code == 409  # R2.10: no restore involved
     assert sandbox_api.decide(sid, "start_fresh").status_code == 201  # R2.14
     fresh = sandbox_api.session(sid)
-    assert fresh["attention"] is None and fresh["execution"]["state"] == "running"
+    assert fresh["attention"]["failures"] == 0 and fresh["execution"]["state"] == "running"
     sandbox.admin.fail_startup(sid, "workspace_prepare_failed")
     assert sandbox_api.session(sid)["attention"]["failures"] == 1
     logs = [line["text"] for line in sandbox.admin.worker_logs(sid)]
