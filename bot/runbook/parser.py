@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from bot.errors import CommandError
 from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
+from bot.runbook.suggest import closest
 from bot.runbook.usage import decision_command, decision_lines, value_pattern
 from bot.runbook.values import IDS_PLACEHOLDER
 from bot.vocab import StepKind
@@ -61,6 +62,22 @@ class _Token:
     value: str
     quoted: bool = False
     flag_with_quoted_value: bool = False
+    start: int = 0  # where the token's raw text starts in the decoded line (a correction replaces it)
+    end: int = 0
+
+
+class _Typo(CommandError):
+    """A word that is one of the runbook's own, mistyped: ``text[start:end]`` should read ``replacement``."""
+
+    def __init__(self, message: str, start: int, end: int, replacement: str) -> None:
+        super().__init__(message)
+        self.start, self.end, self.replacement = start, end, replacement
+
+class _Brief(CommandError):
+    """An error whose message already lists the choices: shown with the usage line only, not the page."""
+
+
+MAX_CORRECTIONS = 5
 
 
 def _short(value: str, size: int = 40) -> str:
@@ -113,7 +130,7 @@ def tokenize(text: str) -> list[_Token]:
         if text[i].isspace():
             i += 1
             continue
-        prefix = ""
+        prefix, start = "", i
         if text[i] not in _DOUBLE_OPEN + _SINGLE_OPEN:
             j = i
             while j < n and not text[j].isspace():
@@ -127,10 +144,10 @@ def tokenize(text: str) -> list[_Token]:
                     break
             word = text[i:j]
             if j >= n or text[j].isspace():
-                tokens.append(_Token(word))
+                tokens.append(_Token(word, start=i, end=j))
                 i = j
                 continue
-            prefix, i = word, j
+            prefix, start, i = word, i, j
         quote = text[i]
         closers = _DOUBLE_CLOSE if quote in _DOUBLE_OPEN else _SINGLE_CLOSE
         end = _find_close(text, i + 1, closers)
@@ -139,11 +156,21 @@ def tokenize(text: str) -> list[_Token]:
                 j = i
                 while j < n and not text[j].isspace():
                     j += 1
-                tokens.append(_Token(prefix + text[i:j]))
+                tokens.append(_Token(prefix + text[i:j], start=start, end=j))
                 i = j
                 continue
-            raise CommandError(f"unterminated quote: {_short(text[i:])} has no closing quote")
-        tokens.append(_Token(prefix + text[i + 1 : end], quoted=True, flag_with_quoted_value=bool(prefix)))
+            closer = '"' if quote in _DOUBLE_OPEN else "'"
+            raise _Typo(
+                f"unterminated quote: the {quote} at character {i + 1} ({_short(text[i:], 24)}) has no closing quote",
+                len(text.rstrip()),
+                len(text.rstrip()),
+                closer,
+            )
+        tokens.append(
+            _Token(
+                prefix + text[i + 1 : end], quoted=True, flag_with_quoted_value=bool(prefix), start=start, end=end + 1
+            )
+        )
         i = end + 1
     return tokens
 
@@ -183,8 +210,40 @@ def parse_command(text: str, runbooks: RunbookSet) -> ParsedCommand:
             usage=help_text(runbooks),
         )
     decoded = decode_slack(text)
+    first: _Typo | None = None
+    try:
+        return _parse_once(runbooks, decoded)
+    except _Typo as exc:
+        first = exc
+    # Did you mean: correct up to a few typos with the runbook's own words, then show the line to copy.
+    line = decoded
+    then: str | None = None
+    typo: _Typo = first
+    for _ in range(MAX_CORRECTIONS):
+        line = line[: typo.start] + typo.replacement + line[typo.end :]
+        try:
+            _parse_once(runbooks, line)
+            break
+        except _Typo as again:
+            typo = again
+        except CommandError as other:
+            then = other.message
+            break
+    else:
+        then = typo.message
+    words = line.split()
+    corrected = line.strip() if words and words[0].lower() == PREFIX else f"{PREFIX} {line.strip()}"
+    usage = ["Did you mean:", f"  {corrected}"]
+    if then:
+        usage.append(f"(then still: {then})")
+    raise CommandError(first.message, usage="\n".join(usage)) from None
+
+
+def _parse_once(runbooks: RunbookSet, decoded: str) -> ParsedCommand:
     try:
         tokens = tokenize(decoded)
+    except _Typo:
+        raise
     except CommandError as exc:
         raise CommandError(exc.message, usage=help_text(runbooks)) from None
     if tokens and not tokens[0].quoted and tokens[0].value.lower() == PREFIX:
@@ -196,19 +255,51 @@ def parse_command(text: str, runbooks: RunbookSet) -> ParsedCommand:
         return ParsedCommand(helper.name, helper.kind, spec=helper, text=decoded)
     matched = _match_command(runbooks, tokens)
     if matched is None:
-        raise CommandError(f"unknown subcommand {_short(tokens[0].value)}", usage=help_text(runbooks))
+        _suggest_word(tokens[0], _words_at(runbooks, []), "subcommand")
+        raise CommandError(f"unknown subcommand {_short(tokens[0].value)}", usage=short_help(runbooks))
     spec, used = matched
+    _longer_command(runbooks, spec, tokens, used)
     try:
         args, flags = _parse_rest(runbooks, spec, tokens[used:])
+    except _Typo:
+        raise
+    except _Brief as exc:
+        brief = f"Usage: {PREFIX} {spec.usage}\nMore: {PREFIX} help {spec.name}"
+        raise CommandError(exc.message, usage=brief) from None
     except CommandError as exc:
         raise CommandError(exc.message, usage=command_usage(runbooks, spec)) from None
     return ParsedCommand(spec.name, spec.kind, args, flags, spec, decoded)
 
 
+def _words_at(runbooks: RunbookSet, before: list[str]) -> list[str]:
+    """The words a subcommand name may have after ``before`` (its first words when empty)."""
+    n = len(before)
+    names = (c.name.split(" ") for c in runbooks.commands.values())
+    return sorted({w[n] for w in names if len(w) > n and w[:n] == before})
+
+
+def _suggest_word(token: _Token, choices: list[str], what: str) -> None:
+    """Raise a :class:`_Typo` when ``token`` is one edit or so away from one of ``choices``."""
+    if token.quoted:
+        return
+    near = closest(token.value, choices)
+    if near is not None and near != token.value.lower():
+        raise _Typo(f"unknown {what} {_short(token.value)}", token.start, token.end, near)
+
+
+def _longer_command(runbooks: RunbookSet, spec: CommandSpec, tokens: list[_Token], used: int) -> None:
+    """``dryrun decied`` matched ``dryrun``: the next word is a typo of a longer subcommand's."""
+    if used >= len(tokens):
+        return
+    longer = _words_at(runbooks, spec.name.split(" "))
+    if longer and tokens[used].value.lower() not in longer and not spec.args:
+        _suggest_word(tokens[used], longer, "subcommand")
+
+
 def _parse_rest(
     runbooks: RunbookSet, spec: CommandSpec, tokens: list[_Token]
 ) -> tuple[dict[str, str], dict[str, str | bool]]:
-    positional: list[str] = []
+    positional: list[_Token] = []
     flags: dict[str, str | bool] = {}
     takes_rest = bool(spec.args) and spec.args[-1].rest
     flags_done = not spec.flags and takes_rest  # a note's text may contain "--" freely
@@ -221,14 +312,18 @@ def _parse_rest(
             continue
         as_flag = not token.quoted or token.flag_with_quoted_value
         if flags_done or not as_flag or not _is_flag(token.value):
-            positional.append(token.value)
+            positional.append(token)
             continue
         body = _flag_name(token.value)
         name, eq, inline = body.partition("=")
         flag = spec.flag(name)
         if flag is None:
+            near = closest(name, [f.name for f in spec.flags])
+            if near is not None:
+                at = token.start + len(token.value) - len(body)
+                raise _Typo(f"unknown flag --{_short(name, 30)[1:-1]} for {spec.name}", at, at + len(name), near)
             known = ", ".join(f"--{f.name}" for f in spec.flags) or "none"
-            raise CommandError(f"unknown flag --{_short(name, 30)[1:-1]} for {spec.name} (flags: {known})")
+            raise _Brief(f"unknown flag --{_short(name, 30)[1:-1]} for {spec.name} (flags: {known})")
         if name in flags:
             raise CommandError(f"--{name} given twice")
         if not flag.value:
@@ -266,15 +361,18 @@ def _check_value(runbooks: RunbookSet, label: str, value: str, spec: ArgSpec | F
     return value
 
 
-def _assign(runbooks: RunbookSet, spec: CommandSpec, positional: list[str]) -> dict[str, str]:
+def _assign(runbooks: RunbookSet, spec: CommandSpec, positional: list[_Token]) -> dict[str, str]:
     args: dict[str, str] = {}
     for index, arg in enumerate(spec.args):
+        token: _Token | None = None
         if arg.rest:
             words = positional[index:]
             positional = positional[:index]
-            value = " ".join(words)
+            value = " ".join(t.value for t in words)
+            token = words[0] if len(words) == 1 else None
         elif index < len(positional):
-            value = positional[index]
+            token = positional[index]
+            value = token.value
         else:
             value = ""
         if not value:
@@ -284,19 +382,23 @@ def _assign(runbooks: RunbookSet, spec: CommandSpec, positional: list[str]) -> d
         if arg.choices == "decisions":
             value = value.lower()
             if value not in runbooks.decidable:
-                raise CommandError(
+                if token is not None:
+                    _suggest_word(token, list(runbooks.decidable), "decision")
+                raise _Brief(
                     f"unknown decision {_short(value)} (decisions: {', '.join(runbooks.decidable)})"
                 )
         elif arg.choices == "commands":
             value = " ".join(value.lower().split())
             if value not in runbooks.commands:
+                if token is not None:
+                    _suggest_word(token, list(runbooks.commands), "subcommand")
                 raise CommandError(
                     f"unknown subcommand {_short(value)} (subcommands: {', '.join(runbooks.commands)})"
                 )
         args[arg.name] = _check_value(runbooks, f"<{arg.name}>", value, arg)
     extra = positional[len(spec.args) :]
     if extra:
-        raise CommandError(f"unexpected argument {_short(extra[0])} for {spec.name}")
+        raise CommandError(f"unexpected argument {_short(extra[0].value)} for {spec.name}")
     return args
 
 
@@ -314,12 +416,18 @@ def command_usage(runbooks: RunbookSet, spec: CommandSpec) -> str:
     return "\n".join(lines)
 
 
+def short_help(runbooks: RunbookSet) -> str:
+    """Two lines for a word that is no subcommand: the subcommands' names and where the help is."""
+    names = sorted({c.name.split(" ")[0] for c in runbooks.commands.values()})
+    return f"Subcommands: {', '.join(names)}\nMore: {PREFIX} help"
+
+
 def help_text(runbooks: RunbookSet, subcommand: str | None = None) -> str:
     """The help: every subcommand with its one-line help, or one subcommand in full."""
     if subcommand:
         spec = runbooks.commands.get(" ".join(subcommand.lower().split()))
         if spec is None:
-            raise CommandError(f"unknown subcommand {_short(subcommand)}", usage=help_text(runbooks))
+            raise CommandError(f"unknown subcommand {_short(subcommand)}", usage=short_help(runbooks))
         return _help_one(runbooks, spec)
     width = max(
         (len(c.usage.split(" [--")[0].split(" --")[0]) for c in runbooks.commands.values()), default=0
