@@ -4,9 +4,31 @@ from __future__ import annotations
 
 from bot.bulk import Bulk
 from bot.errors import CommandError
-from bot.messages import Reply, Reporter
+from bot.messages import Message, Reply, Reporter, ref
 from bot.runbook import ParsedCommand
-from bot.vocab import StepKind
+from bot.vocab import Policy, StepKind
+
+
+def batch_verb(
+    bulk: Bulk, kind: StepKind, batch_id: str, *, actor: str, channel: str | None, reporter: Reporter
+) -> Reply:
+    """``confirm bat_…`` and ``withdraw bat_…`` (and the batch's Confirm / Withdraw buttons): the
+    requester's own words for the batch service's confirmation and withdrawal. ``approve`` and
+    ``reject`` keep their meaning for a second person; who is the requester is the service's check."""
+    batch = bulk.batches.batches.get(batch_id)
+    if batch is not None and kind == StepKind.CONFIRM and batch.policy == Policy.TWO_PERSON:
+        return Reply.of(Message(
+            headline=f"batch {batch.id} needs a second person's approval: it is approved, not confirmed",
+            level="error", lines=[f"Ask another on-call engineer to run `/recover approve {batch.id}`."],
+            session_id=batch.id), ok=False)
+    if kind == StepKind.CONFIRM:
+        return bulk.batches.approve(actor, channel, batch_id, reporter)
+    if batch is not None and actor != batch.requester:
+        return Reply.of(Message(
+            headline=f"only {ref(batch.requester)}, who asked for it, withdraws batch {batch.id}",
+            level="error", lines=[f"A second person turns it down with `/recover reject {batch.id}`."],
+            session_id=batch.id), ok=False)
+    return bulk.batches.reject(actor, channel, batch_id, None)
 
 
 def dispatch(bulk: Bulk | None, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
@@ -30,6 +52,8 @@ def dispatch(bulk: Bulk | None, cmd: ParsedCommand, *, actor: str, channel: str 
         return bulk.batches.approve(actor, channel, batch_id, reporter)
     if kind == StepKind.REJECT:
         return bulk.batches.reject(actor, channel, batch_id, cmd.flag_text("reason"))
+    if kind in (StepKind.CONFIRM, StepKind.WITHDRAW):
+        return batch_verb(bulk, cmd.kind, batch_id, actor=actor, channel=channel, reporter=reporter)
     if kind == StepKind.TAKE:
         return bulk.batches.take(actor, batch_id)
     if kind == StepKind.HISTORY:

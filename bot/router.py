@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 
-from bot.bulk_routes import dispatch
+from bot.bulk_routes import batch_verb, dispatch
 from bot.buttons import DecisionChoice
 from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
+from bot.details import FullMessages, details_reply
 from bot.errors import CommandError, ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter, ref
+from bot.pending import pending_reply
 from bot.redact import redact
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
@@ -23,7 +25,7 @@ from bot.sandbox import SandboxHandle
 from bot.services import LoggingReporter, Services, build_services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
-from bot.vocab import Action, RequestState, StepKind
+from bot.vocab import OPEN_STATES, Action, RequestState, StepKind
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +67,29 @@ def error_reply(exc: BaseException) -> Reply:
 
 
 def _batch_id(cmd: ParsedCommand) -> bool:
-    """approve/reject/take/history name a batch by its ``bat_`` prefix (docs/commands.md)."""
+    """approve/reject/confirm/withdraw/take/history name a batch by its ``bat_`` prefix (docs/commands.md)."""
     value = cmd.arg("request_id") or cmd.arg("session_id") or ""
-    batch_kinds = (StepKind.APPROVE, StepKind.REJECT, StepKind.TAKE, StepKind.HISTORY)
+    batch_kinds = (
+        StepKind.APPROVE, StepKind.REJECT, StepKind.CONFIRM, StepKind.WITHDRAW, StepKind.TAKE, StepKind.HISTORY
+    )
     return cmd.kind in batch_kinds and value.startswith("bat_")
+
+
+class _Keeping:
+    """A reporter that also keeps what it posts for ``details`` (posts go to the thread as they are)."""
+
+    def __init__(self, inner: Reporter, full: FullMessages) -> None:
+        self.inner, self.full = inner, full
+
+    def progress(self, message: Message) -> None:
+        self.inner.progress(message)
+
+    def post(self, message: Message) -> None:
+        self.full.remember(message)
+        self.inner.post(message)
+
+    def __getattr__(self, name: str) -> object:  # what else the front's reporter offers (rate limits)
+        return getattr(self.inner, name)
 
 
 class Router:
@@ -78,6 +99,7 @@ class Router:
         self.services = services
         self.runbooks = services.runbooks
         self.startup_reply: Reply = Reply()
+        self.full = FullMessages()  # what `details <id>` shows: the last full messages given out
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -129,7 +151,7 @@ class Router:
         try:
             cmd = self.parse(text)
             self._check_channel(cmd.name, cmd.channel_restricted, channel)
-            return self._dispatch(cmd, actor=actor, channel=channel, reporter=reporter)
+            return self._kept(self._dispatch(cmd, actor=actor, channel=channel, reporter=_Keeping(reporter, self.full)))
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
 
@@ -216,6 +238,10 @@ class Router:
             return s.decisions.done(actor, self._arg(cmd, "session_id"), cmd.flag_text("reason"))
         if kind == StepKind.REPLAY:
             return s.decisions.replay(actor, channel, reporter)
+        if kind == StepKind.PENDING:
+            return self.pending()
+        if kind == StepKind.DETAILS:
+            return self.details(self._arg(cmd, "target_id"))
         if kind == StepKind.TEXT:
             return self._text(cmd)
         raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
@@ -267,8 +293,9 @@ class Router:
         action, value, actor, channel = clean_text(action), clean_text(value), clean_text(actor), clean_optional(channel)
         form = {clean_text(k): clean_text(v) for k, v in (form or {}).items()}
         try:
-            return self._action(
-                action, value, actor=actor, channel=channel, reporter=reporter, form=form or {}
+            keeping = _Keeping(reporter, self.full)
+            return self._kept(
+                self._action(action, value, actor=actor, channel=channel, reporter=keeping, form=form or {})
             )
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
@@ -290,13 +317,19 @@ class Router:
         form: dict[str, str],
     ) -> Reply:
         d = self.services.decisions
-        batch_action = action in (Action.APPROVE, Action.REJECT, Action.CONFIRM)
+        batch_action = action in (Action.APPROVE, Action.REJECT, Action.CONFIRM, Action.WITHDRAW)
         if batch_action and value.startswith("bat_") and self.services.bulk:
             self._check_channel(action, True, channel)
             batches = self.services.bulk.batches
             if action == Action.REJECT:
                 return batches.reject(actor, channel, value, form.get("reason") or None)
+            if action in (Action.CONFIRM, Action.WITHDRAW):
+                kind = StepKind.CONFIRM if action == Action.CONFIRM else StepKind.WITHDRAW
+                return batch_verb(self.services.bulk, kind, value, actor=actor, channel=channel, reporter=reporter)
             return batches.approve(actor, channel, value, reporter)
+        if action == Action.WITHDRAW:
+            self._check_channel("withdraw", True, channel)
+            return d.withdraw(actor, channel, self._id(value, "request id"))
         if action == Action.APPROVE:
             self._check_channel("approve", True, channel)
             return d.approve(actor, channel, self._id(value, "request id"), reporter)
@@ -383,6 +416,25 @@ class Router:
 
     def open_cases_view(self) -> list[Message]:
         return self.services.decisions.cases().messages
+
+    def pending(self) -> Reply:
+        """``/recover pending``: every open request and batch, with who may act on it now."""
+        s = self.services
+        requests = s.decisions.requests.find(states=tuple(OPEN_STATES))
+        batches = []
+        if s.bulk is not None:
+            store = s.bulk.batches.batches
+            batches = [(b, len(store.members(b.id))) for b in store.find(tuple(OPEN_STATES))]
+        return pending_reply(requests, batches, now=s.clock.now(), approvers=s.settings.approvers)
+
+    def details(self, target: str) -> Reply:
+        """``/recover details <id>``: the full fact list the short replies leave out."""
+        return details_reply(self.services, self.full, target)
+
+    def _kept(self, reply: Reply) -> Reply:
+        for message in reply.messages:
+            self.full.remember(message)
+        return reply
 
     def pending_approvals_view(self) -> list[Message]:
         d = self.services.decisions

@@ -72,12 +72,12 @@ def approval_message(batch: Batch, members: Sequence[BatchMember], groups: str, 
         [Button("Approve", Action.APPROVE, batch.id, f"/recover approve {batch.id}", "primary"),
          Button("Reject", Action.REJECT, batch.id, f"/recover reject {batch.id}", "danger")]
         if two else
-        [Button("Confirm", Action.CONFIRM, batch.id, f"/recover approve {batch.id}", "primary"),
-         Button("Withdraw", Action.REJECT, batch.id, f"/recover reject {batch.id}")]
+        [Button("Confirm", Action.CONFIRM, batch.id, f"/recover confirm {batch.id}", "primary"),
+         Button("Withdraw", Action.WITHDRAW, batch.id, f"/recover withdraw {batch.id}")]
     )
     lines = request_lines(batch, members, groups)
     lines.append(f"To approve (another person): /recover approve {batch.id}" if two
-                 else f"To confirm (you): /recover approve {batch.id} — or repeat the command with --yes")
+                 else f"To confirm (you): /recover confirm {batch.id} — or repeat the command with --yes")
     if two:
         lines.insert(0, "`--yes` never replaces the second person's approval of the whole list.")
     return Message(

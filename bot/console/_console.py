@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from bot.buttons import BadButtonValue, DecisionChoice
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
-from bot.messages import Button, Message, Reply
+from bot.messages import DETAILS_KIND, Button, Message, Reply, brief, details_target
 from bot.redact import redact
 from bot.routing import RouterProtocol
 from bot.vocab import Action
@@ -39,11 +39,14 @@ CONSOLE_HELP = """Console commands:
 
 
 def render(message: Message, first_choice: int = 1) -> str:
-    """A message as terminal text; buttons numbered from ``first_choice``."""
+    """A message as terminal text (its short form: the facts stay behind ``details``); buttons
+    numbered from ``first_choice``."""
+    message = brief(message)
     out = [message.plain_text()]  # the core's mentions as readable ids (@U1, @console:bob, #C1)
     if message.mentions:
         out.append("  for: " + " ".join("@" + m for m in message.mentions))
-    if message.attachment is not None:
+    # A long text is printed in full only where it was asked for (details); elsewhere it is named.
+    if message.attachment is not None and (message.kind == DETAILS_KIND or details_target(message) is None):
         lines = message.attachment.text.splitlines()
         out.append(f"--- {message.attachment.filename} ---")
         out.extend("  " + line for line in lines[:ATTACHMENT_LINES])
@@ -112,7 +115,7 @@ class _Console:
 
     def show(self, message: Message) -> None:
         self.write(render(message, len(self.choices) + 1))
-        self.choices.extend(message.buttons)
+        self.choices.extend(brief(message).buttons)
 
     def show_reply(self, reply: Reply) -> None:
         for message in reply.messages:
