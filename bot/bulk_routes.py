@@ -3,10 +3,36 @@
 from __future__ import annotations
 
 from bot.bulk import Bulk
-from bot.errors import CommandError
+from bot.decisions import DecisionService
+from bot.errors import CommandError, ControlHostError
 from bot.messages import Message, Reply, Reporter, ref
 from bot.runbook import ParsedCommand
-from bot.vocab import Policy, StepKind
+from bot.vocab import Policy, RequestState, StepKind
+
+
+def settle_member_cases(bulk: Bulk, decisions: DecisionService, batch_id: str, actor: str) -> list[Message]:
+    """After a batch ran: the case of each member whose session the control host now shows closed is
+    closed (a recorded step, read fresh: acceptance is not recovery, R5.1). The other members' cases
+    stay open; the hand-off names the batch's outcome as their state."""
+    batch = bulk.batches.batches.get(batch_id)
+    if batch is None or batch.state != RequestState.EXECUTED:
+        return []
+    closed: list[str] = []
+    for member in bulk.batches.batches.members(batch_id, (RequestState.EXECUTED,)):
+        try:
+            session = bulk.client.get_session(member.session_id)
+        except ControlHostError:
+            continue  # unread: the case stays open, the next diagnose closes it
+        if "closed" not in (session.status, session.admission_state):
+            continue
+        facts = {"session.status": session.status, "session.admission_state": session.admission_state}
+        if decisions.close_if_settled(member.session_id, actor, facts, f"batch {batch_id}"):
+            closed.append(member.session_id)
+    if not closed:
+        return []
+    shown = ", ".join(f"`{sid}`" for sid in closed[:5]) + (f" … and {len(closed) - 5} more" if len(closed) > 5 else "")
+    return [Message(headline=f"{len(closed)} case(s) closed after batch {batch_id}: their sessions are closed",
+                    level="ok", lines=[shown], session_id=batch_id)]
 
 
 def batch_verb(

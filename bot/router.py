@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from bot.bulk_routes import batch_verb, dispatch
+from bot.bulk_routes import batch_verb, dispatch, settle_member_cases
 from bot.buttons import DecisionChoice
 from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
@@ -28,6 +28,7 @@ from bot.textclean import clean_optional, clean_text
 from bot.vocab import OPEN_STATES, Action, RequestState, StepKind
 
 log = logging.getLogger(__name__)
+BOT_ACTOR = "recover-bot"  # the actor of what the bot finishes by itself at start (as the core records it)
 
 
 def error_reply(exc: BaseException) -> Reply:
@@ -108,8 +109,14 @@ class Router:
         keys and bodies, and execute approved requests exactly once (never re-create them)."""
         try:
             self.startup_reply = self.services.decisions.recover_after_restart(reporter)
-            if self.services.bulk is not None:  # batches a killed process left half-sent (same keys)
-                self.startup_reply.messages.extend(self.services.bulk.batches.resume_open(reporter))
+            bulk = self.services.bulk
+            if bulk is not None:  # batches a killed process left half-sent (same keys)
+                resumed = bulk.batches.resume_open(reporter)
+                self.startup_reply.messages.extend(resumed)
+                for batch_id in {m.ref for m in resumed if m.ref and m.ref.startswith("bat_")}:
+                    self.startup_reply.messages.extend(
+                        settle_member_cases(bulk, self.services.decisions, batch_id, BOT_ACTOR)
+                    )
         except Exception as exc:  # noqa: BLE001 - a start-up problem is shown, the bot still serves
             self.startup_reply = error_reply(exc)
         return self.startup_reply
@@ -208,7 +215,10 @@ class Router:
             )
         bulk_kinds = (StepKind.TRIAGE, StepKind.BATCH_DECIDE, StepKind.DRYRUN_BATCH_DECIDE, StepKind.BATCH)
         if kind in bulk_kinds or _batch_id(cmd):
-            return dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
+            reply = dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
+            if s.bulk is not None and kind in (StepKind.APPROVE, StepKind.CONFIRM) and _batch_id(cmd):
+                reply.messages.extend(settle_member_cases(s.bulk, s.decisions, self._arg(cmd, "request_id"), actor))
+            return reply
         if kind == StepKind.APPROVE:
             return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
         if kind == StepKind.CONFIRM:
@@ -318,15 +328,19 @@ class Router:
     ) -> Reply:
         d = self.services.decisions
         batch_action = action in (Action.APPROVE, Action.REJECT, Action.CONFIRM, Action.WITHDRAW)
-        if batch_action and value.startswith("bat_") and self.services.bulk:
+        bulk = self.services.bulk
+        if batch_action and value.startswith("bat_") and bulk:
             self._check_channel(action, True, channel)
-            batches = self.services.bulk.batches
             if action == Action.REJECT:
-                return batches.reject(actor, channel, value, form.get("reason") or None)
-            if action in (Action.CONFIRM, Action.WITHDRAW):
-                kind = StepKind.CONFIRM if action == Action.CONFIRM else StepKind.WITHDRAW
-                return batch_verb(self.services.bulk, kind, value, actor=actor, channel=channel, reporter=reporter)
-            return batches.approve(actor, channel, value, reporter)
+                return bulk.batches.reject(actor, channel, value, form.get("reason") or None)
+            if action == Action.WITHDRAW:
+                return batch_verb(bulk, StepKind.WITHDRAW, value, actor=actor, channel=channel, reporter=reporter)
+            if action == Action.CONFIRM:
+                reply = batch_verb(bulk, StepKind.CONFIRM, value, actor=actor, channel=channel, reporter=reporter)
+            else:
+                reply = bulk.batches.approve(actor, channel, value, reporter)
+            reply.messages.extend(settle_member_cases(bulk, d, value, actor))
+            return reply
         if action == Action.WITHDRAW:
             self._check_channel("withdraw", True, channel)
             return d.withdraw(actor, channel, self._id(value, "request id"))
