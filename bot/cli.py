@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
+from bot import __version__
 from bot.errors import RecoverError, SettingsError
 from bot.redact import redact
 from bot.settings import ALL_GROUPS, Settings, load_settings
@@ -152,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         + EXIT_CODES,
         formatter_class=_Formatter,
     )
+    parser.add_argument("--version", action="version", version=f"recover-bot {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

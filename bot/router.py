@@ -19,6 +19,7 @@ from bot.errors import CommandError, ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter, ref
 from bot.pending import pending_reply
 from bot.redact import redact
+from bot.routing import Completions
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
 from bot.sandbox import SandboxHandle
@@ -133,6 +134,12 @@ class Router:
 
     def help_text(self) -> str:
         return help_text(self.runbooks)
+
+    def completions(self) -> Completions:
+        """What the console's Tab completes, from the runbook (subcommands, flags, decisions)."""
+        commands = {name: [f"--{f.name}" for f in spec.flags] for name, spec in self.runbooks.commands.items()}
+        takes = frozenset(n for n, spec in self.runbooks.commands.items() if any(a.choices == "decisions" or a.name == "decision" for a in spec.args))
+        return Completions(commands=commands, decisions=list(self.runbooks.decidable), takes_decision=takes)
 
     def parse(self, text: str) -> ParsedCommand:
         return parse_command(text, self.runbooks)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from bot.buttons import BadButtonValue, DecisionChoice
+from bot.console._shell import LineEditor, SeenIds, line_editor, state_dir
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
 from bot.messages import DETAILS_KIND, Button, Message, Reply, brief, details_target
 from bot.redact import redact
-from bot.routing import RouterProtocol
+from bot.routing import Completions, RouterProtocol
 from bot.vocab import Action
 
 DEMO_USERS = ("alice", "bob")
@@ -85,6 +87,7 @@ class _Console:
         stdout: TextIO,
         channel: str | None,
         sandbox: Any = None,
+        history: Path | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.router = router
@@ -98,6 +101,13 @@ class _Console:
         self.choices: list[Button] = []
         self.all_ok = True
         self.interrupted = False
+        self.ctrl_c = 0  # Ctrl-C at the prompt in a row: the second one leaves
+        self.seen = SeenIds()
+        self.editor: LineEditor | None = None
+        if self.interactive and stdin is sys.stdin and stdout is sys.stdout:
+            completions = getattr(router, "completions", None)
+            words = completions() if completions is not None else Completions()
+            self.editor = line_editor(words, self.seen, history or state_dir() / "history")
         # Requests this run makes are withdrawn if Ctrl-C ends it while they wait (nothing was sent).
         now = getattr(router, "now", None)
         self.started_at: str | None = now() if now is not None else None
@@ -114,7 +124,9 @@ class _Console:
         self.stdout.flush()
 
     def show(self, message: Message) -> None:
-        self.write(render(message, len(self.choices) + 1))
+        text = render(message, len(self.choices) + 1)
+        self.write(text)
+        self.seen.note(message, text)
         self.choices.extend(brief(message).buttons)
 
     def show_reply(self, reply: Reply) -> None:
@@ -150,10 +162,23 @@ class _Console:
 
     def run(self) -> int:
         if self.interactive:
-            self.write(f"recover-bot console. You are {self.user}. Type :help for help, :quit to leave.")
+            self.write(
+                f"recover-bot console. You are {self.user}. Type :help for help; Tab completes; "
+                "Ctrl-C cancels the line, twice (or Ctrl-D) leaves."
+            )
         while True:
-            line = self.read(f"{self.user}> ")
+            try:
+                line = self.read(f"{self.user}> ")
+            except KeyboardInterrupt:
+                if not self.interactive or self.ctrl_c:
+                    raise  # a script stops at Ctrl-C; a person's second Ctrl-C in a row leaves
+                self.ctrl_c += 1
+                self.write("^C (the line was dropped; Ctrl-C again or Ctrl-D leaves)")
+                continue
+            self.ctrl_c = 0
             if line is None:
+                if self.interactive:
+                    self.write("")
                 break
             line = line.strip()
             if not line or line.startswith("#"):
@@ -296,7 +321,13 @@ class _Console:
         for field in fields:
             label = f"{field.label} ({'required' if field.required else 'optional'}; {field.help})"
             while True:
-                answer = self.read(f"  {label}: ")
+                try:
+                    answer = self.read(f"  {label}: ")
+                except KeyboardInterrupt:
+                    if not self.interactive:
+                        raise
+                    self.write("^C: the decision form was cancelled; nothing was sent")
+                    return None
                 if answer is None:
                     self.fail("the decision form was not finished; nothing was sent")
                     return None
@@ -318,6 +349,13 @@ class _Console:
             self.show_reply(exc.reply)
             self.all_ok = False
             self.interrupted = True
+            return False
+        except KeyboardInterrupt:
+            if not self.interactive:
+                raise
+            # Ctrl-C outside a wait: whatever was stored before a send is finished by its key (R0.3).
+            self.write("^C: interrupted. `/recover pending` and `/recover history <session>` show where it stopped.")
+            self.all_ok = False
             return False
         except RecoverError as exc:
             self.fail(redact(str(exc)))
@@ -360,13 +398,14 @@ def run_console(
     stdout: TextIO | None = None,
     channel: str | None = CONSOLE_CHANNEL,
     sandbox: Any = None,
+    history: Path | None = None,
 ) -> int:
     """Read commands (a terminal or, one a line, standard input); 0 when every command succeeded.
 
     ``sandbox`` (the demo's embedded sandbox handle) enables ``:pass`` and ``:advance``.
     """
     console = _Console(
-        router, users, allow_switch_user, stdin or sys.stdin, stdout or sys.stdout, channel, sandbox
+        router, users, allow_switch_user, stdin or sys.stdin, stdout or sys.stdout, channel, sandbox, history
     )
     try:
         return console.run()
@@ -374,3 +413,6 @@ def run_console(
         console.write("^C")
         console.withdraw_on_interrupt()
         return INTERRUPTED
+    finally:
+        if console.editor is not None:
+            console.editor.save()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.console._console import DEMO_CONSOLE_USERS, DEMO_USERS, render, run_console
+from bot.console._shell import log_to_file, state_dir
 from bot.console.identity import terminal_login
 from bot.decisions import console_actor
 from bot.errors import RecoverError
@@ -41,6 +42,7 @@ def run_demo(
     from bot.sandbox import start_sandbox
 
     out = stdout or sys.stdout
+    log_file = log_to_file(state_dir() / "demo.log", settings.log_level)
     with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp:
         handle = start_sandbox()
         try:
@@ -55,6 +57,7 @@ def run_demo(
                 print(redact(str(exc)), file=sys.stderr)
                 return 2
             out.write(_banner(handle, users))
+            out.write(f"Log records: {log_file} (the terminal shows only warnings to act on).\n")
             for message in router.unfinished_view():
                 out.write(render(message) + "\n")
             out.flush()
@@ -97,10 +100,12 @@ def run_real_console(
 
     out = stdout or sys.stdout
     user = login or terminal_login()
+    log_file = log_to_file(state_dir() / "console.log", settings.log_level)
     router = build_router(settings, startup=False)
     out.write(
         f"recover-bot console against {settings.control_host_url}. You are {user} "
         f"(recorded as {console_actor(user)}; fixed for this run).\n"
+        f"Log records: {log_file} (the terminal shows only warnings to act on).\n"
     )
     for message in router.unfinished_view():
         out.write(render(message) + "\n")
