@@ -202,12 +202,11 @@ class ListReporter:
 DETAILS_KIND = "details"
 #: At most this many lines of body for the heavy kinds (the headline and buttons come on top).
 LINE_BUDGET: dict[str, int] = {
-    "diagnosis": 18,
+    "diagnosis": 16,
     "approval_request": 6,
     "confirmation_request": 6,
     "recheck_request": 7,
     "batch_request": 6,
-    "triage": 24,
 }
 
 
@@ -226,6 +225,31 @@ def body_lines(message: Message) -> list[str]:
     return [piece for line in message.lines for piece in line.split("\n")]
 
 
+# Lines that say what to do are kept first when a body is cut: the valid decisions and the next steps.
+_ACT_ON = ("Valid now", "Not valid now", "Next", "To approve", "To confirm", "A second person", "[!]")
+
+
+def _keep(flat: list[str], room: int) -> list[str]:
+    """At most ``room`` of ``flat``, in order: the first line and the lines to act on, then the rest."""
+    first: set[int] = {0}
+    in_next = False
+    for i, line in enumerate(flat):
+        if line.startswith(_ACT_ON):
+            first.add(i)
+            in_next = line.rstrip().endswith(":")  # a block's head: its indented lines come with it
+        elif in_next and line.startswith("  "):
+            first.add(i)
+        else:
+            in_next = False
+    chosen = sorted(first)[:room]
+    for i in range(len(flat)):
+        if len(chosen) >= room:
+            break
+        if i not in chosen:
+            chosen.append(i)
+    return [flat[i] for i in sorted(chosen)]
+
+
 def brief(message: Message) -> Message:
     """``message`` as a reply shows it: no fact list and, for the heavy kinds, a bounded body; a
     Details button stands for what was left out. A message with nothing to point at is shown whole."""
@@ -237,7 +261,8 @@ def brief(message: Message) -> Message:
     if cap is not None:
         flat = body_lines(message)
         if len(flat) > cap:
-            lines = [*flat[: cap - 1], f"… {len(flat) - cap + 1} more line(s): /recover details {target}"]
+            kept = _keep(flat, cap - 1)
+            lines = [*kept, f"… {len(flat) - len(kept)} more line(s): /recover details {target}"]
             cut = True
     if not cut:
         return message

@@ -166,7 +166,8 @@ def updated_request_message(req: DecisionRequest, outcome: str, level: str = "in
     return Message(
         headline=f"Request {req.id} (`{req.decision}` on `{req.session_id}`): {outcome}",
         level=level,  # type: ignore[arg-type]
-        lines=request_lines(req),
+        # One line: the outcome is the headline; the request's whole content is behind details.
+        lines=[f"Requested by {ref(req.requester)} at {req.created_at}; reason: {req.reason}"],
         facts=fact_rows(req.shown_facts),
         session_id=req.session_id,
         kind=kind,
