@@ -225,28 +225,34 @@ def body_lines(message: Message) -> list[str]:
     return [piece for line in message.lines for piece in line.split("\n")]
 
 
-# Lines that say what to do are kept first when a body is cut: the valid decisions and the next steps.
-_ACT_ON = ("Valid now", "Not valid now", "Next", "To approve", "To confirm", "A second person", "[!]")
+# When a body is cut, these lines are kept first, in this order: who asked and why, what the turn
+# did outside, how to approve, what is irreversible; a diagnosis's valid decisions, refusals and next
+# steps (a block's head brings its indented lines).
+_KEEP_FIRST = (
+    "Requested by", "Reason", "External effects", "/recover approve", "To approve", "To confirm",
+    "[!] Irreversible", "Valid now", "Not valid now", "Next", "[!]", "Turn:",
+)
+
+
+def _rank(line: str) -> int | None:
+    return next((n for n, prefix in enumerate(_KEEP_FIRST) if line.startswith(prefix)), None)
 
 
 def _keep(flat: list[str], room: int) -> list[str]:
-    """At most ``room`` of ``flat``, in order: the first line and the lines to act on, then the rest."""
-    first: set[int] = {0}
-    in_next = False
+    """At most ``room`` of ``flat``, in their order: the first line, the lines to act on, the rest."""
+    ranked: dict[int, int] = {0: -1}
+    block: int | None = None
     for i, line in enumerate(flat):
-        if line.startswith(_ACT_ON):
-            first.add(i)
-            in_next = line.rstrip().endswith(":")  # a block's head: its indented lines come with it
-        elif in_next and line.startswith("  "):
-            first.add(i)
+        rank = _rank(line)
+        if rank is not None:
+            ranked.setdefault(i, rank)
+            block = rank if line.rstrip().endswith(":") else None
+        elif block is not None and line.startswith("  "):
+            ranked.setdefault(i, block)
         else:
-            in_next = False
-    chosen = sorted(first)[:room]
-    for i in range(len(flat)):
-        if len(chosen) >= room:
-            break
-        if i not in chosen:
-            chosen.append(i)
+            block = None
+    chosen = sorted(ranked, key=lambda i: (ranked[i], i))[:room]
+    chosen += [i for i in range(len(flat)) if i not in ranked][: max(0, room - len(chosen))]
     return [flat[i] for i in sorted(chosen)]
 
 
@@ -260,10 +266,8 @@ def brief(message: Message) -> Message:
     lines, cut = message.lines, bool(message.facts) or message.attachment is not None
     if cap is not None:
         flat = body_lines(message)
-        if len(flat) > cap:
-            kept = _keep(flat, cap - 1)
-            lines = [*kept, f"… {len(flat) - len(kept)} more line(s): /recover details {target}"]
-            cut = True
+        if len(flat) > cap:  # the Details button (a numbered choice in the console) says where the rest is
+            lines, cut = _keep(flat, cap), True
     if not cut:
         return message
     buttons = list(message.buttons)

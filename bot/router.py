@@ -9,6 +9,7 @@ stack trace and never a secret.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from bot.bulk_routes import batch_verb, dispatch, settle_member_cases
 from bot.buttons import DecisionChoice
@@ -97,8 +98,9 @@ class _Keeping:
 class Router:
     """Dispatches parsed commands by their runbook step kind, and button actions, to the core."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, *, demo: bool = False) -> None:
         self.services = services
+        self.demo = demo  # over the embedded sandbox: Docker-only commands explain what they need
         self.runbooks = services.runbooks
         self.startup_reply: Reply = Reply()
         self.full = FullMessages()  # what `details <id>` shows: the last full messages given out
@@ -198,6 +200,13 @@ class Router:
             diagnosis, reply = s.diagnoser.diagnose_and_record(session_id, actor, reporter)
             reply.messages.extend(s.decisions.close_if_settled(session_id, actor, diagnosis.facts, "diagnosis"))
             return reply
+        docker_kinds = (
+            StepKind.RECONCILER_STATUS, StepKind.RECONCILER_DRYRUN, StepKind.RECONCILER_REAL_PASS, StepKind.PREFLIGHT
+        )
+        if kind in docker_kinds and self.demo:
+            needs = self._needs_docker(cmd.name, installation=kind != StepKind.PREFLIGHT)
+            if needs is not None:
+                return needs
         if kind == StepKind.RECONCILER_STATUS:
             return s.dockerops.status()
         if kind == StepKind.RECONCILER_DRYRUN:
@@ -278,6 +287,22 @@ class Router:
                 f"`{cmd.name}` needs --{name} <value>.", usage=cmd.spec.usage if cmd.spec else None
             )
         return value
+
+    def _needs_docker(self, name: str, *, installation: bool) -> Reply | None:
+        """In the demo: a Docker-only command says it needs a Docker engine, and how to give it one."""
+        settings = self.services.settings
+        engine = bool(settings.docker_host) or Path("/var/run/docker.sock").exists()
+        if engine and (settings.installation or not installation):
+            return None
+        lines = ["The demo's sandbox control host has no Docker engine and no reconciler container; "
+                 "this command reads a real one."]
+        if not engine:
+            lines.append("Give it one: DOCKER_HOST=unix:///var/run/docker.sock recover-bot demo "
+                         "(or the installation's socket proxy, e.g. DOCKER_HOST=tcp://socket-proxy:2375).")
+        if installation and not settings.installation:
+            lines.append("And name the installation whose reconciler to use: RECOVER_INSTALLATION=<compose project>.")
+        return Reply.of(Message(headline=f"`/recover {name}` needs a Docker engine", level="error", lines=lines),
+                        ok=False)
 
     def _preflight(self) -> Reply:
         docker = self.runbooks.docker
@@ -494,7 +519,7 @@ def build_router(
     services = build_services(
         settings, sandbox=sandbox, directory=directory, clock=clock, console_users_map=console_users_map
     )
-    router = Router(services)
+    router = Router(services, demo=sandbox is not None)
     if startup:
         router.startup(reporter or LoggingReporter())
     return router

@@ -35,6 +35,7 @@ CONSOLE_HELP = """Console commands:
   :as <user>           act as another user (embedded sandbox only)
   :pass                run one sandbox scheduler pass (confirms stopped workers gone, R3.9; demo only)
   :advance <seconds>   move the sandbox clock forward (backoffs end, requests expire; demo only)
+  :release [session]   end the workspace reclamation of a session (all when none is named; demo only)
   :help                this help and the /recover commands
   :quit                leave"""
 
@@ -74,6 +75,7 @@ class _ConsoleReporter:
             self.console.write(text)
 
     def post(self, message: Message) -> None:
+        self.console.posted.add(_key(message))
         self.console.show(message)
 
 
@@ -102,6 +104,7 @@ class _Console:
         self.all_ok = True
         self.interrupted = False
         self.ctrl_c = 0  # Ctrl-C at the prompt in a row: the second one leaves
+        self.posted: set[tuple[str, str | None, str]] = set()  # what the running command already posted
         self.seen = SeenIds()
         self.editor: LineEditor | None = None
         if self.interactive and stdin is sys.stdin and stdout is sys.stdout:
@@ -131,7 +134,9 @@ class _Console:
 
     def show_reply(self, reply: Reply) -> None:
         for message in reply.messages:
-            self.show(message)
+            if _key(message) not in self.posted:  # already shown while the command ran: once is enough
+                self.show(message)
+        self.posted.clear()
         if not reply.ok:
             self.all_ok = False
 
@@ -215,7 +220,7 @@ class _Console:
             self.write(self.router.help_text())
         elif name == ":as":
             self.switch_user(arg)
-        elif name in (":pass", ":advance"):
+        elif name in (":pass", ":advance", ":release"):
             self.drive_sandbox(name, arg)
         else:
             self.fail(f"unknown console command {name!r}; type :help")
@@ -232,6 +237,12 @@ class _Console:
                 gone = ", ".join(result.get("confirmed_gone") or []) or "none"
                 launched = ", ".join(result.get("launched") or []) or "none"
                 self.write(f"Scheduler pass: workers confirmed gone: {gone}; launched: {launched}.")
+            elif name == ":release":
+                held = [arg] if arg else [s["id"] for s in self.sandbox.admin.sessions() if s.get("reclamation_claim")]
+                for session_id in held:
+                    self.sandbox.admin.reclamation(session_id, False)
+                released = ", ".join(held) or "none was held"
+                self.write(f"Workspace reclamation ended: {released}. A resume is accepted again (R4.2).")
             else:
                 seconds = float(arg)
                 if not 0 < seconds <= 7 * 24 * 3600:
@@ -380,6 +391,10 @@ class _Console:
             except Exception:  # noqa: BLE001 - shown, the console goes on
                 self.fail("a follow-up failed (details below)")
                 self.write(redact(traceback.format_exc()))
+
+
+def _key(message: Message) -> tuple[str, str | None, str]:
+    return (message.kind, message.ref, message.marked_text())
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -37,8 +37,7 @@ def fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
 
 def request_lines(req: DecisionRequest, notes: Sequence[str] = ()) -> list[str]:
     """The request's exact content; ``notes`` (runbook warnings, what it drops) right after its reason."""
-    lines = [
-        f"Request `{req.id}`: `{req.decision}` on session `{req.session_id}`",
+    lines = [  # the request id, decision and session are in every headline that shows these lines
         f"Requested by {ref(req.requester)} at {req.created_at}; expires at {req.expires_at}",
         # A flag left out is "none" (not "unknown": that word belongs to outcome_unknown and unread facts).
         f"Turn: {req.turn_id or 'none'}   Evidence: {req.evidence_ref or 'none'}",
