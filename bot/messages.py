@@ -280,5 +280,6 @@ def in_full(message: Message) -> Message:
     """Everything of ``message`` as one details message: its facts become lines, nothing is cut."""
     lines = [*message.lines, *(f"  {k}: {v}" for k, v in message.facts)]
     return dataclasses.replace(
-        message, lines=lines, facts=[], kind=DETAILS_KIND, buttons=[], mentions=[]
+        message, headline=f"Details of {message.headline}", lines=lines, facts=[], kind=DETAILS_KIND,
+        buttons=[], mentions=[],
     )

@@ -8,6 +8,7 @@ lines before details; a triage group at most 3 lines.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -136,3 +137,34 @@ def test_a_triage_group_is_at_most_three_lines(router: Router) -> None:
             j for j in range(start + 1, len(text)) if not text[j].startswith("    ")
         )
         assert end - start <= GROUP_BUDGET, text[start:end]
+
+
+def _said(h: SlackHarness, responses_before: int, calls_before: int) -> list[dict[str, Any]]:
+    """What the bot answered a person since then: response_url posts and ephemeral/posted messages."""
+    out = [body for _, body in h.api.responses[responses_before:]]
+    out += [c.params for c in h.api.calls[calls_before:] if c.method in ("chat.postEphemeral", "chat.postMessage")]
+    return out
+
+
+def _blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks = body.get("blocks") or []
+    return json.loads(blocks) if isinstance(blocks, str) else list(blocks)
+
+
+def test_slack_details_is_one_click_and_a_typo_gets_the_corrected_command(slack_harness: Any, sandbox: Any) -> None:
+    h: SlackHarness = slack_harness.real(sandbox)
+    assert h.send.command('decide ses_startup_stopped close --reason "repository is gone"', user="UALICE").status_code == 200
+    h.settle()
+    request = next(m for m in h.api.messages.values() if any(a.startswith("rb:approve:") for a, _ in m.action_ids()))
+    assert "attention.code" not in request.all_text()  # the fact list is not in the request
+    marks = (len(h.api.responses), len(h.api.calls))
+    h.send.click(request, "run", user="UBOB")  # its Details button
+    h.settle()
+    details = "\n".join(json.dumps(b) for b in _said(h, *marks))
+    assert "Details of" in details and "attention.code: " in details
+    marks = (len(h.api.responses), len(h.api.calls))
+    assert h.send.command("diagnoes ses_healthy", user="UALICE").status_code == 200
+    h.settle()
+    typo = next(b for b in _said(h, *marks) if "Did you mean" in json.dumps(b))
+    assert "/recover diagnose ses_healthy" in json.dumps(typo)
+    assert slack_lines(Posted("C", "t", None, "", _blocks(typo))) <= 5
