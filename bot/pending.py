@@ -16,7 +16,8 @@ from bot.clock import parse_time
 from bot.decisions import DecisionRequest
 from bot.format import age, duration
 from bot.messages import Message, Reply, ref
-from bot.vocab import Policy, RequestState
+from bot.services import Services
+from bot.vocab import OPEN_STATES, Policy, RequestState
 
 KIND = "pending"
 
@@ -81,3 +82,13 @@ def pending_reply(
     lines += [_batch_line(b, n, now, approvers) for b, n in batches]
     parts = [f"{len(requests)} request(s)"] + ([f"{len(batches)} batch(es)"] if batches else [])
     return Reply.of(Message(headline=f"Pending: {' and '.join(parts)}", lines=lines, kind=KIND))
+
+
+def pending_of(services: Services) -> Reply:
+    """:func:`pending_reply` over the stores: every open request, every open batch with its size."""
+    requests = services.decisions.requests.find(states=tuple(OPEN_STATES))
+    batches: list[tuple[Batch, int]] = []
+    if services.bulk is not None:
+        store = services.bulk.batches.batches
+        batches = [(b, len(store.members(b.id))) for b in store.find(tuple(OPEN_STATES))]
+    return pending_reply(requests, batches, now=services.clock.now(), approvers=services.settings.approvers)

@@ -9,17 +9,16 @@ stack trace and never a secret.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from bot.bulk_routes import batch_verb, dispatch, settle_member_cases
 from bot.buttons import DecisionChoice
 from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
 from bot.details import FullMessages, details_reply
-from bot.errors import CommandError, ControlHostError, RecoverError
+from bot.errors import CommandError, RecoverError
 from bot.messages import Message, Reply, Reporter, ref
-from bot.pending import pending_reply
-from bot.redact import redact
+from bot.pending import pending_of
+from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
 from bot.routing import Completions
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
@@ -27,46 +26,10 @@ from bot.sandbox import SandboxHandle
 from bot.services import LoggingReporter, Services, build_services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
-from bot.vocab import OPEN_STATES, Action, RequestState, StepKind
+from bot.vocab import Action, RequestState, StepKind
 
 log = logging.getLogger(__name__)
 BOT_ACTOR = "recover-bot"  # the actor of what the bot finishes by itself at start (as the core records it)
-
-
-def error_reply(exc: BaseException) -> Reply:
-    """The one place an error becomes words for a person."""
-    if isinstance(exc, CommandError):
-        lines = [exc.usage] if exc.usage else []
-        return Reply.of(Message(headline=redact(exc.message), level="error", lines=lines), ok=False)
-    if isinstance(exc, ControlHostError):
-        status = f"HTTP {exc.status} " if exc.status else ""
-        lines = [redact(exc.hint)] if exc.hint else []
-        if exc.retryable:
-            lines.append("This is retryable: the same request is safe to repeat (same Idempotency-Key).")
-        return Reply.of(
-            Message(
-                headline=f"Control host: {status}{exc.code}: {redact(exc.message)}",
-                level="error",
-                lines=lines,
-            ),
-            ok=False,
-        )
-    if isinstance(exc, RecoverError):
-        lines = [redact(exc.hint)] if exc.hint else []
-        return Reply.of(Message(headline=redact(exc.message), level="error", lines=lines), ok=False)
-    log.exception("unexpected error", exc_info=exc)
-    return Reply.of(
-        Message(
-            headline="Unexpected error: it has been logged with its details.",
-            level="error",
-            lines=[
-                f"{type(exc).__name__}: {redact(str(exc))[:300]}",
-                "Check `/recover history <session>` before repeating a decision: every step that was "
-                "sent is recorded there.",
-            ],
-        ),
-        ok=False,
-    )
 
 
 def _batch_id(cmd: ParsedCommand) -> bool:
@@ -76,23 +39,6 @@ def _batch_id(cmd: ParsedCommand) -> bool:
         StepKind.APPROVE, StepKind.REJECT, StepKind.CONFIRM, StepKind.WITHDRAW, StepKind.TAKE, StepKind.HISTORY
     )
     return cmd.kind in batch_kinds and value.startswith("bat_")
-
-
-class _Keeping:
-    """A reporter that also keeps what it posts for ``details`` (posts go to the thread as they are)."""
-
-    def __init__(self, inner: Reporter, full: FullMessages) -> None:
-        self.inner, self.full = inner, full
-
-    def progress(self, message: Message) -> None:
-        self.inner.progress(message)
-
-    def post(self, message: Message) -> None:
-        self.full.remember(message)
-        self.inner.post(message)
-
-    def __getattr__(self, name: str) -> object:  # what else the front's reporter offers (rate limits)
-        return getattr(self.inner, name)
 
 
 class Router:
@@ -139,9 +85,7 @@ class Router:
 
     def completions(self) -> Completions:
         """What the console's Tab completes, from the runbook (subcommands, flags, decisions)."""
-        commands = {name: [f"--{f.name}" for f in spec.flags] for name, spec in self.runbooks.commands.items()}
-        takes = frozenset(n for n, spec in self.runbooks.commands.items() if any(a.choices == "decisions" or a.name == "decision" for a in spec.args))
-        return Completions(commands=commands, decisions=list(self.runbooks.decidable), takes_decision=takes)
+        return completions_of(self.runbooks)
 
     def parse(self, text: str) -> ParsedCommand:
         return parse_command(text, self.runbooks)
@@ -167,7 +111,7 @@ class Router:
         try:
             cmd = self.parse(text)
             self._check_channel(cmd.name, cmd.channel_restricted, channel)
-            return self._kept(self._dispatch(cmd, actor=actor, channel=channel, reporter=_Keeping(reporter, self.full)))
+            return self._kept(self._dispatch(cmd, actor=actor, channel=channel, reporter=KeepingReporter(reporter, self.full)))
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
 
@@ -204,7 +148,7 @@ class Router:
             StepKind.RECONCILER_STATUS, StepKind.RECONCILER_DRYRUN, StepKind.RECONCILER_REAL_PASS, StepKind.PREFLIGHT
         )
         if kind in docker_kinds and self.demo:
-            needs = self._needs_docker(cmd.name, installation=kind != StepKind.PREFLIGHT)
+            needs = docker_notice(s.settings, cmd.name, installation=kind != StepKind.PREFLIGHT)
             if needs is not None:
                 return needs
         if kind == StepKind.RECONCILER_STATUS:
@@ -288,22 +232,6 @@ class Router:
             )
         return value
 
-    def _needs_docker(self, name: str, *, installation: bool) -> Reply | None:
-        """In the demo: a Docker-only command says it needs a Docker engine, and how to give it one."""
-        settings = self.services.settings
-        engine = bool(settings.docker_host) or Path("/var/run/docker.sock").exists()
-        if engine and (settings.installation or not installation):
-            return None
-        lines = ["The demo's sandbox control host has no Docker engine and no reconciler container; "
-                 "this command reads a real one."]
-        if not engine:
-            lines.append("Give it one: DOCKER_HOST=unix:///var/run/docker.sock recover-bot demo "
-                         "(or the installation's socket proxy, e.g. DOCKER_HOST=tcp://socket-proxy:2375).")
-        if installation and not settings.installation:
-            lines.append("And name the installation whose reconciler to use: RECOVER_INSTALLATION=<compose project>.")
-        return Reply.of(Message(headline=f"`/recover {name}` needs a Docker engine", level="error", lines=lines),
-                        ok=False)
-
     def _preflight(self) -> Reply:
         docker = self.runbooks.docker
         if docker is None or docker.min_daemon_major is None:
@@ -335,7 +263,7 @@ class Router:
         action, value, actor, channel = clean_text(action), clean_text(value), clean_text(actor), clean_optional(channel)
         form = {clean_text(k): clean_text(v) for k, v in (form or {}).items()}
         try:
-            keeping = _Keeping(reporter, self.full)
+            keeping = KeepingReporter(reporter, self.full)
             return self._kept(
                 self._action(action, value, actor=actor, channel=channel, reporter=keeping, form=form or {})
             )
@@ -465,13 +393,7 @@ class Router:
 
     def pending(self) -> Reply:
         """``/recover pending``: every open request and batch, with who may act on it now."""
-        s = self.services
-        requests = s.decisions.requests.find(states=tuple(OPEN_STATES))
-        batches = []
-        if s.bulk is not None:
-            store = s.bulk.batches.batches
-            batches = [(b, len(store.members(b.id))) for b in store.find(tuple(OPEN_STATES))]
-        return pending_reply(requests, batches, now=s.clock.now(), approvers=s.settings.approvers)
+        return pending_of(self.services)
 
     def details(self, target: str) -> Reply:
         """``/recover details <id>``: the full fact list the short replies leave out."""
