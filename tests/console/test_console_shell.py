@@ -89,17 +89,23 @@ def demo(installed: Any, tmp_path: Path) -> tuple[str, dict[str, str]]:
     return str(installed.script) + " demo", env
 
 
+def _started_with(term: Terminal, demo: Any, line: str) -> None:
+    """The demo started in ``term`` and ``line`` typed and answered (a second prompt shown)."""
+    command, env = demo
+    term.start(command, env)
+    term.wait_prompts(1)
+    term.type(line)
+    term.keys("Enter")
+    term.wait_prompts(2)
+
+
 def _last_prompt_line(screen: str) -> str:
     return [line for line in screen.splitlines() if line.startswith("alice>")][-1]
 
 
 def test_history_survives_a_restart_and_the_arrow_keys_edit_it(term: Terminal, demo: Any, tmp_path: Path) -> None:
     command, env = demo
-    term.start(command, env)
-    term.wait_prompts(1)
-    term.type("diagnose ses_healthy")
-    term.keys("Enter")
-    term.wait_prompts(2)
+    _started_with(term, demo, "diagnose ses_healthy")
     term.type(":quit")
     term.keys("Enter")
     term.wait_for("EXIT=0")
@@ -126,12 +132,7 @@ def test_history_survives_a_restart_and_the_arrow_keys_edit_it(term: Terminal, d
 
 
 def test_tab_completes_subcommands_flags_decisions_and_shown_ids(term: Terminal, demo: Any) -> None:
-    command, env = demo
-    term.start(command, env)
-    term.wait_prompts(1)
-    term.type("diagnose ses_startup_stopped")
-    term.keys("Enter")
-    term.wait_prompts(2)
+    _started_with(term, demo, "diagnose ses_startup_stopped")
     term.type("hist")
     term.keys("Tab")
     term.type("ses_startup_s")  # an id shown in the last answer

@@ -5,14 +5,13 @@ The real router and core against the sandbox control host over HTTP, a real SQLi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bot.messages import ListReporter, Reply, brief
 from bot.router import Router, build_router
-from bot.sandbox import SandboxHandle, start_sandbox
+from bot.sandbox import SandboxHandle
 from bot.settings import load_settings
 
 SESSION = "ses_unknown_ckpt_unavailable"
@@ -21,9 +20,8 @@ FRESH = "ses_stopped_no_checkpoint"
 
 
 @pytest.fixture
-def sbx() -> Iterator[SandboxHandle]:
-    with start_sandbox() as handle:
-        yield handle
+def sbx(sandbox: SandboxHandle) -> SandboxHandle:
+    return sandbox  # the builtin scenarios (tests/fixtures/sandbox.py)
 
 
 def _router(sbx: SandboxHandle, tmp_path: Path) -> Router:
