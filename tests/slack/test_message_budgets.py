@@ -168,3 +168,16 @@ def test_slack_details_is_one_click_and_a_typo_gets_the_corrected_command(slack_
     typo = next(b for b in _said(h, *marks) if "Did you mean" in json.dumps(b))
     assert "/recover diagnose ses_healthy" in json.dumps(typo)
     assert slack_lines(Posted("C", "t", None, "", _blocks(typo))) <= 5
+
+
+def test_console_batch_request_and_its_outcome_fit_the_budget(incident_sandbox: Any, tmp_path: Path) -> None:
+    from tests.fixtures.triage import bulk_router, make_incident
+
+    made = make_incident(incident_sandbox, {"startup_stopped": 30})["startup_stopped"]
+    router = bulk_router(incident_sandbox, tmp_path)
+    asked, posted = _say(router, f'batch decide --sessions {",".join(made)} close --reason "repository is gone"')
+    assert console_lines(asked, posted) <= REPLY_BUDGET
+    batch_id = next(m.ref for m in asked.messages if m.kind == "batch_request")
+    done, posted = _say(router, f"approve {batch_id}", "U2")
+    assert "30/30 accepted" in "\n".join(m.headline for m in done.messages)
+    assert console_lines(done, []) <= REPLY_BUDGET  # (its progress updates replace one line in place)
