@@ -31,7 +31,8 @@ def _expiry(expires_at: str | None, now: datetime) -> str:
 
 
 def _second(requester: str, approvers: Sequence[str]) -> str:
-    allowed = ", ".join(ref(a) for a in approvers) if approvers else "anyone"
+    # Named as text, not as mentions: listing what waits must not notify a whole approvers' group.
+    allowed = f"RECOVER_APPROVERS: {', '.join(approvers)}" if approvers else "anyone"
     return f"a second person ({allowed}; not {ref(requester)})"
 
 
