@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+LONGEST = 64
+
 
 def distance(a: str, b: str) -> int:
     """Edits (insert, delete, substitute, swap two neighbours) turning ``a`` into ``b``."""
@@ -36,6 +38,8 @@ def _fold(word: str) -> str:
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The one choice near enough to ``word`` to be what was meant (None when none is, or two tie)."""
     choices = list(choices)
+    if len(word) > LONGEST:  # no runbook word is this long; and a distance costs len(word) × len(choice)
+        return None
     limit = max(1, min(3, len(word) // 3))
     scored = sorted((distance(word, c), c) for c in choices)
     scored = [(d, c) for d, c in scored if d <= limit]

@@ -82,3 +82,10 @@ def test_closest_refuses_ties_and_far_words() -> None:
     assert closest("clos", ["close", "cases"]) == "close"
     assert closest("xyz", ["close", "cases"]) is None
     assert closest("cat", ["car", "cap"]) is None  # two equally near: no guess
+
+
+def test_a_word_longer_than_any_runbook_word_gets_no_suggestion(runbooks: RunbookSet) -> None:
+    # (a distance costs len(word) x len(choice): a 7,000-character word is not compared at all)
+    assert closest("d" * 65, ["diagnose"]) is None
+    message, usage = _refusal(runbooks, "x" * 7000 + " ses_1")
+    assert message.startswith("unknown subcommand") and usage[0].startswith("Subcommands: ")
