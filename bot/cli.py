@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from bot import __version__
 from bot.errors import RecoverError, SettingsError
 from bot.logsetup import configure_logging
 from bot.redact import redact
@@ -154,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         + EXIT_CODES,
         formatter_class=_Formatter,
     )
+    parser.add_argument("--version", action="version", version=f"recover-bot {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

@@ -6,11 +6,14 @@ a click performs and which text command does the same, so every button has a typ
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
+
+from bot.vocab import Action
 
 Level = Literal["info", "ok", "warn", "error", "progress"]
 
@@ -190,3 +193,93 @@ class ListReporter:
 
     def post(self, message: Message) -> None:
         self.posted.append(message)
+
+
+# -- messages by weight ------------------------------------------------------------------------------
+# A reply leads with one line and a few facts; the full fact list is one click (Slack) or one command
+# (``/recover details <id>``) away, never repeated on every reply. Both fronts render :func:`brief`.
+
+DETAILS_KIND = "details"
+#: At most this many lines of body for the heavy kinds (the headline and buttons come on top).
+LINE_BUDGET: dict[str, int] = {
+    "diagnosis": 16,
+    "approval_request": 6,
+    "confirmation_request": 6,
+    "recheck_request": 7,
+    "batch_request": 6,
+}
+
+
+def details_button(target: str) -> Button:
+    """The button (and typed line) that shows everything behind ``target``."""
+    return Button("Details", Action.RUN, f"details {target}", command=f"/recover details {target}")
+
+
+def details_target(message: Message) -> str | None:
+    """What ``details`` is asked about for this message: its request/batch, else its session."""
+    return message.ref or message.session_id
+
+
+def body_lines(message: Message) -> list[str]:
+    """The message's lines as shown, one text line each (a line may carry newlines)."""
+    return [piece for line in message.lines for piece in line.split("\n")]
+
+
+# When a body is cut, these lines are kept first, in this order: who asked and why, what the turn
+# did outside, how to approve, what is irreversible; a diagnosis's valid decisions, refusals and next
+# steps (a block's head brings its indented lines).
+_KEEP_FIRST = (
+    "Requested by", "Reason", "External effects", "/recover approve", "To approve", "To confirm",
+    "[!] Irreversible", "Valid now", "Not valid now", "Next", "[!]", "Turn:",
+)
+
+
+def _rank(line: str) -> int | None:
+    return next((n for n, prefix in enumerate(_KEEP_FIRST) if line.startswith(prefix)), None)
+
+
+def _keep(flat: list[str], room: int) -> list[str]:
+    """At most ``room`` of ``flat``, in their order: the first line, the lines to act on, the rest."""
+    ranked: dict[int, int] = {0: -1}
+    block: int | None = None
+    for i, line in enumerate(flat):
+        rank = _rank(line)
+        if rank is not None:
+            ranked.setdefault(i, rank)
+            block = rank if line.rstrip().endswith(":") else None
+        elif block is not None and line.startswith("  "):
+            ranked.setdefault(i, block)
+        else:
+            block = None
+    chosen = sorted(ranked, key=lambda i: (ranked[i], i))[:room]
+    chosen += [i for i in range(len(flat)) if i not in ranked][: max(0, room - len(chosen))]
+    return [flat[i] for i in sorted(chosen)]
+
+
+def brief(message: Message) -> Message:
+    """``message`` as a reply shows it: no fact list and, for the heavy kinds, a bounded body; a
+    Details button stands for what was left out. A message with nothing to point at is shown whole."""
+    target = details_target(message)
+    if message.kind == DETAILS_KIND or target is None:
+        return message
+    cap = LINE_BUDGET.get(message.kind)
+    lines, cut = message.lines, bool(message.facts) or message.attachment is not None
+    if cap is not None:
+        flat = body_lines(message)
+        if len(flat) > cap:  # the Details button (a numbered choice in the console) says where the rest is
+            lines, cut = _keep(flat, cap), True
+    if not cut:
+        return message
+    buttons = list(message.buttons)
+    if not any(b.value == f"details {target}" for b in buttons):
+        buttons.append(details_button(target))
+    return dataclasses.replace(message, lines=lines, facts=[], buttons=buttons)
+
+
+def in_full(message: Message) -> Message:
+    """Everything of ``message`` as one details message: its facts become lines, nothing is cut."""
+    lines = [*message.lines, *(f"  {k}: {v}" for k, v in message.facts)]
+    return dataclasses.replace(
+        message, headline=f"Details of {message.headline}", lines=lines, facts=[], kind=DETAILS_KIND,
+        buttons=[], mentions=[],
+    )

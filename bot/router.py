@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 
-from bot.bulk_routes import dispatch
+from bot.bulk_routes import batch_verb, dispatch, settle_member_cases
 from bot.buttons import DecisionChoice
 from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
-from bot.errors import CommandError, ControlHostError, RecoverError
+from bot.details import FullMessages, details_reply
+from bot.errors import CommandError, RecoverError
 from bot.messages import Message, Reply, Reporter, ref
-from bot.redact import redact
+from bot.pending import pending_of
+from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
+from bot.routing import Completions
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
 from bot.sandbox import SandboxHandle
@@ -26,58 +29,27 @@ from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, RequestState, StepKind
 
 log = logging.getLogger(__name__)
-
-
-def error_reply(exc: BaseException) -> Reply:
-    """The one place an error becomes words for a person."""
-    if isinstance(exc, CommandError):
-        lines = [exc.usage] if exc.usage else []
-        return Reply.of(Message(headline=redact(exc.message), level="error", lines=lines), ok=False)
-    if isinstance(exc, ControlHostError):
-        status = f"HTTP {exc.status} " if exc.status else ""
-        lines = [redact(exc.hint)] if exc.hint else []
-        if exc.retryable:
-            lines.append("This is retryable: the same request is safe to repeat (same Idempotency-Key).")
-        return Reply.of(
-            Message(
-                headline=f"Control host: {status}{exc.code}: {redact(exc.message)}",
-                level="error",
-                lines=lines,
-            ),
-            ok=False,
-        )
-    if isinstance(exc, RecoverError):
-        lines = [redact(exc.hint)] if exc.hint else []
-        return Reply.of(Message(headline=redact(exc.message), level="error", lines=lines), ok=False)
-    log.exception("unexpected error", exc_info=exc)
-    return Reply.of(
-        Message(
-            headline="Unexpected error: it has been logged with its details.",
-            level="error",
-            lines=[
-                f"{type(exc).__name__}: {redact(str(exc))[:300]}",
-                "Check `/recover history <session>` before repeating a decision: every step that was "
-                "sent is recorded there.",
-            ],
-        ),
-        ok=False,
-    )
+BOT_ACTOR = "recover-bot"  # the actor of what the bot finishes by itself at start (as the core records it)
 
 
 def _batch_id(cmd: ParsedCommand) -> bool:
-    """approve/reject/take/history name a batch by its ``bat_`` prefix (docs/commands.md)."""
+    """approve/reject/confirm/withdraw/take/history name a batch by its ``bat_`` prefix (docs/commands.md)."""
     value = cmd.arg("request_id") or cmd.arg("session_id") or ""
-    batch_kinds = (StepKind.APPROVE, StepKind.REJECT, StepKind.TAKE, StepKind.HISTORY)
+    batch_kinds = (
+        StepKind.APPROVE, StepKind.REJECT, StepKind.CONFIRM, StepKind.WITHDRAW, StepKind.TAKE, StepKind.HISTORY
+    )
     return cmd.kind in batch_kinds and value.startswith("bat_")
 
 
 class Router:
     """Dispatches parsed commands by their runbook step kind, and button actions, to the core."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, *, demo: bool = False) -> None:
         self.services = services
+        self.demo = demo  # over the embedded sandbox: Docker-only commands explain what they need
         self.runbooks = services.runbooks
         self.startup_reply: Reply = Reply()
+        self.full = FullMessages()  # what `details <id>` shows: the last full messages given out
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -86,8 +58,14 @@ class Router:
         keys and bodies, and execute approved requests exactly once (never re-create them)."""
         try:
             self.startup_reply = self.services.decisions.recover_after_restart(reporter)
-            if self.services.bulk is not None:  # batches a killed process left half-sent (same keys)
-                self.startup_reply.messages.extend(self.services.bulk.batches.resume_open(reporter))
+            bulk = self.services.bulk
+            if bulk is not None:  # batches a killed process left half-sent (same keys)
+                resumed = bulk.batches.resume_open(reporter)
+                self.startup_reply.messages.extend(resumed)
+                for batch_id in {m.ref for m in resumed if m.ref and m.ref.startswith("bat_")}:
+                    self.startup_reply.messages.extend(
+                        settle_member_cases(bulk, self.services.decisions, batch_id, BOT_ACTOR)
+                    )
         except Exception as exc:  # noqa: BLE001 - a start-up problem is shown, the bot still serves
             self.startup_reply = error_reply(exc)
         return self.startup_reply
@@ -104,6 +82,10 @@ class Router:
 
     def help_text(self) -> str:
         return help_text(self.runbooks)
+
+    def completions(self) -> Completions:
+        """What the console's Tab completes, from the runbook (subcommands, flags, decisions)."""
+        return completions_of(self.runbooks)
 
     def parse(self, text: str) -> ParsedCommand:
         return parse_command(text, self.runbooks)
@@ -129,7 +111,7 @@ class Router:
         try:
             cmd = self.parse(text)
             self._check_channel(cmd.name, cmd.channel_restricted, channel)
-            return self._dispatch(cmd, actor=actor, channel=channel, reporter=reporter)
+            return self._kept(self._dispatch(cmd, actor=actor, channel=channel, reporter=KeepingReporter(reporter, self.full)))
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
 
@@ -162,6 +144,13 @@ class Router:
             diagnosis, reply = s.diagnoser.diagnose_and_record(session_id, actor, reporter)
             reply.messages.extend(s.decisions.close_if_settled(session_id, actor, diagnosis.facts, "diagnosis"))
             return reply
+        docker_kinds = (
+            StepKind.RECONCILER_STATUS, StepKind.RECONCILER_DRYRUN, StepKind.RECONCILER_REAL_PASS, StepKind.PREFLIGHT
+        )
+        if kind in docker_kinds and self.demo:
+            needs = docker_notice(s.settings, cmd.name, installation=kind != StepKind.PREFLIGHT)
+            if needs is not None:
+                return needs
         if kind == StepKind.RECONCILER_STATUS:
             return s.dockerops.status()
         if kind == StepKind.RECONCILER_DRYRUN:
@@ -187,7 +176,10 @@ class Router:
             )
         bulk_kinds = (StepKind.TRIAGE, StepKind.BATCH_DECIDE, StepKind.DRYRUN_BATCH_DECIDE, StepKind.BATCH)
         if kind in bulk_kinds or _batch_id(cmd):
-            return dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
+            reply = dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
+            if s.bulk is not None and kind in (StepKind.APPROVE, StepKind.CONFIRM) and _batch_id(cmd):
+                reply.messages.extend(settle_member_cases(s.bulk, s.decisions, self._arg(cmd, "request_id"), actor))
+            return reply
         if kind == StepKind.APPROVE:
             return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
         if kind == StepKind.CONFIRM:
@@ -217,6 +209,10 @@ class Router:
             return s.decisions.done(actor, self._arg(cmd, "session_id"), cmd.flag_text("reason"))
         if kind == StepKind.REPLAY:
             return s.decisions.replay(actor, channel, reporter)
+        if kind == StepKind.PENDING:
+            return self.pending()
+        if kind == StepKind.DETAILS:
+            return self.details(self._arg(cmd, "target_id"))
         if kind == StepKind.TEXT:
             return self._text(cmd)
         raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
@@ -268,8 +264,9 @@ class Router:
         action, value, actor, channel = clean_text(action), clean_text(value), clean_text(actor), clean_optional(channel)
         form = {clean_text(k): clean_text(v) for k, v in (form or {}).items()}
         try:
-            return self._action(
-                action, value, actor=actor, channel=channel, reporter=reporter, form=form or {}
+            keeping = KeepingReporter(reporter, self.full)
+            return self._kept(
+                self._action(action, value, actor=actor, channel=channel, reporter=keeping, form=form or {})
             )
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
@@ -291,13 +288,23 @@ class Router:
         form: dict[str, str],
     ) -> Reply:
         d = self.services.decisions
-        batch_action = action in (Action.APPROVE, Action.REJECT, Action.CONFIRM)
-        if batch_action and value.startswith("bat_") and self.services.bulk:
+        batch_action = action in (Action.APPROVE, Action.REJECT, Action.CONFIRM, Action.WITHDRAW)
+        bulk = self.services.bulk
+        if batch_action and value.startswith("bat_") and bulk:
             self._check_channel(action, True, channel)
-            batches = self.services.bulk.batches
             if action == Action.REJECT:
-                return batches.reject(actor, channel, value, form.get("reason") or None)
-            return batches.approve(actor, channel, value, reporter)
+                return bulk.batches.reject(actor, channel, value, form.get("reason") or None)
+            if action == Action.WITHDRAW:
+                return batch_verb(bulk, StepKind.WITHDRAW, value, actor=actor, channel=channel, reporter=reporter)
+            if action == Action.CONFIRM:
+                reply = batch_verb(bulk, StepKind.CONFIRM, value, actor=actor, channel=channel, reporter=reporter)
+            else:
+                reply = bulk.batches.approve(actor, channel, value, reporter)
+            reply.messages.extend(settle_member_cases(bulk, d, value, actor))
+            return reply
+        if action == Action.WITHDRAW:
+            self._check_channel("withdraw", True, channel)
+            return d.withdraw(actor, channel, self._id(value, "request id"))
         if action == Action.APPROVE:
             self._check_channel("approve", True, channel)
             return d.approve(actor, channel, self._id(value, "request id"), reporter)
@@ -385,6 +392,19 @@ class Router:
     def open_cases_view(self) -> list[Message]:
         return self.services.decisions.cases().messages
 
+    def pending(self) -> Reply:
+        """``/recover pending``: every open request and batch, with who may act on it now."""
+        return pending_of(self.services)
+
+    def details(self, target: str) -> Reply:
+        """``/recover details <id>``: the full fact list the short replies leave out."""
+        return details_reply(self.services, self.full, target)
+
+    def _kept(self, reply: Reply) -> Reply:
+        for message in reply.messages:
+            self.full.remember(message)
+        return reply
+
     def pending_approvals_view(self) -> list[Message]:
         d = self.services.decisions
         messages: list[Message] = []
@@ -422,7 +442,7 @@ def build_router(
     services = build_services(
         settings, sandbox=sandbox, directory=directory, clock=clock, console_users_map=console_users_map
     )
-    router = Router(services)
+    router = Router(services, demo=sandbox is not None)
     if startup:
         router.startup(reporter or LoggingReporter())
     return router

@@ -7,11 +7,22 @@ the real router.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from bot.buttons import DecisionChoice
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.usage import FormField
+
+
+@dataclass(frozen=True)
+class Completions:
+    """The words Tab completes in the console, read from the runbook: each subcommand with its flags
+    (``--reason``), the decisions, and which subcommands take a decision."""
+
+    commands: dict[str, list[str]] = field(default_factory=dict)
+    decisions: list[str] = field(default_factory=list)
+    takes_decision: frozenset[str] = frozenset()
 
 
 class RouterProtocol(Protocol):

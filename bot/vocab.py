@@ -71,6 +71,7 @@ class Action(StrEnum):
     APPROVE = "approve"
     REJECT = "reject"
     CONFIRM = "confirm"
+    WITHDRAW = "withdraw"
     RECONCILE_REVIEWED = "reconcile_reviewed"
     RESUME = "resume"
     DECIDE = "decide"
@@ -106,6 +107,8 @@ class StepKind(StrEnum):
     BATCH_DECIDE = "batch_decide"
     DRYRUN_BATCH_DECIDE = "dryrun_batch_decide"
     BATCH = "batch"
+    PENDING = "pending"
+    DETAILS = "details"
 
 
 class Step(StrEnum):

@@ -72,12 +72,12 @@ def approval_message(batch: Batch, members: Sequence[BatchMember], groups: str, 
         [Button("Approve", Action.APPROVE, batch.id, f"/recover approve {batch.id}", "primary"),
          Button("Reject", Action.REJECT, batch.id, f"/recover reject {batch.id}", "danger")]
         if two else
-        [Button("Confirm", Action.CONFIRM, batch.id, f"/recover approve {batch.id}", "primary"),
-         Button("Withdraw", Action.REJECT, batch.id, f"/recover reject {batch.id}")]
+        [Button("Confirm", Action.CONFIRM, batch.id, f"/recover confirm {batch.id}", "primary"),
+         Button("Withdraw", Action.WITHDRAW, batch.id, f"/recover withdraw {batch.id}")]
     )
     lines = request_lines(batch, members, groups)
     lines.append(f"To approve (another person): /recover approve {batch.id}" if two
-                 else f"To confirm (you): /recover approve {batch.id} — or repeat the command with --yes")
+                 else f"To confirm (you): /recover confirm {batch.id} — or repeat the command with --yes")
     if two:
         lines.insert(0, "`--yes` never replaces the second person's approval of the whole list.")
     return Message(
@@ -103,20 +103,17 @@ def progress_message(batch: Batch, counts: dict[str, int], codes: dict[str, int]
 def final_message(batch: Batch, members: Sequence[BatchMember], counts: dict[str, int], codes: dict[str, int],
                   csv_path: str | None) -> Message:
     total = len(members)
-    table = [
-        "outcome            count",
-        f"accepted           {counts.get(RequestState.EXECUTED, 0)}",
-        *(f"refused {c:<10} {n}" for c, n in sorted(codes.items())),
-        f"uncertain          {counts.get(RequestState.UNCERTAIN, 0)}",
-        f"skipped (changed)  {counts.get(RequestState.VOID, 0)}",
-        f"not sent           {counts.get(RequestState.REQUESTED, 0)}",
-        f"left out           {len(batch.excluded)}",
+    refused = ", ".join(f"{c} {n}" for c, n in sorted(codes.items())) or "none"
+    # One line of counts; every member's outcome is in the CSV (and behind details).
+    lines = [
+        f"accepted {counts.get(RequestState.EXECUTED, 0)} · refused: {refused} · "
+        f"uncertain {counts.get(RequestState.UNCERTAIN, 0)} · skipped (changed) {counts.get(RequestState.VOID, 0)} · "
+        f"not sent {counts.get(RequestState.REQUESTED, 0)} · left out {len(batch.excluded)}"
     ]
     skipped = [m for m in members if m.state == RequestState.VOID]
-    lines = ["```", *table, "```"]
     if skipped:
         lines.append("Skipped, never sent (facts changed since they were bound):")
-        lines.extend(f"  {m.session_id}: {m.detail}" for m in skipped[:10])
+        lines.extend(f"  {m.session_id}: {m.detail}" for m in skipped[:3])
     if counts.get(RequestState.UNCERTAIN):
         lines.append("Uncertain members keep their Idempotency-Key: a restart re-sends them with the same key and body.")
     if csv_path:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from bot.buttons import BadButtonValue, DecisionChoice
+from bot.console._shell import LineEditor, SeenIds, line_editor, state_dir
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
-from bot.messages import Button, Message, Reply
+from bot.messages import DETAILS_KIND, Button, Message, Reply, brief, details_target
 from bot.redact import redact
-from bot.routing import RouterProtocol
+from bot.routing import Completions, RouterProtocol
 from bot.vocab import Action
 
 DEMO_USERS = ("alice", "bob")
@@ -33,17 +35,21 @@ CONSOLE_HELP = """Console commands:
   :as <user>           act as another user (embedded sandbox only)
   :pass                run one sandbox scheduler pass (confirms stopped workers gone, R3.9; demo only)
   :advance <seconds>   move the sandbox clock forward (backoffs end, requests expire; demo only)
+  :release [session]   end the workspace reclamation of a session (all when none is named; demo only)
   :help                this help and the /recover commands
   :quit                leave"""
 
 
 
 def render(message: Message, first_choice: int = 1) -> str:
-    """A message as terminal text; buttons numbered from ``first_choice``."""
+    """A message as terminal text (its short form: the facts stay behind ``details``); buttons
+    numbered from ``first_choice``."""
+    message = brief(message)
     out = [message.plain_text()]  # the core's mentions as readable ids (@U1, @console:bob, #C1)
     if message.mentions:
         out.append("  for: " + " ".join("@" + m for m in message.mentions))
-    if message.attachment is not None:
+    # A long text is printed in full only where it was asked for (details); elsewhere it is named.
+    if message.attachment is not None and (message.kind == DETAILS_KIND or details_target(message) is None):
         lines = message.attachment.text.splitlines()
         out.append(f"--- {message.attachment.filename} ---")
         out.extend("  " + line for line in lines[:ATTACHMENT_LINES])
@@ -69,6 +75,7 @@ class _ConsoleReporter:
             self.console.write(text)
 
     def post(self, message: Message) -> None:
+        self.console.posted.add(_key(message))
         self.console.show(message)
 
 
@@ -82,6 +89,7 @@ class _Console:
         stdout: TextIO,
         channel: str | None,
         sandbox: Any = None,
+        history: Path | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.router = router
@@ -95,6 +103,14 @@ class _Console:
         self.choices: list[Button] = []
         self.all_ok = True
         self.interrupted = False
+        self.ctrl_c = 0  # Ctrl-C at the prompt in a row: the second one leaves
+        self.posted: set[tuple[str, str | None, str]] = set()  # what the running command already posted
+        self.seen = SeenIds()
+        self.editor: LineEditor | None = None
+        if self.interactive and stdin is sys.stdin and stdout is sys.stdout:
+            completions = getattr(router, "completions", None)
+            words = completions() if completions is not None else Completions()
+            self.editor = line_editor(words, self.seen, history or state_dir() / "history")
         # Requests this run makes are withdrawn if Ctrl-C ends it while they wait (nothing was sent).
         now = getattr(router, "now", None)
         self.started_at: str | None = now() if now is not None else None
@@ -111,12 +127,16 @@ class _Console:
         self.stdout.flush()
 
     def show(self, message: Message) -> None:
-        self.write(render(message, len(self.choices) + 1))
-        self.choices.extend(message.buttons)
+        text = render(message, len(self.choices) + 1)
+        self.write(text)
+        self.seen.note(message, text)
+        self.choices.extend(brief(message).buttons)
 
     def show_reply(self, reply: Reply) -> None:
         for message in reply.messages:
-            self.show(message)
+            if _key(message) not in self.posted:  # already shown while the command ran: once is enough
+                self.show(message)
+        self.posted.clear()
         if not reply.ok:
             self.all_ok = False
 
@@ -147,10 +167,23 @@ class _Console:
 
     def run(self) -> int:
         if self.interactive:
-            self.write(f"recover-bot console. You are {self.user}. Type :help for help, :quit to leave.")
+            self.write(
+                f"recover-bot console. You are {self.user}. Type :help for help; Tab completes; "
+                "Ctrl-C cancels the line, twice (or Ctrl-D) leaves."
+            )
         while True:
-            line = self.read(f"{self.user}> ")
+            try:
+                line = self.read(f"{self.user}> ")
+            except KeyboardInterrupt:
+                if not self.interactive or self.ctrl_c:
+                    raise  # a script stops at Ctrl-C; a person's second Ctrl-C in a row leaves
+                self.ctrl_c += 1
+                self.write("^C (the line was dropped; Ctrl-C again or Ctrl-D leaves)")
+                continue
+            self.ctrl_c = 0
             if line is None:
+                if self.interactive:
+                    self.write("")
                 break
             line = line.strip()
             if not line or line.startswith("#"):
@@ -187,7 +220,7 @@ class _Console:
             self.write(self.router.help_text())
         elif name == ":as":
             self.switch_user(arg)
-        elif name in (":pass", ":advance"):
+        elif name in (":pass", ":advance", ":release"):
             self.drive_sandbox(name, arg)
         else:
             self.fail(f"unknown console command {name!r}; type :help")
@@ -204,6 +237,12 @@ class _Console:
                 gone = ", ".join(result.get("confirmed_gone") or []) or "none"
                 launched = ", ".join(result.get("launched") or []) or "none"
                 self.write(f"Scheduler pass: workers confirmed gone: {gone}; launched: {launched}.")
+            elif name == ":release":
+                held = [arg] if arg else [s["id"] for s in self.sandbox.admin.sessions() if s.get("reclamation_claim")]
+                for session_id in held:
+                    self.sandbox.admin.reclamation(session_id, False)
+                released = ", ".join(held) or "none was held"
+                self.write(f"Workspace reclamation ended: {released}. A resume is accepted again (R4.2).")
             else:
                 seconds = float(arg)
                 if not 0 < seconds <= 7 * 24 * 3600:
@@ -293,7 +332,13 @@ class _Console:
         for field in fields:
             label = f"{field.label} ({'required' if field.required else 'optional'}; {field.help})"
             while True:
-                answer = self.read(f"  {label}: ")
+                try:
+                    answer = self.read(f"  {label}: ")
+                except KeyboardInterrupt:
+                    if not self.interactive:
+                        raise
+                    self.write("^C: the decision form was cancelled; nothing was sent")
+                    return None
                 if answer is None:
                     self.fail("the decision form was not finished; nothing was sent")
                     return None
@@ -315,6 +360,13 @@ class _Console:
             self.show_reply(exc.reply)
             self.all_ok = False
             self.interrupted = True
+            return False
+        except KeyboardInterrupt:
+            if not self.interactive:
+                raise
+            # Ctrl-C outside a wait: whatever was stored before a send is finished by its key (R0.3).
+            self.write("^C: interrupted. `/recover pending` and `/recover history <session>` show where it stopped.")
+            self.all_ok = False
             return False
         except RecoverError as exc:
             self.fail(redact(str(exc)))
@@ -341,6 +393,10 @@ class _Console:
                 self.write(redact(traceback.format_exc()))
 
 
+def _key(message: Message) -> tuple[str, str | None, str]:
+    return (message.kind, message.ref, message.marked_text())
+
+
 def _isatty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -357,13 +413,14 @@ def run_console(
     stdout: TextIO | None = None,
     channel: str | None = CONSOLE_CHANNEL,
     sandbox: Any = None,
+    history: Path | None = None,
 ) -> int:
     """Read commands (a terminal or, one a line, standard input); 0 when every command succeeded.
 
     ``sandbox`` (the demo's embedded sandbox handle) enables ``:pass`` and ``:advance``.
     """
     console = _Console(
-        router, users, allow_switch_user, stdin or sys.stdin, stdout or sys.stdout, channel, sandbox
+        router, users, allow_switch_user, stdin or sys.stdin, stdout or sys.stdout, channel, sandbox, history
     )
     try:
         return console.run()
@@ -371,3 +428,6 @@ def run_console(
         console.write("^C")
         console.withdraw_on_interrupt()
         return INTERRUPTED
+    finally:
+        if console.editor is not None:
+            console.editor.save()

@@ -14,6 +14,7 @@ from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._requests import OPEN_STATES, DecisionRequest
 from bot.decisions._rules import ID_RE, settled_reason
+from bot.errors import ControlHostError
 from bot.messages import Message, Reply, ref
 from bot.store import Step
 from bot.vocab import Policy, RequestState
@@ -73,6 +74,9 @@ class CaseBook:
         """Become the case owner (recorded)."""
         if not ID_RE.match(session_id):
             return Reply.of(text.refusal(f"invalid session id {session_id!r}"), ok=False)
+        unknown = self._unknown(actor, "take", session_id)
+        if unknown is not None:
+            return unknown
         case = self.store.open_case(session_id, actor)
         previous = case.owner
         self.store.set_owner(case.id, actor)
@@ -92,10 +96,32 @@ class CaseBook:
             return Reply.of(text.refusal(f"invalid session id {session_id!r}"), ok=False)
         if not note_text.strip():
             return Reply.of(text.refusal("a note needs text: /recover note <session_id> <text>"), ok=False)
+        unknown = self._unknown(actor, "note", session_id)
+        if unknown is not None:
+            return unknown
         self.ctx.record(session_id, actor, "note", {"text": note_text}, "noted")
         return Reply.of(
             Message(headline=f"Noted on `{session_id}`", lines=[note_text], level="ok", session_id=session_id)
         )
+
+    def _unknown(self, actor: str, step: str, session_id: str) -> Reply | None:
+        """A refusal when the control host has no such session (a mistyped id opens no case), else
+        None. A session the store already has a case for, or a host that cannot answer, is not refused:
+        hand-off notes must work while the control host is down."""
+        if self.store.get_open_case(session_id) is not None:
+            return None
+        try:
+            self.ctx.client.get_session(session_id)
+        except ControlHostError as exc:
+            if exc.code != "NOT_FOUND":
+                return None
+            return self.ctx.refuse(
+                actor, None, step, {"session_id": session_id},
+                f"the control host has no session `{session_id}`: no case was opened",
+                "Check the id: copy it from the alert, or `/recover cases` lists the open ones.",
+                code="not_found",
+            )
+        return None
 
     def close_if_settled(
         self, session_id: str, actor: str, facts: Mapping[str, object], found_by: str
@@ -240,6 +266,10 @@ def _case_state(steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> 
     if RequestState.REQUESTED in states:
         return "waiting for approval/confirmation"
     verifs = [s for s in steps if s.step == "verification"]
+    member = [s for s in steps if s.step.startswith("batch_member_")]
+    if member and (not verifs or member[-1].seq > verifs[-1].seq):
+        m = member[-1]  # a batch's outcome for this member is the latest news of the case
+        return f"batch {m.inputs.get('batch_id')}: `{m.inputs.get('decision')}` {m.outcome}; verify with diagnose (R5.1)"
     if verifs:
         d = verifs[-1].detail or {}
         return (

@@ -85,6 +85,7 @@ class DecisionContext:
         idempotency_key: str | None = None,
         receipt_id: str | None = None,
         db: Database | None = None,
+        opens_case: bool = True,
     ) -> None:
         """Append one step to the hash chain (with ``db``, inside the caller's transaction)."""
         self.store.record_step(
@@ -98,6 +99,7 @@ class DecisionContext:
             idempotency_key=idempotency_key,
             receipt_id=receipt_id,
             db=db,
+            opens_case=opens_case,
         )
 
     def refuse(
@@ -115,7 +117,9 @@ class DecisionContext:
         """Record a refusal as a step (the audit shows attempts too) and say why, actionably."""
         # Stored with mentions readable (@U1): the per-process markers of ref() never reach the chain.
         detail = {"why": plain(headline), "lines": [plain(line) for line in lines]}
-        self.record(session_id, actor, step, inputs, code, detail=detail)
+        # A refusal changes nothing: it joins an open case, never re-opens a closed one (a repeated
+        # approve of an executed request) nor opens one for a mistyped id.
+        self.record(session_id, actor, step, inputs, code, detail=detail, opens_case=False)
         msg = text.refusal(headline, *lines, rules=list(rules), session_id=session_id)
         return Reply([*extra, msg], ok=False)
 

@@ -38,8 +38,7 @@ def fact_value(name: str, facts: Mapping[str, Any]) -> str:
 
 def request_lines(req: DecisionRequest, notes: Sequence[str] = ()) -> list[str]:
     """The request's exact content; ``notes`` (runbook warnings, what it drops) right after its reason."""
-    lines = [
-        f"Request `{req.id}`: `{req.decision}` on session `{req.session_id}`",
+    lines = [  # the request id, decision and session are in every headline that shows these lines
         f"Requested by {ref(req.requester)} at {req.created_at}; expires at {req.expires_at}",
         # A flag left out is "none" (not "unknown": that word belongs to outcome_unknown and unread facts).
         f"Turn: {req.turn_id or 'none'}   Evidence: {req.evidence_ref or 'none'}",
@@ -167,7 +166,8 @@ def updated_request_message(req: DecisionRequest, outcome: str, level: str = "in
     return Message(
         headline=f"Request {req.id} (`{req.decision}` on `{req.session_id}`): {outcome}",
         level=level,  # type: ignore[arg-type]
-        lines=request_lines(req),
+        # One line: the outcome is the headline; the request's whole content is behind details.
+        lines=[f"Requested by {ref(req.requester)} at {req.created_at}; reason: {req.reason}"],
         facts=fact_rows(req.shown_facts),
         session_id=req.session_id,
         kind=kind,

@@ -7,10 +7,11 @@ valid decisions, approval policies, preconditions, durations) lives only in ``ru
 from __future__ import annotations
 
 from bot.runbook.evaluate import DecisionVerdict, Evaluation, check_decision, evaluate
+from bot.runbook.helptext import help_text
 from bot.runbook.installation import LimitSpec, ReconcilerSpec, WorkerSpec
 from bot.runbook.loader import load_runbooks
 from bot.runbook.model import BranchSpec, CommandSpec, DecisionSpec, RunbookSet
-from bot.runbook.parser import ParsedCommand, decode_slack, help_text, parse_command
+from bot.runbook.parser import ParsedCommand, decode_slack, parse_command
 from bot.runbook.vocabulary import FACT_NAMES, STEP_KINDS
 
 __all__ = [

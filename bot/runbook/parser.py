@@ -1,4 +1,4 @@
-"""The ``/recover`` command parser, one for Slack and the console (docs/commands.md).
+"""The ``/recover`` command parser (its help text: bot.runbook.helptext), one for Slack and the console (docs/commands.md).
 
 Every subcommand, argument pattern and flag comes from the runbook YAML; Python only knows the
 grammar: an optional leading ``/recover``, flags in any order as ``--flag value`` or ``--flag=value``,
@@ -14,12 +14,14 @@ import re
 from dataclasses import dataclass, field
 
 from bot.errors import CommandError
+from bot.runbook.helptext import PREFIX, command_usage, help_text, short_help
+from bot.runbook.helptext import excerpt as _short
 from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
-from bot.runbook.usage import decision_command, decision_lines, value_pattern
+from bot.runbook.suggest import closest
+from bot.runbook.usage import value_pattern
 from bot.runbook.values import IDS_PLACEHOLDER
 from bot.vocab import StepKind
 
-PREFIX = "/recover"
 MAX_LIMIT = "command_max_chars"
 _ENTITY = re.compile(r"<([^<>\n]*)>")
 _DOUBLE_OPEN = '"“”„'
@@ -61,11 +63,22 @@ class _Token:
     value: str
     quoted: bool = False
     flag_with_quoted_value: bool = False
+    start: int = 0  # where the token's raw text starts in the decoded line (a correction replaces it)
+    end: int = 0
 
 
-def _short(value: str, size: int = 40) -> str:
-    text = value if len(value) <= size else value[: size - 1] + "…"
-    return repr(text)
+class _Typo(CommandError):
+    """A word that is one of the runbook's own, mistyped: ``text[start:end]`` should read ``replacement``."""
+
+    def __init__(self, message: str, start: int, end: int, replacement: str) -> None:
+        super().__init__(message)
+        self.start, self.end, self.replacement = start, end, replacement
+
+class _Brief(CommandError):
+    """An error whose message already lists the choices: shown with the usage line only, not the page."""
+
+
+MAX_CORRECTIONS = 5
 
 
 def decode_slack(text: str) -> str:
@@ -113,7 +126,7 @@ def tokenize(text: str) -> list[_Token]:
         if text[i].isspace():
             i += 1
             continue
-        prefix = ""
+        prefix, start = "", i
         if text[i] not in _DOUBLE_OPEN + _SINGLE_OPEN:
             j = i
             while j < n and not text[j].isspace():
@@ -127,10 +140,10 @@ def tokenize(text: str) -> list[_Token]:
                     break
             word = text[i:j]
             if j >= n or text[j].isspace():
-                tokens.append(_Token(word))
+                tokens.append(_Token(word, start=i, end=j))
                 i = j
                 continue
-            prefix, i = word, j
+            prefix, start, i = word, i, j
         quote = text[i]
         closers = _DOUBLE_CLOSE if quote in _DOUBLE_OPEN else _SINGLE_CLOSE
         end = _find_close(text, i + 1, closers)
@@ -139,11 +152,21 @@ def tokenize(text: str) -> list[_Token]:
                 j = i
                 while j < n and not text[j].isspace():
                     j += 1
-                tokens.append(_Token(prefix + text[i:j]))
+                tokens.append(_Token(prefix + text[i:j], start=start, end=j))
                 i = j
                 continue
-            raise CommandError(f"unterminated quote: {_short(text[i:])} has no closing quote")
-        tokens.append(_Token(prefix + text[i + 1 : end], quoted=True, flag_with_quoted_value=bool(prefix)))
+            closer = '"' if quote in _DOUBLE_OPEN else "'"
+            raise _Typo(
+                f"unterminated quote: the {quote} at character {i + 1} ({_short(text[i:], 24)}) has no closing quote",
+                len(text.rstrip()),
+                len(text.rstrip()),
+                closer,
+            )
+        tokens.append(
+            _Token(
+                prefix + text[i + 1 : end], quoted=True, flag_with_quoted_value=bool(prefix), start=start, end=end + 1
+            )
+        )
         i = end + 1
     return tokens
 
@@ -183,8 +206,40 @@ def parse_command(text: str, runbooks: RunbookSet) -> ParsedCommand:
             usage=help_text(runbooks),
         )
     decoded = decode_slack(text)
+    first: _Typo | None = None
+    try:
+        return _parse_once(runbooks, decoded)
+    except _Typo as exc:
+        first = exc
+    # Did you mean: correct up to a few typos with the runbook's own words, then show the line to copy.
+    line = decoded
+    then: str | None = None
+    typo: _Typo = first
+    for _ in range(MAX_CORRECTIONS):
+        line = line[: typo.start] + typo.replacement + line[typo.end :]
+        try:
+            _parse_once(runbooks, line)
+            break
+        except _Typo as again:
+            typo = again
+        except CommandError as other:
+            then = other.message
+            break
+    else:
+        then = typo.message
+    words = line.split()
+    corrected = line.strip() if words and words[0].lower() == PREFIX else f"{PREFIX} {line.strip()}"
+    usage = ["Did you mean:", f"  {corrected}"]
+    if then:
+        usage.append(f"(then still: {then})")
+    raise CommandError(first.message, usage="\n".join(usage)) from None
+
+
+def _parse_once(runbooks: RunbookSet, decoded: str) -> ParsedCommand:
     try:
         tokens = tokenize(decoded)
+    except _Typo:
+        raise
     except CommandError as exc:
         raise CommandError(exc.message, usage=help_text(runbooks)) from None
     if tokens and not tokens[0].quoted and tokens[0].value.lower() == PREFIX:
@@ -196,19 +251,51 @@ def parse_command(text: str, runbooks: RunbookSet) -> ParsedCommand:
         return ParsedCommand(helper.name, helper.kind, spec=helper, text=decoded)
     matched = _match_command(runbooks, tokens)
     if matched is None:
-        raise CommandError(f"unknown subcommand {_short(tokens[0].value)}", usage=help_text(runbooks))
+        _suggest_word(tokens[0], _words_at(runbooks, []), "subcommand")
+        raise CommandError(f"unknown subcommand {_short(tokens[0].value)}", usage=short_help(runbooks))
     spec, used = matched
+    _longer_command(runbooks, spec, tokens, used)
     try:
         args, flags = _parse_rest(runbooks, spec, tokens[used:])
+    except _Typo:
+        raise
+    except _Brief as exc:
+        brief = f"Usage: {PREFIX} {spec.usage}\nMore: {PREFIX} help {spec.name}"
+        raise CommandError(exc.message, usage=brief) from None
     except CommandError as exc:
         raise CommandError(exc.message, usage=command_usage(runbooks, spec)) from None
     return ParsedCommand(spec.name, spec.kind, args, flags, spec, decoded)
 
 
+def _words_at(runbooks: RunbookSet, before: list[str]) -> list[str]:
+    """The words a subcommand name may have after ``before`` (its first words when empty)."""
+    n = len(before)
+    names = (c.name.split(" ") for c in runbooks.commands.values())
+    return sorted({w[n] for w in names if len(w) > n and w[:n] == before})
+
+
+def _suggest_word(token: _Token, choices: list[str], what: str) -> None:
+    """Raise a :class:`_Typo` when ``token`` is one edit or so away from one of ``choices``."""
+    if token.quoted:
+        return
+    near = closest(token.value, choices)
+    if near is not None and near != token.value.lower():
+        raise _Typo(f"unknown {what} {_short(token.value)}", token.start, token.end, near)
+
+
+def _longer_command(runbooks: RunbookSet, spec: CommandSpec, tokens: list[_Token], used: int) -> None:
+    """``dryrun decied`` matched ``dryrun``: the next word is a typo of a longer subcommand's."""
+    if used >= len(tokens):
+        return
+    longer = _words_at(runbooks, spec.name.split(" "))
+    if longer and tokens[used].value.lower() not in longer and not spec.args:
+        _suggest_word(tokens[used], longer, "subcommand")
+
+
 def _parse_rest(
     runbooks: RunbookSet, spec: CommandSpec, tokens: list[_Token]
 ) -> tuple[dict[str, str], dict[str, str | bool]]:
-    positional: list[str] = []
+    positional: list[_Token] = []
     flags: dict[str, str | bool] = {}
     takes_rest = bool(spec.args) and spec.args[-1].rest
     flags_done = not spec.flags and takes_rest  # a note's text may contain "--" freely
@@ -221,14 +308,18 @@ def _parse_rest(
             continue
         as_flag = not token.quoted or token.flag_with_quoted_value
         if flags_done or not as_flag or not _is_flag(token.value):
-            positional.append(token.value)
+            positional.append(token)
             continue
         body = _flag_name(token.value)
         name, eq, inline = body.partition("=")
         flag = spec.flag(name)
         if flag is None:
+            near = closest(name, [f.name for f in spec.flags])
+            if near is not None:
+                at = token.start + len(token.value) - len(body)
+                raise _Typo(f"unknown flag --{_short(name, 30)[1:-1]} for {spec.name}", at, at + len(name), near)
             known = ", ".join(f"--{f.name}" for f in spec.flags) or "none"
-            raise CommandError(f"unknown flag --{_short(name, 30)[1:-1]} for {spec.name} (flags: {known})")
+            raise _Brief(f"unknown flag --{_short(name, 30)[1:-1]} for {spec.name} (flags: {known})")
         if name in flags:
             raise CommandError(f"--{name} given twice")
         if not flag.value:
@@ -266,15 +357,18 @@ def _check_value(runbooks: RunbookSet, label: str, value: str, spec: ArgSpec | F
     return value
 
 
-def _assign(runbooks: RunbookSet, spec: CommandSpec, positional: list[str]) -> dict[str, str]:
+def _assign(runbooks: RunbookSet, spec: CommandSpec, positional: list[_Token]) -> dict[str, str]:
     args: dict[str, str] = {}
     for index, arg in enumerate(spec.args):
+        token: _Token | None = None
         if arg.rest:
             words = positional[index:]
             positional = positional[:index]
-            value = " ".join(words)
+            value = " ".join(t.value for t in words)
+            token = words[0] if len(words) == 1 else None
         elif index < len(positional):
-            value = positional[index]
+            token = positional[index]
+            value = token.value
         else:
             value = ""
         if not value:
@@ -284,88 +378,21 @@ def _assign(runbooks: RunbookSet, spec: CommandSpec, positional: list[str]) -> d
         if arg.choices == "decisions":
             value = value.lower()
             if value not in runbooks.decidable:
-                raise CommandError(
+                if token is not None:
+                    _suggest_word(token, list(runbooks.decidable), "decision")
+                raise _Brief(
                     f"unknown decision {_short(value)} (decisions: {', '.join(runbooks.decidable)})"
                 )
         elif arg.choices == "commands":
             value = " ".join(value.lower().split())
             if value not in runbooks.commands:
+                if token is not None:
+                    _suggest_word(token, list(runbooks.commands), "subcommand")
                 raise CommandError(
                     f"unknown subcommand {_short(value)} (subcommands: {', '.join(runbooks.commands)})"
                 )
         args[arg.name] = _check_value(runbooks, f"<{arg.name}>", value, arg)
     extra = positional[len(spec.args) :]
     if extra:
-        raise CommandError(f"unexpected argument {_short(extra[0])} for {spec.name}")
+        raise CommandError(f"unexpected argument {_short(extra[0].value)} for {spec.name}")
     return args
-
-
-# --- help, generated from the YAML -------------------------------------------------------------------
-
-
-def command_usage(runbooks: RunbookSet, spec: CommandSpec) -> str:
-    """The short usage shown with an error: usage line (one per decision: the flags each needs, up
-    front), example, and where to read more."""
-    lines = [f"Usage: {PREFIX} {spec.usage}"]
-    if decision_command(runbooks, spec):
-        lines.append("Each decision needs:")
-        lines.extend(decision_lines(runbooks, spec, PREFIX))
-    lines += [f"Example: {spec.example}", f"More: {PREFIX} help {spec.name}"]
-    return "\n".join(lines)
-
-
-def help_text(runbooks: RunbookSet, subcommand: str | None = None) -> str:
-    """The help: every subcommand with its one-line help, or one subcommand in full."""
-    if subcommand:
-        spec = runbooks.commands.get(" ".join(subcommand.lower().split()))
-        if spec is None:
-            raise CommandError(f"unknown subcommand {_short(subcommand)}", usage=help_text(runbooks))
-        return _help_one(runbooks, spec)
-    width = max(
-        (len(c.usage.split(" [--")[0].split(" --")[0]) for c in runbooks.commands.values()), default=0
-    )
-    width = min(width, 38)
-    lines = [f"{PREFIX} <subcommand> … — recover stuck sessions by the runbook"]
-    for spec in runbooks.commands.values():
-        short = spec.usage.split(" [--")[0].split(" --")[0]
-        lines.append(f"  {short.ljust(width)}  {spec.help.split('. ')[0].rstrip('.')}")
-    if runbooks.id_help:
-        lines.append(f"Ids: {runbooks.id_help}.")
-    lines.append(
-        f"Flags come in any order, as --flag value or --flag=value. {PREFIX} help <subcommand> explains one."
-    )
-    return "\n".join(lines)
-
-
-def _help_one(runbooks: RunbookSet, spec: CommandSpec) -> str:
-    lines = [f"{PREFIX} {spec.usage}", spec.help]
-    if decision_command(runbooks, spec):
-        lines.append("Each decision needs:")
-        lines.extend(decision_lines(runbooks, spec, PREFIX))
-    if spec.args:
-        lines.append("Arguments:")
-        for arg in spec.args:
-            extra = []
-            if arg.choices == "decisions":
-                extra.append("one of " + ", ".join(runbooks.decidable))
-            if not arg.required:
-                extra.append("optional")
-            tail = f" ({'; '.join(extra)})" if extra else ""
-            lines.append(f"  <{arg.name}>  {arg.help}{tail}")
-    if spec.flags:
-        lines.append("Flags:")
-        for flag in spec.flags:
-            need = []
-            if flag.required:
-                need.append("required")
-            if flag.required_for:
-                need.append("required for " + ", ".join(flag.required_for))
-            tail = f" ({'; '.join(need)})" if need else ""
-            shape = f"--{flag.name} <value>" if flag.value else f"--{flag.name}"
-            lines.append(f"  {shape}  {flag.help}{tail}")
-    if spec.channel_restricted:
-        lines.append("Refused outside RECOVER_CHANNELS when it is set.")
-    if spec.rules:
-        lines.append("Runbook: " + ", ".join(spec.rules))
-    lines.append(f"Example: {spec.example}")
-    return "\n".join(lines)

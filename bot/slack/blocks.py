@@ -33,7 +33,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from bot.buttons import BadButtonValue
-from bot.messages import Attachment, Button, Mention, Message, render_refs
+from bot.messages import Attachment, Button, Mention, Message, brief, render_refs
 from bot.runbook.usage import FormField, form_errors
 
 # Slack's documented limits (Block Kit reference).
@@ -138,7 +138,7 @@ def notification_text(message: Message) -> str:
 
     It is mrkdwn too (a ``<!channel>`` in it would notify the channel): escaped like the blocks.
     """
-    return truncate(escape(message.marked_text()), NOTIFICATION_TEXT)
+    return truncate(escape(brief(message).marked_text()), NOTIFICATION_TEXT)
 
 
 def _chunks(text: str, size: int) -> list[str]:
@@ -189,7 +189,9 @@ def attachment_preview(attachment: Attachment, *, uploaded: bool) -> str:
 
 
 def message_blocks(message: Message, *, attachment_uploaded: bool = False) -> list[Block]:
-    """Blocks for one message, always within Slack's limits (checked by :func:`check_blocks`)."""
+    """Blocks for one message, always within Slack's limits (checked by :func:`check_blocks`): its
+    short form, the fact list behind a Details button (:func:`bot.messages.brief`)."""
+    message = brief(message)
     blocks: list[Block] = []
     icon = _ICONS.get(message.level, "")
     blocks.append(

@@ -245,20 +245,28 @@ class Store:
         idempotency_key: str | None = None,
         receipt_id: str | None = None,
         db: Database | None = None,
+        opens_case: bool = True,
     ) -> Step:
         """Append a step (opening the session's case if none is open).
 
         With ``db=`` the step joins the caller's write transaction ("state change + audit row" in
-        one commit). ``session_id=None`` records an installation-wide step outside any case.
+        one commit). ``session_id=None`` records an installation-wide step outside any case. With
+        ``opens_case=False`` (a refusal: nothing happened to the session) the step joins the session's
+        open case if there is one and never opens or re-opens one.
         """
         if db is None:
             with self.write() as wdb:
                 return self.record_step(
                     session_id, actor, step, inputs, outcome, detail=detail, http_status=http_status,
-                    idempotency_key=idempotency_key, receipt_id=receipt_id, db=wdb,
+                    idempotency_key=idempotency_key, receipt_id=receipt_id, db=wdb, opens_case=opens_case,
                 )
         self._joined(db, "record_step")
-        case_id = self.open_case(session_id, actor, db=db).id if session_id is not None else None
+        case_id: int | None = None
+        if session_id is not None and opens_case:
+            case_id = self.open_case(session_id, actor, db=db).id
+        elif session_id is not None:
+            found = _cases.find_open(db, session_id)
+            case_id = found.id if found is not None else None
         return self._append(
             db, session_id, case_id, actor, step, inputs, outcome, detail=detail, http_status=http_status,
             idempotency_key=idempotency_key, receipt_id=receipt_id,

@@ -12,14 +12,16 @@ the members shown.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
 from bot.clock import Clock, isoformat
 from bot.controlhost import ControlHostClient, Session
 from bot.diagnosis.facts import Facts
+from bot.diagnosis.model import Diagnosis
 from bot.logs import LogSource
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.evaluate import evaluate
@@ -30,6 +32,8 @@ from bot.triage.groups import Group, Grouper, summary_message
 from bot.triage.pace import Throttle
 from bot.triage.store import Member, TriageStore
 from bot.vocab import Step
+
+log = logging.getLogger(__name__)
 
 DEFAULTS = {
     "bulk_concurrency": 16,
@@ -53,6 +57,13 @@ def runbook_limit(runbooks: RunbookSet, name: str) -> float:
         return float(DEFAULTS[name])
 
 
+class ExampleDiagnoser(Protocol):
+    """``diagnose``'s own gathering (bot.diagnosis.service.Diagnoser): a group's examples are
+    classified by the very function that answers ``/recover diagnose``, so the two never disagree."""
+
+    def gather(self, session_id: str, *, keep_reading_logs: bool = False) -> Diagnosis: ...
+
+
 class Triage:
     """Runs triages over one client (the paced bulk client) and stores their groups."""
 
@@ -64,7 +75,9 @@ class Triage:
         store: Store,
         clock: Clock,
         log_source: LogSource | None = None,
+        diagnoser: ExampleDiagnoser | None = None,
     ) -> None:
+        self.diagnoser = diagnoser
         self.client = client
         self.runbooks = runbooks
         self.store = store
@@ -159,6 +172,9 @@ class _Run:
     # -- examples: worker logs for a few sessions per group -------------------------------------
 
     def _read_examples(self) -> None:
+        if self.t.diagnoser is not None:
+            self._diagnose_examples(self.t.diagnoser)
+            return
         budget = runbook_limit(self.t.runbooks, "diagnose_budget")
         window = runbook_limit(self.t.runbooks, "log_window")
         deadline = time.monotonic() + budget
@@ -188,6 +204,61 @@ class _Run:
             group.examples = examples
             if causes:
                 group.likely_cause = causes.most_common(1)[0][0]
+
+    def _diagnose_examples(self, diagnoser: ExampleDiagnoser) -> None:
+        """Each group's examples diagnosed as ``/recover diagnose`` does (concurrently, within the
+        diagnose budget); a group whose examples all land on another branch than the API's facts alone
+        gave (their worker logs decided it) takes that branch, title and rules: one classification."""
+        budget = runbook_limit(self.t.runbooks, "diagnose_budget")
+        concurrency = max(1, int(runbook_limit(self.t.runbooks, "bulk_concurrency")))
+        picked = {
+            group.id: sorted(group.members, key=lambda m: m.failed_at or "", reverse=True)[: self.examples]
+            for group in self.grouper.ordered()
+        }
+        wanted = [m.session_id for members in picked.values() for m in members]
+        done: dict[str, Diagnosis] = {}
+        pool = cf.ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(wanted))),
+                                     thread_name_prefix="triage-example")
+        futures = {pool.submit(diagnoser.gather, sid): sid for sid in wanted}
+        try:
+            for future in cf.as_completed(futures, timeout=budget * 2):
+                try:
+                    done[futures[future]] = future.result()
+                except Exception:  # noqa: BLE001 - an example that could not be diagnosed stays as read
+                    log.warning("triage: example %s could not be diagnosed", futures[future], exc_info=True)
+        except TimeoutError:
+            pass  # the examples not diagnosed in time keep the API facts' classification
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        for group in self.grouper.ordered():
+            examples: list[dict[str, Any]] = []
+            causes: Counter[str] = Counter()
+            branches: list[tuple[str, str, list[str]]] = []
+            for member in picked[group.id]:
+                entry: dict[str, Any] = {"session_id": member.session_id}
+                diagnosis = done.get(member.session_id)
+                if diagnosis is None:
+                    entry["logs"] = "unreadable"
+                    examples.append(entry)
+                    continue
+                evaluation = diagnosis.evaluation
+                entry["branch"] = evaluation.branch_id
+                entry["logs"] = diagnosis.facts.get("source.logs")
+                branches.append((evaluation.branch_id, evaluation.title, list(evaluation.rules)))
+                member.branch = evaluation.branch_id
+                cause = diagnosis.facts.get("logs.likely_cause")
+                if isinstance(cause, str):
+                    causes[cause] += 1
+                if diagnosis.facts.get("logs.permanent_damage") is True or evaluation.branch_id == "restore_permanent":
+                    group.damage = True
+                examples.append(entry)
+            group.examples = examples
+            if causes:
+                group.likely_cause = causes.most_common(1)[0][0]
+            if branches and len({b for b, _, _ in branches}) == 1 and branches[0][0] != group.branch:
+                group.branch, group.title, group.rules = branches[0]
+                for entry in examples:
+                    entry.pop("branch", None)  # now the group's own branch
 
     # -- saying it -------------------------------------------------------------------------------
 

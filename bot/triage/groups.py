@@ -7,6 +7,7 @@ appearance, so an id shown in an early summary still means the same group in the
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,9 +50,9 @@ class Group:
             common &= set(m.valid)
         return [d for d in self.members[0].valid if d in common]
 
-    def why_not(self) -> list[str]:
-        """For each decision not valid for every member: the most frequent reason and how many."""
-        out: list[str] = []
+    def why_not_by_decision(self) -> list[tuple[str, str]]:
+        """(decision, its most frequent reason and how many) for each decision not valid for all."""
+        out: list[tuple[str, str]] = []
         valid = set(self.valid_for_all())
         reasons: dict[str, Counter[str]] = {}
         for m in self.members:
@@ -62,7 +63,7 @@ class Group:
                 continue
             why, n = counter.most_common(1)[0]
             share = "all" if n == len(self.members) else f"{n} of {len(self.members)}"
-            out.append(f"{why} ({share})")
+            out.append((decision, f"{why} ({share})"))
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -116,29 +117,49 @@ def _time(value: str | None) -> str:
     return value[11:19] + "Z" if value and len(value) >= 19 else (value or "unknown")
 
 
+_CODE = re.compile(r"\b[A-Z][A-Z_]{3,}\b")
+
+
+def _not_valid(group: Group) -> str:
+    """The decisions not valid for every member, by the API code that refuses them (one phrase)."""
+    by_code: dict[str, list[str]] = {}
+    for decision, why in group.why_not_by_decision():
+        code = _CODE.search(why)
+        share = why.rsplit("(", 1)[-1].rstrip(")") if why.endswith(")") else "all"
+        label = (code.group(0) if code else "refused") + ("" if share == "all" else f", {share}")
+        by_code.setdefault(label, []).append(decision)
+    return "; ".join(f"{', '.join(ds)} ({label})" for label, ds in by_code.items()) or "none"
+
+
 def group_lines(group: Group, *, examples: int) -> list[str]:
+    """At most three lines per group: what it is, what is valid for all and what not (by code), the
+    examples and what their logs say. Each refusal's whole reason is behind details."""
     first, last = group.times()
     valid = [d for d in group.valid_for_all() if d in BATCH_DECISIONS]
     other = [d for d in group.valid_for_all() if d not in BATCH_DECISIONS]
-    lines = [
-        f"*{group.id}* · {len(group.members)} × {group.title} [{group.branch}] · {group.cause}"
-        f" · failures {_time(first)} … {_time(last)}",
-        "    valid for every member: "
-        + (", ".join(valid + [f"{d} (per session)" for d in other]) or "none"),
-    ]
-    for why in group.why_not()[:4]:
-        lines.append(f"    not: {why}")
     shown = group.examples or [{"session_id": m.session_id} for m in group.members[:examples]]
     ex = ", ".join(
         e["session_id"] + (f" ({e['branch']})" if e.get("branch") and e["branch"] != group.branch else "")
         for e in shown
     )
-    lines.append(f"    examples: {ex}")
+    third = f"    examples: {ex}"
     if group.likely_cause:
-        lines.append(f"    likely cause (worker logs): {group.likely_cause}")
+        third += f" · likely cause (worker logs): {group.likely_cause}"
     if group.damage:
-        lines.append("    [!] the examples' logs show permanent damage: retry_restore cannot cure it (R2.8)")
-    return lines
+        third += " · [!] the examples' logs show permanent damage: retry_restore cannot cure it (R2.8)"
+    return [
+        f"*{group.id}* · {len(group.members)} × {group.title} [{group.branch}] · {group.cause}"
+        f" · failures {_time(first)} … {_time(last)}",
+        "    valid for every member: "
+        + (", ".join(valid + [f"{d} (per session)" for d in other]) or "none")
+        + f" · not: {_not_valid(group)}",
+        third,
+    ]
+
+
+def group_facts(group: Group) -> list[tuple[str, str]]:
+    """Why each decision is not valid for every member, in full (what ``details`` shows)."""
+    return [(f"{group.id} not valid", why) for _, why in group.why_not_by_decision()]
 
 
 def summary_message(
@@ -160,8 +181,10 @@ def summary_message(
         f"{len(groups)} group(s) · {state} · {elapsed:.1f} s"
     )
     lines: list[str] = [*notes]
+    facts: list[tuple[str, str]] = []
     for group in groups[:MAX_GROUPS_SHOWN]:
         lines.extend(group_lines(group, examples=examples))
+        facts.extend(group_facts(group))
     if len(groups) > MAX_GROUPS_SHOWN:
         lines.append(f"… {len(groups) - MAX_GROUPS_SHOWN} smaller group(s) in the attached file")
     if groups:
@@ -188,6 +211,7 @@ def summary_message(
         headline=headline,
         level="info" if final else "progress",
         lines=lines,
+        facts=facts,
         rules=rules[:12],
         attachment=attachment,
         kind="triage",

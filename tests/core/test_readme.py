@@ -46,3 +46,16 @@ def test_test_script_never_skips_docker_silently() -> None:
     assert "SKIPPED" in script  # the loud reason for a new user without root
     fixtures = (ROOT / "tests" / "fixtures" / "docker.py").read_text()
     assert 'CI' in fixtures  # under CI=true a Docker test fails instead of skipping
+
+
+def test_the_readme_and_the_command_page_list_every_subcommand() -> None:
+    from bot.runbook import load_runbooks
+
+    readme = (ROOT / "README.md").read_text()
+    listing = readme[readme.index("## The commands") :]
+    block = listing[listing.index("```") : listing.index("```", listing.index("```") + 3)]
+    page = (ROOT / "docs/commands.md").read_text()
+    for name in load_runbooks(ROOT / "runbooks").commands:
+        words = re.escape(name).replace(r"\ ", r"\s+")
+        assert re.search(rf"(/recover|\|)\s+{words}\b", block), f"README's command list lacks `{name}`"
+        assert re.search(rf"/recover\s+{words}\b", page), f"docs/commands.md lacks `{name}`"

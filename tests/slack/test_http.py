@@ -33,8 +33,10 @@ def test_diagnose_reports_into_one_thread_with_one_progress_message(slack_harnes
     assert len(in_thread) == 1
     final = in_thread[0]
     assert final.updates == 1 and "Diagnosing" in final.history[0]
-    assert "restore failed" in final.text and "RESTORE_FAILED" in final.all_text() and "R2.10" in final.all_text()
-    assert [a for a, _ in final.action_ids()] == ["rb:decide_form:0", "rb:decide_form:1"]
+    assert "restore failed" in final.text and "R2.10" in final.all_text()
+    # The fact list is one click away (Details), not repeated in the reply.
+    assert "RESTORE_FAILED" not in final.all_text() and "/recover details sess_a" in final.all_text()
+    assert [a for a, _ in final.action_ids()] == ["rb:decide_form:0", "rb:decide_form:1", "rb:run:2"]
     # The long timeline became a file in the same thread.
     done = h.api.calls_to("files.completeUploadExternal")
     assert len(done) == 1 and done[0].params["thread_ts"] == root.ts

@@ -1,0 +1,177 @@
+"""The console behaves like a shell, tried as a person does: the installed ``recover-bot demo`` in a real
+terminal (tmux), keys typed one by one.
+
+- history across runs (a file under the user's state dir), line editing with the arrow keys;
+- Tab completes subcommands, their flags, decisions and the ids shown in the last answers;
+- Ctrl-C drops the line or cancels the decision form and the prompt comes back; twice in a row leaves;
+- log records go to the file named at start, not to the terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+
+class Terminal:
+    """One tmux server of our own (its own socket), one window running a command."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.socket = f"rb-test-{os.getpid()}-{time.monotonic_ns()}"
+        self.tmp = tmp
+
+    def tmux(self, *args: str) -> str:
+        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30)
+        return done.stdout
+
+    def start(self, command: str, env: dict[str, str]) -> None:
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        script = (  # the shell outlives a Ctrl-C sent to the window (its own trap), to print the exit status
+            f"trap ':' INT; cd {shlex.quote(str(self.tmp))} && env -i {exports} {command}; echo EXIT=$?; sleep 600"
+        )
+        self.tmux("new-session", "-d", "-x", "220", "-y", "50", "-s", "t", "sh", "-c", script)
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", "t", *keys)
+
+    def type(self, text: str) -> None:
+        self.tmux("send-keys", "-t", "t", "-l", "--", text)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-t", "t", "-p", "-S", "-3000")
+
+    def wait_for(self, text: str, timeout: float = 60, after: int = 0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if text in screen[after:]:
+                return screen
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} not on the screen:\n{self.screen()}")
+
+    def prompt_count(self, prompt: str = "alice>") -> int:
+        return self.screen().count(prompt)
+
+    def wait_prompts(self, n: int, prompt: str = "alice>", timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.prompt_count(prompt) >= n:
+                return self.screen()
+            time.sleep(0.1)
+        raise AssertionError(f"fewer than {n} prompts:\n{self.screen()}")
+
+    def stop(self) -> None:
+        self.tmux("kill-server")
+
+
+@pytest.fixture
+def term(tmp_path: Path) -> Iterator[Terminal]:
+    t = Terminal(tmp_path)
+    try:
+        yield t
+    finally:
+        t.stop()
+
+
+@pytest.fixture
+def demo(installed: Any, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    env = installed.env(tmp_path, XDG_STATE_HOME=str(tmp_path / "state"), TERM="xterm")
+    return str(installed.script) + " demo", env
+
+
+def _started_with(term: Terminal, demo: Any, line: str) -> None:
+    """The demo started in ``term`` and ``line`` typed and answered (a second prompt shown)."""
+    command, env = demo
+    term.start(command, env)
+    term.wait_prompts(1)
+    term.type(line)
+    term.keys("Enter")
+    term.wait_prompts(2)
+
+
+def _last_prompt_line(screen: str) -> str:
+    return [line for line in screen.splitlines() if line.startswith("alice>")][-1]
+
+
+def test_history_survives_a_restart_and_the_arrow_keys_edit_it(term: Terminal, demo: Any, tmp_path: Path) -> None:
+    command, env = demo
+    _started_with(term, demo, "diagnose ses_healthy")
+    term.type(":quit")
+    term.keys("Enter")
+    term.wait_for("EXIT=0")
+    history = tmp_path / "state" / "recover-bot" / "history"
+    assert "diagnose ses_healthy" in history.read_text()
+    term.stop()
+
+    again = Terminal(tmp_path)
+    try:
+        again.start(command, env)
+        again.wait_prompts(1)
+        again.keys("Up", "Up")  # the previous run's lines come back (:quit, then the diagnose)
+        again.wait_for("alice> diagnose ses_healthy")
+        for _ in range(len("healthy")):
+            again.keys("BSpace")
+        again.type("closed")
+        again.keys("Left", "Left", "Left", "Left", "Left", "Left")  # edit in the middle of the line
+        again.keys("Right", "Right", "Right", "Right", "Right", "Right")
+        again.keys("Enter")
+        screen = again.wait_for("ses_closed:")
+        assert "^[[A" not in screen and "^[[D" not in screen
+    finally:
+        again.stop()
+
+
+def test_tab_completes_subcommands_flags_decisions_and_shown_ids(term: Terminal, demo: Any) -> None:
+    _started_with(term, demo, "diagnose ses_startup_stopped")
+    term.type("hist")
+    term.keys("Tab")
+    term.type("ses_startup_s")  # an id shown in the last answer
+    term.keys("Tab")
+    term.wait_for("alice> history ses_startup_stopped\n")  # (tmux drops the completion's trailing space)
+    term.keys("C-u")
+    term.type("decide ses_startup_stopped clo")
+    term.keys("Tab")
+    term.type("--rea")
+    term.keys("Tab")
+    screen = term.wait_for("alice> decide ses_startup_stopped close --reason\n")
+    assert _last_prompt_line(screen).startswith("alice> decide ses_startup_stopped close --reason")
+
+
+def test_ctrl_c_drops_the_line_or_the_form_and_twice_leaves(term: Terminal, demo: Any, tmp_path: Path) -> None:
+    command, env = demo
+    term.start(command, env)
+    screen = term.wait_prompts(1)
+    log_line = next(line for line in screen.splitlines() if line.startswith("Log records: "))
+    assert str(tmp_path / "state" / "recover-bot" / "demo.log") in log_line
+    term.type("diagnose ses_half_typed")
+    term.keys("C-c")
+    term.wait_for("^C (the line was dropped")
+    term.type("diagnose ses_stopped_no_checkpoint")
+    term.keys("Enter")
+    screen = term.wait_prompts(3)
+    choice = next(line for line in screen.splitlines() if "start_fresh" in line and line.strip().startswith("["))
+    term.type(choice.strip()[1 : choice.strip().index("]")])
+    term.keys("Enter")
+    term.wait_for("Reason (required")
+    term.keys("C-c")
+    term.wait_for("^C: the decision form was cancelled; nothing was sent")
+    term.wait_prompts(4)
+    term.type("pending")
+    term.keys("Enter")
+    term.wait_for("Nothing is pending")  # the form sent nothing, the console still serves
+    screen = term.screen()
+    assert " INFO " not in screen  # log records went to the file
+    term.keys("C-c")
+    term.wait_for("Ctrl-C again or Ctrl-D leaves")
+    term.keys("C-c")
+    term.wait_for("EXIT=130")
