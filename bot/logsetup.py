@@ -4,6 +4,7 @@ every handler masking secrets (:class:`bot.redact.RedactingFilter`) before anyth
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from bot.redact import install_log_redaction
 
@@ -16,3 +17,23 @@ def configure_logging(level: str | int) -> None:
     # httpx logs every request at INFO: noise in a console, and URLs are all it would add.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     install_log_redaction()
+
+
+def log_to_file(path: Path, level: str | int = logging.INFO) -> Path:
+    """The console's logging: every record to ``path``, the terminal (stderr) only warnings and errors
+    the person must act on; both handlers masked like every other."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            root.removeHandler(handler)
+    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file.setFormatter(logging.Formatter(FORMAT))
+    to_file.setLevel(level)
+    terminal = logging.StreamHandler()
+    terminal.setLevel(logging.WARNING)
+    terminal.setFormatter(logging.Formatter("[log %(levelname)s] %(message)s"))
+    root.addHandler(to_file)
+    root.addHandler(terminal)
+    root.setLevel(min(logging.getLevelName(level) if isinstance(level, str) else level, logging.WARNING))
+    install_log_redaction()
+    return path

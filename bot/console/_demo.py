@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bot.console._console import DEMO_CONSOLE_USERS, DEMO_USERS, render, run_console
-from bot.console._shell import log_to_file, state_dir
+from bot.console._shell import state_dir
 from bot.console.identity import terminal_login
 from bot.decisions import console_actor
 from bot.errors import RecoverError
+from bot.logsetup import log_to_file
 from bot.redact import redact
 from bot.settings import Settings
 

@@ -9,7 +9,6 @@ only the warnings a person must act on.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -32,24 +31,6 @@ def state_dir(environ: os._Environ[str] | dict[str, str] | None = None) -> Path:
     base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
     path = Path(base) / "recover-bot"
     path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def log_to_file(path: Path, level: str | int = logging.INFO) -> Path:
-    """Every log record to ``path``; the terminal (stderr) keeps only warnings and errors."""
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-            root.removeHandler(handler)
-    to_file = logging.FileHandler(path, encoding="utf-8")
-    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    to_file.setLevel(level)
-    terminal = logging.StreamHandler()
-    terminal.setLevel(logging.WARNING)
-    terminal.setFormatter(logging.Formatter("[log %(levelname)s] %(message)s"))
-    root.addHandler(to_file)
-    root.addHandler(terminal)
-    root.setLevel(min(logging.getLevelName(level) if isinstance(level, str) else level, logging.WARNING))
     return path
 
 

@@ -104,3 +104,25 @@ def test_logging_is_set_up_in_one_place_and_the_entry_points_call_it() -> None:
     assert elsewhere == []
     for entry in ("cli.py", "slack/worker.py"):
         assert "configure_logging(settings.log_level)" in (BOT / entry).read_text(encoding="utf-8"), entry
+
+
+def test_the_consoles_log_file_is_masked_too(tmp_path: Path) -> None:
+    """The console sends its records to a file: that handler is made by logsetup, so it masks as well."""
+    import logging as _logging
+
+    from bot.logsetup import log_to_file
+    from bot.redact import RedactingFilter
+
+    root = _logging.getLogger()
+    before = list(root.handlers), root.level
+    try:
+        log_to_file(tmp_path / "console.log")
+        assert root.handlers and all(
+            any(isinstance(f, RedactingFilter) for f in h.filters) for h in root.handlers
+        )
+    finally:
+        for handler in list(root.handlers):
+            if handler not in before[0]:
+                root.removeHandler(handler)
+                handler.close()
+        root.setLevel(before[1])
