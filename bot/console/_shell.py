@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -25,7 +25,7 @@ META_COMMANDS = (":help", ":quit", ":as", ":pass", ":advance", ":release")
 _IDS = re.compile(r"(?<![\w/])(?:(?:req|bat|dry|turn|ses|sess)_[A-Za-z0-9_.:-]*[A-Za-z0-9]|t\d+\.g\d+)")
 
 
-def state_dir(environ: os._Environ[str] | dict[str, str] | None = None) -> Path:
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
     """``$XDG_STATE_HOME/recover-bot`` (default ``~/.local/state/recover-bot``), created on demand."""
     env = os.environ if environ is None else environ
     base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")

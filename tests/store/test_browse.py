@@ -51,7 +51,8 @@ def written(decision_env: DecisionEnv) -> tuple[DecisionEnv, dict[str, str]]:
     reply = svc.decide(REQUESTER, CHANNEL, "ses_browse_void", "close", reason="give up", reporter=NullReporter())
     ids["void"] = str(reply.messages[0].ref)
     other = svc.decide(
-        OUTSIDER, CHANNEL, "ses_browse_void", "retry_restore", reason="store fixed", yes=True, reporter=NullReporter()
+        OUTSIDER, CHANNEL, "ses_browse_void", "retry_restore", reason="store fixed", yes=True,
+        cause_fixed="the checkpoint store was repaired", reporter=NullReporter(),
     )
     assert other.ok, [m.plain_text() for m in other.messages]
     assert not svc.approve(APPROVER, CHANNEL, ids["void"], NullReporter()).ok
