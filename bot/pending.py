@@ -75,13 +75,17 @@ def pending_reply(
     *,
     now: datetime,
     approvers: Sequence[str],
+    verifying: Sequence[tuple[str, str]] = (),
 ) -> Reply:
-    """One message: a line per open request, then per open batch (with its member count)."""
-    if not requests and not batches:
-        return Reply.of(Message(headline="Nothing is pending: no open request or batch.", kind=KIND))
+    """One message: a line per open request, then per open batch (with its member count), then per
+    case still being verified after an accepted decision (acceptance is not recovery, R5.1)."""
+    if not requests and not batches and not verifying:
+        return Reply.of(Message(headline="Nothing is pending: no open request, batch or case being verified.", kind=KIND))
     lines = [_request_line(r, now, approvers) for r in sorted(requests, key=lambda r: r.created_at)]
     lines += [_batch_line(b, n, now, approvers) for b, n in batches]
+    lines += [f"`{session}` {state}" for session, state in verifying]
     parts = [f"{len(requests)} request(s)"] + ([f"{len(batches)} batch(es)"] if batches else [])
+    parts += [f"{len(verifying)} case(s) being verified"] if verifying else []
     return Reply.of(Message(headline=f"Pending: {' and '.join(parts)}", lines=lines, kind=KIND))
 
 
@@ -92,4 +96,10 @@ def pending_of(services: Services) -> Reply:
     if services.bulk is not None:
         store = services.bulk.batches.batches
         batches = [(b, len(store.members(b.id))) for b in store.find(tuple(OPEN_STATES))]
-    return pending_reply(requests, batches, now=services.clock.now(), approvers=services.settings.approvers)
+    return pending_reply(
+        requests,
+        batches,
+        now=services.clock.now(),
+        approvers=services.settings.approvers,
+        verifying=services.decisions.casebook.verifying(),
+    )

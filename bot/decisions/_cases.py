@@ -48,6 +48,16 @@ class CaseBook:
             lines.append(f"`{case.session_id}` owner {who(case.owner)}{state} — last: {_last(steps)}")
         return Reply.of(Message(headline=f"{len(open_cases)} open case(s)", lines=lines))
 
+    def verifying(self) -> list[tuple[str, str]]:
+        """(session, what its verification says) for each open case still being verified or failing
+        again after an accepted decision (R5.1): they wait on the bot's watch, or on an operator."""
+        found = []
+        for case in self.store.list_open_cases():
+            state = _verifying(self.store.steps(session_id=case.session_id), case.id)
+            if state:
+                found.append((case.session_id, state))
+        return found
+
     def history(self, session_id: str, actor: str | None = None) -> Reply:
         """Every recorded step of a session, in order (the look-up is recorded outside the session's case)."""
         steps = self.store.steps(session_id=session_id)

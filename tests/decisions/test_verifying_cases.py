@@ -41,6 +41,7 @@ def test_a_case_stays_open_after_an_accepted_retry_restore_and_reopens_when_the_
         say(router, "cases")
     )
     assert "verifying after `retry_restore`" in reply_text(say(router, "handoff"))
+    assert f"`{SID}` verifying after `retry_restore`" in reply_text(say(router, "pending"))
     # A diagnosis of the running session does not close it either: it only looks healthy.
     say(router, f"diagnose {SID}")
     assert store.get_open_case(SID) is not None
@@ -58,6 +59,7 @@ def test_a_case_stays_open_after_an_accepted_retry_restore_and_reopens_when_the_
     assert again is not None and again.id == case.id  # the same case, the same thread
     assert "failing again after `retry_restore`" in reply_text(say(router, "cases"))
     assert "failing again after `retry_restore`" in reply_text(say(router, "handoff"))
+    assert "failing again after `retry_restore`" in reply_text(say(router, "pending"))
     clock.advance(60)
     assert [m for m in router.expire_due() if m.session_id == SID] == []  # said once, not every sweep
 
