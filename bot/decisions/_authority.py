@@ -1,9 +1,11 @@
-"""The authority to send a decision, re-derived from the hash chain alone (docs/requests.md).
+"""THE gate: every POST to the control host passes here, with its authority re-derived from the chain.
 
-The ``decision_requests`` table is a cache: someone with the database file can set a row to
-``approved`` or change its decision. So before anything is sent — on every path: approve, confirm,
-``decide --yes``, the background finishing of an uncertain request, the replay after a restart — the
-bot looks for its authority in the chain:
+Every path that sends — a decision's approval or confirmation, ``decide --yes``, the effects re-check,
+the R3.9 wait, the background finishing of an uncertain send, a restart's replay, a resume and its
+R4.2 ride-out, each member of a batch — calls :class:`Gate`, and only the gate calls the client's
+``send`` (tests/gate/test_one_gate.py holds every other module to that). Nothing a table says is
+taken on trust (docs/requests.md, "What the gate trusts"):
+
 
 - the ``decision_requested`` step, by the requester, whose content hash the stored content matches;
 - a policy at least as strict as the runbook's for that decision;
@@ -11,7 +13,14 @@ bot looks for its authority in the chain:
   before the expiry, in an allowed channel, with the evidence that allowed the approver *as seen
   when they approved* (group look-ups are not repeated here); for the others a ``decision_confirmed``
   step by the requester;
-- each of those steps matching its own hash and link (keyed, when the store has a key).
+- each of those steps matching its own hash and link (keyed, when the store has a key), and the store
+  still keyed when it has a key (bot/store/keymark.py);
+- the stored idempotency record (method, path, body, key) equal to what the chain's sending step
+  recorded for that key (``decision_sending``, ``resume_requested``), or for a batch member to the
+  request rebuilt from the batch's chain-authorised content.
+
+People are derived by one identity function (``person_of``: a Slack id, a console login's mapped id,
+an unmapped login is nobody), approvers by one rule (:func:`evidence_problem`), expiry by one rule.
 
 Anything missing is a refusal with a one-line reason; nothing is sent. :func:`check_request_table` is
 the same reading for ``audit verify``: it names every cached row that differs from the chain.
@@ -19,6 +28,7 @@ the same reading for ``audit verify``: it names every cached row that differs fr
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,16 +36,18 @@ from datetime import datetime
 from typing import Any
 
 from bot.clock import parse_time
-from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, ReplayResult
+from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, Receipt, ReplayResult
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._requests import OPEN_STATES, DecisionRequest, content_hash
-from bot.decisions._rules import ApproverDirectory, channel_allowed, person_of, same_person
+from bot.decisions._rules import ApproverDirectory, channel_allowed, console_login, person_of, same_person
 from bot.errors import ControlHostError
 from bot.messages import Mention, Message, Reply, Reporter
-from bot.store import Step, Store
+from bot.store import IdempotencyRecord, Step, Store
 from bot.store.chain import KEYED_VERSION
+from bot.triage.engine import runbook_limit
 from bot.vocab import Policy, RequestState
+from bot.vocab import Step as StepName
 
 BOT_ACTOR = "recover-bot"
 REQUESTED = "decision_requested"
@@ -97,6 +109,20 @@ def approval_evidence(
     return None, problem
 
 
+def approval_evidence_of(
+    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None, console_users: Mapping[str, str]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """:func:`approval_evidence` for the person behind ``actor`` (a console login through its mapping;
+    an unmapped login is nobody and never approves). The console mapping is recorded with it."""
+    person = person_of(actor, console_users)
+    if person is None:
+        return None, f"{actor} is not mapped to a Slack user id (RECOVER_CONSOLE_USERS)"
+    evidence, problem = approval_evidence(person, approvers, directory)
+    if evidence is not None and person != actor:
+        evidence = {**evidence, "person": person, "login": console_login(actor)}
+    return evidence, problem
+
+
 def evidence_problem(actor: str, evidence: object, approvers: Sequence[str]) -> str | None:
     """Does the recorded evidence still allow ``actor`` under today's RECOVER_APPROVERS? No look-ups."""
     if not approvers:
@@ -115,11 +141,12 @@ def evidence_problem(actor: str, evidence: object, approvers: Sequence[str]) -> 
 # -- reading the chain ------------------------------------------------------------------------------
 
 
-def _request_steps(steps: Iterable[Step], request_id: str) -> list[Step]:
+def _steps_of(steps: Iterable[Step], field: str, ident: str, requested: str) -> list[Step]:
+    """The steps about one request or batch (the request step names it in its detail, others in inputs)."""
     out = []
     for s in steps:
-        rid = (s.detail or {}).get("request_id") if s.step == REQUESTED else s.inputs.get("request_id")
-        if rid == request_id:
+        named = (s.detail or {}).get(field) if s.step == requested and field == "request_id" else s.inputs.get(field)
+        if named == ident:
             out.append(s)
     return out
 
@@ -136,6 +163,106 @@ def _intact(store: Store, step: Step, first_keyed: int | None) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What a cached row (a decision request, a batch) claims; only the chain can prove it."""
+
+    what: str  # "request" | "batch", for the reasons' wording
+    ident: str
+    session_id: str | None
+    requester: str
+    policy: str
+    expires_at: str
+    stored_hash: str  # the content hash recomputed over the cached row(s) now
+    row_hash: str  # the content hash the row says it has
+
+
+@dataclass(frozen=True)
+class _Names:
+    field: str
+    requested: str
+    approved: str
+    confirmed: str
+
+
+_REQUEST = _Names("request_id", REQUESTED, APPROVED, CONFIRMED)
+_BATCH = _Names("batch_id", StepName.BATCH_REQUESTED, StepName.BATCH_APPROVED, StepName.BATCH_CONFIRMED)
+
+
+def _prove(
+    store: Store,
+    claim: Claim,
+    names: _Names,
+    steps: Iterable[Step],
+    *,
+    runbook_policy: str,
+    approvers: Sequence[str],
+    channels: Sequence[str],
+    console_users: Mapping[str, str],
+) -> Authority:
+    """The one reading of the chain for a request or a batch; raises :class:`NoAuthority`."""
+    mine = _steps_of(steps, names.field, claim.ident, names.requested)
+    requested = [s for s in mine if s.step == names.requested]
+    if len(requested) != 1:
+        raise NoAuthority(f"the chain has {len(requested)} request step(s) for {claim.ident}, not one")
+    made = requested[0]
+    chain_hash = (made.detail or {}).get("content_hash")
+    if not chain_hash or claim.stored_hash != chain_hash or claim.row_hash != chain_hash:
+        raise NoAuthority(
+            f"the stored {claim.what} {claim.ident} differs from the content hash recorded in the chain (step {made.seq})"
+        )
+    if made.actor != claim.requester or made.session_id != claim.session_id:
+        raise NoAuthority(
+            f"the chain's request step {made.seq} was made by someone else or on another session"
+        )
+    if _STRICTNESS.get(claim.policy, -1) < _STRICTNESS.get(runbook_policy, 2):
+        raise NoAuthority(
+            f"{claim.what} {claim.ident} records the policy {claim.policy!r}, weaker than the runbook's "
+            f"{runbook_policy!r}"
+        )
+    first_keyed = store.first_keyed_seq() if store.keyed else None
+    problem = _intact(store, made, first_keyed)
+    if problem:
+        raise NoAuthority(problem)
+    expires = parse_time(claim.expires_at)
+    two_person = claim.policy == Policy.TWO_PERSON
+    name = names.approved if two_person else names.confirmed
+    reasons: list[str] = []
+    for s in (s for s in mine if s.step == name):
+        why = _approval_problem(s, made, claim, chain_hash, expires, two_person, approvers, channels, console_users)
+        why = why or _intact(store, s, first_keyed)
+        if why is None:
+            return Authority(
+                request_id=claim.ident,
+                content_hash=chain_hash,
+                requester=made.actor,
+                approver=s.actor,
+                policy=claim.policy,
+                evidence=dict(s.inputs.get("allowed_by") or {}),
+                requested_seq=made.seq,
+                approval_seq=s.seq,
+            )
+        reasons.append(why)
+    what = "approval by a second person" if two_person else "confirmation by its requester"
+    if not reasons:
+        raise NoAuthority(f"the chain records no {what} of {claim.ident}")
+    raise NoAuthority(f"no valid {what} of {claim.ident} in the chain: {reasons[-1]}")
+
+
+def request_claim(req: DecisionRequest) -> Claim:
+    """What a ``decision_requests`` row claims (its content re-hashed now)."""
+    return Claim(
+        what="request",
+        ident=req.id,
+        session_id=req.session_id,
+        requester=req.requester,
+        policy=req.policy,
+        expires_at=req.expires_at,
+        stored_hash=content_hash(req.content()),
+        row_hash=req.content_hash,
+    )
+
+
 def derive(
     store: Store,
     req: DecisionRequest,
@@ -146,59 +273,22 @@ def derive(
     console_users: Mapping[str, str] | None = None,
 ) -> Authority:
     """The authority to send ``req``, from the chain alone; raises :class:`NoAuthority` with the reason."""
-    console_users = console_users or {}
-    steps = _request_steps(store.steps(session_id=req.session_id), req.id)
-    requested = [s for s in steps if s.step == REQUESTED]
-    if len(requested) != 1:
-        raise NoAuthority(f"the chain has {len(requested)} request step(s) for {req.id}, not one")
-    made = requested[0]
-    chain_hash = (made.detail or {}).get("content_hash")
-    if not chain_hash or content_hash(req.content()) != chain_hash or req.content_hash != chain_hash:
-        raise NoAuthority(
-            f"the stored request {req.id} differs from the content hash recorded in the chain (step {made.seq})"
-        )
-    if made.actor != req.requester or made.session_id != req.session_id:
-        raise NoAuthority(
-            f"the chain's request step {made.seq} was made by someone else or on another session"
-        )
-    if _STRICTNESS.get(req.policy, -1) < _STRICTNESS.get(runbook_policy, 2):
-        raise NoAuthority(
-            f"request {req.id} records the policy {req.policy!r}, weaker than the runbook's {runbook_policy!r} "
-            f"for `{req.decision}`"
-        )
-    first_keyed = store.first_keyed_seq() if store.keyed else None
-    problem = _intact(store, made, first_keyed)
-    if problem:
-        raise NoAuthority(problem)
-    expires = parse_time(req.expires_at)
-    two_person = req.policy == Policy.TWO_PERSON
-    name = APPROVED if two_person else CONFIRMED
-    reasons: list[str] = []
-    for s in (s for s in steps if s.step == name):
-        why = _approval_problem(s, made, req, chain_hash, expires, two_person, approvers, channels, console_users)
-        why = why or _intact(store, s, first_keyed)
-        if why is None:
-            return Authority(
-                request_id=req.id,
-                content_hash=chain_hash,
-                requester=made.actor,
-                approver=s.actor,
-                policy=req.policy,
-                evidence=dict(s.inputs.get("allowed_by") or {}),
-                requested_seq=made.seq,
-                approval_seq=s.seq,
-            )
-        reasons.append(why)
-    what = "approval by a second person" if two_person else "confirmation by its requester"
-    if not reasons:
-        raise NoAuthority(f"the chain records no {what} of {req.id}")
-    raise NoAuthority(f"no valid {what} of {req.id} in the chain: {reasons[-1]}")
+    return _prove(
+        store,
+        request_claim(req),
+        _REQUEST,
+        store.steps(session_id=req.session_id),
+        runbook_policy=runbook_policy,
+        approvers=approvers,
+        channels=channels,
+        console_users=console_users or {},
+    )
 
 
 def _same_person_problem(s: Step, made: Step, console_users: Mapping[str, str]) -> str | None:
     """One person approving their own request under another name is refused, by the Slack ids the chain
     recorded (the requester's with the request, the approver's with the approval) and by today's
-    RECOVER_CONSOLE_USERS; an approval by an unmapped console login is no approval."""
+    RECOVER_CONSOLE_USERS; an approval by, or of a request by, an unmapped console login is none."""
     if same_person(s.actor, made.actor, console_users):
         return f"step {s.seq} is the requester approving their own request"
     allowed_by = s.inputs.get("allowed_by")
@@ -207,7 +297,10 @@ def _same_person_problem(s: Step, made: Step, console_users: Mapping[str, str]) 
     if approver is None:
         return f"step {s.seq} is an approval by an unmapped console login ({s.actor})"
     requester = (made.detail or {}).get("person") or person_of(made.actor, console_users)
-    if requester is not None and requester == approver:
+    if requester is None:
+        # Nobody can say who asked, so nobody can be shown to be a second person.
+        return f"step {made.seq} is a two-person request by an unmapped console login ({made.actor})"
+    if requester == approver:
         return f"step {s.seq} is the requester ({requester}) approving their own request under another name"
     return None
 
@@ -215,7 +308,7 @@ def _same_person_problem(s: Step, made: Step, console_users: Mapping[str, str]) 
 def _approval_problem(
     s: Step,
     made: Step,
-    req: DecisionRequest,
+    claim: Claim,
     chain_hash: str,
     expires: datetime | None,
     two_person: bool,
@@ -229,8 +322,8 @@ def _approval_problem(
     if two_person and recorded_hash is None:
         return f"step {s.seq} does not name the content it approved"
     at = parse_time(s.at)
-    if expires is None or at is None or at > expires:
-        return f"step {s.seq} was recorded after the request expired ({req.expires_at})"
+    if expires is None or at is None or at > expires:  # the one expiry rule
+        return f"step {s.seq} was recorded after the {claim.what} expired ({claim.expires_at})"
     if two_person:
         who = _same_person_problem(s, made, console_users)
         if who:
@@ -240,38 +333,206 @@ def _approval_problem(
         evidence = evidence_problem(person, allowed_by, approvers)
         if evidence:
             return f"step {s.seq}: {evidence}"
-    elif s.actor != req.requester:
+    elif s.actor != claim.requester:
         return f"step {s.seq} is a confirmation by someone other than the requester"
     if not channel_allowed(s.inputs.get("channel"), channels):
         return f"step {s.seq} was given outside the recovery channels"
     return None
 
 
-# -- the guard before every send ---------------------------------------------------------------------
+# -- the stored record against the chain's sending step ----------------------------------------------
+
+
+def _body_of(record: IdempotencyRecord) -> object:
+    try:
+        return json.loads(record.body)
+    except ValueError:
+        return None
+
+
+def record_problem(
+    record: IdempotencyRecord, method: object, path: object, body: object, *, where: str
+) -> str | None:
+    """Is the stored record exactly the request the chain authorised (method, path, body)?"""
+    if record.method != method or record.path != path or _body_of(record) != body:
+        return (
+            f"the stored request {record.key} ({record.method} {record.path}) is not the one {where} "
+            f"recorded ({method} {path}): the idempotency table was edited"
+        )
+    return None
+
+
+def sending_step(
+    store: Store, session_id: str | None, key: str, name: str, first_keyed: int | None
+) -> tuple[Step, Mapping[str, Any]]:
+    """The one intact step of ``name`` that recorded the record ``key`` when it was stored."""
+    found = [s for s in store.steps(session_id=session_id) if s.idempotency_key == key and s.step == name]
+    if len(found) != 1:
+        raise NoAuthority(f"the chain has {len(found)} {name} step(s) for the stored request {key}, not one")
+    problem = _intact(store, found[0], first_keyed)
+    if problem:
+        raise NoAuthority(problem)
+    return found[0], found[0].inputs
+
+
+# -- batches ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchClaim:
+    """A batch as its rows say it is; ``members`` maps each session to the facts it was bound with."""
+
+    claim: Claim
+    decision: str
+    reason: str
+    members: Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class BatchGrant:
+    """A batch the chain authorises (made by :meth:`Gate.batch_grant` only); members are sent with it."""
+
+    batch: BatchClaim
+    authority: Authority
+
+
+# -- the gate ---------------------------------------------------------------------------------------
 
 log = logging.getLogger("bot.decisions")
 
 
-class AuthorityGuard:
-    """``authorise`` before every send; ``replay_vouched`` instead of a blind start-up replay."""
+class Gate:
+    """The one way to the control host's POSTs: each ``send_*`` proves, then sends; nothing else sends.
+
+    ``authorise`` is the same proof before a new record is stored (the decision's fresh send);
+    ``batch_grant`` proves a batch once per chunk, ``send_member`` checks each member's record against
+    it; ``replay_vouched`` re-sends at start only what a resume step of the chain recorded.
+    """
 
     def __init__(self, ctx: DecisionContext) -> None:
         self.ctx = ctx
 
+    # -- proofs --------------------------------------------------------------------------------
+
+    def _still_keyed(self) -> None:
+        why = self.ctx.store.keyed_problem()
+        if why is not None:
+            raise NoAuthority(why)
+
+    def _first_keyed(self) -> int | None:
+        return self.ctx.store.first_keyed_seq() if self.ctx.store.keyed else None
+
+    def prove_request(self, req: DecisionRequest, record: IdempotencyRecord | None = None) -> Authority:
+        """The chain's authority for ``req`` (and, given, for exactly this stored record)."""
+        ctx = self.ctx
+        self._still_keyed()
+        authority = derive(
+            ctx.store,
+            req,
+            runbook_policy=ctx.policy(req.decision).approval,
+            approvers=ctx.approvers,
+            channels=ctx.channels,
+            console_users=ctx.console_users,
+        )
+        if record is not None:
+            if record.purpose != PURPOSE_DECISION or record.session_id != req.session_id or record.key != req.idem_key:
+                raise NoAuthority(f"the stored request {record.key} is not the one request {req.id} is sent with")
+            step, inputs = sending_step(ctx.store, req.session_id, record.key, StepName.DECISION_SENDING, self._first_keyed())
+            if inputs.get("request_id") != req.id or step.seq < authority.approval_seq:
+                raise NoAuthority(f"the sending step {step.seq} does not follow the approval of {req.id}")
+            self._vouched(record, step, inputs, req.decision, req.session_id)
+        return authority
+
+    def _vouched(
+        self, record: IdempotencyRecord, step: Step, inputs: Mapping[str, Any], decision: str, session_id: str
+    ) -> None:
+        """The record is what ``step`` recorded, and that is the runbook's method and path for it."""
+        if not {"method", "path", "body"} <= set(inputs):
+            raise NoAuthority(f"step {step.seq} ({step.step}) does not record the request it was stored with")
+        problem = record_problem(record, inputs["method"], inputs["path"], inputs["body"], where=f"step {step.seq}")
+        method, path = self._shape(decision, session_id)
+        if problem is None and (inputs["method"], inputs["path"]) != (method, path):
+            problem = f"step {step.seq} records {inputs['method']} {inputs['path']}, not the runbook's {method} {path}"
+        if problem:
+            raise NoAuthority(problem)
+
+    def _shape(self, decision: str, session_id: str) -> tuple[str, str]:
+        """The method and path the runbook gives ``decision`` on ``session_id``."""
+        spec = self.ctx.policy(decision).spec.request
+        return spec.method, spec.path.replace("{session_id}", session_id)
+
+    def batch_grant(self, batch: BatchClaim) -> BatchGrant:
+        """The chain's authority for a batch (its members bound as requested); raises NoAuthority."""
+        ctx = self.ctx
+        self._still_keyed()
+        required = batch_policy(ctx, batch.decision, len(batch.members))
+        authority = _prove(
+            ctx.store,
+            batch.claim,
+            _BATCH,
+            ctx.store.steps(),
+            runbook_policy=required,
+            approvers=ctx.approvers,
+            channels=ctx.channels,
+            console_users=ctx.console_users,
+        )
+        return BatchGrant(batch, authority)
+
+    # -- sends ---------------------------------------------------------------------------------
+
+    def _post(self, record: IdempotencyRecord) -> Receipt:
+        """The only call of the client's ``send`` in the bot: a record the caller just proved."""
+        return self.ctx.client.send(record)
+
+    def send_decision(
+        self, req: DecisionRequest, actor: str, record: IdempotencyRecord, reporter: Reporter
+    ) -> Receipt | Reply:
+        """Send a decision's stored record if the chain authorises exactly it; else void, say, send nothing.
+
+        Raises the client's ControlHostError when sent without a definite answer or refused."""
+        try:
+            self.prove_request(req, record)
+        except NoAuthority as exc:
+            return self.refuse(req, actor, reporter, exc.reason)
+        return self._post(record)
+
+    def send_resume(self, record: IdempotencyRecord) -> Receipt:
+        """Send a stored resume the chain's ``resume_requested`` step recorded (same key, method, path,
+        body); raises NoAuthority otherwise. A resume needs no approval (its policy is none)."""
+        self._still_keyed()
+        if record.purpose != PURPOSE_RESUME or not record.session_id:
+            raise NoAuthority(f"the stored request {record.key} is not a resume")
+        step, inputs = sending_step(
+            self.ctx.store, record.session_id, record.key, StepName.RESUME_REQUESTED, self._first_keyed()
+        )
+        self._vouched(record, step, inputs, "resume", record.session_id)
+        return self._post(record)
+
+    def send_member(self, grant: BatchGrant, session_id: str, record: IdempotencyRecord) -> Receipt:
+        """Send one member's stored record if it is exactly the request its bound facts give; raises
+        NoAuthority otherwise (a member, a body or a path the approved batch never named)."""
+        batch = grant.batch
+        facts = batch.members.get(session_id)
+        if facts is None or record.session_id != session_id or record.purpose != PURPOSE_DECISION:
+            raise NoAuthority(f"{session_id} is not a member of batch {batch.claim.ident}")
+        method, path, body = self.ctx.policy(batch.decision).request(session_id, facts, {"reason": batch.reason})
+        problem = record_problem(record, method, path, body, where=f"batch {batch.claim.ident}'s approved content")
+        if problem:
+            raise NoAuthority(problem)
+        return self._post(record)
+
+    # -- refusals ------------------------------------------------------------------------------
+
     def authorise(self, req: DecisionRequest, actor: str, reporter: Reporter) -> Reply | None:
         """None when the chain authorises sending ``req``; otherwise void it, say why, send nothing."""
         try:
-            derive(
-                self.ctx.store,
-                req,
-                runbook_policy=self.ctx.policy(req.decision).approval,
-                approvers=self.ctx.approvers,
-                channels=self.ctx.channels,
-                console_users=self.ctx.console_users,
-            )
+            self.prove_request(req)
             return None
         except NoAuthority as exc:
-            reason = exc.reason
+            return self.refuse(req, actor, reporter, exc.reason)
+
+    def refuse(self, req: DecisionRequest, actor: str, reporter: Reporter, reason: str) -> Reply:
+        """``→ void`` with a recorded refusal; posted and returned."""
         log.warning("refused to send %s (%s on %s): %s", req.id, req.decision, req.session_id, reason)
         with self.ctx.store.write() as db:
             self.ctx.requests.transition(
@@ -311,33 +572,32 @@ class AuthorityGuard:
         for record in self.ctx.store.unfinished_requests():
             if record.purpose == PURPOSE_DECISION:
                 continue
-            step = next(
-                (
-                    s
-                    for s in self.ctx.store.steps(session_id=record.session_id)
-                    if s.idempotency_key == record.key
-                ),
-                None,
-            )
-            if record.purpose != PURPOSE_RESUME or step is None or self.ctx.store.verify_step(step) is not True:
-                log.warning(
-                    "not re-sending %s %s (%s): no intact step records it",
-                    record.method,
-                    record.path,
-                    record.key,
-                )
+            try:
+                sent.append(ReplayResult(record, receipt=self.send_resume(record)))
+            except NoAuthority as exc:
+                log.warning("not re-sending %s %s (%s): %s", record.method, record.path, record.key, exc.reason)
                 refused.append(
                     text.refusal(
                         f"A stored {record.purpose} request on `{record.session_id}` was not re-sent: "
-                        "no step of the log records it",
+                        "no step of the log records it as stored",
+                        exc.reason,
                         "Check the step store with `recover-bot audit verify`.",
                         session_id=record.session_id,
                     )
                 )
-                continue
-            try:
-                sent.append(ReplayResult(record, receipt=self.ctx.client.send(record)))
             except ControlHostError as exc:
                 log.info("re-sending %s: %s", record.key, exc.code)
                 sent.append(ReplayResult(record, error=exc))
         return sent, refused
+
+
+# Kept for callers that name the guard.
+AuthorityGuard = Gate
+
+
+def batch_policy(ctx: DecisionContext, decision: str, members: int) -> str:
+    """The one rule for a batch's approval: two people for an irreversible decision (R5.4) or more
+    members than the runbook's ``batch_approval_threshold``; otherwise its requester's confirmation."""
+    threshold = int(runbook_limit(ctx.runbooks, "batch_approval_threshold"))
+    two = ctx.irreversible(decision) or members > threshold
+    return Policy.TWO_PERSON if two else Policy.CONFIRM
