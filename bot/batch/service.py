@@ -18,15 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from bot.batch import text
+from bot.batch.gating import approver_refusal, claim_of, tampered
 from bot.batch.plan import Candidate, plan
 from bot.batch.runner import Outcome, Runner
-from bot.batch.store import OPEN_STATES, Batch, BatchStore, content_hash, new_batch_id
+from bot.batch.store import OPEN_STATES, Batch, BatchStore, new_batch_id
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import PURPOSE_DECISION, ControlHostClient, Receipt
 from bot.decisions import (
-    BatchClaim,
     BatchGrant,
-    Claim,
     DecisionPolicy,
     DecisionService,
     NoAuthority,
@@ -34,7 +33,6 @@ from bot.decisions import (
     batch_policy,
     channel_allowed,
     decision_policy,
-    identity_refusal,
     person_of,
     requester_refusal,
 )
@@ -183,16 +181,6 @@ class BatchService:
 
     # == approval =================================================================================
 
-    def _tampered(self, batch: Batch) -> bool:
-        members = [{"session_id": m.session_id, "revision": m.revision, "facts": m.facts}
-                   for m in self.batches.members(batch.id)]
-        if content_hash(vars(batch), members) != batch.content_hash:
-            return True
-        for step in self.store.steps():
-            if step.step == Step.BATCH_REQUESTED and (step.inputs or {}).get("batch_id") == batch.id:
-                return (step.detail or {}).get("content_hash") != batch.content_hash
-        return True
-
     def approve(self, actor: str, channel: str | None, batch_id: str, reporter: Reporter) -> Reply:
         batch = self.batches.get(batch_id)
         if batch is None:
@@ -205,14 +193,10 @@ class BatchService:
             if actor != batch.requester:
                 return _refuse(f"only {ref(batch.requester)}, who asked for it, confirms batch {batch.id}")
             return self._confirm(batch, actor, channel, reporter)
-        refusal = identity_refusal(actor, batch.requester, console_users)
-        if refusal is None and person_of(batch.requester, console_users) is None:
-            refusal = ("unmapped_requester", f"batch {batch.id} was requested by an unmapped console login: "
-                       "nobody can be shown to be a second person", ["Make the batch again from Slack or a mapped login."])
+        refusal = approver_refusal(actor, batch, console_users)
         if refusal is not None:
-            code, headline, lines = refusal
-            self._step(batch.id, actor, Step.BATCH_APPROVE, code)
-            return _refuse(headline.replace("request", "batch", 1), *[ln.replace("<request_id>", batch.id) for ln in lines])
+            self._step(batch.id, actor, Step.BATCH_APPROVE, refusal[0])
+            return _refuse(refusal[1], *refusal[2])
         evidence, problem = approval_evidence_of(actor, self.decisions.approvers, self.decisions.directory, console_users)
         if evidence is None:
             return _refuse(f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)", *([problem] if problem else []))
@@ -229,7 +213,7 @@ class BatchService:
                      evidence: dict[str, Any] | None = None) -> Reply:
         if batch.state != RequestState.REQUESTED:
             return _refuse(f"batch {batch.id} is already {batch.state}: nothing more to do")
-        if self._tampered(batch):
+        if tampered(self.store, self.batches, batch):
             return _refuse(f"batch {batch.id} was changed after it was requested: approval refused",
                            "Make a new batch, and check the step store with `recover-bot audit verify`.")
         expires = parse_time(batch.expires_at)
@@ -274,39 +258,24 @@ class BatchService:
 
     # == execution ================================================================================
 
-    def _claim(self, batch: Batch) -> BatchClaim:
-        """What the batch's rows claim (re-hashed now); only the gate's reading of the chain proves it."""
-        members = self.batches.members(batch.id)
-        rows = [{"session_id": m.session_id, "revision": m.revision, "facts": m.facts} for m in members]
-        claim = Claim(what="batch", ident=batch.id, session_id=None, requester=batch.requester, policy=batch.policy,
-                      expires_at=batch.expires_at, stored_hash=content_hash(vars(batch), rows),
-                      row_hash=batch.content_hash)
-        return BatchClaim(claim, batch.decision, batch.reason, {m.session_id: dict(m.facts) for m in members})
-
     def grant(self, batch_id: str) -> BatchGrant:
         """The gate's proof for this batch as stored now (raises NoAuthority); the runner asks per chunk."""
         batch = self.batches.get(batch_id)
         if batch is None:
             raise NoAuthority(f"no batch {batch_id}")
-        return self.decisions.gate.batch_grant(self._claim(batch))
+        return self.decisions.gate.batch_grant(claim_of(self.batches, batch))
 
     def send_member(self, grant: BatchGrant, session_id: str, record: Any) -> Receipt:
         """One member through the gate: its record must be the request its bound facts give."""
         return self.decisions.gate.send_member(grant, session_id, record)
 
-    def _authority(self, batch: Batch) -> str | None:
-        """What the chain lacks to authorise sending this batch (the gate's reason), or None."""
-        try:
-            self.decisions.gate.batch_grant(self._claim(batch))
-        except NoAuthority as exc:
-            return exc.reason
-        return None
-
     def execute(self, batch_id: str, actor: str, reporter: Reporter) -> Reply:
         batch = self.batches.get(batch_id)
         if batch is not None and batch.state in (RequestState.APPROVED, RequestState.SENDING):
-            problem = self._authority(batch)
-            if problem is not None:
+            try:  # the gate's proof, before anything moves (the runner asks again for every chunk)
+                self.grant(batch_id)
+            except NoAuthority as exc:
+                problem = exc.reason
                 self._step(batch_id, actor, Step.BATCH_REFUSED, "no_authority", why=problem)
                 return _refuse(f"batch {batch_id} is not sent: {problem}",
                                "Nothing was sent. Check the step store with `recover-bot audit verify`.")
