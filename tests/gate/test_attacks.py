@@ -171,18 +171,16 @@ def test_an_edited_idempotency_row_of_an_uncertain_send_sends_nothing_after_a_re
     assert after.requests.get(req.id).state == "void"
 
 
-def _strip_keys(db: Path) -> None:
-    """Without the key: every step re-hashed plain (sha256), the chain still linked."""
-    with _raw(db) as conn:
-        conn.execute("DROP TRIGGER steps_no_update")
-        prev = None
-        for row in [dict(r) for r in conn.execute("SELECT * FROM steps ORDER BY seq")]:
-            if prev is not None:
-                row["prev_hash"] = prev
-            new = step_hash(row, row["prev_hash"], version=PLAIN_VERSION)
-            conn.execute("UPDATE steps SET prev_hash = ?, hash = ?, v = ? WHERE seq = ?",
-                         [row["prev_hash"], new, PLAIN_VERSION, row["seq"]])
-            prev = new
+def strip_keys(conn: sqlite3.Connection) -> None:
+    """Without the key: every step re-hashed plain (sha256), the chain still linked (the trigger dropped)."""
+    conn.execute("DROP TRIGGER IF EXISTS steps_no_update")
+    prev: str | None = None
+    for row in [dict(r) for r in conn.execute("SELECT * FROM steps ORDER BY seq")]:
+        if prev is not None:
+            row["prev_hash"] = prev
+        prev = step_hash(row, row["prev_hash"], version=PLAIN_VERSION)
+        conn.execute("UPDATE steps SET prev_hash = ?, hash = ?, v = ? WHERE seq = ?",
+                     [row["prev_hash"], prev, PLAIN_VERSION, row["seq"]])
 
 
 def _append_plain_approval(db: Path, rid: str, sid: str, content_hash: str) -> None:
@@ -206,7 +204,8 @@ def test_a_store_stripped_of_its_keyed_steps_is_refused_at_start_and_before_any_
     svc = env.service()
     reply = svc.decide(REQUESTER, CHANNEL, "ses_g5", "close", reason="gone", reporter=ListReporter())
     req = svc.requests.get(str(reply.messages[0].ref))
-    _strip_keys(env.db_path)
+    with _raw(env.db_path) as conn:
+        strip_keys(conn)
     _append_plain_approval(env.db_path, req.id, "ses_g5", req.content_hash)
     # Before any send: the running process (its store opened before the edit) refuses.
     reporter = ListReporter()
