@@ -23,10 +23,10 @@ from typing import Any, Protocol
 
 from bot.batch.store import Batch, BatchStore
 from bot.clock import Clock
-from bot.controlhost import ControlHostClient, RequestPendingError, Session
-from bot.decisions import DecisionPolicy
+from bot.controlhost import ControlHostClient, Receipt, RequestPendingError, Session
+from bot.decisions import BatchGrant, DecisionPolicy, NoAuthority
 from bot.errors import ControlHostError
-from bot.store import Store
+from bot.store import IdempotencyRecord, Store
 from bot.triage.facts import BOUND_FACTS, session_only_facts
 from bot.vocab import RequestState
 
@@ -51,6 +51,10 @@ class BatchSending(Protocol):
     def policy(self, decision: str) -> DecisionPolicy: ...
 
     def begin_members(self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]) -> list[tuple[str, str]]: ...
+
+    def grant(self, batch_id: str) -> BatchGrant: ...
+
+    def send_member(self, grant: BatchGrant, session_id: str, record: IdempotencyRecord) -> Receipt: ...
 
     def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome]) -> None: ...
 
@@ -151,6 +155,15 @@ class Runner:
         self.batch_id = batch_id
         self.actor = actor
         self.on_change = on_change
+        self.granted: BatchGrant | None = None
+
+    def _regrant(self) -> bool:
+        """The gate's proof of the batch, re-read from the chain (before the run and each chunk)."""
+        try:
+            self.granted = self.s.grant(self.batch_id)
+        except NoAuthority:
+            self.granted = None
+        return self.granted is not None
 
     def stopped(self) -> bool:
         batch = self.s.batches.get(self.batch_id)
@@ -160,6 +173,8 @@ class Runner:
         batch = self.s.batches.get(self.batch_id)
         assert batch is not None
         concurrency = max(1, concurrency)
+        if not self._regrant():
+            return  # nothing sent: the service said why before it started
         settler = Settler(self.s, batch, self.actor, self.on_change)
         try:
             with cf.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="batch") as pool:
@@ -187,7 +202,7 @@ class Runner:
         inflight: set[cf.Future[None]] = set()
         policy = self.s.policy(batch.decision)
         for start in range(0, len(pending), chunk):
-            if self.stopped():
+            if self.stopped() or not self._regrant():
                 return
             part = pending[start : start + chunk]
             if recheck.use_listing:
@@ -223,7 +238,11 @@ class Runner:
             return
         values: dict[str, Value]
         try:
-            receipt = self.s.client.send(record)
+            if self.granted is None:
+                raise NoAuthority("the batch has no authority in the chain")
+            receipt = self.s.send_member(self.granted, session_id, record)  # through the gate
+        except NoAuthority as exc:
+            to, values = RequestState.VOID, {"code": "NO_AUTHORITY", "detail": exc.reason}
         except RequestPendingError as exc:
             to, values = RequestState.UNCERTAIN, {"code": exc.code}
         except ControlHostError as exc:

@@ -18,13 +18,24 @@ from pathlib import Path
 from typing import Any
 
 from bot.batch import text
-from bot.batch.authority import authority_problem
+from bot.batch.gating import approver_refusal, claim_of, tampered
 from bot.batch.plan import Candidate, plan
 from bot.batch.runner import Outcome, Runner
-from bot.batch.store import OPEN_STATES, Batch, BatchStore, content_hash, new_batch_id
+from bot.batch.store import OPEN_STATES, Batch, BatchStore, new_batch_id
 from bot.clock import Clock, isoformat, parse_time
-from bot.controlhost import PURPOSE_DECISION, ControlHostClient
-from bot.decisions import DecisionPolicy, DecisionService, approver_allowed, channel_allowed, decision_policy
+from bot.controlhost import PURPOSE_DECISION, ControlHostClient, Receipt
+from bot.decisions import (
+    BatchGrant,
+    DecisionPolicy,
+    DecisionService,
+    NoAuthority,
+    approval_evidence_of,
+    batch_policy,
+    channel_allowed,
+    decision_policy,
+    person_of,
+    requester_refusal,
+)
 from bot.diagnosis import facts as F
 from bot.errors import CommandError, ControlHostError
 from bot.messages import Message, Reply, Reporter, ref
@@ -111,6 +122,7 @@ class BatchService:
             return _refuse("`batch decide` is refused outside the recovery channels (RECOVER_CHANNELS)")
         candidates, source = self._candidates(target, sessions)
         policy = self.policy(decision)
+        console_users = self.decisions.console_users
 
         def repeated(c: Candidate) -> int:
             code = c.facts.get("attention.code")
@@ -122,9 +134,11 @@ class BatchService:
         if not chosen.members:
             lines = [f"{e['session_id']}: {e['why']}" for e in chosen.excluded[:15]]
             return _refuse(f"No member of {source or 'the list'} can take `{decision}`: nothing to send", *lines)
-        threshold = int(self.limit("batch_approval_threshold"))
         irreversible = self.runbooks.decisions[decision].irreversible  # needs two people (R5.4)
-        two = irreversible or len(chosen.members) > threshold
+        two = batch_policy(self.decisions.ctx, decision, len(chosen.members)) == Policy.TWO_PERSON
+        unmapped = requester_refusal(actor, Policy.TWO_PERSON if two else Policy.CONFIRM, console_users)
+        if unmapped is not None and not dry:
+            return _refuse(*unmapped)
         now = self.clock.now()
         content = {
             "id": new_batch_id(), "requester": actor, "channel": channel, "decision": decision,
@@ -141,7 +155,9 @@ class BatchService:
             batch = self.batches.insert(db, content, members)
             self.store.record_step(None, actor, Step.BATCH_REQUESTED, {"batch_id": batch.id}, RequestState.REQUESTED,
                                    detail={"content_hash": batch.content_hash, "decision": decision,
-                                           "members": len(members), "source": source}, db=db)
+                                           "members": len(members), "source": source,
+                                           # who asked, by Slack id (the gate compares the approver with it)
+                                           "person": person_of(actor, console_users)}, db=db)
         stored = self.batches.members(batch.id)
         if two or not yes:
             return Reply.of(text.approval_message(batch, stored, source, list(self.decisions.approvers),
@@ -165,46 +181,39 @@ class BatchService:
 
     # == approval =================================================================================
 
-    def _tampered(self, batch: Batch) -> bool:
-        members = [{"session_id": m.session_id, "revision": m.revision, "facts": m.facts}
-                   for m in self.batches.members(batch.id)]
-        if content_hash(vars(batch), members) != batch.content_hash:
-            return True
-        for step in self.store.steps():
-            if step.step == Step.BATCH_REQUESTED and (step.inputs or {}).get("batch_id") == batch.id:
-                return (step.detail or {}).get("content_hash") != batch.content_hash
-        return True
-
     def approve(self, actor: str, channel: str | None, batch_id: str, reporter: Reporter) -> Reply:
         batch = self.batches.get(batch_id)
         if batch is None:
             return _refuse(f"no batch {batch_id!r}", "Copy the id from the batch request (bat_…).")
         if not channel_allowed(channel, self.decisions.channels):
             return _refuse("batch approvals are refused outside the recovery channels (RECOVER_CHANNELS)")
+        # The decisions' identity and approver rules, by Slack id (a console login through its mapping).
+        console_users = self.decisions.console_users
         if batch.policy == Policy.CONFIRM:
             if actor != batch.requester:
                 return _refuse(f"only {ref(batch.requester)}, who asked for it, confirms batch {batch.id}")
             return self._confirm(batch, actor, channel, reporter)
-        if actor == batch.requester:
-            self._step(batch.id, actor, Step.BATCH_APPROVE, "self_approval")
-            return _refuse("you cannot approve your own batch: a second person must approve it",
-                           f"Ask another on-call engineer to run `/recover approve {batch.id}`.")
-        allowed, problem = approver_allowed(actor, self.decisions.approvers, self.decisions.directory)
-        if not allowed:
+        refusal = approver_refusal(actor, batch, console_users)
+        if refusal is not None:
+            self._step(batch.id, actor, Step.BATCH_APPROVE, refusal[0])
+            return _refuse(refusal[1], *refusal[2])
+        evidence, problem = approval_evidence_of(actor, self.decisions.approvers, self.decisions.directory, console_users)
+        if evidence is None:
             return _refuse(f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)", *([problem] if problem else []))
         if batch.state == RequestState.APPROVED:
             return self.execute(batch.id, actor, reporter)
-        return self._approve_cas(batch, actor, reporter, Step.BATCH_APPROVED)
+        return self._approve_cas(batch, actor, reporter, Step.BATCH_APPROVED, channel, evidence)
 
     def _confirm(self, batch: Batch, actor: str, channel: str | None, reporter: Reporter) -> Reply:
         if batch.state == RequestState.APPROVED:
             return self.execute(batch.id, actor, reporter)
-        return self._approve_cas(batch, actor, reporter, Step.BATCH_CONFIRMED)
+        return self._approve_cas(batch, actor, reporter, Step.BATCH_CONFIRMED, channel)
 
-    def _approve_cas(self, batch: Batch, actor: str, reporter: Reporter, step: str) -> Reply:
+    def _approve_cas(self, batch: Batch, actor: str, reporter: Reporter, step: str, channel: str | None,
+                     evidence: dict[str, Any] | None = None) -> Reply:
         if batch.state != RequestState.REQUESTED:
             return _refuse(f"batch {batch.id} is already {batch.state}: nothing more to do")
-        if self._tampered(batch):
+        if tampered(self.store, self.batches, batch):
             return _refuse(f"batch {batch.id} was changed after it was requested: approval refused",
                            "Make a new batch, and check the step store with `recover-bot audit verify`.")
         expires = parse_time(batch.expires_at)
@@ -216,7 +225,11 @@ class BatchService:
             won = self.batches.transition(db, batch.id, (RequestState.REQUESTED,), RequestState.APPROVED, approved_by=actor,
                                           approved_at=isoformat(self.clock.now()))
             if won:
-                self.store.record_step(None, actor, step, {"batch_id": batch.id}, RequestState.APPROVED,
+                # What the gate reads: the content approved, where, and what allowed the approver then.
+                inputs: dict[str, Any] = {"batch_id": batch.id, "content_hash": batch.content_hash, "channel": channel}
+                if evidence is not None:
+                    inputs["allowed_by"] = evidence
+                self.store.record_step(None, actor, step, inputs, RequestState.APPROVED,
                                        detail={"content_hash": batch.content_hash}, db=db)
         if not won:
             fresh = self.batches.get(batch.id)
@@ -231,8 +244,9 @@ class BatchService:
             return _refuse("batch rejections are refused outside the recovery channels (RECOVER_CHANNELS)")
         state = RequestState.WITHDRAWN if actor == batch.requester else RequestState.REJECTED
         if state == RequestState.REJECTED:
-            allowed, problem = approver_allowed(actor, self.decisions.approvers, self.decisions.directory)
-            if not allowed:
+            evidence, _ = approval_evidence_of(actor, self.decisions.approvers, self.decisions.directory,
+                                               self.decisions.console_users)
+            if evidence is None:
                 return _refuse(f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)")
         with self.store.write() as db:
             won = self.batches.transition(db, batch.id, (RequestState.REQUESTED,), state, decided_by=actor, note=reason)
@@ -244,17 +258,24 @@ class BatchService:
 
     # == execution ================================================================================
 
-    def _authority(self, batch: Batch) -> str | None:
-        """What the chain lacks to authorise sending this batch (docs/requests.md), or None."""
-        members = [{"session_id": m.session_id, "revision": m.revision, "facts": m.facts}
-                   for m in self.batches.members(batch.id)]
-        return authority_problem(batch, content_hash(vars(batch), members), self.store.steps())
+    def grant(self, batch_id: str) -> BatchGrant:
+        """The gate's proof for this batch as stored now (raises NoAuthority); the runner asks per chunk."""
+        batch = self.batches.get(batch_id)
+        if batch is None:
+            raise NoAuthority(f"no batch {batch_id}")
+        return self.decisions.gate.batch_grant(claim_of(self.batches, batch))
+
+    def send_member(self, grant: BatchGrant, session_id: str, record: Any) -> Receipt:
+        """One member through the gate: its record must be the request its bound facts give."""
+        return self.decisions.gate.send_member(grant, session_id, record)
 
     def execute(self, batch_id: str, actor: str, reporter: Reporter) -> Reply:
         batch = self.batches.get(batch_id)
         if batch is not None and batch.state in (RequestState.APPROVED, RequestState.SENDING):
-            problem = self._authority(batch)
-            if problem is not None:
+            try:  # the gate's proof, before anything moves (the runner asks again for every chunk)
+                self.grant(batch_id)
+            except NoAuthority as exc:
+                problem = exc.reason
                 self._step(batch_id, actor, Step.BATCH_REFUSED, "no_authority", why=problem)
                 return _refuse(f"batch {batch_id} is not sent: {problem}",
                                "Nothing was sent. Check the step store with `recover-bot audit verify`.")

@@ -337,11 +337,13 @@ class ControlHostClient:
             self.store.note_attempt(current.key)
             self._in_doubt[current.key] = True
             try:
+                # The caller's record as given (the gate proved exactly it against the chain); the
+                # stored row is read only for its state.
                 response = self._request(
-                    current.method,
-                    current.path,
+                    record.method,
+                    record.path,
                     what,
-                    content=current.body.encode("utf-8"),
+                    content=record.body.encode("utf-8"),
                     headers={"Idempotency-Key": current.key, "Content-Type": "application/json"},
                 )
             except httpx.HTTPError as exc:

@@ -6,7 +6,17 @@ Other packages (the router, batches, the fronts) import from here only, never a 
 from __future__ import annotations
 
 from bot.decisions._audit import check_request_table
-from bot.decisions._authority import Authority, NoAuthority, derive
+from bot.decisions._authority import (
+    Authority,
+    BatchClaim,
+    BatchGrant,
+    Claim,
+    Gate,
+    NoAuthority,
+    approval_evidence_of,
+    batch_policy,
+    derive,
+)
 from bot.decisions._guards import incurable_cause
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy
 from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash, migrations
@@ -17,7 +27,9 @@ from bot.decisions._rules import (
     approver_allowed,
     channel_allowed,
     console_actor,
+    identity_refusal,
     person_of,
+    requester_refusal,
     same_person,
 )
 from bot.decisions._service import DecisionService
@@ -30,6 +42,10 @@ __all__ = [
     "DECISIVE_FACTS",
     "ApproverDirectory",
     "Authority",
+    "BatchClaim",
+    "BatchGrant",
+    "Claim",
+    "Gate",
     "DecisionPolicy",
     "DecisionRequest",
     "DecisionService",
@@ -37,15 +53,19 @@ __all__ = [
     "NoAuthority",
     "RequestStore",
     "Wait",
+    "approval_evidence_of",
     "approver_allowed",
+    "batch_policy",
     "channel_allowed",
     "check_request_table",
     "console_actor",
     "content_hash",
     "decision_policy",
     "derive",
+    "identity_refusal",
     "incurable_cause",
     "migrations",
     "person_of",
+    "requester_refusal",
     "same_person",
 ]

@@ -19,6 +19,7 @@ from bot.decisions._guards import Refusal, cause_fixed_given, in_recovery_channe
 from bot.decisions._lifecycle import Execution, grant, make_request, request_content
 from bot.decisions._policy import WAITABLE, DecisionPolicy, flags_of
 from bot.decisions._requests import DecisionRequest
+from bot.decisions._rules import requester_refusal
 from bot.errors import DecisionError
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.evaluate import DecisionVerdict
@@ -62,6 +63,9 @@ class DecideRoom:
 
         def attempt() -> Reply:
             policy = self.precheck(channel, session_id, decision, flags, Step.DECIDE)
+            unmapped = requester_refusal(actor, policy.approval, self.ctx.console_users)
+            if unmapped is not None:  # nobody could tell its approver from its requester
+                raise Refusal(*unmapped, session_id=session_id, code="not_mapped")
             identity = {"session_id": session_id, "decision": decision, "requester": actor, "turn_id": turn,
                         "evidence_ref": evidence, "effects": effects, "reason": reason}
             same = repeats(identical_open(self.ctx.requests, identity), yes=yes)

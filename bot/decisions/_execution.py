@@ -17,12 +17,12 @@ from typing import Any
 from bot.clock import parse_time
 from bot.controlhost import PURPOSE_DECISION
 from bot.decisions import _text as text
+from bot.decisions._authority import Gate
 from bot.decisions._context import DecisionContext
 from bot.decisions._outcomes import Outcomes
 from bot.decisions._policy import WAITABLE, flags_of
 from bot.decisions._requests import DecisionRequest
 from bot.decisions._rules import changed_facts, decisive_facts
-from bot.decisions._uncertain import Authorise
 from bot.decisions._waits import Interruptible, WorkerGoneWait, observation
 from bot.errors import ControlHostError, RecoverError, StoreError
 from bot.messages import Message, Reply, Reporter
@@ -34,10 +34,10 @@ class ExecutionRoom:
     """Send once: what the lifecycle rooms call once a request is approved (their ``Execution``)."""
 
     def __init__(
-        self, ctx: DecisionContext, authorise: Authorise, outcomes: Outcomes, interruptible: Interruptible
+        self, ctx: DecisionContext, gate: Gate, outcomes: Outcomes, interruptible: Interruptible
     ) -> None:
         self.ctx = ctx
-        self.authorise = authorise
+        self.gate = gate
         self.outcomes = outcomes
         self.interruptible = interruptible
         self.waits = WorkerGoneWait(ctx, self.check_and_send, interruptible)
@@ -214,7 +214,7 @@ class ExecutionRoom:
         RECOVERY_REQUIRED on it waits for the next one instead of re-submitting.
         """
         ctx = self.ctx
-        refused = self.authorise(req, actor, reporter)
+        refused = self.gate.authorise(req, actor, reporter)
         if refused is not None:
             return refused
         # One commit: the move to sending, the record (the client's key rule: new key, exact body,
@@ -245,14 +245,14 @@ class ExecutionRoom:
         return self.deliver(req.id, actor, record, reporter)
 
     def deliver(self, request_id: str, actor: str, record: IdempotencyRecord, reporter: Reporter) -> Reply:
-        """Send a stored request (same key, same body) and settle the request from the answer."""
+        """Send a stored request (same key, same body) through the gate and settle the request from the
+        answer; the gate sends it only when the chain authorises the request and exactly this record."""
         req = self.ctx.requests.get(request_id)
         assert req is not None
-        refused = self.authorise(req, actor, reporter)
-        if refused is not None:
-            return refused
         try:
-            receipt = self.ctx.client.send(record)
+            sent = self.gate.send_decision(req, actor, record, reporter)
         except ControlHostError as exc:
             return self.outcomes.on_error(req, actor, exc, reporter)
-        return self.outcomes.on_accepted(req, actor, receipt)
+        if isinstance(sent, Reply):
+            return sent
+        return self.outcomes.on_accepted(req, actor, sent)

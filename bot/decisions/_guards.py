@@ -15,15 +15,13 @@ from typing import Any, NoReturn
 
 from bot.clock import parse_time
 from bot.decisions import _text as text
-from bot.decisions._authority import approval_evidence
+from bot.decisions._authority import approval_evidence_of
 from bot.decisions._context import DecisionContext
 from bot.decisions._requests import DecisionRequest, content_hash
 from bot.decisions._rules import (
     ID_RE,
     channel_allowed,
-    console_login,
     identity_refusal,
-    person_of,
     same_person,
 )
 from bot.messages import Message, Reply, ref
@@ -257,12 +255,7 @@ def second_person(ctx: DecisionContext, actor: str, req: DecisionRequest) -> Non
 def allowed_approver(ctx: DecisionContext, actor: str, session_id: str) -> dict[str, Any]:
     """What allows ``actor`` to approve now (RECOVER_APPROVERS), by its Slack id: recorded with the
     approval and never looked up again; a console login's mapping is recorded too."""
-    person = person_of(actor, ctx.console_users)
-    problem: str | None
-    if person is None:
-        evidence, problem = None, f"{actor} is not mapped to a Slack user id (RECOVER_CONSOLE_USERS)"
-    else:
-        evidence, problem = approval_evidence(person, ctx.approvers, ctx.directory)
+    evidence, problem = approval_evidence_of(actor, ctx.approvers, ctx.directory, ctx.console_users)
     if evidence is None:
         raise Refusal(
             f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)",
@@ -271,8 +264,6 @@ def allowed_approver(ctx: DecisionContext, actor: str, session_id: str) -> dict[
             session_id=session_id,
             code="not_approver",
         )
-    if person != actor:
-        evidence = {**evidence, "person": person, "login": console_login(actor)}
     return evidence
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from bot.controlhost import Receipt
 from bot.decisions import _text as text
+from bot.decisions._authority import Gate
 from bot.decisions._context import DecisionContext
 from bot.decisions._policy import WAITABLE, flags_of
 from bot.decisions._requests import DecisionRequest
-from bot.decisions._uncertain import Authorise, UncertainSends, is_uncertain
+from bot.decisions._uncertain import UncertainSends, is_uncertain
 from bot.decisions._verify import Verifier
 from bot.errors import ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter, ref
@@ -25,10 +26,10 @@ from bot.vocab import Policy, RequestState, Step
 class Outcomes:
     """What an answer (or its absence) does to a request; owns the background finishing of uncertain ones."""
 
-    def __init__(self, ctx: DecisionContext, authorise: Authorise, verifier: Verifier) -> None:
+    def __init__(self, ctx: DecisionContext, gate: Gate, verifier: Verifier) -> None:
         self.ctx = ctx
         self.verifier = verifier
-        self.uncertain = UncertainSends(ctx, authorise, self.on_accepted, self.on_error)
+        self.uncertain = UncertainSends(ctx, gate, self.on_accepted, self.on_error)
 
     def on_accepted(self, req: DecisionRequest, actor: str, receipt: Receipt) -> Reply:
         ctx = self.ctx

@@ -16,7 +16,7 @@ import logging
 from bot.clock import parse_time
 from bot.controlhost import PURPOSE_RESUME
 from bot.decisions import _text as text
-from bot.decisions._authority import AuthorityGuard
+from bot.decisions._authority import Gate
 from bot.decisions._context import BOT, DecisionContext
 from bot.decisions._execution import ExecutionRoom
 from bot.decisions._guards import Refusal, expire_if_due, refusing
@@ -36,7 +36,7 @@ class RestartRoom:
     def __init__(
         self,
         ctx: DecisionContext,
-        authority: AuthorityGuard,
+        authority: Gate,
         execution: ExecutionRoom,
         resume: ResumeRoom,
         unfinished: UnfinishedRoom,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from bot.controlhost import PURPOSE_RESUME, Receipt, ReplayResult
 from bot.decisions import _text as text
+from bot.decisions._authority import Gate, NoAuthority
 from bot.decisions._context import DecisionContext
 from bot.decisions._guards import Refusal, refusing
 from bot.decisions._policy import DecisionPolicy
@@ -31,11 +32,11 @@ Facts = dict[str, object]
 class ResumeRoom:
     """``/recover resume`` and the settling of a resume replayed at start."""
 
-    def __init__(self, ctx: DecisionContext, verifier: Verifier, unfinished: UnfinishedRoom) -> None:
+    def __init__(self, ctx: DecisionContext, gate: Gate, verifier: Verifier, unfinished: UnfinishedRoom) -> None:
         self.ctx = ctx
         self.verifier = verifier
         self.unfinished = unfinished
-        self.reclamation = ReclamationWait(ctx)
+        self.reclamation = ReclamationWait(ctx, gate)
 
     def resume(self, actor: str, channel: str | None, session_id: str, reporter: Reporter) -> Reply:
         """Resume, riding through 503 BACKEND_UNAVAILABLE with backoff (R4.2), one key throughout."""
@@ -71,7 +72,9 @@ class ResumeRoom:
         # The record (the client's key rule) and the step that vouches for it at a restart: one commit.
         with ctx.store.write() as db:
             record = ctx.client.begin(method, path, body, PURPOSE_RESUME, session_id=session_id, db=db)
-            ctx.record(session_id, actor, Step.RESUME_REQUESTED, inputs, "sending", idempotency_key=record.key, db=db)
+            # The step records the exact request: the gate sends the record only while they agree.
+            vouched = {**inputs, "method": method, "path": path, "body": dict(body)}
+            ctx.record(session_id, actor, Step.RESUME_REQUESTED, vouched, "sending", idempotency_key=record.key, db=db)
         advice = policy.advice("BACKEND_UNAVAILABLE", facts, flags, ctx.runbooks)
         initial = advice.every if advice and advice.every else ctx.limits.resume_backoff_initial
         cap = advice.max_every if advice and advice.max_every else ctx.limits.resume_backoff_max
@@ -80,6 +83,14 @@ class ResumeRoom:
             return self._send(
                 actor, session_id, record, policy, facts, flags, inputs, (initial, cap, total), reporter
             )
+        except NoAuthority as exc:
+            raise Refusal(
+                f"Resume of `{session_id}` was not sent: the step log does not vouch for its stored request",
+                exc.reason,
+                "Check the step store with `recover-bot audit verify`.",
+                session_id=session_id,
+                code="no_authority",
+            ) from None
         except Interrupted:
             raise
         except KeyboardInterrupt:

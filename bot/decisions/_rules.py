@@ -96,6 +96,19 @@ def identity_refusal(
     return None
 
 
+def requester_refusal(actor: str, policy: str, console_users: Mapping[str, str]) -> tuple[str, str] | None:
+    """An unmapped console login may diagnose and request single-person decisions, never a two-person
+    one: nobody could tell its approver from its requester. (headline, what to do) or None."""
+    if policy != "two_person" or person_of(actor, console_users) is not None:
+        return None
+    login = console_login(actor)
+    return (
+        f"console login {login!r} is not mapped to a Slack user id (RECOVER_CONSOLE_USERS): it may diagnose and "
+        "request single-person decisions, never request or approve a two-person one",
+        f"Map it in RECOVER_CONSOLE_USERS (e.g. {login}:U012ABCDEF) or make the request in Slack.",
+    )
+
+
 def channel_allowed(channel: str | None, channels: Sequence[str]) -> bool:
     """RECOVER_CHANNELS: when set, decide/approve/reject only there (docs/commands.md)."""
     return not channels or (channel is not None and channel in channels)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from bot.clock import Clock
 from bot.controlhost import ControlHostClient
 from bot.decisions._approvals import ApprovalRoom
-from bot.decisions._authority import AuthorityGuard
+from bot.decisions._authority import Gate
 from bot.decisions._cases import CaseBook
 from bot.decisions._context import DecisionContext
 from bot.decisions._decide import DecideRoom
@@ -87,14 +87,15 @@ class DecisionService:
         self.console_users = ctx.console_users
         self.requests = ctx.requests
         self.limits: Limits = ctx.limits
-        self.authority = AuthorityGuard(ctx)
+        # THE gate: every POST to the control host passes through it (docs/requests.md).
+        self.gate = self.authority = Gate(ctx)
         self.casebook = CaseBook(ctx)
         self.verifier = Verifier(ctx)
-        self.outcomes = Outcomes(ctx, self.authority.authorise, self.verifier)
+        self.outcomes = Outcomes(ctx, self.gate, self.verifier)
         self.leftovers = UnfinishedRoom(ctx, self.outcomes.uncertain.mark)
-        self.execution = ExecutionRoom(ctx, self.authority.authorise, self.outcomes, self.leftovers.interruptible)
-        self.resuming = ResumeRoom(ctx, self.verifier, self.leftovers)
-        self.restart = RestartRoom(ctx, self.authority, self.execution, self.resuming, self.leftovers)
+        self.execution = ExecutionRoom(ctx, self.gate, self.outcomes, self.leftovers.interruptible)
+        self.resuming = ResumeRoom(ctx, self.gate, self.verifier, self.leftovers)
+        self.restart = RestartRoom(ctx, self.gate, self.execution, self.resuming, self.leftovers)
         self.deciding = DecideRoom(ctx, self.execution)
         self.approvals = ApprovalRoom(ctx, self.execution)
 

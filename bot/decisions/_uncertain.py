@@ -18,6 +18,7 @@ from datetime import timedelta
 
 from bot.controlhost import Receipt
 from bot.decisions import _text as text
+from bot.decisions._authority import Gate
 from bot.decisions._context import BOT as BOT_ACTOR
 from bot.decisions._context import DecisionContext
 from bot.decisions._poll import Pace, poll
@@ -77,22 +78,20 @@ def _logged(job: Callable[[], None]) -> None:
 
 Settle = Callable[[DecisionRequest, str, Receipt], Reply]
 SettleError = Callable[[DecisionRequest, str, ControlHostError, Reporter], Reply]
-# The chain's guard before every send (bot/decisions/_authority.py): None, or the refusal it posted.
-Authorise = Callable[[DecisionRequest, str, Reporter], Reply | None]
 
 
 class UncertainSends:
     """Marks a request ``uncertain`` and re-sends its stored record in the background until settled.
 
     Composed with what settles an answer (``on_accepted``/``on_error``, the execution's outcomes) and
-    the chain's guard (``authorise``), handed in by whoever owns them.
+    the gate (bot/decisions/_authority.py), which proves and sends every attempt.
     """
 
     def __init__(
-        self, ctx: DecisionContext, authorise: Authorise, on_accepted: Settle, on_error: SettleError
+        self, ctx: DecisionContext, gate: Gate, on_accepted: Settle, on_error: SettleError
     ) -> None:
         self.ctx = ctx
-        self.authorise = authorise
+        self.gate = gate
         self.on_accepted = on_accepted
         self.on_error = on_error
         self.finisher = Finisher()
@@ -161,14 +160,12 @@ class UncertainSends:
             req = ctx.requests.get(request_id)
             if req is None or req.state != RequestState.UNCERTAIN or not req.idem_key:
                 return True  # settled elsewhere (another process, a restart)
-            if self.authorise(req, BOT_ACTOR, reporter) is not None:
-                return True  # posted and logged by the guard
             record = ctx.store.get_request(req.idem_key)
             if record is None:
                 return True
             attempts += 1
             try:
-                receipt = ctx.client.send(record)
+                sent = self.gate.send_decision(req, BOT_ACTOR, record, reporter)
             except ControlHostError as exc:
                 if not is_uncertain(exc):
                     for message in self.on_error(req, BOT_ACTOR, exc, reporter).messages:
@@ -193,7 +190,9 @@ class UncertainSends:
                     )
                 )
                 return None
-            for message in self.on_accepted(req, BOT_ACTOR, receipt).messages:
+            if isinstance(sent, Reply):
+                return True  # refused: voided, posted and logged by the gate
+            for message in self.on_accepted(req, BOT_ACTOR, sent).messages:
                 reporter.post(message)
             return True
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from bot.clock import isoformat
 from bot.controlhost import Receipt
 from bot.decisions import _text as text
+from bot.decisions._authority import Gate
 from bot.decisions._context import DecisionContext
 from bot.decisions._policy import WAITABLE
 from bot.decisions._poll import Pace, poll
@@ -250,8 +251,9 @@ class Reclaimed:
 class ReclamationWait:
     """R4.2: the same resume (same key, same body) re-sent with a doubling pause while 503 lasts."""
 
-    def __init__(self, ctx: DecisionContext) -> None:
+    def __init__(self, ctx: DecisionContext, gate: Gate) -> None:
         self.ctx = ctx
+        self.gate = gate
 
     def ride_out(
         self,
@@ -272,7 +274,7 @@ class ReclamationWait:
         def attempt() -> Reclaimed | None:
             nonlocal wait_id, last
             try:
-                return Reclaimed(receipt=ctx.client.send(record), wait_id=wait_id)
+                return Reclaimed(receipt=self.gate.send_resume(record), wait_id=wait_id)
             except ControlHostError as exc:
                 if exc.code != "BACKEND_UNAVAILABLE":
                     return Reclaimed(error=exc, wait_id=wait_id)

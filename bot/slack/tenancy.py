@@ -5,7 +5,9 @@ from another workspace the app is installed in (or, in Socket Mode, from any app
 connection). Without this check a user of another workspace could approve a request here.
 
 - Workspaces: ``RECOVER_SLACK_TEAMS`` (team ids ``T…`` and, for Enterprise Grid, ``E…``) when set,
-  otherwise the team (and enterprise) of the bot token, from ``auth.test`` at start.
+  otherwise exactly the team of the bot token (``team_id`` from ``auth.test`` at start). An Enterprise
+  Grid org is served only when ``RECOVER_SLACK_TEAMS`` names its ``E…`` id: by default another
+  workspace of the same org is refused, whoever signs its requests.
 - App: ``bots.info`` for the token's bot at start; when Slack will not say, the app id is not
   checked (logged once), the workspace still is.
 
@@ -50,7 +52,12 @@ class Tenancy:
             auth = client.auth_test()
             bot_id = auth.get("bot_id")
             if not teams:
-                teams = {str(x) for x in (auth.get("team_id"), auth.get("enterprise_id")) if x}
+                teams = {str(auth["team_id"])} if auth.get("team_id") else set()
+                if auth.get("enterprise_id"):
+                    log.info(
+                        "serving workspace %s only; its Enterprise Grid org %s is served when RECOVER_SLACK_TEAMS "
+                        "names it", auth.get("team_id"), auth.get("enterprise_id"),
+                    )
         except (SlackClientError, OSError, ValueError) as exc:
             if not teams:
                 raise RuntimeError(

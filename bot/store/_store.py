@@ -30,11 +30,12 @@ from sqlite_utils.migrations import Migrations
 
 from bot.clock import Clock, SystemClock, isoformat
 from bot.errors import StoreError
-from bot.store import _cases, _requests, _steps, schema
+from bot.store import _cases, _requests, _steps, keymark, schema
 from bot.store._rows import Case, IdempotencyRecord, Step
 from bot.store.chain import canonical_json, hash_matches, head_ref
 
 DEFAULT_BUSY_TIMEOUT = 10.0
+BOT_ACTOR = "recover-bot"
 
 
 class Store:
@@ -48,6 +49,7 @@ class Store:
         migrations: Iterable[Migrations] = (),
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         audit_key: bytes | None = None,
+        adopting_key: bool = False,
     ) -> None:
         self.path = Path(path)
         self.clock: Clock = clock or SystemClock()
@@ -58,7 +60,7 @@ class Store:
         self._migrate_lock = threading.Lock()
         self._enable_wal()
         self.migrate([schema.core, *migrations])
-        self._check_key()
+        self._check_key(adopting_key)
 
     @property
     def keyed(self) -> bool:
@@ -94,12 +96,15 @@ class Store:
                 hint="Pass the area's migration set to Store(..., migrations=...) where the app is composed.",
             )
 
-    def _check_key(self) -> None:
+    def _check_key(self, adopting: bool = False) -> None:
         """Refuse a keyed store without its key, or with another key: a process writing plain or
-        wrongly keyed steps after keyed ones would make the chain fail ``audit verify``."""
+        wrongly keyed steps after keyed ones would make the chain fail ``audit verify``. With a key,
+        keyed stays keyed (bot/store/keymark.py): the store's marker is checked, or written."""
         with self.read() as db:
             row = _steps.last_keyed(db)
         if row is None:
+            if self._audit_key is not None and not adopting:
+                self._check_marker()
             return
         if self._audit_key is None:
             raise StoreError(
@@ -111,6 +116,42 @@ class Store:
                 f"the audit key does not match the step store {self.path} (its last keyed step, "
                 f"{row['seq']}, does not verify under it)",
                 hint="Use the key the store was written with; `recover-bot audit verify` names what differs.",
+            )
+        self._check_marker()
+
+    def _check_marker(self) -> None:
+        """Keyed stays keyed: refuse a store stripped of its keyed steps; mark an unmarked keyed one."""
+        why = self.keyed_problem()
+        if why is not None:
+            raise StoreError(why, hint=keymark.REFUSED_HINT)
+        assert self._audit_key is not None
+        with self.write() as db:
+            if keymark.needs_marker(db):
+                self._append(
+                    db, None, None, BOT_ACTOR, keymark.MARKER, keymark.marker_inputs(self._audit_key, "first keyed step"),
+                    "keyed",
+                )
+
+    def keyed_problem(self) -> str | None:
+        """Why this store may not be served with its key (keyed steps vanished or turned plain), or None.
+
+        The gate asks it before every send; None for a store opened without a key."""
+        if self._audit_key is None:
+            return None
+        with self.read() as db:
+            return keymark.problem(db, self._audit_key)
+
+    def adopt_key(self, actor: str) -> Step:
+        """``recover-bot audit adopt-key``: a store written before the key gets its marker, recorded as a
+        keyed step by ``actor``. Refused when the store is marked already or has no key."""
+        if self._audit_key is None:
+            raise StoreError("no audit key is configured: nothing to adopt", hint="Set RECOVER_AUDIT_KEY_FILE.")
+        with self.write() as db:
+            marker = keymark.marker_row(db)
+            if marker is not None:
+                raise StoreError(f"the step store {self.path} already has its keyed marker (step {marker['seq']})")
+            return self._append(
+                db, None, None, actor, keymark.MARKER, keymark.marker_inputs(self._audit_key, "adopted"), "keyed"
             )
 
     # -- connections -----------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import pwd
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -10,7 +12,7 @@ from typing import TypeVar
 
 from bot.errors import StoreError
 from bot.settings import Settings
-from bot.store import audit
+from bot.store import Store, audit
 from bot.store.audit import CacheCheck
 
 # The settings these commands read (bot/cli.py): the store and the audit chain's key, nothing else,
@@ -51,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction[_P], *, checks: Iterable[Cac
         "  recover-bot audit verify --head HASH",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="audit_command", metavar="{verify,export}")
+    sub = parser.add_subparsers(dest="audit_command", metavar="{verify,export,adopt-key}")
     sub.required = True
 
     verify_p = sub.add_parser(
@@ -89,6 +91,22 @@ def register(subparsers: argparse._SubParsersAction[_P], *, checks: Iterable[Cac
     export_p.add_argument("--out", default=None, metavar="FILE", help="file to write (default: stdout)")
     export_p.set_defaults(handler=run_export, settings_uses=SETTINGS_USES)
     add_evidence_pack(sub, export_p)
+
+    adopt_p = sub.add_parser(
+        "adopt-key",
+        help="adopt the audit key on a store written before it (a recorded, keyed marker step)",
+        description="A store written before the audit key has only plain steps, which the bot refuses to serve "
+        "with a key (it cannot tell it from a store whose keyed steps were turned plain). Check it first "
+        "(the chain must verify, and its head should be one you published), then adopt the key: a keyed "
+        "marker step carrying the key's fingerprint is recorded, and every later step must be keyed.",
+        epilog="example:\n  recover-bot audit adopt-key --db ./recover.db --key-file /run/secrets/recover-audit-key "
+        "--head 42:3f1c…e9",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    adopt_p.add_argument("--db", default=None, help=_DB_HELP)
+    adopt_p.add_argument("--key-file", default=None, metavar="FILE", help="the audit key's file")
+    adopt_p.add_argument("--head", default=None, metavar="SEQ:HASH", help="a head published before, to check first")
+    adopt_p.set_defaults(handler=run_adopt_key, settings_uses=SETTINGS_USES)
     return parser
 
 
@@ -284,3 +302,25 @@ def run_verify_pack(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     print(report.summary())
     return 0 if report.ok else 1
+
+def run_adopt_key(args: argparse.Namespace, settings: Settings) -> int:
+    """Verify the plain store, then record the keyed marker (bot/store/keymark.py) as this account."""
+    db = args.db or str(settings.db_path)
+    try:
+        key = _audit_key(args, settings)
+        if key is None:
+            print("error: no audit key: pass --key-file or set RECOVER_AUDIT_KEY_FILE", file=sys.stderr)
+            return 2
+        report = audit.verify(db, head=args.head, key=key)
+        if not report.ok:
+            print(report.summary())
+            print("error: the chain does not verify: the key is not adopted", file=sys.stderr)
+            return 1
+        login = pwd.getpwuid(os.getuid()).pw_name
+        step = Store(db, audit_key=key, adopting_key=True).adopt_key(f"console:{login}")
+    except (StoreError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"adopted the audit key: keyed marker at step {step.seq} (head before it {report.head_ref}); "
+          "every later step is keyed")
+    return 0

@@ -183,7 +183,8 @@ def test_a_later_console_start_sends_nothing_unasked(sandbox, workdir, tmp_path)
     record = store.begin_request(
         "POST", f"/v1/sessions/{sid}/resume", '{"reason":"r"}', "resume", session_id=sid
     )
-    store.record_step(sid, f"console:{LOGIN}", "resume_requested", {}, "sending", idempotency_key=record.key)
+    vouched = {"method": "POST", "path": f"/v1/sessions/{sid}/resume", "body": {"reason": "r"}}
+    store.record_step(sid, f"console:{LOGIN}", "resume_requested", vouched, "sending", idempotency_key=record.key)
     store.note_attempt(record.key)
     before = len(sandbox.admin.requests())
 

@@ -16,7 +16,9 @@ ME = "console:alice"
 
 @pytest.fixture
 def router(sandbox, tmp_path) -> Any:
-    return build_router(Settings(db_path=tmp_path / "cases.db"), sandbox=sandbox, startup=False)
+    # alice is mapped: a two-person request from an unmapped login is refused (docs/commands.md)
+    settings = Settings(db_path=tmp_path / "cases.db", console_users={"alice": "UALICE0001"})
+    return build_router(settings, sandbox=sandbox, startup=False)
 
 
 def _say(router: Any, text: str) -> Any:

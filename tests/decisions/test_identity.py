@@ -2,7 +2,8 @@
 
 Every path ends in DecisionService.approve: the typed command, the button (Router.handle_action), the
 console. Two logins mapped to one id are one person; a Slack user approving from their own mapped login is
-the requester; an unmapped login may request and diagnose but never approve. The sandbox's POST log is
+the requester; an unmapped login may diagnose and request single-person decisions, never request or approve
+a two-person one. The sandbox's POST log is
 the ground truth that nothing was sent.
 """
 
@@ -59,14 +60,20 @@ def test_one_person_never_approves_their_own_request(decision_env, requester, ap
     assert env.posts("ses_id1") == []
 
 
-def test_an_unmapped_login_may_request_and_a_mapped_other_person_approves(decision_env):
+def test_an_unmapped_login_never_requests_a_two_person_decision(decision_env):
     env = decision_env
     svc = env.service(console_users=MAP)
-    rid = _request_close(env, svc, SVC_ACCOUNT)
-    reply = svc.approve(BOB, CHANNEL, rid, ListReporter())
-    assert reply.ok, reply.messages[-1].plain_text()
-    assert svc.requests.get(rid).approved_by == BOB  # the step log records the login and the console
-    assert len(env.effects("ses_id1")) == 1
+    env.restore_failed("ses_id1")
+    reply = svc.decide(SVC_ACCOUNT, CHANNEL, "ses_id1", "close", reason="store gone", reporter=ListReporter())
+    assert not reply.ok
+    assert reply.messages[0].headline.startswith("console login 'deploy' is not mapped to a Slack user id")
+    assert "never request or approve a two-person one" in reply.messages[0].headline
+    assert svc.requests.find() == [] and env.posts("ses_id1") == []
+    # A mapped login's request is approved by another mapped person, as before.
+    rid = _request_close(env, svc, ALICE, sid="ses_id2")
+    assert svc.approve(BOB, CHANNEL, rid, ListReporter()).ok
+    assert svc.requests.get(rid).approved_by == BOB
+    assert len(env.effects("ses_id2")) == 1
 
 
 def test_a_mapped_login_passes_the_approver_rules_by_its_slack_id(decision_env):

@@ -225,7 +225,8 @@ def test_the_slack_start_up_finishes_an_uncertain_resume_and_reports_it_about_it
     path = "/v1/sessions/ses_sr1/resume"
     record = env.store.begin_request("POST", path, '{"reason":"r"}', "resume", session_id="ses_sr1")
     # An earlier run recorded the resume, sent it, and died before the answer arrived.
-    env.store.record_step("ses_sr1", REQUESTER, "resume_requested", {}, "sending", idempotency_key=record.key)
+    vouched = {"method": "POST", "path": path, "body": {"reason": "r"}}  # what the bot records with it
+    env.store.record_step("ses_sr1", REQUESTER, "resume_requested", vouched, "sending", idempotency_key=record.key)
     env.store.note_attempt(record.key)
     reporter = ListReporter()
     reply = env.service().recover_after_restart(reporter)

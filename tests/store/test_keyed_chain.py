@@ -59,8 +59,8 @@ def _rehash_from(conn: sqlite3.Connection, seq: int, *, version: int | None = No
 @pytest.fixture
 def keyed(tmp_path: Path) -> tuple[Store, ManualClock]:
     clock = ManualClock()
-    store = Store(tmp_path / "keyed.db", clock, audit_key=KEY)
-    _fill(store, clock, 8)
+    store = Store(tmp_path / "keyed.db", clock, audit_key=KEY)  # step 1: its keyed marker
+    _fill(store, clock, 7)
     return store, clock
 
 
@@ -122,8 +122,13 @@ def test_a_plain_store_keeps_verifying_after_a_key_is_configured(tmp_path: Path)
     clock = ManualClock()
     plain = Store(tmp_path / "old.db", clock)
     _fill(plain, clock, 3)
+    # Keyed stays keyed: a plain store is not served with a key until the key is adopted (recorded).
+    with pytest.raises(StoreError, match="only plain .*audit adopt-key"):
+        Store(tmp_path / "old.db", clock, audit_key=KEY)
+    marker = Store(tmp_path / "old.db", clock, audit_key=KEY, adopting_key=True).adopt_key("console:ops")
+    assert (marker.seq, marker.step, marker.v) == (4, "audit_key_adopted", 2)
     later = Store(tmp_path / "old.db", clock, audit_key=KEY)
-    _fill(later, clock, 3, start=4)
+    _fill(later, clock, 2, start=5)
     assert [s.v for s in later.steps()] == [1, 1, 1, 2, 2, 2]
     report = verify(later.path, key=KEY)
     assert report.ok and report.keyed_steps == 3, report.summary()
@@ -137,6 +142,9 @@ def test_a_plain_store_keeps_verifying_after_a_key_is_configured(tmp_path: Path)
     # store written before the key, which only the published head can tell (docs/requests.md).
     bad = verify(tmp_path / "old_edit.db", key=KEY)
     assert bad.ok and "No step is keyed" in bad.summary()
+    # ... but the bot, started with its key, refuses it: its keyed marker no longer verifies.
+    with pytest.raises(StoreError, match=r"keyed marker \(step 4\) does not verify"):
+        Store(tmp_path / "old_edit.db", clock, audit_key=KEY)
     headed = verify(tmp_path / "old_edit.db", key=KEY, head=head)
     assert [(p.seq, p.kind) for p in headed.problems] == [(6, "head mismatch")]
     # Re-hashing only up to the first keyed step leaves it pointing at the old step 3: named.

@@ -100,7 +100,7 @@ def test_the_chain_is_the_authority_a_row_set_to_approved_by_hand_sends_nothing(
     with sqlite3.connect(tmp_path / "recover.db") as conn:  # someone with write access to the file
         conn.execute("UPDATE batches SET state = 'approved', approved_by = 'UBOB' WHERE id = ?", [batch_id])
     restarted = bulk_router(incident_sandbox, tmp_path)  # start-up would finish approved batches
-    assert "no approval or confirmation" in _text(restarted.startup_reply)
+    assert "records no approval by a second person" in _text(restarted.startup_reply)
     assert not incident_sandbox.admin.effect_counts()
 
 
