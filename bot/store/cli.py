@@ -303,6 +303,7 @@ def run_verify_pack(args: argparse.Namespace, settings: Settings) -> int:
     print(report.summary())
     return 0 if report.ok else 1
 
+
 def run_adopt_key(args: argparse.Namespace, settings: Settings) -> int:
     """Verify the plain store, then record the keyed marker (bot/store/keymark.py) as this account."""
     db = args.db or str(settings.db_path)
