@@ -144,8 +144,8 @@ def keyed_env(decision_sandbox, tmp_path, decision_runbooks):
 
 def test_an_edited_idempotency_row_of_an_uncertain_send_sends_nothing_after_a_restart(keyed_env) -> None:
     env = keyed_env
-    env.restore_failed("ses_g4a")
-    env.restore_failed("ses_g4b")
+    env.restore_failed("ses_g4a", reason="restore_unavailable")
+    env.restore_failed("ses_g4b", reason="restore_unavailable")
     svc = env.service()
     env.sandbox.admin.fault("server_error", "/v1/sessions/ses_g4a/*", method="POST", times=None, status=503)
     reply = svc.decide(REQUESTER, CHANNEL, "ses_g4a", "retry_restore", reason="transient", yes=True,

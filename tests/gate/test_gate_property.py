@@ -100,7 +100,7 @@ class GateMachine(RuleBasedStateMachine):
         n = next(_IDS)
         for i in range(3):
             sid = f"ses_p{n}_{i}"
-            self.env.restore_failed(sid)
+            self.env.restore_failed(sid, reason="restore_unavailable")  # transient: retry_restore allowed (R2.6)
             self.sessions.append(sid)
         # The world the actions start from: a two-person `close` waiting for its second person, and a
         # `retry_restore` sent during an outage, uncertain (its stored record is what a restart re-sends).
