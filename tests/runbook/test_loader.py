@@ -132,6 +132,20 @@ BAD_CASES = {
         1,
     ),
     "bad daemon version": ("min_daemon_major: 28", "min_daemon_major: latest", ISOLATION, "valid integer", 1),
+    "watch: a bad duration": (
+        "poll_interval: {duration: 30s,", "poll_interval: {duration: 30 seconds,", SESSION, "bad duration '30 seconds'", 1,
+    ),
+    "watch: a count where a duration is needed": (
+        "flap_window: {duration: 1h,", "flap_window: {count: 3,", SESSION, "must be a {duration: …} value", 1,
+    ),
+    "watch: a duration where a count is needed": (
+        "storm_threshold: {count: 10,", "storm_threshold: {duration: 10s,", SESSION, "must be a {count: …} value", 1,
+    ),
+    "watch: an unknown time zone": (
+        "time_zone: Europe/Berlin}", "time_zone: Europe/Atlantis}", SESSION, "unknown time zone 'Europe/Atlantis'", 1,
+    ),
+    "watch: a bad quiet-hours time": ('start: "23:00"', 'start: "11pm"', SESSION, "should match pattern", 1),
+    "watch: a misspelt value": ("  dedup_window: {", "  dedupe_window: {", SESSION, "unknown field 'dedupe_window'", 1),
     "bad rule id": ('  R2.17: "Deploy order', '  Rule2.17: "Deploy order', ISOLATION, "bad rule id", 1),
 }
 
