@@ -156,6 +156,16 @@ class WatchStore:
             )
         return Claim(stop=stop, state=state, thread_ts=thread_ts)
 
+    def active(self) -> set[tuple[str, str]]:
+        """(session, signature) of every live stop, read once per poll: a stop already seen costs no
+        write transaction (claim re-checks under the write lock)."""
+        with self.store.read() as db:
+            rows = db.conn.execute(
+                "SELECT session_id, signature FROM watch_stops WHERE installation = ? AND active = 1",
+                [self.installation],
+            ).fetchall()
+        return {(str(sid), str(sig)) for sid, sig in rows}
+
     def posted(self, key: str, channel: str, ts: str | None, *, root_ts: str | None, now: datetime) -> None:
         """Where the stop was said (``root_ts``: the case's top-level message a flap replies under)."""
         with self.store.write() as db:

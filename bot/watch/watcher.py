@@ -151,6 +151,7 @@ class Watcher:
         result = PollResult(complete=False)
         listed: set[str] = set()
         paused = self.paused(now)
+        known = self.saved.active()
         page_size = int(runbook_limit(self.runbooks, "bulk_page_size"))
         cursor: str | None = None
         try:
@@ -158,7 +159,7 @@ class Watcher:
                 page = self.client.list_sessions_needing_operator(cursor, limit=page_size)
                 for session in page.sessions:
                     listed.add(session.id)
-                    claim = self._claim(session, now, paused)
+                    claim = self._claim(session, now, paused, known)
                     if claim is not None:
                         result.claimed.append(claim)
                 if not page.next or page.next == cursor:
@@ -173,9 +174,12 @@ class Watcher:
         self.saved.settle(listed, now=now, keep_for=self.spec.seconds("dedup_window"))
         return result
 
-    def _claim(self, session: Session, now: datetime, paused: bool) -> Claim | None:
+    def _claim(self, session: Session, now: datetime, paused: bool, known: set[tuple[str, str]]) -> Claim | None:
+        stop = self._stop_of(session)
+        if (stop.session_id, stop.signature) in known:
+            return None
         return self.saved.claim(
-            self._stop_of(session),
+            stop,
             actor=ACTOR,
             now=now,
             flap_window=self.spec.seconds("flap_window"),
