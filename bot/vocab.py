@@ -139,6 +139,7 @@ class Step(StrEnum):
     # watch mode: a stop's dedup key committed before it is posted (bot/watch/store.py)
     WATCH_STOP = "watch_stop"
     WATCH_HEALTH = "watch_health"  # the listing keeps failing, or reads again
+    WATCH_DIGEST = "watch_digest"  # the stops held in quiet hours, taken for the one digest
     # a decision request's life (docs/requests.md)
     REQUEST_STATE = "request_state"  # every transition, with ``from`` and ``to``
     DECISION_REQUESTED = "decision_requested"

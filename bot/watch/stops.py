@@ -45,6 +45,12 @@ class Stop:
         return ", ".join(parts) or "no attention given"
 
 
+def described(signature: str) -> str:
+    """A stored signature, said as :meth:`Stop.describe` says it."""
+    code, reason, failures, turn = json.loads(signature)
+    return Stop("", code, reason, failures, turn, None).describe()
+
+
 def stop_of(session: Session, unknown_turn_id: str | None = None) -> Stop:
     attention = session.attention
     return Stop(

@@ -25,8 +25,10 @@ from bot.watch.stops import Stop
 migrations = Migrations("watch")
 
 #: A stop's states: to be posted as a case, in its case's thread (flapping), folded into the storm's
-#: triage message, held while paused; ``posted`` once Slack answered with its ts.
+#: triage message, dropped while paused, held in quiet hours (then ``digested``: said in the digest at
+#: the window's end); ``posted`` once Slack answered with its ts.
 CLAIMED, THREAD, STORM, SUPPRESSED, POSTED = "claimed", "thread", "storm", "suppressed", "posted"
+HELD, DIGESTED = "held", "digested"
 
 
 @migrations(name="0001_watch_stops_state")
@@ -92,6 +94,7 @@ class WatchStore:
         storm_window: float,
         storm_threshold: int,
         paused: bool,
+        quiet: bool = False,
     ) -> Claim | None:
         """Commit the stop's key and its ``watch_stop`` step, or None when it was already seen."""
         inst = self.installation
@@ -118,12 +121,14 @@ class WatchStore:
             ).fetchone()
             recent = conn.execute(
                 "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ? "
-                "AND state != ?",
-                [inst, _iso(now - timedelta(seconds=storm_window)), SUPPRESSED],
+                "AND state NOT IN (?, ?, ?)",
+                [inst, _iso(now - timedelta(seconds=storm_window)), SUPPRESSED, HELD, DIGESTED],
             ).fetchone()[0]
             thread_ts = None
             if paused:
                 state = SUPPRESSED
+            elif quiet:
+                state = HELD
             elif case is not None:
                 state, thread_ts = THREAD, str(case[1])
             elif recent + 1 > storm_threshold:
@@ -189,6 +194,22 @@ class WatchStore:
                 "DELETE FROM watch_stops WHERE installation = ? AND active = 0 AND first_seen_at < ?",
                 [self.installation, _iso(now - timedelta(seconds=keep_for))],
             )
+
+    def take_held(self, *, actor: str) -> list[tuple[str, str]]:
+        """The stops held in quiet hours, taken by exactly one process for the one digest (committed
+        with its ``watch_digest`` step before the digest is posted, like every stop)."""
+        with self.store.write() as db:
+            rows = db.conn.execute(
+                "SELECT key, session_id, signature FROM watch_stops WHERE installation = ? AND state = ? "
+                "ORDER BY first_seen_at, session_id",
+                [self.installation, HELD],
+            ).fetchall()
+            if not rows:
+                return []
+            db.conn.executemany("UPDATE watch_stops SET state = ? WHERE key = ?", [[DIGESTED, r[0]] for r in rows])
+            self.store.record_step(None, actor, Step.WATCH_DIGEST, {"installation": self.installation},
+                                   "taken", detail={"stops": len(rows)}, db=db)
+        return [(str(sid), str(sig)) for _, sid, sig in rows]
 
     def counts(self) -> dict[str, int]:
         with self.store.read() as db:

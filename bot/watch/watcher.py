@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
+from zoneinfo import ZoneInfo
 
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import ControlHostClient, Session
@@ -25,12 +26,14 @@ from bot.runbook.model import RunbookSet
 from bot.store import Store
 from bot.triage import runbook_limit
 from bot.vocab import Step
-from bot.watch.stops import Stop, stop_of
-from bot.watch.store import STORM, SUPPRESSED, THREAD, Claim, WatchStore
+from bot.watch.stops import Stop, described, stop_of
+from bot.watch.store import CLAIMED, STORM, SUPPRESSED, THREAD, Claim, WatchStore
 
 log = logging.getLogger(__name__)
 
 ACTOR = "watch"
+#: Held stops listed one per line in the quiet-hours digest; the rest are counted.
+DIGEST_LINES = 20
 #: Consecutive failed polls after which the channel is told, once, that the watcher cannot read.
 FAILING_AFTER = 3
 
@@ -145,12 +148,15 @@ class Watcher:
                 self.seen = result.listed
                 self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
             self._say(result.claimed, now)
+            if not self.quiet(now):
+                self._digest()
             return result
 
     def _read_and_claim(self, now: datetime) -> PollResult:
         result = PollResult(complete=False)
         listed: set[str] = set()
         paused = self.paused(now)
+        quiet = self.quiet(now)
         known = self.saved.active()
         page_size = int(runbook_limit(self.runbooks, "bulk_page_size"))
         cursor: str | None = None
@@ -159,7 +165,7 @@ class Watcher:
                 page = self.client.list_sessions_needing_operator(cursor, limit=page_size)
                 for session in page.sessions:
                     listed.add(session.id)
-                    claim = self._claim(session, now, paused, known)
+                    claim = self._claim(session, now, paused, quiet, known)
                     if claim is not None:
                         result.claimed.append(claim)
                 if not page.next or page.next == cursor:
@@ -174,7 +180,9 @@ class Watcher:
         self.saved.settle(listed, now=now, keep_for=self.spec.seconds("dedup_window"))
         return result
 
-    def _claim(self, session: Session, now: datetime, paused: bool, known: set[tuple[str, str]]) -> Claim | None:
+    def _claim(
+        self, session: Session, now: datetime, paused: bool, quiet: bool, known: set[tuple[str, str]]
+    ) -> Claim | None:
         stop = self._stop_of(session)
         if (stop.session_id, stop.signature) in known:
             return None
@@ -186,6 +194,7 @@ class Watcher:
             storm_window=self.spec.seconds("storm_window"),
             storm_threshold=int(self.spec.seconds("storm_threshold")),
             paused=paused,
+            quiet=quiet,
         )
 
     def _stop_of(self, session: Session) -> Stop:
@@ -201,8 +210,8 @@ class Watcher:
     def _say(self, claims: list[Claim], now: datetime) -> None:
         storm = [c for c in claims if c.state == STORM]
         for claim in claims:
-            if claim.state in (STORM, SUPPRESSED):
-                continue
+            if claim.state not in (CLAIMED, THREAD):
+                continue  # folded into the storm message, dropped while paused, held for the digest
             try:
                 self._post_case(claim, now)
             except Exception:  # noqa: BLE001 - one unreadable session must not hold back the others
@@ -249,6 +258,22 @@ class Watcher:
         if new_ts is not None:
             self.saved.storm_posted(self.channel, new_ts)
 
+    def _digest(self) -> None:
+        """Quiet hours are over: one digest of the stops held meanwhile, by one process."""
+        held = self.saved.take_held(actor=ACTOR)
+        if not held:
+            return
+        q = self.spec.quiet_hours
+        window = f" ({q.start}–{q.end} {q.time_zone})" if q is not None else ""
+        lines = [f"• {sid}: {described(sig)}" for sid, sig in held[:DIGEST_LINES]]
+        if len(held) > DIGEST_LINES:
+            lines.append(f"… and {len(held) - DIGEST_LINES} more.")
+        lines.append("`/recover diagnose <session_id>` for one, `/recover triage` for all of them grouped.")
+        self.poster.post(self.channel, Message(
+            headline=f"Quiet hours are over{window}: {len(held)} session(s) stopped meanwhile.",
+            level="warn", lines=lines,
+        ))
+
     # -- failing and recovering ----------------------------------------------------------------
 
     def _health(self, result: PollResult, now: datetime) -> None:
@@ -290,6 +315,14 @@ class Watcher:
         return True
 
     # -- pause, resume, state ------------------------------------------------------------------
+
+    def quiet(self, now: datetime) -> bool:
+        """Inside the runbook's quiet hours (local time in its zone; an end before the start spans midnight)."""
+        q = self.spec.quiet_hours
+        if q is None:
+            return False
+        local = now.astimezone(ZoneInfo(q.time_zone)).strftime("%H:%M")
+        return q.start <= local < q.end if q.start <= q.end else (local >= q.start or local < q.end)
 
     def paused(self, now: datetime) -> bool:
         pause = self.saved.get("pause")
@@ -357,6 +390,8 @@ class Watcher:
             ("suppressed (paused or in a storm)", str(st.suppressed)),
             ("errors", str(st.errors)),
         ]
+        if st.counts.get("held"):
+            facts.append(("held for the quiet-hours digest", str(st.counts["held"])))
         if st.counts.get("claimed"):
             facts.append(("claimed, post unconfirmed", str(st.counts["claimed"])))
         return Reply.of(Message(headline=headline, level=level, facts=facts))  # type: ignore[arg-type]

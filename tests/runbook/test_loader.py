@@ -35,6 +35,8 @@ def test_repository_runbooks_load(runbooks: RunbookSet) -> None:
     assert len(runbooks.rules) == 47
 
 
+QUIET_AFTER = '  storm_window: {duration: 5m, help: "the window storm_threshold counts new stops over"}\n'
+
 # Each case: (old text, new text, file, fragment of the expected message, occurrences of old[, marker]).
 # The problem is expected on the first changed line, or on the line where ``marker`` starts (a missing
 # field is reported at its parent; a multi-line text at its key).
@@ -142,9 +144,13 @@ BAD_CASES = {
         "storm_threshold: {count: 10,", "storm_threshold: {duration: 10s,", SESSION, "must be a {count: …} value", 1,
     ),
     "watch: an unknown time zone": (
-        "time_zone: Europe/Berlin}", "time_zone: Europe/Atlantis}", SESSION, "unknown time zone 'Europe/Atlantis'", 1,
+        QUIET_AFTER, QUIET_AFTER + '  quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Atlantis}\n',
+        SESSION, "unknown time zone 'Europe/Atlantis'", 1, "  quiet_hours:",
     ),
-    "watch: a bad quiet-hours time": ('start: "23:00"', 'start: "11pm"', SESSION, "should match pattern", 1),
+    "watch: a bad quiet-hours time": (
+        QUIET_AFTER, QUIET_AFTER + '  quiet_hours: {start: "11pm", end: "07:00", time_zone: Europe/Berlin}\n',
+        SESSION, "should match pattern", 1, "  quiet_hours:",
+    ),
     "watch: a misspelt value": ("  dedup_window: {", "  dedupe_window: {", SESSION, "unknown field 'dedupe_window'", 1),
     "bad rule id": ('  R2.17: "Deploy order', '  Rule2.17: "Deploy order', ISOLATION, "bad rule id", 1),
 }

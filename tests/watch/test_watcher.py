@@ -7,6 +7,7 @@ burst becomes one triage message updated in place (R2.1, R2.12, R3.1).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from tests.fixtures.slack import SlackStandIn, slack_settings
 from tests.fixtures.triage import clone
 
 CHANNEL = "C0WATCH"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -239,3 +241,34 @@ def test_watch_store_needs_its_migrations(tmp_path: Path) -> None:
 
     with pytest.raises(StoreError, match="'watch' migrations"):
         WatchStore(Store(tmp_path / "x.db"), "default")
+
+
+def test_quiet_hours_hold_posts_and_end_with_one_digest(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock,
+    tmp_path: Path,
+) -> None:
+    runbooks = tmp_path / "runbooks"
+    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    rb = runbooks / "session-recovery.yaml"
+    # The test clock reads 11:00 in Berlin: quiet until 11:30.
+    rb.write_text(rb.read_text().replace(
+        '  # quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Berlin}',
+        '  quiet_hours: {start: "11:00", end: "11:30", time_zone: Europe/Berlin}',
+    ))
+    ids = _healthy(sbx, 4)
+    a, b = make_watcher(runbooks_dir=runbooks), make_watcher(runbooks_dir=runbooks)
+    for sid in ids[:3]:
+        sbx.admin.stop(sid)
+    a.poll_once()
+    b.poll_once()
+    assert _roots(slack_api) == []
+    assert "held for the quiet-hours digest: 3" in a.status_reply().messages[0].plain_text()
+    clock.advance(31 * 60)
+    sbx.admin.stop(ids[3])
+    b.poll_once()
+    a.poll_once()
+    digests = [t for t in _roots(slack_api) if "Quiet hours are over (11:00–11:30 Europe/Berlin)" in t]
+    assert len(digests) == 1, _roots(slack_api)
+    assert all(sid in digests[0] for sid in ids[:3]) and "3 session(s) stopped meanwhile" in digests[0]
+    assert len(_named(slack_api, ids[3])) == 1 and all(_named(slack_api, sid) == [] for sid in ids[:3])
+    assert [s.outcome for s in a.store.steps() if s.step == "watch_digest"] == ["taken"]
