@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from bot.bulk_routes import batch_verb, dispatch, settle_member_cases
+from bot.bulk_routes import BULK_KINDS, batch_verb, dispatch, settle_member_cases
 from bot.buttons import DecisionChoice
 from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
@@ -22,13 +22,11 @@ from bot.replies import KeepingReporter, completions_of, docker_notice, error_re
 from bot.routing import Completions
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
-from bot.runbook.values import parse_duration
 from bot.sandbox import SandboxHandle
 from bot.services import LoggingReporter, Services, build_services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, RequestState, StepKind
-from bot.watch import Watcher
 
 log = logging.getLogger(__name__)
 BOT_ACTOR = "recover-bot"  # the actor of what the bot finishes by itself at start (as the core records it)
@@ -52,8 +50,6 @@ class Router:
         self.runbooks = services.runbooks
         self.startup_reply: Reply = Reply()
         self.full = FullMessages()  # what `details <id>` shows: the last full messages given out
-        # Watch mode's watcher, attached by the front that runs it (serve's worker, RECOVER_WATCH_CHANNEL).
-        self.watcher: Watcher | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -178,8 +174,7 @@ class Router:
                 reporter=reporter,
                 cause_fixed=cmd.flag_text("cause-fixed"),
             )
-        bulk_kinds = (StepKind.TRIAGE, StepKind.BATCH_DECIDE, StepKind.DRYRUN_BATCH_DECIDE, StepKind.BATCH)
-        if kind in bulk_kinds or _batch_id(cmd):
+        if kind in BULK_KINDS or _batch_id(cmd):
             reply = dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
             if s.bulk is not None and kind in (StepKind.APPROVE, StepKind.CONFIRM) and _batch_id(cmd):
                 reply.messages.extend(settle_member_cases(s.bulk, s.decisions, self._arg(cmd, "request_id"), actor))
@@ -207,8 +202,6 @@ class Router:
             if s.bulk is not None:
                 reply.messages.extend(s.bulk.batches.handoff_messages())
             return reply
-        if kind == StepKind.WATCH:
-            return self._watch(cmd, actor)
         if kind == StepKind.WITHDRAW:
             return s.decisions.withdraw(actor, channel, self._arg(cmd, "request_id"))
         if kind == StepKind.DONE:
@@ -238,23 +231,6 @@ class Router:
                 f"`{cmd.name}` needs --{name} <value>.", usage=cmd.spec.usage if cmd.spec else None
             )
         return value
-
-    def _watch(self, cmd: ParsedCommand, actor: str) -> Reply:
-        """``/recover watch [pause [--for <duration>] | resume]`` over the attached watcher."""
-        if self.watcher is None:
-            raise CommandError(
-                "Watch mode is off here: `recover-bot serve` runs it when RECOVER_WATCH_CHANNEL=C… is set "
-                "and a runbook has a `watch:` section."
-            )
-        action = cmd.arg("action")
-        if action == "pause":
-            text = cmd.flag_text("for")
-            return self.watcher.pause(actor, parse_duration(text) if text else None)
-        if cmd.flag_text("for"):
-            raise CommandError("--for goes with pause: `/recover watch pause --for 2h`.", usage=cmd.spec.usage if cmd.spec else None)
-        if action == "resume":
-            return self.watcher.resume(actor)
-        return self.watcher.status_reply()
 
     def _preflight(self) -> Reply:
         docker = self.runbooks.docker

@@ -28,12 +28,12 @@ class SlackWatchPoster:
 def attach_watch(router: object, out: SlackOut, *, start: bool = True) -> Watcher | None:
     """Build the watcher for a router that runs the core (RECOVER_WATCH_CHANNEL set, a runbook
     ``watch:`` section), attach it so ``/recover watch`` reaches it, and poll on a daemon thread."""
-    if not isinstance(router, Router):
+    if not isinstance(router, Router) or router.services.bulk is None:
         return None
     watcher = build_watcher(router.services, SlackWatchPoster(out))
     if watcher is None:
         return None
-    router.watcher = watcher
+    router.services.bulk.watcher = watcher
     if start:
         threading.Thread(target=watcher.run, name="recover-watch", daemon=True).start()
     return watcher

@@ -82,6 +82,8 @@ def test_two_processes_and_a_sigkill_post_each_stop_at_most_once_and_miss_none(
     counts = saved.counts()
     assert counts.get("posted", 0) + counts.get("claimed", 0) == STOPS, counts
     assert counts.get("claimed", 0) <= 1, counts  # only what the killed process had committed, not posted
+    # A claimed stop may have reached Slack just before the kill (its ts never recorded): unconfirmed,
+    # never re-posted. Every stop not posted is one of those.
     missing = [sid for sid, n in per_session.items() if n == 0]
-    assert len(missing) == counts.get("claimed", 0), (missing, counts)
+    assert len(missing) <= counts.get("claimed", 0), (missing, counts)
 
