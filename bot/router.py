@@ -23,7 +23,7 @@ from bot.routing import Completions
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
 from bot.sandbox import SandboxHandle
-from bot.services import LoggingReporter, Services, build_services
+from bot.services import LoggingReporter, Services, build_services, handoff_reply
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, RequestState, StepKind
@@ -198,10 +198,7 @@ class Router:
         if kind == StepKind.NOTE:
             return s.decisions.note(actor, self._arg(cmd, "session_id"), self._arg(cmd, "text"))
         if kind == StepKind.HANDOFF:
-            reply = s.decisions.handoff(actor)
-            if s.bulk is not None:
-                reply.messages.extend(s.bulk.batches.handoff_messages())
-            return reply
+            return handoff_reply(s, actor)
         if kind == StepKind.WITHDRAW:
             return s.decisions.withdraw(actor, channel, self._arg(cmd, "request_id"))
         if kind == StepKind.DONE:

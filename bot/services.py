@@ -29,7 +29,7 @@ from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLo
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError
 from bot.logs import FileLogSource
-from bot.messages import Message
+from bot.messages import Message, Reply
 from bot.runbook import RunbookSet, load_runbooks
 from bot.sandbox import SandboxHandle
 from bot.settings import Settings, reveal
@@ -263,6 +263,14 @@ def build_services(
     )
 
 
+def handoff_reply(services: Services, actor: str) -> Reply:
+    """The ``handoff`` digest: open cases, pending requests and reviews, and open batches."""
+    reply = services.decisions.handoff(actor)
+    if services.bulk is not None:
+        reply.messages.extend(services.bulk.batches.handoff_messages())
+    return reply
+
+
 def build_watcher(services: Services, poster: Poster, *, channel: str | None = None) -> Watcher | None:
     """Watch mode over the core's parts (RECOVER_WATCH_CHANNEL set and a runbook ``watch:`` section):
     the paced bulk client and its triage, diagnose's own Diagnoser; one installation, a parameter."""
@@ -281,6 +289,7 @@ def build_watcher(services: Services, poster: Poster, *, channel: str | None = N
         channel=channel,
         installation=settings.installation or "default",
         interval=settings.watch_interval,
+        handoff=lambda actor: handoff_reply(services, actor),
     )
 
 
@@ -290,6 +299,7 @@ __all__ = [
     "Services",
     "build_services",
     "build_watcher",
+    "handoff_reply",
     "reconciler_config",
     "worker_log_config",
 ]

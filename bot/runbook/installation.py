@@ -129,14 +129,25 @@ class QuietHoursSpec(Model):
     end: Annotated[str, Field(pattern=_CLOCK_TIME)]
     time_zone: Text
 
-    @field_validator("time_zone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r}: use an IANA name, e.g. Europe/Berlin") from None
-        return value
+    _zone = field_validator("time_zone")(lambda value: _time_zone(value))
+
+
+def _time_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r}: use an IANA name, e.g. Europe/Berlin") from None
+    return value
+
+
+class HandoffSpec(Model):
+    """Shift changes (local ``HH:MM`` times in ``time_zone``): at each, watch mode posts the hand-off
+    digest to the watch channel once, whatever the number of bots or restarts."""
+
+    times: list[Annotated[str, Field(pattern=_CLOCK_TIME)]] = Field(min_length=1)
+    time_zone: Text
+
+    _zone = field_validator("time_zone")(lambda value: _time_zone(value))
 
 
 #: The watch section's values and the kind each must be (``{duration: …}`` or ``{count: …}``).

@@ -179,7 +179,7 @@ def _assemble(parsed: list[tuple[Path, RunbookFile, LineMap]]) -> tuple[RunbookS
                 fallbacks.append(branch)
             else:
                 rs.branches.append(branch)
-        for section in ("reconciler", "workers", "docker", "api", "watch"):
+        for section in ("reconciler", "workers", "docker", "api", "watch", "handoff"):
             value = getattr(model, section)
             if value is None:
                 continue

@@ -19,6 +19,7 @@ from bot.runbook.conditions import Cond
 from bot.runbook.installation import (
     ApiSpec,
     DockerSpec,
+    HandoffSpec,
     IdsSpec,
     LimitSpec,
     ReconcilerSpec,
@@ -267,6 +268,7 @@ class RunbookFile(Model):
     docker: DockerSpec | None = None
     api: ApiSpec | None = None
     watch: WatchSectionSpec | None = None
+    handoff: HandoffSpec | None = None
 
 
 # --- the loaded set ----------------------------------------------------------------------------------
@@ -290,6 +292,7 @@ class RunbookSet:
     docker: DockerSpec | None = None
     api: ApiSpec | None = None
     watch: WatchSectionSpec | None = None
+    handoff: HandoffSpec | None = None
 
     def limit(self, name: str) -> float:
         """A limit's value: seconds for durations, bytes for sizes, the number for counts."""

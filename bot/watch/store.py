@@ -237,6 +237,26 @@ class WatchStore:
         with self.store.write() as wdb:
             wdb.conn.execute(sql, args)
 
+    def claim_once(self, name: str, *, actor: str, step: str, inputs: dict[str, Any]) -> bool:
+        """True for the one process whose insert made ``name`` (committed with its step before it posts)."""
+        with self.store.write() as db:
+            cur = db.conn.execute(
+                "INSERT OR IGNORE INTO watch_state (installation, name, value) VALUES (?, ?, ?)",
+                [self.installation, name, json.dumps({"by": actor}, sort_keys=True)],
+            )
+            if cur.rowcount != 1:
+                return False
+            self.store.record_step(None, actor, step, inputs, "posted_by_watch", db=db)
+        return True
+
+    def seen_since(self, since: datetime) -> int:
+        with self.store.read() as db:
+            row = db.conn.execute(
+                "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ?",
+                [self.installation, _iso(since)],
+            ).fetchone()
+        return int(row[0])
+
     def claim_storm(self, *, now: datetime, window: float, actor: str) -> tuple[str, str | None]:
         """Who says the storm: ``("post", None)`` for the process that opens it, ``("update", ts)``
         once its message exists, ``("skip", None)`` while another process is posting it."""

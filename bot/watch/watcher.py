@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -26,12 +27,17 @@ from bot.runbook.model import RunbookSet
 from bot.store import Store
 from bot.triage import runbook_limit
 from bot.vocab import Step
+from bot.watch.state import WatchStatus
+from bot.watch.status import status_reply
 from bot.watch.stops import Stop, described, stop_of
 from bot.watch.store import CLAIMED, STORM, SUPPRESSED, THREAD, Claim, WatchStore
+from bot.watch.windows import shift_changes, within
 
 log = logging.getLogger(__name__)
 
 ACTOR = "watch"
+#: A shift change found later than this (the bot was down) gets no late hand-off post.
+HANDOFF_LATE = 3600.0
 #: Held stops listed one per line in the quiet-hours digest; the rest are counted.
 DIGEST_LINES = 20
 #: Consecutive failed polls after which the channel is told, once, that the watcher cannot read.
@@ -59,23 +65,6 @@ class StormTriage(Protocol):
 
 
 @dataclass
-class WatchStatus:
-    """What ``/recover watch`` shows."""
-
-    paused_until: datetime | None
-    paused: bool
-    last_poll: datetime | None
-    next_poll: datetime | None
-    seen: int
-    posted: int
-    suppressed: int
-    errors: int
-    failing_since: datetime | None
-    last_error: str | None
-    counts: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
 class PollResult:
     complete: bool
     listed: int = 0
@@ -97,6 +86,7 @@ class Watcher:
         channel: str,
         installation: str = "default",
         interval: float | None = None,
+        handoff: Callable[[str], Reply] | None = None,
     ) -> None:
         if runbooks.watch is None:
             raise ValueError("watch mode needs a 'watch:' section in the runbooks (docs/runbook-format.md)")
@@ -112,6 +102,7 @@ class Watcher:
         self.saved = WatchStore(store, installation)
         self.store = store
         self.interval = interval if interval is not None else self.spec.seconds("poll_interval")
+        self.handoff = handoff  # the ``handoff`` command's own digest (cases, requests, batches)
         self.last_poll: datetime | None = None
         self.next_poll: datetime | None = None
         self.seen = 0
@@ -150,6 +141,7 @@ class Watcher:
             self._say(result.claimed, now)
             if not self.quiet(now):
                 self._digest()
+            self._shift_change(now)
             return result
 
     def _read_and_claim(self, now: datetime) -> PollResult:
@@ -274,6 +266,31 @@ class Watcher:
             level="warn", lines=lines,
         ))
 
+    def _shift_change(self, now: datetime) -> None:
+        """At each of the runbook's shift changes, the hand-off digest once (by one process, across
+        restarts); a change more than HANDOFF_LATE ago (the bot was down) is not posted late."""
+        spec = self.runbooks.handoff
+        if spec is None or self.handoff is None:
+            return
+        changes = shift_changes(spec.times, spec.time_zone, now)
+        if not changes or (now - changes[-1]).total_seconds() > HANDOFF_LATE:
+            return
+        change = changes[-1]
+        name = f"handoff:{isoformat(change)}"
+        if not self.saved.claim_once(name, actor=ACTOR, step=Step.HANDOFF, inputs={"shift_change": isoformat(change)}):
+            return
+        reply = self.handoff(ACTOR)
+        local = change.astimezone(ZoneInfo(spec.time_zone)).strftime("%H:%M")
+        seen = self.saved.seen_since(changes[-2]) if len(changes) > 1 else 0
+        first, *rest = reply.messages or [Message(headline="Nothing open.")]
+        head = dataclasses.replace(
+            first, headline=f"Shift change {local} {spec.time_zone}: hand-off. {first.headline}",
+            lines=[*first.lines, f"Watch saw {seen} new stop(s) during the shift that ended."],
+        )
+        ts = self.poster.post(self.channel, head)
+        for message in rest:
+            self.poster.post(self.channel, message, ts)
+
     # -- failing and recovering ----------------------------------------------------------------
 
     def _health(self, result: PollResult, now: datetime) -> None:
@@ -319,10 +336,7 @@ class Watcher:
     def quiet(self, now: datetime) -> bool:
         """Inside the runbook's quiet hours (local time in its zone; an end before the start spans midnight)."""
         q = self.spec.quiet_hours
-        if q is None:
-            return False
-        local = now.astimezone(ZoneInfo(q.time_zone)).strftime("%H:%M")
-        return q.start <= local < q.end if q.start <= q.end else (local >= q.start or local < q.end)
+        return q is not None and within(q.start, q.end, q.time_zone, now)
 
     def paused(self, now: datetime) -> bool:
         pause = self.saved.get("pause")
@@ -373,28 +387,7 @@ class Watcher:
         )
 
     def status_reply(self) -> Reply:
-        st = self.status()
-        if st.failing_since is not None:
-            headline = f"Watch cannot read the listing since {isoformat(st.failing_since)}; it keeps retrying."
-            level = "warn"
-        elif st.paused:
-            until = isoformat(st.paused_until) if st.paused_until else "resumed by hand"
-            headline, level = f"Watch is paused (until {until}).", "warn"
-        else:
-            headline, level = f"Watch is on: posting new stops to <#{self.channel}>.", "ok"
-        facts = [
-            ("last poll", isoformat(st.last_poll) or "never"),
-            ("next poll", isoformat(st.next_poll) or "—"),
-            ("seen (last poll)", str(st.seen)),
-            ("posted", str(st.posted)),
-            ("suppressed (paused or in a storm)", str(st.suppressed)),
-            ("errors", str(st.errors)),
-        ]
-        if st.counts.get("held"):
-            facts.append(("held for the quiet-hours digest", str(st.counts["held"])))
-        if st.counts.get("claimed"):
-            facts.append(("claimed, post unconfirmed", str(st.counts["claimed"])))
-        return Reply.of(Message(headline=headline, level=level, facts=facts))  # type: ignore[arg-type]
+        return status_reply(self.status(), self.channel)
 
     def health(self) -> dict[str, object]:
         """For ``/healthz``: whether the watcher reads the listing, and since when it does not."""
@@ -405,3 +398,4 @@ class Watcher:
             "last_poll": isoformat(st.last_poll),
             "errors": st.errors,
         }
+

@@ -272,3 +272,38 @@ def test_quiet_hours_hold_posts_and_end_with_one_digest(
     assert all(sid in digests[0] for sid in ids[:3]) and "3 session(s) stopped meanwhile" in digests[0]
     assert len(_named(slack_api, ids[3])) == 1 and all(_named(slack_api, sid) == [] for sid in ids[:3])
     assert [s.outcome for s in a.store.steps() if s.step == "watch_digest"] == ["taken"]
+
+
+def test_each_shift_change_posts_one_hand_off_across_two_bots_and_a_restart(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock,
+    tmp_path: Path,
+) -> None:
+    runbooks = tmp_path / "runbooks"
+    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    rb = runbooks / "session-recovery.yaml"
+    # The test clock reads 11:00 in Berlin: a shift changes now, and at 11:30.
+    rb.write_text(rb.read_text().replace(
+        '# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
+        'handoff: {times: ["11:00", "11:30"], time_zone: Europe/Berlin}',
+    ))
+    (sid,) = _healthy(sbx, 1)
+    sbx.admin.stop(sid)
+    a, b = make_watcher(runbooks_dir=runbooks), make_watcher(runbooks_dir=runbooks)
+    a.poll_once()
+    b.poll_once()
+    handoffs = [t for t in _roots(slack_api) if "Shift change 11:00 Europe/Berlin: hand-off." in t]
+    assert len(handoffs) == 1, _roots(slack_api)
+    (root,) = [p for p in slack_api.roots(CHANNEL) if "Shift change" in p.text]
+    assert "1 open case(s)" in root.text
+    assert sid in "\n".join(p.all_text() for p in slack_api.thread(CHANNEL, root.ts))  # the case, in its thread
+    clock.advance(600)
+    restarted = make_watcher(runbooks_dir=runbooks)
+    restarted.poll_once()
+    b.poll_once()
+    assert len([t for t in _roots(slack_api) if "Shift change" in t]) == 1
+    clock.advance(20 * 60)  # 11:30
+    b.poll_once()
+    restarted.poll_once()
+    later = [t for t in _roots(slack_api) if "Shift change 11:30 Europe/Berlin" in t]
+    assert len(later) == 1 and "Watch saw 1 new stop(s) during the shift that ended." in later[0]
+    assert [s.outcome for s in a.store.steps() if s.step == "handoff"].count("posted_by_watch") == 2
