@@ -307,3 +307,29 @@ def test_each_shift_change_posts_one_hand_off_across_two_bots_and_a_restart(
     later = [t for t in _roots(slack_api) if "Shift change 11:30 Europe/Berlin" in t]
     assert len(later) == 1 and "Watch saw 1 new stop(s) during the shift that ended." in later[0]
     assert [s.outcome for s in a.store.steps() if s.step == "handoff"].count("posted_by_watch") == 2
+
+
+
+def test_a_failing_listing_of_many_pages_misses_nothing_and_posts_nothing_twice(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, tmp_path: Path
+) -> None:
+    runbooks = tmp_path / "runbooks"
+    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    rb = runbooks / "session-recovery.yaml"
+    rb.write_text(rb.read_text().replace("bulk_page_size: {count: 500,", "bulk_page_size: {count: 2,"))
+    ids = _healthy(sbx, 7)
+    w = make_watcher(runbooks_dir=runbooks)
+    assert w.client.list_sessions_needing_operator(None, limit=2).next is None  # nothing stopped yet
+    for sid in ids[:3]:
+        sbx.admin.stop(sid)
+    assert w.poll_once().complete
+    for sid in ids[3:]:
+        sbx.admin.stop(sid)
+    assert w.client.list_sessions_needing_operator(None, limit=2).next is not None  # four pages now
+    sbx.admin.fault("server_error", "/v1/sessions", method="GET", times=None, status=503)
+    assert not w.poll_once().complete
+    sbx.admin.clear_faults()
+    result = w.poll_once()
+    assert result.complete and result.listed == 7
+    for sid in ids:
+        assert len(_named(slack_api, sid)) == 1, sid
