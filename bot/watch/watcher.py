@@ -138,7 +138,8 @@ class Watcher:
             if result.complete:
                 self.seen = result.listed
                 self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
-            self._say(result.claimed, now)
+            if any(c.state == STORM for c in result.claimed):
+                self._post_storm(now)
             if not self.quiet(now):
                 self._digest()
             self._shift_change(now)
@@ -159,7 +160,9 @@ class Watcher:
                     listed.add(session.id)
                     claim = self._claim(session, now, paused, quiet, known)
                     if claim is not None:
+                        # Claimed, then posted at once: a kill leaves at most this one unconfirmed.
                         result.claimed.append(claim)
+                        self._say(claim, now)
                 if not page.next or page.next == cursor:
                     break
                 cursor = page.next
@@ -199,18 +202,14 @@ class Watcher:
 
     # -- saying it -----------------------------------------------------------------------------
 
-    def _say(self, claims: list[Claim], now: datetime) -> None:
-        storm = [c for c in claims if c.state == STORM]
-        for claim in claims:
-            if claim.state not in (CLAIMED, THREAD):
-                continue  # folded into the storm message, dropped while paused, held for the digest
-            try:
-                self._post_case(claim, now)
-            except Exception:  # noqa: BLE001 - one unreadable session must not hold back the others
-                log.exception("watch: posting the stop of %s failed", claim.stop.session_id)
-                self.errors += 1
-        if storm:
-            self._post_storm(now)
+    def _say(self, claim: Claim, now: datetime) -> None:
+        if claim.state not in (CLAIMED, THREAD):
+            return  # folded into the storm message, dropped while paused, held for the digest
+        try:
+            self._post_case(claim, now)
+        except Exception:  # noqa: BLE001 - one unreadable session must not hold back the others
+            log.exception("watch: posting the stop of %s failed", claim.stop.session_id)
+            self.errors += 1
 
     def _post_case(self, claim: Claim, now: datetime) -> None:
         sid = claim.stop.session_id

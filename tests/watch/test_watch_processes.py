@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from bot.watch import WatchStore
 from bot.watch import migrations as watch_migrations
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackStandIn
 from tests.fixtures.triage import clone
+from tests.watch.test_watcher import edited_runbooks
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANNEL = "C0WATCH"
@@ -39,10 +39,7 @@ def _start(config: dict[str, object]) -> subprocess.Popen[str]:
 def test_two_processes_and_a_sigkill_post_each_stop_at_most_once_and_miss_none(
     incident_sandbox: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path
 ) -> None:
-    runbooks = tmp_path / "runbooks"
-    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    rb = runbooks / "session-recovery.yaml"
-    rb.write_text(rb.read_text().replace("storm_threshold: {count: 10,", "storm_threshold: {count: 1000,"))
+    runbooks = edited_runbooks(tmp_path, "storm_threshold: {count: 10,", "storm_threshold: {count: 1000,")
     db = tmp_path / "recover.db"
     config: dict[str, object] = {
         "control_host_url": incident_sandbox.url, "control_host_api_key": incident_sandbox.api_key,

@@ -53,6 +53,17 @@ def make_watcher(sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path) ->
     yield make
 
 
+def edited_runbooks(tmp_path: Path, old: str, new: str) -> Path:
+    """A copy of the packaged runbooks with one edit to session-recovery.yaml."""
+    runbooks = tmp_path / "runbooks"
+    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    rb = runbooks / "session-recovery.yaml"
+    text = rb.read_text()
+    assert old in text
+    rb.write_text(text.replace(old, new))
+    return runbooks
+
+
 def _healthy(sbx: SandboxHandle, n: int, prefix: str = "ses_w") -> list[str]:
     ids = [f"{prefix}_{i:03d}" for i in range(n)]
     for sid in ids:
@@ -247,14 +258,9 @@ def test_quiet_hours_hold_posts_and_end_with_one_digest(
     sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock,
     tmp_path: Path,
 ) -> None:
-    runbooks = tmp_path / "runbooks"
-    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    rb = runbooks / "session-recovery.yaml"
     # The test clock reads 11:00 in Berlin: quiet until 11:30.
-    rb.write_text(rb.read_text().replace(
-        '  # quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Berlin}',
-        '  quiet_hours: {start: "11:00", end: "11:30", time_zone: Europe/Berlin}',
-    ))
+    runbooks = edited_runbooks(tmp_path, '  # quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Berlin}',
+        '  quiet_hours: {start: "11:00", end: "11:30", time_zone: Europe/Berlin}',)
     ids = _healthy(sbx, 4)
     a, b = make_watcher(runbooks_dir=runbooks), make_watcher(runbooks_dir=runbooks)
     for sid in ids[:3]:
@@ -278,14 +284,9 @@ def test_each_shift_change_posts_one_hand_off_across_two_bots_and_a_restart(
     sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock,
     tmp_path: Path,
 ) -> None:
-    runbooks = tmp_path / "runbooks"
-    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    rb = runbooks / "session-recovery.yaml"
     # The test clock reads 11:00 in Berlin: a shift changes now, and at 11:30.
-    rb.write_text(rb.read_text().replace(
-        '# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
-        'handoff: {times: ["11:00", "11:30"], time_zone: Europe/Berlin}',
-    ))
+    runbooks = edited_runbooks(tmp_path, '# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
+        'handoff: {times: ["11:00", "11:30"], time_zone: Europe/Berlin}',)
     (sid,) = _healthy(sbx, 1)
     sbx.admin.stop(sid)
     a, b = make_watcher(runbooks_dir=runbooks), make_watcher(runbooks_dir=runbooks)
@@ -313,10 +314,7 @@ def test_each_shift_change_posts_one_hand_off_across_two_bots_and_a_restart(
 def test_a_failing_listing_of_many_pages_misses_nothing_and_posts_nothing_twice(
     sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, tmp_path: Path
 ) -> None:
-    runbooks = tmp_path / "runbooks"
-    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    rb = runbooks / "session-recovery.yaml"
-    rb.write_text(rb.read_text().replace("bulk_page_size: {count: 500,", "bulk_page_size: {count: 2,"))
+    runbooks = edited_runbooks(tmp_path, "bulk_page_size: {count: 500,", "bulk_page_size: {count: 2,")
     ids = _healthy(sbx, 7)
     w = make_watcher(runbooks_dir=runbooks)
     assert w.client.list_sessions_needing_operator(None, limit=2).next is None  # nothing stopped yet
