@@ -8,6 +8,10 @@ from bot.errors import CommandError, ControlHostError
 from bot.messages import Message, Reply, Reporter, ref
 from bot.runbook import ParsedCommand
 from bot.vocab import Policy, RequestState, StepKind
+from bot.watch.commands import watch_command
+
+#: The step kinds the bulk services answer (watch mode reads through the same paced client and triage).
+BULK_KINDS = (StepKind.TRIAGE, StepKind.BATCH_DECIDE, StepKind.DRYRUN_BATCH_DECIDE, StepKind.BATCH, StepKind.WATCH)
 
 
 def settle_member_cases(bulk: Bulk, decisions: DecisionService, batch_id: str, actor: str) -> list[Message]:
@@ -61,6 +65,8 @@ def dispatch(bulk: Bulk | None, cmd: ParsedCommand, *, actor: str, channel: str 
     if bulk is None:
         raise CommandError(f"`{cmd.name}` is not available: no control host is configured.")
     kind = cmd.kind
+    if kind == StepKind.WATCH:
+        return watch_command(bulk.watcher, cmd, actor)
     if kind == StepKind.TRIAGE:
         result: Reply = bulk.triage.run(actor, reporter)
         return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from bot.bulk_routes import batch_verb, dispatch, settle_member_cases
+from bot.bulk_routes import BULK_KINDS, batch_verb, dispatch, settle_member_cases
 from bot.buttons import DecisionChoice
 from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
@@ -23,7 +23,7 @@ from bot.routing import Completions
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
 from bot.sandbox import SandboxHandle
-from bot.services import LoggingReporter, Services, build_services
+from bot.services import LoggingReporter, Services, build_services, handoff_reply
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, RequestState, StepKind
@@ -174,8 +174,7 @@ class Router:
                 reporter=reporter,
                 cause_fixed=cmd.flag_text("cause-fixed"),
             )
-        bulk_kinds = (StepKind.TRIAGE, StepKind.BATCH_DECIDE, StepKind.DRYRUN_BATCH_DECIDE, StepKind.BATCH)
-        if kind in bulk_kinds or _batch_id(cmd):
+        if kind in BULK_KINDS or _batch_id(cmd):
             reply = dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
             if s.bulk is not None and kind in (StepKind.APPROVE, StepKind.CONFIRM) and _batch_id(cmd):
                 reply.messages.extend(settle_member_cases(s.bulk, s.decisions, self._arg(cmd, "request_id"), actor))
@@ -199,10 +198,7 @@ class Router:
         if kind == StepKind.NOTE:
             return s.decisions.note(actor, self._arg(cmd, "session_id"), self._arg(cmd, "text"))
         if kind == StepKind.HANDOFF:
-            reply = s.decisions.handoff(actor)
-            if s.bulk is not None:
-                reply.messages.extend(s.bulk.batches.handoff_messages())
-            return reply
+            return handoff_reply(s, actor)
         if kind == StepKind.WITHDRAW:
             return s.decisions.withdraw(actor, channel, self._arg(cmd, "request_id"))
         if kind == StepKind.DONE:

@@ -29,12 +29,14 @@ from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLo
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError
 from bot.logs import FileLogSource
-from bot.messages import Message
+from bot.messages import Message, Reply
 from bot.runbook import RunbookSet, load_runbooks
 from bot.sandbox import SandboxHandle
 from bot.settings import Settings, reveal
 from bot.store import Store
 from bot.triage.store import migrations as triage_migrations
+from bot.watch import Poster, Watcher
+from bot.watch import migrations as watch_migrations
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,7 @@ MIGRATIONS: tuple[Migrations, ...] = (
     decision_migrations,
     triage_migrations,
     batch_migrations,
+    watch_migrations,
 )
 
 
@@ -260,11 +263,43 @@ def build_services(
     )
 
 
+def handoff_reply(services: Services, actor: str) -> Reply:
+    """The ``handoff`` digest: open cases, pending requests and reviews, and open batches."""
+    reply = services.decisions.handoff(actor)
+    if services.bulk is not None:
+        reply.messages.extend(services.bulk.batches.handoff_messages())
+    return reply
+
+
+def build_watcher(services: Services, poster: Poster, *, channel: str | None = None) -> Watcher | None:
+    """Watch mode over the core's parts (RECOVER_WATCH_CHANNEL set and a runbook ``watch:`` section):
+    the paced bulk client and its triage, diagnose's own Diagnoser; one installation, a parameter."""
+    settings = services.settings
+    channel = channel or settings.watch_channel
+    if channel is None or services.runbooks.watch is None or services.bulk is None:
+        return None
+    return Watcher(
+        client=services.bulk.client,
+        diagnoser=services.diagnoser,
+        triage=services.bulk.triage,
+        store=services.store,
+        runbooks=services.runbooks,
+        clock=services.clock,
+        poster=poster,
+        channel=channel,
+        installation=settings.installation or "default",
+        interval=settings.watch_interval,
+        handoff=lambda actor: handoff_reply(services, actor),
+    )
+
+
 __all__ = [
     "DockerReconcilerStatus",
     "LoggingReporter",
     "Services",
     "build_services",
+    "build_watcher",
+    "handoff_reply",
     "reconciler_config",
     "worker_log_config",
 ]

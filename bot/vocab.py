@@ -109,6 +109,7 @@ class StepKind(StrEnum):
     BATCH = "batch"
     PENDING = "pending"
     DETAILS = "details"
+    WATCH = "watch"
 
 
 class Step(StrEnum):
@@ -134,6 +135,11 @@ class Step(StrEnum):
     DIAGNOSE = "diagnose"
     DIAGNOSE_FOLLOWUP = "diagnose_followup"
     TRIAGE = "triage"
+    WATCH = "watch"  # /recover watch pause|resume
+    # watch mode: a stop's dedup key committed before it is posted (bot/watch/store.py)
+    WATCH_STOP = "watch_stop"
+    WATCH_HEALTH = "watch_health"  # the listing keeps failing, or reads again
+    WATCH_DIGEST = "watch_digest"  # the stops held in quiet hours, taken for the one digest
     # a decision request's life (docs/requests.md)
     REQUEST_STATE = "request_state"  # every transition, with ``from`` and ``to``
     DECISION_REQUESTED = "decision_requested"

@@ -8,6 +8,7 @@ They say where things are and how long to wait, not what to decide; the decision
 from __future__ import annotations
 
 from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator
 
@@ -115,3 +116,64 @@ class DockerSpec(Model):
     deploy_order: list[DeployStep] = Field(default_factory=list)
     drain_advice: list[str] = Field(default_factory=list)
     rules: list[str] = Field(default_factory=list)
+
+
+_CLOCK_TIME = r"^([01]\d|2[0-3]):[0-5]\d$"
+
+
+class QuietHoursSpec(Model):
+    """Posts are held from ``start`` to ``end`` (local times in ``time_zone``; ``end`` before ``start``
+    spans midnight) and end with one digest."""
+
+    start: Annotated[str, Field(pattern=_CLOCK_TIME)]
+    end: Annotated[str, Field(pattern=_CLOCK_TIME)]
+    time_zone: Text
+
+    _zone = field_validator("time_zone")(lambda value: _time_zone(value))
+
+
+def _time_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r}: use an IANA name, e.g. Europe/Berlin") from None
+    return value
+
+
+class HandoffSpec(Model):
+    """Shift changes (local ``HH:MM`` times in ``time_zone``): at each, watch mode posts the hand-off
+    digest to the watch channel once, whatever the number of bots or restarts."""
+
+    times: list[Annotated[str, Field(pattern=_CLOCK_TIME)]] = Field(min_length=1)
+    time_zone: Text
+
+    _zone = field_validator("time_zone")(lambda value: _time_zone(value))
+
+
+#: The watch section's values and the kind each must be (``{duration: …}`` or ``{count: …}``).
+WATCH_VALUES: dict[str, str] = {
+    "poll_interval": "duration",
+    "dedup_window": "duration",
+    "flap_window": "duration",
+    "storm_threshold": "count",
+    "storm_window": "duration",
+}
+
+
+class WatchSectionSpec(Model):
+    """The watcher (proactive detection): how often the listing is polled, how long a stop's key keeps
+    it from being posted again, how long a session that stops again updates its case's thread instead
+    of opening one, and how many new stops within ``storm_window`` become one triage message. Each
+    value is written like a limit (``{duration: 30s, help: …}``)."""
+
+    poll_interval: LimitSpec
+    dedup_window: LimitSpec
+    flap_window: LimitSpec
+    storm_threshold: LimitSpec
+    storm_window: LimitSpec
+    quiet_hours: QuietHoursSpec | None = None
+    rules: list[str] = Field(default_factory=list)
+
+    def seconds(self, name: str) -> float:
+        value: LimitSpec = getattr(self, name)
+        return value.value

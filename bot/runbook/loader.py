@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from bot.errors import RunbookError
 from bot.runbook.checks import Checker, check_branch, check_command, check_decision, dotted
+from bot.runbook.installation import WATCH_VALUES, WatchSectionSpec
 from bot.runbook.model import BranchSpec, RunbookFile, RunbookSet
 from bot.runbook.values import RULE_ID
 from bot.runbook.yamlio import LineMap, read_yaml_file
@@ -178,7 +179,7 @@ def _assemble(parsed: list[tuple[Path, RunbookFile, LineMap]]) -> tuple[RunbookS
                 fallbacks.append(branch)
             else:
                 rs.branches.append(branch)
-        for section in ("reconciler", "workers", "docker", "api"):
+        for section in ("reconciler", "workers", "docker", "api", "watch", "handoff"):
             value = getattr(model, section)
             if value is None:
                 continue
@@ -221,4 +222,16 @@ def _assemble(parsed: list[tuple[Path, RunbookFile, LineMap]]) -> tuple[RunbookS
                     )
         if model.docker is not None:
             ck.rules(model.docker.rules, rs.rules, ["docker", "rules"])
+        if model.watch is not None:
+            _check_watch(ck, rs, model.watch)
     return rs, ck.problems
+
+
+def _check_watch(ck: Checker, rs: RunbookSet, watch: WatchSectionSpec) -> None:
+    """Each watch value is of its kind (a poll interval is a duration, the storm threshold a count)."""
+    ck.rules(watch.rules, rs.rules, ["watch", "rules"])
+    for name, kind in WATCH_VALUES.items():
+        value = getattr(watch, name)
+        ck.rules(value.rules, rs.rules, ["watch", name, "rules"])
+        if getattr(value, kind) is None:
+            ck.at(["watch", name], f"must be a {{{kind}: …}} value")

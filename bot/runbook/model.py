@@ -16,7 +16,16 @@ from typing import Annotated, Literal
 from pydantic import Field, PrivateAttr, field_validator
 
 from bot.runbook.conditions import Cond
-from bot.runbook.installation import ApiSpec, DockerSpec, IdsSpec, LimitSpec, ReconcilerSpec, WorkerSpec
+from bot.runbook.installation import (
+    ApiSpec,
+    DockerSpec,
+    HandoffSpec,
+    IdsSpec,
+    LimitSpec,
+    ReconcilerSpec,
+    WatchSectionSpec,
+    WorkerSpec,
+)
 from bot.runbook.values import COMMAND_NAME, Duration, Model, Regex, Text, YamlValue
 from bot.runbook.vocabulary import STEP_KINDS
 from bot.vocab import Policy, StepKind
@@ -258,6 +267,8 @@ class RunbookFile(Model):
     workers: WorkerSpec | None = None
     docker: DockerSpec | None = None
     api: ApiSpec | None = None
+    watch: WatchSectionSpec | None = None
+    handoff: HandoffSpec | None = None
 
 
 # --- the loaded set ----------------------------------------------------------------------------------
@@ -280,6 +291,8 @@ class RunbookSet:
     workers: WorkerSpec | None = None
     docker: DockerSpec | None = None
     api: ApiSpec | None = None
+    watch: WatchSectionSpec | None = None
+    handoff: HandoffSpec | None = None
 
     def limit(self, name: str) -> float:
         """A limit's value: seconds for durations, bytes for sizes, the number for counts."""

@@ -167,6 +167,21 @@ class SandboxAdmin:
         )
         return result
 
+    def stop(
+        self, session_id: str, code: str = "RESTORE_FAILED", reason: str | None = "restore_refused",
+        failures: int | None = 3,
+    ) -> dict[str, Any]:
+        """Stop the session now (failed, recovery_required, retry_at null) with this attention."""
+        result: dict[str, Any] = self._call(
+            "POST", f"/sessions/{session_id}/stop", {"code": code, "reason": reason, "failures": failures}
+        )
+        return result
+
+    def settle(self, session_id: str) -> dict[str, Any]:
+        """The session needs no operator any more: it leaves the recovery_required listing."""
+        result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/settle")
+        return result
+
     def worker_ready(self, session_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/worker-ready")
         return result

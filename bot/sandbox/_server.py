@@ -133,6 +133,8 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/fail-restore$"), "fail_restore"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/fail-startup$"), "fail_startup"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/worker-ready$"), "worker_ready"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/stop$"), "stop"),
+    ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/settle$"), "settle"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/store-outage$"), "store_outage"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/reclamation$"), "reclamation"),
     ("POST", re.compile(rf"^/_sandbox/sessions/{_SID}/stray-workers$"), "stray_workers"),
@@ -581,6 +583,20 @@ class SandboxApp:
         self.state.fail_startup(
             params["sid"], str(body.get("reason") or "startup_failed"), str(error) if error else None
         )
+        return self.state.debug_session(params["sid"])
+
+    def _admin_stop(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        failures = body.get("failures")
+        if failures is not None and (not isinstance(failures, int) or isinstance(failures, bool) or failures < 0):
+            raise AdminError(400, "BAD_FAILURES", "failures must be a whole number of 0 or more")
+        reason = body.get("reason")
+        self.state.stop(
+            params["sid"], str(body.get("code") or "RESTORE_FAILED"), str(reason) if reason else None, failures
+        )
+        return self.state.debug_session(params["sid"])
+
+    def _admin_settle(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        self.state.settle(params["sid"])
         return self.state.debug_session(params["sid"])
 
     def _admin_worker_ready(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:

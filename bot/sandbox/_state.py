@@ -612,6 +612,32 @@ class SandboxState:
         self._worker_failed(session, "RESTORE_FAILED", reason, now)
         return session
 
+    def stop(self, session_id: str, code: str, reason: str | None, failures: int | None) -> Session:
+        """Stop a session as the control host does at the 3rd failure (R2.1, R2.12): failed,
+        recovery_required, retry_at null, with this attention; for driving the watcher over HTTP."""
+        session = self.get(session_id)
+        now = self.now()
+        if session.execution is not None:
+            session.execution.alive = False
+        session.attention = Attention(code=code, reason=reason, failures=failures, retry_at=None)
+        session.status = "failed"
+        session.admission_state = "recovery_required"
+        session.resumable = False
+        session.revision += 1
+        name = {"RESTORE_FAILED": "checkpoint_restore_failed", "STARTUP_FAILED": "startup_failed"}.get(code, "session_stopped")
+        self._event(session, name, now, reason=reason, failures=failures, code=code)
+        return session
+
+    def settle(self, session_id: str) -> Session:
+        """The session needs no operator any more (idle, open, no attention): it leaves the listing."""
+        session = self.get(session_id)
+        session.attention = None
+        session.status = "idle"
+        session.admission_state = "open"
+        session.revision += 1
+        self._event(session, "session_settled", self.now())
+        return session
+
     def fail_startup(self, session_id: str, reason: str, error: str | None = None) -> Session:
         session = self.get(session_id)
         execution = self._alive_worker(session, "fail_startup")

@@ -57,6 +57,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "http": ("host", "port"),
     "runbooks": ("runbooks_dir",),
     "logging": ("log_level",),
+    "watch": ("watch_channel", "watch_interval"),
 }
 ALL_GROUPS = frozenset(GROUPS)
 
@@ -104,6 +105,8 @@ class Settings(BaseSettings):
     runbooks_dir: Path = Field(default_factory=packaged_runbooks, validation_alias="RECOVER_RUNBOOKS")
     log_files: str | None = Field(None, validation_alias="RECOVER_LOG_FILES")
     log_level: str = Field("INFO", validation_alias="RECOVER_LOG_LEVEL")
+    watch_channel: str | None = Field(None, validation_alias="RECOVER_WATCH_CHANNEL")
+    watch_interval: float | None = Field(None, validation_alias="RECOVER_WATCH_INTERVAL")
 
     @classmethod
     def settings_customise_sources(
@@ -143,6 +146,8 @@ class Settings(BaseSettings):
     _port = field_validator("port", mode="before")(_parse.port)
     _runbooks_dir = field_validator("runbooks_dir", mode="before")(_parse.runbooks_dir)
     _log_level = field_validator("log_level", mode="before")(_parse.log_level)
+    _watch_channel = field_validator("watch_channel", mode="before")(_parse.watch_channel)
+    _watch_interval = field_validator("watch_interval", mode="before")(_parse.watch_interval)
 
     @field_validator("slack_bot_token", mode="after")
     @classmethod

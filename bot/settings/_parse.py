@@ -201,3 +201,29 @@ def log_level(value: object) -> str:
     if level not in _LOG_LEVELS:
         raise ValueError(f"RECOVER_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR (got {level!r})")
     return level
+
+
+def watch_channel(value: object) -> str | None:
+    """RECOVER_WATCH_CHANNEL: the one Slack channel id watch mode posts to (unset: no watcher)."""
+    if blank(value):
+        return None
+    text = str(value).strip()
+    if not _CHANNEL_ID.match(text):
+        raise ValueError(
+            f"RECOVER_WATCH_CHANNEL: {text!r} is not a Slack channel id (C…/G…); use the id from the "
+            "channel's details, not its #name"
+        )
+    return text
+
+
+def watch_interval(value: object) -> float | None:
+    """RECOVER_WATCH_INTERVAL: seconds between polls, overriding the runbook's ``watch.poll_interval``."""
+    if blank(value):
+        return None
+    try:
+        seconds = float(str(value).strip())
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError(f"RECOVER_WATCH_INTERVAL must be a number of seconds above 0 (got {str(value)!r})")
+    return seconds

@@ -27,6 +27,7 @@ from pydantic import SecretStr
 
 from bot.settings import Settings
 from bot.slack.inbox import Inbox
+from bot.slack.watch_health import watch_health_lines
 
 log = logging.getLogger("recover_bot.slack.supervisor")
 
@@ -144,6 +145,8 @@ class WorkerSupervisor:
         if count:
             # Reported, not failed: the other deliveries run; a restart would not mend the row.
             lines.append(f"inbox: {count} quarantined (latest #{latest}): unreadable deliveries, not run; see the log")
+        # Reported, not failed: an unreachable control host is not mended by restarting the bot.
+        lines.extend(watch_health_lines(self.settings, self.inbox.store))
         return alive and not looping, lines
 
     def stop(self, grace: float = STOP_GRACE) -> None:

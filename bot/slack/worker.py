@@ -33,6 +33,7 @@ from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
 from bot.slack.state import SlackState, slack_migrations
+from bot.slack.watching import attach_watch
 from bot.slack.web import SlackOut
 from bot.store import Store
 
@@ -161,9 +162,12 @@ def main(stream: TextIO | None = None) -> int:
     threading.Thread(target=_watch_input, args=(stream, runner, stop), name="recover-wake", daemon=True).start()
     bot.start_sweeper()
     bot.work.submit(bot.run_startup)
+    watcher = attach_watch(bot.router, bot.out)  # RECOVER_WATCH_CHANNEL: watch mode in this process
     try:
         runner.run(stop)
     finally:
+        if watcher is not None:
+            watcher.stop()
         bot.close()  # waits for the items already running
     return 0
 

@@ -87,6 +87,16 @@ def test_dotenv_is_read_and_environment_wins(tmp_path: Path) -> None:
     assert s.port == 5000
 
 
+def test_watch_channel_and_interval_are_read_and_checked() -> None:
+    s = load_settings({"RECOVER_WATCH_CHANNEL": " C0WATCH ", "RECOVER_WATCH_INTERVAL": "2.5"}, dotenv=None)
+    assert s.watch_channel == "C0WATCH" and s.watch_interval == 2.5
+    assert load_settings({}, dotenv=None).watch_channel is None
+    with pytest.raises(SettingsError) as info:
+        load_settings({"RECOVER_WATCH_CHANNEL": "#incidents", "RECOVER_WATCH_INTERVAL": "0"}, dotenv=None)
+    joined = "\n".join(info.value.problems)
+    assert "RECOVER_WATCH_CHANNEL" in joined and "RECOVER_WATCH_INTERVAL" in joined and len(info.value.problems) == 2
+
+
 def test_require_control_host_names_what_is_missing() -> None:
     s = load_settings({}, dotenv=None)
     with pytest.raises(SettingsError) as info:

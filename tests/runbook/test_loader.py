@@ -35,6 +35,8 @@ def test_repository_runbooks_load(runbooks: RunbookSet) -> None:
     assert len(runbooks.rules) == 47
 
 
+QUIET_AFTER = '  storm_window: {duration: 5m, help: "the window storm_threshold counts new stops over"}\n'
+
 # Each case: (old text, new text, file, fragment of the expected message, occurrences of old[, marker]).
 # The problem is expected on the first changed line, or on the line where ``marker`` starts (a missing
 # field is reported at its parent; a multi-line text at its key).
@@ -132,6 +134,24 @@ BAD_CASES = {
         1,
     ),
     "bad daemon version": ("min_daemon_major: 28", "min_daemon_major: latest", ISOLATION, "valid integer", 1),
+    "watch: a bad duration": (
+        "poll_interval: {duration: 30s,", "poll_interval: {duration: 30 seconds,", SESSION, "bad duration '30 seconds'", 1,
+    ),
+    "watch: a count where a duration is needed": (
+        "flap_window: {duration: 1h,", "flap_window: {count: 3,", SESSION, "must be a {duration: …} value", 1,
+    ),
+    "watch: a duration where a count is needed": (
+        "storm_threshold: {count: 10,", "storm_threshold: {duration: 10s,", SESSION, "must be a {count: …} value", 1,
+    ),
+    "watch: an unknown time zone": (
+        QUIET_AFTER, QUIET_AFTER + '  quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Atlantis}\n',
+        SESSION, "unknown time zone 'Europe/Atlantis'", 1, "  quiet_hours:",
+    ),
+    "watch: a bad quiet-hours time": (
+        QUIET_AFTER, QUIET_AFTER + '  quiet_hours: {start: "11pm", end: "07:00", time_zone: Europe/Berlin}\n',
+        SESSION, "should match pattern", 1, "  quiet_hours:",
+    ),
+    "watch: a misspelt value": ("  dedup_window: {", "  dedupe_window: {", SESSION, "unknown field 'dedupe_window'", 1),
     "bad rule id": ('  R2.17: "Deploy order', '  Rule2.17: "Deploy order', ISOLATION, "bad rule id", 1),
 }
 

@@ -1,0 +1,278 @@
+"""The watcher's tables: each stop's dedup key, committed (with its chain step) before anything is posted.
+
+Two bot processes on one file, a restart or a SIGKILL between the commit and the post never post a
+stop twice: the key's row is written under the store's ``BEGIN IMMEDIATE`` lock with the
+``watch_stop`` step in the same commit, and only the process whose insert made the row posts. The
+price is at most once: a process killed between the commit and Slack's answer leaves the stop
+``claimed`` (shown by ``/recover watch``), never re-posted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+from bot.clock import isoformat
+from bot.store import Store
+from bot.vocab import Step
+from bot.watch.stops import Stop
+
+migrations = Migrations("watch")
+
+#: A stop's states: to be posted as a case, in its case's thread (flapping), folded into the storm's
+#: triage message, dropped while paused, held in quiet hours (then ``digested``: said in the digest at
+#: the window's end); ``posted`` once Slack answered with its ts.
+CLAIMED, THREAD, STORM, SUPPRESSED, POSTED = "claimed", "thread", "storm", "suppressed", "posted"
+HELD, DIGESTED = "held", "digested"
+
+
+@migrations(name="0001_watch_stops_state")
+def _m0001(db: Database) -> None:
+    """Stops by key (one active per session and signature) and the watcher's shared state."""
+    for sql in (
+        """CREATE TABLE watch_stops (
+            key TEXT PRIMARY KEY,
+            installation TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            signature TEXT NOT NULL,
+            revision INTEGER,
+            first_seen_at TEXT NOT NULL,
+            active INTEGER NOT NULL DEFAULT 1,
+            state TEXT NOT NULL,
+            claimed_by TEXT NOT NULL,
+            channel TEXT,
+            ts TEXT,
+            root_ts TEXT,
+            posted_at TEXT
+        )""",
+        # One live stop per session and signature, even with two processes on one file.
+        """CREATE UNIQUE INDEX watch_stops_one_active
+            ON watch_stops(installation, session_id, signature) WHERE active = 1""",
+        "CREATE INDEX watch_stops_by_session ON watch_stops(installation, session_id, first_seen_at)",
+        "CREATE INDEX watch_stops_by_time ON watch_stops(installation, first_seen_at)",
+        "CREATE TABLE watch_state (installation TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, "
+        "PRIMARY KEY (installation, name))",
+    ):
+        db.execute(sql)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A stop this process claimed: it, and only it, says it in the channel."""
+
+    stop: Stop
+    state: str
+    thread_ts: str | None = None  # the case's root message, when the session is flapping
+
+
+def _iso(when: datetime) -> str:
+    text = isoformat(when)
+    assert text is not None
+    return text
+
+
+class WatchStore:
+    """The watch tables of one installation in the step store."""
+
+    def __init__(self, store: Store, installation: str) -> None:
+        store.require(migrations)
+        self.store = store
+        self.installation = installation
+
+    def claim(
+        self,
+        stop: Stop,
+        *,
+        actor: str,
+        now: datetime,
+        flap_window: float,
+        storm_window: float,
+        storm_threshold: int,
+        paused: bool,
+        quiet: bool = False,
+    ) -> Claim | None:
+        """Commit the stop's key and its ``watch_stop`` step, or None when it was already seen."""
+        inst = self.installation
+        with self.store.write() as db:
+            conn = db.conn
+            if conn.execute("SELECT 1 FROM watch_stops WHERE key = ?", [stop.key]).fetchone():
+                return None
+            same = conn.execute(
+                "SELECT 1 FROM watch_stops WHERE installation = ? AND session_id = ? AND signature = ? "
+                "AND active = 1",
+                [inst, stop.session_id, stop.signature],
+            ).fetchone()
+            if same:
+                return None  # the same stop, its revision moved on
+            # What stopped it changed: the earlier stop of this session is over.
+            conn.execute(
+                "UPDATE watch_stops SET active = 0 WHERE installation = ? AND session_id = ? AND active = 1",
+                [inst, stop.session_id],
+            )
+            case = conn.execute(
+                "SELECT channel, root_ts FROM watch_stops WHERE installation = ? AND session_id = ? "
+                "AND root_ts IS NOT NULL AND first_seen_at >= ? ORDER BY first_seen_at DESC LIMIT 1",
+                [inst, stop.session_id, _iso(now - timedelta(seconds=flap_window))],
+            ).fetchone()
+            recent = conn.execute(
+                "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ? "
+                "AND state NOT IN (?, ?, ?)",
+                [inst, _iso(now - timedelta(seconds=storm_window)), SUPPRESSED, HELD, DIGESTED],
+            ).fetchone()[0]
+            thread_ts = None
+            if paused:
+                state = SUPPRESSED
+            elif quiet:
+                state = HELD
+            elif case is not None:
+                state, thread_ts = THREAD, str(case[1])
+            elif recent + 1 > storm_threshold:
+                state = STORM
+            else:
+                state = CLAIMED
+            db.table("watch_stops").insert(
+                {
+                    "key": stop.key,
+                    "installation": inst,
+                    "session_id": stop.session_id,
+                    "signature": stop.signature,
+                    "revision": stop.revision,
+                    "first_seen_at": _iso(now),
+                    "active": 1,
+                    "state": state,
+                    "claimed_by": actor,
+                    "root_ts": thread_ts,
+                }
+            )
+            self.store.record_step(
+                stop.session_id,
+                actor,
+                Step.WATCH_STOP,
+                {"key": stop.key, "installation": inst, "revision": stop.revision},
+                state,
+                detail={"code": stop.code, "reason": stop.reason, "failures": stop.failures,
+                        "unknown_turn_id": stop.unknown_turn_id},
+                db=db,
+            )
+        return Claim(stop=stop, state=state, thread_ts=thread_ts)
+
+    def active(self) -> set[tuple[str, str]]:
+        """(session, signature) of every live stop, read once per poll: a stop already seen costs no
+        write transaction (claim re-checks under the write lock)."""
+        with self.store.read() as db:
+            rows = db.conn.execute(
+                "SELECT session_id, signature FROM watch_stops WHERE installation = ? AND active = 1",
+                [self.installation],
+            ).fetchall()
+        return {(str(sid), str(sig)) for sid, sig in rows}
+
+    def posted(self, key: str, channel: str, ts: str | None, *, root_ts: str | None, now: datetime) -> None:
+        """Where the stop was said (``root_ts``: the case's top-level message a flap replies under)."""
+        with self.store.write() as db:
+            db.conn.execute(
+                "UPDATE watch_stops SET channel = ?, ts = ?, root_ts = COALESCE(root_ts, ?), posted_at = ?, "
+                "state = CASE WHEN state IN (?, ?) THEN ? ELSE state END WHERE key = ?",
+                [channel, ts, root_ts, _iso(now), CLAIMED, THREAD, POSTED, key],
+            )
+
+    def settle(self, listed: set[str], *, now: datetime, keep_for: float) -> None:
+        """After a complete listing: stops of sessions no longer listed are over; over stops older than
+        the dedup window are forgotten."""
+        with self.store.write() as db:
+            rows = db.conn.execute(
+                "SELECT key, session_id FROM watch_stops WHERE installation = ? AND active = 1",
+                [self.installation],
+            ).fetchall()
+            gone = [key for key, sid in rows if sid not in listed]
+            db.conn.executemany("UPDATE watch_stops SET active = 0 WHERE key = ?", [[k] for k in gone])
+            db.conn.execute(
+                "DELETE FROM watch_stops WHERE installation = ? AND active = 0 AND first_seen_at < ?",
+                [self.installation, _iso(now - timedelta(seconds=keep_for))],
+            )
+
+    def take_held(self, *, actor: str) -> list[tuple[str, str]]:
+        """The stops held in quiet hours, taken by exactly one process for the one digest (committed
+        with its ``watch_digest`` step before the digest is posted, like every stop)."""
+        with self.store.write() as db:
+            rows = db.conn.execute(
+                "SELECT key, session_id, signature FROM watch_stops WHERE installation = ? AND state = ? "
+                "ORDER BY first_seen_at, session_id",
+                [self.installation, HELD],
+            ).fetchall()
+            if not rows:
+                return []
+            db.conn.executemany("UPDATE watch_stops SET state = ? WHERE key = ?", [[DIGESTED, r[0]] for r in rows])
+            self.store.record_step(None, actor, Step.WATCH_DIGEST, {"installation": self.installation},
+                                   "taken", detail={"stops": len(rows)}, db=db)
+        return [(str(sid), str(sig)) for _, sid, sig in rows]
+
+    def counts(self) -> dict[str, int]:
+        with self.store.read() as db:
+            rows = db.conn.execute(
+                "SELECT state, COUNT(*) FROM watch_stops WHERE installation = ? GROUP BY state",
+                [self.installation],
+            ).fetchall()
+        return {str(state): int(n) for state, n in rows}
+
+    # -- shared state (pause, the storm message, the last poll) ---------------------------------
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        with self.store.read() as db:
+            row = db.conn.execute(
+                "SELECT value FROM watch_state WHERE installation = ? AND name = ?", [self.installation, name]
+            ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, name: str, value: dict[str, Any], *, db: Database | None = None) -> None:
+        sql = "INSERT OR REPLACE INTO watch_state (installation, name, value) VALUES (?, ?, ?)"
+        args = [self.installation, name, json.dumps(value, sort_keys=True)]
+        if db is not None:
+            db.conn.execute(sql, args)
+            return
+        with self.store.write() as wdb:
+            wdb.conn.execute(sql, args)
+
+    def claim_once(self, name: str, *, actor: str, step: str, inputs: dict[str, Any]) -> bool:
+        """True for the one process whose insert made ``name`` (committed with its step before it posts)."""
+        with self.store.write() as db:
+            cur = db.conn.execute(
+                "INSERT OR IGNORE INTO watch_state (installation, name, value) VALUES (?, ?, ?)",
+                [self.installation, name, json.dumps({"by": actor}, sort_keys=True)],
+            )
+            if cur.rowcount != 1:
+                return False
+            self.store.record_step(None, actor, step, inputs, "posted_by_watch", db=db)
+        return True
+
+    def seen_since(self, since: datetime) -> int:
+        with self.store.read() as db:
+            row = db.conn.execute(
+                "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ?",
+                [self.installation, _iso(since)],
+            ).fetchone()
+        return int(row[0])
+
+    def claim_storm(self, *, now: datetime, window: float, actor: str) -> tuple[str, str | None]:
+        """Who says the storm: ``("post", None)`` for the process that opens it, ``("update", ts)``
+        once its message exists, ``("skip", None)`` while another process is posting it."""
+        with self.store.write() as db:
+            row = db.conn.execute(
+                "SELECT value FROM watch_state WHERE installation = ? AND name = 'storm'", [self.installation]
+            ).fetchone()
+            value = json.loads(row[0]) if row else None
+            if value is not None and value.get("last", "") >= _iso(now - timedelta(seconds=window)):
+                value["last"] = _iso(now)
+                self.put("storm", value, db=db)
+                return ("update", value["ts"]) if value.get("ts") else ("skip", None)
+            self.put("storm", {"opened_by": actor, "last": _iso(now), "ts": None}, db=db)
+            return ("post", None)
+
+    def storm_posted(self, channel: str, ts: str) -> None:
+        value = self.get("storm") or {}
+        value.update({"channel": channel, "ts": ts})
+        self.put("storm", value)

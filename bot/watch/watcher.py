@@ -1,0 +1,400 @@
+"""The watcher: reads the ``recovery_required`` listing, and posts each new stop's diagnosis once.
+
+Plain Python that the Slack app, the console and tests all call (``poll_once`` per interval, or
+``run`` on a thread). It reads through the paced bulk client that triage uses, diagnoses through
+``diagnose``'s own Diagnoser and turns a burst into the existing triage: it decides nothing itself.
+Each stop's key is committed before it is posted (bot/watch/store.py), so two bots, a restart or a
+SIGKILL never post one twice, and a stop that happened while the bot was down is posted at its start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from bot.clock import Clock, isoformat, parse_time
+from bot.controlhost import ControlHostClient, Session
+from bot.messages import Message, NullReporter, Reply
+from bot.redact import redact
+from bot.runbook.installation import WatchSectionSpec
+from bot.runbook.model import RunbookSet
+from bot.store import Store
+from bot.triage import runbook_limit
+from bot.vocab import Step
+from bot.watch.state import WatchStatus
+from bot.watch.status import status_reply
+from bot.watch.stops import Stop, described, stop_of
+from bot.watch.store import CLAIMED, STORM, SUPPRESSED, THREAD, Claim, WatchStore
+from bot.watch.windows import shift_changes, within
+
+log = logging.getLogger(__name__)
+
+ACTOR = "watch"
+#: A shift change found later than this (the bot was down) gets no late hand-off post.
+HANDOFF_LATE = 3600.0
+#: Held stops listed one per line in the quiet-hours digest; the rest are counted.
+DIGEST_LINES = 20
+#: Consecutive failed polls after which the channel is told, once, that the watcher cannot read.
+FAILING_AFTER = 3
+
+
+class Poster(Protocol):
+    """Where the watcher speaks (Slack's chat.postMessage / chat.update, or a test's list)."""
+
+    def post(self, channel: str, message: Message, thread_ts: str | None = None) -> str | None: ...
+
+    def update(self, channel: str, ts: str, message: Message) -> bool: ...
+
+
+class CaseDiagnoser(Protocol):
+    """``/recover diagnose``'s own answer and record (bot.diagnosis.service.Diagnoser)."""
+
+    def diagnose_and_record(self, session_id: str, actor: str) -> tuple[object, Reply]: ...
+
+
+class StormTriage(Protocol):
+    """The existing triage (bot.triage.Triage): a burst is one triage, its groups usable by batches."""
+
+    def run(self, actor: str, reporter: NullReporter) -> Reply: ...
+
+
+@dataclass
+class PollResult:
+    complete: bool
+    listed: int = 0
+    claimed: list[Claim] = field(default_factory=list)
+    error: str | None = None
+
+
+class Watcher:
+    def __init__(
+        self,
+        *,
+        client: ControlHostClient,
+        diagnoser: CaseDiagnoser,
+        triage: StormTriage | None,
+        store: Store,
+        runbooks: RunbookSet,
+        clock: Clock,
+        poster: Poster,
+        channel: str,
+        installation: str = "default",
+        interval: float | None = None,
+        handoff: Callable[[str], Reply] | None = None,
+    ) -> None:
+        if runbooks.watch is None:
+            raise ValueError("watch mode needs a 'watch:' section in the runbooks (docs/runbook-format.md)")
+        self.spec: WatchSectionSpec = runbooks.watch
+        self.client = client
+        self.diagnoser = diagnoser
+        self.triage = triage
+        self.runbooks = runbooks
+        self.clock = clock
+        self.poster = poster
+        self.channel = channel
+        self.installation = installation
+        self.saved = WatchStore(store, installation)
+        self.store = store
+        self.interval = interval if interval is not None else self.spec.seconds("poll_interval")
+        self.handoff = handoff  # the ``handoff`` command's own digest (cases, requests, batches)
+        self.last_poll: datetime | None = None
+        self.next_poll: datetime | None = None
+        self.seen = 0
+        self.errors = 0
+        self.consecutive = 0
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # one poll at a time per process
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Poll until :meth:`stop`; a failing poll is counted and said, never ends the loop."""
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:  # noqa: BLE001 - the watcher must never silently stop
+                log.exception("watch: a poll failed unexpectedly")
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- one poll ------------------------------------------------------------------------------
+
+    def poll_once(self) -> PollResult:
+        with self._lock:
+            now = self.clock.now()
+            self.last_poll = now
+            self.next_poll = now + timedelta(seconds=self.interval)
+            result = self._read_and_claim(now)
+            self._health(result, now)
+            if result.complete:
+                self.seen = result.listed
+                self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
+            if any(c.state == STORM for c in result.claimed):
+                self._post_storm(now)
+            if not self.quiet(now):
+                self._digest()
+            self._shift_change(now)
+            return result
+
+    def _read_and_claim(self, now: datetime) -> PollResult:
+        result = PollResult(complete=False)
+        listed: set[str] = set()
+        paused = self.paused(now)
+        quiet = self.quiet(now)
+        known = self.saved.active()
+        page_size = int(runbook_limit(self.runbooks, "bulk_page_size"))
+        cursor: str | None = None
+        try:
+            for _ in range(10_000):
+                page = self.client.list_sessions_needing_operator(cursor, limit=page_size)
+                for session in page.sessions:
+                    listed.add(session.id)
+                    claim = self._claim(session, now, paused, quiet, known)
+                    if claim is not None:
+                        # Claimed, then posted at once: a kill leaves at most this one unconfirmed.
+                        result.claimed.append(claim)
+                        self._say(claim, now)
+                if not page.next or page.next == cursor:
+                    break
+                cursor = page.next
+        except Exception as exc:  # noqa: BLE001 - a failing page is counted; the next poll reads again
+            result.error = redact(str(exc)) or type(exc).__name__
+            result.listed = len(listed)
+            return result
+        result.complete = True
+        result.listed = len(listed)
+        self.saved.settle(listed, now=now, keep_for=self.spec.seconds("dedup_window"))
+        return result
+
+    def _claim(
+        self, session: Session, now: datetime, paused: bool, quiet: bool, known: set[tuple[str, str]]
+    ) -> Claim | None:
+        stop = self._stop_of(session)
+        if (stop.session_id, stop.signature) in known:
+            return None
+        return self.saved.claim(
+            stop,
+            actor=ACTOR,
+            now=now,
+            flap_window=self.spec.seconds("flap_window"),
+            storm_window=self.spec.seconds("storm_window"),
+            storm_threshold=int(self.spec.seconds("storm_threshold")),
+            paused=paused,
+            quiet=quiet,
+        )
+
+    def _stop_of(self, session: Session) -> Stop:
+        """The stop's identity; an outcome_unknown stop is told apart by its unknown turn (R3.1)."""
+        turn_id = None
+        if session.attention is not None and session.attention.code == "OUTCOME_UNKNOWN":
+            turns = self.client.list_turns(session.id, status="outcome_unknown")
+            turn_id = turns[0].id if turns else None
+        return stop_of(session, turn_id)
+
+    # -- saying it -----------------------------------------------------------------------------
+
+    def _say(self, claim: Claim, now: datetime) -> None:
+        if claim.state not in (CLAIMED, THREAD):
+            return  # folded into the storm message, dropped while paused, held for the digest
+        try:
+            self._post_case(claim, now)
+        except Exception:  # noqa: BLE001 - one unreadable session must not hold back the others
+            log.exception("watch: posting the stop of %s failed", claim.stop.session_id)
+            self.errors += 1
+
+    def _post_case(self, claim: Claim, now: datetime) -> None:
+        sid = claim.stop.session_id
+        _, reply = self.diagnoser.diagnose_and_record(sid, ACTOR)
+        first, *rest = reply.messages or [Message(headline=f"{sid}: no diagnosis")]
+        if claim.state == THREAD:
+            assert claim.thread_ts is not None
+            head = dataclasses.replace(
+                first, headline=f"Stopped again: {sid} ({claim.stop.describe()}). {first.headline}", session_id=sid
+            )
+            ts = self.poster.post(self.channel, head, claim.thread_ts)
+            for message in rest:
+                self.poster.post(self.channel, message, claim.thread_ts)
+            self.saved.posted(claim.stop.key, self.channel, ts, root_ts=claim.thread_ts, now=now)
+            return
+        head = dataclasses.replace(
+            first, headline=f"Stopped: {sid} ({claim.stop.describe()}). {first.headline}", session_id=sid
+        )
+        ts = self.poster.post(self.channel, head)
+        for message in rest:
+            self.poster.post(self.channel, message, ts)
+        self.saved.posted(claim.stop.key, self.channel, ts, root_ts=ts, now=now)
+
+    def _post_storm(self, now: datetime) -> None:
+        """A burst: one triage message, posted by one process and updated in place after that."""
+        if self.triage is None:
+            return
+        action, ts = self.saved.claim_storm(now=now, window=self.spec.seconds("storm_window"), actor=ACTOR)
+        if action == "skip":
+            return
+        reply = self.triage.run(ACTOR, NullReporter())
+        message = reply.messages[0] if reply.messages else Message(headline="Triage found nothing")
+        message = dataclasses.replace(message, headline=f"Many sessions stopped at once. {message.headline}")
+        if action == "update" and ts is not None and self.poster.update(self.channel, ts, message):
+            return
+        new_ts = self.poster.post(self.channel, message)
+        if new_ts is not None:
+            self.saved.storm_posted(self.channel, new_ts)
+
+    def _digest(self) -> None:
+        """Quiet hours are over: one digest of the stops held meanwhile, by one process."""
+        held = self.saved.take_held(actor=ACTOR)
+        if not held:
+            return
+        q = self.spec.quiet_hours
+        window = f" ({q.start}–{q.end} {q.time_zone})" if q is not None else ""
+        lines = [f"• {sid}: {described(sig)}" for sid, sig in held[:DIGEST_LINES]]
+        if len(held) > DIGEST_LINES:
+            lines.append(f"… and {len(held) - DIGEST_LINES} more.")
+        lines.append("`/recover diagnose <session_id>` for one, `/recover triage` for all of them grouped.")
+        self.poster.post(self.channel, Message(
+            headline=f"Quiet hours are over{window}: {len(held)} session(s) stopped meanwhile.",
+            level="warn", lines=lines,
+        ))
+
+    def _shift_change(self, now: datetime) -> None:
+        """At each of the runbook's shift changes, the hand-off digest once (by one process, across
+        restarts); a change more than HANDOFF_LATE ago (the bot was down) is not posted late."""
+        spec = self.runbooks.handoff
+        if spec is None or self.handoff is None:
+            return
+        changes = shift_changes(spec.times, spec.time_zone, now)
+        if not changes or (now - changes[-1]).total_seconds() > HANDOFF_LATE:
+            return
+        change = changes[-1]
+        name = f"handoff:{isoformat(change)}"
+        if not self.saved.claim_once(name, actor=ACTOR, step=Step.HANDOFF, inputs={"shift_change": isoformat(change)}):
+            return
+        reply = self.handoff(ACTOR)
+        local = change.astimezone(ZoneInfo(spec.time_zone)).strftime("%H:%M")
+        seen = self.saved.seen_since(changes[-2]) if len(changes) > 1 else 0
+        first, *rest = reply.messages or [Message(headline="Nothing open.")]
+        head = dataclasses.replace(
+            first, headline=f"Shift change {local} {spec.time_zone}: hand-off. {first.headline}",
+            lines=[*first.lines, f"Watch saw {seen} new stop(s) during the shift that ended."],
+        )
+        ts = self.poster.post(self.channel, head)
+        for message in rest:
+            self.poster.post(self.channel, message, ts)
+
+    # -- failing and recovering ----------------------------------------------------------------
+
+    def _health(self, result: PollResult, now: datetime) -> None:
+        if not result.complete:
+            self.errors += 1
+            self.consecutive += 1
+            self.last_error = result.error
+            if self.consecutive >= FAILING_AFTER and self._flip_health(failing=True, now=now):
+                self.poster.post(self.channel, Message(
+                    headline=f"Watch cannot read the session listing ({FAILING_AFTER} polls in a row failed): "
+                    "stops are not being posted. It keeps retrying.",
+                    level="warn",
+                    lines=[f"Last error: {result.error}", "Check the control host, or `/recover triage` by hand."],
+                ))
+            return
+        self.consecutive = 0
+        health = self.saved.get("health")
+        if health and health.get("failing") and self._flip_health(failing=False, now=now):
+            since = health.get("since")
+            self.poster.post(self.channel, Message(
+                headline="Watch reads the session listing again; stops missed meanwhile are posted now.",
+                level="ok",
+                lines=[f"Failing since {since}."] if since else [],
+            ))
+
+    def _flip_health(self, *, failing: bool, now: datetime) -> bool:
+        """Set the shared health; True for the one process that changed it (it says so, once)."""
+        with self.store.write() as db:
+            row = db.conn.execute(
+                "SELECT value FROM watch_state WHERE installation = ? AND name = 'health'", [self.installation]
+            ).fetchone()
+            was = bool(row and '"failing": true' in row[0])
+            if was == failing:
+                return False
+            value = {"failing": failing, "since": isoformat(now), "error": self.last_error if failing else None}
+            self.saved.put("health", value, db=db)
+            self.store.record_step(None, ACTOR, Step.WATCH_HEALTH, {"installation": self.installation},
+                                   "failing" if failing else "recovered", detail=value, db=db)
+        return True
+
+    # -- pause, resume, state ------------------------------------------------------------------
+
+    def quiet(self, now: datetime) -> bool:
+        """Inside the runbook's quiet hours (local time in its zone; an end before the start spans midnight)."""
+        q = self.spec.quiet_hours
+        return q is not None and within(q.start, q.end, q.time_zone, now)
+
+    def paused(self, now: datetime) -> bool:
+        pause = self.saved.get("pause")
+        if not pause or not pause.get("paused"):
+            return False
+        until = parse_time(pause.get("until"))
+        return until is None or until > now
+
+    def pause(self, actor: str, seconds: float | None) -> Reply:
+        now = self.clock.now()
+        until = now + timedelta(seconds=seconds) if seconds else None
+        with self.store.write() as db:
+            self.saved.put("pause", {"paused": True, "until": isoformat(until), "by": actor, "at": isoformat(now)}, db=db)
+            self.store.record_step(None, actor, Step.WATCH, {"action": "pause", "seconds": seconds,
+                                                             "installation": self.installation}, "paused", db=db)
+        when = f"until {isoformat(until)}" if until else "until `/recover watch resume`"
+        return Reply.of(Message(
+            headline=f"Watch paused {when}: new stops are recorded, not posted.", level="ok",
+            lines=["`/recover watch resume` to post again; `/recover triage` shows every stopped session."],
+        ))
+
+    def resume(self, actor: str) -> Reply:
+        now = self.clock.now()
+        with self.store.write() as db:
+            self.saved.put("pause", {"paused": False, "by": actor, "at": isoformat(now)}, db=db)
+            self.store.record_step(None, actor, Step.WATCH, {"action": "resume", "installation": self.installation},
+                                   "resumed", db=db)
+        return Reply.of(Message(headline="Watch resumed: new stops are posted again.", level="ok"))
+
+    def status(self) -> WatchStatus:
+        now = self.clock.now()
+        pause = self.saved.get("pause") or {}
+        counts = self.saved.counts()
+        health = self.saved.get("health") or {}
+        poll = self.saved.get("poll") or {}
+        return WatchStatus(
+            paused_until=parse_time(pause.get("until")) if pause.get("paused") else None,
+            paused=self.paused(now),
+            last_poll=self.last_poll or parse_time(poll.get("at")),
+            next_poll=self.next_poll,
+            seen=self.seen,
+            posted=counts.get("posted", 0),
+            suppressed=counts.get(SUPPRESSED, 0) + counts.get(STORM, 0),
+            errors=self.errors,
+            failing_since=parse_time(health.get("since")) if health.get("failing") else None,
+            last_error=self.last_error,
+            counts=counts,
+        )
+
+    def status_reply(self) -> Reply:
+        return status_reply(self.status(), self.channel)
+
+    def health(self) -> dict[str, object]:
+        """For ``/healthz``: whether the watcher reads the listing, and since when it does not."""
+        st = self.status()
+        return {
+            "ok": st.failing_since is None,
+            "failing_since": isoformat(st.failing_since),
+            "last_poll": isoformat(st.last_poll),
+            "errors": st.errors,
+        }
+

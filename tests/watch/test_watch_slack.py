@@ -1,0 +1,82 @@
+"""``/recover watch`` over signed Slack HTTP (the real Bolt app, the Web API stand-in, the sandbox):
+the state, pause --for and resume, each recorded as a step; /healthz says when the listing fails."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bot.sandbox import SandboxHandle
+from bot.slack.watch_health import watch_health_lines
+from bot.slack.watching import attach_watch
+from tests.fixtures.triage import clone
+
+CHANNEL = "C0WATCH"
+
+
+def _said(h: Any, since: int) -> str:
+    return "\n".join(json.dumps(body) for _, body in h.api.responses[since:])
+
+
+def test_watch_state_pause_and_resume_over_slack(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
+    h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL)
+    watcher = attach_watch(h.bot.router, h.bot.out, start=False)
+    assert watcher is not None
+    incident_sandbox.admin.create_session(clone("healthy", "ses_ws_001"))
+    watcher.poll_once()
+
+    before = len(h.api.responses)
+    assert h.send.command("watch").status_code == 200
+    h.settle()
+    text = _said(h, before)
+    assert "Watch is on" in text and "last poll" in text and "next poll" in text
+
+    before = len(h.api.responses)
+    h.send.command("watch pause --for 2h", user="UALICE")
+    h.settle()
+    assert "Watch paused until" in _said(h, before)
+    incident_sandbox.admin.stop("ses_ws_001")
+    watcher.poll_once()
+    assert h.api.roots(CHANNEL) == []  # held while paused
+
+    before = len(h.api.responses)
+    h.send.command("watch", user="UBOB")
+    h.settle()
+    assert "Watch is paused (until" in _said(h, before)
+
+    h.send.command("watch resume", user="UBOB")
+    h.settle()
+    steps = [(s.actor, s.outcome) for s in watcher.store.steps() if s.step == "watch"]
+    assert steps == [("UALICE", "paused"), ("UBOB", "resumed")]
+
+    before = len(h.api.responses)
+    h.send.command("watch resume --for 2h")
+    h.settle()
+    assert "--for goes with pause" in _said(h, before)
+
+
+def test_healthz_line_says_the_listing_fails_and_when_it_reads_again(
+    incident_sandbox: SandboxHandle, slack_harness: Any
+) -> None:
+    h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL)
+    watcher = attach_watch(h.bot.router, h.bot.out, start=False)
+    assert watcher is not None
+    settings = h.bot.settings
+    incident_sandbox.admin.fault("server_error", "/v1/sessions", method="GET", times=None, status=503)
+    for _ in range(3):
+        watcher.poll_once()
+    (line,) = watch_health_lines(settings, watcher.store)
+    assert "cannot read the session listing since" in line
+    incident_sandbox.admin.clear_faults()
+    watcher.poll_once()
+    (line,) = watch_health_lines(settings, watcher.store)
+    assert line.startswith("watch: on, last poll")
+
+
+def test_watch_is_off_without_a_channel(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
+    h = slack_harness.real(incident_sandbox)
+    assert attach_watch(h.bot.router, h.bot.out, start=False) is None
+    before = len(h.api.responses)
+    h.send.command("watch")
+    h.settle()
+    assert "RECOVER_WATCH_CHANNEL" in _said(h, before)

@@ -1,0 +1,333 @@
+"""Watch mode against the sandbox over HTTP, a real SQLite file and the Slack Web API stand-in.
+
+Each stop is posted exactly once, by one watcher or two on one store file, across a restart and a
+failing listing; a stop that happens again within the flap window goes to its case's thread; a
+burst becomes one triage message updated in place (R2.1, R2.12, R3.1).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.clock import ManualClock
+from bot.sandbox import SandboxHandle
+from bot.services import Services, build_services, build_watcher
+from bot.settings import load_settings
+from bot.slack import make_client
+from bot.slack.watching import SlackWatchPoster
+from bot.slack.web import SlackOut
+from bot.watch import Watcher, WatchStore
+from bot.watch.stops import Stop
+from tests.fixtures.slack import SlackStandIn, slack_settings
+from tests.fixtures.triage import clone
+
+CHANNEL = "C0WATCH"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def sbx(sandbox_factory: Callable[..., SandboxHandle]) -> SandboxHandle:
+    return sandbox_factory(scenarios=None)
+
+
+@pytest.fixture
+def make_watcher(sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path) -> Iterator[Callable[..., Watcher]]:
+    """A watcher as serve builds it: its own services on the shared store file, posting to the stand-in."""
+
+    def make(db: Path | None = None, **overrides: Any) -> Watcher:
+        db = db or tmp_path / "recover.db"
+        settings = load_settings({}, dotenv=None).model_copy(
+            update={"db_path": db, "watch_channel": CHANNEL, **overrides}
+        )
+        services: Services = build_services(settings, sandbox=sbx)
+        out = SlackOut(make_client(slack_settings(slack_api, db)))
+        watcher = build_watcher(services, SlackWatchPoster(out))
+        assert watcher is not None
+        return watcher
+
+    yield make
+
+
+def edited_runbooks(tmp_path: Path, old: str, new: str) -> Path:
+    """A copy of the packaged runbooks with one edit to session-recovery.yaml."""
+    runbooks = tmp_path / "runbooks"
+    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    rb = runbooks / "session-recovery.yaml"
+    text = rb.read_text()
+    assert old in text
+    rb.write_text(text.replace(old, new))
+    return runbooks
+
+
+def _healthy(sbx: SandboxHandle, n: int, prefix: str = "ses_w") -> list[str]:
+    ids = [f"{prefix}_{i:03d}" for i in range(n)]
+    for sid in ids:
+        sbx.admin.create_session(clone("healthy", sid))
+    return ids
+
+
+def _roots(api: SlackStandIn) -> list[str]:
+    return [p.text for p in api.roots(CHANNEL)]
+
+
+def _named(api: SlackStandIn, sid: str) -> list[str]:
+    return [t for t in _roots(api) if f"Stopped: {sid} " in t]
+
+
+def test_two_watchers_on_one_store_post_each_stop_exactly_once(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn
+) -> None:
+    a, b = make_watcher(), make_watcher()
+    ids = _healthy(sbx, 6)
+    assert a.poll_once().complete and b.poll_once().complete
+    assert _roots(slack_api) == []  # nothing stopped yet
+    for i, sid in enumerate(ids):
+        sbx.admin.stop(sid, failures=3)
+        (a if i % 2 else b).poll_once()
+        (b if i % 2 else a).poll_once()
+    # The revision moves while the session stays stopped the same way: still the same stop.
+    sbx.admin.stop(ids[0], failures=3)
+    a.poll_once()
+    b.poll_once()
+    for sid in ids:
+        assert len(_named(slack_api, sid)) == 1, (sid, _roots(slack_api))
+    assert len(_roots(slack_api)) == len(ids)
+    # The post is diagnose's own answer, naming the stop (R2.1).
+    assert "RESTORE_FAILED" in _named(slack_api, ids[0])[0]
+    steps = [s for s in a.store.steps() if s.step == "watch_stop"]
+    assert len(steps) == len(ids) and {s.session_id for s in steps} == set(ids)
+    assert a.status().posted == len(ids)
+
+
+def test_a_claimed_stop_is_never_posted_again_after_a_kill(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn
+) -> None:
+    """The key is committed before the post: a process killed between the two leaves it claimed."""
+    (sid,) = _healthy(sbx, 1)
+    sbx.admin.stop(sid)
+    first = make_watcher()
+    session = first.client.get_session(sid)
+    claim = first.saved.claim(first._stop_of(session), actor="watch", now=first.clock.now(), flap_window=3600,
+                              storm_window=300, storm_threshold=10, paused=False)
+    assert claim is not None  # committed; the process "dies" before posting
+    second = make_watcher()
+    second.poll_once()
+    assert _roots(slack_api) == []
+    assert second.status().counts == {"claimed": 1}
+    assert "claimed, post unconfirmed" in second.status_reply().messages[0].plain_text()
+
+
+def test_restart_posts_what_stopped_while_down_and_nothing_twice(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    one, two = _healthy(sbx, 2)
+    first = make_watcher()
+    sbx.admin.stop(one)
+    first.poll_once()
+    assert len(_named(slack_api, one)) == 1
+    first.stop()
+    del first
+    sbx.admin.stop(two)  # while no bot runs
+    clock.advance(600)
+    again = make_watcher()
+    again.poll_once()
+    again.poll_once()
+    assert len(_named(slack_api, one)) == 1 and len(_named(slack_api, two)) == 1
+    assert len(_roots(slack_api)) == 2
+
+
+def test_a_failing_listing_is_said_once_and_its_recovery_too(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn
+) -> None:
+    (sid,) = _healthy(sbx, 1)
+    a, b = make_watcher(), make_watcher()
+    sbx.admin.fault("server_error", "/v1/sessions", method="GET", times=None, status=503)
+    sbx.admin.stop(sid)
+    for _ in range(5):
+        assert not a.poll_once().complete
+        assert not b.poll_once().complete
+    warnings = [t for t in _roots(slack_api) if "cannot read the session listing" in t]
+    assert len(warnings) == 1, _roots(slack_api)
+    assert a.health()["ok"] is False and b.health()["ok"] is False
+    assert "cannot read the listing since" in b.status_reply().messages[0].headline
+    sbx.admin.clear_faults()
+    a.poll_once()
+    b.poll_once()
+    assert len([t for t in _roots(slack_api) if "reads the session listing again" in t]) == 1
+    assert len(_named(slack_api, sid)) == 1  # the stop missed meanwhile is posted now
+    assert a.health()["ok"] is True
+    assert [s.outcome for s in a.store.steps() if s.step == "watch_health"] == ["failing", "recovered"]
+
+
+def test_a_session_stopping_again_within_the_flap_window_updates_its_thread(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    (sid,) = _healthy(sbx, 1)
+    w = make_watcher()
+    sbx.admin.stop(sid, failures=3)
+    w.poll_once()
+    (root,) = slack_api.roots(CHANNEL)
+    # It was recovered, then stopped again the same way: a new stop of the same session (R2.1).
+    sbx.admin.settle(sid)
+    w.poll_once()
+    clock.advance(120)
+    sbx.admin.stop(sid, failures=3)
+    w.poll_once()
+    w.poll_once()
+    assert len(slack_api.roots(CHANNEL)) == 1
+    replies = [p.text for p in slack_api.thread(CHANNEL, root.ts) if p.ts != root.ts]
+    assert len([t for t in replies if f"Stopped again: {sid}" in t]) == 1, replies
+    # Past the flap window, a stop opens a new case.
+    sbx.admin.settle(sid)
+    w.poll_once()
+    clock.advance(2 * 3600)
+    sbx.admin.stop(sid, code="STARTUP_FAILED", reason="startup_failed", failures=3)
+    w.poll_once()
+    assert len(_named(slack_api, sid)) == 2
+
+
+def test_a_storm_is_one_triage_message_updated_in_place(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn
+) -> None:
+    ids = _healthy(sbx, 14)
+    a, b = make_watcher(), make_watcher()
+    a.poll_once()
+    for sid in ids[:12]:
+        sbx.admin.stop(sid)
+    a.poll_once()
+    b.poll_once()
+    storm = [p for p in slack_api.roots(CHANNEL) if "Many sessions stopped at once" in p.text]
+    assert len(storm) == 1
+    cases = [t for t in _roots(slack_api) if "Stopped: " in t]
+    assert len(cases) == 10  # up to the runbook's storm_threshold, then one triage message
+    for sid in ids[12:]:
+        sbx.admin.stop(sid)
+    b.poll_once()
+    a.poll_once()
+    storm = [p for p in slack_api.roots(CHANNEL) if "Many sessions stopped at once" in p.text]
+    assert len(storm) == 1 and storm[0].updates >= 1
+    assert len([t for t in _roots(slack_api) if "Stopped: " in t]) == 10
+
+
+def test_pause_holds_posts_and_resume_posts_again(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    one, two = _healthy(sbx, 2)
+    w = make_watcher()
+    reply = w.pause("U0ALICE", 3600)
+    assert "paused until" in reply.messages[0].headline
+    sbx.admin.stop(one)
+    w.poll_once()
+    assert _roots(slack_api) == [] and w.status().suppressed == 1
+    assert "paused" in w.status_reply().messages[0].headline
+    clock.advance(3601)  # --for ran out
+    sbx.admin.stop(two)
+    w.poll_once()
+    assert len(_named(slack_api, two)) == 1 and _named(slack_api, one) == []
+    w.pause("U0ALICE", None)
+    w.resume("U0BOB")
+    assert [(s.actor, s.outcome) for s in w.store.steps() if s.step == "watch"] == [
+        ("U0ALICE", "paused"), ("U0ALICE", "paused"), ("U0BOB", "resumed"),
+    ]
+    text = w.status_reply().messages[0].plain_text()
+    assert "last poll" in text and "next poll" in text and "posted: 1" in text
+
+
+def test_stop_identity_moves_with_what_stopped_it_not_with_the_revision() -> None:
+    base = Stop("ses_1", "RESTORE_FAILED", "restore_refused", 3, None, 7)
+    assert base.signature == Stop("ses_1", "RESTORE_FAILED", "restore_refused", 3, None, 9).signature
+    assert base.key != Stop("ses_1", "RESTORE_FAILED", "restore_refused", 3, None, 9).key
+    assert base.signature != Stop("ses_1", "RESTORE_FAILED", "restore_refused", 4, None, 7).signature
+    assert base.signature != Stop("ses_1", "OUTCOME_UNKNOWN", None, None, "turn_9", 7).signature
+
+
+def test_watch_store_needs_its_migrations(tmp_path: Path) -> None:
+    from bot.errors import StoreError
+    from bot.store import Store
+
+    with pytest.raises(StoreError, match="'watch' migrations"):
+        WatchStore(Store(tmp_path / "x.db"), "default")
+
+
+def test_quiet_hours_hold_posts_and_end_with_one_digest(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock,
+    tmp_path: Path,
+) -> None:
+    # The test clock reads 11:00 in Berlin: quiet until 11:30.
+    runbooks = edited_runbooks(tmp_path, '  # quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Berlin}',
+        '  quiet_hours: {start: "11:00", end: "11:30", time_zone: Europe/Berlin}',)
+    ids = _healthy(sbx, 4)
+    a, b = make_watcher(runbooks_dir=runbooks), make_watcher(runbooks_dir=runbooks)
+    for sid in ids[:3]:
+        sbx.admin.stop(sid)
+    a.poll_once()
+    b.poll_once()
+    assert _roots(slack_api) == []
+    assert "held for the quiet-hours digest: 3" in a.status_reply().messages[0].plain_text()
+    clock.advance(31 * 60)
+    sbx.admin.stop(ids[3])
+    b.poll_once()
+    a.poll_once()
+    digests = [t for t in _roots(slack_api) if "Quiet hours are over (11:00–11:30 Europe/Berlin)" in t]
+    assert len(digests) == 1, _roots(slack_api)
+    assert all(sid in digests[0] for sid in ids[:3]) and "3 session(s) stopped meanwhile" in digests[0]
+    assert len(_named(slack_api, ids[3])) == 1 and all(_named(slack_api, sid) == [] for sid in ids[:3])
+    assert [s.outcome for s in a.store.steps() if s.step == "watch_digest"] == ["taken"]
+
+
+def test_each_shift_change_posts_one_hand_off_across_two_bots_and_a_restart(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock,
+    tmp_path: Path,
+) -> None:
+    # The test clock reads 11:00 in Berlin: a shift changes now, and at 11:30.
+    runbooks = edited_runbooks(tmp_path, '# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
+        'handoff: {times: ["11:00", "11:30"], time_zone: Europe/Berlin}',)
+    (sid,) = _healthy(sbx, 1)
+    sbx.admin.stop(sid)
+    a, b = make_watcher(runbooks_dir=runbooks), make_watcher(runbooks_dir=runbooks)
+    a.poll_once()
+    b.poll_once()
+    handoffs = [t for t in _roots(slack_api) if "Shift change 11:00 Europe/Berlin: hand-off." in t]
+    assert len(handoffs) == 1, _roots(slack_api)
+    (root,) = [p for p in slack_api.roots(CHANNEL) if "Shift change" in p.text]
+    assert "1 open case(s)" in root.text
+    assert sid in "\n".join(p.all_text() for p in slack_api.thread(CHANNEL, root.ts))  # the case, in its thread
+    clock.advance(600)
+    restarted = make_watcher(runbooks_dir=runbooks)
+    restarted.poll_once()
+    b.poll_once()
+    assert len([t for t in _roots(slack_api) if "Shift change" in t]) == 1
+    clock.advance(20 * 60)  # 11:30
+    b.poll_once()
+    restarted.poll_once()
+    later = [t for t in _roots(slack_api) if "Shift change 11:30 Europe/Berlin" in t]
+    assert len(later) == 1 and "Watch saw 1 new stop(s) during the shift that ended." in later[0]
+    assert [s.outcome for s in a.store.steps() if s.step == "handoff"].count("posted_by_watch") == 2
+
+
+
+def test_a_failing_listing_of_many_pages_misses_nothing_and_posts_nothing_twice(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, tmp_path: Path
+) -> None:
+    runbooks = edited_runbooks(tmp_path, "bulk_page_size: {count: 500,", "bulk_page_size: {count: 2,")
+    ids = _healthy(sbx, 7)
+    w = make_watcher(runbooks_dir=runbooks)
+    assert w.client.list_sessions_needing_operator(None, limit=2).next is None  # nothing stopped yet
+    for sid in ids[:3]:
+        sbx.admin.stop(sid)
+    assert w.poll_once().complete
+    for sid in ids[3:]:
+        sbx.admin.stop(sid)
+    assert w.client.list_sessions_needing_operator(None, limit=2).next is not None  # four pages now
+    sbx.admin.fault("server_error", "/v1/sessions", method="GET", times=None, status=503)
+    assert not w.poll_once().complete
+    sbx.admin.clear_faults()
+    result = w.poll_once()
+    assert result.complete and result.listed == 7
+    for sid in ids:
+        assert len(_named(slack_api, sid)) == 1, sid
