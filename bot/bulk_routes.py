@@ -53,7 +53,7 @@ def batch_verb(
             session_id=batch.id), ok=False)
     if kind == StepKind.CONFIRM:
         return bulk.batches.approve(actor, channel, batch_id, reporter)
-    if batch is not None and actor != batch.requester:
+    if batch is not None and not bulk.batches.is_requester(actor, batch):
         return Reply.of(Message(
             headline=f"only {ref(batch.requester)}, who asked for it, withdraws batch {batch.id}",
             level="error", lines=[f"A second person turns it down with `/recover reject {batch.id}`."],

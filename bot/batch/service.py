@@ -35,6 +35,7 @@ from bot.decisions import (
     decision_policy,
     person_of,
     requester_refusal,
+    same_person,
 )
 from bot.diagnosis import facts as F
 from bot.errors import CommandError, ControlHostError
@@ -236,13 +237,17 @@ class BatchService:
             return _refuse(f"batch {batch.id} is already {fresh.state if fresh else 'gone'}: nothing more to do")
         return self.execute(batch.id, actor, reporter)
 
+    def is_requester(self, actor: str, batch: Batch) -> bool:
+        """The requester under any of their names (a console login and its Slack id are one person)."""
+        return same_person(actor, batch.requester, self.decisions.console_users)
+
     def reject(self, actor: str, channel: str | None, batch_id: str, reason: str | None) -> Reply:
         batch = self.batches.get(batch_id)
         if batch is None:
             return _refuse(f"no batch {batch_id!r}")
         if not channel_allowed(channel, self.decisions.channels):
             return _refuse("batch rejections are refused outside the recovery channels (RECOVER_CHANNELS)")
-        state = RequestState.WITHDRAWN if actor == batch.requester else RequestState.REJECTED
+        state = RequestState.WITHDRAWN if self.is_requester(actor, batch) else RequestState.REJECTED
         if state == RequestState.REJECTED:
             evidence, _ = approval_evidence_of(actor, self.decisions.approvers, self.decisions.directory,
                                                self.decisions.console_users)

@@ -84,3 +84,21 @@ def test_confirm_is_not_a_second_persons_approval(incident_sandbox: SandboxHandl
     pending = _text(_run(router, "/recover pending"))
     assert "a second person (anyone; not @alice)" in pending and f"/recover approve {batch_id}" in pending
     assert not incident_sandbox.admin.effect_counts()
+
+
+def test_the_requester_under_their_other_name_withdraws_and_does_not_reject(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    """A console login and its mapped Slack id are one person: their reject of their own batch is a
+    withdrawal (recorded as such), never a second person's rejection."""
+    made = make_incident(incident_sandbox, {"startup_stopped": 2})["startup_stopped"]
+    router = bulk_router(incident_sandbox, tmp_path, console_users={"root": "U0ALICE01"})
+    reply = router.handle_text(
+        f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "repo back"',
+        actor="console:root", channel="console", reporter=ListReporter(),
+    )
+    batch_id = next(m.ref for m in reply.messages if m.kind == "batch_request" and m.ref)
+    by_slack = _run(router, f"/recover withdraw {batch_id}", actor="U0ALICE01")
+    assert by_slack.ok, _text(by_slack)
+    assert router.services.bulk.batches.batches.get(batch_id).state == "withdrawn"
+    assert not incident_sandbox.admin.effect_counts()
