@@ -149,14 +149,13 @@ def test_audit_verify_says_an_unkeyed_store_is_one_with_a_status_of_its_own(tmp_
 
 
 def test_compose_passes_every_secret_as_a_file_never_as_a_value() -> None:
-    import yaml
 
     from bot.settings import SECRET_NAMES
-    from tests.install.test_lock import _ComposeLoader
+    from tests.install._compose import load_compose
 
     deploy = Path(__file__).resolve().parents[2] / "deploy"
-    base = yaml.load((deploy / "docker-compose.yml").read_text(), Loader=_ComposeLoader)
-    socket_mode = yaml.load((deploy / "docker-compose.socket-mode.yml").read_text(), Loader=_ComposeLoader)
+    base = load_compose(deploy / "docker-compose.yml")
+    socket_mode = load_compose(deploy / "docker-compose.socket-mode.yml")
     for data in (base, socket_mode):
         bot = data["services"]["recover-bot"]
         env, declared = bot["environment"], {**base["secrets"], **(data.get("secrets") or {})}

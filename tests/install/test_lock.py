@@ -14,9 +14,10 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.install._compose import load_compose
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "requirements.lock"
@@ -116,7 +117,7 @@ def test_the_dockerfile_installs_the_lock_with_hashes_on_a_base_pinned_by_digest
 
 def test_every_image_compose_pulls_is_a_full_version_or_a_digest() -> None:
     for name in ("docker-compose.yml", "docker-compose.socket-mode.yml"):
-        data = yaml.load((ROOT / "deploy" / name).read_text(), Loader=_ComposeLoader)
+        data = load_compose(ROOT / "deploy" / name)
         for service, spec in data.get("services", {}).items():
             image = spec.get("image")
             if image is None or "build" in spec:
@@ -124,21 +125,6 @@ def test_every_image_compose_pulls_is_a_full_version_or_a_digest() -> None:
             assert re.fullmatch(r"[a-z0-9./-]+:\d+\.\d+\.\d+(@sha256:[a-f0-9]{64})?", image) or DIGEST.match(image), (
                 f"{name}: {service}: {image} is not pinned to a full version or a digest"
             )
-
-
-class _ComposeLoader(yaml.SafeLoader):
-    """Compose's merge tags (!reset, !override) read as their plain values."""
-
-
-for _tag in ("!reset", "!override"):
-    _ComposeLoader.add_constructor(
-        _tag,
-        lambda loader, node: (
-            loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode)
-            else loader.construct_mapping(node) if isinstance(node, yaml.MappingNode)
-            else loader.construct_scalar(node)
-        ),
-    )
 
 
 def test_the_build_context_is_only_what_the_dockerfile_copies() -> None:
