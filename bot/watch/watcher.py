@@ -178,7 +178,7 @@ class Watcher:
                     listed.add(session.id)
                     claim = self._claim(session, now, paused, quiet, known)
                     if claim is not None:
-                        # Claimed, then posted at once: a kill leaves at most this one unconfirmed.
+                        # Claimed, then posted at once: a kill leaves this one to be taken over.
                         result.claimed.append(claim)
                         self._say(claim, now)
                 if not page.next or page.next == cursor:
