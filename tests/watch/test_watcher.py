@@ -173,6 +173,31 @@ def test_a_kill_after_slack_answered_but_before_the_ts_was_stored_posts_no_dupli
     assert slack_api.calls_to("conversations.history")
 
 
+def test_a_kill_after_a_thread_reply_reached_slack_posts_no_second_reply(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    """A flapping session's stop is said in its case's thread: the taker looks there (conversations.replies)."""
+    (sid,) = _healthy(sbx, 1)
+    first = make_watcher()
+    sbx.admin.stop(sid, failures=3)
+    first.poll_once()
+    (root,) = slack_api.roots(CHANNEL)
+    sbx.admin.settle(sid)
+    first.poll_once()
+    clock.advance(120)
+    sbx.admin.stop(sid, failures=3)
+    dying = make_watcher()
+    dying.poster = DiesAfterPost(dying.poster)  # type: ignore[arg-type]
+    with pytest.raises(Killed):
+        dying.poll_once()
+    clock.advance(121)
+    first.poll_once()
+    first.poll_once()
+    replies = [p.text for p in slack_api.thread(CHANNEL, root.ts) if p.ts != root.ts]
+    assert len([t for t in replies if f"Stopped again: {sid}" in t]) == 1, replies
+    assert slack_api.calls_to("conversations.replies") and first.status().counts == {"posted": 2}
+
+
 def test_restart_posts_what_stopped_while_down_and_nothing_twice(
     sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
 ) -> None:
