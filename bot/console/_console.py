@@ -15,12 +15,15 @@ from typing import Any, TextIO
 
 from bot.buttons import BadButtonValue, DecisionChoice
 from bot.console._shell import LineEditor, SeenIds, line_editor, state_dir
+from bot.console.watching import ConsoleWatchPoster
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
 from bot.messages import DETAILS_KIND, Button, Message, Reply, brief, details_target
 from bot.redact import redact
 from bot.routing import Completions, RouterProtocol
+from bot.services import build_watcher
 from bot.vocab import Action
+from bot.watch import Watcher
 
 DEMO_USERS = ("alice", "bob")
 # The demo's logins as RECOVER_CONSOLE_USERS would map them: two people, so bob may approve alice's
@@ -36,6 +39,7 @@ CONSOLE_HELP = """Console commands:
   :pass                run one sandbox scheduler pass (confirms stopped workers gone, R3.9; demo only)
   :advance <seconds>   move the sandbox clock forward (backoffs end, requests expire; demo only)
   :release [session]   end the workspace reclamation of a session (all when none is named; demo only)
+  :stop <session>      stop a scenario's session now; watch mode polls once and posts it here (demo only)
   :help                this help and the /recover commands
   :quit                leave"""
 
@@ -92,6 +96,7 @@ class _Console:
         history: Path | None = None,
     ) -> None:
         self.sandbox = sandbox
+        self.watcher: Watcher | None = None  # built by the first :stop (the demo's watch channel is here)
         self.router = router
         self.users = list(users) or ["operator"]
         self.user = self.users[0]
@@ -222,6 +227,8 @@ class _Console:
             self.switch_user(arg)
         elif name in (":pass", ":advance", ":release"):
             self.drive_sandbox(name, arg)
+        elif name == ":stop":
+            self.stop_and_watch(arg)
         else:
             self.fail(f"unknown console command {name!r}; type :help")
         return True
@@ -256,6 +263,38 @@ class _Console:
             self.fail(f"{name}: {redact(str(exc))}")
             return
         self.show_expired()
+
+    def stop_and_watch(self, arg: str) -> None:
+        """``:stop <session>``: the sandbox stops it (recovery_required), and the watcher polls once,
+        posting what is new to the console as it would to the watch channel (R2.1, R3.1)."""
+        if self.sandbox is None:
+            self.fail(":stop works only against the embedded sandbox (recover-bot demo).")
+            return
+        scenarios = getattr(self.sandbox, "scenarios", {}) or {}
+        session_id = scenarios[arg].session_id if arg in scenarios else arg
+        if not session_id:
+            self.fail(":stop takes a scenario's session id, e.g. :stop " + next(
+                (s.session_id for s in scenarios.values()), "<session_id>"))
+            return
+        services = getattr(self.router, "services", None)
+        if self.watcher is None and services is not None:
+            self.watcher = build_watcher(services, ConsoleWatchPoster(self.show), channel="console")
+            if self.watcher is not None and services.bulk is not None:
+                services.bulk.watcher = self.watcher  # `/recover watch` shows its state, as in Slack
+        if self.watcher is None:
+            self.fail(":stop needs the runbook's watch: section.")
+            return
+        try:
+            self.sandbox.admin.stop(session_id)
+        except Exception as exc:  # noqa: BLE001 - the sandbox's own error (an unknown session), shown
+            self.fail(f":stop: {redact(str(exc))}")
+            return
+        self.write(f"Sandbox: {session_id} stopped (recovery_required). Watch polls once:")
+        result = self.watcher.poll_once()
+        if not result.complete:
+            self.fail(f"Watch could not read the listing: {result.error}")
+        elif not result.claimed:
+            self.write("Watch posted nothing new: each stop is posted once (`/recover watch` shows its state).")
 
     def show_expired(self) -> None:
         """Approval requests that expired meanwhile, shown as their updated messages."""

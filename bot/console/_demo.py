@@ -120,7 +120,8 @@ def _banner(handle: object, users: tuple[str, ...]) -> str:
     lines.append("Try: /recover diagnose <session_id>    (:help lists every command)")
     lines.append(
         "The sandbox's clock moves when you wait (each wait step runs a scheduler pass) or with "
-        "`:advance <seconds>`; `:pass` runs a scheduler pass now, `:release` ends a workspace reclamation."
+        "`:advance <seconds>`; `:pass` runs a scheduler pass now, `:release` ends a workspace reclamation, "
+        "`:stop <session_id>` stops a session and lets watch mode post it here."
     )
     return "\n".join(lines) + "\n"
 

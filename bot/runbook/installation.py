@@ -163,7 +163,8 @@ WATCH_VALUES: dict[str, str] = {
 class WatchSectionSpec(Model):
     """The watcher (proactive detection): how often the listing is polled, how long a stop's key keeps
     it from being posted again, how long a session that stops again updates its case's thread instead
-    of opening one, and how many new stops within ``storm_window`` become one triage message. Each
+    of opening one, how many new stops within ``storm_window`` become one triage message, and how long
+a claimed stop stays its process's before a live watcher takes it over (``claim_lease``). Each
     value is written like a limit (``{duration: 30s, help: …}``)."""
 
     poll_interval: LimitSpec
@@ -171,6 +172,7 @@ class WatchSectionSpec(Model):
     flap_window: LimitSpec
     storm_threshold: LimitSpec
     storm_window: LimitSpec
+    claim_lease: LimitSpec
     quiet_hours: QuietHoursSpec | None = None
     rules: list[str] = Field(default_factory=list)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+from typing import Any
 
 from bot.messages import Message
 from bot.router import Router
@@ -10,6 +12,9 @@ from bot.services import build_watcher
 from bot.slack.state import Location
 from bot.slack.web import SlackOut
 from bot.watch import Watcher
+
+#: Pages of 200 messages read back when looking for a dead owner's post (its lease is minutes old).
+FIND_PAGES = 10
 
 
 class SlackWatchPoster:
@@ -23,6 +28,25 @@ class SlackWatchPoster:
 
     def update(self, channel: str, ts: str, message: Message) -> bool:
         return self.out.update(channel, ts, message)
+
+    def find(self, channel: str, text: str, thread_ts: str | None = None) -> str | None:
+        """conversations.history (or .replies under a thread), newest first, for a message whose text
+        or blocks contain ``text``; a Slack error raises, so the caller never posts blind."""
+        cursor: str | None = None
+        for _ in range(FIND_PAGES):
+            args: dict[str, Any] = {"channel": channel, "limit": 200, **({"cursor": cursor} if cursor else {})}
+            if thread_ts:
+                data = self.out.client.conversations_replies(ts=thread_ts, **args).data
+            else:
+                data = self.out.client.conversations_history(**args).data
+            assert isinstance(data, dict)
+            for msg in data.get("messages") or []:
+                if text in str(msg.get("text", "")) or text in json.dumps(msg.get("blocks") or []):
+                    return str(msg["ts"])
+            cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
+            if not data.get("has_more") or not cursor:
+                return None
+        return None
 
 
 def attach_watch(router: object, out: SlackOut, *, start: bool = True) -> Watcher | None:

@@ -2,9 +2,11 @@
 
 Two bot processes on one file, a restart or a SIGKILL between the commit and the post never post a
 stop twice: the key's row is written under the store's ``BEGIN IMMEDIATE`` lock with the
-``watch_stop`` step in the same commit, and only the process whose insert made the row posts. The
-price is at most once: a process killed between the commit and Slack's answer leaves the stop
-``claimed`` (shown by ``/recover watch``), never re-posted.
+``watch_stop`` step in the same commit, and only the process whose insert made the row posts. A
+claim carries a lease (its owner and an expiry, the runbook's ``watch: claim_lease``): a process
+killed between the commit and Slack's answer leaves the stop ``claimed`` until the lease runs out,
+then one live watcher takes it over (:meth:`WatchStore.take_over`, under the same lock) and looks
+for the stop's key in the channel before it posts, so it is neither missed nor said twice.
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ def _m0001(db: Database) -> None:
         db.execute(sql)
 
 
+@migrations(name="0002_watch_stops_lease")
+def _m0002(db: Database) -> None:
+    """A claim's lease: until when its owner may still be posting it (then a live watcher takes over)."""
+    db.execute("ALTER TABLE watch_stops ADD COLUMN lease_until TEXT")
+
+
 @dataclass(frozen=True)
 class Claim:
     """A stop this process claimed: it, and only it, says it in the channel."""
@@ -68,6 +76,11 @@ class Claim:
     stop: Stop
     state: str
     thread_ts: str | None = None  # the case's root message, when the session is flapping
+
+
+def _step_actor(owner: str) -> str:
+    """Steps name the watcher (``watch``), not the process that owns the lease (``watch:host:pid:…``)."""
+    return owner.split(":", 1)[0]
 
 
 def _iso(when: datetime) -> str:
@@ -95,8 +108,10 @@ class WatchStore:
         storm_threshold: int,
         paused: bool,
         quiet: bool = False,
+        lease: float,
     ) -> Claim | None:
-        """Commit the stop's key and its ``watch_stop`` step, or None when it was already seen."""
+        """Commit the stop's key, its lease (``actor`` owns it for ``lease`` seconds) and its
+        ``watch_stop`` step, or None when it was already seen."""
         inst = self.installation
         with self.store.write() as db:
             conn = db.conn
@@ -147,11 +162,12 @@ class WatchStore:
                     "state": state,
                     "claimed_by": actor,
                     "root_ts": thread_ts,
+                    "lease_until": _iso(now + timedelta(seconds=lease)),
                 }
             )
             self.store.record_step(
                 stop.session_id,
-                actor,
+                _step_actor(actor),
                 Step.WATCH_STOP,
                 {"key": stop.key, "installation": inst, "revision": stop.revision},
                 state,
@@ -160,6 +176,33 @@ class WatchStore:
                 db=db,
             )
         return Claim(stop=stop, state=state, thread_ts=thread_ts)
+
+    def take_over(self, *, actor: str, now: datetime, lease: float) -> list[Claim]:
+        """Claims whose lease ran out unposted (their owner died between the commit and Slack's
+        answer), now owned by ``actor`` for ``lease`` seconds: the caller looks for each in the channel
+        before it posts. Taken under the write lock, so one process takes each."""
+        with self.store.write() as db:
+            rows = db.conn.execute(
+                "SELECT key, session_id, signature, revision, state, root_ts, claimed_by FROM watch_stops "
+                "WHERE installation = ? AND state IN (?, ?) AND posted_at IS NULL "
+                "AND (lease_until IS NULL OR lease_until < ?) ORDER BY first_seen_at, session_id",
+                [self.installation, CLAIMED, THREAD, _iso(now)],
+            ).fetchall()
+            taken: list[Claim] = []
+            for key, sid, signature, revision, state, root_ts, owner in rows:
+                db.conn.execute(
+                    "UPDATE watch_stops SET claimed_by = ?, lease_until = ? WHERE key = ?",
+                    [actor, _iso(now + timedelta(seconds=lease)), key],
+                )
+                code, reason, failures, turn = json.loads(signature)
+                stop = Stop(str(sid), code, reason, failures, turn, revision)
+                self.store.record_step(
+                    stop.session_id, _step_actor(actor), Step.WATCH_STOP,
+                    {"key": key, "installation": self.installation, "revision": revision},
+                    "taken_over", detail={"from": owner, "state": state}, db=db,
+                )
+                taken.append(Claim(stop=stop, state=str(state), thread_ts=str(root_ts) if root_ts else None))
+        return taken
 
     def active(self) -> set[tuple[str, str]]:
         """(session, signature) of every live stop, read once per poll: a stop already seen costs no

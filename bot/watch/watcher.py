@@ -3,15 +3,20 @@
 Plain Python that the Slack app, the console and tests all call (``poll_once`` per interval, or
 ``run`` on a thread). It reads through the paced bulk client that triage uses, diagnoses through
 ``diagnose``'s own Diagnoser and turns a burst into the existing triage: it decides nothing itself.
-Each stop's key is committed before it is posted (bot/watch/store.py), so two bots, a restart or a
-SIGKILL never post one twice, and a stop that happened while the bot was down is posted at its start.
+Each stop's key is committed with a lease before it is posted (bot/watch/store.py), so two bots, a
+restart or a SIGKILL never post one twice; a claim whose owner died unposted is taken over once its
+lease runs out, found in the channel by its key (said in the post) or else posted; a stop that happened
+while the bot was down is posted at its start.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import socket
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -44,12 +49,22 @@ DIGEST_LINES = 20
 FAILING_AFTER = 3
 
 
+def key_line(key: str) -> str:
+    """The stop's dedup key as said in its post: a watcher taking over a dead owner's claim finds it."""
+    return f"Watch key {key}"
+
+
 class Poster(Protocol):
     """Where the watcher speaks (Slack's chat.postMessage / chat.update, or a test's list)."""
 
     def post(self, channel: str, message: Message, thread_ts: str | None = None) -> str | None: ...
 
     def update(self, channel: str, ts: str, message: Message) -> bool: ...
+
+    def find(self, channel: str, text: str, thread_ts: str | None = None) -> str | None:
+        """The ts of a message in the channel (or the thread) that contains ``text``, else None;
+        raises when the channel cannot be read (then nothing is posted)."""
+        ...
 
 
 class CaseDiagnoser(Protocol):
@@ -100,6 +115,8 @@ class Watcher:
         self.channel = channel
         self.installation = installation
         self.saved = WatchStore(store, installation)
+        # The lease owner: this process (two watchers of one process are two owners too).
+        self.owner = f"{ACTOR}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.store = store
         self.interval = interval if interval is not None else self.spec.seconds("poll_interval")
         self.handoff = handoff  # the ``handoff`` command's own digest (cases, requests, batches)
@@ -134,6 +151,7 @@ class Watcher:
             self.last_poll = now
             self.next_poll = now + timedelta(seconds=self.interval)
             result = self._read_and_claim(now)
+            self._take_over(now)
             self._health(result, now)
             if result.complete:
                 self.seen = result.listed
@@ -160,7 +178,7 @@ class Watcher:
                     listed.add(session.id)
                     claim = self._claim(session, now, paused, quiet, known)
                     if claim is not None:
-                        # Claimed, then posted at once: a kill leaves at most this one unconfirmed.
+                        # Claimed, then posted at once: a kill leaves this one to be taken over.
                         result.claimed.append(claim)
                         self._say(claim, now)
                 if not page.next or page.next == cursor:
@@ -183,7 +201,8 @@ class Watcher:
             return None
         return self.saved.claim(
             stop,
-            actor=ACTOR,
+            actor=self.owner,
+            lease=self.spec.seconds("claim_lease"),
             now=now,
             flap_window=self.spec.seconds("flap_window"),
             storm_window=self.spec.seconds("storm_window"),
@@ -199,6 +218,21 @@ class Watcher:
             turns = self.client.list_turns(session.id, status="outcome_unknown")
             turn_id = turns[0].id if turns else None
         return stop_of(session, turn_id)
+
+    def _take_over(self, now: datetime) -> None:
+        """Claims left unposted past their lease (the owner was killed): look for each in the channel
+        by its key first (it may have reached Slack before the kill), record it if found, else post it."""
+        for claim in self.saved.take_over(actor=self.owner, now=now, lease=self.spec.seconds("claim_lease")):
+            try:
+                ts = self.poster.find(self.channel, key_line(claim.stop.key), claim.thread_ts)
+            except Exception:  # noqa: BLE001 - unreadable channel: never post blind; the lease runs out again
+                log.exception("watch: cannot look for the stop of %s in the channel", claim.stop.session_id)
+                self.errors += 1
+                continue
+            if ts is not None:
+                self.saved.posted(claim.stop.key, self.channel, ts, root_ts=claim.thread_ts or ts, now=now)
+            else:
+                self._say(claim, now)
 
     # -- saying it -----------------------------------------------------------------------------
 
@@ -218,7 +252,8 @@ class Watcher:
         if claim.state == THREAD:
             assert claim.thread_ts is not None
             head = dataclasses.replace(
-                first, headline=f"Stopped again: {sid} ({claim.stop.describe()}). {first.headline}", session_id=sid
+                first, headline=f"Stopped again: {sid} ({claim.stop.describe()}). {first.headline}", session_id=sid,
+                lines=[*first.lines, key_line(claim.stop.key)],
             )
             ts = self.poster.post(self.channel, head, claim.thread_ts)
             for message in rest:
@@ -226,7 +261,8 @@ class Watcher:
             self.saved.posted(claim.stop.key, self.channel, ts, root_ts=claim.thread_ts, now=now)
             return
         head = dataclasses.replace(
-            first, headline=f"Stopped: {sid} ({claim.stop.describe()}). {first.headline}", session_id=sid
+            first, headline=f"Stopped: {sid} ({claim.stop.describe()}). {first.headline}", session_id=sid,
+            lines=[*first.lines, key_line(claim.stop.key)],
         )
         ts = self.poster.post(self.channel, head)
         for message in rest:

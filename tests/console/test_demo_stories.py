@@ -81,3 +81,16 @@ def test_docker_only_commands_say_they_need_a_docker_engine(
     if not Path("/var/run/docker.sock").exists():  # how to give it one
         assert "DOCKER_HOST=unix:///var/run/docker.sock recover-bot demo" in out
     assert "RECOVER_INSTALLATION is not set" not in out
+
+
+def test_stop_lets_a_person_watch_the_watcher_post_each_stop_once(demo_sandbox: SandboxHandle, tmp_path: Path) -> None:
+    """`:stop <session>` stops it in the sandbox and the watcher polls once, posting to the console as
+    to the watch channel; the same stop again is not posted twice (R2.1, R3.1)."""
+    sid = "ses_resume_reclaiming"
+    script = f":stop ses_closed\n:advance 600\n:stop {sid}\n:stop {sid}\n/recover watch\n"
+    code, out = _demo(demo_sandbox, tmp_path, script)
+    first, second, third = out.split("Watch polls once:")[1:]
+    assert "Many sessions stopped at once" in first  # the scenarios already stopped: more than the storm threshold
+    assert second.count(f"Stopped: {sid} (RESTORE_FAILED") == 1, second
+    assert "Watch posted nothing new" in third and "Stopped:" not in third.split("alice> /recover watch")[0]
+    assert "posted" in third.split("alice> /recover watch")[1]

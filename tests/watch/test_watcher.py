@@ -104,22 +104,98 @@ def test_two_watchers_on_one_store_post_each_stop_exactly_once(
     assert a.status().posted == len(ids)
 
 
-def test_a_claimed_stop_is_never_posted_again_after_a_kill(
-    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn
+class Killed(BaseException):
+    """The process dies here (a BaseException: no ``except Exception`` of the watcher catches it)."""
+
+
+class DiesAfterPost:
+    """The real Slack poster, and the process killed once Slack answered its first post (the ts
+    never reaches the store)."""
+
+    def __init__(self, inner: SlackWatchPoster) -> None:
+        self.inner = inner
+
+    def post(self, channel: str, message: Any, thread_ts: str | None = None) -> str | None:
+        self.inner.post(channel, message, thread_ts)
+        raise Killed
+
+    def update(self, channel: str, ts: str, message: Any) -> bool:
+        return self.inner.update(channel, ts, message)
+
+    def find(self, channel: str, text: str, thread_ts: str | None = None) -> str | None:
+        return self.inner.find(channel, text, thread_ts)
+
+
+def test_a_claim_killed_before_its_post_is_taken_over_once_its_lease_runs_out(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
 ) -> None:
-    """The key is committed before the post: a process killed between the two leaves it claimed."""
+    """The key is committed before the post: a process killed between the two leaves it claimed
+    until its lease runs out; then one live watcher, finding nothing in the channel, posts it."""
     (sid,) = _healthy(sbx, 1)
     sbx.admin.stop(sid)
     first = make_watcher()
     session = first.client.get_session(sid)
-    claim = first.saved.claim(first._stop_of(session), actor="watch", now=first.clock.now(), flap_window=3600,
-                              storm_window=300, storm_threshold=10, paused=False)
+    claim = first.saved.claim(first._stop_of(session), actor=first.owner, now=first.clock.now(), flap_window=3600,
+                              storm_window=300, storm_threshold=10, paused=False, lease=120)
     assert claim is not None  # committed; the process "dies" before posting
-    second = make_watcher()
+    second, third = make_watcher(), make_watcher()
     second.poll_once()
-    assert _roots(slack_api) == []
+    assert _roots(slack_api) == []  # its owner may still be posting it
     assert second.status().counts == {"claimed": 1}
     assert "claimed, post unconfirmed" in second.status_reply().messages[0].plain_text()
+    clock.advance(121)
+    second.poll_once()
+    third.poll_once()
+    assert len(_named(slack_api, sid)) == 1 and second.status().counts == {"posted": 1}
+    assert len(slack_api.calls_to("conversations.history")) == 1  # looked first, then posted
+    taken = [s for s in second.store.steps() if s.step == "watch_stop" and s.outcome == "taken_over"]
+    assert len(taken) == 1 and taken[0].actor == "watch"
+
+
+def test_a_kill_after_slack_answered_but_before_the_ts_was_stored_posts_no_duplicate(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    (sid,) = _healthy(sbx, 1)
+    sbx.admin.stop(sid)
+    first = make_watcher()
+    first.poster = DiesAfterPost(first.poster)  # type: ignore[arg-type]
+    with pytest.raises(Killed):
+        first.poll_once()
+    assert len(_named(slack_api, sid)) == 1  # in the channel, but the store never heard
+    second = make_watcher()
+    second.poll_once()
+    assert second.status().counts == {"claimed": 1}  # within the lease: left to its owner
+    clock.advance(121)
+    second.poll_once()
+    second.poll_once()
+    assert len(_named(slack_api, sid)) == 1  # found by its key, not posted again
+    assert second.status().counts == {"posted": 1}
+    assert slack_api.calls_to("conversations.history")
+
+
+def test_a_kill_after_a_thread_reply_reached_slack_posts_no_second_reply(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    """A flapping session's stop is said in its case's thread: the taker looks there (conversations.replies)."""
+    (sid,) = _healthy(sbx, 1)
+    first = make_watcher()
+    sbx.admin.stop(sid, failures=3)
+    first.poll_once()
+    (root,) = slack_api.roots(CHANNEL)
+    sbx.admin.settle(sid)
+    first.poll_once()
+    clock.advance(120)
+    sbx.admin.stop(sid, failures=3)
+    dying = make_watcher()
+    dying.poster = DiesAfterPost(dying.poster)  # type: ignore[arg-type]
+    with pytest.raises(Killed):
+        dying.poll_once()
+    clock.advance(121)
+    first.poll_once()
+    first.poll_once()
+    replies = [p.text for p in slack_api.thread(CHANNEL, root.ts) if p.ts != root.ts]
+    assert len([t for t in replies if f"Stopped again: {sid}" in t]) == 1, replies
+    assert slack_api.calls_to("conversations.replies") and first.status().counts == {"posted": 2}
 
 
 def test_restart_posts_what_stopped_while_down_and_nothing_twice(
