@@ -15,13 +15,12 @@ from typing import Any, TextIO
 
 from bot.buttons import BadButtonValue, DecisionChoice
 from bot.console._shell import LineEditor, SeenIds, line_editor, state_dir
-from bot.console.watching import ConsoleWatchPoster
+from bot.console.watching import stop_and_watch
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
 from bot.messages import DETAILS_KIND, Button, Message, Reply, brief, details_target
 from bot.redact import redact
 from bot.routing import Completions, RouterProtocol
-from bot.services import build_watcher
 from bot.vocab import Action
 from bot.watch import Watcher
 
@@ -265,36 +264,8 @@ class _Console:
         self.show_expired()
 
     def stop_and_watch(self, arg: str) -> None:
-        """``:stop <session>``: the sandbox stops it (recovery_required), and the watcher polls once,
-        posting what is new to the console as it would to the watch channel (R2.1, R3.1)."""
-        if self.sandbox is None:
-            self.fail(":stop works only against the embedded sandbox (recover-bot demo).")
-            return
-        scenarios = getattr(self.sandbox, "scenarios", {}) or {}
-        session_id = scenarios[arg].session_id if arg in scenarios else arg
-        if not session_id:
-            self.fail(":stop takes a scenario's session id, e.g. :stop " + next(
-                (s.session_id for s in scenarios.values()), "<session_id>"))
-            return
-        services = getattr(self.router, "services", None)
-        if self.watcher is None and services is not None:
-            self.watcher = build_watcher(services, ConsoleWatchPoster(self.show), channel="console")
-            if self.watcher is not None and services.bulk is not None:
-                services.bulk.watcher = self.watcher  # `/recover watch` shows its state, as in Slack
-        if self.watcher is None:
-            self.fail(":stop needs the runbook's watch: section.")
-            return
-        try:
-            self.sandbox.admin.stop(session_id)
-        except Exception as exc:  # noqa: BLE001 - the sandbox's own error (an unknown session), shown
-            self.fail(f":stop: {redact(str(exc))}")
-            return
-        self.write(f"Sandbox: {session_id} stopped (recovery_required). Watch polls once:")
-        result = self.watcher.poll_once()
-        if not result.complete:
-            self.fail(f"Watch could not read the listing: {result.error}")
-        elif not result.claimed:
-            self.write("Watch posted nothing new: each stop is posted once (`/recover watch` shows its state).")
+        """``:stop <session>``: see :func:`bot.console.watching.stop_and_watch`."""
+        self.watcher = stop_and_watch(self.sandbox, self.router, self.watcher, arg, self.show, self.write, self.fail)
 
     def show_expired(self) -> None:
         """Approval requests that expired meanwhile, shown as their updated messages."""
