@@ -222,7 +222,8 @@ def test_every_request_kind_is_acked_promptly(slack_harness) -> None:
     for send in requests:
         t0 = time.monotonic()
         r = send()
-        assert r.status_code == 200 and time.monotonic() - t0 < 1.0
+        # The regression answers after Bolt's ~3 s wait; 2 s leaves room for a loaded 2-core machine.
+        assert r.status_code == 200 and time.monotonic() - t0 < 2.0
     h.settle()
 
 
