@@ -191,7 +191,7 @@ class BatchService:
         # The decisions' identity and approver rules, by Slack id (a console login through its mapping).
         console_users = self.decisions.console_users
         if batch.policy == Policy.CONFIRM:
-            if actor != batch.requester:
+            if not self.is_requester(actor, batch):
                 return _refuse(f"only {ref(batch.requester)}, who asked for it, confirms batch {batch.id}")
             return self._confirm(batch, actor, channel, reporter)
         refusal = approver_refusal(actor, batch, console_users)

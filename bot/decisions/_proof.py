@@ -313,7 +313,7 @@ def _approval_problem(
         evidence = evidence_problem(person, allowed_by, approvers)
         if evidence:
             return f"step {s.seq}: {evidence}"
-    elif s.actor != claim.requester:
+    elif not same_person(s.actor, claim.requester, console_users):  # the approvals' own identity rule
         return f"step {s.seq} is a confirmation by someone other than the requester"
     if not channel_allowed(s.inputs.get("channel"), channels):
         return f"step {s.seq} was given outside the recovery channels"

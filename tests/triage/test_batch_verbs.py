@@ -102,3 +102,28 @@ def test_the_requester_under_their_other_name_withdraws_and_does_not_reject(
     assert by_slack.ok, _text(by_slack)
     assert router.services.bulk.batches.batches.get(batch_id).state == "withdrawn"
     assert not incident_sandbox.admin.effect_counts()
+
+
+def test_the_requester_confirms_under_their_other_name_and_the_gate_sends_it(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    """One identity function on every path: a single-person request (and batch) made from a mapped
+    console login is confirmed by the same person's Slack id, and the gate's proof agrees and sends."""
+    made = make_incident(incident_sandbox, {"startup_stopped": 3})["startup_stopped"]
+    router = bulk_router(incident_sandbox, tmp_path, console_users={"root": "U0ALICE01"})
+    asked = router.handle_text(
+        f'/recover decide {made[0]} start_fresh --reason "repo back"',
+        actor="console:root", channel="console", reporter=ListReporter(),
+    )
+    request_id = next(m.ref for m in asked.messages if m.ref and m.ref.startswith("req_"))
+    confirmed = _run(router, f"/recover confirm {request_id}", actor="U0ALICE01")
+    assert confirmed.ok, _text(confirmed)
+    assert router.services.decisions.requests.get(request_id).state == "executed", _text(confirmed)
+    reply = router.handle_text(
+        f'/recover batch decide --sessions {",".join(made[1:])} start_fresh --reason "repo back"',
+        actor="console:root", channel="console", reporter=ListReporter(),
+    )
+    batch_id = next(m.ref for m in reply.messages if m.kind == "batch_request" and m.ref)
+    done = _run(router, f"/recover confirm {batch_id}", actor="U0ALICE01")
+    assert done.ok and "2/2 accepted" in _text(done), _text(done)
+    assert len(incident_sandbox.admin.effects()) == 3
