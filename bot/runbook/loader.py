@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from bot.errors import RunbookError
 from bot.runbook.checks import Checker, check_branch, check_command, check_decision, dotted
+from bot.runbook.escalation import EscalationSpec
 from bot.runbook.installation import WATCH_VALUES, WatchSectionSpec
 from bot.runbook.model import BranchSpec, RunbookFile, RunbookSet
 from bot.runbook.values import RULE_ID
@@ -179,7 +180,7 @@ def _assemble(parsed: list[tuple[Path, RunbookFile, LineMap]]) -> tuple[RunbookS
                 fallbacks.append(branch)
             else:
                 rs.branches.append(branch)
-        for section in ("reconciler", "workers", "docker", "api", "watch", "handoff"):
+        for section in ("reconciler", "workers", "docker", "api", "watch", "handoff", "escalation"):
             value = getattr(model, section)
             if value is None:
                 continue
@@ -224,7 +225,27 @@ def _assemble(parsed: list[tuple[Path, RunbookFile, LineMap]]) -> tuple[RunbookS
             ck.rules(model.docker.rules, rs.rules, ["docker", "rules"])
         if model.watch is not None:
             _check_watch(ck, rs, model.watch)
+        if model.escalation is not None:
+            _check_escalation(ck, rs, model.escalation)
     return rs, ck.problems
+
+
+def _check_escalation(ck: Checker, rs: RunbookSet, spec: EscalationSpec) -> None:
+    """Rule references resolve, and break-glass names only two-person decisions the runbook has."""
+    ck.rules(spec.rules, rs.rules, ["escalation", "rules"])
+    for i, step in enumerate(spec.steps):
+        ck.rules(step.rules, rs.rules, ["escalation", "steps", i, "rules"])
+    ck.rules(spec.break_glass.rules, rs.rules, ["escalation", "break_glass", "rules"])
+    for i, name in enumerate(spec.break_glass.decisions):
+        decision = rs.decisions.get(name)
+        if decision is None:
+            ck.at(["escalation", "break_glass", "decisions", i], f"no decision named {name!r}")
+        elif (decision.approval is None or decision.approval.policy != "two_person") and not decision.irreversible:
+            # (an irreversible decision without two people is reported by its own check)
+            ck.at(
+                ["escalation", "break_glass", "decisions", i],
+                f"{name!r} is not a two-person decision: break-glass replaces a second person only",
+            )
 
 
 def _check_watch(ck: Checker, rs: RunbookSet, watch: WatchSectionSpec) -> None:

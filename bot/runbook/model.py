@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PrivateAttr, field_validator
 
 from bot.runbook.conditions import Cond
+from bot.runbook.escalation import EscalationSpec
 from bot.runbook.installation import (
     ApiSpec,
     DockerSpec,
@@ -269,6 +270,7 @@ class RunbookFile(Model):
     api: ApiSpec | None = None
     watch: WatchSectionSpec | None = None
     handoff: HandoffSpec | None = None
+    escalation: EscalationSpec | None = None
 
 
 # --- the loaded set ----------------------------------------------------------------------------------
@@ -293,6 +295,7 @@ class RunbookSet:
     api: ApiSpec | None = None
     watch: WatchSectionSpec | None = None
     handoff: HandoffSpec | None = None
+    escalation: EscalationSpec | None = None
 
     def limit(self, name: str) -> float:
         """A limit's value: seconds for durations, bytes for sizes, the number for counts."""

@@ -181,6 +181,8 @@ def test_irreversible_decision_needs_two_people(tmp_path: Path) -> None:
     ]
     # The same decision declared reversible loads (the flag, not the decision's name, carries the rule).
     edit(directory, "    approval: {policy: confirm}\n    irreversible: true\n", "    approval: {policy: confirm}\n    irreversible: false\n")
+    # (break-glass replaces a second person only, so it no longer names close either)
+    edit(directory, "decisions: [close, abandon]", "decisions: [abandon]")
     assert load_runbooks(directory).decisions["close"].policy == "confirm"
 
 

@@ -1,0 +1,43 @@
+"""One installation the bot serves: a control host, its compose project and Docker engine, its channels.
+
+The plain value every part is built from (bot/services.py builds one core per installation). Today's
+single-installation settings (CONTROL_HOST_URL, RECOVER_INSTALLATION, DOCKER_HOST, RECOVER_CHANNELS, …)
+are one installation named ``default``; ``RECOVER_INSTALLATIONS_FILE`` names several.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pydantic import SecretStr
+
+#: The name of the one installation today's single-installation settings describe.
+DEFAULT_INSTALLATION = "default"
+
+#: An installation's name: short, lower case, safe inside ids, file names and Slack text.
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+
+
+@dataclass(frozen=True)
+class InstallationSpec:
+    """What the bot needs to reach and tell apart one installation (never the key in clear text)."""
+
+    name: str
+    control_host_url: str | None
+    api_key: SecretStr | None = field(repr=False)
+    compose_project: str | None = None
+    channels: tuple[str, ...] = ()
+    docker_host: str | None = None
+    watch_channel: str | None = None
+    #: None: the global approvers (RECOVER_APPROVERS); a tuple: this installation's own.
+    approvers: tuple[str, ...] | None = None
+    #: Where the entry was read (``FILE:LINE``), for messages; None for settings.
+    origin: str | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self.name == DEFAULT_INSTALLATION
+
+
+__all__ = ["DEFAULT_INSTALLATION", "NAME_PATTERN", "InstallationSpec"]
