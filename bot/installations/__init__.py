@@ -1,5 +1,19 @@
 """Several installations from one bot: their configuration and which one a command is about."""
 
-from bot.installations.spec import DEFAULT_INSTALLATION, NAME_PATTERN, InstallationSpec
+from bot.installations.spec import (
+    DEFAULT_INSTALLATION,
+    ID_SUFFIX,
+    NAME_PATTERN,
+    InstallationSpec,
+    installation_of_id,
+    qualified_id,
+)
 
-__all__ = ["DEFAULT_INSTALLATION", "NAME_PATTERN", "InstallationSpec"]
+__all__ = [
+    "DEFAULT_INSTALLATION",
+    "ID_SUFFIX",
+    "NAME_PATTERN",
+    "InstallationSpec",
+    "installation_of_id",
+    "qualified_id",
+]

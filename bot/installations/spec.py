@@ -40,4 +40,27 @@ class InstallationSpec:
         return self.name == DEFAULT_INSTALLATION
 
 
-__all__ = ["DEFAULT_INSTALLATION", "NAME_PATTERN", "InstallationSpec"]
+#: The suffix a request, batch or dry-run id of a named installation carries: ``req_3f2a….eu-1``.
+ID_SUFFIX = re.compile(r"\.([a-z][a-z0-9-]{0,30})$")
+
+
+def qualified_id(raw: str, installation: str) -> str:
+    """The id as shown and typed: the default installation's ids stay as they always were; another
+    installation's carry its name after a dot, so an id alone says where it belongs."""
+    return raw if installation == DEFAULT_INSTALLATION else f"{raw}.{installation}"
+
+
+def installation_of_id(qualified: str) -> str:
+    """The installation an id belongs to (``default`` for an id without a suffix)."""
+    match = ID_SUFFIX.search(qualified)
+    return match.group(1) if match else DEFAULT_INSTALLATION
+
+
+__all__ = [
+    "DEFAULT_INSTALLATION",
+    "ID_SUFFIX",
+    "NAME_PATTERN",
+    "InstallationSpec",
+    "installation_of_id",
+    "qualified_id",
+]
