@@ -7,6 +7,7 @@ from bot.installations.spec import (
     InstallationSpec,
     installation_of_id,
     qualified_id,
+    store_path,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "InstallationSpec",
     "installation_of_id",
     "qualified_id",
+    "store_path",
 ]

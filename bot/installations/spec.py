@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pydantic import SecretStr
 
@@ -56,6 +57,16 @@ def installation_of_id(qualified: str) -> str:
     return match.group(1) if match else DEFAULT_INSTALLATION
 
 
+def store_path(db_path: Path, installation: str) -> Path:
+    """Each installation's steps, cases and requests live in a store file of their own, so one
+    installation's chain can never authorise another's send: the default installation keeps
+    ``RECOVER_DB`` itself (today's stores go on as they are), ``eu-1`` gets ``<stem>-eu-1<suffix>``
+    beside it. The Slack app's own tables stay in ``RECOVER_DB``."""
+    if installation == DEFAULT_INSTALLATION:
+        return db_path
+    return db_path.with_name(f"{db_path.stem}-{installation}{db_path.suffix}")
+
+
 __all__ = [
     "DEFAULT_INSTALLATION",
     "ID_SUFFIX",
@@ -63,4 +74,5 @@ __all__ = [
     "InstallationSpec",
     "installation_of_id",
     "qualified_id",
+    "store_path",
 ]
