@@ -21,6 +21,16 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 
 @dataclass(frozen=True)
+class DockerTLS:
+    """The client side of a ``tcp://`` Docker engine's TLS: the CA that signed the engine's certificate
+    (None: the system's CAs) and the client's certificate and key (the engine's ``--tlsverify``)."""
+
+    cert: Path
+    key: Path
+    ca: Path | None = None
+
+
+@dataclass(frozen=True)
 class InstallationSpec:
     """What the bot needs to reach and tell apart one installation (never the key in clear text)."""
 
@@ -35,6 +45,8 @@ class InstallationSpec:
     approvers: tuple[str, ...] | None = None
     #: Where the entry was read (``FILE:LINE``), for messages; None for settings.
     origin: str | None = None
+    #: TLS client files for a ``tcp://`` docker_host (None: plain, e.g. a socket proxy on a private network).
+    docker_tls: DockerTLS | None = None
 
     @property
     def is_default(self) -> bool:
@@ -70,6 +82,7 @@ def store_path(db_path: Path, installation: str) -> Path:
 __all__ = [
     "DEFAULT_INSTALLATION",
     "ID_SUFFIX",
+    "DockerTLS",
     "NAME_PATTERN",
     "InstallationSpec",
     "installation_of_id",

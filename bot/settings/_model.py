@@ -45,7 +45,7 @@ NO_AUDIT_KEY = "none"
 
 # Which settings each part of the bot reads; a subcommand names the groups it uses (bot/cli.py).
 GROUPS: dict[str, tuple[str, ...]] = {
-    "control_host": ("control_host_url", "control_host_api_key", "control_host_api_key_file"),
+    "control_host": ("control_host_url", "control_host_api_key", "control_host_api_key_file", "installations_file"),
     "store": ("db_path",),
     "audit": ("audit_key", "audit_key_file"),
     "slack": (
@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     control_host_url: str | None = Field(None, validation_alias="CONTROL_HOST_URL")
     control_host_api_key: SecretStr | None = Field(None, validation_alias="CONTROL_HOST_API_KEY")
     control_host_api_key_file: Path | None = Field(None, validation_alias="CONTROL_HOST_API_KEY_FILE")
+    # Several installations (bot/installations/loader.py): each names its control host and key there.
+    installations_file: Path | None = Field(None, validation_alias="RECOVER_INSTALLATIONS_FILE")
     db_path: Path = Field(DEFAULT_DB, validation_alias="RECOVER_DB")
     audit_key: SecretStr | None = Field(None, validation_alias="RECOVER_AUDIT_KEY")
     audit_key_file: Path | None = Field(None, validation_alias="RECOVER_AUDIT_KEY_FILE")
@@ -135,7 +137,7 @@ class Settings(BaseSettings):
     _db_path = field_validator("db_path", mode="before")(_parse.db_path)
     _files = field_validator(
         "audit_key_file", "control_host_api_key_file", "slack_bot_token_file", "slack_signing_secret_file",
-        "slack_app_token_file", mode="before",
+        "slack_app_token_file", "installations_file", mode="before",
     )(_parse.optional)  # fmt: skip
     _slack_api_url = field_validator("slack_api_url", mode="before")(_parse.slack_api_url)
     _approvers = field_validator("approvers", mode="before")(_parse.approvers)
@@ -208,6 +210,14 @@ def _key_file_problem(path: Path, exc: BaseException) -> str:
 
 
 def _control_host_missing(s: Settings) -> list[str]:
+    if s.installations_file is not None:
+        # The file names every installation's control host and key; a URL beside it would be a guess.
+        if s.control_host_url:
+            return [
+                "RECOVER_INSTALLATIONS_FILE and CONTROL_HOST_URL are both set: keep one (the file names "
+                "each installation's control_host_url)"
+            ]
+        return []
     problems = []
     if not s.control_host_url:
         problems.append(
