@@ -131,7 +131,11 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_USAGE
     if args.scenarios != "builtin" and not Path(args.scenarios).is_dir():
         raise StartupError(f"--scenarios: {args.scenarios} is not a directory of scenario YAML files")
+    if args.write_installations and not args.installations:
+        raise RecoverError("--write-installations needs --installations, e.g. --installations eu-1,us-1")
     try:
+        if args.installations:
+            return _sandbox_installations(args)
         serve_forever(
             args.host,
             args.port,
@@ -144,6 +148,47 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
         if not is_listen_error(exc):
             raise
         raise listen_error(args.host, args.port, exc, host_name="--host", port_name="--port") from None
+    return EXIT_OK
+
+
+def installation_names(text: str) -> list[str]:
+    """``--installations eu-1,us-1``: names as an installations file takes them, each once."""
+    from bot.installations import NAME_PATTERN
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if not NAME_PATTERN.match(n)]
+    if not names or bad or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name each installation once, lower-case letters, digits and '-', e.g. eu-1,us-1"
+        )
+    return names
+
+
+def _sandbox_installations(args: argparse.Namespace) -> int:
+    from bot.installations.render import env_name, installations_yaml, write_installations
+    from bot.sandbox import SandboxSet, installation_key, serve_installations_forever
+
+    def announce(hosts: SandboxSet) -> None:
+        urls = {name: handle.url for name, handle in hosts.items()}
+        if args.write_installations:
+            keys = {name: installation_key(args.api_key, name) for name in hosts}
+            path = Path(args.write_installations).resolve()
+            write_installations(path, urls, keys)
+            print(f"  installations file: {path} (keys beside it); RECOVER_INSTALLATIONS_FILE={path}", flush=True)
+            return
+        print("  each installation's key is <the --api-key value>-<name>; an installations file for them:", flush=True)
+        print(installations_yaml(urls, {n: ("api_key_env", env_name(n)) for n in urls}), end="", flush=True)
+
+    serve_installations_forever(
+        args.installations,
+        args.host,
+        args.port,
+        api_key=args.api_key,
+        scenarios=args.scenarios,
+        incident=args.incident,
+        outage_seconds=args.outage_seconds,
+        announce=announce,
+    )
     return EXIT_OK
 
 
@@ -206,6 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sandbox.add_argument(
         "--outage-seconds", type=float, default=600.0, help="when the incident's outage ends (from start)"
+    )
+    sandbox.add_argument(
+        "--installations", type=installation_names, default=None, metavar="NAMES",
+        help="several control hosts with the same session ids, e.g. eu-1,us-1 (ports from --port on)",
+    )  # fmt: skip
+    sandbox.add_argument(
+        "--write-installations", default=None, metavar="FILE", help="write their installations file (keys beside it)"
     )
 
     from bot.decisions import check_request_table

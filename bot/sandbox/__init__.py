@@ -17,18 +17,28 @@ from bot.sandbox._scenarios import (
     load_scenarios,
     worker_log_lines,
 )
+from bot.sandbox._several import (
+    SandboxSet,
+    installation_key,
+    serve_installations_forever,
+    start_installations,
+)
 
 __all__ = [
     "AdjustableClock",
     "SandboxAdmin",
     "SandboxAdminError",
     "SandboxHandle",
+    "SandboxSet",
     "Scenario",
     "ScenarioError",
     "WorkerLogLine",
     "builtin_scenarios_dir",
+    "installation_key",
     "load_scenarios",
     "serve_forever",
+    "serve_installations_forever",
+    "start_installations",
     "start_sandbox",
     "worker_log_lines",
 ]

@@ -111,14 +111,16 @@ class SandboxAdmin:
         rate: int | None = None,
         size: int | None = None,
         length: bool | None = None,
+        for_seconds: float | None = None,
     ) -> dict[str, Any]:
         """Inject a fault: ``latency`` (seconds), ``rate_limit`` (429 + Retry-After), ``server_error``
         (5xx before the commit), ``error_after_commit`` (commit, then a 5xx, default 500),
         ``drop_after_commit``, ``dribble`` (the answer at ``rate`` bytes/s for
         ``seconds``) or ``huge_body`` (the answer padded to ``size`` bytes, streamed; ``length=False``
-        sends no Content-Length); ``path`` is an fnmatch pattern."""
+        sends no Content-Length); ``path`` is an fnmatch pattern; ``for_seconds`` ends the fault after
+        that many real seconds (with ``times=None``: an outage of that length)."""
         body: dict[str, Any] = {"kind": kind, "path": path, "method": method, "times": times}
-        for name, value in (("rate", rate), ("size", size), ("length", length)):
+        for name, value in (("rate", rate), ("size", size), ("length", length), ("for_seconds", for_seconds)):
             if value is not None:
                 body[name] = value
         if seconds is not None:
@@ -128,6 +130,13 @@ class SandboxAdmin:
         if status is not None:
             body["status"] = status
         result: dict[str, Any] = self._call("POST", "/faults", body)
+        return result
+
+    def outage(self, seconds: float, *, status: int = 503, retry_after: int = 1) -> dict[str, Any]:
+        """Every public call answers ``status`` (429 with Retry-After ``retry_after``, or a 5xx before
+        any commit) for ``seconds`` of real time; the fault it adds, as :meth:`faults` lists it."""
+        body: dict[str, Any] = {"seconds": seconds, "status": status, "retry_after": retry_after}
+        result: dict[str, Any] = self._call("POST", "/outage", body)
         return result
 
     def faults(self) -> list[dict[str, Any]]:

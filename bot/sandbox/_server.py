@@ -68,10 +68,15 @@ class Fault:
     rate: int = 4  # dribble: bytes per second
     size: int = DEFAULT_HUGE_BYTES  # huge_body: bytes of the answer
     length: bool = True  # huge_body: declare Content-Length (else the body ends when the connection closes)
+    #: Real seconds the fault lasts from now (an outage of N seconds); None: until ``times`` runs out.
+    for_seconds: float | None = None
+    until: float | None = None  # time.monotonic() past which the fault no longer matches
     hits: int = 0
 
     def matches(self, method: str, path: str) -> bool:
         if self.times is not None and self.hits >= self.times:
+            return False
+        if self.until is not None and time.monotonic() >= self.until:
             return False
         return (self.method is None or self.method == method) and fnmatchcase(path, self.path)
 
@@ -88,6 +93,8 @@ class Fault:
             "rate": self.rate,
             "size": self.size,
             "length": self.length,
+            "for_seconds": self.for_seconds,
+            "remaining_seconds": None if self.until is None else round(max(0.0, self.until - time.monotonic()), 3),
             "hits": self.hits,
         }
 
@@ -116,6 +123,7 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(r"^/_sandbox/faults$"), "list_faults"),
     ("POST", re.compile(r"^/_sandbox/faults$"), "add_fault"),
     ("DELETE", re.compile(r"^/_sandbox/faults$"), "clear_faults"),
+    ("POST", re.compile(r"^/_sandbox/outage$"), "outage"),
     ("GET", re.compile(r"^/_sandbox/requests$"), "requests"),
     ("DELETE", re.compile(r"^/_sandbox/requests$"), "clear_requests"),
     ("GET", re.compile(r"^/_sandbox/idempotency$"), "idempotency"),
@@ -446,6 +454,11 @@ class SandboxApp:
             size=int(body.get("size", DEFAULT_HUGE_BYTES)),
             length=_bool(body, "length") if "length" in body else True,
         )
+        if body.get("for_seconds") is not None:
+            fault.for_seconds = float(body["for_seconds"])
+            if fault.for_seconds <= 0:
+                raise AdminError(400, "BAD_REQUEST", "for_seconds must be above 0 (real seconds the fault lasts)")
+            fault.until = time.monotonic() + fault.for_seconds
         if fault.kind == "dribble" and fault.rate < 1:
             raise AdminError(400, "BAD_REQUEST", "dribble needs rate >= 1 (bytes per second)")
         if fault.kind == "huge_body" and fault.size < 1:
@@ -456,6 +469,22 @@ class SandboxApp:
             raise AdminError(400, "BAD_REQUEST", "latency needs seconds > 0")
         self.faults.append(fault)
         return fault.to_json()
+
+    def _admin_outage(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        """This control host answers every public call with 429 (+ Retry-After) or a 5xx for ``seconds``
+        of real time: one installation's outage, while the others answer as usual."""
+        status = int(body.get("status", 503))
+        seconds = body.get("seconds")
+        if status != 429 and not 500 <= status <= 599:
+            raise AdminError(400, "BAD_REQUEST", "status must be 429 or a 5xx")
+        if not isinstance(seconds, int | float) or seconds <= 0:
+            raise AdminError(400, "BAD_REQUEST", "seconds must be a number above 0 (real seconds the outage lasts)")
+        fault: dict[str, Any] = {"path": "/v1/*", "times": None, "for_seconds": seconds}
+        if status == 429:
+            fault.update(kind="rate_limit", retry_after=int(body.get("retry_after", 1)))
+        else:
+            fault.update(kind="server_error", status=status)
+        return self._admin_add_fault(params, query, fault)
 
     def _admin_clear_faults(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         self.faults.clear()
