@@ -94,7 +94,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
         if args.user not in DEMO_USERS:
             raise RecoverError(f"--user: choose one of {', '.join(DEMO_USERS)} (the demo's users)")
         users = (args.user, *(u for u in DEMO_USERS if u != args.user))
-    return run_demo(settings, users=users)
+    return run_demo(settings, users=users, installations=tuple(args.installations or ()))
 
 
 def _console(args: argparse.Namespace, settings: Settings) -> int:
@@ -109,7 +109,8 @@ def _console(args: argparse.Namespace, settings: Settings) -> int:
     settings.require_control_host()
     # Unreachable is one line now; only a connection is opened, nothing is sent (the sandbox's request
     # log, like a real host's, sees no request until the person types one).
-    check_reachable(str(settings.control_host_url))
+    if settings.control_host_url:  # an installations file is checked when the core is built
+        check_reachable(str(settings.control_host_url))
     return run_real_console(settings)
 
 
@@ -213,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
         uses=CORE,
     )
     demo.add_argument("--user", default=None, help="the demo user to start as (alice or bob; `:as` switches)")
+    demo.add_argument(
+        "--installations", type=installation_names, default=None, metavar="NAMES",
+        help="a sandbox control host per installation, the same session ids on each, e.g. eu-1,us-1",
+    )  # fmt: skip
     console = _add(
         sub,
         "console",

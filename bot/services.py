@@ -28,6 +28,7 @@ from bot.diagnosis.service import Diagnoser
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError
+from bot.installations.sources import refuse_file_in_single_core
 from bot.logs import FileLogSource
 from bot.messages import Message, Reply
 from bot.runbook import RunbookSet, load_runbooks
@@ -202,6 +203,7 @@ def build_services(
     if sandbox is not None:
         url, key = sandbox.url, sandbox.api_key
     else:
+        refuse_file_in_single_core(settings)
         settings.require_control_host()
         api_key = reveal(settings.control_host_api_key)
         assert settings.control_host_url and api_key

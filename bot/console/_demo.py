@@ -11,6 +11,7 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -39,7 +40,9 @@ class DemoClock:
     """
 
     def __init__(self, handle: Any, pace: float = PACE) -> None:
+        # One sandbox, or several installations' (a SandboxSet: one clock, a pass on each).
         self.handle = handle
+        self.hosts: list[Any] = list(handle.values()) if isinstance(handle, Mapping) else [handle]
         self.pace = pace
         self.passes = 0
 
@@ -52,14 +55,15 @@ class DemoClock:
             return
         time.sleep(min(seconds, self.pace))
         self.handle.clock.sleep(seconds)
-        try:
-            result = self.handle.admin.scheduler_pass()
-        except Exception:  # noqa: BLE001 - a pass that failed is a pass that did not happen
-            log.warning("demo: the sandbox scheduler pass failed", exc_info=True)
-            return
+        for host in self.hosts:
+            try:
+                result = host.admin.scheduler_pass()
+            except Exception:  # noqa: BLE001 - a pass that failed is a pass that did not happen
+                log.warning("demo: the sandbox scheduler pass failed", exc_info=True)
+                return
+            log.info("demo wait of %.0f s: scheduler pass on %s confirmed gone %s, launched %s", seconds,
+                     host.url, result.get("confirmed_gone") or [], result.get("launched") or [])
         self.passes += 1
-        log.info("demo wait of %.0f s: scheduler pass confirmed gone %s, launched %s", seconds,
-                 result.get("confirmed_gone") or [], result.get("launched") or [])
 
 
 def _demo_settings(settings: Settings, workdir: Path) -> Settings:
@@ -75,13 +79,19 @@ def run_demo(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     users: tuple[str, ...] = DEMO_USERS,
+    installations: tuple[str, ...] = (),
 ) -> int:
-    """Sandbox with its scenarios + the console against it (interactive on a TTY, else stdin)."""
+    """Sandbox with its scenarios + the console against it (interactive on a TTY, else stdin).
+
+    ``installations`` (``demo --installations eu-1,us-1``): a sandbox control host per name, the same
+    session ids on each, and the bot given their installations file, as ``serve`` would be."""
+    out = stdout or sys.stdout
+    log_file = log_to_file(state_dir() / "demo.log", settings.log_level)
+    if installations:
+        return _run_several(settings, installations, users=users, stdin=stdin, out=out)
     from bot.router import build_router
     from bot.sandbox import start_sandbox
 
-    out = stdout or sys.stdout
-    log_file = log_to_file(state_dir() / "demo.log", settings.log_level)
     with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp:
         handle = start_sandbox()
         try:
@@ -108,10 +118,39 @@ def run_demo(
             handle.stop()
 
 
-def _banner(handle: object, users: tuple[str, ...]) -> str:
+def _run_several(
+    settings: Settings, names: tuple[str, ...], *, users: tuple[str, ...], stdin: TextIO | None, out: TextIO
+) -> int:
+    """The demo over several installations: their file (keys beside it, in the demo's folder) is the
+    bot's RECOVER_INSTALLATIONS_FILE, so the bot reaches each sandbox exactly as it reaches real hosts."""
+    from bot.installations.render import write_installations
+    from bot.router import build_router
+    from bot.sandbox import start_installations
+
+    with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp, start_installations(names) as hosts:
+        path = Path(tmp) / "installations.yaml"
+        write_installations(path, {n: h.url for n, h in hosts.items()}, {n: h.api_key for n, h in hosts.items()})
+        several = _demo_settings(settings, Path(tmp)).model_copy(update={"installations_file": path})
+        try:
+            router = build_router(
+                several, clock=DemoClock(hosts), startup=False, console_users_map=DEMO_CONSOLE_USERS
+            )
+        except RecoverError as exc:
+            print(redact(str(exc)), file=sys.stderr)
+            return 2
+        where = ", ".join(f"{name} on {h.url}" for name, h in hosts.items())
+        out.write(_banner(next(iter(hosts.values())), users, f"sandbox control hosts {where}, the same session ids on each"))
+        out.flush()
+        # No sandbox handle for :pass, :advance, :release and :stop: each acts on one control host, and
+        # which one is the installation a command resolves to, never a first one by default.
+        return run_console(router, users=users, allow_switch_user=True, stdin=stdin, stdout=out)
+
+
+def _banner(handle: object, users: tuple[str, ...], where: str | None = None) -> str:
     scenarios = getattr(handle, "scenarios", {}) or {}
+    where = where or f"a sandbox control host on {getattr(handle, 'url', '127.0.0.1')}"
     lines = [
-        f"recover-bot demo: a sandbox control host on {getattr(handle, 'url', '127.0.0.1')} "
+        f"recover-bot demo: {where} "
         f"(nothing leaves this machine). You are {users[0]}; `:as {users[-1]}` switches user.",
         "Scenario sessions:",
     ]

@@ -1,0 +1,77 @@
+"""The demo with several installations and the single core given an installations file: the sandbox
+side runs (a host per installation, a scheduler pass on each), and a core that serves one installation
+refuses the file in one line instead of serving one of its installations by guess."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+from bot.clock import ManualClock
+from bot.console import DemoClock, run_demo
+from bot.errors import StartupError
+from bot.installations import InstallationsError
+from bot.installations.render import write_installations
+from bot.router import build_router
+from bot.sandbox import start_installations
+from bot.settings import Settings
+
+
+def test_the_demo_clock_runs_a_scheduler_pass_on_every_installation() -> None:
+    with start_installations(["eu-1", "us-1"], clock=ManualClock()) as hosts:
+        clock = DemoClock(hosts, pace=0)
+        before = clock.now()
+        clock.sleep(30)
+        assert (clock.now() - before).total_seconds() == 30 and clock.passes == 1
+        for host in hosts.values():
+            assert host.admin.now() == clock.now()  # one clock for every installation
+
+
+def test_the_single_core_refuses_an_installations_file_in_one_line(tmp_path: Path) -> None:
+    with start_installations(["eu-1", "us-1"], clock=ManualClock()) as hosts:
+        path = tmp_path / "conf" / "installations.yaml"
+        write_installations(
+            path, {n: h.url for n, h in hosts.items()}, {n: h.api_key for n, h in hosts.items()}
+        )
+        settings = Settings(db_path=tmp_path / "recover.db", installations_file=path)
+        with pytest.raises(StartupError) as caught:
+            build_router(settings, startup=False)
+        assert str(caught.value).startswith(f"RECOVER_INSTALLATIONS_FILE ({path}: eu-1, us-1) is valid, but")
+        for host in hosts.values():
+            assert host.admin.requests() == []  # nothing reached either installation
+    (tmp_path / "bad.yaml").write_text(
+        "installations:\n  - name: eu-1\n    control_host_url: https://c.example\n"
+    )
+    with pytest.raises(InstallationsError) as bad:
+        build_router(settings.model_copy(update={"installations_file": tmp_path / "bad.yaml"}), startup=False)
+    assert bad.value.problems == [
+        f"{tmp_path / 'bad.yaml'}:2: no API key: give api_key_file (a mounted secret) or api_key_env (a variable's name)"
+    ]
+
+
+def test_the_demo_with_two_installations_starts_their_hosts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = io.StringIO()
+    status = run_demo(
+        Settings(db_path=tmp_path / "demo.db"),
+        installations=("eu-1", "us-1"),
+        stdin=io.StringIO(""),
+        stdout=out,
+    )
+    # The sandbox side and the file are there; this core serves one installation, and says so in one line.
+    assert status == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and "installations.yaml: eu-1, us-1) is valid, but this bot's core serves one" in err[0]
+    )
+
+
+def test_the_demo_flag_takes_installation_names(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["demo", "--installations", "eu-1,EU-2"])
+    assert caught.value.code == 2
+    assert "'eu-1,EU-2': name each installation once" in capsys.readouterr().err
