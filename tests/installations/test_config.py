@@ -271,3 +271,14 @@ def test_resolve_reports_the_files_problems(folder: Path) -> None:
     assert caught.value.problems == [
         f"{path}:2: no API key: give api_key_file (a mounted secret) or api_key_env (a variable's name)"
     ]
+
+
+def test_the_readmes_example_is_a_valid_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Several installations", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    for name in ("eu-1-key", "eu-1-ca.pem", "eu-1-cert.pem", "eu-1-key.pem"):
+        (tmp_path / name).write_text("secret-or-pem-content\n")
+    monkeypatch.setenv("CONTROL_HOST_API_KEY_US1", "key-of-us-1-abcdef")
+    eu, us = load_installations(_write(tmp_path, example.replace("/run/secrets/", f"{tmp_path}/")))
+    assert (eu.name, us.name) == ("eu-1", "us-1") and eu.docker_tls is not None and us.approvers
