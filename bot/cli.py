@@ -11,7 +11,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from bot import __version__
 from bot.errors import RecoverError, SettingsError
@@ -134,17 +134,14 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
         raise StartupError(f"--scenarios: {args.scenarios} is not a directory of scenario YAML files")
     if args.write_installations and not args.installations:
         raise RecoverError("--write-installations needs --installations, e.g. --installations eu-1,us-1")
+    options: dict[str, Any] = {
+        "api_key": args.api_key, "scenarios": args.scenarios, "incident": args.incident,
+        "outage_seconds": args.outage_seconds,
+    }  # fmt: skip
     try:
         if args.installations:
-            return _sandbox_installations(args)
-        serve_forever(
-            args.host,
-            args.port,
-            api_key=args.api_key,
-            scenarios=args.scenarios,
-            incident=args.incident,
-            outage_seconds=args.outage_seconds,
-        )
+            return _sandbox_installations(args, options)
+        serve_forever(args.host, args.port, **options)
     except OSError as exc:
         if not is_listen_error(exc):
             raise
@@ -165,7 +162,7 @@ def installation_names(text: str) -> list[str]:
     return names
 
 
-def _sandbox_installations(args: argparse.Namespace) -> int:
+def _sandbox_installations(args: argparse.Namespace, options: dict[str, Any]) -> int:
     from bot.installations.render import env_name, installations_yaml, write_installations
     from bot.sandbox import SandboxSet, installation_key, serve_installations_forever
 
@@ -180,16 +177,7 @@ def _sandbox_installations(args: argparse.Namespace) -> int:
         print("  each installation's key is <the --api-key value>-<name>; an installations file for them:", flush=True)
         print(installations_yaml(urls, {n: ("api_key_env", env_name(n)) for n in urls}), end="", flush=True)
 
-    serve_installations_forever(
-        args.installations,
-        args.host,
-        args.port,
-        api_key=args.api_key,
-        scenarios=args.scenarios,
-        incident=args.incident,
-        outage_seconds=args.outage_seconds,
-        announce=announce,
-    )
+    serve_installations_forever(args.installations, args.host, args.port, announce=announce, **options)
     return EXIT_OK
 
 

@@ -3,6 +3,7 @@ one installation's outage (429 with Retry-After, or a 5xx, for N real seconds) l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -107,18 +108,36 @@ def test_names_once_each() -> None:
         start_installations(["eu-1", "eu-1"])
 
 
+@contextlib.contextmanager
+def _sandbox_command(
+    folder: Path, key: str, *extra: str
+) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """``recover-bot sandbox --installations eu-1,us-1`` of this checkout in a process of its own, and
+    every line it printed (checked for the key once it stopped on Ctrl-C)."""
+    code = "from bot.cli import main; import sys; sys.exit(main(sys.argv[1:]))"
+    args = ["sandbox", "--installations", "eu-1,us-1", "--port", "0", "--api-key", key, *extra]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=folder,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        yield proc, lines
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert key not in "".join(lines) + proc.stdout.read()  # never echoed, start to finish
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
 def test_the_command_writes_a_file_serve_and_check_can_use(tmp_path: Path) -> None:
     target = tmp_path / "conf" / "installations.yaml"
-    code = "from bot.cli import main; import sys; sys.exit(main(sys.argv[1:]))"
-    args = ["sandbox", "--installations", "eu-1,us-1", "--port", "0", "--api-key", "sbx-cli-key-123"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args, "--write-installations", str(target)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    try:
+    with _sandbox_command(tmp_path, "sbx-cli-key-123", "--write-installations", str(target)) as (proc, lines):
         assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(5)]
+        lines += [proc.stdout.readline() for _ in range(5)]
         assert re.match(r"Sandbox control host eu-1 listening on http://127\.0\.0\.1:\d+$", lines[0]), lines
         assert re.match(r"Sandbox control host us-1 listening on http://127\.0\.0\.1:\d+$", lines[1]), lines
         assert (
@@ -132,37 +151,14 @@ def test_the_command_writes_a_file_serve_and_check_can_use(tmp_path: Path) -> No
         )
         assert oct((target.parent / "eu-1.key").stat().st_mode & 0o777) == "0o600"
         assert check(str(target)) == 0
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
-        assert "sbx-cli-key-123" not in "".join(lines) + proc.stdout.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
 
 
-def test_the_printed_file_names_variables_never_keys(tmp_path: Path) -> None:
-    code = "from bot.cli import main; import sys; sys.exit(main(sys.argv[1:]))"
-    args = ["sandbox", "--installations", "eu-1,us-1", "--port", "0", "--api-key", "sbx-cli-key-456"]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=tmp_path,
-    )  # fmt: skip
-    try:
+def test_the_printed_file_names_variables_never_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with _sandbox_command(tmp_path, "sbx-cli-key-456") as (proc, lines):
         assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(14)]
+        lines += [proc.stdout.readline() for _ in range(14)]
         text = "".join(lines[lines.index("installations:\n") :])
         (tmp_path / "printed.yaml").write_text(text)
-        os.environ["RECOVER_SANDBOX_KEY_EU_1"] = installation_key("sbx-cli-key-456", "eu-1")
-        os.environ["RECOVER_SANDBOX_KEY_US_1"] = installation_key("sbx-cli-key-456", "us-1")
-        try:
-            assert check(str(tmp_path / "printed.yaml")) == 0
-        finally:
-            del os.environ["RECOVER_SANDBOX_KEY_EU_1"], os.environ["RECOVER_SANDBOX_KEY_US_1"]
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
-        assert "sbx-cli-key-456" not in "".join(lines) + proc.stdout.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
+        monkeypatch.setenv("RECOVER_SANDBOX_KEY_EU_1", installation_key("sbx-cli-key-456", "eu-1"))
+        monkeypatch.setenv("RECOVER_SANDBOX_KEY_US_1", installation_key("sbx-cli-key-456", "us-1"))
+        assert check(str(tmp_path / "printed.yaml")) == 0
