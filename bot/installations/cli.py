@@ -24,6 +24,7 @@ from bot.store import Store
 _EXAMPLE = """\
 example:
   recover-bot installations check /etc/recover-bot/installations.yaml
+  recover-bot installations check            # the file RECOVER_INSTALLATIONS_FILE names
 
 Exit status: 0 valid and every host answered, 1 a problem (one `FILE:LINE: what is wrong` per line,
 or one `NAME: error` line per installation that did not answer)."""
@@ -81,7 +82,16 @@ def check(path: str, out: TextIO | None = None, err: TextIO | None = None, *, ti
 
 
 def _handler(args: argparse.Namespace, settings: object = None) -> int:
-    return check(str(args.file))
+    if args.file:
+        return check(str(args.file))
+    # No file named: the one the bot would load. Only this case reads a setting.
+    from bot.settings import load_settings
+
+    path = load_settings(uses=("control_host",)).installations_file
+    if path is None:
+        print("recover-bot installations check: name a FILE, or set RECOVER_INSTALLATIONS_FILE", file=sys.stderr)
+        return 2
+    return check(str(path))
 
 
 _P = TypeVar("_P", bound=argparse.ArgumentParser)
@@ -105,6 +115,8 @@ def register(subparsers: argparse._SubParsersAction[_P]) -> _P:
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    check_p.add_argument("file", metavar="FILE", help="the installations YAML file")
+    check_p.add_argument(
+        "file", nargs="?", metavar="FILE", help="the installations YAML file (default: RECOVER_INSTALLATIONS_FILE)"
+    )
     check_p.set_defaults(handler=_handler)
     return parser

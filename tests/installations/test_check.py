@@ -120,6 +120,20 @@ def test_the_cli_exit_status(
     assert "inline-key-value" not in captured.out + captured.err
 
 
+def test_without_a_file_the_one_the_bot_loads(
+    hosts: tuple[SandboxHandle, SandboxHandle], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    eu, _ = hosts
+    monkeypatch.chdir(tmp_path)  # no .env here
+    monkeypatch.delenv("RECOVER_INSTALLATIONS_FILE", raising=False)
+    assert main(["installations", "check"]) == 2
+    assert capsys.readouterr().err == "recover-bot installations check: name a FILE, or set RECOVER_INSTALLATIONS_FILE\n"
+    monkeypatch.setenv("RECOVER_INSTALLATIONS_FILE", str(_file(tmp_path, [("eu-1", eu.url, EU_KEY)])))
+    assert main(["installations", "check"]) == 0
+    assert capsys.readouterr().out.startswith(f"eu-1: ok, {eu.url} answered\n")
+
+
 @pytest.mark.slow
 def test_the_installed_command_from_an_unrelated_folder(
     installed: Installed, installed_sandbox: InstalledSandbox, workdir: Path, tmp_path: Path
