@@ -17,6 +17,7 @@ from bot.installations import (
     load_installations,
     resolve_installations,
 )
+from bot.redact import redact
 from bot.settings import load_settings
 
 GOOD = """\
@@ -85,6 +86,8 @@ def test_a_good_file_gives_every_field(folder: Path) -> None:
     assert us.api_key is not None and us.api_key.get_secret_value() == "key-of-us-1-abcdef"
     assert us.channels == () and us.approvers == ("U012ABC", "S034ONCALL") and us.docker_tls is None
     assert "key-of" not in repr(eu) + repr(us)
+    # Registered as secrets: masked wherever text leaves the process (logs, errors).
+    assert "key-of" not in redact("sent key-of-eu-1-abcdef, then key-of-us-1-abcdef")
 
 
 def test_every_problem_at_once_each_at_its_line(folder: Path) -> None:

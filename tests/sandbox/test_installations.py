@@ -103,6 +103,12 @@ def test_the_outage_endpoint_refuses_what_it_cannot_do(hosts: SandboxSet) -> Non
         admin.fault("server_error", times=None, for_seconds=-1)
 
 
+def test_a_mass_incident_has_the_same_ids_on_each() -> None:
+    with start_installations(["eu-1", "us-1"], scenarios=None, incident=40) as running:
+        ids = [[s["id"] for s in h.admin.sessions()] for h in running.values()]
+    assert len(ids[0]) == 40 and ids[0] == ids[1]
+
+
 def test_names_once_each() -> None:
     with pytest.raises(ValueError, match="name each once"):
         start_installations(["eu-1", "eu-1"])
