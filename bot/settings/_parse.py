@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
+DEFAULT_PAGERDUTY_URL = "https://api.pagerduty.com"
 DEFAULT_DB = Path("./recover.db")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 3000
@@ -23,6 +24,7 @@ _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 _GROUP_ID = re.compile(r"^S[A-Z0-9]{2,}$")
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,}$")
 _TEAM_ID = re.compile(r"^[TE][A-Z0-9]{2,}$")
+_PAGERDUTY_ID = re.compile(r"^[A-Z0-9]{2,}$")
 _LOGIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?$")
 _URL = re.compile(r"^https?://[^\s/]+")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -227,3 +229,39 @@ def watch_interval(value: object) -> float | None:
     if not seconds > 0:
         raise ValueError(f"RECOVER_WATCH_INTERVAL must be a number of seconds above 0 (got {str(value)!r})")
     return seconds
+
+
+def pagerduty_url(value: object) -> str:
+    """RECOVER_ONCALL_PAGERDUTY_URL: the REST API's base (a local stand-in in tests)."""
+    text = DEFAULT_PAGERDUTY_URL if blank(value) else str(value).strip()
+    if not _URL.match(text):
+        raise ValueError(f"RECOVER_ONCALL_PAGERDUTY_URL must be an http(s) URL (got {text!r})")
+    return text.rstrip("/")
+
+
+def pagerduty_policies(value: object) -> dict[str, str]:
+    """RECOVER_ONCALL_PAGERDUTY_POLICIES: ``S…:P…`` pairs, a tier's user-group id and the PagerDuty
+    escalation policy whose on-call users stand for it."""
+    if isinstance(value, Mapping):
+        pairs = [(str(k).strip(), str(v).strip()) for k, v in value.items()]
+    else:
+        pairs = []
+        for item in split(value):
+            group, sep, policy = item.partition(":")
+            pairs.append((group.strip(), policy.strip() if sep else ""))
+    mapping: dict[str, str] = {}
+    bad: list[str] = []
+    for group, policy in pairs:
+        if not _GROUP_ID.match(group) or not _PAGERDUTY_ID.match(policy):
+            bad.append(f"{group}:{policy}" if policy else group)
+        elif group in mapping:
+            bad.append(f"{group} (listed twice)")
+        else:
+            mapping[group] = policy
+    if bad:
+        raise ValueError(
+            f"RECOVER_ONCALL_PAGERDUTY_POLICIES: {', '.join(map(repr, bad))} is not GroupId:PolicyId; "
+            "write e.g. S0ONCALL2:PABC123 (a user-group id S… as the runbook names it, and the PagerDuty "
+            "escalation policy id from its URL), each group once"
+        )
+    return mapping
