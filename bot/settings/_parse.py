@@ -149,24 +149,31 @@ def teams(value: object) -> tuple[str, ...]:
     return ids
 
 
-def console_users(value: object) -> dict[str, str]:
-    """``login:SlackUserId`` pairs (the console's people, compared by their Slack id)."""
+def pair_map(value: object, key: re.Pattern[str], val: re.Pattern[str]) -> tuple[dict[str, str], list[str]]:
+    """``key:value`` pairs from a comma list (or an already parsed mapping): the mapping, and the
+    pairs that do not match the patterns or repeat a key (to be named in one error)."""
     if isinstance(value, Mapping):
-        pairs = [(str(k), str(v)) for k, v in value.items()]
+        pairs = [(str(k).strip(), str(v).strip()) for k, v in value.items()]
     else:
         pairs = []
         for item in split(value):
-            login, sep, user_id = item.partition(":")
-            pairs.append((login.strip(), user_id.strip() if sep else ""))
+            left, sep, right = item.partition(":")
+            pairs.append((left.strip(), right.strip() if sep else ""))
     mapping: dict[str, str] = {}
     bad: list[str] = []
-    for login, user_id in pairs:
-        if not _LOGIN.match(login) or not _USER_ID.match(user_id):
-            bad.append(f"{login}:{user_id}" if user_id else login)
-        elif login in mapping:
-            bad.append(f"{login} (listed twice)")
+    for left, right in pairs:
+        if not key.match(left) or not val.match(right):
+            bad.append(f"{left}:{right}" if right else left)
+        elif left in mapping:
+            bad.append(f"{left} (listed twice)")
         else:
-            mapping[login] = user_id
+            mapping[left] = right
+    return mapping, bad
+
+
+def console_users(value: object) -> dict[str, str]:
+    """``login:SlackUserId`` pairs (the console's people, compared by their Slack id)."""
+    mapping, bad = pair_map(value, _LOGIN, _USER_ID)
     if bad:
         raise ValueError(
             f"RECOVER_CONSOLE_USERS: {', '.join(map(repr, bad))} is not login:SlackUserId; "
@@ -242,22 +249,7 @@ def pagerduty_url(value: object) -> str:
 def pagerduty_policies(value: object) -> dict[str, str]:
     """RECOVER_ONCALL_PAGERDUTY_POLICIES: ``S…:P…`` pairs, a tier's user-group id and the PagerDuty
     escalation policy whose on-call users stand for it."""
-    if isinstance(value, Mapping):
-        pairs = [(str(k).strip(), str(v).strip()) for k, v in value.items()]
-    else:
-        pairs = []
-        for item in split(value):
-            group, sep, policy = item.partition(":")
-            pairs.append((group.strip(), policy.strip() if sep else ""))
-    mapping: dict[str, str] = {}
-    bad: list[str] = []
-    for group, policy in pairs:
-        if not _GROUP_ID.match(group) or not _PAGERDUTY_ID.match(policy):
-            bad.append(f"{group}:{policy}" if policy else group)
-        elif group in mapping:
-            bad.append(f"{group} (listed twice)")
-        else:
-            mapping[group] = policy
+    mapping, bad = pair_map(value, _GROUP_ID, _PAGERDUTY_ID)
     if bad:
         raise ValueError(
             f"RECOVER_ONCALL_PAGERDUTY_POLICIES: {', '.join(map(repr, bad))} is not GroupId:PolicyId; "
