@@ -1,19 +1,24 @@
 """The PagerDuty on-call source: who is on call for an escalation policy, as Slack user ids.
 
-What it follows of PagerDuty's published REST API v2 (the OpenAPI reference in PagerDuty/api-schema,
-"List all of the on-calls", and developer.pagerduty.com's pages on pagination and rate limits):
+What it follows of PagerDuty's published REST API v2:
 
-- ``GET /oncalls?escalation_policy_ids[]=P…&include[]=users&earliest=true``. Without ``since`` and
-  ``until`` both default to now: the on-calls overlapping this moment. ``earliest`` keeps one entry per
-  (escalation policy, level, user); ``include[]=users`` puts each user's ``email`` in the answer.
-- ``Authorization: Token token=<key>`` and ``Accept: application/vnd.pagerduty+json;version=2``.
-- Classic pagination: ``limit`` and ``offset`` in, ``limit``/``offset``/``more`` echoed back; the next
-  page starts at ``offset + limit`` as echoed (the API may lower a limit), and ``offset + limit`` may
-  not pass 10,000.
-- 401 is a missing or wrong key, 403 a key without ``oncalls.read``; 429 is the rate limit: wait the
-  ``Retry-After`` (or ``ratelimit-reset``, seconds) it sends, else back off; 5xx and timeouts retry.
+- "List all of the on-calls" (the OpenAPI reference, github.com/PagerDuty/api-schema,
+  reference/REST/openapiv3.json, ``GET /oncalls``): ``escalation_policy_ids[]=P…&include[]=users&
+  earliest=true``. Without ``since`` and ``until`` both default to now: the on-calls overlapping this
+  moment. ``earliest`` keeps one entry per (escalation policy, level, user); ``include[]=users`` puts
+  each user's ``email`` in the answer. 401 is a missing or wrong key, 403 a key that may not read
+  on-calls (scoped OAuth: ``oncalls.read``), 429 the rate limit.
+- Authentication and versioning (the same reference): ``Authorization: Token token=<key>`` and
+  ``Accept: application/vnd.pagerduty+json;version=2``.
+- Classic pagination (https://developer.pagerduty.com/docs/rest-api-v2/pagination/): ``limit`` and
+  ``offset`` in, ``limit``/``offset``/``more`` echoed back; the next page starts at ``offset + limit``
+  as echoed (the API may lower a limit), and ``offset + limit`` may not pass 10,000.
+- Rate limits (https://support.pagerduty.com/docs/rest-api-rate-limits): on 429 wait what the answer
+  says — ``Retry-After`` when present, else ``ratelimit-reset`` (seconds until the limit resets) —
+  and otherwise back off, doubling.
 
-Every retry is bounded (``attempts`` and a total ``max_wait``): an approval waits seconds at most, then
+A 5xx answer, a timeout or no connection is retried the same way. Every retry is bounded (``attempts``
+and a total ``max_wait``; a told wait past it refuses at once): an approval waits seconds at most, then
 is refused with what to fix; never a hot loop, never an allowance. The on-calls are read at every
 question (they change during an incident); the email → Slack id mapping (Slack's ``users.lookupByEmail``)
 is cached. The key never appears in a message or a log line (it lives in the client's headers only).
@@ -57,7 +62,7 @@ class PagerDutyDirectory(OnCallDirectory):
         token: str,
         policies: Mapping[str, str],
         people: SlackPeople,
-        timeout: float = 10.0,
+        timeout: float = 5.0,
         attempts: int = 3,
         max_wait: float = 10.0,
         backoff: float = 0.5,

@@ -7,7 +7,10 @@ directory behind the group is PagerDuty's on-call list.
 
 from __future__ import annotations
 
-from bot.slack.web import approver_directory, make_client
+import pytest
+
+from bot.oncall import PagerDutyDirectory, RoutedDirectory
+from bot.slack.web import SlackDirectory, approver_directory, make_client
 from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REQUESTER
 from tests.fixtures.pagerduty import PD_TOKEN
 from tests.fixtures.slack import slack_settings
@@ -80,4 +83,26 @@ def test_a_rejected_pagerduty_key_refuses_the_approval_and_says_which_setting(
     text = "\n".join(m.plain_text() for m in reply.messages)
     assert not reply.ok and "RECOVER_ONCALL_PAGERDUTY_TOKEN" in text and "401" in text
     assert wrong not in text and wrong not in caplog.text
+    assert svc.requests.get(rid).state == "requested" and env.posts("ses_oc1") == []
+
+
+@pytest.mark.parametrize("failure", ["5xx", "timeout", "429 for too long"])
+def test_pagerduty_unable_to_answer_refuses_the_approval(decision_env, pagerduty_api, slack_api, tmp_path, failure):
+    env = decision_env
+    env.outcome_unknown("ses_oc1")
+    pagerduty_api.on_call(POLICY, "PAPPROV", "Ann Approver", "ann@example.com")
+    slack_api.emails["ann@example.com"] = APPROVER
+    {"5xx": lambda: pagerduty_api.fail(503, times=None),
+     "timeout": lambda: setattr(pagerduty_api, "delay", 1.0),
+     "429 for too long": lambda: pagerduty_api.rate_limit(times=None, retry_after="60")}[failure]()  # fmt: skip
+    slack = SlackDirectory(make_client(slack_settings(slack_api, tmp_path / "slack.db")))
+    pagerduty = PagerDutyDirectory(
+        api_url=pagerduty_api.base_url, token=PD_TOKEN, policies={TIER: POLICY}, people=slack,
+        timeout=0.3, attempts=2, backoff=0.01,
+    )  # fmt: skip
+    svc = env.service(approvers=(TIER,), directory=RoutedDirectory(slack, {TIER: pagerduty}))
+    rid = _abandon(env, svc)
+    reply = svc.approve(APPROVER, CHANNEL, rid, env.reporter)
+    text = "\n".join(m.plain_text() for m in reply.messages)
+    assert not reply.ok and "not an allowed approver" in text and "PagerDuty" in text, text
     assert svc.requests.get(rid).state == "requested" and env.posts("ses_oc1") == []
