@@ -22,7 +22,9 @@ from bot.clock import parse_time
 from bot.decisions._context import DecisionContext
 from bot.decisions._requests import DecisionRequest, content_hash
 from bot.decisions._rules import ApproverDirectory, channel_allowed, console_login, person_of, same_person
+from bot.errors import RecoverError
 from bot.messages import Mention
+from bot.redact import redact
 from bot.store import IdempotencyRecord, Step, Store
 from bot.store.chain import KEYED_VERSION
 from bot.triage.engine import runbook_limit
@@ -85,8 +87,15 @@ def approval_evidence(
             if actor in directory.members(group):
                 return {"kind": "group", "id": group, "member": actor}, None
         except Exception as exc:  # noqa: BLE001 - any directory failure refuses, never allows
-            problem = f"user group {group} could not be read: {type(exc).__name__}"
+            problem = f"user group {group} could not be read: {_directory_failure(exc)}"
     return None, problem
+
+
+def _directory_failure(exc: Exception) -> str:
+    """A source's own account (what failed, what to fix) when it gives one; else only the error's kind."""
+    if isinstance(exc, RecoverError):
+        return redact(exc.message + (f" ({exc.hint})" if exc.hint else ""))
+    return type(exc).__name__
 
 
 def approval_evidence_of(

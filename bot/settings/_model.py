@@ -18,6 +18,7 @@ from bot.settings import _parse
 from bot.settings._parse import (
     DEFAULT_DB,
     DEFAULT_HOST,
+    DEFAULT_PAGERDUTY_URL,
     DEFAULT_PORT,
     DEFAULT_SLACK_API_URL,
     packaged_runbooks,
@@ -29,6 +30,7 @@ SECRET_NAMES = (
     "SLACK_SIGNING_SECRET",
     "SLACK_APP_TOKEN",
     "RECOVER_AUDIT_KEY",
+    "RECOVER_ONCALL_PAGERDUTY_TOKEN",
 )
 
 # A secret's file form (a mounted secret, /run/secrets/…): the file's text, its trailing newline
@@ -39,6 +41,7 @@ SECRET_FILES: dict[str, str] = {
     "slack_bot_token": "slack_bot_token_file",
     "slack_signing_secret": "slack_signing_secret_file",
     "slack_app_token": "slack_app_token_file",
+    "oncall_pagerduty_token": "oncall_pagerduty_token_file",
 }
 # RECOVER_AUDIT_KEY=none: the deployer runs unkeyed on purpose (serve refuses to start with no key).
 NO_AUDIT_KEY = "none"
@@ -58,6 +61,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "runbooks": ("runbooks_dir",),
     "logging": ("log_level",),
     "watch": ("watch_channel", "watch_interval"),
+    "oncall": (
+        "oncall_pagerduty_token", "oncall_pagerduty_token_file", "oncall_pagerduty_url", "oncall_pagerduty_policies",
+    ),  # fmt: skip
 }
 ALL_GROUPS = frozenset(GROUPS)
 
@@ -109,6 +115,13 @@ class Settings(BaseSettings):
     log_level: str = Field("INFO", validation_alias="RECOVER_LOG_LEVEL")
     watch_channel: str | None = Field(None, validation_alias="RECOVER_WATCH_CHANNEL")
     watch_interval: float | None = Field(None, validation_alias="RECOVER_WATCH_INTERVAL")
+    # The optional PagerDuty on-call source (bot/oncall): tier id (S…) → escalation policy id.
+    oncall_pagerduty_token: SecretStr | None = Field(None, validation_alias="RECOVER_ONCALL_PAGERDUTY_TOKEN")
+    oncall_pagerduty_token_file: Path | None = Field(None, validation_alias="RECOVER_ONCALL_PAGERDUTY_TOKEN_FILE")
+    oncall_pagerduty_url: str = Field(DEFAULT_PAGERDUTY_URL, validation_alias="RECOVER_ONCALL_PAGERDUTY_URL")
+    oncall_pagerduty_policies: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, validation_alias="RECOVER_ONCALL_PAGERDUTY_POLICIES"
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -132,12 +145,12 @@ class Settings(BaseSettings):
     _control_host_url = field_validator("control_host_url", mode="after")(_parse.control_host_url)
     _secret = field_validator(
         "control_host_api_key", "slack_signing_secret", "audit_key", "slack_bot_token", "slack_app_token",
-        mode="before",
+        "oncall_pagerduty_token", mode="before",
     )(_parse.secret)  # fmt: skip
     _db_path = field_validator("db_path", mode="before")(_parse.db_path)
     _files = field_validator(
         "audit_key_file", "control_host_api_key_file", "slack_bot_token_file", "slack_signing_secret_file",
-        "slack_app_token_file", "installations_file", mode="before",
+        "slack_app_token_file", "installations_file", "oncall_pagerduty_token_file", mode="before",
     )(_parse.optional)  # fmt: skip
     _slack_api_url = field_validator("slack_api_url", mode="before")(_parse.slack_api_url)
     _approvers = field_validator("approvers", mode="before")(_parse.approvers)
@@ -150,6 +163,8 @@ class Settings(BaseSettings):
     _log_level = field_validator("log_level", mode="before")(_parse.log_level)
     _watch_channel = field_validator("watch_channel", mode="before")(_parse.watch_channel)
     _watch_interval = field_validator("watch_interval", mode="before")(_parse.watch_interval)
+    _pagerduty_url = field_validator("oncall_pagerduty_url", mode="before")(_parse.pagerduty_url)
+    _pagerduty_policies = field_validator("oncall_pagerduty_policies", mode="before")(_parse.pagerduty_policies)
 
     @field_validator("slack_bot_token", mode="after")
     @classmethod

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
+DEFAULT_PAGERDUTY_URL = "https://api.pagerduty.com"
 DEFAULT_DB = Path("./recover.db")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 3000
@@ -23,6 +24,7 @@ _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 _GROUP_ID = re.compile(r"^S[A-Z0-9]{2,}$")
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,}$")
 _TEAM_ID = re.compile(r"^[TE][A-Z0-9]{2,}$")
+_PAGERDUTY_ID = re.compile(r"^[A-Z0-9]{2,}$")
 _LOGIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?$")
 _URL = re.compile(r"^https?://[^\s/]+")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -147,24 +149,31 @@ def teams(value: object) -> tuple[str, ...]:
     return ids
 
 
-def console_users(value: object) -> dict[str, str]:
-    """``login:SlackUserId`` pairs (the console's people, compared by their Slack id)."""
+def pair_map(value: object, key: re.Pattern[str], val: re.Pattern[str]) -> tuple[dict[str, str], list[str]]:
+    """``key:value`` pairs from a comma list (or an already parsed mapping): the mapping, and the
+    pairs that do not match the patterns or repeat a key (to be named in one error)."""
     if isinstance(value, Mapping):
-        pairs = [(str(k), str(v)) for k, v in value.items()]
+        pairs = [(str(k).strip(), str(v).strip()) for k, v in value.items()]
     else:
         pairs = []
         for item in split(value):
-            login, sep, user_id = item.partition(":")
-            pairs.append((login.strip(), user_id.strip() if sep else ""))
+            left, sep, right = item.partition(":")
+            pairs.append((left.strip(), right.strip() if sep else ""))
     mapping: dict[str, str] = {}
     bad: list[str] = []
-    for login, user_id in pairs:
-        if not _LOGIN.match(login) or not _USER_ID.match(user_id):
-            bad.append(f"{login}:{user_id}" if user_id else login)
-        elif login in mapping:
-            bad.append(f"{login} (listed twice)")
+    for left, right in pairs:
+        if not key.match(left) or not val.match(right):
+            bad.append(f"{left}:{right}" if right else left)
+        elif left in mapping:
+            bad.append(f"{left} (listed twice)")
         else:
-            mapping[login] = user_id
+            mapping[left] = right
+    return mapping, bad
+
+
+def console_users(value: object) -> dict[str, str]:
+    """``login:SlackUserId`` pairs (the console's people, compared by their Slack id)."""
+    mapping, bad = pair_map(value, _LOGIN, _USER_ID)
     if bad:
         raise ValueError(
             f"RECOVER_CONSOLE_USERS: {', '.join(map(repr, bad))} is not login:SlackUserId; "
@@ -227,3 +236,24 @@ def watch_interval(value: object) -> float | None:
     if not seconds > 0:
         raise ValueError(f"RECOVER_WATCH_INTERVAL must be a number of seconds above 0 (got {str(value)!r})")
     return seconds
+
+
+def pagerduty_url(value: object) -> str:
+    """RECOVER_ONCALL_PAGERDUTY_URL: the REST API's base (a local stand-in in tests)."""
+    text = DEFAULT_PAGERDUTY_URL if blank(value) else str(value).strip()
+    if not _URL.match(text):
+        raise ValueError(f"RECOVER_ONCALL_PAGERDUTY_URL must be an http(s) URL (got {text!r})")
+    return text.rstrip("/")
+
+
+def pagerduty_policies(value: object) -> dict[str, str]:
+    """RECOVER_ONCALL_PAGERDUTY_POLICIES: ``S…:P…`` pairs, a tier's user-group id and the PagerDuty
+    escalation policy whose on-call users stand for it."""
+    mapping, bad = pair_map(value, _GROUP_ID, _PAGERDUTY_ID)
+    if bad:
+        raise ValueError(
+            f"RECOVER_ONCALL_PAGERDUTY_POLICIES: {', '.join(map(repr, bad))} is not GroupId:PolicyId; "
+            "write e.g. S0ONCALL2:PABC123 (a user-group id S… as the runbook names it, and the PagerDuty "
+            "escalation policy id from its URL), each group once"
+        )
+    return mapping

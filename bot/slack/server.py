@@ -209,7 +209,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     """``recover-bot serve``: Socket Mode when SLACK_APP_TOKEN is set, otherwise HTTP on HOST:PORT."""
     from bot.router import build_router  # the core; imported here so the Slack package stays light
     from bot.slack.app import build_bot
-    from bot.slack.web import SlackDirectory, make_client
+    from bot.slack.web import approver_directory, make_client
 
     out = out or sys.stdout
     sock: socket.socket | None = None
@@ -222,7 +222,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
             except OSError as exc:
                 raise listen_error(settings.host, settings.port, exc, host_name="HOST", port_name="PORT") from None
         client = make_client(settings)
-        directory = SlackDirectory(client)
+        directory = approver_directory(settings, client)
         router = build_router(settings, directory=directory, startup=False)
         try:
             with _quiet_start():

@@ -22,8 +22,8 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 from slack_sdk.models.views import View
 
-from bot.errors import RecoverError
 from bot.messages import Attachment, Message
+from bot.oncall import OnCall, OnCallDirectory, OnCallUnavailable, oncall_directory
 from bot.redact import redact
 from bot.settings import Settings, reveal
 from bot.slack.blocks import message_payload, notification_text
@@ -237,22 +237,24 @@ class _CallFailed(Exception):
         self.code = code
 
 
-class SlackDirectoryError(RecoverError):
-    """Slack would not tell us who is in a user group."""
+class SlackDirectoryError(OnCallUnavailable):
+    """Slack would not tell us who is in a user group (or who has an email address)."""
 
 
-class SlackDirectory:
-    """The core's ApproverDirectory over Slack: user-group members and display names.
+class SlackDirectory(OnCallDirectory):
+    """The core's ApproverDirectory over Slack: user-group members, and Slack ids by email.
 
-    ``members`` asks ``usergroups.users.list`` each time (membership changes during an incident); if
-    Slack refuses (e.g. ``missing_scope``) it raises, and the core refuses the approval (fail closed).
+    ``on_call`` (``members``) asks ``usergroups.users.list`` each time (membership changes during an
+    incident); if Slack refuses (e.g. ``missing_scope``) it raises, and the core refuses the approval
+    (fail closed). ``slack_id_for_email`` (``users.lookupByEmail``) maps another source's people to
+    Slack ids; its callers cache it.
     """
 
     def __init__(self, client: WebClient) -> None:
         self.client = client
         self._lock = threading.Lock()
 
-    def members(self, group_id: str) -> set[str]:
+    def on_call(self, group_id: str) -> OnCall:
         try:
             response = self.client.usergroups_users_list(usergroup=group_id)
         except (SlackClientError, OSError, ValueError) as exc:
@@ -264,4 +266,29 @@ class SlackDirectory:
                 hint="Add the usergroups:read scope to the Slack app, or list approvers by user id.",
             ) from exc
         users = response.get("users") or []
-        return {str(u) for u in users}
+        return OnCall(group_id, f"Slack user group {group_id}", frozenset(str(u) for u in users))
+
+    def slack_id_for_email(self, email: str) -> str | None:
+        """The active Slack user with this email address, or None when Slack has none."""
+        try:
+            response = self.client.users_lookupByEmail(email=email)
+        except (SlackClientError, OSError, ValueError) as exc:
+            code = redact(_error_code(exc) if isinstance(exc, SlackClientError) else str(exc))
+            if code == "users_not_found":
+                return None
+            log.warning("cannot look up a Slack user by email (%s)", code)
+            raise SlackDirectoryError(
+                f"Slack could not look up users by email: {code}",
+                hint="Add the users:read.email scope to the Slack app (the PagerDuty on-call source needs it)."
+                if code in ("missing_scope", "not_allowed_token_type") else "Try again shortly.",
+            ) from exc
+        user = response.get("user") or {}
+        if not isinstance(user, dict) or not user.get("id") or user.get("deleted"):
+            return None
+        return str(user["id"])
+
+
+def approver_directory(settings: Settings, client: WebClient) -> OnCallDirectory:
+    """The directory approver groups are resolved through: Slack user groups, and the tiers mapped to
+    PagerDuty escalation policies (RECOVER_ONCALL_PAGERDUTY_POLICIES) through PagerDuty."""
+    return oncall_directory(settings, SlackDirectory(client))

@@ -108,10 +108,10 @@ class InboxRunner:
 def worker_bot(settings: Settings, store: Store) -> SlackBot:
     """The Slack front end's work side: the real router, the Web API client, no Bolt app."""
     from bot.router import build_router  # the core: only the worker needs it at start
-    from bot.slack.web import SlackDirectory, make_client
+    from bot.slack.web import approver_directory, make_client
 
     client = make_client(settings)
-    router = build_router(settings, directory=SlackDirectory(client), startup=False)
+    router = build_router(settings, directory=approver_directory(settings, client), startup=False)
     store.migrate([slack_migrations])  # the Slack front's own tables, beside the core's
     out = SlackOut(client)
     state = SlackState(store)

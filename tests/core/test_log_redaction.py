@@ -26,9 +26,10 @@ SECRETS = {
     "SLACK_APP_TOKEN": "xapp-1-A111-3333-appsecretvalue",
     "CONTROL_HOST_API_KEY": "chk-live-7d3e9b1a5c",
     "RECOVER_AUDIT_KEY": "audit-key-4b8e2f6a",
+    "RECOVER_ONCALL_PAGERDUTY_TOKEN": "u+Zk3xQ9wVb7-pdkey",
 }
 # Shaped like a credential although nobody configured it.
-SHAPES = ["xoxp-9999-userTokenValue", "Bearer eyJhbGciOi.payload.sig"]
+SHAPES = ["xoxp-9999-userTokenValue", "Bearer eyJhbGciOi.payload.sig", "Token token=pdUnconfiguredKey42"]
 
 
 def _logger_names() -> list[str]:

@@ -26,6 +26,7 @@ METHOD_SCOPES: dict[str, str | tuple[str, ...] | None] = {
     "bots.info": "users:read",
     "apps.connections.open": None,  # the app-level token's connections:write, not a bot scope
     "usergroups.users.list": "usergroups:read",
+    "users.lookupByEmail": "users:read.email",  # the PagerDuty on-call source's people, by email
     "files.getUploadURLExternal": "files:write",
     "files.completeUploadExternal": "files:write",
     "conversations.history": ("channels:history", "groups:history"),  # watch mode reads its channel back
@@ -42,6 +43,7 @@ def _scopes(method: str) -> set[str]:
 SDK_METHODS = {
     "files_upload_v2": {"files.getUploadURLExternal", "files.completeUploadExternal"},
     "usergroups_users_list": {"usergroups.users.list"},
+    "users_lookupByEmail": {"users.lookupByEmail"},
     "users_info": {"users.info"},
     "auth_test": {"auth.test"},
     "bots_info": {"bots.info"},
