@@ -204,6 +204,16 @@ class WatchStore:
                 taken.append(Claim(stop=stop, state=str(state), thread_ts=str(root_ts) if root_ts else None))
         return taken
 
+    def renew(self, key: str, *, actor: str, now: datetime, lease: float) -> bool:
+        """Extend ``actor``'s lease on an unposted claim to ``lease`` seconds from now; False when the
+        claim is no longer ``actor``'s (its lease ran out and a live watcher took it over) or is posted."""
+        with self.store.write() as db:
+            cur = db.conn.execute(
+                "UPDATE watch_stops SET lease_until = ? WHERE key = ? AND claimed_by = ? AND posted_at IS NULL",
+                [_iso(now + timedelta(seconds=lease)), key, actor],
+            )
+            return cur.rowcount == 1
+
     def active(self) -> set[tuple[str, str]]:
         """(session, signature) of every live stop, read once per poll: a stop already seen costs no
         write transaction (claim re-checks under the write lock)."""

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
-from zoneinfo import ZoneInfo
 
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import ControlHostClient, Session
@@ -32,39 +31,20 @@ from bot.runbook.model import RunbookSet
 from bot.store import Store
 from bot.triage import runbook_limit
 from bot.vocab import Step
+from bot.watch.lease import LeaseKeeper
+from bot.watch.poster import Poster, key_line
+from bot.watch.shifts import post_digest, post_handoff
 from bot.watch.state import WatchStatus
 from bot.watch.status import status_reply
-from bot.watch.stops import Stop, described, stop_of
+from bot.watch.stops import Stop, stop_of
 from bot.watch.store import CLAIMED, STORM, SUPPRESSED, THREAD, Claim, WatchStore
-from bot.watch.windows import shift_changes, within
+from bot.watch.windows import within
 
 log = logging.getLogger(__name__)
 
 ACTOR = "watch"
-#: A shift change found later than this (the bot was down) gets no late hand-off post.
-HANDOFF_LATE = 3600.0
-#: Held stops listed one per line in the quiet-hours digest; the rest are counted.
-DIGEST_LINES = 20
 #: Consecutive failed polls after which the channel is told, once, that the watcher cannot read.
 FAILING_AFTER = 3
-
-
-def key_line(key: str) -> str:
-    """The stop's dedup key as said in its post: a watcher taking over a dead owner's claim finds it."""
-    return f"Watch key {key}"
-
-
-class Poster(Protocol):
-    """Where the watcher speaks (Slack's chat.postMessage / chat.update, or a test's list)."""
-
-    def post(self, channel: str, message: Message, thread_ts: str | None = None) -> str | None: ...
-
-    def update(self, channel: str, ts: str, message: Message) -> bool: ...
-
-    def find(self, channel: str, text: str, thread_ts: str | None = None) -> str | None:
-        """The ts of a message in the channel (or the thread) that contains ``text``, else None;
-        raises when the channel cannot be read (then nothing is posted)."""
-        ...
 
 
 class CaseDiagnoser(Protocol):
@@ -118,6 +98,7 @@ class Watcher:
         # The lease owner: this process (two watchers of one process are two owners too).
         self.owner = f"{ACTOR}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.store = store
+        self.leases = LeaseKeeper(self.saved, owner=self.owner, lease=self.spec.seconds("claim_lease"), clock=clock)
         self.interval = interval if interval is not None else self.spec.seconds("poll_interval")
         self.handoff = handoff  # the ``handoff`` command's own digest (cases, requests, batches)
         self.last_poll: datetime | None = None
@@ -159,8 +140,8 @@ class Watcher:
             if any(c.state == STORM for c in result.claimed):
                 self._post_storm(now)
             if not self.quiet(now):
-                self._digest()
-            self._shift_change(now)
+                post_digest(self.saved, self.poster, self.channel, self.spec, ACTOR)
+            post_handoff(self.saved, self.poster, self.channel, self.runbooks, self.handoff, now, ACTOR)
             return result
 
     def _read_and_claim(self, now: datetime) -> PollResult:
@@ -224,7 +205,8 @@ class Watcher:
         by its key first (it may have reached Slack before the kill), record it if found, else post it."""
         for claim in self.saved.take_over(actor=self.owner, now=now, lease=self.spec.seconds("claim_lease")):
             try:
-                ts = self.poster.find(self.channel, key_line(claim.stop.key), claim.thread_ts)
+                with self.leases.held(claim.stop.key):
+                    ts = self.poster.find(self.channel, key_line(claim.stop.key), claim.thread_ts)
             except Exception:  # noqa: BLE001 - unreadable channel: never post blind; the lease runs out again
                 log.exception("watch: cannot look for the stop of %s in the channel", claim.stop.session_id)
                 self.errors += 1
@@ -240,7 +222,8 @@ class Watcher:
         if claim.state not in (CLAIMED, THREAD):
             return  # folded into the storm message, dropped while paused, held for the digest
         try:
-            self._post_case(claim, now)
+            with self.leases.held(claim.stop.key):  # a slow diagnosis or post never looks dead
+                self._post_case(claim, now)
         except Exception:  # noqa: BLE001 - one unreadable session must not hold back the others
             log.exception("watch: posting the stop of %s failed", claim.stop.session_id)
             self.errors += 1
@@ -248,6 +231,10 @@ class Watcher:
     def _post_case(self, claim: Claim, now: datetime) -> None:
         sid = claim.stop.session_id
         _, reply = self.diagnoser.diagnose_and_record(sid, ACTOR)
+        if not self.leases.renew(claim.stop.key):
+            # Stalled past the lease: the watcher that took the claim over looks for it and posts it.
+            log.warning("watch: the claim of %s was taken over before its post; not posting it", sid)
+            return
         first, *rest = reply.messages or [Message(headline=f"{sid}: no diagnosis")]
         if claim.state == THREAD:
             assert claim.thread_ts is not None
@@ -284,47 +271,6 @@ class Watcher:
         new_ts = self.poster.post(self.channel, message)
         if new_ts is not None:
             self.saved.storm_posted(self.channel, new_ts)
-
-    def _digest(self) -> None:
-        """Quiet hours are over: one digest of the stops held meanwhile, by one process."""
-        held = self.saved.take_held(actor=ACTOR)
-        if not held:
-            return
-        q = self.spec.quiet_hours
-        window = f" ({q.start}–{q.end} {q.time_zone})" if q is not None else ""
-        lines = [f"• {sid}: {described(sig)}" for sid, sig in held[:DIGEST_LINES]]
-        if len(held) > DIGEST_LINES:
-            lines.append(f"… and {len(held) - DIGEST_LINES} more.")
-        lines.append("`/recover diagnose <session_id>` for one, `/recover triage` for all of them grouped.")
-        self.poster.post(self.channel, Message(
-            headline=f"Quiet hours are over{window}: {len(held)} session(s) stopped meanwhile.",
-            level="warn", lines=lines,
-        ))
-
-    def _shift_change(self, now: datetime) -> None:
-        """At each of the runbook's shift changes, the hand-off digest once (by one process, across
-        restarts); a change more than HANDOFF_LATE ago (the bot was down) is not posted late."""
-        spec = self.runbooks.handoff
-        if spec is None or self.handoff is None:
-            return
-        changes = shift_changes(spec.times, spec.time_zone, now)
-        if not changes or (now - changes[-1]).total_seconds() > HANDOFF_LATE:
-            return
-        change = changes[-1]
-        name = f"handoff:{isoformat(change)}"
-        if not self.saved.claim_once(name, actor=ACTOR, step=Step.HANDOFF, inputs={"shift_change": isoformat(change)}):
-            return
-        reply = self.handoff(ACTOR)
-        local = change.astimezone(ZoneInfo(spec.time_zone)).strftime("%H:%M")
-        seen = self.saved.seen_since(changes[-2]) if len(changes) > 1 else 0
-        first, *rest = reply.messages or [Message(headline="Nothing open.")]
-        head = dataclasses.replace(
-            first, headline=f"Shift change {local} {spec.time_zone}: hand-off. {first.headline}",
-            lines=[*first.lines, f"Watch saw {seen} new stop(s) during the shift that ended."],
-        )
-        ts = self.poster.post(self.channel, head)
-        for message in rest:
-            self.poster.post(self.channel, message, ts)
 
     # -- failing and recovering ----------------------------------------------------------------
 
