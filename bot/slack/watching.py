@@ -15,6 +15,8 @@ from bot.watch import Watcher
 
 #: Pages of 200 messages read back when looking for a dead owner's post (its lease is minutes old).
 FIND_PAGES = 10
+#: Pages of 200 members read to find one person in the watch channel (100,000 members).
+MEMBER_PAGES = 500
 
 
 class SlackWatchPoster:
@@ -49,12 +51,33 @@ class SlackWatchPoster:
         return None
 
 
+class SlackChannelMembers:
+    """:class:`bot.watch.ChannelMembers` over conversations.members, every page, asked each time (who is
+    in the channel changes during an incident); a Slack error raises, so pause and resume refuse."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def is_member(self, channel: str, user: str) -> bool:
+        cursor: str | None = None
+        for _ in range(MEMBER_PAGES):
+            args: dict[str, Any] = {"channel": channel, "limit": 200, **({"cursor": cursor} if cursor else {})}
+            data = self.client.conversations_members(**args).data
+            assert isinstance(data, dict)
+            if user in (data.get("members") or []):
+                return True
+            cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
+            if not cursor:
+                return False
+        return False
+
+
 def attach_watch(router: object, out: SlackOut, *, start: bool = True) -> Watcher | None:
     """Build the watcher for a router that runs the core (RECOVER_WATCH_CHANNEL set, a runbook
     ``watch:`` section), attach it so ``/recover watch`` reaches it, and poll on a daemon thread."""
     if not isinstance(router, Router) or router.services.bulk is None:
         return None
-    watcher = build_watcher(router.services, SlackWatchPoster(out))
+    watcher = build_watcher(router.services, SlackWatchPoster(out), members=SlackChannelMembers(out.client))
     if watcher is None:
         return None
     router.services.bulk.watcher = watcher

@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -32,10 +32,11 @@ from bot.store import Store
 from bot.triage import runbook_limit
 from bot.vocab import Step
 from bot.watch.lease import LeaseKeeper
+from bot.watch.pausing import ChannelMembers, member_refusal, record_pause, record_resume
 from bot.watch.poster import Poster, key_line
 from bot.watch.shifts import post_digest, post_handoff
 from bot.watch.state import WatchStatus
-from bot.watch.status import status_reply
+from bot.watch.status import cursor_state, status_reply
 from bot.watch.stops import Stop, stop_of
 from bot.watch.store import CLAIMED, STORM, SUPPRESSED, THREAD, Claim, WatchStore
 from bot.watch.windows import within
@@ -65,6 +66,8 @@ class PollResult:
     listed: int = 0
     claimed: list[Claim] = field(default_factory=list)
     error: str | None = None
+    pages: int = 0  # pages read this poll
+    cursor: str | None = None  # the cursor of the page read last (None: the first page)
 
 
 class Watcher:
@@ -82,6 +85,8 @@ class Watcher:
         installation: str = "default",
         interval: float | None = None,
         handoff: Callable[[str], Reply] | None = None,
+        members: ChannelMembers | None = None,
+        console_users: Mapping[str, str] | None = None,
     ) -> None:
         if runbooks.watch is None:
             raise ValueError("watch mode needs a 'watch:' section in the runbooks (docs/runbook-format.md)")
@@ -101,6 +106,8 @@ class Watcher:
         self.leases = LeaseKeeper(self.saved, owner=self.owner, lease=self.spec.seconds("claim_lease"), clock=clock)
         self.interval = interval if interval is not None else self.spec.seconds("poll_interval")
         self.handoff = handoff  # the ``handoff`` command's own digest (cases, requests, batches)
+        self.members = members  # who may pause and resume: the watch channel's members
+        self.console_users = dict(console_users or {})
         self.last_poll: datetime | None = None
         self.next_poll: datetime | None = None
         self.seen = 0
@@ -134,6 +141,8 @@ class Watcher:
             result = self._read_and_claim(now)
             self._take_over(now)
             self._health(result, now)
+            self.saved.put("cursor", cursor_state(complete=result.complete, pages=result.pages, cursor=result.cursor,
+                                                  at=now))
             if result.complete:
                 self.seen = result.listed
                 self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
@@ -154,7 +163,9 @@ class Watcher:
         cursor: str | None = None
         try:
             for _ in range(10_000):
+                result.cursor = cursor
                 page = self.client.list_sessions_needing_operator(cursor, limit=page_size)
+                result.pages += 1
                 for session in page.sessions:
                     listed.add(session.id)
                     claim = self._claim(session, now, paused, quiet, known)
@@ -327,25 +338,13 @@ class Watcher:
         return until is None or until > now
 
     def pause(self, actor: str, seconds: float | None) -> Reply:
-        now = self.clock.now()
-        until = now + timedelta(seconds=seconds) if seconds else None
-        with self.store.write() as db:
-            self.saved.put("pause", {"paused": True, "until": isoformat(until), "by": actor, "at": isoformat(now)}, db=db)
-            self.store.record_step(None, actor, Step.WATCH, {"action": "pause", "seconds": seconds,
-                                                             "installation": self.installation}, "paused", db=db)
-        when = f"until {isoformat(until)}" if until else "until `/recover watch resume`"
-        return Reply.of(Message(
-            headline=f"Watch paused {when}: new stops are recorded, not posted.", level="ok",
-            lines=["`/recover watch resume` to post again; `/recover triage` shows every stopped session."],
-        ))
+        """Hold new posts (for ``seconds``, or until resumed): only a member of the watch channel."""
+        refused = member_refusal(self.members, self.channel, actor, self.console_users, "pause")
+        return refused or record_pause(self.saved, self.store, actor=actor, seconds=seconds, now=self.clock.now())
 
     def resume(self, actor: str) -> Reply:
-        now = self.clock.now()
-        with self.store.write() as db:
-            self.saved.put("pause", {"paused": False, "by": actor, "at": isoformat(now)}, db=db)
-            self.store.record_step(None, actor, Step.WATCH, {"action": "resume", "installation": self.installation},
-                                   "resumed", db=db)
-        return Reply.of(Message(headline="Watch resumed: new stops are posted again.", level="ok"))
+        refused = member_refusal(self.members, self.channel, actor, self.console_users, "resume")
+        return refused or record_resume(self.saved, self.store, actor=actor, now=self.clock.now())
 
     def status(self) -> WatchStatus:
         now = self.clock.now()
@@ -355,6 +354,8 @@ class Watcher:
         poll = self.saved.get("poll") or {}
         return WatchStatus(
             paused_until=parse_time(pause.get("until")) if pause.get("paused") else None,
+            paused_by=str(pause["by"]) if pause.get("paused") and pause.get("by") else None,
+            cursor=self.saved.get("cursor"),
             paused=self.paused(now),
             last_poll=self.last_poll or parse_time(poll.get("at")),
             next_poll=self.next_poll,

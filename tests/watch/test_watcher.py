@@ -19,7 +19,7 @@ from bot.sandbox import SandboxHandle
 from bot.services import Services, build_services, build_watcher
 from bot.settings import load_settings
 from bot.slack import make_client
-from bot.slack.watching import SlackWatchPoster
+from bot.slack.watching import SlackChannelMembers, SlackWatchPoster
 from bot.slack.web import SlackOut
 from bot.watch import Watcher, WatchStore
 from bot.watch.stops import Stop
@@ -46,7 +46,7 @@ def make_watcher(sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path) ->
         )
         services: Services = build_services(settings, sandbox=sbx)
         out = SlackOut(make_client(slack_settings(slack_api, db)))
-        watcher = build_watcher(services, SlackWatchPoster(out))
+        watcher = build_watcher(services, SlackWatchPoster(out), members=SlackChannelMembers(out.client))
         assert watcher is not None
         return watcher
 
@@ -294,6 +294,7 @@ def test_pause_holds_posts_and_resume_posts_again(
     sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
 ) -> None:
     one, two = _healthy(sbx, 2)
+    slack_api.channel_members[CHANNEL] = ["U0ALICE", "U0BOB"]
     w = make_watcher()
     reply = w.pause("U0ALICE", 3600)
     assert "paused until" in reply.messages[0].headline
@@ -402,8 +403,10 @@ def test_a_failing_listing_of_many_pages_misses_nothing_and_posts_nothing_twice(
     assert w.client.list_sessions_needing_operator(None, limit=2).next is not None  # four pages now
     sbx.admin.fault("server_error", "/v1/sessions", method="GET", times=None, status=503)
     assert not w.poll_once().complete
+    assert "listing cursor: stopped at page 1 (cursor the first page)" in w.status_reply().messages[0].plain_text()
     sbx.admin.clear_faults()
     result = w.poll_once()
     assert result.complete and result.listed == 7
+    assert "listing cursor: end of the listing after 4 page(s)" in w.status_reply().messages[0].plain_text()
     for sid in ids:
         assert len(_named(slack_api, sid)) == 1, sid
