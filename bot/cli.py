@@ -131,6 +131,15 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_USAGE
     if args.scenarios != "builtin" and not Path(args.scenarios).is_dir():
         raise StartupError(f"--scenarios: {args.scenarios} is not a directory of scenario YAML files")
+    stop_every = None
+    if args.stop_every is not None:
+        from bot.runbook.values import parse_duration
+
+        try:
+            stop_every = parse_duration(args.stop_every)
+        except ValueError as exc:
+            print(f"recover-bot sandbox: --stop-every: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         serve_forever(
             args.host,
@@ -139,6 +148,7 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
             scenarios=args.scenarios,
             incident=args.incident,
             outage_seconds=args.outage_seconds,
+            stop_every=stop_every,
         )
     except OSError as exc:
         if not is_listen_error(exc):
@@ -206,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sandbox.add_argument(
         "--outage-seconds", type=float, default=600.0, help="when the incident's outage ends (from start)"
+    )
+    sandbox.add_argument(
+        "--stop-every", default=None, metavar="DURATION",
+        help="stop the next session in turn this often (30s, 2m), settling it when it still is: watch mode's demo",
     )
 
     from bot.decisions import check_request_table

@@ -177,6 +177,19 @@ class SandboxAdmin:
         )
         return result
 
+    def schedule(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Plan stops: ``{"stops": [{"at", "session" | "scenario", "code", "reason", "failures"}]}``,
+        ``{"burst": N, "at": …}`` and/or ``{"every": seconds, "sessions": [...]}`` (docs/sandbox.md)."""
+        result: dict[str, Any] = self._call("POST", "/schedule", body)
+        return result
+
+    def scheduled(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/schedule")
+        return result
+
+    def clear_schedule(self) -> None:
+        self._call("DELETE", "/schedule")
+
     def settle(self, session_id: str) -> dict[str, Any]:
         """The session needs no operator any more: it leaves the recovery_required listing."""
         result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/settle")

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from bot.clock import isoformat
+from bot.sandbox._schedule import ScheduleError
 from bot.sandbox._state import AdminError, ApiError, SandboxState
 from bot.sandbox._traffic import Traffic, retry_after_headers
 
@@ -124,6 +125,9 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(r"^/_sandbox/reset$"), "reset"),
     ("GET", re.compile(r"^/_sandbox/incident$"), "get_incident"),
     ("POST", re.compile(r"^/_sandbox/incident$"), "incident"),
+    ("GET", re.compile(r"^/_sandbox/schedule$"), "get_schedule"),
+    ("POST", re.compile(r"^/_sandbox/schedule$"), "schedule"),
+    ("DELETE", re.compile(r"^/_sandbox/schedule$"), "clear_schedule"),
     ("GET", re.compile(r"^/_sandbox/traffic$"), "get_traffic"),
     ("POST", re.compile(r"^/_sandbox/traffic$"), "traffic"),
     ("GET", re.compile(r"^/_sandbox/sessions$"), "admin_sessions"),
@@ -534,6 +538,21 @@ class SandboxApp:
             started_seconds=float(body.get("started_seconds", 900)),
         )
         return {"incident": incident.to_json(self.state.now())}
+
+    def _admin_get_schedule(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        return self.state.schedule.to_json()
+
+    def _admin_schedule(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        try:
+            added = self.state.schedule.add(self.state, body, self.state.now())
+        except ScheduleError as exc:
+            raise AdminError(400, "BAD_SCHEDULE", str(exc)) from None
+        self.state.tick()  # what is due now happens now
+        return {"planned": [p.to_json() for p in added], **self.state.schedule.to_json()}
+
+    def _admin_clear_schedule(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        self.state.schedule.clear()
+        return self.state.schedule.to_json()
 
     def _admin_get_traffic(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         return self.traffic.to_json()
