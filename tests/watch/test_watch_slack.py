@@ -22,7 +22,7 @@ def test_watch_state_pause_and_resume_over_slack(incident_sandbox: SandboxHandle
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL)
     # The watch channel's members, three pages of conversations.members: UBOB on the last one.
     h.api.channel_members[CHANNEL] = ["UALICE", *(f"UFILL{i:03d}" for i in range(420)), "UBOB"]
-    watcher = attach_watch(h.bot.router, h.bot.out, start=False)
+    watcher = attach_watch(h.bot, start=False)
     assert watcher is not None
     incident_sandbox.admin.create_session(clone("healthy", "ses_ws_001"))
     watcher.poll_once()
@@ -73,7 +73,7 @@ def test_healthz_line_says_the_listing_fails_and_when_it_reads_again(
     incident_sandbox: SandboxHandle, slack_harness: Any
 ) -> None:
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL)
-    watcher = attach_watch(h.bot.router, h.bot.out, start=False)
+    watcher = attach_watch(h.bot, start=False)
     assert watcher is not None
     settings = h.bot.settings
     incident_sandbox.admin.fault("server_error", "/v1/sessions", method="GET", times=None, status=503)
@@ -89,7 +89,7 @@ def test_healthz_line_says_the_listing_fails_and_when_it_reads_again(
 
 def test_watch_is_off_without_a_channel(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
     h = slack_harness.real(incident_sandbox)
-    assert attach_watch(h.bot.router, h.bot.out, start=False) is None
+    assert attach_watch(h.bot, start=False) is None
     before = len(h.api.responses)
     h.send.command("watch")
     h.settle()
