@@ -111,14 +111,18 @@ class SandboxAdmin:
         rate: int | None = None,
         size: int | None = None,
         length: bool | None = None,
+        probability: float | None = None,
+        seed: int | None = None,
     ) -> dict[str, Any]:
         """Inject a fault: ``latency`` (seconds), ``rate_limit`` (429 + Retry-After), ``server_error``
         (5xx before the commit), ``error_after_commit`` (commit, then a 5xx, default 500),
         ``drop_after_commit``, ``dribble`` (the answer at ``rate`` bytes/s for
         ``seconds``) or ``huge_body`` (the answer padded to ``size`` bytes, streamed; ``length=False``
-        sends no Content-Length); ``path`` is an fnmatch pattern."""
+        sends no Content-Length); ``path`` is an fnmatch pattern; ``probability`` (with ``seed``) applies
+        it to that share of the matching requests, repeatably."""
         body: dict[str, Any] = {"kind": kind, "path": path, "method": method, "times": times}
-        for name, value in (("rate", rate), ("size", size), ("length", length)):
+        for name, value in (("rate", rate), ("size", size), ("length", length), ("probability", probability),
+                            ("seed", seed)):
             if value is not None:
                 body[name] = value
         if seconds is not None:

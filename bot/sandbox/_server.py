@@ -14,6 +14,7 @@ import hmac
 import itertools
 import json
 import logging
+import random
 import re
 import socket
 import threading
@@ -69,12 +70,20 @@ class Fault:
     rate: int = 4  # dribble: bytes per second
     size: int = DEFAULT_HUGE_BYTES  # huge_body: bytes of the answer
     length: bool = True  # huge_body: declare Content-Length (else the body ends when the connection closes)
+    probability: float = 1.0  # of applying to each matching request (drawn from ``seed``: repeatable)
+    seed: int = 1
     hits: int = 0
+    _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._rng.seed(self.seed)
 
     def matches(self, method: str, path: str) -> bool:
         if self.times is not None and self.hits >= self.times:
             return False
-        return (self.method is None or self.method == method) and fnmatchcase(path, self.path)
+        if not ((self.method is None or self.method == method) and fnmatchcase(path, self.path)):
+            return False
+        return self.probability >= 1.0 or self._rng.random() < self.probability
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,6 +98,8 @@ class Fault:
             "rate": self.rate,
             "size": self.size,
             "length": self.length,
+            "probability": self.probability,
+            "seed": self.seed,
             "hits": self.hits,
         }
 
@@ -449,7 +460,11 @@ class SandboxApp:
             rate=int(body.get("rate", 4)),
             size=int(body.get("size", DEFAULT_HUGE_BYTES)),
             length=_bool(body, "length") if "length" in body else True,
+            probability=float(body.get("probability", 1.0)),
+            seed=int(body.get("seed", 1)),
         )
+        if not 0.0 < fault.probability <= 1.0:
+            raise AdminError(400, "BAD_REQUEST", "probability must be above 0 and at most 1")
         if fault.kind == "dribble" and fault.rate < 1:
             raise AdminError(400, "BAD_REQUEST", "dribble needs rate >= 1 (bytes per second)")
         if fault.kind == "huge_body" and fault.size < 1:

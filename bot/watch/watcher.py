@@ -154,11 +154,12 @@ class Watcher:
             return result
 
     def _read_and_claim(self, now: datetime) -> PollResult:
+        """Every page first, then the new stops claimed and said: a burst is known before anything
+        is posted, so it is one triage message, not the first N cases and then the storm."""
         result = PollResult(complete=False)
         listed: set[str] = set()
-        paused = self.paused(now)
-        quiet = self.quiet(now)
         known = self.saved.active()
+        new: list[Stop] = []
         page_size = int(runbook_limit(self.runbooks, "bulk_page_size"))
         cursor: str | None = None
         try:
@@ -168,40 +169,32 @@ class Watcher:
                 result.pages += 1
                 for session in page.sessions:
                     listed.add(session.id)
-                    claim = self._claim(session, now, paused, quiet, known)
-                    if claim is not None:
-                        # Claimed, then posted at once: a kill leaves this one to be taken over.
-                        result.claimed.append(claim)
-                        self._say(claim, now)
+                    stop = self._stop_of(session)
+                    if (stop.session_id, stop.signature) not in known:
+                        new.append(stop)
                 if not page.next or page.next == cursor:
                     break
                 cursor = page.next
         except Exception as exc:  # noqa: BLE001 - a failing page is counted; the next poll reads again
             result.error = redact(str(exc)) or type(exc).__name__
-            result.listed = len(listed)
-            return result
-        result.complete = True
         result.listed = len(listed)
-        self.saved.settle(listed, now=now, keep_for=self.spec.seconds("dedup_window"))
+        window, threshold = self.spec.seconds("storm_window"), int(self.spec.seconds("storm_threshold"))
+        burst = len(new) + self.saved.recent(now=now, window=window) > threshold
+        paused, quiet = self.paused(now), self.quiet(now)
+        for stop in new:  # what was read before a failing page is said now, the rest next poll
+            claim = self.saved.claim(
+                stop, actor=self.owner, lease=self.spec.seconds("claim_lease"), now=now,
+                flap_window=self.spec.seconds("flap_window"), storm_window=window, storm_threshold=threshold,
+                paused=paused, quiet=quiet, burst=burst,
+            )
+            if claim is not None:
+                # Claimed, then posted at once: a kill leaves this one to be taken over.
+                result.claimed.append(claim)
+                self._say(claim, now)
+        if result.error is None:
+            result.complete = True
+            self.saved.settle(listed, now=now, keep_for=self.spec.seconds("dedup_window"))
         return result
-
-    def _claim(
-        self, session: Session, now: datetime, paused: bool, quiet: bool, known: set[tuple[str, str]]
-    ) -> Claim | None:
-        stop = self._stop_of(session)
-        if (stop.session_id, stop.signature) in known:
-            return None
-        return self.saved.claim(
-            stop,
-            actor=self.owner,
-            lease=self.spec.seconds("claim_lease"),
-            now=now,
-            flap_window=self.spec.seconds("flap_window"),
-            storm_window=self.spec.seconds("storm_window"),
-            storm_threshold=int(self.spec.seconds("storm_threshold")),
-            paused=paused,
-            quiet=quiet,
-        )
 
     def _stop_of(self, session: Session) -> Stop:
         """The stop's identity; an outcome_unknown stop is told apart by its unknown turn (R3.1)."""

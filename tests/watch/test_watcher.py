@@ -273,21 +273,40 @@ def test_a_storm_is_one_triage_message_updated_in_place(
     ids = _healthy(sbx, 14)
     a, b = make_watcher(), make_watcher()
     a.poll_once()
-    for sid in ids[:12]:
+    for sid in ids[:5]:
         sbx.admin.stop(sid)
+    a.poll_once()
+    assert len([t for t in _roots(slack_api) if "Stopped: " in t]) == 5  # up to the threshold: cases
+    for sid in ids[5:12]:
+        sbx.admin.stop(sid)  # 12 within the storm window: more than the runbook's storm_threshold (10)
     a.poll_once()
     b.poll_once()
     storm = [p for p in slack_api.roots(CHANNEL) if "Many sessions stopped at once" in p.text]
     assert len(storm) == 1
-    cases = [t for t in _roots(slack_api) if "Stopped: " in t]
-    assert len(cases) == 10  # up to the runbook's storm_threshold, then one triage message
+    assert len([t for t in _roots(slack_api) if "Stopped: " in t]) == 5  # the 7 new are in the triage message
     for sid in ids[12:]:
         sbx.admin.stop(sid)
     b.poll_once()
     a.poll_once()
     storm = [p for p in slack_api.roots(CHANNEL) if "Many sessions stopped at once" in p.text]
     assert len(storm) == 1 and storm[0].updates >= 1
-    assert len([t for t in _roots(slack_api) if "Stopped: " in t]) == 10
+    assert len([t for t in _roots(slack_api) if "Stopped: " in t]) == 5
+
+
+def test_a_burst_found_in_one_poll_is_one_post_not_the_first_cases_then_the_storm(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    """The sandbox's scheduled burst: 120 sessions stop at once; two watchers post one message."""
+    a, b = make_watcher(), make_watcher()
+    sbx.admin.schedule({"burst": 120, "at": 10, "prefix": "ses_wb"})
+    a.poll_once()
+    clock.advance(10)
+    a.poll_once()
+    b.poll_once()
+    a.poll_once()
+    roots = _roots(slack_api)
+    assert len(roots) == 1 and "Many sessions stopped at once" in roots[0], roots  # at most 3: here 1
+    assert a.status().counts == {"storm": 120}
 
 
 def test_pause_holds_posts_and_resume_posts_again(
