@@ -40,15 +40,21 @@ def _watcher(sbx: SandboxHandle, api: SlackStandIn, db: Path, runbooks: Path) ->
     return watcher
 
 
+def _two_on_one_stop(sbx: SandboxHandle, api: SlackStandIn, tmp_path: Path, sid: str) -> tuple[Watcher, Watcher]:
+    """Two watchers on one store with a 1 s lease, and ``sid`` stopped."""
+    runbooks = edited_runbooks(tmp_path, "claim_lease: {duration: 2m,", "claim_lease: {duration: 1s,")
+    db = tmp_path / "recover.db"
+    a, b = _watcher(sbx, api, db, runbooks), _watcher(sbx, api, db, runbooks)
+    sbx.admin.create_session(clone("healthy", sid))
+    sbx.admin.stop(sid)
+    return a, b
+
+
 def test_a_post_slower_than_the_lease_is_not_taken_over_and_posted_twice(
     real_sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path
 ) -> None:
-    runbooks = edited_runbooks(tmp_path, "claim_lease: {duration: 2m,", "claim_lease: {duration: 1s,")
-    db = tmp_path / "recover.db"
-    a, b = _watcher(real_sbx, slack_api, db, runbooks), _watcher(real_sbx, slack_api, db, runbooks)
     sid = "ses_wl_001"
-    real_sbx.admin.create_session(clone("healthy", sid))
-    real_sbx.admin.stop(sid)
+    a, b = _two_on_one_stop(real_sbx, slack_api, tmp_path, sid)
     # Slack holds the post 2.5 s before it shows in the channel: a taker looking for it finds nothing.
     slack_api.slow("chat.postMessage", 2.5, before=True)
     errors: list[BaseException] = []
@@ -84,12 +90,8 @@ def test_a_claim_taken_over_while_its_owner_stalled_is_not_posted_by_the_owner(
 ) -> None:
     """The fence before the post: an owner that stalled past its lease (no renewal reached the store)
     finds the claim is no longer its own and leaves the post to the watcher that took it over."""
-    runbooks = edited_runbooks(tmp_path, "claim_lease: {duration: 2m,", "claim_lease: {duration: 1s,")
-    db = tmp_path / "recover.db"
-    a, b = _watcher(real_sbx, slack_api, db, runbooks), _watcher(real_sbx, slack_api, db, runbooks)
     sid = "ses_wl_002"
-    real_sbx.admin.create_session(clone("healthy", sid))
-    real_sbx.admin.stop(sid)
+    a, b = _two_on_one_stop(real_sbx, slack_api, tmp_path, sid)
     diagnose = a.diagnoser.diagnose_and_record
 
     def stalled(session_id: str, actor: str) -> Any:

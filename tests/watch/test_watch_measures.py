@@ -12,23 +12,14 @@ from typing import Any
 from bot.sandbox import SandboxHandle
 from bot.slack.watching import attach_watch
 from tests.fixtures.triage import clone
-from tests.watch.test_watcher import CHANNEL, ROOT
+from tests.fixtures.watch import runbook_copy
+from tests.watch.test_watcher import CHANNEL
 
 STOPS = 40
 
 
 def _runbooks(tmp_path: Path, *edits: tuple[str, str]) -> Path:
-    import shutil
-
-    runbooks = tmp_path / "runbooks"
-    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    rb = runbooks / "session-recovery.yaml"
-    text = rb.read_text()
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new)
-    rb.write_text(text)
-    return runbooks
+    return runbook_copy(tmp_path / "runbooks", *edits)
 
 
 def _watch_said(h: Any) -> str:

@@ -7,7 +7,6 @@ burst becomes one triage message updated in place (R2.1, R2.12, R3.1).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from bot.watch import Watcher, WatchStore
 from bot.watch.stops import Stop
 from tests.fixtures.slack import SlackStandIn, slack_settings
 from tests.fixtures.triage import clone
+from tests.fixtures.watch import runbook_copy
 
 CHANNEL = "C0WATCH"
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,13 +55,7 @@ def make_watcher(sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path) ->
 
 def edited_runbooks(tmp_path: Path, old: str, new: str) -> Path:
     """A copy of the packaged runbooks with one edit to session-recovery.yaml."""
-    runbooks = tmp_path / "runbooks"
-    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    rb = runbooks / "session-recovery.yaml"
-    text = rb.read_text()
-    assert old in text
-    rb.write_text(text.replace(old, new))
-    return runbooks
+    return runbook_copy(tmp_path / "runbooks", (old, new))
 
 
 def _healthy(sbx: SandboxHandle, n: int, prefix: str = "ses_w") -> list[str]:
