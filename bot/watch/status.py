@@ -40,7 +40,7 @@ def status_reply(st: WatchStatus, channel: str) -> Reply:
         by = f", by {ref(st.paused_by)}" if st.paused_by else ""
         headline, level = f"Watch is paused (until {until}{by}).", "warn"
     else:
-        headline, level = f"Watch is on: posting new stops to <#{channel}>.", "ok"
+        headline, level = f"Watch is on: posting new stops to {ref(channel, '#')}.", "ok"
     facts = [
         ("last poll", isoformat(st.last_poll) or "never"),
         ("next poll", isoformat(st.next_poll) or "—"),
