@@ -134,6 +134,19 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
         raise StartupError(f"--scenarios: {args.scenarios} is not a directory of scenario YAML files")
     if args.write_installations and not args.installations:
         raise RecoverError("--write-installations needs --installations, e.g. --installations eu-1,us-1")
+    stop_every = None
+    if args.stop_every is not None:
+        from bot.runbook.values import parse_duration
+
+        try:
+            stop_every = parse_duration(args.stop_every)
+        except ValueError as exc:
+            print(f"recover-bot sandbox: --stop-every: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.installations:
+            print("recover-bot sandbox: --stop-every runs with one control host, not with --installations",
+                  file=sys.stderr)
+            return EXIT_USAGE
     options: dict[str, Any] = {
         "api_key": args.api_key, "scenarios": args.scenarios, "incident": args.incident,
         "outage_seconds": args.outage_seconds,
@@ -141,7 +154,7 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.installations:
             return _sandbox_installations(args, options)
-        serve_forever(args.host, args.port, **options)
+        serve_forever(args.host, args.port, stop_every=stop_every, **options)
     except OSError as exc:
         if not is_listen_error(exc):
             raise
@@ -251,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     sandbox.add_argument(
         "--write-installations", default=None, metavar="FILE", help="write their installations file (keys beside it)"
+    )
+    sandbox.add_argument(
+        "--stop-every", default=None, metavar="DURATION",
+        help="stop the next session in turn this often (30s, 2m), settling it when it still is: watch mode's demo",
     )
 
     from bot.decisions import check_request_table

@@ -36,7 +36,7 @@ from bot.sandbox import SandboxHandle
 from bot.settings import Settings, reveal
 from bot.store import Store
 from bot.triage.store import migrations as triage_migrations
-from bot.watch import Poster, Watcher
+from bot.watch import ChannelMembers, Poster, Watcher
 from bot.watch import migrations as watch_migrations
 
 log = logging.getLogger(__name__)
@@ -273,7 +273,9 @@ def handoff_reply(services: Services, actor: str) -> Reply:
     return reply
 
 
-def build_watcher(services: Services, poster: Poster, *, channel: str | None = None) -> Watcher | None:
+def build_watcher(
+    services: Services, poster: Poster, *, channel: str | None = None, members: ChannelMembers | None = None
+) -> Watcher | None:
     """Watch mode over the core's parts (RECOVER_WATCH_CHANNEL set and a runbook ``watch:`` section):
     the paced bulk client and its triage, diagnose's own Diagnoser; one installation, a parameter."""
     settings = services.settings
@@ -292,6 +294,8 @@ def build_watcher(services: Services, poster: Poster, *, channel: str | None = N
         installation=settings.installation or "default",
         interval=settings.watch_interval,
         handoff=lambda actor: handoff_reply(services, actor),
+        members=members,
+        console_users=services.decisions.console_users,
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from bot.messages import Message
 from bot.redact import redact
 from bot.services import build_watcher
-from bot.watch import Watcher
+from bot.watch import ConsoleMembers, Watcher
 
 
 class ConsoleWatchPoster:
@@ -64,7 +64,7 @@ def stop_and_watch(
         return watcher
     services = getattr(router, "services", None)
     if watcher is None and services is not None:
-        watcher = build_watcher(services, ConsoleWatchPoster(show), channel="console")
+        watcher = build_watcher(services, ConsoleWatchPoster(show), channel="console", members=ConsoleMembers())
         if watcher is not None and services.bulk is not None:
             services.bulk.watcher = watcher  # `/recover watch` shows its state, as in Slack
     if watcher is None:

@@ -112,15 +112,19 @@ class SandboxAdmin:
         size: int | None = None,
         length: bool | None = None,
         for_seconds: float | None = None,
+        probability: float | None = None,
+        seed: int | None = None,
     ) -> dict[str, Any]:
         """Inject a fault: ``latency`` (seconds), ``rate_limit`` (429 + Retry-After), ``server_error``
         (5xx before the commit), ``error_after_commit`` (commit, then a 5xx, default 500),
         ``drop_after_commit``, ``dribble`` (the answer at ``rate`` bytes/s for
         ``seconds``) or ``huge_body`` (the answer padded to ``size`` bytes, streamed; ``length=False``
         sends no Content-Length); ``path`` is an fnmatch pattern; ``for_seconds`` ends the fault after
-        that many real seconds (with ``times=None``: an outage of that length)."""
+        that many real seconds (with ``times=None``: an outage of that length); ``probability`` (with
+        ``seed``) applies it to that share of the matching requests, repeatably."""
         body: dict[str, Any] = {"kind": kind, "path": path, "method": method, "times": times}
-        for name, value in (("rate", rate), ("size", size), ("length", length), ("for_seconds", for_seconds)):
+        for name, value in (("rate", rate), ("size", size), ("length", length), ("for_seconds", for_seconds),
+                            ("probability", probability), ("seed", seed)):
             if value is not None:
                 body[name] = value
         if seconds is not None:
@@ -185,6 +189,19 @@ class SandboxAdmin:
             "POST", f"/sessions/{session_id}/stop", {"code": code, "reason": reason, "failures": failures}
         )
         return result
+
+    def schedule(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Plan stops: ``{"stops": [{"at", "session" | "scenario", "code", "reason", "failures"}]}``,
+        ``{"burst": N, "at": …}`` and/or ``{"every": seconds, "sessions": [...]}`` (docs/sandbox.md)."""
+        result: dict[str, Any] = self._call("POST", "/schedule", body)
+        return result
+
+    def scheduled(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/schedule")
+        return result
+
+    def clear_schedule(self) -> None:
+        self._call("DELETE", "/schedule")
 
     def settle(self, session_id: str) -> dict[str, Any]:
         """The session needs no operator any more: it leaves the recovery_required listing."""

@@ -172,8 +172,11 @@ def serve_forever(
     scenarios: ScenarioSpec = "builtin",
     incident: int | None = None,
     outage_seconds: float = 600.0,
+    stop_every: float | None = None,
 ) -> None:
     """Run the sandbox in the foreground until interrupted (``recover-bot sandbox`` / ``demo``).
+    ``stop_every`` (seconds): the next session in turn stops this often (``POST /_sandbox/schedule``
+    ``{"every": …}``), so watch mode has something to post.
 
     Prints the URL and how to point the bot at it; the key itself is never echoed (the person chose it
     with ``--api-key``). The clock is the real clock, movable forward through
@@ -205,8 +208,17 @@ def serve_forever(
                 f"  incident: {info['sessions']} sessions ({causes}); the outage ends at {info['outage_until']}",
                 flush=True,
             )
+        if stop_every is not None:
+            with handle.state.lock:
+                handle.state.schedule.add(handle.state, {"every": stop_every}, handle.state.now())
+            every = handle.state.schedule.recurring
+            assert every is not None
+            print(f"  stops: every {stop_every:g} s the next of {len(every.sessions)} sessions in turn "
+                  "(settled instead when it still is); GET /_sandbox/schedule shows what is planned", flush=True)
         while not stop.wait(0.5):
-            pass
+            if handle.state.schedule.recurring is not None or handle.state.schedule.planned:
+                with handle.state.lock:  # due stops happen on time even while nobody asks
+                    handle.state.tick()
     except KeyboardInterrupt:
         print("Stopping the sandbox control host.", file=sys.stderr, flush=True)
     finally:

@@ -14,6 +14,7 @@ import hmac
 import itertools
 import json
 import logging
+import random
 import re
 import socket
 import threading
@@ -28,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from bot.clock import isoformat
+from bot.sandbox._schedule import ScheduleError
 from bot.sandbox._state import AdminError, ApiError, SandboxState
 from bot.sandbox._traffic import Traffic, retry_after_headers
 
@@ -71,14 +73,22 @@ class Fault:
     #: Real seconds the fault lasts from now (an outage of N seconds); None: until ``times`` runs out.
     for_seconds: float | None = None
     until: float | None = None  # time.monotonic() past which the fault no longer matches
+    probability: float = 1.0  # of applying to each matching request (drawn from ``seed``: repeatable)
+    seed: int = 1
     hits: int = 0
+    _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._rng.seed(self.seed)
 
     def matches(self, method: str, path: str) -> bool:
         if self.times is not None and self.hits >= self.times:
             return False
         if self.until is not None and time.monotonic() >= self.until:
             return False
-        return (self.method is None or self.method == method) and fnmatchcase(path, self.path)
+        if not ((self.method is None or self.method == method) and fnmatchcase(path, self.path)):
+            return False
+        return self.probability >= 1.0 or self._rng.random() < self.probability
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +105,8 @@ class Fault:
             "length": self.length,
             "for_seconds": self.for_seconds,
             "remaining_seconds": None if self.until is None else round(max(0.0, self.until - time.monotonic()), 3),
+            "probability": self.probability,
+            "seed": self.seed,
             "hits": self.hits,
         }
 
@@ -132,6 +144,9 @@ _ADMIN_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(r"^/_sandbox/reset$"), "reset"),
     ("GET", re.compile(r"^/_sandbox/incident$"), "get_incident"),
     ("POST", re.compile(r"^/_sandbox/incident$"), "incident"),
+    ("GET", re.compile(r"^/_sandbox/schedule$"), "get_schedule"),
+    ("POST", re.compile(r"^/_sandbox/schedule$"), "schedule"),
+    ("DELETE", re.compile(r"^/_sandbox/schedule$"), "clear_schedule"),
     ("GET", re.compile(r"^/_sandbox/traffic$"), "get_traffic"),
     ("POST", re.compile(r"^/_sandbox/traffic$"), "traffic"),
     ("GET", re.compile(r"^/_sandbox/sessions$"), "admin_sessions"),
@@ -453,12 +468,16 @@ class SandboxApp:
             rate=int(body.get("rate", 4)),
             size=int(body.get("size", DEFAULT_HUGE_BYTES)),
             length=_bool(body, "length") if "length" in body else True,
+            probability=float(body.get("probability", 1.0)),
+            seed=int(body.get("seed", 1)),
         )
         if body.get("for_seconds") is not None:
             fault.for_seconds = float(body["for_seconds"])
             if fault.for_seconds <= 0:
                 raise AdminError(400, "BAD_REQUEST", "for_seconds must be above 0 (real seconds the fault lasts)")
             fault.until = time.monotonic() + fault.for_seconds
+        if not 0.0 < fault.probability <= 1.0:
+            raise AdminError(400, "BAD_REQUEST", "probability must be above 0 and at most 1")
         if fault.kind == "dribble" and fault.rate < 1:
             raise AdminError(400, "BAD_REQUEST", "dribble needs rate >= 1 (bytes per second)")
         if fault.kind == "huge_body" and fault.size < 1:
@@ -563,6 +582,21 @@ class SandboxApp:
             started_seconds=float(body.get("started_seconds", 900)),
         )
         return {"incident": incident.to_json(self.state.now())}
+
+    def _admin_get_schedule(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        return self.state.schedule.to_json()
+
+    def _admin_schedule(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        try:
+            added = self.state.schedule.add(self.state, body, self.state.now())
+        except ScheduleError as exc:
+            raise AdminError(400, "BAD_SCHEDULE", str(exc)) from None
+        self.state.tick()  # what is due now happens now
+        return {"planned": [p.to_json() for p in added], **self.state.schedule.to_json()}
+
+    def _admin_clear_schedule(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        self.state.schedule.clear()
+        return self.state.schedule.to_json()
 
     def _admin_get_traffic(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         return self.traffic.to_json()

@@ -28,6 +28,7 @@ from bot.sandbox._scenarios import (
     render_log_entries,
     resolve_time,
 )
+from bot.sandbox._schedule import StopSchedule
 
 # R2.1 / R2.12: after the 1st and 2nd failure the scheduler waits 30 s, then 60 s; the 3rd stops.
 BACKOFF_SECONDS = (30, 60)
@@ -234,6 +235,7 @@ class SandboxState:
         self.effects: list[dict[str, Any]] = []
         self.idempotency: dict[str, IdempotencyRecord] = {}
         self.scheduler_log: list[dict[str, Any]] = []
+        self.schedule = StopSchedule()  # sessions that stop on a schedule (POST /_sandbox/schedule)
         self.incident: Incident | None = None
         self._incident_workers: set[str] = set()  # incident sessions whose starting worker has a plan
         self._ids: list[str] | None = None  # sorted session ids (cache for the paginated list)
@@ -289,6 +291,7 @@ class SandboxState:
         self.effects.clear()
         self.idempotency.clear()
         self.scheduler_log.clear()
+        self.schedule.clear()
         for scenario_id in self.loaded:
             self.load_scenario(scenario_id)
 
@@ -473,6 +476,7 @@ class SandboxState:
         planned fate of incident workers."""
         now = self.now()
         self._tick_incident(now)
+        self.schedule.fire(self, now)
         for session in self.sessions.values():
             self._tick_workspace(session, now)
             execution = session.execution

@@ -9,6 +9,7 @@ from __future__ import annotations
 from bot.settings import Settings
 from bot.store import Store
 from bot.watch.store import WatchStore
+from bot.watch.store import migrations as watch_migrations
 
 
 def watch_health_lines(settings: Settings, store: Store) -> list[str]:
@@ -16,6 +17,9 @@ def watch_health_lines(settings: Settings, store: Store) -> list[str]:
     if settings.watch_channel is None:
         return []
     try:
+        # The serving process opens the store for its inbox only: the watch tables are the worker's
+        # (applied there at start; here a no-op but for the record of them, so they can be read).
+        store.migrate([watch_migrations])
         saved = WatchStore(store, settings.installation or "default")
         health, poll = saved.get("health") or {}, saved.get("poll") or {}
     except Exception:  # noqa: BLE001 - a locked or unmigrated store is shown, not raised

@@ -4,27 +4,37 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from bot.messages import Message
 from bot.router import Router
 from bot.services import build_watcher
-from bot.slack.state import Location
+from bot.slack.state import Location, SlackState
 from bot.slack.web import SlackOut
 from bot.watch import Watcher
 
 #: Pages of 200 messages read back when looking for a dead owner's post (its lease is minutes old).
 FIND_PAGES = 10
+#: Pages of 200 members read to find one person in the watch channel (100,000 members).
+MEMBER_PAGES = 500
 
 
 class SlackWatchPoster:
-    """The watcher's :class:`bot.watch.Poster` over the front's own Web API wrapper."""
+    """The watcher's :class:`bot.watch.Poster` over the front's own Web API wrapper. A case post (a
+    top-level message naming its session) opens the case's thread: with the front's ``state`` given,
+    it is remembered as that thread, so what people then do on the case (a decision asked from the
+    post's buttons, its approval) is said there, not in a thread of its own."""
 
-    def __init__(self, out: SlackOut) -> None:
+    def __init__(self, out: SlackOut, state: SlackState | None = None) -> None:
         self.out = out
+        self.state = state
 
     def post(self, channel: str, message: Message, thread_ts: str | None = None) -> str | None:
-        return self.out.post(Location(channel, thread_ts), message)
+        ts = self.out.post(Location(channel, thread_ts), message)
+        sid = message.session_id
+        if ts and thread_ts is None and sid and self.state is not None and self.state.thread_of(sid) is None:
+            self.state.remember_thread(sid, Location(channel, ts))
+        return ts
 
     def update(self, channel: str, ts: str, message: Message) -> bool:
         return self.out.update(channel, ts, message)
@@ -49,12 +59,48 @@ class SlackWatchPoster:
         return None
 
 
-def attach_watch(router: object, out: SlackOut, *, start: bool = True) -> Watcher | None:
-    """Build the watcher for a router that runs the core (RECOVER_WATCH_CHANNEL set, a runbook
-    ``watch:`` section), attach it so ``/recover watch`` reaches it, and poll on a daemon thread."""
+class SlackChannelMembers:
+    """:class:`bot.watch.ChannelMembers` over conversations.members, every page, asked each time (who is
+    in the channel changes during an incident); a Slack error raises, so pause and resume refuse."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def is_member(self, channel: str, user: str) -> bool:
+        cursor: str | None = None
+        for _ in range(MEMBER_PAGES):
+            args: dict[str, Any] = {"channel": channel, "limit": 200, **({"cursor": cursor} if cursor else {})}
+            data = self.client.conversations_members(**args).data
+            assert isinstance(data, dict)
+            if user in (data.get("members") or []):
+                return True
+            cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
+            if not cursor:
+                return False
+        return False
+
+
+class _Front(Protocol):
+    """The Slack front's parts watch mode uses (bot.slack.app.SlackBot)."""
+
+    @property
+    def router(self) -> object: ...
+
+    @property
+    def out(self) -> SlackOut: ...
+
+    @property
+    def state(self) -> SlackState: ...
+
+
+def attach_watch(bot: _Front, *, start: bool = True) -> Watcher | None:
+    """Build the watcher for a Slack front whose router runs the core (RECOVER_WATCH_CHANNEL set, a
+    runbook ``watch:`` section), attach it so ``/recover watch`` reaches it, and poll on a daemon thread."""
+    router, out = bot.router, bot.out
     if not isinstance(router, Router) or router.services.bulk is None:
         return None
-    watcher = build_watcher(router.services, SlackWatchPoster(out))
+    poster = SlackWatchPoster(out, bot.state)
+    watcher = build_watcher(router.services, poster, members=SlackChannelMembers(out.client))
     if watcher is None:
         return None
     router.services.bulk.watcher = watcher

@@ -162,7 +162,7 @@ def main(stream: TextIO | None = None) -> int:
     threading.Thread(target=_watch_input, args=(stream, runner, stop), name="recover-wake", daemon=True).start()
     bot.start_sweeper()
     bot.work.submit(bot.run_startup)
-    watcher = attach_watch(bot.router, bot.out)  # RECOVER_WATCH_CHANNEL: watch mode in this process
+    watcher = attach_watch(bot)  # RECOVER_WATCH_CHANNEL: watch mode in this process
     try:
         runner.run(stop)
     finally:

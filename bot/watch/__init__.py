@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from bot.watch.pausing import ChannelMembers, ConsoleMembers
+from bot.watch.poster import Poster
 from bot.watch.state import WatchStatus
 from bot.watch.stops import Stop, stop_of
 from bot.watch.store import Claim, WatchStore, migrations
-from bot.watch.watcher import PollResult, Poster, Watcher
+from bot.watch.watcher import PollResult, Watcher
 
-__all__ = ["Claim", "PollResult", "Poster", "Stop", "WatchStatus", "WatchStore", "Watcher", "migrations", "stop_of"]
+__all__ = [
+    "ChannelMembers",
+    "Claim",
+    "ConsoleMembers",
+    "PollResult",
+    "Poster",
+    "Stop",
+    "WatchStatus",
+    "WatchStore",
+    "Watcher",
+    "migrations",
+    "stop_of",
+]

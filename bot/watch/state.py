@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 
 @dataclass
@@ -21,3 +22,6 @@ class WatchStatus:
     failing_since: datetime | None
     last_error: str | None
     counts: dict[str, int] = field(default_factory=dict)
+    paused_by: str | None = None
+    #: Where the last poll's paging stood (bot.watch.status.cursor_state), shared by every process.
+    cursor: dict[str, Any] | None = None

@@ -1,25 +1,50 @@
-"""What ``/recover watch`` says: the watcher's state in one line, then its poll times and counts."""
+"""What ``/recover watch`` says: the watcher's state in one line, then its poll times, cursor and counts."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from bot.clock import isoformat
-from bot.messages import Message, Reply
+from bot.messages import Message, Reply, ref
 from bot.watch.state import WatchStatus
+
+#: A cursor is an opaque token of the control host: shown shortened, enough to tell two apart.
+CURSOR_SHOWN = 24
+
+
+def cursor_state(*, complete: bool, pages: int, cursor: str | None, at: datetime) -> dict[str, Any]:
+    """Where a poll's paging stood: every page read, or the page it could not read (and its cursor)."""
+    return {"complete": complete, "pages": pages, "cursor": cursor, "at": isoformat(at)}
+
+
+def cursor_text(state: dict[str, Any] | None) -> str:
+    """``/recover watch``'s cursor line: the end of the listing after N pages, or where paging stopped."""
+    if not state:
+        return "no poll yet"
+    pages = int(state.get("pages") or 0)
+    token = state.get("cursor")
+    shown = (token[:CURSOR_SHOWN] + "…" if len(token) > CURSOR_SHOWN else token) if token else "the first page"
+    if state.get("complete"):
+        return f"end of the listing after {pages} page(s)"
+    return f"stopped at page {pages + 1} (cursor {shown}): it failed; the next poll reads every page again"
 
 
 def status_reply(st: WatchStatus, channel: str) -> Reply:
-    """``/recover watch``: on, paused or failing first, then the poll times and the counts."""
+    """``/recover watch``: on, paused or failing first, then the poll times, the cursor and the counts."""
     if st.failing_since is not None:
         headline = f"Watch cannot read the listing since {isoformat(st.failing_since)}; it keeps retrying."
         level = "warn"
     elif st.paused:
         until = isoformat(st.paused_until) if st.paused_until else "resumed by hand"
-        headline, level = f"Watch is paused (until {until}).", "warn"
+        by = f", by {ref(st.paused_by)}" if st.paused_by else ""
+        headline, level = f"Watch is paused (until {until}{by}).", "warn"
     else:
-        headline, level = f"Watch is on: posting new stops to <#{channel}>.", "ok"
+        headline, level = f"Watch is on: posting new stops to {ref(channel, '#')}.", "ok"
     facts = [
         ("last poll", isoformat(st.last_poll) or "never"),
         ("next poll", isoformat(st.next_poll) or "—"),
+        ("listing cursor", cursor_text(st.cursor)),
         ("seen (last poll)", str(st.seen)),
         ("posted", str(st.posted)),
         ("suppressed (paused or in a storm)", str(st.suppressed)),

@@ -78,6 +78,14 @@ class Claim:
     thread_ts: str | None = None  # the case's root message, when the session is flapping
 
 
+def _recent(db: Database, installation: str, now: datetime, window: float) -> int:
+    row = db.conn.execute(
+        "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ? AND state NOT IN (?, ?, ?)",
+        [installation, _iso(now - timedelta(seconds=window)), SUPPRESSED, HELD, DIGESTED],
+    ).fetchone()
+    return int(row[0])
+
+
 def _step_actor(owner: str) -> str:
     """Steps name the watcher (``watch``), not the process that owns the lease (``watch:host:pid:…``)."""
     return owner.split(":", 1)[0]
@@ -109,9 +117,11 @@ class WatchStore:
         paused: bool,
         quiet: bool = False,
         lease: float,
+        burst: bool = False,
     ) -> Claim | None:
         """Commit the stop's key, its lease (``actor`` owns it for ``lease`` seconds) and its
-        ``watch_stop`` step, or None when it was already seen."""
+        ``watch_stop`` step, or None when it was already seen. ``burst``: the poll found more new stops
+        than the threshold at once, so this one folds into the storm's triage message."""
         inst = self.installation
         with self.store.write() as db:
             conn = db.conn
@@ -134,11 +144,7 @@ class WatchStore:
                 "AND root_ts IS NOT NULL AND first_seen_at >= ? ORDER BY first_seen_at DESC LIMIT 1",
                 [inst, stop.session_id, _iso(now - timedelta(seconds=flap_window))],
             ).fetchone()
-            recent = conn.execute(
-                "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ? "
-                "AND state NOT IN (?, ?, ?)",
-                [inst, _iso(now - timedelta(seconds=storm_window)), SUPPRESSED, HELD, DIGESTED],
-            ).fetchone()[0]
+            recent = _recent(db, inst, now, storm_window)
             thread_ts = None
             if paused:
                 state = SUPPRESSED
@@ -146,7 +152,7 @@ class WatchStore:
                 state = HELD
             elif case is not None:
                 state, thread_ts = THREAD, str(case[1])
-            elif recent + 1 > storm_threshold:
+            elif burst or recent + 1 > storm_threshold:
                 state = STORM
             else:
                 state = CLAIMED
@@ -203,6 +209,21 @@ class WatchStore:
                 )
                 taken.append(Claim(stop=stop, state=str(state), thread_ts=str(root_ts) if root_ts else None))
         return taken
+
+    def renew(self, key: str, *, actor: str, now: datetime, lease: float) -> bool:
+        """Extend ``actor``'s lease on an unposted claim to ``lease`` seconds from now; False when the
+        claim is no longer ``actor``'s (its lease ran out and a live watcher took it over) or is posted."""
+        with self.store.write() as db:
+            cur = db.conn.execute(
+                "UPDATE watch_stops SET lease_until = ? WHERE key = ? AND claimed_by = ? AND posted_at IS NULL",
+                [_iso(now + timedelta(seconds=lease)), key, actor],
+            )
+            return cur.rowcount == 1
+
+    def recent(self, *, now: datetime, window: float) -> int:
+        """Stops said (or folded into a storm) within the storm window: what a burst adds to."""
+        with self.store.read() as db:
+            return _recent(db, self.installation, now, window)
 
     def active(self) -> set[tuple[str, str]]:
         """(session, signature) of every live stop, read once per poll: a stop already seen costs no

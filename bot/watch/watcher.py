@@ -17,11 +17,10 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
-from zoneinfo import ZoneInfo
 
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import ControlHostClient, Session
@@ -32,39 +31,21 @@ from bot.runbook.model import RunbookSet
 from bot.store import Store
 from bot.triage import runbook_limit
 from bot.vocab import Step
+from bot.watch.lease import LeaseKeeper
+from bot.watch.pausing import ChannelMembers, member_refusal, record_pause, record_resume
+from bot.watch.poster import Poster, key_line
+from bot.watch.shifts import post_digest, post_handoff
 from bot.watch.state import WatchStatus
-from bot.watch.status import status_reply
-from bot.watch.stops import Stop, described, stop_of
+from bot.watch.status import cursor_state, status_reply
+from bot.watch.stops import Stop, stop_of
 from bot.watch.store import CLAIMED, STORM, SUPPRESSED, THREAD, Claim, WatchStore
-from bot.watch.windows import shift_changes, within
+from bot.watch.windows import within
 
 log = logging.getLogger(__name__)
 
 ACTOR = "watch"
-#: A shift change found later than this (the bot was down) gets no late hand-off post.
-HANDOFF_LATE = 3600.0
-#: Held stops listed one per line in the quiet-hours digest; the rest are counted.
-DIGEST_LINES = 20
 #: Consecutive failed polls after which the channel is told, once, that the watcher cannot read.
 FAILING_AFTER = 3
-
-
-def key_line(key: str) -> str:
-    """The stop's dedup key as said in its post: a watcher taking over a dead owner's claim finds it."""
-    return f"Watch key {key}"
-
-
-class Poster(Protocol):
-    """Where the watcher speaks (Slack's chat.postMessage / chat.update, or a test's list)."""
-
-    def post(self, channel: str, message: Message, thread_ts: str | None = None) -> str | None: ...
-
-    def update(self, channel: str, ts: str, message: Message) -> bool: ...
-
-    def find(self, channel: str, text: str, thread_ts: str | None = None) -> str | None:
-        """The ts of a message in the channel (or the thread) that contains ``text``, else None;
-        raises when the channel cannot be read (then nothing is posted)."""
-        ...
 
 
 class CaseDiagnoser(Protocol):
@@ -85,6 +66,8 @@ class PollResult:
     listed: int = 0
     claimed: list[Claim] = field(default_factory=list)
     error: str | None = None
+    pages: int = 0  # pages read this poll
+    cursor: str | None = None  # the cursor of the page read last (None: the first page)
 
 
 class Watcher:
@@ -102,6 +85,8 @@ class Watcher:
         installation: str = "default",
         interval: float | None = None,
         handoff: Callable[[str], Reply] | None = None,
+        members: ChannelMembers | None = None,
+        console_users: Mapping[str, str] | None = None,
     ) -> None:
         if runbooks.watch is None:
             raise ValueError("watch mode needs a 'watch:' section in the runbooks (docs/runbook-format.md)")
@@ -118,8 +103,11 @@ class Watcher:
         # The lease owner: this process (two watchers of one process are two owners too).
         self.owner = f"{ACTOR}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.store = store
+        self.leases = LeaseKeeper(self.saved, owner=self.owner, lease=self.spec.seconds("claim_lease"), clock=clock)
         self.interval = interval if interval is not None else self.spec.seconds("poll_interval")
         self.handoff = handoff  # the ``handoff`` command's own digest (cases, requests, batches)
+        self.members = members  # who may pause and resume: the watch channel's members
+        self.console_users = dict(console_users or {})
         self.last_poll: datetime | None = None
         self.next_poll: datetime | None = None
         self.seen = 0
@@ -153,63 +141,60 @@ class Watcher:
             result = self._read_and_claim(now)
             self._take_over(now)
             self._health(result, now)
+            self.saved.put("cursor", cursor_state(complete=result.complete, pages=result.pages, cursor=result.cursor,
+                                                  at=now))
             if result.complete:
                 self.seen = result.listed
                 self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
             if any(c.state == STORM for c in result.claimed):
                 self._post_storm(now)
             if not self.quiet(now):
-                self._digest()
-            self._shift_change(now)
+                post_digest(self.saved, self.poster, self.channel, self.spec, ACTOR)
+            post_handoff(self.saved, self.poster, self.channel, self.runbooks, self.handoff, now, ACTOR)
             return result
 
     def _read_and_claim(self, now: datetime) -> PollResult:
+        """Every page first, then the new stops claimed and said: a burst is known before anything
+        is posted, so it is one triage message, not the first N cases and then the storm."""
         result = PollResult(complete=False)
         listed: set[str] = set()
-        paused = self.paused(now)
-        quiet = self.quiet(now)
         known = self.saved.active()
+        new: list[Stop] = []
         page_size = int(runbook_limit(self.runbooks, "bulk_page_size"))
         cursor: str | None = None
         try:
             for _ in range(10_000):
+                result.cursor = cursor
                 page = self.client.list_sessions_needing_operator(cursor, limit=page_size)
+                result.pages += 1
                 for session in page.sessions:
                     listed.add(session.id)
-                    claim = self._claim(session, now, paused, quiet, known)
-                    if claim is not None:
-                        # Claimed, then posted at once: a kill leaves this one to be taken over.
-                        result.claimed.append(claim)
-                        self._say(claim, now)
+                    stop = self._stop_of(session)
+                    if (stop.session_id, stop.signature) not in known:
+                        new.append(stop)
                 if not page.next or page.next == cursor:
                     break
                 cursor = page.next
         except Exception as exc:  # noqa: BLE001 - a failing page is counted; the next poll reads again
             result.error = redact(str(exc)) or type(exc).__name__
-            result.listed = len(listed)
-            return result
-        result.complete = True
         result.listed = len(listed)
-        self.saved.settle(listed, now=now, keep_for=self.spec.seconds("dedup_window"))
+        window, threshold = self.spec.seconds("storm_window"), int(self.spec.seconds("storm_threshold"))
+        burst = len(new) + self.saved.recent(now=now, window=window) > threshold
+        paused, quiet = self.paused(now), self.quiet(now)
+        for stop in new:  # what was read before a failing page is said now, the rest next poll
+            claim = self.saved.claim(
+                stop, actor=self.owner, lease=self.spec.seconds("claim_lease"), now=now,
+                flap_window=self.spec.seconds("flap_window"), storm_window=window, storm_threshold=threshold,
+                paused=paused, quiet=quiet, burst=burst,
+            )
+            if claim is not None:
+                # Claimed, then posted at once: a kill leaves this one to be taken over.
+                result.claimed.append(claim)
+                self._say(claim, now)
+        if result.error is None:
+            result.complete = True
+            self.saved.settle(listed, now=now, keep_for=self.spec.seconds("dedup_window"))
         return result
-
-    def _claim(
-        self, session: Session, now: datetime, paused: bool, quiet: bool, known: set[tuple[str, str]]
-    ) -> Claim | None:
-        stop = self._stop_of(session)
-        if (stop.session_id, stop.signature) in known:
-            return None
-        return self.saved.claim(
-            stop,
-            actor=self.owner,
-            lease=self.spec.seconds("claim_lease"),
-            now=now,
-            flap_window=self.spec.seconds("flap_window"),
-            storm_window=self.spec.seconds("storm_window"),
-            storm_threshold=int(self.spec.seconds("storm_threshold")),
-            paused=paused,
-            quiet=quiet,
-        )
 
     def _stop_of(self, session: Session) -> Stop:
         """The stop's identity; an outcome_unknown stop is told apart by its unknown turn (R3.1)."""
@@ -224,7 +209,8 @@ class Watcher:
         by its key first (it may have reached Slack before the kill), record it if found, else post it."""
         for claim in self.saved.take_over(actor=self.owner, now=now, lease=self.spec.seconds("claim_lease")):
             try:
-                ts = self.poster.find(self.channel, key_line(claim.stop.key), claim.thread_ts)
+                with self.leases.held(claim.stop.key):
+                    ts = self.poster.find(self.channel, key_line(claim.stop.key), claim.thread_ts)
             except Exception:  # noqa: BLE001 - unreadable channel: never post blind; the lease runs out again
                 log.exception("watch: cannot look for the stop of %s in the channel", claim.stop.session_id)
                 self.errors += 1
@@ -240,7 +226,8 @@ class Watcher:
         if claim.state not in (CLAIMED, THREAD):
             return  # folded into the storm message, dropped while paused, held for the digest
         try:
-            self._post_case(claim, now)
+            with self.leases.held(claim.stop.key):  # a slow diagnosis or post never looks dead
+                self._post_case(claim, now)
         except Exception:  # noqa: BLE001 - one unreadable session must not hold back the others
             log.exception("watch: posting the stop of %s failed", claim.stop.session_id)
             self.errors += 1
@@ -248,6 +235,10 @@ class Watcher:
     def _post_case(self, claim: Claim, now: datetime) -> None:
         sid = claim.stop.session_id
         _, reply = self.diagnoser.diagnose_and_record(sid, ACTOR)
+        if not self.leases.renew(claim.stop.key):
+            # Stalled past the lease: the watcher that took the claim over looks for it and posts it.
+            log.warning("watch: the claim of %s was taken over before its post; not posting it", sid)
+            return
         first, *rest = reply.messages or [Message(headline=f"{sid}: no diagnosis")]
         if claim.state == THREAD:
             assert claim.thread_ts is not None
@@ -284,47 +275,6 @@ class Watcher:
         new_ts = self.poster.post(self.channel, message)
         if new_ts is not None:
             self.saved.storm_posted(self.channel, new_ts)
-
-    def _digest(self) -> None:
-        """Quiet hours are over: one digest of the stops held meanwhile, by one process."""
-        held = self.saved.take_held(actor=ACTOR)
-        if not held:
-            return
-        q = self.spec.quiet_hours
-        window = f" ({q.start}–{q.end} {q.time_zone})" if q is not None else ""
-        lines = [f"• {sid}: {described(sig)}" for sid, sig in held[:DIGEST_LINES]]
-        if len(held) > DIGEST_LINES:
-            lines.append(f"… and {len(held) - DIGEST_LINES} more.")
-        lines.append("`/recover diagnose <session_id>` for one, `/recover triage` for all of them grouped.")
-        self.poster.post(self.channel, Message(
-            headline=f"Quiet hours are over{window}: {len(held)} session(s) stopped meanwhile.",
-            level="warn", lines=lines,
-        ))
-
-    def _shift_change(self, now: datetime) -> None:
-        """At each of the runbook's shift changes, the hand-off digest once (by one process, across
-        restarts); a change more than HANDOFF_LATE ago (the bot was down) is not posted late."""
-        spec = self.runbooks.handoff
-        if spec is None or self.handoff is None:
-            return
-        changes = shift_changes(spec.times, spec.time_zone, now)
-        if not changes or (now - changes[-1]).total_seconds() > HANDOFF_LATE:
-            return
-        change = changes[-1]
-        name = f"handoff:{isoformat(change)}"
-        if not self.saved.claim_once(name, actor=ACTOR, step=Step.HANDOFF, inputs={"shift_change": isoformat(change)}):
-            return
-        reply = self.handoff(ACTOR)
-        local = change.astimezone(ZoneInfo(spec.time_zone)).strftime("%H:%M")
-        seen = self.saved.seen_since(changes[-2]) if len(changes) > 1 else 0
-        first, *rest = reply.messages or [Message(headline="Nothing open.")]
-        head = dataclasses.replace(
-            first, headline=f"Shift change {local} {spec.time_zone}: hand-off. {first.headline}",
-            lines=[*first.lines, f"Watch saw {seen} new stop(s) during the shift that ended."],
-        )
-        ts = self.poster.post(self.channel, head)
-        for message in rest:
-            self.poster.post(self.channel, message, ts)
 
     # -- failing and recovering ----------------------------------------------------------------
 
@@ -381,25 +331,13 @@ class Watcher:
         return until is None or until > now
 
     def pause(self, actor: str, seconds: float | None) -> Reply:
-        now = self.clock.now()
-        until = now + timedelta(seconds=seconds) if seconds else None
-        with self.store.write() as db:
-            self.saved.put("pause", {"paused": True, "until": isoformat(until), "by": actor, "at": isoformat(now)}, db=db)
-            self.store.record_step(None, actor, Step.WATCH, {"action": "pause", "seconds": seconds,
-                                                             "installation": self.installation}, "paused", db=db)
-        when = f"until {isoformat(until)}" if until else "until `/recover watch resume`"
-        return Reply.of(Message(
-            headline=f"Watch paused {when}: new stops are recorded, not posted.", level="ok",
-            lines=["`/recover watch resume` to post again; `/recover triage` shows every stopped session."],
-        ))
+        """Hold new posts (for ``seconds``, or until resumed): only a member of the watch channel."""
+        refused = member_refusal(self.members, self.channel, actor, self.console_users, "pause")
+        return refused or record_pause(self.saved, self.store, actor=actor, seconds=seconds, now=self.clock.now())
 
     def resume(self, actor: str) -> Reply:
-        now = self.clock.now()
-        with self.store.write() as db:
-            self.saved.put("pause", {"paused": False, "by": actor, "at": isoformat(now)}, db=db)
-            self.store.record_step(None, actor, Step.WATCH, {"action": "resume", "installation": self.installation},
-                                   "resumed", db=db)
-        return Reply.of(Message(headline="Watch resumed: new stops are posted again.", level="ok"))
+        refused = member_refusal(self.members, self.channel, actor, self.console_users, "resume")
+        return refused or record_resume(self.saved, self.store, actor=actor, now=self.clock.now())
 
     def status(self) -> WatchStatus:
         now = self.clock.now()
@@ -409,6 +347,8 @@ class Watcher:
         poll = self.saved.get("poll") or {}
         return WatchStatus(
             paused_until=parse_time(pause.get("until")) if pause.get("paused") else None,
+            paused_by=str(pause["by"]) if pause.get("paused") and pause.get("by") else None,
+            cursor=self.saved.get("cursor"),
             paused=self.paused(now),
             last_poll=self.last_poll or parse_time(poll.get("at")),
             next_poll=self.next_poll,

@@ -87,8 +87,11 @@ def test_stop_lets_a_person_watch_the_watcher_post_each_stop_once(demo_sandbox: 
     """`:stop <session>` stops it in the sandbox and the watcher polls once, posting to the console as
     to the watch channel; the same stop again is not posted twice (R2.1, R3.1)."""
     sid = "ses_resume_reclaiming"
-    script = f":stop ses_closed\n:advance 600\n:stop {sid}\n:stop {sid}\n/recover watch\n"
+    script = (f":stop ses_closed\n:advance 600\n:stop {sid}\n:stop {sid}\n/recover watch\n"
+              "/recover watch pause --for 1h\n/recover watch resume\n")
     code, out = _demo(demo_sandbox, tmp_path, script)
+    # The console's user is a member of its channel (the console): pausing and resuming are allowed.
+    assert "Watch paused until" in out and "Watch resumed" in out and "Only members of" not in out
     first, second, third = out.split("Watch polls once:")[1:]
     assert "Many sessions stopped at once" in first  # the scenarios already stopped: more than the storm threshold
     assert second.count(f"Stopped: {sid} (RESTORE_FAILED") == 1, second

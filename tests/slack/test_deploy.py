@@ -31,6 +31,7 @@ METHOD_SCOPES: dict[str, str | tuple[str, ...] | None] = {
     "files.completeUploadExternal": "files:write",
     "conversations.history": ("channels:history", "groups:history"),  # watch mode reads its channel back
     "conversations.replies": ("channels:history", "groups:history"),
+    "conversations.members": ("channels:read", "groups:read"),  # who may pause watch mode
 }
 
 
@@ -50,6 +51,7 @@ SDK_METHODS = {
     "apps_connections_open": {"apps.connections.open"},
     "conversations_history": {"conversations.history"},
     "conversations_replies": {"conversations.replies"},
+    "conversations_members": {"conversations.members"},
 }
 
 

@@ -4,11 +4,7 @@ found in the channel by its key when its post had reached Slack: 0 missed, 0 dup
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,23 +15,12 @@ from bot.watch import WatchStore
 from bot.watch import migrations as watch_migrations
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackStandIn
 from tests.fixtures.triage import clone
+from tests.fixtures.watch import start_watcher_process
 from tests.watch.test_watcher import edited_runbooks
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANNEL = "C0WATCH"
 STOPS = 40
-
-
-def _start(config: dict[str, object]) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.watch.proc"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(config) + "\n")
-    proc.stdin.flush()
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
 
 
 def _unposted(saved: WatchStore, pid: int) -> set[str]:
@@ -72,7 +57,7 @@ def test_two_processes_and_a_sigkill_post_each_stop_exactly_once(
     # Each post is answered 0.2 s after Slack holds it: the kill lands on a claim of the killed process,
     # most likely one whose post reached the channel but whose ts it never stored.
     slack_api.slow("chat.postMessage", 0.2)
-    a, b = _start(config), _start(config)
+    a, b = start_watcher_process(config), start_watcher_process(config)
     c = None
     saved = WatchStore(Store(db, migrations=[watch_migrations]), "default")
     left: set[str] = set()
@@ -85,7 +70,7 @@ def test_two_processes_and_a_sigkill_post_each_stop_exactly_once(
                 a.send_signal(signal.SIGKILL)
                 a.wait(10)
                 left = _unposted(saved, a.pid)
-                c = _start(config)
+                c = start_watcher_process(config)
         deadline, settled = time.monotonic() + 90, 0
         while time.monotonic() < deadline and settled < 5:
             # Done once every stop is posted (and it stays so for 1 s: nothing posts it again).

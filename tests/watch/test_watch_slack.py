@@ -20,7 +20,9 @@ def _said(h: Any, since: int) -> str:
 
 def test_watch_state_pause_and_resume_over_slack(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL)
-    watcher = attach_watch(h.bot.router, h.bot.out, start=False)
+    # The watch channel's members, three pages of conversations.members: UBOB on the last one.
+    h.api.channel_members[CHANNEL] = ["UALICE", *(f"UFILL{i:03d}" for i in range(420)), "UBOB"]
+    watcher = attach_watch(h.bot, start=False)
     assert watcher is not None
     incident_sandbox.admin.create_session(clone("healthy", "ses_ws_001"))
     watcher.poll_once()
@@ -30,6 +32,16 @@ def test_watch_state_pause_and_resume_over_slack(incident_sandbox: SandboxHandle
     h.settle()
     text = _said(h, before)
     assert "Watch is on" in text and "last poll" in text and "next poll" in text
+    assert "listing cursor" in text and "end of the listing after 1 page(s)" in text
+
+    # Not a member of the watch channel: refused in one line, nothing recorded, nothing paused.
+    before = len(h.api.responses)
+    h.send.command("watch pause --for 2h", user="UMALLORY")
+    h.settle()
+    refused = [body for _, body in h.api.responses[before:]]
+    assert len(refused) == 1 and "is not one; nothing changed" in json.dumps(refused[0])
+    assert "Only members of" in json.dumps(refused[0])
+    assert not [s for s in watcher.store.steps() if s.step == "watch"]
 
     before = len(h.api.responses)
     h.send.command("watch pause --for 2h", user="UALICE")
@@ -42,12 +54,14 @@ def test_watch_state_pause_and_resume_over_slack(incident_sandbox: SandboxHandle
     before = len(h.api.responses)
     h.send.command("watch", user="UBOB")
     h.settle()
-    assert "Watch is paused (until" in _said(h, before)
+    text = _said(h, before)
+    assert "Watch is paused (until" in text and "by <@UALICE>" in text
 
     h.send.command("watch resume", user="UBOB")
     h.settle()
     steps = [(s.actor, s.outcome) for s in watcher.store.steps() if s.step == "watch"]
     assert steps == [("UALICE", "paused"), ("UBOB", "resumed")]
+    assert len(h.api.calls_to("conversations.members")) >= 1 + 1 + 3  # UBOB is found on the third page
 
     before = len(h.api.responses)
     h.send.command("watch resume --for 2h")
@@ -59,7 +73,7 @@ def test_healthz_line_says_the_listing_fails_and_when_it_reads_again(
     incident_sandbox: SandboxHandle, slack_harness: Any
 ) -> None:
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL)
-    watcher = attach_watch(h.bot.router, h.bot.out, start=False)
+    watcher = attach_watch(h.bot, start=False)
     assert watcher is not None
     settings = h.bot.settings
     incident_sandbox.admin.fault("server_error", "/v1/sessions", method="GET", times=None, status=503)
@@ -75,7 +89,7 @@ def test_healthz_line_says_the_listing_fails_and_when_it_reads_again(
 
 def test_watch_is_off_without_a_channel(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
     h = slack_harness.real(incident_sandbox)
-    assert attach_watch(h.bot.router, h.bot.out, start=False) is None
+    assert attach_watch(h.bot, start=False) is None
     before = len(h.api.responses)
     h.send.command("watch")
     h.settle()

@@ -7,7 +7,6 @@ burst becomes one triage message updated in place (R2.1, R2.12, R3.1).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,13 @@ from bot.sandbox import SandboxHandle
 from bot.services import Services, build_services, build_watcher
 from bot.settings import load_settings
 from bot.slack import make_client
-from bot.slack.watching import SlackWatchPoster
+from bot.slack.watching import SlackChannelMembers, SlackWatchPoster
 from bot.slack.web import SlackOut
 from bot.watch import Watcher, WatchStore
 from bot.watch.stops import Stop
 from tests.fixtures.slack import SlackStandIn, slack_settings
 from tests.fixtures.triage import clone
+from tests.fixtures.watch import runbook_copy
 
 CHANNEL = "C0WATCH"
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def make_watcher(sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path) ->
         )
         services: Services = build_services(settings, sandbox=sbx)
         out = SlackOut(make_client(slack_settings(slack_api, db)))
-        watcher = build_watcher(services, SlackWatchPoster(out))
+        watcher = build_watcher(services, SlackWatchPoster(out), members=SlackChannelMembers(out.client))
         assert watcher is not None
         return watcher
 
@@ -55,13 +55,7 @@ def make_watcher(sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path) ->
 
 def edited_runbooks(tmp_path: Path, old: str, new: str) -> Path:
     """A copy of the packaged runbooks with one edit to session-recovery.yaml."""
-    runbooks = tmp_path / "runbooks"
-    shutil.copytree(ROOT / "runbooks", runbooks, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    rb = runbooks / "session-recovery.yaml"
-    text = rb.read_text()
-    assert old in text
-    rb.write_text(text.replace(old, new))
-    return runbooks
+    return runbook_copy(tmp_path / "runbooks", (old, new))
 
 
 def _healthy(sbx: SandboxHandle, n: int, prefix: str = "ses_w") -> list[str]:
@@ -273,27 +267,47 @@ def test_a_storm_is_one_triage_message_updated_in_place(
     ids = _healthy(sbx, 14)
     a, b = make_watcher(), make_watcher()
     a.poll_once()
-    for sid in ids[:12]:
+    for sid in ids[:5]:
         sbx.admin.stop(sid)
+    a.poll_once()
+    assert len([t for t in _roots(slack_api) if "Stopped: " in t]) == 5  # up to the threshold: cases
+    for sid in ids[5:12]:
+        sbx.admin.stop(sid)  # 12 within the storm window: more than the runbook's storm_threshold (10)
     a.poll_once()
     b.poll_once()
     storm = [p for p in slack_api.roots(CHANNEL) if "Many sessions stopped at once" in p.text]
     assert len(storm) == 1
-    cases = [t for t in _roots(slack_api) if "Stopped: " in t]
-    assert len(cases) == 10  # up to the runbook's storm_threshold, then one triage message
+    assert len([t for t in _roots(slack_api) if "Stopped: " in t]) == 5  # the 7 new are in the triage message
     for sid in ids[12:]:
         sbx.admin.stop(sid)
     b.poll_once()
     a.poll_once()
     storm = [p for p in slack_api.roots(CHANNEL) if "Many sessions stopped at once" in p.text]
     assert len(storm) == 1 and storm[0].updates >= 1
-    assert len([t for t in _roots(slack_api) if "Stopped: " in t]) == 10
+    assert len([t for t in _roots(slack_api) if "Stopped: " in t]) == 5
+
+
+def test_a_burst_found_in_one_poll_is_one_post_not_the_first_cases_then_the_storm(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    """The sandbox's scheduled burst: 120 sessions stop at once; two watchers post one message."""
+    a, b = make_watcher(), make_watcher()
+    sbx.admin.schedule({"burst": 120, "at": 10, "prefix": "ses_wb"})
+    a.poll_once()
+    clock.advance(10)
+    a.poll_once()
+    b.poll_once()
+    a.poll_once()
+    roots = _roots(slack_api)
+    assert len(roots) == 1 and "Many sessions stopped at once" in roots[0], roots  # at most 3: here 1
+    assert a.status().counts == {"storm": 120}
 
 
 def test_pause_holds_posts_and_resume_posts_again(
     sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
 ) -> None:
     one, two = _healthy(sbx, 2)
+    slack_api.channel_members[CHANNEL] = ["U0ALICE", "U0BOB"]
     w = make_watcher()
     reply = w.pause("U0ALICE", 3600)
     assert "paused until" in reply.messages[0].headline
@@ -402,8 +416,10 @@ def test_a_failing_listing_of_many_pages_misses_nothing_and_posts_nothing_twice(
     assert w.client.list_sessions_needing_operator(None, limit=2).next is not None  # four pages now
     sbx.admin.fault("server_error", "/v1/sessions", method="GET", times=None, status=503)
     assert not w.poll_once().complete
+    assert "listing cursor: stopped at page 1 (cursor the first page)" in w.status_reply().messages[0].plain_text()
     sbx.admin.clear_faults()
     result = w.poll_once()
     assert result.complete and result.listed == 7
+    assert "listing cursor: end of the listing after 4 page(s)" in w.status_reply().messages[0].plain_text()
     for sid in ids:
         assert len(_named(slack_api, sid)) == 1, sid
