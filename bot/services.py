@@ -25,7 +25,14 @@ from bot.decisions import migrations as decision_migrations
 from bot.diagnosis.logcoverage import WorkerLogSource
 from bot.diagnosis.model import ReconcilerStatus
 from bot.diagnosis.service import Diagnoser
-from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
+from bot.dockerops import (
+    DockerEndpoint,
+    DockerLogSource,
+    DockerOps,
+    ReconcilerConfig,
+    WorkerLogConfig,
+    client_factory,
+)
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError
 from bot.logs import FileLogSource
@@ -208,7 +215,10 @@ def build_services(
         url, key = settings.control_host_url, api_key
     client = ControlHostClient(url, key, store=store, clock=clock, **api)
 
-    docker_factory = client_factory(settings.docker_host)
+    docker_factory = client_factory(DockerEndpoint.from_environment(
+        settings.docker_host, tls_verify=settings.docker_tls_verify, cert_path=settings.docker_cert_path,
+        allow_plain_tcp=settings.docker_plain_tcp,
+    ))
     dockerops = DockerOps(
         store,
         installation=settings.installation,

@@ -15,6 +15,7 @@ from bot.dockerops._config import (
     ReconcilerConfig,
     WorkerLogConfig,
 )
+from bot.dockerops._endpoint import DockerEndpoint
 from bot.dockerops._engine import DockerClientFactory, HostClientFactory, client_factory, daemon_now
 from bot.dockerops._exec import ExecResult
 from bot.dockerops._logsource import DockerLogSource, DockerLogSourceError
@@ -30,6 +31,7 @@ __all__ = [
     "CAUTION_OVERLAP_SAFE",
     "DEFAULT_ARGV",
     "DockerClientFactory",
+    "DockerEndpoint",
     "DockerLogSource",
     "DockerLogSourceError",
     "DockerOps",
