@@ -44,6 +44,7 @@ from bot.store import Store
 from bot.triage.store import migrations as triage_migrations
 from bot.watch import Poster, Watcher
 from bot.watch import migrations as watch_migrations
+from bot.watch.docker_trigger import DockerTrigger
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +289,7 @@ def build_watcher(services: Services, poster: Poster, *, channel: str | None = N
     channel = channel or settings.watch_channel
     if channel is None or services.runbooks.watch is None or services.bulk is None:
         return None
-    return Watcher(
+    watcher = Watcher(
         client=services.bulk.client,
         diagnoser=services.diagnoser,
         triage=services.bulk.triage,
@@ -301,6 +302,11 @@ def build_watcher(services: Services, poster: Poster, *, channel: str | None = N
         interval=settings.watch_interval,
         handoff=lambda actor: handoff_reply(services, actor),
     )
+    if settings.installation and DockerEndpoint(settings.docker_host).configured:
+        # The Docker engine is configured: a worker's die/stop wakes the watcher at once.
+        watcher.trigger = DockerTrigger(watcher, services.dockerops.docker_client_factory, settings.installation,
+                                        config=worker_log_config(services.runbooks))
+    return watcher
 
 
 __all__ = [

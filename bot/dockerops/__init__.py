@@ -17,6 +17,7 @@ from bot.dockerops._config import (
 )
 from bot.dockerops._endpoint import DockerEndpoint
 from bot.dockerops._engine import DockerClientFactory, HostClientFactory, client_factory, daemon_now
+from bot.dockerops._events import WorkerStop, WorkerStopFollower
 from bot.dockerops._exec import ExecResult
 from bot.dockerops._logsource import DockerLogSource, DockerLogSourceError
 from bot.dockerops._ops import DockerOps
@@ -42,6 +43,8 @@ __all__ = [
     "ReconcilerConfig",
     "ReconcilerTarget",
     "WorkerLogConfig",
+    "WorkerStop",
+    "WorkerStopFollower",
     "client_factory",
     "daemon_now",
     "migrations",

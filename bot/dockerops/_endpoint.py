@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import os
 import shutil
 import ssl
 from dataclasses import dataclass
@@ -68,6 +69,11 @@ class DockerEndpoint:
 
     def describe(self) -> str:
         return self.host or f"unix://{DEFAULT_SOCKET}"
+
+    @property
+    def configured(self) -> bool:
+        """A host was named, or the default socket is there (what ``docker.from_env`` would use)."""
+        return self.host is not None or os.path.exists(DEFAULT_SOCKET)
 
     def problems(self) -> list[str]:
         """Everything wrong with this value, read without connecting (``installations check`` and
