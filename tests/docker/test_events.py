@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -20,14 +20,7 @@ import pytest
 from bot.dockerops import WorkerStop, WorkerStopFollower, client_factory
 from tests.docker.recording_proxy import RecordingProxy
 from tests.docker.tls_engine import free_port
-from tests.fixtures.docker import (
-    PROJECT_LABEL,
-    SERVICE_LABEL,
-    SESSION_LABEL,
-    TEST_LABEL,
-    DockerEngine,
-    new_project,
-)
+from tests.fixtures.docker import DockerEngine, new_project
 
 pytestmark = pytest.mark.docker
 
@@ -64,27 +57,7 @@ def follower(factory: Any, project: str, seen: Seen, **kw: Any) -> WorkerStopFol
                               on_reconnect=seen.reconnect, **kw)
 
 
-@pytest.fixture
-def sleeper(docker_engine: DockerEngine) -> Iterator[Callable[..., Any]]:
-    """``make(project, name=None, service="worker", session=None)``: a running container that sleeps."""
-    projects: list[str] = []
-
-    def make(project: str, *, name: str | None = None, service: str = "worker", session: str | None = None) -> Any:
-        projects.append(project)
-        labels = {TEST_LABEL: "1", PROJECT_LABEL: project, SERVICE_LABEL: service}
-        if session:
-            labels[SESSION_LABEL] = session
-        return docker_engine.client.containers.run(
-            docker_engine.worker_image, ["sleep", "300"], name=name or f"{project}-{service}-1",
-            labels=labels, network_mode="none", detach=True,
-        )
-
-    yield make
-    for project in projects:
-        docker_engine.remove_labelled(**{PROJECT_LABEL: project})
-
-
-def test_a_workers_stop_is_reported_and_nothing_else(docker_engine: DockerEngine, sleeper: Any) -> None:
+def test_a_workers_stop_is_reported_and_nothing_else(docker_engine: DockerEngine, sleeping_worker: Any) -> None:
     project, other = new_project(), new_project()
     seen = Seen()
     f = follower(docker_engine.factory(), project, seen)
@@ -92,11 +65,11 @@ def test_a_workers_stop_is_reported_and_nothing_else(docker_engine: DockerEngine
     try:
         assert f.connected.wait(10)
         noise = [
-            sleeper(other),  # another installation's worker
-            sleeper(project, service="reconciler"),  # this installation, not a worker
-            sleeper(project, name=f"{project}-worker-x", service="worker"),  # not compose's name
+            sleeping_worker(other),  # another installation's worker
+            sleeping_worker(project, service="reconciler"),  # this installation, not a worker
+            sleeping_worker(project, name=f"{project}-worker-x", service="worker"),  # not compose's name
         ]
-        worker = sleeper(project, session="ses_events_1")
+        worker = sleeping_worker(project, session="ses_events_1")
         for c in noise:
             c.kill()
         time.sleep(0.5)
@@ -117,7 +90,7 @@ def test_a_workers_stop_is_reported_and_nothing_else(docker_engine: DockerEngine
 
 
 def test_a_broken_stream_reconnects_with_backoff_said_once_and_counted(
-    docker_engine: DockerEngine, sleeper: Any, caplog: pytest.LogCaptureFixture
+    docker_engine: DockerEngine, sleeping_worker: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     if not docker_engine.host.startswith("unix://"):
         pytest.skip("the relay forwards to a unix socket engine")
@@ -149,7 +122,7 @@ def test_a_broken_stream_reconnects_with_backoff_said_once_and_counted(
         assert seen.wait(lambda: seen.reconnects == 2, 10)  # back: one wake for the gap's events
         assert f.failures == 0
         assert any("following the engine again" in r.getMessage() for r in caplog.records)
-        sleeper(project).stop(timeout=0)
+        sleeping_worker(project).stop(timeout=0)
         assert seen.wait(lambda: bool(seen.stops), 10)
         calls = {p.split("/", 2)[-1] for _, p in relay["proxy"].recorded()}
         assert "events" in calls
@@ -159,7 +132,7 @@ def test_a_broken_stream_reconnects_with_backoff_said_once_and_counted(
     assert f._thread is not None and not f._thread.is_alive()
 
 
-def test_an_engine_that_never_answers_is_retried_until_stop(sleeper: Any) -> None:
+def test_an_engine_that_never_answers_is_retried_until_stop(sleeping_worker: Any) -> None:
     proxy = RecordingProxy("/nonexistent/docker.sock")  # accepts, then hangs up: no engine behind it
     seen = Seen()
     f = follower(client_factory(proxy.url, timeout=5), new_project(), seen, backoff=(0.05, 0.1))
@@ -173,7 +146,7 @@ def test_an_engine_that_never_answers_is_retried_until_stop(sleeper: Any) -> Non
     assert f._thread is not None and not f._thread.is_alive() and seen.stops == []
 
 
-def test_a_stream_is_renewed_without_counting_a_failure(docker_engine: DockerEngine, sleeper: Any) -> None:
+def test_a_stream_is_renewed_without_counting_a_failure(docker_engine: DockerEngine, sleeping_worker: Any) -> None:
     project = new_project()
     seen = Seen()
     f = follower(docker_engine.factory(), project, seen, renew_after=0.3)
@@ -182,7 +155,7 @@ def test_a_stream_is_renewed_without_counting_a_failure(docker_engine: DockerEng
         assert seen.wait(lambda: seen.reconnects >= 3, 10)
         assert seen.failures == [] and f.failures == 0
         assert f.connected.wait(5)
-        sleeper(project).stop(timeout=0)
+        sleeping_worker(project).stop(timeout=0)
         assert seen.wait(lambda: bool(seen.stops), 10)
     finally:
         f.stop()

@@ -1,0 +1,123 @@
+"""Watch mode's Docker trigger end to end: the real engine, the sandbox control host, the real Bolt app
+over signed HTTP and the Slack Web API stand-in.
+
+A container named and labelled like a worker of a test installation is stopped; the sandbox marks
+the session stopped (recovery_required); the watcher, whose interval is five minutes, posts the case
+within a second or two because the engine's ``die`` woke it. When the control host marks the session
+only after the worker died, the second poll (the trigger's settle) finds it. Without the Docker
+engine configured there is no trigger. Stopping the watcher stops the follower.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from bot.sandbox import SandboxHandle
+from bot.slack.watching import attach_watch
+from bot.watch import Watcher
+from bot.watch.docker_trigger import DockerTrigger
+from tests.fixtures.docker import DockerEngine, new_project
+from tests.fixtures.triage import clone
+
+CHANNEL = "C0WATCHD"
+INTERVAL = 300.0  # far beyond the test: only the trigger can make the watcher poll in time
+
+
+def posted_within(h: Any, session_id: str, timeout: float) -> float | None:
+    """Seconds until a top-level post in the watch channel names the session, or None."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        if any(session_id in m.all_text() for m in h.api.roots(CHANNEL)):
+            return time.monotonic() - began
+        time.sleep(0.02)
+    return None
+
+
+def started_watcher(h: Any) -> Watcher:
+    watcher = attach_watch(h.bot.router, h.bot.out)  # polls on its thread, as serve does
+    assert watcher is not None and isinstance(watcher.trigger, DockerTrigger)
+    assert watcher.trigger.follower.connected.wait(10), "the follower did not reach the engine"
+    deadline = time.monotonic() + 10
+    while watcher.last_poll is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # the first poll (the one at start) is done before the stop
+    time.sleep(0.2)
+    return watcher
+
+
+@pytest.mark.docker
+def test_a_workers_stop_makes_the_watcher_post_at_once(
+    incident_sandbox: SandboxHandle, slack_harness: Any, docker_engine: DockerEngine, sleeping_worker: Any
+) -> None:
+    project, sid = new_project(), "ses_dtrig_001"
+    incident_sandbox.admin.create_session(clone("healthy", sid))
+    worker = sleeping_worker(project, session=sid)
+    h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, installation=project,
+                           docker_host=docker_engine.host, watch_interval=INTERVAL)
+    watcher = started_watcher(h)
+    try:
+        assert h.api.roots(CHANNEL) == []
+        incident_sandbox.admin.stop(sid)  # the control host's side: recovery_required
+        worker.stop(timeout=0)  # the engine's side: die, then stop
+        latency = posted_within(h, sid, 10)
+        assert latency is not None, "no post: the worker's stop did not wake the watcher"
+        assert latency < 2.0, latency  # ~1 s is the goal; the bench measures it (bench/watch_docker_trigger.py)
+        assert watcher.trigger is not None and watcher.trigger.stops_seen >= 1
+        assert watcher.errors == 0
+    finally:
+        watcher.stop()
+    assert watcher.trigger is not None
+    thread = watcher.trigger.follower._thread
+    assert thread is not None and not thread.is_alive()
+
+
+@pytest.mark.docker
+def test_a_stop_recorded_after_the_worker_died_is_found_by_the_settle_poll(
+    incident_sandbox: SandboxHandle, slack_harness: Any, docker_engine: DockerEngine, sleeping_worker: Any
+) -> None:
+    project, sid = new_project(), "ses_dtrig_002"
+    incident_sandbox.admin.create_session(clone("healthy", sid))
+    worker = sleeping_worker(project, session=sid)
+    h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, installation=project,
+                           docker_host=docker_engine.host, watch_interval=INTERVAL)
+    watcher = started_watcher(h)
+    try:
+        worker.stop(timeout=0)
+        time.sleep(0.5)  # the first poll reads the listing before the control host has the stop
+        incident_sandbox.admin.stop(sid)
+        assert posted_within(h, sid, 6) is not None, "the settle poll did not find the stop"
+    finally:
+        watcher.stop()
+
+
+def test_without_the_docker_engine_there_is_no_trigger(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
+    h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, docker_host=None)
+    watcher = attach_watch(h.bot.router, h.bot.out, start=False)
+    assert watcher is not None and watcher.trigger is None  # no RECOVER_INSTALLATION: no worker to follow
+
+
+def test_wake_ends_the_wait_and_stop_ends_the_loop(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
+    h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, watch_interval=INTERVAL)
+    watcher = attach_watch(h.bot.router, h.bot.out, start=False)
+    assert watcher is not None
+    import threading
+
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while watcher.last_poll is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = watcher.last_poll
+        incident_sandbox.admin.advance(1)  # the sandbox's clock: a later poll has a later time
+        watcher.wake()
+        deadline = time.monotonic() + 5
+        while watcher.last_poll == first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert watcher.last_poll != first, "wake() did not make the watcher poll"
+    finally:
+        watcher.stop()
+        thread.join(5)
+    assert not thread.is_alive()
