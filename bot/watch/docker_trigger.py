@@ -3,7 +3,7 @@
 The follower (bot.dockerops.WorkerStopFollower) reads the engine's events; this adapter turns them
 into ``Watcher.wake`` calls and its failures into the watcher's error state (counted, shown by
 ``/recover watch``). A worker usually dies a moment before the control host marks its session
-``recovery_required``, so each stop wakes the watcher twice: at once, and ``settle`` seconds later.
+``recovery_required``, so each stop wakes the watcher at once and again after each ``settle`` delay.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Protocol
 
 from bot.dockerops import DockerClientFactory, WorkerLogConfig, WorkerStop, WorkerStopFollower
 
-#: Seconds after a worker's stop for the second poll (the control host records the stop after it).
-SETTLE_SECONDS = 2.0
+#: Seconds after a worker's stop for the later polls (the control host records the stop after it).
+SETTLE_SECONDS = (1.0, 3.0)
 
 
 class Wakeable(Protocol):
@@ -34,13 +34,13 @@ class DockerTrigger:
         installation: str,
         *,
         config: WorkerLogConfig | None = None,
-        settle: float = SETTLE_SECONDS,
+        settle: tuple[float, ...] = SETTLE_SECONDS,
         backoff: tuple[float, float] = (0.5, 30.0),
     ) -> None:
         self.watcher = watcher
         self.settle = settle
         self.stops_seen = 0
-        self._timer: threading.Timer | None = None
+        self._timers: dict[float, threading.Timer] = {}
         self._lock = threading.Lock()
         self.follower = WorkerStopFollower(
             docker_client_factory, installation, config=config, backoff=backoff,
@@ -53,22 +53,24 @@ class DockerTrigger:
     def stop(self) -> None:
         self.follower.stop()
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            for timer in self._timers.values():
+                timer.cancel()
+            self._timers.clear()
 
     def _stopped(self, stop: WorkerStop) -> None:
         self.stops_seen += 1
         self.watcher.wake()
-        with self._lock:  # one pending second poll covers a burst of stops
-            if self.settle > 0 and self._timer is None:
-                self._timer = threading.Timer(self.settle, self._settled)
-                self._timer.daemon = True
-                self._timer.start()
+        with self._lock:  # one pending poll per delay covers a burst of stops
+            for delay in self.settle:
+                if delay not in self._timers:
+                    timer = threading.Timer(delay, self._settled, args=(delay,))
+                    timer.daemon = True
+                    self._timers[delay] = timer
+                    timer.start()
 
-    def _settled(self) -> None:
+    def _settled(self, delay: float) -> None:
         with self._lock:
-            self._timer = None
+            self._timers.pop(delay, None)
         self.watcher.wake()
 
     def _failed(self, error: str) -> None:

@@ -4,7 +4,7 @@ over signed HTTP and the Slack Web API stand-in.
 A container named and labelled like a worker of a test installation is stopped; the sandbox marks
 the session stopped (recovery_required); the watcher, whose interval is five minutes, posts the case
 within a second or two because the engine's ``die`` woke it. When the control host marks the session
-only after the worker died, the second poll (the trigger's settle) finds it. Without the Docker
+only after the worker died, a later poll (the trigger's settle, 1 s and 3 s on) finds it. Without the Docker
 engine configured there is no trigger. Stopping the watcher stops the follower.
 """
 
