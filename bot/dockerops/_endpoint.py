@@ -45,6 +45,13 @@ class DockerEndpoint:
     allow_plain_tcp: bool = False
     origin: str | None = None
 
+    def __post_init__(self) -> None:
+        # The installations file hands over text; a Path keeps messages and checks uniform.
+        for name in ("tls_ca", "tls_cert", "tls_key"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(str(value)).expanduser())
+
     @classmethod
     def from_environment(
         cls,
@@ -185,11 +192,17 @@ class DockerEndpoint:
             client_cert=(str(self.tls_cert), str(self.tls_key)), ca_cert=str(self.tls_ca), verify=True
         )
         # requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE replace a session's own CA (psf/requests#3829):
-        # with them set, the engine would be checked against the system CAs instead of tls_ca. So the
-        # client ignores the environment, and the API version is negotiated after that, not before.
-        client = docker.DockerClient(base_url=self.host, version=MIN_API, timeout=timeout, tls=tls)
+        # with them set, the engine would be checked against the system CAs instead of tls_ca. So every
+        # client ignores the environment, and the API version is asked by a first one that does too
+        # (version="auto" would ask before the environment can be turned off).
+        probe = docker.APIClient(base_url=self.host, version=MIN_API, timeout=timeout, tls=tls)
+        probe.trust_env = False
+        try:
+            version = str(probe.version(api_version=False)["ApiVersion"])
+        finally:
+            probe.close()
+        client = docker.DockerClient(base_url=self.host, version=version, timeout=timeout, tls=tls)
         client.api.trust_env = False
-        client.api._version = client.api.version(api_version=False)["ApiVersion"]  # noqa: SLF001 - see above
         return client
 
 

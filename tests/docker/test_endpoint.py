@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,3 +115,9 @@ def test_docker_cert_path_is_the_clis_folder(tmp_path: Path) -> None:
     assert not DockerEndpoint.from_environment("unix:///run/d.sock", tls_verify=True, cert_path=tmp_path).tls
     plain = DockerEndpoint.from_environment("tcp://socket-proxy:2375", allow_plain_tcp=True)
     assert plain.problems() == [] and plain.origin == "DOCKER_HOST"
+
+
+def test_tls_files_given_as_text_are_paths(certs: TlsCerts) -> None:
+    text: Any = (str(certs.path("ca")), str(certs.path("client")), str(certs.key("client")))  # as YAML gives them
+    ep = DockerEndpoint("tcp://docker.eu-1:2376", *text)
+    assert ep.tls_ca == certs.path("ca") and ep.problems() == []
