@@ -16,7 +16,7 @@ from bot.dockerops._config import (
     WorkerLogConfig,
 )
 from bot.dockerops._endpoint import DockerEndpoint
-from bot.dockerops._engine import DockerClientFactory, HostClientFactory, client_factory, daemon_now
+from bot.dockerops._engine import DockerClientFactory, HostClientFactory, client_factory, daemon_now, reach
 from bot.dockerops._events import WorkerStop, WorkerStopFollower
 from bot.dockerops._exec import ExecResult
 from bot.dockerops._logsource import DockerLogSource, DockerLogSourceError
@@ -48,5 +48,6 @@ __all__ = [
     "client_factory",
     "daemon_now",
     "migrations",
+    "reach",
     "summarise_output",
 ]

@@ -118,6 +118,17 @@ def client_factory(host: str | DockerEndpoint | None = None, *, timeout: float =
     return HostClientFactory(endpoint, timeout=timeout)
 
 
+def reach(endpoint: DockerEndpoint, timeout: float = 10.0) -> str:
+    """Check, connect and ask the engine's API version (``installations check`` reaches each host
+    once); raises :class:`DockerOpsError` naming the host or file, else returns the version."""
+    client = connect(client_factory(endpoint, timeout=timeout))
+    try:
+        with translate("Asking the Docker engine its version", endpoint.describe()):
+            return str(client.version().get("ApiVersion") or "?")
+    finally:
+        client.close()
+
+
 def connect(factory: DockerClientFactory) -> docker.DockerClient:
     """Build a client; the SDK asks the engine its API version right away, so failures start here."""
     describe = getattr(factory, "describe", None)

@@ -21,6 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import docker.errors
+import requests
+
 from bot.dockerops._config import PROJECT_NAME, WorkerLogConfig
 from bot.dockerops._engine import DockerClientFactory, client_host, close_quietly, connect, translate
 from bot.errors import DockerOpsError
@@ -142,14 +145,20 @@ class WorkerStopFollower:
             renew.daemon = True
             renew.start()
             self._connected()
+            seen = False
             with translate("Reading the Docker engine's events", host):
                 for event in stream:
                     if self._stopping.is_set():
                         return True
+                    seen = True
                     stop = self._worker_stop(event)
                     if stop is not None:
                         self.on_stop(stop)
-            return self._renewed or self._stopping.is_set()
+            if self._renewed or self._stopping.is_set():
+                return True
+            if not seen:
+                self._why_closed(client, host)
+            return False
         finally:
             if renew is not None:
                 renew.cancel()
@@ -159,6 +168,21 @@ class WorkerStopFollower:
             if stream is not None:
                 close_quietly(stream)
             close_quietly(client)
+
+    @staticmethod
+    def _why_closed(client: Any, host: str) -> None:
+        """A stream that ends before its first event may be a refusal: the SDK's stream swallows the
+        error (an HTTP error is an OSError to it). One bounded ``GET /events`` (since = until = the
+        epoch, answered at once) says what the engine or its proxy answered."""
+        url = f"{client.api.base_url}/v{client.api.api_version}/events"
+        with translate("Following the Docker engine's events", host):
+            response = client.api.get(url, params={"since": 1, "until": 1}, timeout=10)
+            try:
+                response.raise_for_status()
+            except requests.exceptions.HTTPError as exc:
+                raise docker.errors.create_api_error_from_http_exception(exc) from exc
+            finally:
+                response.close()
 
     def _renew(self, stream: object) -> None:
         self._renewed = True

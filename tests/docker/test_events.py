@@ -159,3 +159,23 @@ def test_a_stream_is_renewed_without_counting_a_failure(docker_engine: DockerEng
         assert seen.wait(lambda: bool(seen.stops), 10)
     finally:
         f.stop()
+
+
+def test_a_proxy_that_refuses_events_is_named_and_retried(docker_engine: DockerEngine) -> None:
+    if not docker_engine.host.startswith("unix://"):
+        pytest.skip("the relay forwards to a unix socket engine")
+    # An allowlist from before watch mode: everything the bot did then, but not GET /events.
+    proxy = RecordingProxy(docker_engine.host.removeprefix("unix://"), allow=lambda m, p: not p.endswith("/events"))
+    seen = Seen()
+    f = follower(client_factory(proxy.url, timeout=5), new_project(), seen, backoff=(0.05, 0.1))
+    f.start()
+    try:
+        assert seen.wait(lambda: len(seen.failures) >= 2, 10)
+        assert seen.failures[0] == (
+            "Following the Docker engine's events: the Docker API refused it "
+            "(403 socket proxy: GET /v1.41/events is not allowed)."
+        )
+        assert not f.connected.is_set()
+    finally:
+        f.stop()
+        proxy.stop()

@@ -20,7 +20,7 @@ import docker.tls
 import pytest
 import requests
 
-from bot.dockerops import DockerEndpoint, DockerLogSource, client_factory
+from bot.dockerops import DockerEndpoint, DockerLogSource, client_factory, reach
 from bot.dockerops._engine import connect
 from bot.errors import DockerOpsError
 from tests.docker.images.build import build_images
@@ -146,3 +146,9 @@ def test_no_client_certificate_is_refused_by_the_factory_and_by_the_engine(tls_e
     with pytest.raises(requests.exceptions.SSLError, match="(?i)bad certificate|eof"):
         raw.version()
     raw.close()
+
+
+def test_reach_says_the_engines_version_or_what_is_wrong(tls_engine: TlsEngine) -> None:
+    assert reach(tls_engine.endpoint()).startswith("1.")
+    with pytest.raises(DockerOpsError, match="did not accept the bot's client certificate"):
+        reach(tls_engine.endpoint(client="other-client"))
