@@ -169,6 +169,14 @@ def _demo_log_file(sandbox: SandboxHandle, folder: Path) -> Path:
     return path
 
 
+def docker_endpoint(settings: Settings) -> DockerEndpoint:
+    """The single installation's engine: DOCKER_HOST with DOCKER_TLS_VERIFY / DOCKER_CERT_PATH."""
+    return DockerEndpoint.from_environment(
+        settings.docker_host, tls_verify=settings.docker_tls_verify, cert_path=settings.docker_cert_path,
+        allow_plain_tcp=settings.docker_plain_tcp,
+    )
+
+
 def console_users(settings: Settings) -> dict[str, str]:
     """RECOVER_CONSOLE_USERS: console login → Slack user id (people are compared by that id)."""
     return dict(settings.console_users)
@@ -216,10 +224,7 @@ def build_services(
         url, key = settings.control_host_url, api_key
     client = ControlHostClient(url, key, store=store, clock=clock, **api)
 
-    docker_factory = client_factory(DockerEndpoint.from_environment(
-        settings.docker_host, tls_verify=settings.docker_tls_verify, cert_path=settings.docker_cert_path,
-        allow_plain_tcp=settings.docker_plain_tcp,
-    ))
+    docker_factory = client_factory(docker_endpoint(settings))
     dockerops = DockerOps(
         store,
         installation=settings.installation,
@@ -302,7 +307,7 @@ def build_watcher(services: Services, poster: Poster, *, channel: str | None = N
         interval=settings.watch_interval,
         handoff=lambda actor: handoff_reply(services, actor),
     )
-    if settings.installation and DockerEndpoint(settings.docker_host).configured:
+    if settings.installation and docker_endpoint(settings).configured:
         # The Docker engine is configured: a worker's die/stop wakes the watcher at once.
         watcher.trigger = DockerTrigger(watcher, services.dockerops.docker_client_factory, settings.installation,
                                         config=worker_log_config(services.runbooks))
@@ -315,6 +320,7 @@ __all__ = [
     "Services",
     "build_services",
     "build_watcher",
+    "docker_endpoint",
     "handoff_reply",
     "reconciler_config",
     "worker_log_config",

@@ -16,7 +16,9 @@ import pytest
 
 from bot.dockerops import DockerEndpoint, client_factory
 from bot.dockerops._engine import connect
-from bot.errors import DockerOpsError
+from bot.errors import DockerOpsError, SettingsError
+from bot.services import docker_endpoint
+from bot.settings import load_settings
 from tests.docker.tls_engine import TlsCerts
 
 
@@ -121,3 +123,14 @@ def test_tls_files_given_as_text_are_paths(certs: TlsCerts) -> None:
     text: Any = (str(certs.path("ca")), str(certs.path("client")), str(certs.key("client")))  # as YAML gives them
     ep = DockerEndpoint("tcp://docker.eu-1:2376", *text)
     assert ep.tls_ca == certs.path("ca") and ep.problems() == []
+
+
+def test_the_settings_give_the_single_installation_its_endpoint(tmp_path: Path) -> None:
+    s = load_settings({"DOCKER_HOST": "tcp://docker.eu-1:2376", "DOCKER_TLS_VERIFY": "1",
+                       "DOCKER_CERT_PATH": str(tmp_path)}, dotenv=None)
+    ep = docker_endpoint(s)
+    assert ep.tls_ca == tmp_path / "ca.pem" and not ep.allow_plain_tcp
+    assert load_settings({"RECOVER_DOCKER_PLAIN_TCP": "true"}, dotenv=None).docker_plain_tcp
+    assert not load_settings({}, dotenv=None).docker_tls_verify
+    with pytest.raises(SettingsError, match="RECOVER_DOCKER_PLAIN_TCP must be true or false"):
+        load_settings({"RECOVER_DOCKER_PLAIN_TCP": "maybe"}, dotenv=None)
