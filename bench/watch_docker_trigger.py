@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import secrets
+import signal
 import sys
 import tempfile
 import threading
@@ -87,6 +88,8 @@ def main() -> int:
         print("DOCKER_HOST is not set: point it at a Docker engine (scripts/start-dockerd.sh)", file=sys.stderr)
         return 2
 
+    # A SIGTERM (timeout, Ctrl-C in a wrapper) still runs the clean-up below: containers and sandbox.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     engine = docker.DockerClient(base_url=host, timeout=120)
     image = build_images(engine).worker
     project = f"rbtbench{secrets.token_hex(3)}"

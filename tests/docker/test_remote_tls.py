@@ -45,6 +45,7 @@ def tls_engine() -> Iterator[TlsEngine]:
             yield engine
         finally:
             engine.stop()
+            engine.release()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -4,12 +4,14 @@
 signed by it, plus a second CA with its own server and client certificates (what an attacker or a
 wrong installation would hold). ``TlsEngine.start(folder, certs)`` runs dockerd with its own
 --data-root, --exec-root, --pidfile and a short unix socket (for nothing but its own liveness), and
-``--tlsverify`` on a free port; ``stop`` ends it (and its containerd) by its process group id.
+``--tlsverify`` on a free port; ``stop`` ends it (and its containerd) by its process group id, and a
+test process that dies without stopping it takes it along (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -82,6 +84,13 @@ class TlsCerts:
         return out
 
 
+def _die_with_parent() -> None:
+    """In the engine's child before exec: SIGTERM when the test process dies (even by SIGKILL), so a
+    killed test run leaves no engine behind (prctl PR_SET_PDEATHSIG)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -126,6 +135,7 @@ class TlsEngine:
                 "--tlskey", str(certs.key("server")), "-H", f"tcp://127.0.0.1:{port}",
             ],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
         )
         engine = cls(folder, certs, port, process)
         deadline = time.monotonic() + 60
@@ -161,3 +171,9 @@ class TlsEngine:
             time.sleep(0.1)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
+
+    def release(self) -> None:
+        """After :meth:`stop`: a data root the engine left mounted (it bind-mounts it) is unmounted."""
+        data = self.folder / "data"
+        if os.path.ismount(data):
+            subprocess.run(["umount", str(data)], capture_output=True, timeout=30)
