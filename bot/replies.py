@@ -5,9 +5,9 @@ a Docker-only command, the console's completion words, and the reporter that kee
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from bot.details import FullMessages
+from bot.dockerops import DockerEndpoint
 from bot.errors import CommandError, ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter
 from bot.redact import redact
@@ -57,7 +57,7 @@ def error_reply(exc: BaseException) -> Reply:
 def docker_notice(settings: Settings, name: str, *, installation: bool) -> Reply | None:
     """A Docker-only command in the demo: that it needs a Docker engine, and how to give it one
     (None when an engine, and the installation it needs, are configured)."""
-    engine = bool(settings.docker_host) or Path("/var/run/docker.sock").exists()
+    engine = DockerEndpoint(settings.docker_host).configured
     if engine and (settings.installation or not installation):
         return None
     lines = ["The demo's sandbox control host has no Docker engine and no reconciler container; "

@@ -25,7 +25,14 @@ from bot.decisions import migrations as decision_migrations
 from bot.diagnosis.logcoverage import WorkerLogSource
 from bot.diagnosis.model import ReconcilerStatus
 from bot.diagnosis.service import Diagnoser
-from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
+from bot.dockerops import (
+    DockerEndpoint,
+    DockerLogSource,
+    DockerOps,
+    ReconcilerConfig,
+    WorkerLogConfig,
+    client_factory,
+)
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError
 from bot.installations.sources import refuse_file_in_single_core
@@ -38,6 +45,7 @@ from bot.store import Store
 from bot.triage.store import migrations as triage_migrations
 from bot.watch import ChannelMembers, Poster, Watcher
 from bot.watch import migrations as watch_migrations
+from bot.watch.docker_trigger import DockerTrigger
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +170,14 @@ def _demo_log_file(sandbox: SandboxHandle, folder: Path) -> Path:
     return path
 
 
+def docker_endpoint(settings: Settings) -> DockerEndpoint:
+    """The single installation's engine: DOCKER_HOST with DOCKER_TLS_VERIFY / DOCKER_CERT_PATH."""
+    return DockerEndpoint.from_environment(
+        settings.docker_host, tls_verify=settings.docker_tls_verify, cert_path=settings.docker_cert_path,
+        allow_plain_tcp=settings.docker_plain_tcp,
+    )
+
+
 def console_users(settings: Settings) -> dict[str, str]:
     """RECOVER_CONSOLE_USERS: console login → Slack user id (people are compared by that id)."""
     return dict(settings.console_users)
@@ -210,7 +226,7 @@ def build_services(
         url, key = settings.control_host_url, api_key
     client = ControlHostClient(url, key, store=store, clock=clock, **api)
 
-    docker_factory = client_factory(settings.docker_host)
+    docker_factory = client_factory(docker_endpoint(settings))
     dockerops = DockerOps(
         store,
         installation=settings.installation,
@@ -282,7 +298,7 @@ def build_watcher(
     channel = channel or settings.watch_channel
     if channel is None or services.runbooks.watch is None or services.bulk is None:
         return None
-    return Watcher(
+    watcher = Watcher(
         client=services.bulk.client,
         diagnoser=services.diagnoser,
         triage=services.bulk.triage,
@@ -297,6 +313,11 @@ def build_watcher(
         members=members,
         console_users=services.decisions.console_users,
     )
+    if settings.installation and docker_endpoint(settings).configured:
+        # The Docker engine is configured: a worker's die/stop wakes the watcher at once.
+        watcher.trigger = DockerTrigger(watcher, services.dockerops.docker_client_factory, settings.installation,
+                                        config=worker_log_config(services.runbooks))
+    return watcher
 
 
 __all__ = [
@@ -305,6 +326,7 @@ __all__ = [
     "Services",
     "build_services",
     "build_watcher",
+    "docker_endpoint",
     "handoff_reply",
     "reconciler_config",
     "worker_log_config",

@@ -15,7 +15,9 @@ from bot.dockerops._config import (
     ReconcilerConfig,
     WorkerLogConfig,
 )
-from bot.dockerops._engine import DockerClientFactory, HostClientFactory, client_factory, daemon_now
+from bot.dockerops._endpoint import DockerEndpoint
+from bot.dockerops._engine import DockerClientFactory, HostClientFactory, client_factory, daemon_now, reach
+from bot.dockerops._events import WorkerStop, WorkerStopFollower
 from bot.dockerops._exec import ExecResult
 from bot.dockerops._logsource import DockerLogSource, DockerLogSourceError
 from bot.dockerops._ops import DockerOps
@@ -30,6 +32,7 @@ __all__ = [
     "CAUTION_OVERLAP_SAFE",
     "DEFAULT_ARGV",
     "DockerClientFactory",
+    "DockerEndpoint",
     "DockerLogSource",
     "DockerLogSourceError",
     "DockerOps",
@@ -40,8 +43,11 @@ __all__ = [
     "ReconcilerConfig",
     "ReconcilerTarget",
     "WorkerLogConfig",
+    "WorkerStop",
+    "WorkerStopFollower",
     "client_factory",
     "daemon_now",
     "migrations",
+    "reach",
     "summarise_output",
 ]

@@ -16,12 +16,11 @@ import docker
 import docker.errors
 import requests
 
+from bot.dockerops._endpoint import DEFAULT_SOCKET, DockerEndpoint, tls_failure
 from bot.errors import DockerOpsError
 from bot.redact import redact
 
 DockerClientFactory = Callable[[], docker.DockerClient]
-
-DEFAULT_SOCKET = "/var/run/docker.sock"
 
 
 def describe_host() -> str:
@@ -83,25 +82,51 @@ def _short(exc: BaseException) -> str:
 class HostClientFactory:
     """A client factory that knows where it connects, so errors can name it.
 
-    ``host`` None means ``docker.from_env()`` (DOCKER_HOST or the default socket).
+    ``endpoint.host`` None means ``docker.from_env()`` (DOCKER_HOST or the default socket). A
+    ``tcp://`` endpoint with TLS files verifies the engine and shows the bot's certificate; the
+    endpoint's problems (a missing file, plain tcp to another machine) are refused before connecting.
     """
 
-    def __init__(self, host: str | None = None, *, timeout: float = 60.0) -> None:
-        self.host = host
+    def __init__(self, endpoint: DockerEndpoint | None = None, *, timeout: float = 60.0) -> None:
+        self.endpoint = endpoint or DockerEndpoint()
         self.timeout = timeout
 
+    @property
+    def host(self) -> str | None:
+        return self.endpoint.host
+
     def __call__(self) -> docker.DockerClient:
-        if self.host:
-            return docker.DockerClient(base_url=self.host, version="auto", timeout=self.timeout)
-        return docker.from_env(timeout=self.timeout)
+        if self.endpoint.host is None:
+            return docker.from_env(timeout=self.timeout)
+        self.endpoint.check()
+        try:
+            return self.endpoint.client(self.timeout)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            failure = tls_failure(exc, self.endpoint)
+            if failure is not None:
+                raise failure from exc
+            raise
 
     def describe(self) -> str:
-        return self.host or describe_host()
+        return self.endpoint.host or describe_host()
 
 
-def client_factory(host: str | None = None, *, timeout: float = 60.0) -> HostClientFactory:
-    """The factory for ``Settings.docker_host`` (None: the environment, like ``docker.from_env``)."""
-    return HostClientFactory(host, timeout=timeout)
+def client_factory(host: str | DockerEndpoint | None = None, *, timeout: float = 60.0) -> HostClientFactory:
+    """The factory for an installation's engine: a :class:`DockerEndpoint`, a bare host string
+    (no TLS), or None (the environment, like ``docker.from_env``)."""
+    endpoint = host if isinstance(host, DockerEndpoint) else DockerEndpoint(host)
+    return HostClientFactory(endpoint, timeout=timeout)
+
+
+def reach(endpoint: DockerEndpoint, timeout: float = 10.0) -> str:
+    """Check, connect and ask the engine's API version (``installations check`` reaches each host
+    once); raises :class:`DockerOpsError` naming the host or file, else returns the version."""
+    client = connect(client_factory(endpoint, timeout=timeout))
+    try:
+        with translate("Asking the Docker engine its version", endpoint.describe()):
+            return str(client.version().get("ApiVersion") or "?")
+    finally:
+        client.close()
 
 
 def connect(factory: DockerClientFactory) -> docker.DockerClient:

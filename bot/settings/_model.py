@@ -56,7 +56,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "slack_signing_secret_file", "slack_app_token_file", "slack_api_url", "slack_teams",
     ),  # fmt: skip
     "people": ("approvers", "channels", "console_users"),
-    "docker": ("installation", "docker_host", "log_files"),
+    "docker": ("installation", "docker_host", "docker_tls_verify", "docker_cert_path", "docker_plain_tcp", "log_files"),
     "http": ("host", "port"),
     "runbooks": ("runbooks_dir",),
     "logging": ("log_level",),
@@ -108,6 +108,9 @@ class Settings(BaseSettings):
     )
     installation: str | None = Field(None, validation_alias="RECOVER_INSTALLATION")
     docker_host: str | None = Field(None, validation_alias="DOCKER_HOST")
+    docker_tls_verify: bool = Field(False, validation_alias="DOCKER_TLS_VERIFY")
+    docker_cert_path: Path | None = Field(None, validation_alias="DOCKER_CERT_PATH")
+    docker_plain_tcp: bool = Field(False, validation_alias="RECOVER_DOCKER_PLAIN_TCP")
     host: str = Field(DEFAULT_HOST, validation_alias="HOST")
     port: int = Field(DEFAULT_PORT, validation_alias="PORT")
     runbooks_dir: Path = Field(default_factory=packaged_runbooks, validation_alias="RECOVER_RUNBOOKS")
@@ -165,6 +168,9 @@ class Settings(BaseSettings):
     _watch_interval = field_validator("watch_interval", mode="before")(_parse.watch_interval)
     _pagerduty_url = field_validator("oncall_pagerduty_url", mode="before")(_parse.pagerduty_url)
     _pagerduty_policies = field_validator("oncall_pagerduty_policies", mode="before")(_parse.pagerduty_policies)
+    _docker_tls_verify = field_validator("docker_tls_verify", mode="before")(_parse.docker_tls_verify)
+    _docker_cert_path = field_validator("docker_cert_path", mode="before")(_parse.optional)
+    _docker_plain_tcp = field_validator("docker_plain_tcp", mode="before")(_parse.docker_plain_tcp)
 
     @field_validator("slack_bot_token", mode="after")
     @classmethod

@@ -257,3 +257,21 @@ def pagerduty_policies(value: object) -> dict[str, str]:
             "escalation policy id from its URL), each group once"
         )
     return mapping
+
+
+def docker_tls_verify(value: object) -> bool:
+    """DOCKER_TLS_VERIFY, read as the docker CLI reads it: any non-empty value turns TLS on."""
+    return not blank(value) and value is not False
+
+
+def docker_plain_tcp(value: object) -> bool:
+    """RECOVER_DOCKER_PLAIN_TCP: the deployer's explicit yes to a tcp:// DOCKER_HOST without TLS on
+    another machine (compose's socket proxy on its private network)."""
+    if isinstance(value, bool):
+        return value
+    text = "" if blank(value) else str(value).strip().lower()
+    if text in ("", "false", "0", "no"):
+        return False
+    if text in ("true", "1", "yes"):
+        return True
+    raise ValueError(f"RECOVER_DOCKER_PLAIN_TCP must be true or false (got {str(value)!r})")

@@ -39,6 +39,7 @@ from bot.watch.state import WatchStatus
 from bot.watch.status import cursor_state, status_reply
 from bot.watch.stops import Stop, stop_of
 from bot.watch.store import CLAIMED, STORM, SUPPRESSED, THREAD, Claim, WatchStore
+from bot.watch.trigger import Trigger
 from bot.watch.windows import within
 
 log = logging.getLogger(__name__)
@@ -115,21 +116,33 @@ class Watcher:
         self.consecutive = 0
         self.last_error: str | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # wake(): poll now instead of at the end of the interval
+        self.trigger: Trigger | None = None  # set by the wiring; runs while run() does
         self._lock = threading.Lock()  # one poll at a time per process
 
     # -- the loop ------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Poll until :meth:`stop`; a failing poll is counted and said, never ends the loop."""
+        """Poll until :meth:`stop`; a failing poll is counted and said, never ends the loop. The
+        ``trigger`` (Docker events) runs alongside and calls :meth:`wake` to poll at once."""
+        if self.trigger is not None:
+            self.trigger.start()
         while not self._stop.is_set():
             try:
                 self.poll_once()
             except Exception:  # noqa: BLE001 - the watcher must never silently stop
                 log.exception("watch: a poll failed unexpectedly")
-            self._stop.wait(self.interval)
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    def wake(self) -> None:
+        self._wake.set()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+        if self.trigger is not None:
+            self.trigger.stop()
 
     # -- one poll ------------------------------------------------------------------------------
 

@@ -46,6 +46,8 @@ class RecordingProxy:
 
     def stop(self) -> None:
         self._stopped.set()
+        with contextlib.suppress(OSError):  # wakes the accept() of the listening thread (close alone does not)
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
         for s in list(self._sockets):
             with contextlib.suppress(OSError):
