@@ -46,7 +46,7 @@ def watched_worker(sandbox: SandboxHandle, slack_harness: Any, host: str, sleepi
     worker = sleeping_worker(project, session=sid)
     h = slack_harness.real(sandbox, watch_channel=CHANNEL, installation=project, docker_host=host,
                            watch_interval=INTERVAL)
-    watcher = attach_watch(h.bot.router, h.bot.out)  # polls on its thread, as serve does
+    watcher = attach_watch(h.bot)  # polls on its thread, as serve does
     assert watcher is not None and isinstance(watcher.trigger, DockerTrigger)
     assert watcher.trigger.follower.connected.wait(10), "the follower did not reach the engine"
     deadline = time.monotonic() + 10
@@ -94,13 +94,13 @@ def test_a_workers_stop_makes_the_watcher_post_at_once(
 
 def test_without_the_docker_engine_there_is_no_trigger(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, docker_host=None)
-    watcher = attach_watch(h.bot.router, h.bot.out, start=False)
+    watcher = attach_watch(h.bot, start=False)
     assert watcher is not None and watcher.trigger is None  # no RECOVER_INSTALLATION: no worker to follow
 
 
 def test_wake_ends_the_wait_and_stop_ends_the_loop(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, watch_interval=INTERVAL)
-    watcher = attach_watch(h.bot.router, h.bot.out, start=False)
+    watcher = attach_watch(h.bot, start=False)
     assert watcher is not None
     thread = threading.Thread(target=watcher.run, daemon=True)
     thread.start()
