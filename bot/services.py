@@ -28,6 +28,8 @@ from bot.diagnosis.service import Diagnoser
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError
+from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
+from bot.installations.scoped import scoped_settings
 from bot.logs import FileLogSource
 from bot.messages import Message, Reply
 from bot.runbook import RunbookSet, load_runbooks
@@ -64,8 +66,7 @@ class Services:
     dockerops: DockerOps
     clock: Clock
     bulk: Bulk | None = None  # triage and batches over a paced client
-
-
+    installation: str = DEFAULT_INSTALLATION  # the installation this core serves (one core each)
 
 
 class LoggingReporter:
@@ -186,12 +187,16 @@ def build_services(
     directory: ApproverDirectory | None = None,
     clock: Clock | None = None,
     console_users_map: dict[str, str] | None = None,
+    installation: InstallationSpec | None = None,
 ) -> Services:
-    """Wire the core. ``sandbox`` (a running :class:`bot.sandbox.SandboxHandle`) replaces the control host.
+    """Wire the core of one installation (``installation``; None: the one today's settings describe,
+    ``default``). ``sandbox`` (a running :class:`bot.sandbox.SandboxHandle`) replaces the control host.
 
     Raises :class:`bot.errors.RunbookError` for an invalid runbook (the bot refuses to start) and
     :class:`bot.errors.SettingsError` when the control host is not configured.
     """
+    if installation is not None:  # its own control host, key, engine, channels and store file
+        settings = scoped_settings(settings, installation)
     runbooks = load_runbooks(settings.runbooks_dir)
     clock = clock or (sandbox.clock if sandbox is not None else SystemClock())
     store = _open_store(settings, clock)
@@ -260,6 +265,7 @@ def build_services(
         decisions=decisions,
         dockerops=dockerops,
         clock=clock,
+        installation=installation.name if installation is not None else DEFAULT_INSTALLATION,
     )
 
 

@@ -1,0 +1,79 @@
+"""What a message of one installation carries so a later click cannot reach another.
+
+Every button a named installation's core makes gets the installation after an ``@`` in its value (no
+id may contain ``@``: the runbook's id pattern) and ``--install <name>`` in its typed equivalent; the
+fleet router reads the tag back and resolves it with the channel (bot/installations/resolve.py), so
+a payload replayed in a channel bound to another installation is refused. The reply's lead line
+names the installation once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bot.installations.spec import NAME_PATTERN
+from bot.messages import Button, Message, Reply, Reporter
+
+TAG = "@"
+
+
+def tag_value(value: str, installation: str) -> str:
+    return f"{value}{TAG}{installation}"
+
+
+def untag(value: str) -> tuple[str, str | None]:
+    """``(value, installation)``: the button's own value and the installation it was made by."""
+    head, sep, tail = value.rpartition(TAG)
+    if sep and NAME_PATTERN.fullmatch(tail):
+        return head, tail
+    return value, None
+
+
+def _button(button: Button, installation: str) -> Button:
+    if untag(button.value)[1] is not None:
+        return button
+    command = button.command
+    if command and "--install" not in command:
+        command = f"{command} --install {installation}"
+    return dataclasses.replace(button, value=tag_value(button.value, installation), command=command)
+
+
+def tag_message(message: Message, installation: str) -> Message:
+    """The message with every button tagged (in place: the front may keep and update it)."""
+    message.buttons = [_button(b, installation) for b in message.buttons]
+    return message
+
+
+def name_lead(message: Message, installation: str) -> Message:
+    """The lead line names the installation once: ``[eu-1] …``."""
+    mark = f"[{installation}] "
+    if not message.headline.startswith(mark):
+        message.headline = mark + message.headline
+    return message
+
+
+def tag_reply(reply: Reply, installation: str) -> Reply:
+    for message in reply.messages:
+        tag_message(message, installation)
+    if reply.messages:
+        name_lead(reply.messages[0], installation)
+    return reply
+
+
+class TaggingReporter:
+    """A reporter whose messages leave with their installation's tag (and name in the lead line)."""
+
+    def __init__(self, inner: Reporter, installation: str) -> None:
+        self.inner, self.installation = inner, installation
+
+    def progress(self, message: Message) -> None:
+        self.inner.progress(name_lead(tag_message(message, self.installation), self.installation))
+
+    def post(self, message: Message) -> None:
+        self.inner.post(name_lead(tag_message(message, self.installation), self.installation))
+
+    def __getattr__(self, name: str) -> object:  # what else the front's reporter offers (rate limits)
+        return getattr(self.inner, name)
+
+
+__all__ = ["TAG", "TaggingReporter", "name_lead", "tag_message", "tag_reply", "tag_value", "untag"]
