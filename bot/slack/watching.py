@@ -6,9 +6,10 @@ import json
 import threading
 from typing import Any
 
+from bot.fleet_router import FleetRouter
 from bot.messages import Message
 from bot.router import Router
-from bot.services import build_watcher
+from bot.services import Services, build_watcher
 from bot.slack.state import Location
 from bot.slack.web import SlackOut
 from bot.watch import Watcher
@@ -49,16 +50,35 @@ class SlackWatchPoster:
         return None
 
 
+def cores_of(router: object) -> list[Services]:
+    """The cores a router runs: one, or one per installation of a fleet (none for a stand-in)."""
+    if isinstance(router, Router):
+        return [router.services]
+    if isinstance(router, FleetRouter):
+        return list(router.fleet.cores.values())
+    return []
+
+
 def attach_watch(router: object, out: SlackOut, *, start: bool = True) -> Watcher | None:
     """Build the watcher for a router that runs the core (RECOVER_WATCH_CHANNEL set, a runbook
-    ``watch:`` section), attach it so ``/recover watch`` reaches it, and poll on a daemon thread."""
-    if not isinstance(router, Router) or router.services.bulk is None:
-        return None
-    watcher = build_watcher(router.services, SlackWatchPoster(out))
-    if watcher is None:
-        return None
-    router.services.bulk.watcher = watcher
-    if start:
-        threading.Thread(target=watcher.run, name="recover-watch", daemon=True).start()
-    return watcher
+    ``watch:`` section), attach it so ``/recover watch`` reaches it, and poll on a daemon thread.
+    A fleet gets one watcher per installation that has a watch channel (the first is returned)."""
+    watchers = attach_watches(router, out, start=start)
+    return watchers[0] if watchers else None
+
+
+def attach_watches(router: object, out: SlackOut, *, start: bool = True) -> list[Watcher]:
+    """Each installation's own watcher (its client, triage, store and watch channel)."""
+    watchers: list[Watcher] = []
+    for core in cores_of(router):
+        if core.bulk is None:
+            continue
+        watcher = build_watcher(core, SlackWatchPoster(out))
+        if watcher is None:
+            continue
+        core.bulk.watcher = watcher
+        if start:
+            threading.Thread(target=watcher.run, name=f"recover-watch-{core.installation}", daemon=True).start()
+        watchers.append(watcher)
+    return watchers
 

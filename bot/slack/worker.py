@@ -33,7 +33,7 @@ from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
 from bot.slack.state import SlackState, slack_migrations
-from bot.slack.watching import attach_watch
+from bot.slack.watching import attach_watches
 from bot.slack.web import SlackOut
 from bot.store import Store
 
@@ -107,11 +107,12 @@ class InboxRunner:
 
 def worker_bot(settings: Settings, store: Store) -> SlackBot:
     """The Slack front end's work side: the real router, the Web API client, no Bolt app."""
-    from bot.router import build_router  # the core: only the worker needs it at start
+    from bot.fleet_router import build_fleet_router  # the core: only the worker needs it at start
     from bot.slack.web import SlackDirectory, make_client
 
     client = make_client(settings)
-    router = build_router(settings, directory=SlackDirectory(client), startup=False)
+    # One core per installation (today's settings: the one installation `default`, as before).
+    router = build_fleet_router(settings, directory=SlackDirectory(client), startup=False)
     store.migrate([slack_migrations])  # the Slack front's own tables, beside the core's
     out = SlackOut(client)
     state = SlackState(store)
@@ -162,11 +163,11 @@ def main(stream: TextIO | None = None) -> int:
     threading.Thread(target=_watch_input, args=(stream, runner, stop), name="recover-wake", daemon=True).start()
     bot.start_sweeper()
     bot.work.submit(bot.run_startup)
-    watcher = attach_watch(bot.router, bot.out)  # RECOVER_WATCH_CHANNEL: watch mode in this process
+    watchers = attach_watches(bot.router, bot.out)  # each installation's watch channel: watch mode here
     try:
         runner.run(stop)
     finally:
-        if watcher is not None:
+        for watcher in watchers:
             watcher.stop()
         bot.close()  # waits for the items already running
     return 0
