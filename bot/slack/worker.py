@@ -27,13 +27,13 @@ from typing import TextIO
 
 from bot.logsetup import configure_logging
 from bot.settings import Settings
-from bot.slack import queued
+from bot.slack import fleet_health, queued
 from bot.slack.app import SlackBot
 from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
 from bot.slack.state import SlackState, slack_migrations
-from bot.slack.watching import attach_watches
+from bot.slack.watching import attach_watches, cores_of
 from bot.slack.web import SlackOut
 from bot.store import Store
 
@@ -95,6 +95,7 @@ class InboxRunner:
                 self.take_orphans()
             except Exception as exc:  # noqa: BLE001 - a busy store now and then: beat again later
                 log.warning("worker heartbeat failed: %s", type(exc).__name__)
+            publish_health(self.bot)
 
     def take_orphans(self) -> list[Item]:
         """Items a dead worker was running: marked interrupted (not re-run), their people told."""
@@ -103,6 +104,14 @@ class InboxRunner:
             log.warning("queued delivery %d was running in a worker that died: interrupted, not re-run", item.id)
             self.bot.ui.submit(queued.tell_interrupted, self.bot.out, item)
         return orphans
+
+
+def publish_health(bot: SlackBot) -> None:
+    """Each installation's figures for ``/healthz`` (the serving process reads them)."""
+    try:
+        fleet_health.publish({c.installation: c for c in cores_of(bot.router)}, fleet_health.health_path(bot.settings))
+    except Exception as exc:  # noqa: BLE001 - figures are best effort: the next beat writes them again
+        log.warning("installation health not written: %s", type(exc).__name__)
 
 
 def worker_bot(settings: Settings, store: Store) -> SlackBot:
