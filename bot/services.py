@@ -24,7 +24,7 @@ from bot.decisions import ApproverDirectory, DecisionService
 from bot.decisions import migrations as decision_migrations
 from bot.diagnosis.logcoverage import WorkerLogSource
 from bot.diagnosis.model import ReconcilerStatus
-from bot.diagnosis.service import Diagnoser
+from bot.diagnosis.service import POOL_QUEUE, POOL_WORKERS, Diagnoser
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError
@@ -39,6 +39,7 @@ from bot.store import Store
 from bot.triage.store import migrations as triage_migrations
 from bot.watch import Poster, Watcher
 from bot.watch import migrations as watch_migrations
+from bot.workpool import WorkPool
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,13 @@ def _open_store(settings: Settings, clock: Clock) -> Store:
         ) from None
 
 
+def _diagnose_pool(installation: InstallationSpec | None) -> WorkPool | None:
+    """A named installation's diagnose pool is its own and says whose it is on ``/healthz``."""
+    if installation is None:
+        return None
+    return WorkPool(f"diagnose {installation.name}", workers=POOL_WORKERS, queue=POOL_QUEUE)
+
+
 def build_services(
     settings: Settings,
     *,
@@ -241,6 +249,7 @@ def build_services(
         log_source=log_source,
         reconciler_status=status_source,
         clock=clock,
+        pool=_diagnose_pool(installation),
     )
     decisions = DecisionService(
         store=store,
