@@ -95,7 +95,17 @@ class FleetRouter:
         return self.first.help_text()
 
     def completions(self) -> Completions:
-        return self.first.completions()
+        words = self.first.completions()
+        if self._single():
+            return words
+        commands = {name: [*flags, "--install"] for name, flags in words.commands.items()}
+        return Completions(commands=commands, decisions=words.decisions, takes_decision=words.takes_decision)
+
+    def against(self) -> str:
+        """What the console's banner says it works against: the host, or each installation's."""
+        if self._single():
+            return str(self.first.services.settings.control_host_url)
+        return ", ".join(f"{s.name} ({s.control_host_url})" for s in self.specs) + " (choose with --install)"
 
     def decision_form(self, decision: str) -> list[FormField]:
         return self.first.decision_form(decision)
