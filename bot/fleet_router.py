@@ -119,12 +119,11 @@ class FleetRouter:
         return DecisionChoice(tag_value(choice.session_id, made_by), choice.decision)
 
     def session_of(self, text: str) -> str | None:
-        try:
-            cmd = self.first.parse(clean_text(text))
-            name = self.resolve(flag=cmd.flag_text("install"), channel=None, ids=command_ids(cmd))
-        except Exception:  # noqa: BLE001 - threading only: a command that resolves to none has none
-            return self.first.session_of(text) if self._single() else None
-        return self.routers[name].session_of(text)
+        """The session a command is about, for threading only (parsing, and a request id looked up in
+        the store that holds it: request ids are unique, session ids are the same everywhere)."""
+        if self._single():
+            return self.first.session_of(text)
+        return next((s for s in (r.session_of(text) for r in self.routers.values()) if s), None)
 
     def handle_text(self, text: str, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
         try:

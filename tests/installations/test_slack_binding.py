@@ -85,3 +85,25 @@ class _Null:
 
     def post(self, message: Any) -> None:
         return None
+
+
+def test_a_decide_form_from_one_installation_submitted_in_anothers_channel_is_refused(
+    make_fleet: Callable[..., FleetRouter], sandboxes: Callable[..., Any]
+) -> None:
+    """The decide form keeps the button's installation with its session: the same session id exists
+    in every installation, so without it a form opened from eu-1's message would decide on us-1's."""
+    router = make_fleet("eu-1", "us-1")
+    diagnosis = router.handle_text("/recover diagnose ses_restore_transient", actor="UALICE", channel="C0EU1",
+                                   reporter=_Null())
+    value = next(b.value for m in diagnosis.messages for b in m.buttons if b.action == "decide_form")
+    assert value.endswith("@eu-1")
+    choice = router.decision_choice(value)
+    form = {"session_id": choice.session_id, "decision": choice.decision, "reason": "store back", "yes": "1"}
+    refused = router.handle_action("decide", choice.encode(), actor="UALICE", channel="C0US1", reporter=_Null(),
+                                   form=form)
+    assert not refused.ok and "belongs to installation `eu-1`" in refused.messages[0].headline
+    assert posts(sandboxes("us-1")) == [] and posts(sandboxes("eu-1")) == []
+    done = router.handle_action("decide", choice.encode(), actor="UALICE", channel="C0EU1", reporter=_Null(),
+                                form=form)
+    assert done.ok and done.messages[0].headline.startswith("[eu-1] ")
+    assert posts(sandboxes("eu-1")) and posts(sandboxes("us-1")) == []
