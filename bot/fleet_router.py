@@ -136,6 +136,8 @@ class FleetRouter:
             if cmd.kind == StepKind.HELP:
                 return self.first.handle_text(text, actor=actor, channel=channel, reporter=reporter)
             flag = cmd.flag_text("install")
+            if self._single() and flag is None:  # today's bot: the plain router, word for word
+                return self.first.handle_text(text, actor=actor, channel=channel, reporter=reporter)
             if cmd.kind == StepKind.TRIAGE and cmd.flag("all") and flag is None and not self._single():
                 return triage_all(self.routers, text, actor=actor, channel=channel, reporter=reporter)
             if cmd.kind == StepKind.HANDOFF and flag is None and not self._single():
@@ -169,6 +171,8 @@ class FleetRouter:
 
     def handle_action(self, action: str, value: str, *, actor: str, channel: str | None, reporter: Reporter,
                       form: dict[str, str] | None = None) -> Reply:
+        if self._single():  # one installation: no button carries a tag, the plain router answers
+            return self.first.handle_action(action, value, actor=actor, channel=channel, reporter=reporter, form=form)
         raw, made_by = untag(clean_text(value))
         form = dict(form or {})
         if "session_id" in form:

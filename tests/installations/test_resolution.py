@@ -106,3 +106,22 @@ def test_one_default_installation_answers_exactly_as_before(make_fleet: Callable
         assert "no installation `eu-1`" in text_of(_say(router, "/recover cases --install eu-1", None))
         assert not posts(sbx)
     assert router.fleet.core("default").store.path == tmp_path / "one.db"
+
+
+def test_the_fleet_of_one_default_answers_word_for_word_as_the_plain_router(tmp_path: Path) -> None:
+    from bot.fleet_router import build_fleet_router
+    from bot.router import build_router
+    from bot.sandbox import start_sandbox
+    from bot.settings import load_settings
+
+    lines = ("/recover help", "/recover cases", f"/recover diagnose {SESSION}", "/recover bogus", "/recover pending")
+    with start_sandbox() as sbx:
+        plain = build_router(load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "a.db"}),
+                             sandbox=sbx, startup=False)
+        fleet = build_fleet_router(load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "b.db"}),
+                                   sandboxes={"default": sbx}, startup=False)
+        for line in lines:
+            assert text_of(_say(fleet, line, "C1")) == text_of(_say(plain, line, "C1")), line
+        forged = fleet.handle_action("approve", "req_0123@eu-1", actor="bob", channel="C1", reporter=ListReporter())
+        assert text_of(forged) == text_of(
+            plain.handle_action("approve", "req_0123@eu-1", actor="bob", channel="C1", reporter=ListReporter()))
