@@ -271,7 +271,8 @@ def brief(message: Message) -> Message:
     if not cut:
         return message
     buttons = list(message.buttons)
-    if not any(b.value == f"details {target}" for b in buttons):
+    # A fleet's button carries its installation after an ``@`` (no id holds one): still this one.
+    if not any(b.value.split("@", 1)[0] == f"details {target}" for b in buttons):
         buttons.append(details_button(target))
     return dataclasses.replace(message, lines=lines, facts=[], buttons=buttons)
 

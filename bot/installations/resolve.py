@@ -54,10 +54,11 @@ def id_installation(value: str, names: Sequence[str]) -> str | None:
 
 
 def channel_installation(specs: Sequence[InstallationSpec], channel: str | None) -> str | None:
-    """The installation the channel is bound to (its ``channels``); None when unbound or bound twice."""
+    """The installation the channel is bound to (its ``channels``, or its watch channel, where its
+    watcher posts); None when unbound or bound to two."""
     if not channel:
         return None
-    bound = [s.name for s in specs if channel in s.channels]
+    bound = [s.name for s in specs if channel in s.channels or channel == s.watch_channel]
     return bound[0] if len(bound) == 1 else None
 
 

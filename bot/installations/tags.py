@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from bot.installations.spec import NAME_PATTERN
-from bot.messages import Button, Message, Reply, Reporter
+from bot.messages import Button, Message, Reply, Reporter, brief
 
 TAG = "@"
 
@@ -39,25 +39,25 @@ def _button(button: Button, installation: str) -> Button:
 
 
 def tag_message(message: Message, installation: str) -> Message:
-    """The message with every button tagged (in place: the front may keep and update it)."""
-    message.buttons = [_button(b, installation) for b in message.buttons]
-    return message
+    """The message as a reply shows it (:func:`bot.messages.brief`, so its Details button exists now)
+    with every button tagged; a copy (the full message the router kept for ``details`` stays as it was)."""
+    shown = brief(message)
+    return dataclasses.replace(shown, buttons=[_button(b, installation) for b in shown.buttons])
 
 
 def name_lead(message: Message, installation: str) -> Message:
-    """The lead line names the installation once: ``[eu-1] …``."""
+    """The lead line names the installation once: ``[eu-1] …`` (a copy)."""
     mark = f"[{installation}] "
-    if not message.headline.startswith(mark):
-        message.headline = mark + message.headline
-    return message
+    if message.headline.startswith(mark):
+        return message
+    return dataclasses.replace(message, headline=mark + message.headline)
 
 
 def tag_reply(reply: Reply, installation: str) -> Reply:
-    for message in reply.messages:
-        tag_message(message, installation)
-    if reply.messages:
-        name_lead(reply.messages[0], installation)
-    return reply
+    messages = [tag_message(m, installation) for m in reply.messages]
+    if messages:
+        messages[0] = name_lead(messages[0], installation)
+    return dataclasses.replace(reply, messages=messages)
 
 
 class TaggingReporter:

@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 from bot.fleet_router import FleetRouter
+from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
 from bot.router import Router
 from bot.services import Services, build_watcher
@@ -21,14 +22,20 @@ FIND_PAGES = 10
 class SlackWatchPoster:
     """The watcher's :class:`bot.watch.Poster` over the front's own Web API wrapper."""
 
-    def __init__(self, out: SlackOut) -> None:
+    def __init__(self, out: SlackOut, installation: str | None = None) -> None:
         self.out = out
+        self.installation = installation  # a fleet's: its posts name it and their buttons carry it
+
+    def _named(self, message: Message) -> Message:
+        if self.installation is None:
+            return message
+        return name_lead(tag_message(message, self.installation), self.installation)
 
     def post(self, channel: str, message: Message, thread_ts: str | None = None) -> str | None:
-        return self.out.post(Location(channel, thread_ts), message)
+        return self.out.post(Location(channel, thread_ts), self._named(message))
 
     def update(self, channel: str, ts: str, message: Message) -> bool:
-        return self.out.update(channel, ts, message)
+        return self.out.update(channel, ts, self._named(message))
 
     def find(self, channel: str, text: str, thread_ts: str | None = None) -> str | None:
         """conversations.history (or .replies under a thread), newest first, for a message whose text
@@ -73,7 +80,8 @@ def attach_watches(router: object, out: SlackOut, *, start: bool = True) -> list
     for core in cores_of(router):
         if core.bulk is None:
             continue
-        watcher = build_watcher(core, SlackWatchPoster(out))
+        named = isinstance(router, FleetRouter) and not router.fleet.single_default
+        watcher = build_watcher(core, SlackWatchPoster(out, core.installation if named else None))
         if watcher is None:
             continue
         core.bulk.watcher = watcher
