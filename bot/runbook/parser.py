@@ -303,6 +303,9 @@ def _parse_rest(
     takes_rest = bool(spec.args) and spec.args[-1].rest
     flags_done = not spec.flags and takes_rest  # a note's text may contain "--" freely
     i = 0
+    if flags_done and len(tokens) >= 2 and not tokens[0].quoted and _flag_name(tokens[0].value) == INSTALL_FLAG.name:
+        flags[INSTALL_FLAG.name] = _check_value(runbooks, "--install", tokens[1].value, INSTALL_FLAG)
+        i = 2  # `note --install eu-1 <session> <text…>`: only first, the text keeps every "--"
     while i < len(tokens):
         token = tokens[i]
         i += 1
