@@ -35,3 +35,31 @@ def test_a_single_default_installation_writes_nothing_new(tmp_path: Path) -> Non
     settings = Settings(db_path=tmp_path / "recover.db")
     fleet_health.publish({"default": object()}, fleet_health.health_path(settings))
     assert fleet_health.health_lines(settings) == []
+
+
+def test_healthz_over_http_lists_each_installation(
+    make_fleet: Callable[..., FleetRouter], slack_harness: Any, tmp_path: Path
+) -> None:
+    """GET /healthz of the serving process: the supervisor's lines, then one line per installation."""
+    import httpx
+
+    from bot.slack import HttpServer, SlackFront
+    from bot.slack.inbox import Inbox
+    from bot.slack.supervisor import WorkerSupervisor
+    from bot.store import Store
+    from tests.fixtures.slack import SIGNING_SECRET
+
+    router = make_fleet("eu-1", "us-1")
+    h = slack_harness(router)
+    settings = h.bot.settings.model_copy(update={"db_path": tmp_path / "recover.db"})
+    fleet_health.publish(dict(router.fleet.cores), fleet_health.health_path(settings))
+    supervisor = WorkerSupervisor(settings, Inbox(Store(tmp_path / "recover.db")))  # not started: "down"
+    server = HttpServer(SlackFront(h.bot.app, signing_secret=SIGNING_SECRET, health=supervisor.health),
+                        "127.0.0.1", 0).start()
+    try:
+        body = httpx.get(server.url + "/healthz").text
+    finally:
+        server.stop()
+    assert "worker: down" in body
+    assert "installation eu-1: pacing" in body and "installation us-1: pacing" in body
+    assert "diagnose pool" in body
