@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from bot.errors import RecoverError
 from bot.installations.spec import DEFAULT_INSTALLATION, InstallationSpec
+from bot.messages import ref
 
 #: The bot's own ids (requests, batches, dry runs, triage groups), with an installation's suffix.
 #: Session and turn ids are the control host's: the same id names a session in every installation.
@@ -27,7 +28,7 @@ class InstallationRefused(RecoverError):
 def installation_list(specs: Sequence[InstallationSpec]) -> str:
     """``eu-1 (#C0EU1), us-1 (no channel)``: what a refusal lists."""
     def one(spec: InstallationSpec) -> str:
-        bound = ", ".join(f"#{c}" for c in spec.channels) or "no channel"
+        bound = ", ".join(ref(c, "#") for c in spec.channels) or "no channel"
         return f"{spec.name} ({bound})"
 
     return ", ".join(one(s) for s in specs)
