@@ -34,7 +34,7 @@ def snapshot(core: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"pool": core.diagnoser.pool.stats()}
     if core.bulk is not None:
         limiter = core.bulk.limiter
-        paused = max(0.0, getattr(limiter, "_paused_until", 0.0) - time.monotonic())
+        paused = limiter.paused_for()
         out["pacing"] = {"rate": round(limiter.rate, 1), "max_rate": limiter.max_rate,
                          "throttled": limiter.throttled, "paused_for": round(paused, 1)}
     if core.settings.watch_channel:
