@@ -119,6 +119,9 @@ class Message:
     kind: str = "text"
     ref: str | None = None
     mentions: list[str] = field(default_factory=list)
+    #: A fleet's installation this message is about (None: the bot serves one): the same session id
+    #: exists in every installation, so a front keys a case's thread by both.
+    installation: str | None = None
 
     def plain_text(self) -> str:
         """A readable text rendering, mentions as ``@id`` (console, logs); Slack renders

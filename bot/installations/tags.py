@@ -42,7 +42,8 @@ def tag_message(message: Message, installation: str) -> Message:
     """The message as a reply shows it (:func:`bot.messages.brief`, so its Details button exists now)
     with every button tagged; a copy (the full message the router kept for ``details`` stays as it was)."""
     shown = brief(message)
-    return dataclasses.replace(shown, buttons=[_button(b, installation) for b in shown.buttons])
+    return dataclasses.replace(shown, buttons=[_button(b, installation) for b in shown.buttons],
+                               installation=installation)
 
 
 def name_lead(message: Message, installation: str) -> Message:
@@ -58,6 +59,11 @@ def tag_reply(reply: Reply, installation: str) -> Reply:
     if messages:
         messages[0] = name_lead(messages[0], installation)
     return dataclasses.replace(reply, messages=messages)
+
+
+def thread_key(session_id: str, installation: str | None) -> str:
+    """What a front keys a case's thread by: the session, and a fleet's installation after ``@``."""
+    return session_id if installation is None else tag_value(session_id, installation)
 
 
 class TaggingReporter:
@@ -76,4 +82,4 @@ class TaggingReporter:
         return getattr(self.inner, name)
 
 
-__all__ = ["TAG", "TaggingReporter", "name_lead", "tag_message", "tag_reply", "tag_value", "untag"]
+__all__ = ["TAG", "TaggingReporter", "name_lead", "tag_message", "tag_reply", "tag_value", "thread_key", "untag"]

@@ -107,3 +107,23 @@ def test_a_decide_form_from_one_installation_submitted_in_anothers_channel_is_re
                                 form=form)
     assert done.ok and done.messages[0].headline.startswith("[eu-1] ")
     assert posts(sandboxes("eu-1")) and posts(sandboxes("us-1")) == []
+
+
+def test_the_same_session_id_of_two_installations_gets_two_threads(
+    slack_harness: Any, make_fleet: Callable[..., FleetRouter]
+) -> None:
+    """In a channel bound to none, with --install: eu-1's ses_… and us-1's ses_… are two cases, so two
+    threads, each root naming its installation (never one installation's answer in the other's thread)."""
+    router = make_fleet("eu-1", "us-1")
+    h = slack_harness(router)
+    for name in ("eu-1", "us-1", "eu-1"):
+        h.send.command(f"diagnose {SESSION} --install {name}", user="UALICE", channel="C0NONE")
+        h.settle()
+    roots = h.api.roots("C0NONE")
+    assert len(roots) == 2, [r.text for r in roots]
+    assert {name for name in ("eu-1", "us-1") for r in roots if f"{SESSION}@{name}" in r.all_text()} == {"eu-1", "us-1"}
+    for root in roots:
+        name = "eu-1" if "@eu-1" in root.all_text() else "us-1"
+        replies = h.api.thread("C0NONE", root.ts)[1:]
+        assert replies and all(f"[{name}]" in m.all_text() for m in replies if m.all_text().startswith("["))
+        assert not any(f"[{'us-1' if name == 'eu-1' else 'eu-1'}]" in m.all_text() for m in replies)
