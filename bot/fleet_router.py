@@ -178,7 +178,7 @@ class FleetRouter:
         if "session_id" in form:
             form["session_id"], by_form = untag(form["session_id"])
             made_by = made_by or by_form
-        if SEPARATOR in raw:  # a decide form's ``session@tag|decision``
+        if action in (Action.DECIDE, Action.DECIDE_FORM) and SEPARATOR in raw:  # ``session@tag|decision``
             session, _, decision = raw.partition(SEPARATOR)
             session, by_choice = untag(session)
             raw, made_by = f"{session}{SEPARATOR}{decision}", made_by or by_choice
