@@ -119,6 +119,9 @@ class Message:
     kind: str = "text"
     ref: str | None = None
     mentions: list[str] = field(default_factory=list)
+    #: A fleet's installation this message is about (None: the bot serves one): the same session id
+    #: exists in every installation, so a front keys a case's thread by both.
+    installation: str | None = None
 
     def plain_text(self) -> str:
         """A readable text rendering, mentions as ``@id`` (console, logs); Slack renders
@@ -271,7 +274,8 @@ def brief(message: Message) -> Message:
     if not cut:
         return message
     buttons = list(message.buttons)
-    if not any(b.value == f"details {target}" for b in buttons):
+    # A fleet's button carries its installation after an ``@`` (no id holds one): still this one.
+    if not any(b.value.split("@", 1)[0] == f"details {target}" for b in buttons):
         buttons.append(details_button(target))
     return dataclasses.replace(message, lines=lines, facts=[], buttons=buttons)
 

@@ -24,7 +24,7 @@ from bot.decisions import ApproverDirectory, DecisionService
 from bot.decisions import migrations as decision_migrations
 from bot.diagnosis.logcoverage import WorkerLogSource
 from bot.diagnosis.model import ReconcilerStatus
-from bot.diagnosis.service import Diagnoser
+from bot.diagnosis.service import POOL_QUEUE, POOL_WORKERS, Diagnoser
 from bot.dockerops import (
     DockerEndpoint,
     DockerLogSource,
@@ -35,6 +35,8 @@ from bot.dockerops import (
 )
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError
+from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
+from bot.installations.scoped import scoped_settings
 from bot.installations.sources import refuse_file_in_single_core
 from bot.logs import FileLogSource
 from bot.messages import Message, Reply
@@ -46,6 +48,7 @@ from bot.triage.store import migrations as triage_migrations
 from bot.watch import ChannelMembers, Poster, Watcher
 from bot.watch import migrations as watch_migrations
 from bot.watch.docker_trigger import DockerTrigger
+from bot.workpool import WorkPool
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +76,7 @@ class Services:
     dockerops: DockerOps
     clock: Clock
     bulk: Bulk | None = None  # triage and batches over a paced client
-
-
+    installation: str = DEFAULT_INSTALLATION  # the installation this core serves (one core each)
 
 
 class LoggingReporter:
@@ -170,8 +172,19 @@ def _demo_log_file(sandbox: SandboxHandle, folder: Path) -> Path:
     return path
 
 
-def docker_endpoint(settings: Settings) -> DockerEndpoint:
-    """The single installation's engine: DOCKER_HOST with DOCKER_TLS_VERIFY / DOCKER_CERT_PATH."""
+def docker_endpoint(settings: Settings, installation: InstallationSpec | None = None) -> DockerEndpoint:
+    """The installation's engine: an installations file entry's ``docker_host`` with its TLS files, or
+    the single installation's DOCKER_HOST with DOCKER_TLS_VERIFY / DOCKER_CERT_PATH."""
+    if installation is not None and installation.docker_host is not None:
+        tls = installation.docker_tls
+        return DockerEndpoint(
+            installation.docker_host,
+            tls_ca=tls.ca if tls else None,
+            tls_cert=tls.cert if tls else None,
+            tls_key=tls.key if tls else None,
+            allow_plain_tcp=settings.docker_plain_tcp,
+            origin=installation.origin,
+        )
     return DockerEndpoint.from_environment(
         settings.docker_host, tls_verify=settings.docker_tls_verify, cert_path=settings.docker_cert_path,
         allow_plain_tcp=settings.docker_plain_tcp,
@@ -196,6 +209,13 @@ def _open_store(settings: Settings, clock: Clock) -> Store:
         ) from None
 
 
+def _diagnose_pool(installation: InstallationSpec | None) -> WorkPool | None:
+    """A named installation's diagnose pool is its own and says whose it is on ``/healthz``."""
+    if installation is None:
+        return None
+    return WorkPool(f"diagnose {installation.name}", workers=POOL_WORKERS, queue=POOL_QUEUE)
+
+
 def build_services(
     settings: Settings,
     *,
@@ -203,12 +223,16 @@ def build_services(
     directory: ApproverDirectory | None = None,
     clock: Clock | None = None,
     console_users_map: dict[str, str] | None = None,
+    installation: InstallationSpec | None = None,
 ) -> Services:
-    """Wire the core. ``sandbox`` (a running :class:`bot.sandbox.SandboxHandle`) replaces the control host.
+    """Wire the core of one installation (``installation``; None: the one today's settings describe,
+    ``default``). ``sandbox`` (a running :class:`bot.sandbox.SandboxHandle`) replaces the control host.
 
     Raises :class:`bot.errors.RunbookError` for an invalid runbook (the bot refuses to start) and
     :class:`bot.errors.SettingsError` when the control host is not configured.
     """
+    if installation is not None:  # its own control host, key, engine, channels and store file
+        settings = scoped_settings(settings, installation)
     runbooks = load_runbooks(settings.runbooks_dir)
     clock = clock or (sandbox.clock if sandbox is not None else SystemClock())
     store = _open_store(settings, clock)
@@ -226,7 +250,7 @@ def build_services(
         url, key = settings.control_host_url, api_key
     client = ControlHostClient(url, key, store=store, clock=clock, **api)
 
-    docker_factory = client_factory(docker_endpoint(settings))
+    docker_factory = client_factory(docker_endpoint(settings, installation))
     dockerops = DockerOps(
         store,
         installation=settings.installation,
@@ -254,6 +278,7 @@ def build_services(
         log_source=log_source,
         reconciler_status=status_source,
         clock=clock,
+        pool=_diagnose_pool(installation),
     )
     decisions = DecisionService(
         store=store,
@@ -278,6 +303,7 @@ def build_services(
         decisions=decisions,
         dockerops=dockerops,
         clock=clock,
+        installation=installation.name if installation is not None else DEFAULT_INSTALLATION,
     )
 
 

@@ -110,6 +110,7 @@ class StepKind(StrEnum):
     PENDING = "pending"
     DETAILS = "details"
     WATCH = "watch"
+    INSTALLATIONS = "installations"
 
 
 class Step(StrEnum):

@@ -89,16 +89,16 @@ def run_demo(
     log_file = log_to_file(state_dir() / "demo.log", settings.log_level)
     if installations:
         return _run_several(settings, installations, users=users, stdin=stdin, out=out)
-    from bot.router import build_router
+    from bot.fleet_router import build_fleet_router
     from bot.sandbox import start_sandbox
 
     with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp:
         handle = start_sandbox()
         try:
             try:
-                router = build_router(
+                router = build_fleet_router(
                     _demo_settings(settings, Path(tmp)),
-                    sandbox=handle,
+                    sandboxes={"default": handle},
                     clock=DemoClock(handle),
                     startup=False,
                     console_users_map=DEMO_CONSOLE_USERS,
@@ -177,14 +177,14 @@ def run_real_console(
     Nothing is sent at start: what earlier runs left unfinished is listed, and finished only on
     ``/recover replay``.
     """
-    from bot.router import build_router
+    from bot.fleet_router import build_fleet_router
 
     out = stdout or sys.stdout
     user = login or terminal_login()
     log_file = log_to_file(state_dir() / "console.log", settings.log_level)
-    router = build_router(settings, startup=False)
+    router = build_fleet_router(settings, startup=False)  # one router per installation, one parser
     out.write(
-        f"recover-bot console against {settings.control_host_url}. You are {user} "
+        f"recover-bot console against {router.against()}. You are {user} "
         f"(recorded as {console_actor(user)}; fixed for this run).\n"
         f"Log records: {log_file} (the terminal shows only warnings to act on).\n"
     )

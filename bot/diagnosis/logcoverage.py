@@ -180,8 +180,11 @@ class LogReadJob:
         focus: Focus,
         byte_budget: int | None = None,
         focus_wait: float = 1.0,
+        background: threading.BoundedSemaphore | None = None,
     ) -> None:
         self.source = source
+        # Its diagnoser's own slots (one per installation: another's slow engine never holds them).
+        self._background = background if background is not None else _background
         self.session_id = session_id
         self.since = since
         self.focus = focus
@@ -258,14 +261,14 @@ class LogReadJob:
                 self._error = exc
         finally:
             if holding:
-                _background.release()
+                self._background.release()
             self._first_ready.set()
             self._done.set()
 
     def _acquire_background(self) -> bool:
         """Past the first answer: wait for a background slot (bounded concurrency), unless stopped."""
         while not self._stop.is_set():
-            if _background.acquire(timeout=0.2):
+            if self._background.acquire(timeout=0.2):
                 return True
         return False
 

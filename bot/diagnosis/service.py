@@ -97,6 +97,7 @@ class Diagnoser:
         self.client = client
         # One bounded pool for every diagnose: a slow control host cannot make threads pile up.
         self.pool = pool or WorkPool("diagnose", workers=POOL_WORKERS, queue=POOL_QUEUE)
+        self.background_scans = threading.BoundedSemaphore(logcoverage.MAX_BACKGROUND_SCANS)
         self.runbooks = runbooks
         self.store = store
         self.log_source = log_source
@@ -178,6 +179,7 @@ class Diagnoser:
             focus=focus,
             byte_budget=self._log_byte_budget(),
             focus_wait=min(1.0, self.deadline_seconds / 5),
+            background=self.background_scans,
         ).start()
 
     def _read_reconciler(self) -> ReconcilerStatus:

@@ -28,6 +28,9 @@ _DOUBLE_OPEN = '"“”„'
 _DOUBLE_CLOSE = '"”“'
 _SINGLE_OPEN = "'‘"
 _SINGLE_CLOSE = "'’‘"
+#: ``--install <name>`` is accepted on every subcommand: which installation it is about (resolved by
+#: bot/installations/resolve.py, the one owner; a bot of one installation needs it never).
+INSTALL_FLAG = FlagSpec(name="install", pattern="^[a-z][a-z0-9-]{0,30}$", help="the installation (its name)")
 # Phones and macOS turn "--" into a dash; accept what people's keyboards produce.
 _DASHES = ("--", "—", "–")
 
@@ -300,6 +303,9 @@ def _parse_rest(
     takes_rest = bool(spec.args) and spec.args[-1].rest
     flags_done = not spec.flags and takes_rest  # a note's text may contain "--" freely
     i = 0
+    if flags_done and len(tokens) >= 2 and not tokens[0].quoted and _flag_name(tokens[0].value) == INSTALL_FLAG.name:
+        flags[INSTALL_FLAG.name] = _check_value(runbooks, "--install", tokens[1].value, INSTALL_FLAG)
+        i = 2  # `note --install eu-1 <session> <text…>`: only first, the text keeps every "--"
     while i < len(tokens):
         token = tokens[i]
         i += 1
@@ -312,7 +318,7 @@ def _parse_rest(
             continue
         body = _flag_name(token.value)
         name, eq, inline = body.partition("=")
-        flag = spec.flag(name)
+        flag = spec.flag(name) or (INSTALL_FLAG if name == INSTALL_FLAG.name else None)
         if flag is None:
             near = closest(name, [f.name for f in spec.flags])
             if near is not None:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bot.installations.tags import thread_key
 from bot.messages import Message, Reply
 from bot.slack.blocks import escape, mention
 from bot.slack.state import Location, SlackState
@@ -90,7 +91,8 @@ class SlackReporter:
             # A triage summary is for the whole channel, updated in place (it has no case thread).
             return Location(self.origin.channel, self.origin.thread_ts)
         if session_id:
-            where = self.threads.thread_for(session_id, self.origin.channel, self.origin.actor)
+            key = thread_key(session_id, message.installation)  # eu-1's ses_1 is not us-1's
+            where = self.threads.thread_for(key, self.origin.channel, self.origin.actor)
             if where is not None:
                 return where
         if self.origin.channel and (self.origin.thread_ts or not self.origin.response_url):
@@ -138,9 +140,10 @@ class SlackReporter:
 
     def _deliver(self, message: Message, *, reuse_progress: bool) -> None:
         tracked = message.ref is not None and message.kind != "text"
+        ref = thread_key(message.ref, message.installation) if message.ref is not None else None
         if tracked:
-            assert message.ref is not None
-            known = self.threads.state.ref_location(message.kind, message.ref)
+            assert ref is not None
+            known = self.threads.state.ref_location(message.kind, ref)
             if known is not None and self.out.update(known[0], known[1], message):
                 return
         progress: tuple[str, str] | None = None
@@ -167,8 +170,8 @@ class SlackReporter:
         else:
             return
         if ts and tracked:
-            assert message.ref is not None
-            self.threads.state.remember_ref(message.kind, message.ref, channel, ts)
+            assert ref is not None
+            self.threads.state.remember_ref(message.kind, ref, channel, ts)
 
     def error(self, message: Message) -> None:
         """An error only the actor needs to see: ephemeral, never in the shared thread."""

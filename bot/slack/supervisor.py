@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from bot.settings import Settings
+from bot.slack.fleet_health import health_lines as installation_health_lines
 from bot.slack.inbox import Inbox
 from bot.slack.watch_health import watch_health_lines
 
@@ -147,6 +148,7 @@ class WorkerSupervisor:
             lines.append(f"inbox: {count} quarantined (latest #{latest}): unreadable deliveries, not run; see the log")
         # Reported, not failed: an unreachable control host is not mended by restarting the bot.
         lines.extend(watch_health_lines(self.settings, self.inbox.store))
+        lines.extend(installation_health_lines(self.settings))  # each installation's own figures
         return alive and not looping, lines
 
     def stop(self, grace: float = STOP_GRACE) -> None:

@@ -6,9 +6,11 @@ import json
 import threading
 from typing import Any, Protocol
 
+from bot.fleet_router import FleetRouter
+from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
 from bot.router import Router
-from bot.services import build_watcher
+from bot.services import Services, build_watcher
 from bot.slack.state import Location, SlackState
 from bot.slack.web import SlackOut
 from bot.watch import Watcher
@@ -25,19 +27,25 @@ class SlackWatchPoster:
     it is remembered as that thread, so what people then do on the case (a decision asked from the
     post's buttons, its approval) is said there, not in a thread of its own."""
 
-    def __init__(self, out: SlackOut, state: SlackState | None = None) -> None:
+    def __init__(self, out: SlackOut, state: SlackState | None = None, installation: str | None = None) -> None:
         self.out = out
         self.state = state
+        self.installation = installation  # a fleet's: its posts name it and their buttons carry it
+
+    def _named(self, message: Message) -> Message:
+        if self.installation is None:
+            return message
+        return name_lead(tag_message(message, self.installation), self.installation)
 
     def post(self, channel: str, message: Message, thread_ts: str | None = None) -> str | None:
-        ts = self.out.post(Location(channel, thread_ts), message)
+        ts = self.out.post(Location(channel, thread_ts), self._named(message))
         sid = message.session_id
         if ts and thread_ts is None and sid and self.state is not None and self.state.thread_of(sid) is None:
             self.state.remember_thread(sid, Location(channel, ts))
         return ts
 
     def update(self, channel: str, ts: str, message: Message) -> bool:
-        return self.out.update(channel, ts, message)
+        return self.out.update(channel, ts, self._named(message))
 
     def find(self, channel: str, text: str, thread_ts: str | None = None) -> str | None:
         """conversations.history (or .replies under a thread), newest first, for a message whose text
@@ -93,18 +101,40 @@ class _Front(Protocol):
     def state(self) -> SlackState: ...
 
 
+def cores_of(router: object) -> list[Services]:
+    """The cores a router runs: one, or one per installation of a fleet (none for a stand-in)."""
+    if isinstance(router, Router):
+        return [router.services]
+    if isinstance(router, FleetRouter):
+        return list(router.fleet.cores.values())
+    return []
+
+
 def attach_watch(bot: _Front, *, start: bool = True) -> Watcher | None:
     """Build the watcher for a Slack front whose router runs the core (RECOVER_WATCH_CHANNEL set, a
-    runbook ``watch:`` section), attach it so ``/recover watch`` reaches it, and poll on a daemon thread."""
+    runbook ``watch:`` section), attach it so ``/recover watch`` reaches it, and poll on a daemon thread.
+    A fleet gets one watcher per installation that has a watch channel (the first is returned)."""
+    watchers = attach_watches(bot, start=start)
+    return watchers[0] if watchers else None
+
+
+def attach_watches(bot: _Front, *, start: bool = True) -> list[Watcher]:
+    """Each installation's own watcher (its client, triage, store and watch channel)."""
     router, out = bot.router, bot.out
-    if not isinstance(router, Router) or router.services.bulk is None:
-        return None
-    poster = SlackWatchPoster(out, bot.state)
-    watcher = build_watcher(router.services, poster, members=SlackChannelMembers(out.client))
-    if watcher is None:
-        return None
-    router.services.bulk.watcher = watcher
-    if start:
-        threading.Thread(target=watcher.run, name="recover-watch", daemon=True).start()
-    return watcher
+    watchers: list[Watcher] = []
+    for core in cores_of(router):
+        if core.bulk is None:
+            continue
+        named = isinstance(router, FleetRouter) and not router.fleet.single_default
+        # The case-thread memory is the default installation's only: a named installation's session id
+        # may be another's too, and its cases live in its own store.
+        poster = SlackWatchPoster(out, None if named else bot.state, core.installation if named else None)
+        watcher = build_watcher(core, poster, members=SlackChannelMembers(out.client))
+        if watcher is None:
+            continue
+        core.bulk.watcher = watcher
+        if start:
+            threading.Thread(target=watcher.run, name=f"recover-watch-{core.installation}", daemon=True).start()
+        watchers.append(watcher)
+    return watchers
 

@@ -27,13 +27,13 @@ from typing import TextIO
 
 from bot.logsetup import configure_logging
 from bot.settings import Settings
-from bot.slack import queued
+from bot.slack import fleet_health, queued
 from bot.slack.app import SlackBot
 from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
 from bot.slack.state import SlackState, slack_migrations
-from bot.slack.watching import attach_watch
+from bot.slack.watching import attach_watches, cores_of
 from bot.slack.web import SlackOut
 from bot.store import Store
 
@@ -95,6 +95,7 @@ class InboxRunner:
                 self.take_orphans()
             except Exception as exc:  # noqa: BLE001 - a busy store now and then: beat again later
                 log.warning("worker heartbeat failed: %s", type(exc).__name__)
+            publish_health(self.bot)
 
     def take_orphans(self) -> list[Item]:
         """Items a dead worker was running: marked interrupted (not re-run), their people told."""
@@ -105,13 +106,22 @@ class InboxRunner:
         return orphans
 
 
+def publish_health(bot: SlackBot) -> None:
+    """Each installation's figures for ``/healthz`` (the serving process reads them)."""
+    try:
+        fleet_health.publish({c.installation: c for c in cores_of(bot.router)}, fleet_health.health_path(bot.settings))
+    except Exception as exc:  # noqa: BLE001 - figures are best effort: the next beat writes them again
+        log.warning("installation health not written: %s", type(exc).__name__)
+
+
 def worker_bot(settings: Settings, store: Store) -> SlackBot:
     """The Slack front end's work side: the real router, the Web API client, no Bolt app."""
-    from bot.router import build_router  # the core: only the worker needs it at start
+    from bot.fleet_router import build_fleet_router  # the core: only the worker needs it at start
     from bot.slack.web import approver_directory, make_client
 
     client = make_client(settings)
-    router = build_router(settings, directory=approver_directory(settings, client), startup=False)
+    # One core per installation (today's settings: the one installation `default`, as before).
+    router = build_fleet_router(settings, directory=approver_directory(settings, client), startup=False)
     store.migrate([slack_migrations])  # the Slack front's own tables, beside the core's
     out = SlackOut(client)
     state = SlackState(store)
@@ -162,11 +172,11 @@ def main(stream: TextIO | None = None) -> int:
     threading.Thread(target=_watch_input, args=(stream, runner, stop), name="recover-wake", daemon=True).start()
     bot.start_sweeper()
     bot.work.submit(bot.run_startup)
-    watcher = attach_watch(bot)  # RECOVER_WATCH_CHANNEL: watch mode in this process
+    watchers = attach_watches(bot)  # each installation's watch channel: watch mode here
     try:
         runner.run(stop)
     finally:
-        if watcher is not None:
+        for watcher in watchers:
             watcher.stop()
         bot.close()  # waits for the items already running
     return 0

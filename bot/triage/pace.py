@@ -69,6 +69,11 @@ class RateLimiter:
                     wait = (1 - self._tokens) / self.rate
             time.sleep(wait)
 
+    def paused_for(self) -> float:
+        """Seconds left of the current 429 pause (0 when sending): ``/healthz`` says it."""
+        with self._lock:
+            return max(0.0, self._paused_until - time.monotonic())
+
     def pause(self, seconds: float) -> None:
         """Nobody sends for ``seconds`` (a 429's wait); a new episode of 429s halves the pace."""
         with self._lock:

@@ -1,0 +1,73 @@
+"""Several installations from one bot: one core (:class:`bot.services.Services`) per installation.
+
+Each core has its own store file, control-host client, paced bulk client, Docker factory, diagnoser,
+decisions and watcher, so one installation's pacing, pools, deadlines and outages never reach another
+(nothing of them is module-global). Today's single settings are the fleet of one, ``default``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from bot.clock import Clock
+from bot.decisions import ApproverDirectory
+from bot.errors import SettingsError
+from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
+from bot.installations.sources import resolve_installations
+from bot.sandbox import SandboxHandle
+from bot.services import Services, build_services
+from bot.settings import Settings
+
+
+@dataclass
+class Fleet:
+    """The cores by installation name, in the order the installations were given."""
+
+    specs: dict[str, InstallationSpec]
+    cores: dict[str, Services]
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.specs)
+
+    @property
+    def single_default(self) -> bool:
+        """Today's bot: one installation, ``default`` (replies say nothing new)."""
+        return self.names == [DEFAULT_INSTALLATION]
+
+    def core(self, name: str) -> Services:
+        return self.cores[name]
+
+
+def build_fleet(
+    settings: Settings,
+    specs: Sequence[InstallationSpec] | None = None,
+    *,
+    sandboxes: Mapping[str, SandboxHandle] | None = None,
+    directory: ApproverDirectory | None = None,
+    clock: Clock | None = None,
+    console_users_map: dict[str, str] | None = None,
+) -> Fleet:
+    """One core per installation (``specs``; None: the one today's settings describe). ``sandboxes``
+    replaces an installation's control host by a running sandbox (the demo)."""
+    from_settings = specs is None and settings.installations_file is None
+    if specs is None:
+        specs = resolve_installations(settings)  # the file's, or today's settings as ``default``
+    names = [s.name for s in specs]
+    if not specs or len(set(names)) != len(names):
+        raise SettingsError([f"installations: each needs a unique name (got {', '.join(names) or 'none'})"])
+    cores: dict[str, Services] = {}
+    for spec in specs:
+        sandbox = (sandboxes or {}).get(spec.name)
+        if from_settings:
+            # Today's settings, exactly as before (RECOVER_DB, CONTROL_HOST_URL, …).
+            cores[spec.name] = build_services(settings, sandbox=sandbox, directory=directory, clock=clock,
+                                              console_users_map=console_users_map)
+        else:
+            cores[spec.name] = build_services(settings, installation=spec, sandbox=sandbox, directory=directory,
+                                              clock=clock, console_users_map=console_users_map)
+    return Fleet(specs={s.name: s for s in specs}, cores=cores)
+
+
+__all__ = ["Fleet", "build_fleet"]

@@ -1,0 +1,254 @@
+"""The router of a fleet: each command or click resolved to ONE installation, then that core's router.
+
+Resolution is :func:`bot.installations.resolve.resolve_installation` (the one owner); this module only
+gathers its inputs (``--install``, the command's own ids, a button's tag, the channel) and hands the
+text or click, unchanged, to the installation's :class:`bot.router.Router`, whose rules run as
+always. With today's single ``default`` installation every call is the plain router's, word for word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from bot.buttons import SEPARATOR, DecisionChoice
+from bot.clock import Clock
+from bot.decisions import ApproverDirectory
+from bot.errors import CommandError
+from bot.fleet import Fleet, build_fleet
+from bot.fleet_views import installations_reply, triage_all
+from bot.installations import InstallationSpec
+from bot.installations.resolve import resolve_installation
+from bot.installations.tags import TaggingReporter, tag_message, tag_reply, tag_value, untag
+from bot.messages import Message, Reply, Reporter
+from bot.replies import error_reply
+from bot.router import Router
+from bot.routing import Completions
+from bot.runbook import ParsedCommand
+from bot.runbook.usage import FormField
+from bot.sandbox import SandboxHandle
+from bot.services import LoggingReporter, Services, handoff_reply
+from bot.settings import Settings
+from bot.textclean import clean_optional, clean_text
+from bot.vocab import Action, StepKind
+
+#: Arguments and flags that may hold one of the bot's own ids (a request, batch, dry run, triage group).
+_ID_ARGS = ("request_id", "batch_id", "target_id", "target")
+
+
+def command_ids(cmd: ParsedCommand) -> list[str]:
+    """The bot's ids a command names (session ids are the control host's and say nothing)."""
+    ids = [v for v in (cmd.arg(a) for a in _ID_ARGS) if v]
+    session = cmd.arg("session_id")
+    if session and session.startswith("bat_"):
+        ids.append(session)
+    reviewed = cmd.flag_text("reviewed")
+    if reviewed:
+        ids.append(reviewed)
+    return ids
+
+
+class FleetRouter:
+    """:class:`bot.routing.RouterProtocol` over one :class:`Router` per installation."""
+
+    def __init__(self, fleet: Fleet, routers: dict[str, Router]) -> None:
+        self.fleet = fleet
+        self.routers = routers
+        self.first = next(iter(routers.values()))
+        self.runbooks = self.first.runbooks
+
+    @property
+    def services(self) -> Services | None:
+        """The core, when there is exactly one (watch mode and the console's demo reach it)."""
+        return self.first.services if len(self.routers) == 1 else None
+
+    @property
+    def specs(self) -> list[InstallationSpec]:
+        return list(self.fleet.specs.values())
+
+    def _single(self) -> bool:
+        return self.fleet.single_default
+
+    def _named(self, name: str, reply: Reply) -> Reply:
+        return reply if self._single() else tag_reply(reply, name)
+
+    def _reporter(self, name: str, reporter: Reporter) -> Reporter:
+        return reporter if self._single() else TaggingReporter(reporter, name)
+
+    def resolve(self, *, flag: str | None, channel: str | None, ids: Iterable[str] = (),
+                made_by: str | None = None, what: str = "this command") -> str:
+        return resolve_installation(self.specs, flag=flag, channel=channel,
+                                    ids=list(ids), made_by=made_by, what=what)
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    def startup(self, reporter: Reporter) -> Reply:
+        out = Reply()
+        for name, router in self.routers.items():
+            reply = self._named(name, router.startup(self._reporter(name, reporter)))
+            out.messages.extend(reply.messages)
+            out.ok = out.ok and reply.ok
+        return out
+
+    # -- text commands ----------------------------------------------------------------------------
+
+    def help_text(self) -> str:
+        return self.first.help_text()
+
+    def completions(self) -> Completions:
+        words = self.first.completions()
+        if self._single():
+            return words
+        commands = {name: [*flags, "--install"] for name, flags in words.commands.items()}
+        return Completions(commands=commands, decisions=words.decisions, takes_decision=words.takes_decision)
+
+    def against(self) -> str:
+        """What the console's banner says it works against: the host, or each installation's."""
+        if self._single():
+            return str(self.first.services.settings.control_host_url)
+        return ", ".join(f"{s.name} ({s.control_host_url})" for s in self.specs) + " (choose with --install)"
+
+    def decision_form(self, decision: str) -> list[FormField]:
+        return self.first.decision_form(decision)
+
+    def decision_choice(self, value: str) -> DecisionChoice:
+        raw, made_by = untag(value)
+        choice = self.first.decision_choice(raw)
+        if made_by is None:
+            return choice
+        # The decide form keeps the tag with the session, so its submission resolves like the click.
+        return DecisionChoice(tag_value(choice.session_id, made_by), choice.decision)
+
+    def session_of(self, text: str) -> str | None:
+        """The session a command is about, for threading only (parsing, and a request id looked up in
+        the store that holds it: request ids are unique, session ids are the same everywhere)."""
+        if self._single():
+            return self.first.session_of(text)
+        return next((s for s in (r.session_of(text) for r in self.routers.values()) if s), None)
+
+    def handle_text(self, text: str, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+        try:
+            cmd = self.first.parse(clean_text(text))
+        except CommandError:
+            return self.first.handle_text(text, actor=actor, channel=channel, reporter=reporter)
+        try:
+            if cmd.kind == StepKind.INSTALLATIONS:
+                return installations_reply(self.fleet, clean_optional(channel), self._resolved_or_none(cmd, channel))
+            if cmd.kind == StepKind.HELP:
+                return self.first.handle_text(text, actor=actor, channel=channel, reporter=reporter)
+            flag = cmd.flag_text("install")
+            if self._single() and flag is None:  # today's bot: the plain router, word for word
+                return self.first.handle_text(text, actor=actor, channel=channel, reporter=reporter)
+            if cmd.kind == StepKind.TRIAGE and cmd.flag("all") and flag is None and not self._single():
+                return triage_all(self.routers, text, actor=actor, channel=channel, reporter=reporter)
+            if cmd.kind == StepKind.HANDOFF and flag is None and not self._single():
+                return self._handoff_all(actor)
+            name = self.resolve(flag=flag, channel=clean_optional(channel), ids=command_ids(cmd),
+                                what=f"`{cmd.name}`")
+        except Exception as exc:  # noqa: BLE001 - rendered in one place
+            return error_reply(exc)
+        reply = self.routers[name].handle_text(text, actor=actor, channel=channel,
+                                               reporter=self._reporter(name, reporter))
+        return self._named(name, reply)
+
+    def _resolved_or_none(self, cmd: ParsedCommand, channel: str | None) -> str | None:
+        try:
+            return self.resolve(flag=cmd.flag_text("install"), channel=clean_optional(channel))
+        except Exception:  # noqa: BLE001 - `installations` lists them all the same
+            return None
+
+    def _handoff_all(self, actor: str) -> Reply:
+        """The hand-off of every installation, grouped by installation (each section names it)."""
+        out = Reply()
+        for name, router in self.routers.items():
+            try:
+                reply = handoff_reply(router.services, actor)
+            except Exception as exc:  # noqa: BLE001 - one installation's problem is its section
+                reply = error_reply(exc)
+            out.messages.extend(tag_reply(reply, name).messages)
+        return out
+
+    # -- buttons ----------------------------------------------------------------------------------
+
+    def handle_action(self, action: str, value: str, *, actor: str, channel: str | None, reporter: Reporter,
+                      form: dict[str, str] | None = None) -> Reply:
+        if self._single():  # one installation: no button carries a tag, the plain router answers
+            return self.first.handle_action(action, value, actor=actor, channel=channel, reporter=reporter, form=form)
+        raw, made_by = untag(clean_text(value))
+        form = dict(form or {})
+        if "session_id" in form:
+            form["session_id"], by_form = untag(form["session_id"])
+            made_by = made_by or by_form
+        if action in (Action.DECIDE, Action.DECIDE_FORM) and SEPARATOR in raw:  # ``session@tag|decision``
+            session, _, decision = raw.partition(SEPARATOR)
+            session, by_choice = untag(session)
+            raw, made_by = f"{session}{SEPARATOR}{decision}", made_by or by_choice
+        try:
+            name = self.resolve(flag=None, channel=clean_optional(channel), ids=[raw] if action != Action.RUN else [],
+                                made_by=made_by, what="this button")
+        except Exception as exc:  # noqa: BLE001 - rendered in one place
+            return error_reply(exc)
+        reply = self.routers[name].handle_action(action, raw, actor=actor, channel=channel,
+                                                 reporter=self._reporter(name, reporter), form=form)
+        return self._named(name, reply)
+
+    # -- views and sweeps -------------------------------------------------------------------------
+
+    def _grouped(self, each: str) -> list[Message]:
+        """Every installation's messages of one view, grouped under a line naming the installation."""
+        if self._single():
+            result: list[Message] = getattr(self.first, each)()
+            return result
+        out: list[Message] = []
+        for name, router in self.routers.items():
+            messages: list[Message] = getattr(router, each)()
+            if each in ("open_cases_view", "pending_approvals_view"):
+                out.append(Message(headline=f"Installation {name}", kind="installation_header"))
+            out.extend(tag_message(m, name) for m in messages)
+        return out
+
+    def open_cases_view(self) -> list[Message]:
+        return self._grouped("open_cases_view")
+
+    def pending_approvals_view(self) -> list[Message]:
+        return self._grouped("pending_approvals_view")
+
+    def expire_due(self) -> list[Message]:
+        return self._grouped("expire_due")
+
+    def unfinished_view(self) -> list[Message]:
+        return self._grouped("unfinished_view")
+
+    def withdraw_interrupted(self, actor: str, since: str) -> list[Message]:
+        out: list[Message] = []
+        for name, router in self.routers.items():
+            messages = router.withdraw_interrupted(actor, since)
+            out.extend(messages if self._single() else [tag_message(m, name) for m in messages])
+        return out
+
+    def now(self) -> str:
+        return self.first.now()
+
+
+def build_fleet_router(
+    settings: Settings,
+    specs: Sequence[InstallationSpec] | None = None,
+    *,
+    sandboxes: Mapping[str, SandboxHandle] | None = None,
+    directory: ApproverDirectory | None = None,
+    clock: Clock | None = None,
+    console_users_map: dict[str, str] | None = None,
+    startup: bool = True,
+    reporter: Reporter | None = None,
+) -> FleetRouter:
+    """One core and router per installation (``specs``; None: today's settings, ``default``), behind
+    one router. ``startup`` as :func:`bot.router.build_router`'s."""
+    fleet = build_fleet(settings, specs, sandboxes=sandboxes, directory=directory, clock=clock,
+                        console_users_map=console_users_map)
+    demo = bool(sandboxes)
+    router = FleetRouter(fleet, {name: Router(core, demo=demo) for name, core in fleet.cores.items()})
+    if startup:
+        router.startup(reporter or LoggingReporter())
+    return router
+
+
+__all__ = ["FleetRouter", "build_fleet_router", "command_ids"]

@@ -1,0 +1,114 @@
+"""Which installation a command is about: the ONE place that decides it (never a silent default).
+
+In order: ``--install <name>``; else the installation the command's own ids belong to (a request,
+batch, dry-run or triage-group id of a named installation carries ``.name``, see ``qualified_id``);
+else the installation the channel is bound to; else the only one served. Anything else is refused
+with the list of installations and how to choose. An id whose installation contradicts ``--install``
+or the channel's binding is refused too: an approval or a button can never cross installations.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from bot.errors import RecoverError
+from bot.installations.spec import DEFAULT_INSTALLATION, InstallationSpec
+from bot.messages import ref
+
+#: The bot's own ids (requests, batches, dry runs, triage groups), with an installation's suffix.
+#: Session and turn ids are the control host's: the same id names a session in every installation.
+OWN_ID = re.compile(r"^(?:(?:req|bat|dry)_[0-9a-f]+|t\d+(?:\.g\d+)?)(?:\.([a-z][a-z0-9-]{0,30}))?$")
+
+
+class InstallationRefused(RecoverError):
+    """The command names no installation, an unknown one, or two that contradict each other."""
+
+
+def installation_list(specs: Sequence[InstallationSpec]) -> str:
+    """``eu-1 (#C0EU1), us-1 (no channel)``: what a refusal lists."""
+    def one(spec: InstallationSpec) -> str:
+        bound = ", ".join(ref(c, "#") for c in spec.channels) or "no channel"
+        return f"{spec.name} ({bound})"
+
+    return ", ".join(one(s) for s in specs)
+
+
+def _how(specs: Sequence[InstallationSpec]) -> str:
+    example = specs[0].name if specs else "<name>"
+    return (
+        f"Installations: {installation_list(specs)}. Add `--install {example}` (any installation's name) "
+        "or run it in a channel bound to one; `/recover installations` lists them."
+    )
+
+
+def id_installation(value: str, names: Sequence[str]) -> str | None:
+    """The installation a bot id belongs to, None when the value is not one of the bot's ids or says
+    nothing (an id without a suffix while ``default`` is not served: the core answers "unknown")."""
+    match = OWN_ID.match(value or "")
+    if match is None:
+        return None
+    suffix = match.group(1)
+    if suffix is not None:
+        return suffix
+    return DEFAULT_INSTALLATION if DEFAULT_INSTALLATION in names else None
+
+
+def channel_installation(specs: Sequence[InstallationSpec], channel: str | None) -> str | None:
+    """The installation the channel is bound to (its ``channels``, or its watch channel, where its
+    watcher posts); None when unbound or bound to two."""
+    if not channel:
+        return None
+    bound = [s.name for s in specs if channel in s.channels or channel == s.watch_channel]
+    return bound[0] if len(bound) == 1 else None
+
+
+def resolve_installation(
+    specs: Sequence[InstallationSpec],
+    *,
+    flag: str | None,
+    channel: str | None,
+    ids: Iterable[str] = (),
+    made_by: str | None = None,
+    what: str = "this command",
+) -> str:
+    """The one installation a command or click is about, or :class:`InstallationRefused`.
+    ``made_by``: the installation a clicked button was made by (its tag), held like an id's."""
+    names = [s.name for s in specs]
+    if flag is not None and flag not in names:
+        raise InstallationRefused(f"There is no installation `{flag}`.", hint=_how(specs))
+    by_id = {n for n in (id_installation(i, names) for i in ids) if n is not None}
+    if made_by is not None:
+        by_id.add(made_by)
+    unknown = sorted(n for n in by_id if n not in names)
+    if unknown:
+        raise InstallationRefused(f"This bot serves no installation `{unknown[0]}` (named by the id).",
+                                  hint=_how(specs))
+    if len(by_id) > 1:
+        raise InstallationRefused(f"The ids name two installations ({', '.join(sorted(by_id))}).",
+                                  hint="One command acts on one installation.")
+    owner = next(iter(by_id), None)
+    bound = channel_installation(specs, channel)
+    if owner is not None and flag is not None and owner != flag:
+        raise InstallationRefused(
+            f"The id belongs to installation `{owner}`, not `{flag}`: refused.",
+            hint=f"Use `--install {owner}`, or leave --install out.")
+    if owner is not None and bound is not None and owner != bound:
+        raise InstallationRefused(
+            f"The id belongs to installation `{owner}`, but this channel is bound to `{bound}`: refused.",
+            hint=f"Act on `{owner}` in its own channel (`/recover installations` lists them).")
+    chosen = flag or owner or bound or (names[0] if len(names) == 1 else None)
+    if chosen is None:
+        raise InstallationRefused(f"Which installation? This bot serves {len(names)}, and {what} names none.",
+                                  hint=_how(specs))
+    return chosen
+
+
+__all__ = [
+    "OWN_ID",
+    "InstallationRefused",
+    "channel_installation",
+    "id_installation",
+    "installation_list",
+    "resolve_installation",
+]

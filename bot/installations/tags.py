@@ -1,0 +1,85 @@
+"""What a message of one installation carries so a later click cannot reach another.
+
+Every button a named installation's core makes gets the installation after an ``@`` in its value (no
+id may contain ``@``: the runbook's id pattern) and ``--install <name>`` in its typed equivalent; the
+fleet router reads the tag back and resolves it with the channel (bot/installations/resolve.py), so
+a payload replayed in a channel bound to another installation is refused. The reply's lead line
+names the installation once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bot.installations.spec import NAME_PATTERN
+from bot.messages import Button, Message, Reply, Reporter, brief
+
+TAG = "@"
+
+
+def tag_value(value: str, installation: str) -> str:
+    return f"{value}{TAG}{installation}"
+
+
+def untag(value: str) -> tuple[str, str | None]:
+    """``(value, installation)``: the button's own value and the installation it was made by."""
+    head, sep, tail = value.rpartition(TAG)
+    if sep and NAME_PATTERN.fullmatch(tail):
+        return head, tail
+    return value, None
+
+
+def _button(button: Button, installation: str) -> Button:
+    if untag(button.value)[1] is not None:
+        return button
+    command = button.command
+    if command and "--install" not in command:
+        command = f"{command} --install {installation}"
+    return dataclasses.replace(button, value=tag_value(button.value, installation), command=command)
+
+
+def tag_message(message: Message, installation: str) -> Message:
+    """The message as a reply shows it (:func:`bot.messages.brief`, so its Details button exists now)
+    with every button tagged; a copy (the full message the router kept for ``details`` stays as it was)."""
+    shown = brief(message)
+    return dataclasses.replace(shown, buttons=[_button(b, installation) for b in shown.buttons],
+                               installation=installation)
+
+
+def name_lead(message: Message, installation: str) -> Message:
+    """The lead line names the installation once: ``[eu-1] …`` (a copy)."""
+    mark = f"[{installation}] "
+    if message.headline.startswith(mark):
+        return message
+    return dataclasses.replace(message, headline=mark + message.headline)
+
+
+def tag_reply(reply: Reply, installation: str) -> Reply:
+    messages = [tag_message(m, installation) for m in reply.messages]
+    if messages:
+        messages[0] = name_lead(messages[0], installation)
+    return dataclasses.replace(reply, messages=messages)
+
+
+def thread_key(session_id: str, installation: str | None) -> str:
+    """What a front keys a case's thread by: the session, and a fleet's installation after ``@``."""
+    return session_id if installation is None else tag_value(session_id, installation)
+
+
+class TaggingReporter:
+    """A reporter whose messages leave with their installation's tag (and name in the lead line)."""
+
+    def __init__(self, inner: Reporter, installation: str) -> None:
+        self.inner, self.installation = inner, installation
+
+    def progress(self, message: Message) -> None:
+        self.inner.progress(name_lead(tag_message(message, self.installation), self.installation))
+
+    def post(self, message: Message) -> None:
+        self.inner.post(name_lead(tag_message(message, self.installation), self.installation))
+
+    def __getattr__(self, name: str) -> object:  # what else the front's reporter offers (rate limits)
+        return getattr(self.inner, name)
+
+
+__all__ = ["TAG", "TaggingReporter", "name_lead", "tag_message", "tag_reply", "tag_value", "thread_key", "untag"]
