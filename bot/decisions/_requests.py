@@ -35,6 +35,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
+from bot.installations.spec import DEFAULT_INSTALLATION, qualified_id
 from bot.store import Store
 from bot.store.chain import canonical_json
 from bot.vocab import Policy, RequestState
@@ -60,7 +61,11 @@ CONTENT_FIELDS = (
     "repeated",
     "created_at",
     "expires_at",
+    "installation",
 )
+# Hashed only when set: a row made before installations were recorded has none (the default
+# installation's) and still hashes to what the chain recorded for it.
+OPTIONAL_CONTENT = ("installation",)
 
 # The request life cycle, one list for the whole project (docs/requests.md).
 STATES = tuple(RequestState)  # the one list (bot/vocab.py, docs/requests.md)
@@ -218,6 +223,15 @@ def _m0003(db: Database) -> None:
         db.execute(f"ALTER TABLE decision_requests ADD COLUMN {column} TEXT")  # noqa: S608 - fixed names
 
 
+@migrations(name="0004_request_installation")
+def _m0004(db: Database) -> None:
+    """The installation a request belongs to: content (hashed when set; NULL on older rows, the default
+    installation's), so it is fixed like the rest of the content."""
+    db.execute("ALTER TABLE decision_requests ADD COLUMN installation TEXT")
+    db.execute("DROP TRIGGER decision_requests_content_fixed")
+    db.execute(_CONTENT_TRIGGER.replace("expires_at, content_hash", "expires_at, content_hash, installation"))
+
+
 
 
 @dataclass(frozen=True)
@@ -258,6 +272,7 @@ class DecisionRequest:
     rechecked_by: str | None = None
     rechecked_at: str | None = None
     superseded_by: str | None = None
+    installation: str | None = None  # None: made before installations were recorded (the default's)
 
     @property
     def is_open(self) -> bool:
@@ -285,12 +300,17 @@ class Wait:
 
 def content_hash(content: Mapping[str, Any]) -> str:
     """sha256 over the canonical JSON of a request's content (what the approver approves)."""
-    values = {name: content.get(name) for name in CONTENT_FIELDS}
+    values = {
+        name: content.get(name)
+        for name in CONTENT_FIELDS
+        if name not in OPTIONAL_CONTENT or content.get(name) is not None
+    }
     return hashlib.sha256(canonical_json(values).encode("utf-8")).hexdigest()
 
 
-def new_request_id() -> str:
-    return "req_" + uuid.uuid4().hex[:16]
+def new_request_id(installation: str = DEFAULT_INSTALLATION) -> str:
+    """``req_…``, with a named installation's name after a dot (``qualified_id``)."""
+    return qualified_id("req_" + uuid.uuid4().hex[:16], installation)
 
 
 def _request(row: Mapping[str, Any]) -> DecisionRequest:

@@ -134,7 +134,11 @@ def _open_ro(db_path: str | Path) -> sqlite3.Connection:
 def _select(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     names = {r[1] for r in conn.execute("PRAGMA table_info(steps)")}
     version = ", v" if "v" in names else ""  # a store from before chain versions: all version 1
-    return [dict(r) for r in conn.execute(f"SELECT {_COLUMNS}{version} FROM steps ORDER BY seq")]  # noqa: S608
+    # A store from before installations were recorded: every step is the default installation's (NULL).
+    installation = ", installation" if "installation" in names else ""
+    return [
+        dict(r) for r in conn.execute(f"SELECT {_COLUMNS}{version}{installation} FROM steps ORDER BY seq")  # noqa: S608
+    ]
 
 
 def _rows(db_path: str | Path) -> list[dict[str, Any]]:
