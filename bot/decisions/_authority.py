@@ -15,6 +15,8 @@ taken on trust (docs/requests.md, "What the gate trusts"):
   step by the requester;
 - each of those steps matching its own hash and link (keyed, when the store has a key), and the store
   still keyed when it has a key (bot/store/keymark.py);
+- the store's installation binding equal to the client's host right now (bot/store/binding.py), and
+  every step, the request and the stored record's key of the store's installation;
 - the stored idempotency record (method, path, body, key) equal to what the chain's sending step
   recorded for that key (``decision_sending``, ``resume_requested``), or for a batch member to the
   request rebuilt from the batch's chain-authorised content.
