@@ -96,11 +96,18 @@ def name_problem(binding: Binding, step_installation: str | None, installation: 
 
 def host_problem(binding: Binding, installation: str, base_url: str, key_sha256: str) -> str | None:
     """The binding names another control host (address or key) than the client's."""
-    if (binding.base_url, binding.key_sha256) != (base_url, key_sha256):
+    rebind = f"`recover-bot audit rebind --install {installation}`"
+    if binding.base_url == base_url and binding.key_sha256 != key_sha256:
+        return (
+            f"installation {installation!r}'s step store was bound to {base_url} with another API key "
+            f"(sha256 {binding.key_sha256[:12]}…, step {binding.seq}), not this one (sha256 {key_sha256[:12]}…): "
+            f"the key is wrong, or it was rotated: then record that with {rebind}"
+        )
+    if binding.base_url != base_url:
         return (
             f"installation {installation!r}'s step store is bound to {binding.host()} (step {binding.seq}), "
             f"not to {describe(base_url, key_sha256)}: it was pointed at another host; "
-            f"if this host really replaced that one, record it with `recover-bot audit rebind --install {installation}`"
+            f"if this host really replaced that one, record it with {rebind}"
         )
     return None
 

@@ -13,6 +13,7 @@ d. a store written before installations were recorded still verifies, and its pe
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 import sqlite3
 from collections.abc import Callable
@@ -270,3 +271,20 @@ def test_a_control_host_that_really_moved_is_rebound_by_a_recorded_command_then_
     assert _run(moved, f"approve {request_id}", BOB).ok
     assert len(_posts(new)) == 1 and _posts(old) == []
     assert verify(store_path(tmp_path / "recover.db", "eu-1")).ok
+
+
+def test_a_named_installations_batch_id_and_member_keys_carry_its_name(
+    tmp_path, clock, sandbox_factory: Callable[..., SandboxHandle]
+) -> None:
+    from tests.fixtures.triage import make_incident
+
+    sbx = sandbox_factory(scenarios=None)
+    eu = _core(tmp_path, "eu-1", sbx, clock)
+    made = make_incident(sbx, {"startup_stopped": 2})["startup_stopped"]
+    asked = _run(eu, f'/recover batch decide --sessions {",".join(made)} close --reason "x"', ALICE)
+    batch_id = str(asked.messages[0].ref)
+    assert re.match(r"^bat_[0-9a-f]{12}\.eu-1$", batch_id), _text(asked)
+    assert _run(eu, f"/recover batch {batch_id}", ALICE).ok  # the runbook's batch id pattern takes it
+    assert _run(eu, f"/recover approve {batch_id}", BOB).ok
+    keys = [str(r["idempotency_key"]) for r in _posts(sbx)]
+    assert len(keys) == 2 and all(k.endswith(".eu-1") for k in keys)
