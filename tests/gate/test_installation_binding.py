@@ -24,6 +24,7 @@ import pytest
 from pydantic import SecretStr
 
 from bot.clock import ManualClock
+from bot.decisions import check_request_table
 from bot.errors import StartupError
 from bot.installations import store_path
 from bot.messages import ListReporter, Reply
@@ -131,6 +132,7 @@ def test_a_request_copied_from_eu1_into_us1s_store_is_never_sent_to_us1(tmp_path
     assert [r["path"] for r in _posts(us_sbx)] == [f"/v1/sessions/{SESSION}/recovery-decisions"]
     assert _posts(eu_sbx) == []
     assert str(_posts(us_sbx)[0]["idempotency_key"]).endswith(".us-1")
+    assert verify(eu_db, checks=[check_request_table]).ok
 
 
 def test_an_approval_step_of_another_installation_authorises_nothing(tmp_path, clock, two) -> None:
@@ -244,7 +246,7 @@ def test_a_store_from_before_installations_verifies_and_its_pending_request_send
     sent = _run(core, f"approve {request_id}", BOB)
     assert sent.ok, _text(sent)
     assert [r["path"] for r in _posts(sbx)] == [f"/v1/sessions/{SESSION}/recovery-decisions"]
-    after = verify(db)
+    after = verify(db, checks=[check_request_table])  # the request table against the chain, too
     assert after.ok and after.steps > 5, after.problems
 
 

@@ -4,6 +4,7 @@ control host (``installation_bound``) is recorded once and refuses a copied or s
 from __future__ import annotations
 
 import hashlib
+import hmac
 import shutil
 import sqlite3
 from pathlib import Path
@@ -16,6 +17,7 @@ from bot.installations import store_path
 from bot.store import Store, binding
 from bot.store.audit import verify
 from bot.store.chain import PLAIN_VERSION, canonical_json, step_hash
+from bot.store.evidence import PackFilter, build_pack, verify_pack, write_pack
 
 KEY = b"k3y-outside-the-data-volume"
 EU = ("https://control.eu-1.example.internal", hashlib.sha256(b"eu-1-key").hexdigest())
@@ -142,3 +144,25 @@ def test_a_binding_step_edited_in_place_is_refused(tmp_path: Path, clock: Manual
             "UPDATE steps SET inputs = replace(inputs, ?, ?) WHERE step = ?", [EU[0], US[0], binding.BOUND]
         )
     assert "does not match its hash" in str(binding.problem(store, US[0], EU[1]))
+
+
+def test_an_evidence_pack_of_a_named_installation_carries_and_checks_each_steps_installation(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    store = Store(tmp_path / "recover-eu-1.sqlite", clock=clock, installation="eu-1", audit_key=KEY)
+    _fill(store, clock)
+    pack = build_pack(store.path, KEY, PackFilter(session_id="ses_1"))
+    assert {s["installation"] for s in pack["steps"]} == {"eu-1"}
+    write_pack(pack, tmp_path / "pack.json")
+    assert verify_pack(tmp_path / "pack.json", KEY).ok
+    pack["steps"][0]["installation"] = "us-1"
+    pack["signature"] = _resign(pack)
+    write_pack(pack, tmp_path / "edited.json")
+    problems = verify_pack(tmp_path / "edited.json", KEY).problems
+    assert problems and "does not match its hash" in problems[0], problems
+
+
+def _resign(pack: dict[str, object]) -> str:
+    """What a holder of the key could re-sign: the step's own hash still gives the edit away."""
+    body = {k: v for k, v in pack.items() if k != "signature"}
+    return hmac.new(KEY, canonical_json(body).encode("utf-8"), hashlib.sha256).hexdigest()
