@@ -63,9 +63,6 @@ CONTENT_FIELDS = (
     "expires_at",
     "installation",
 )
-# Hashed only when set: a row made before installations were recorded has none (the default
-# installation's) and still hashes to what the chain recorded for it.
-OPTIONAL_CONTENT = ("installation",)
 
 # The request life cycle, one list for the whole project (docs/requests.md).
 STATES = tuple(RequestState)  # the one list (bot/vocab.py, docs/requests.md)
@@ -225,13 +222,10 @@ def _m0003(db: Database) -> None:
 
 @migrations(name="0004_request_installation")
 def _m0004(db: Database) -> None:
-    """The installation a request belongs to: content (hashed when set; NULL on older rows, the default
-    installation's), so it is fixed like the rest of the content."""
+    """The request's installation: content (NULL on older rows: the default's), fixed like the rest."""
     db.execute("ALTER TABLE decision_requests ADD COLUMN installation TEXT")
     db.execute("DROP TRIGGER decision_requests_content_fixed")
     db.execute(_CONTENT_TRIGGER.replace("expires_at, content_hash", "expires_at, content_hash, installation"))
-
-
 
 
 @dataclass(frozen=True)
@@ -299,17 +293,13 @@ class Wait:
 
 
 def content_hash(content: Mapping[str, Any]) -> str:
-    """sha256 over the canonical JSON of a request's content (what the approver approves)."""
-    values = {
-        name: content.get(name)
-        for name in CONTENT_FIELDS
-        if name not in OPTIONAL_CONTENT or content.get(name) is not None
-    }
+    """sha256 over the canonical JSON of a request's content (what the approver approves). The installation
+    is hashed only when set: a row made before it was recorded (the default's) hashes as it always did."""
+    values = {n: content.get(n) for n in CONTENT_FIELDS if n != "installation" or content.get(n) is not None}
     return hashlib.sha256(canonical_json(values).encode("utf-8")).hexdigest()
 
 
-def new_request_id(installation: str = DEFAULT_INSTALLATION) -> str:
-    """``req_…``, with a named installation's name after a dot (``qualified_id``)."""
+def new_request_id(installation: str = DEFAULT_INSTALLATION) -> str:  # req_…, req_….eu-1 (qualified_id)
     return qualified_id("req_" + uuid.uuid4().hex[:16], installation)
 
 
