@@ -204,6 +204,8 @@ def test_a_store_pointed_at_another_host_is_refused_at_start_and_a_rebinding_und
     binding.bind(eu.services.store, other.base_url, other.key_sha256, actor="U0OPS0001", rebind=True)
     refused = _run(eu, f"approve {request_id}", BOB)
     assert not refused.ok and "is bound to" in _text(refused), _text(refused)
+    resume = _run(eu, "resume ses_stopped_resumable", ALICE)  # a resume passes the same check
+    assert not resume.ok and "is bound to" in _text(resume), _text(resume)
     assert _posts(eu_sbx) == [] and _posts(us_sbx) == []
     assert verify(eu_db).ok
 
