@@ -24,7 +24,7 @@ from bot.decisions._requests import DecisionRequest, content_hash
 from bot.decisions._rules import ApproverDirectory, channel_allowed, console_login, person_of, same_person
 from bot.installations.spec import DEFAULT_INSTALLATION, installation_of_id
 from bot.messages import Mention
-from bot.store import IdempotencyRecord, Step, Store
+from bot.store import IdempotencyRecord, Step, Store, binding
 from bot.store.chain import KEYED_VERSION
 from bot.triage.engine import runbook_limit
 from bot.vocab import Policy
@@ -135,10 +135,8 @@ def _steps_of(steps: Iterable[Step], field: str, ident: str, requested: str) -> 
 def installation_problem(store: Store, what: str, owner: str | None) -> str | None:
     """The one installation rule: the gate relies only on what belongs to its store's installation, the
     one its client sends to (``owner`` None: recorded before installations were, the default's)."""
-    owner = owner or DEFAULT_INSTALLATION
-    if owner != store.installation:
-        return f"{what} belongs to installation {owner!r}, not to {store.installation!r} (this store's and client's)"
-    return None
+    why = binding.foreign(what, owner, store.installation)
+    return f"{why} (this store's and client's)" if why else None
 
 
 def _intact(store: Store, step: Step, first_keyed: int | None) -> str | None:

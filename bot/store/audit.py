@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bot.errors import StoreError
+from bot.store.binding import foreign_steps
 from bot.store.chain import KEYED_VERSION, PLAIN_VERSION, hash_matches, head_ref, parse_head, step_version
 from bot.store.schema import GENESIS_HASH
 
@@ -36,7 +37,8 @@ _LISTED_AFTER_HEAD = 20
 @dataclass(frozen=True)
 class AuditProblem:
     """One finding: ``kind`` is edited | removed | reordered | renumbered | broken link | unkeyed |
-    truncated | head mismatch, or a cache check's kind (e.g. ``request table``)."""
+    truncated | head mismatch | installation (a step of another installation than the binding's), or a
+    cache check's kind (e.g. ``request table``)."""
 
     seq: int | None
     kind: str
@@ -159,6 +161,7 @@ def verify(
     try:
         rows = _select(conn)
         problems = _chain_problems(rows, key)
+        problems.extend(AuditProblem(seq, "installation", why) for seq, why in foreign_steps(rows))
         for check in checks:
             try:
                 problems.extend(check(conn, rows))

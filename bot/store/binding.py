@@ -18,6 +18,7 @@ start: the installation's name, the control host's base URL and the sha256 finge
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,33 @@ class Binding:
 
     def host(self) -> str:
         return describe(self.base_url, self.key_sha256)
+
+
+def foreign(what: str, owner: str | None, installation: str) -> str | None:
+    """The one installation rule: ``what`` (a step, a request, a key) must be ``installation``'s; ``owner``
+    None was recorded before installations were, and is the default installation's."""
+    owner = owner or DEFAULT_INSTALLATION
+    if owner != installation:
+        return f"{what} belongs to installation {owner!r}, not to {installation!r}"
+    return None
+
+
+def foreign_steps(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """``audit verify``: the steps (seq, why) of another installation than the one the store is bound
+    to (its newest binding step's); none before a store is bound."""
+    bound = next((r for r in reversed(rows) if r.get("step") == BOUND), None)
+    if bound is None:
+        return []
+    try:
+        installation = str(json.loads(str(bound.get("inputs") or "{}")).get("installation") or "")
+    except ValueError:
+        return [(int(bound["seq"]), "the binding step's inputs are not JSON")]
+    found = []
+    for r in rows:
+        why = foreign(f"step {r['seq']} ({r.get('step')})", r.get("installation"), installation)
+        if why:
+            found.append((int(r["seq"]), f"{why}, the one this store is bound to (step {bound['seq']})"))
+    return found
 
 
 def identity_of(base_url: str, api_key: str) -> tuple[str, str]:
@@ -85,13 +113,9 @@ def binding_of(row: Mapping[str, Any], recorded: Mapping[str, Any]) -> Binding:
 
 def name_problem(binding: Binding, step_installation: str | None, installation: str, path: object) -> str | None:
     """The binding names another installation than the store's (the file was copied or swapped)."""
-    owner = step_installation or DEFAULT_INSTALLATION
-    if binding.installation != installation or owner != installation:
-        return (
-            f"the step store {path} is installation {binding.installation or owner!r}'s (step {binding.seq}), "
-            f"not {installation!r}'s: it was copied or swapped; give {installation!r} its own store file"
-        )
-    return None
+    what = f"the step store {path} (its binding, step {binding.seq})"
+    why = foreign(what, binding.installation or "?", installation) or foreign(what, step_installation, installation)
+    return f"{why}: it was copied or swapped; give {installation!r} its own store file" if why else None
 
 
 def host_problem(binding: Binding, installation: str, base_url: str, key_sha256: str) -> str | None:
@@ -143,6 +167,16 @@ def _problem(store: Store, db: Database, base_url: str, key_sha256: str, *, host
     return why
 
 
+def _holds_another(store: Store, db: Database) -> str | None:
+    """An unbound store with steps of another installation (one from before bindings, swapped in)."""
+    other = next(db.table("steps").rows_where(
+        "COALESCE(installation, ?) != ?", [DEFAULT_INSTALLATION, store.installation], limit=1), None)
+    if other is None:
+        return None
+    why = foreign(f"the step store {store.path} (step {other['seq']})", other["installation"], store.installation)
+    return f"{why}: it was copied or swapped; give {store.installation!r} its own store file"
+
+
 def bind(store: Store, base_url: str, key_sha256: str, *, actor: str = BOT_ACTOR, rebind: bool = False) -> Step | None:
     """At start: record the binding of a store that has none (None when it is bound so already).
 
@@ -152,7 +186,11 @@ def bind(store: Store, base_url: str, key_sha256: str, *, actor: str = BOT_ACTOR
     with store.write() as db:
         row = current_row(db)
         previous: Binding | None = None
-        if row is not None:
+        if row is None:
+            why = _holds_another(store, db)
+            if why:
+                raise StoreError(why)
+        else:
             wrong = _problem(store, db, base_url, key_sha256, host=False)
             if wrong is not None:
                 raise StoreError(wrong)
@@ -177,6 +215,8 @@ __all__ = [
     "binding_of",
     "current_row",
     "describe",
+    "foreign",
+    "foreign_steps",
     "host_problem",
     "identity_of",
     "inputs",

@@ -105,7 +105,10 @@ def test_a_request_copied_from_eu1_into_us1s_store_is_never_sent_to_us1(tmp_path
                     list(row.values()))
         for step in [dict(r) for r in src.execute("SELECT * FROM steps WHERE session_id = ? ORDER BY seq", [SESSION])]:
             _append(dst, {k: v for k, v in step.items() if k not in ("seq", "prev_hash", "hash", "case_id")})
-    assert verify(us_db).ok  # the copy is intact as a chain: only the installation tells it apart
+    # The copy is intact as a chain: only the installation tells it apart, and `audit verify` names it.
+    copied = verify(us_db)
+    assert copied.problems and {p.kind for p in copied.problems} == {"installation"}, copied.problems
+    assert "belongs to installation 'eu-1', not to 'us-1'" in copied.problems[0].message
     refused = _run(us, f"approve {request_id}", BOB)
     assert not refused.ok and "belongs to installation 'eu-1', not to 'us-1'" in _text(refused), _text(refused)
     assert _posts(us_sbx) == [] and _posts(eu_sbx) == []
@@ -182,7 +185,7 @@ def test_a_store_file_swapped_between_installations_is_refused_at_start_and_befo
     refused = _run(us, f"approve {request_id}", BOB)
     assert not refused.ok and "it was copied or swapped" in _text(refused), _text(refused)
     assert _posts(us_sbx) == [] and _posts(eu_sbx) == []
-    with pytest.raises(StartupError, match=r"installation 'eu-1''s .* not 'us-1''s: it was copied or swapped") as info:
+    with pytest.raises(StartupError, match=r"belongs to installation 'eu-1', not to 'us-1': it was copied or swapped") as info:
         _core(tmp_path, "us-1", us_sbx, clock)  # the next start: refused in one line
     assert "\n" not in str(info.value)
     assert _run(eu, f"approve {request_id}", BOB).ok  # eu-1's own file still sends to eu-1

@@ -130,9 +130,15 @@ def test_a_store_file_swapped_between_installations_is_refused_even_by_rebind(
     shutil.copy(eu.path, store_path(db, "us-1"))  # eu-1's file where us-1's belongs
     us = Store(store_path(db, "us-1"), clock=clock, installation="us-1")
     for rebind in (False, True):
-        with pytest.raises(StoreError, match=r"installation 'eu-1''s .* not 'us-1''s: it was copied or swapped"):
+        with pytest.raises(StoreError, match=r"belongs to installation 'eu-1', not to 'us-1': it was copied or swapped"):
             binding.bind(us, *US, rebind=rebind)
     assert "copied or swapped" in str(binding.problem(us, *EU))
+    # A store from before bindings (its steps the default installation's) where eu-1's belongs.
+    old = Store(tmp_path / "old.db", clock=clock)
+    _fill(old, clock)
+    shutil.copy(old.path, tmp_path / "recover-eu-2.db")
+    with pytest.raises(StoreError, match=r"step 1\) belongs to installation 'default', not to 'eu-2'"):
+        binding.bind(Store(tmp_path / "recover-eu-2.db", clock=clock, installation="eu-2"), *EU)
 
 
 def test_a_binding_step_edited_in_place_is_refused(tmp_path: Path, clock: ManualClock) -> None:
