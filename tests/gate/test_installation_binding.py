@@ -295,3 +295,22 @@ def test_a_named_installations_batch_id_and_member_keys_carry_its_name(
     assert _run(eu, f"/recover approve {batch_id}", BOB).ok
     keys = [str(r["idempotency_key"]) for r in _posts(sbx)]
     assert len(keys) == 2 and all(k.endswith(".eu-1") for k in keys)
+
+
+def test_a_stored_record_whose_key_is_another_installations_is_not_sent(tmp_path, clock, two) -> None:
+    """A resume record (and the step vouching for it) carrying a us-1 key in eu-1's store: refused at send."""
+    from bot.controlhost import PURPOSE_RESUME
+    from bot.decisions import NoAuthority
+    from bot.vocab import Step as StepName
+
+    eu_sbx, _ = two
+    eu = _core(tmp_path, "eu-1", eu_sbx, clock)
+    store, session = eu.services.store, "ses_stopped_resumable"
+    method, path, body = "POST", f"/v1/sessions/{session}/resume", {"reason": "x"}
+    with store.write() as db:
+        record = store.begin_request(method, path, body, PURPOSE_RESUME, key="k-0001.us-1", session_id=session, db=db)
+        store.record_step(session, ALICE, StepName.RESUME_REQUESTED, {"method": method, "path": path, "body": body},
+                          "sending", idempotency_key=record.key, db=db)
+    with pytest.raises(NoAuthority, match=r"the stored request k-0001.us-1 belongs to installation 'us-1'"):
+        eu.services.decisions.gate.send_resume(record)
+    assert _posts(eu_sbx) == []
