@@ -34,7 +34,7 @@ from bot.dockerops import (
     client_factory,
 )
 from bot.dockerops import migrations as dockerops_migrations
-from bot.errors import StartupError
+from bot.errors import StartupError, StoreError
 from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
 from bot.installations.scoped import scoped_settings
 from bot.installations.sources import refuse_file_in_single_core
@@ -43,7 +43,7 @@ from bot.messages import Message, Reply
 from bot.runbook import RunbookSet, load_runbooks
 from bot.sandbox import SandboxHandle
 from bot.settings import Settings, reveal
-from bot.store import Store
+from bot.store import Store, binding
 from bot.triage.store import migrations as triage_migrations
 from bot.watch import ChannelMembers, Poster, Watcher
 from bot.watch import migrations as watch_migrations
@@ -196,15 +196,18 @@ def console_users(settings: Settings) -> dict[str, str]:
     return dict(settings.console_users)
 
 
-def _open_store(settings: Settings, clock: Clock) -> Store:
-    """The step store, or one line naming RECOVER_DB when it cannot be opened (not a traceback)."""
+def _open_store(settings: Settings, clock: Clock, installation: str = DEFAULT_INSTALLATION) -> Store:
+    """The installation's step store, or one line naming RECOVER_DB when it cannot be opened (not a traceback)."""
+    path = settings.db_path  # already the installation's own file (scoped_settings: store_path)
     try:
         settings.db_path.parent.mkdir(parents=True, exist_ok=True)
-        return Store(settings.db_path, clock=clock, migrations=MIGRATIONS, audit_key=settings.audit_key_bytes())
+        return Store(
+            path, clock=clock, migrations=MIGRATIONS, audit_key=settings.audit_key_bytes(), installation=installation
+        )
     except (OSError, sqlite3.Error) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise StartupError(
-            f"RECOVER_DB: cannot open the step store {settings.db_path} ({reason}); "
+            f"RECOVER_DB: cannot open the step store {path} ({reason}); "
             "point RECOVER_DB at a writable SQLite file (it is created if missing)"
         ) from None
 
@@ -214,6 +217,16 @@ def _diagnose_pool(installation: InstallationSpec | None) -> WorkPool | None:
     if installation is None:
         return None
     return WorkPool(f"diagnose {installation.name}", workers=POOL_WORKERS, queue=POOL_QUEUE)
+
+
+def _bind(store: Store, client: ControlHostClient, *, sandbox: bool) -> None:
+    """Record (first start) or check the store's binding to its installation and control host
+    (bot/store/binding.py); another's store, or another host, is refused in one line. The sandbox
+    starts on a new address and key each time: its store is re-bound, and that is recorded."""
+    try:
+        binding.bind(store, client.identity.base_url, client.identity.key_sha256, rebind=sandbox)
+    except StoreError as exc:
+        raise StartupError(exc.message) from None
 
 
 def build_services(
@@ -235,7 +248,7 @@ def build_services(
         settings = scoped_settings(settings, installation)
     runbooks = load_runbooks(settings.runbooks_dir)
     clock = clock or (sandbox.clock if sandbox is not None else SystemClock())
-    store = _open_store(settings, clock)
+    store = _open_store(settings, clock, installation.name if installation is not None else DEFAULT_INSTALLATION)
     api: dict[str, Any] = {
         "paths": api_paths(runbooks),
         "fields": dict(runbooks.api.fields) if runbooks.api is not None else {},
@@ -249,6 +262,7 @@ def build_services(
         assert settings.control_host_url and api_key
         url, key = settings.control_host_url, api_key
     client = ControlHostClient(url, key, store=store, clock=clock, **api)
+    _bind(store, client, sandbox=sandbox is not None)
 
     docker_factory = client_factory(docker_endpoint(settings, installation))
     dockerops = DockerOps(

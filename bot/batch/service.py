@@ -142,7 +142,7 @@ class BatchService:
             return _refuse(*unmapped)
         now = self.clock.now()
         content = {
-            "id": new_batch_id(), "requester": actor, "channel": channel, "decision": decision,
+            "id": new_batch_id(self.store.installation), "requester": actor, "channel": channel, "decision": decision,
             "reason": reason, "cause_fixed": cause_fixed, "source": source,
             "policy": Policy.TWO_PERSON if two else Policy.CONFIRM, "created_at": isoformat(now),
             "expires_at": isoformat(now + timedelta(seconds=policy.expiry_seconds)),

@@ -24,6 +24,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
+from bot.installation_ids import DEFAULT_INSTALLATION, qualified_id
 from bot.store import Store
 from bot.store.chain import canonical_json
 from bot.vocab import RequestState
@@ -118,8 +119,9 @@ def content_hash(batch: Mapping[str, Any], members: Sequence[Mapping[str, Any]])
     return hashlib.sha256(canonical_json(values).encode("utf-8")).hexdigest()
 
 
-def new_batch_id() -> str:
-    return "bat_" + uuid.uuid4().hex[:12]
+def new_batch_id(installation: str = DEFAULT_INSTALLATION) -> str:
+    """``bat_…``, with a named installation's name after a dot (``qualified_id``)."""
+    return qualified_id("bat_" + uuid.uuid4().hex[:12], installation)
 
 
 def _q(db: Database, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:

@@ -19,6 +19,7 @@ from bot.controlhost._errors import (
     check_id,
 )
 from bot.controlhost._fields import KNOWN_FIELDS
+from bot.controlhost._identity import HostIdentity
 from bot.controlhost._models import (
     Attention,
     Checkpoint,
@@ -51,6 +52,7 @@ __all__ = [
     "Event",
     "EventPage",
     "Execution",
+    "HostIdentity",
     "Receipt",
     "ReceiptSession",
     "ReplayResult",

@@ -34,6 +34,7 @@ from bot.controlhost._errors import (
     is_uncertain_status,
 )
 from bot.controlhost._fields import FieldNames, canonical
+from bot.controlhost._identity import HostIdentity
 from bot.controlhost._models import EventPage, Receipt, Session, SessionPage, Turn
 from bot.controlhost._retry import RetryPolicy, parse_retry_after
 from bot.errors import ControlHostError
@@ -106,6 +107,8 @@ class ControlHostClient:
         self.fields: FieldNames = fields or {}
         register_secret(api_key)  # masked wherever text leaves the process
         self.base_url = base_url.rstrip("/")
+        #: The host this client sends to (base URL, key fingerprint): the gate compares the store's binding with it.
+        self.identity = HostIdentity.of(self.base_url, api_key)
         self.store = store
         self.clock: Clock = clock or SystemClock()
         self.retry = retry or RetryPolicy()

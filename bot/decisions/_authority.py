@@ -15,6 +15,8 @@ taken on trust (docs/requests.md, "What the gate trusts"):
   step by the requester;
 - each of those steps matching its own hash and link (keyed, when the store has a key), and the store
   still keyed when it has a key (bot/store/keymark.py);
+- the store's installation binding equal to the client's host right now (bot/store/binding.py), and
+  every step, the request and the stored record's key of the store's installation;
 - the stored idempotency record (method, path, body, key) equal to what the chain's sending step
   recorded for that key (``decision_sending``, ``resume_requested``), or for a batch member to the
   request rebuilt from the batch's chain-authorised content.
@@ -53,14 +55,16 @@ from bot.decisions._proof import (
     batch_policy,
     derive,
     evidence_problem,
+    installation_problem,
     record_problem,
     request_claim,
     sending_step,
 )
 from bot.decisions._requests import OPEN_STATES, DecisionRequest
 from bot.errors import ControlHostError
+from bot.installation_ids import installation_of_id
 from bot.messages import Message, Reply, Reporter
-from bot.store import IdempotencyRecord, Step
+from bot.store import IdempotencyRecord, Step, binding
 from bot.vocab import RequestState
 from bot.vocab import Step as StepName
 
@@ -105,9 +109,19 @@ class Gate:
     # -- proofs --------------------------------------------------------------------------------
 
     def _still_keyed(self) -> None:
-        why = self.ctx.store.keyed_problem()
+        """The store is still keyed (when it has a key) and still bound to this client's host."""
+        why = self.ctx.store.keyed_problem() or self._unbound()
         if why is not None:
             raise NoAuthority(why)
+
+    def _unbound(self, record: IdempotencyRecord | None = None) -> str | None:
+        """The store's binding is not the client's host right now (bot/store/binding.py), or the stored
+        record's key is another installation's."""
+        identity = self.ctx.client.identity
+        why = binding.problem(self.ctx.store, identity.base_url, identity.key_sha256)
+        if why is None and record is not None:
+            why = installation_problem(self.ctx.store, f"the stored request {record.key}", installation_of_id(record.key))
+        return why
 
     def _first_keyed(self) -> int | None:
         return self.ctx.store.first_keyed_seq() if self.ctx.store.keyed else None
@@ -131,6 +145,9 @@ class Gate:
             if inputs.get("request_id") != req.id or step.seq < authority.approval_seq:
                 raise NoAuthority(f"the sending step {step.seq} does not follow the approval of {req.id}")
             self._vouched(record, step, inputs, req.decision, req.session_id)
+            why = self._unbound(record)
+            if why:
+                raise NoAuthority(why)
         return authority
 
     def _vouched(
@@ -196,6 +213,9 @@ class Gate:
             self.ctx.store, record.session_id, record.key, StepName.RESUME_REQUESTED, self._first_keyed()
         )
         self._vouched(record, step, inputs, "resume", record.session_id)
+        why = self._unbound(record)
+        if why:
+            raise NoAuthority(why)
         return self._post(record)
 
     def send_member(self, grant: BatchGrant, session_id: str, record: IdempotencyRecord) -> Receipt:
@@ -207,6 +227,7 @@ class Gate:
             raise NoAuthority(f"{session_id} is not a member of batch {batch.claim.ident}")
         method, path, body = self.ctx.policy(batch.decision).request(session_id, facts, {"reason": batch.reason})
         problem = record_problem(record, method, path, body, where=f"batch {batch.claim.ident}'s approved content")
+        problem = problem or self._unbound(record)  # the grant is per chunk; the binding is checked per member
         if problem:
             raise NoAuthority(problem)
         return self._post(record)

@@ -79,7 +79,7 @@ def request_content(
     """A new request's content: what the approver approves, bound by its hash (a new id)."""
     now = ctx.now()
     return {
-        "id": new_request_id(),
+        "id": new_request_id(ctx.store.installation),
         "session_id": session_id,
         "decision": policy.name,
         "turn_id": turn_id,
@@ -94,6 +94,7 @@ def request_content(
         "repeated": repeated,
         "created_at": ctx.iso(now),
         "expires_at": ctx.iso(now + timedelta(seconds=policy.expiry_seconds)),
+        "installation": ctx.store.installation,
     }
 
 

@@ -23,9 +23,10 @@ from bot.decisions._context import DecisionContext
 from bot.decisions._requests import DecisionRequest, content_hash
 from bot.decisions._rules import ApproverDirectory, channel_allowed, console_login, person_of, same_person
 from bot.errors import RecoverError
+from bot.installation_ids import DEFAULT_INSTALLATION, installation_of_id
 from bot.messages import Mention
 from bot.redact import redact
-from bot.store import IdempotencyRecord, Step, Store
+from bot.store import IdempotencyRecord, Step, Store, binding
 from bot.store.chain import KEYED_VERSION
 from bot.triage.engine import runbook_limit
 from bot.vocab import Policy
@@ -140,8 +141,16 @@ def _steps_of(steps: Iterable[Step], field: str, ident: str, requested: str) -> 
     return out
 
 
+def installation_problem(store: Store, what: str, owner: str | None) -> str | None:
+    """The one installation rule: the gate relies only on what belongs to its store's installation, the
+    one its client sends to (``owner`` None: recorded before installations were, the default's)."""
+    why = binding.foreign(what, owner, store.installation)
+    return f"{why} (this store's and client's)" if why else None
+
+
 def _intact(store: Store, step: Step, first_keyed: int | None) -> str | None:
-    """The step matches its own hash, its link, and is keyed when the store was keyed before it."""
+    """The step matches its own hash, its link, is keyed when the store was keyed before it, and is
+    the store's installation's."""
     if store.verify_step(step) is not True:
         return f"step {step.seq} ({step.step}) does not match its hash"
     prev = store.step_at(step.seq - 1) if step.seq > 1 else None
@@ -149,7 +158,7 @@ def _intact(store: Store, step: Step, first_keyed: int | None) -> str | None:
         return f"step {step.seq} ({step.step}) is not linked to the step before it"
     if store.keyed and step.v != KEYED_VERSION and first_keyed is not None and step.seq > first_keyed:
         return f"step {step.seq} ({step.step}) is not keyed although the chain was keyed before it"
-    return None
+    return installation_problem(store, f"step {step.seq} ({step.step})", step.installation)
 
 
 @dataclass(frozen=True)
@@ -164,6 +173,7 @@ class Claim:
     expires_at: str
     stored_hash: str  # the content hash recomputed over the cached row(s) now
     row_hash: str  # the content hash the row says it has
+    installation: str | None = None  # the row's own (a request's content); its id's suffix is checked too
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,10 @@ def _prove(
     console_users: Mapping[str, str],
 ) -> Authority:
     """The one reading of the chain for a request or a batch; raises :class:`NoAuthority`."""
+    for owner in (installation_of_id(claim.ident), claim.installation):
+        wrong = installation_problem(store, f"{claim.what} {claim.ident}", owner) if owner else None
+        if wrong:
+            raise NoAuthority(wrong)
     mine = _steps_of(steps, names.field, claim.ident, names.requested)
     requested = [s for s in mine if s.step == names.requested]
     if len(requested) != 1:
@@ -249,6 +263,7 @@ def request_claim(req: DecisionRequest) -> Claim:
         expires_at=req.expires_at,
         stored_hash=content_hash(req.content()),
         row_hash=req.content_hash,
+        installation=req.installation or DEFAULT_INSTALLATION,
     )
 
 

@@ -35,6 +35,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
+from bot.installation_ids import DEFAULT_INSTALLATION, qualified_id
 from bot.store import Store
 from bot.store.chain import canonical_json
 from bot.vocab import Policy, RequestState
@@ -60,6 +61,7 @@ CONTENT_FIELDS = (
     "repeated",
     "created_at",
     "expires_at",
+    "installation",
 )
 
 # The request life cycle, one list for the whole project (docs/requests.md).
@@ -218,6 +220,12 @@ def _m0003(db: Database) -> None:
         db.execute(f"ALTER TABLE decision_requests ADD COLUMN {column} TEXT")  # noqa: S608 - fixed names
 
 
+@migrations(name="0004_request_installation")
+def _m0004(db: Database) -> None:
+    """The request's installation: content (NULL on older rows: the default's), fixed like the rest."""
+    db.execute("ALTER TABLE decision_requests ADD COLUMN installation TEXT")
+    db.execute("DROP TRIGGER decision_requests_content_fixed")
+    db.execute(_CONTENT_TRIGGER.replace("expires_at, content_hash", "expires_at, content_hash, installation"))
 
 
 @dataclass(frozen=True)
@@ -258,6 +266,7 @@ class DecisionRequest:
     rechecked_by: str | None = None
     rechecked_at: str | None = None
     superseded_by: str | None = None
+    installation: str | None = None  # None: made before installations were recorded (the default's)
 
     @property
     def is_open(self) -> bool:
@@ -284,13 +293,14 @@ class Wait:
 
 
 def content_hash(content: Mapping[str, Any]) -> str:
-    """sha256 over the canonical JSON of a request's content (what the approver approves)."""
-    values = {name: content.get(name) for name in CONTENT_FIELDS}
+    """sha256 over the canonical JSON of a request's content (what the approver approves). The installation
+    is hashed only when set: a row made before it was recorded (the default's) hashes as it always did."""
+    values = {n: content.get(n) for n in CONTENT_FIELDS if n != "installation" or content.get(n) is not None}
     return hashlib.sha256(canonical_json(values).encode("utf-8")).hexdigest()
 
 
-def new_request_id() -> str:
-    return "req_" + uuid.uuid4().hex[:16]
+def new_request_id(installation: str = DEFAULT_INSTALLATION) -> str:  # req_…, req_….eu-1 (qualified_id)
+    return qualified_id("req_" + uuid.uuid4().hex[:16], installation)
 
 
 def _request(row: Mapping[str, Any]) -> DecisionRequest:

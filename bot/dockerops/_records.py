@@ -28,7 +28,8 @@ from bot.redact import redact
 from bot.store import Store
 from bot.vocab import Step
 
-DRYRUN_ID = re.compile(r"^dry_[a-z0-9]{4,40}$")
+# A named installation's dry runs carry its name after a dot (bot/installations/spec.py, ``qualified_id``).
+DRYRUN_ID = re.compile(r"^dry_[a-z0-9]{4,40}(\.[a-z][a-z0-9-]{0,30})?$")
 
 
 class ReconcileRefused(DockerOpsError):

@@ -56,6 +56,8 @@ class Step:
     prev_hash: str
     hash: str
     v: int = PLAIN_VERSION
+    #: The installation the step belongs to; None (steps from before the column) is the default's.
+    installation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ def case_of(row: Mapping[str, Any]) -> Case:
 def step_of(row: Mapping[str, Any]) -> Step:
     values = dict(row)
     values.setdefault("v", PLAIN_VERSION)
+    values.setdefault("installation", None)
     values["inputs"] = _object(values["inputs"]) or {}
     values["detail"] = _object(values["detail"])
     return Step(**{k: values[k] for k in Step.__dataclass_fields__})

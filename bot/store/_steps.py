@@ -39,8 +39,9 @@ def append(
     receipt_id: str | None,
     at: str,
     key: bytes | None,
+    installation: str | None = None,
 ) -> Step:
-    """Write the next link (keyed, chain version 2, when ``key`` is given)."""
+    """Write the next link (keyed, chain version 2, when ``key`` is given) of ``installation``."""
     seq, prev_hash = last_link(db)
     row: dict[str, Any] = {
         "seq": seq + 1,
@@ -57,6 +58,7 @@ def append(
         "receipt_id": receipt_id,
         "prev_hash": prev_hash,
         "v": KEYED_VERSION if key else PLAIN_VERSION,
+        "installation": installation,
     }
     row["hash"] = step_hash(row, prev_hash, key)
     db.table("steps").insert(row)

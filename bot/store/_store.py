@@ -9,6 +9,8 @@ Why it looks like this:
   step reads the chain's head and writes the next link, so it must hold the write lock throughout.
 - The schema is the store's own migration set plus the sets it is given: whoever composes the app
   (bot/services.py, a front's builder, a test's fixture) names the areas whose tables it needs.
+- One store file per installation (bot/installations/spec.py): every step records ``installation``,
+  and the store's binding to its installation and control host is bot/store/binding.py.
 - The tables' SQL lives in one module per table (``_cases``, ``_steps``, ``_requests``); this class
   decides where each transaction begins and ends.
 """
@@ -30,6 +32,7 @@ from sqlite_utils.migrations import Migrations
 
 from bot.clock import Clock, SystemClock, isoformat
 from bot.errors import StoreError
+from bot.installation_ids import DEFAULT_INSTALLATION, qualified_id
 from bot.store import _cases, _requests, _steps, keymark, schema
 from bot.store._rows import Case, IdempotencyRecord, Step
 from bot.store.chain import canonical_json, hash_matches, head_ref
@@ -50,8 +53,11 @@ class Store:
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         audit_key: bytes | None = None,
         adopting_key: bool = False,
+        installation: str = DEFAULT_INSTALLATION,
     ) -> None:
         self.path = Path(path)
+        # Every step this store records carries it; the gate relies only on steps of it.
+        self.installation = installation
         self.clock: Clock = clock or SystemClock()
         self.busy_timeout = busy_timeout
         # With a key every new step is keyed (chain version 2, bot/store/chain.py).
@@ -331,7 +337,7 @@ class Store:
         return _steps.append(
             db, session_id=session_id, case_id=case_id, actor=actor, step=step, inputs=inputs,
             outcome=outcome, detail=detail, http_status=http_status, idempotency_key=idempotency_key,
-            receipt_id=receipt_id, at=self._now(), key=self._audit_key,
+            receipt_id=receipt_id, at=self._now(), key=self._audit_key, installation=self.installation,
         )
 
     def steps(self, session_id: str | None = None, case_id: int | None = None) -> list[Step]:
@@ -385,7 +391,8 @@ class Store:
         its record in one commit).
         """
         text = body if isinstance(body, str) else json.dumps(dict(body), separators=(",", ":"))
-        key = key or str(uuid.uuid4())
+        # A named installation's keys carry its name, as its ids do (the default's stay plain uuid4s).
+        key = key or qualified_id(str(uuid.uuid4()), self.installation)
         if db is not None:
             self._joined(db, "begin_request")
             return _requests.insert(db, key, method, path, text, purpose, session_id, self._now())

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bot.errors import StoreError
+from bot.store.binding import foreign_steps
 from bot.store.chain import KEYED_VERSION, PLAIN_VERSION, hash_matches, head_ref, parse_head, step_version
 from bot.store.schema import GENESIS_HASH
 
@@ -36,7 +37,8 @@ _LISTED_AFTER_HEAD = 20
 @dataclass(frozen=True)
 class AuditProblem:
     """One finding: ``kind`` is edited | removed | reordered | renumbered | broken link | unkeyed |
-    truncated | head mismatch, or a cache check's kind (e.g. ``request table``)."""
+    truncated | head mismatch | installation (a step of another installation than the binding's), or a
+    cache check's kind (e.g. ``request table``)."""
 
     seq: int | None
     kind: str
@@ -134,7 +136,11 @@ def _open_ro(db_path: str | Path) -> sqlite3.Connection:
 def _select(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     names = {r[1] for r in conn.execute("PRAGMA table_info(steps)")}
     version = ", v" if "v" in names else ""  # a store from before chain versions: all version 1
-    return [dict(r) for r in conn.execute(f"SELECT {_COLUMNS}{version} FROM steps ORDER BY seq")]  # noqa: S608
+    # A store from before installations were recorded: every step is the default installation's (NULL).
+    installation = ", installation" if "installation" in names else ""
+    return [
+        dict(r) for r in conn.execute(f"SELECT {_COLUMNS}{version}{installation} FROM steps ORDER BY seq")  # noqa: S608
+    ]
 
 
 def _rows(db_path: str | Path) -> list[dict[str, Any]]:
@@ -155,6 +161,7 @@ def verify(
     try:
         rows = _select(conn)
         problems = _chain_problems(rows, key)
+        problems.extend(AuditProblem(seq, "installation", why) for seq, why in foreign_steps(rows))
         for check in checks:
             try:
                 problems.extend(check(conn, rows))

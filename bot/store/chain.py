@@ -40,6 +40,8 @@ HASHED_FIELDS = (
     "idempotency_key",
     "receipt_id",
 )
+# Hashed only when set: steps written before installations were recorded (NULL) hash as they always did.
+OPTIONAL_HASHED_FIELDS = ("installation",)
 
 
 class KeyRequired(ValueError):
@@ -66,6 +68,7 @@ def step_hash(
     """
     v = version if version is not None else step_version(row)
     content: dict[str, Any] = {name: row.get(name) for name in HASHED_FIELDS}
+    content.update({name: row[name] for name in OPTIONAL_HASHED_FIELDS if row.get(name) is not None})
     content["prev_hash"] = prev_hash
     content["v"] = v
     data = canonical_json(content).encode("utf-8")

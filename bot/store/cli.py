@@ -14,6 +14,7 @@ from bot.errors import StoreError
 from bot.settings import Settings
 from bot.store import Store, audit
 from bot.store.audit import CacheCheck
+from bot.store.rebind import add_rebind
 
 # The settings these commands read (bot/cli.py): the store and the audit chain's key, nothing else,
 # so a problem elsewhere in the settings never blocks an audit.
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction[_P], *, checks: Iterable[Cac
         "  recover-bot audit verify --head HASH",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="audit_command", metavar="{verify,export,adopt-key}")
+    sub = parser.add_subparsers(dest="audit_command", metavar="{verify,export,adopt-key,rebind}")
     sub.required = True
 
     verify_p = sub.add_parser(
@@ -107,6 +108,7 @@ def register(subparsers: argparse._SubParsersAction[_P], *, checks: Iterable[Cac
     adopt_p.add_argument("--key-file", default=None, metavar="FILE", help="the audit key's file")
     adopt_p.add_argument("--head", default=None, metavar="SEQ:HASH", help="a head published before, to check first")
     adopt_p.set_defaults(handler=run_adopt_key, settings_uses=SETTINGS_USES)
+    add_rebind(sub)
     return parser
 
 

@@ -99,3 +99,15 @@ def _m0002(db: Database) -> None:
     Existing steps are version 1 and keep verifying as they are (bot/store/chain.py).
     """
     db.execute("ALTER TABLE steps ADD COLUMN v INTEGER NOT NULL DEFAULT 1")
+
+
+@core(name="0003_step_installation")
+def _m0003(db: Database) -> None:
+    """Each step records the installation it belongs to (bot/installations/spec.py).
+
+    Existing steps keep NULL (the default installation's) and verify as they are: the chain hash
+    covers the column only when it is set (bot/store/chain.py). The index serves the look-ups of one
+    kind of step (the binding, the keyed marker) the gate makes before every send.
+    """
+    db.execute("ALTER TABLE steps ADD COLUMN installation TEXT")
+    db.execute("CREATE INDEX steps_by_name ON steps(step, seq)")

@@ -27,7 +27,7 @@ from bot.diagnosis import Diagnoser
 from bot.messages import NullReporter
 from bot.runbook import load_runbooks
 from bot.services import MIGRATIONS
-from bot.store import Store
+from bot.store import Store, binding
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,6 +81,7 @@ def main() -> int:
         transport=transport,
         retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, jitter=0.0),
     )
+    binding.bind(store, client.identity.base_url, client.identity.key_sha256)  # as every start does
     cls = HangingDiagnoser if hang == "after_approval" else Diagnoser
     diagnoser = cls(
         client=client, runbooks=runbooks, store=store, log_source=None, reconciler_status=None, clock=clock

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bot.messages import ListReporter, Mention, pieces, plain
+from bot.store.binding import BOUND
 from tests.decisions.test_execution import HookClock
 from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REQUESTER
 
@@ -34,7 +35,7 @@ def test_take_note_history_and_cases_are_recorded(decision_env):
     cases = svc.cases(actor=OUTSIDER).messages[0]
     assert cases.headline == "1 open case(s)" and "ses_c1" in cases.lines[0] and "note" in cases.lines[0]
     # The look-ups are on the record too, outside the session's case (reading does not change it).
-    lookups = [(s.step, s.actor, s.inputs) for s in env.store.steps() if s.session_id is None]
+    lookups = [(s.step, s.actor, s.inputs) for s in env.store.steps() if s.session_id is None and s.step != BOUND]
     assert lookups == [("history", OUTSIDER, {"session_id": "ses_c1"}), ("cases", OUTSIDER, {})]
     assert len(env.store.steps(session_id="ses_c1")) == 3
 

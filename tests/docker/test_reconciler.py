@@ -13,6 +13,7 @@ import pytest
 
 from bot.clock import ManualClock
 from bot.dockerops import DockerOps, ReconcilerConfig, ReconcileRefused
+from bot.dockerops import migrations as docker_migrations
 from bot.errors import DockerOpsError
 from bot.store import Store
 from tests.fixtures.docker import RECONCILER_ENV, DockerEngine, ReconcilerContainer
@@ -136,6 +137,18 @@ def test_failed_dry_run_offers_no_button_and_cannot_be_used(
 
 
 # -- real pass -------------------------------------------------------------------------------------
+
+
+def test_a_named_installations_dry_run_carries_its_name_and_is_reviewed_by_that_id(
+    docker_engine: DockerEngine, reconciler_container: ReconcilerContainer, tmp_path: Path, clock: ManualClock
+) -> None:
+    store = Store(tmp_path / "recover-eu-1.db", clock=clock, installation="eu-1", migrations=[docker_migrations])
+    ops = make_ops(docker_engine, store, clock, reconciler_container.project)
+    dry_id = ops.dryrun("U_ALICE").messages[0].ref or ""
+    assert re.match(r"^dry_[0-9a-f]{12}\.eu-1$", dry_id), dry_id
+    reply = ops.reconcile("U_BOB", dry_id)  # the id as shown and typed
+    assert reply.ok, reply.messages[0].headline
+    assert {s.installation for s in store.steps()} == {"eu-1"}
 
 
 def test_real_pass_after_reviewed_dry_run_gets_false_and_records_the_reviewer(

@@ -25,7 +25,7 @@ from bot.errors import StoreError
 from bot.messages import ListReporter, Reply
 from bot.sandbox import SandboxHandle
 from bot.store.chain import PLAIN_VERSION, step_hash
-from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER, DecisionEnv
+from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER, DecisionEnv, bind
 from tests.fixtures.triage import bulk_router, make_incident
 
 KEY = "gate-attack-key-0123456789"
@@ -127,6 +127,7 @@ class KeyedEnv(DecisionEnv):
             retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, jitter=0.0),
         )
         self._clients.append(self.client)
+        bind(self.store, self.client)
         self.diagnoser = Diagnoser(client=self.client, runbooks=self.runbooks, store=self.store, log_source=None,
                                    reconciler_status=None, clock=self.clock)
 

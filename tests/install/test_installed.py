@@ -72,9 +72,19 @@ def test_console_diagnoses_a_sandbox_session(
     seen = installed_sandbox.admin.requests("ses_restore_transient")
     assert seen and {r["method"] for r in seen} == {"GET"}
 
-    # A wrong key is named as such (401, not "unreachable", not a missing scope) at the first command.
-    wrong = installed.run(
+    # The store is bound to the key it was first used with: another key is refused at start, in one line.
+    refused = installed.run(
         "console", cwd=workdir, env={**env, "CONTROL_HOST_API_KEY": "not-the-key-123"},
+        input="/recover diagnose ses_restore_transient\n",
+    )  # fmt: skip
+    assert refused.returncode == 2 and "with another API key" in refused.stderr, refused.stdout + refused.stderr
+    assert "audit rebind --install default" in refused.stderr and "Traceback" not in refused.stderr
+    assert "not-the-key-123" not in refused.stdout + refused.stderr
+    # On a new store, a wrong key is named as such (401, not "unreachable", not a missing scope) at the
+    # first command.
+    wrong = installed.run(
+        "console", cwd=workdir,
+        env={**installed_sandbox.console_env(workdir / "other.db"), "CONTROL_HOST_API_KEY": "not-the-key-123"},
         input="/recover diagnose ses_restore_transient\n",
     )  # fmt: skip
     assert wrong.returncode == 1
