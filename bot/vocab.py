@@ -110,6 +110,8 @@ class StepKind(StrEnum):
     PENDING = "pending"
     DETAILS = "details"
     WATCH = "watch"
+    BREAK_GLASS = "break_glass"
+    REVIEW = "review"
 
 
 class Step(StrEnum):
@@ -156,6 +158,12 @@ class Step(StrEnum):
     DECISION_REFUSED_BY_API = "decision_refused_by_api"
     DECISION_REFUSED_NO_AUTHORITY = "decision_refused_no_authority"
     DECISION_WAIT_GAVE_UP = "decision_wait_gave_up"
+    # break-glass (docs/requests.md): asked (or refused), the loud notice posted, the send alone, signed
+    BREAK_GLASS_ASKED = "break_glass_asked"
+    BREAK_GLASS_ANNOUNCED = "break_glass_announced"
+    BREAK_GLASS = "break_glass"
+    BREAK_GLASS_REVIEWED = "break_glass_reviewed"
+    REVIEW = "review"  # a refused review
     VERIFICATION = "verification"
     # resume (R4.2)
     RESUME_REQUESTED = "resume_requested"

@@ -20,9 +20,12 @@ from typing import Any
 
 from bot.clock import parse_time
 from bot.decisions._context import DecisionContext
+from bot.decisions._glassproof import glass_step
+from bot.decisions._glassrule import GlassRule
 from bot.decisions._requests import DecisionRequest, content_hash
 from bot.decisions._rules import ApproverDirectory, channel_allowed, console_login, person_of, same_person
 from bot.messages import Mention
+from bot.runbook.escalation import EscalationSpec
 from bot.store import IdempotencyRecord, Step, Store
 from bot.store.chain import KEYED_VERSION
 from bot.triage.engine import runbook_limit
@@ -179,8 +182,13 @@ def _prove(
     approvers: Sequence[str],
     channels: Sequence[str],
     console_users: Mapping[str, str],
+    glass: GlassRule | None = None,
 ) -> Authority:
-    """The one reading of the chain for a request or a batch; raises :class:`NoAuthority`."""
+    """The one reading of the chain for a request or a batch; raises :class:`NoAuthority`.
+
+    With ``glass`` (a single request's ladder and decision), a verified break-glass step stands in for
+    the second person's approval when no approval holds (bot/decisions/_glassproof.py); nothing else does.
+    """
     mine = _steps_of(steps, names.field, claim.ident, names.requested)
     requested = [s for s in mine if s.step == names.requested]
     if len(requested) != 1:
@@ -223,6 +231,23 @@ def _prove(
                 approval_seq=s.seq,
             )
         reasons.append(why)
+    if two_person and glass is not None:
+        found, refused = glass_step(
+            mine, made, chain_hash, expires, glass, lambda s: _intact(store, s, first_keyed),
+            approvers=approvers, channels=channels, console_users=console_users,
+        )
+        if found is not None:
+            return Authority(
+                request_id=claim.ident,
+                content_hash=chain_hash,
+                requester=made.actor,
+                approver=found.actor,
+                policy=claim.policy,
+                evidence={"kind": "break_glass", "incident": found.inputs.get("incident")},
+                requested_seq=made.seq,
+                approval_seq=found.seq,
+            )
+        reasons.extend(refused)
     what = "approval by a second person" if two_person else "confirmation by its requester"
     if not reasons:
         raise NoAuthority(f"the chain records no {what} of {claim.ident}")
@@ -251,8 +276,11 @@ def derive(
     approvers: Sequence[str],
     channels: Sequence[str],
     console_users: Mapping[str, str] | None = None,
+    escalation: EscalationSpec | None = None,
 ) -> Authority:
-    """The authority to send ``req``, from the chain alone; raises :class:`NoAuthority` with the reason."""
+    """The authority to send ``req``, from the chain alone; raises :class:`NoAuthority` with the reason.
+
+    ``escalation`` (the runbook's ladder) lets a verified break-glass step stand in for the approval."""
     return _prove(
         store,
         request_claim(req),
@@ -262,6 +290,7 @@ def derive(
         approvers=approvers,
         channels=channels,
         console_users=console_users or {},
+        glass=GlassRule(escalation, req.decision),
     )
 
 
