@@ -96,10 +96,14 @@ def pending_of(services: Services) -> Reply:
     if services.bulk is not None:
         store = services.bulk.batches.batches
         batches = [(b, len(store.members(b.id))) for b in store.find(tuple(OPEN_STATES))]
-    return pending_reply(
+    reply = pending_reply(
         requests,
         batches,
         now=services.clock.now(),
         approvers=services.settings.approvers,
         verifying=services.decisions.casebook.verifying(),
     )
+    reviews = services.decisions.reviews.message(services.clock.now())  # open until signed
+    if reviews is not None:
+        reply.messages.append(reviews)
+    return reply

@@ -16,6 +16,7 @@ from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
 from bot.details import FullMessages, details_reply
 from bot.errors import CommandError, RecoverError
+from bot.glass_routes import glass_dispatch, glass_route
 from bot.messages import Message, Reply, Reporter, ref
 from bot.pending import pending_of
 from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
@@ -179,6 +180,8 @@ class Router:
             if s.bulk is not None and kind in (StepKind.APPROVE, StepKind.CONFIRM) and _batch_id(cmd):
                 reply.messages.extend(settle_member_cases(s.bulk, s.decisions, self._arg(cmd, "request_id"), actor))
             return reply
+        if glass_route(s, cmd, actor):  # break-glass, review, and the confirm a break-glass waits for
+            return glass_dispatch(s, cmd, actor=actor, channel=channel, reporter=reporter)
         if kind == StepKind.APPROVE:
             return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
         if kind == StepKind.CONFIRM:

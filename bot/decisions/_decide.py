@@ -248,12 +248,7 @@ class DecideRoom:
                 Message(
                     headline=f"Dry run: `{decision}` on `{session_id}` (nothing sent)",
                     lines=[
-                        f"{method} {path}",
-                        "Authorization: Bearer ***",
-                        "Idempotency-Key: *** (a new uuid4, stored before the first send and reused on every retry)",
-                        "Content-Type: application/json",
-                        "",
-                        json.dumps(body, indent=2, sort_keys=True),
+                        *text.wire_lines(method, path, body),
                         "",
                         *self._expected(policy, verdict, facts, flags),
                         *self._before_send(policy, session_id, facts, flags, cause_fixed),

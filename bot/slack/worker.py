@@ -32,6 +32,7 @@ from bot.slack.app import SlackBot
 from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
+from bot.slack.notice import attach_notice
 from bot.slack.state import SlackState, slack_migrations
 from bot.slack.watching import attach_watch
 from bot.slack.web import SlackOut
@@ -114,6 +115,7 @@ def worker_bot(settings: Settings, store: Store) -> SlackBot:
     router = build_router(settings, directory=SlackDirectory(client), startup=False)
     store.migrate([slack_migrations])  # the Slack front's own tables, beside the core's
     out = SlackOut(client)
+    attach_notice(router, out)  # break-glass posts its loud notice before any send
     state = SlackState(store)
     return SlackBot(
         settings=settings,

@@ -339,6 +339,11 @@ class Store:
         with self.read() as db:
             return _steps.listed(db, session_id, case_id)
 
+    def steps_named(self, *names: str) -> list[Step]:
+        """Steps of these names across every session, in log order (a scan of the table: few steps have these names)."""
+        with self.read() as db:
+            return _steps.named(db, names)
+
     def step_at(self, seq: int) -> Step | None:
         with self.read() as db:
             return _steps.at_seq(db, seq)

@@ -374,6 +374,8 @@ def test_accessors(runbooks: RunbookSet) -> None:
         "batch decide",
         "withdraw",
         "replay",
+        "break-glass",
+        "review",
     }
     with pytest.raises(KeyError, match="no limit named"):
         runbooks.limit("nope")
