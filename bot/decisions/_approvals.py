@@ -58,7 +58,7 @@ class ApprovalRoom:
                 )
             second_person(self.ctx, actor, req)  # R3.10
             # What allows this approver, as seen now: recorded with the approval, never looked up again.
-            evidence = allowed_approver(self.ctx, actor, sid)
+            evidence = allowed_approver(self.ctx, actor, sid, req)
             if req.state == RequestState.APPROVED:
                 # Approved but not executed (a crash, an unreadable API): an allowed person retries it.
                 return self.execution.execute(req.id, actor, reporter)
@@ -149,7 +149,7 @@ class ApprovalRoom:
             in_recovery_channel(self.ctx, channel, "rejections are", sid)
             own = is_requester(self.ctx, actor, req)
             if not own:
-                allowed_approver(self.ctx, actor, sid)
+                allowed_approver(self.ctx, actor, sid, req)
             to_state = RequestState.WITHDRAWN if own else RequestState.REJECTED
             with self.ctx.store.write() as db:
                 won = self.ctx.requests.transition(

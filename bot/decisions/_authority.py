@@ -123,6 +123,7 @@ class Gate:
             approvers=ctx.approvers,
             channels=ctx.channels,
             console_users=ctx.console_users,
+            escalation=ctx.runbooks.escalation,
         )
         if record is not None:
             if record.purpose != PURPOSE_DECISION or record.session_id != req.session_id or record.key != req.idem_key:
