@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from bot.clock import parse_time
+from bot.decisions import _ladder_rows as ladder_rows
 from bot.decisions import _text as text
 from bot.decisions._authority import approval_evidence_of
 from bot.decisions._context import DecisionContext
@@ -213,6 +214,7 @@ def expire_if_due(ctx: DecisionContext, req: DecisionRequest, actor: str) -> Mes
     # An unanswered effects re-check lapses with the request (R3.9): the approval's expiry governs.
     if req.state not in (RequestState.REQUESTED, RequestState.RECHECK) or expires is None or ctx.now() < expires:
         return None
+    ladder_rows.fence(ctx.store, ctx.clock, req.id)  # no ladder step after the expiry
     with ctx.store.write() as db:
         if ctx.requests.transition(
             db, req.id, (req.state,), RequestState.EXPIRED, decided_by=actor, decided_at=ctx.iso(), note="expired"
