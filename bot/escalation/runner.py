@@ -102,6 +102,7 @@ class LadderRunner:
         self.rows = LadderStore(ctx.store)
         self.owner = owner or owner_id()
         self.lease = lease
+        self.stopping = threading.Event()
 
     # -- one pass ------------------------------------------------------------------------------
 
@@ -219,8 +220,9 @@ class LadderRunner:
 
     # -- serve ---------------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event, every: float = 2.0) -> None:
-        """``serve``: a pass every ``every`` seconds until ``stop`` is set (errors are logged, not fatal)."""
+    def run(self, every: float = 2.0) -> None:
+        """``serve``: a pass every ``every`` seconds until :attr:`stopping` is set (errors are logged)."""
+        stop = self.stopping
         while not stop.is_set():
             try:
                 self.run_due()
