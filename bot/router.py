@@ -16,6 +16,7 @@ from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
 from bot.details import FullMessages, details_reply
 from bot.errors import CommandError, RecoverError
+from bot.ladder_routes import remind_command
 from bot.messages import Message, Reply, Reporter, ref
 from bot.pending import pending_of
 from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
@@ -211,6 +212,8 @@ class Router:
             return self.details(self._arg(cmd, "target_id"))
         if kind == StepKind.TEXT:
             return self._text(cmd)
+        if kind == StepKind.REMIND:
+            return remind_command(s, cmd, actor)
         raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
 
     @staticmethod

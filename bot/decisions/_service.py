@@ -98,6 +98,8 @@ class DecisionService:
         self.restart = RestartRoom(ctx, self.gate, self.execution, self.resuming, self.leftovers)
         self.deciding = DecideRoom(ctx, self.execution)
         self.approvals = ApprovalRoom(ctx, self.execution)
+        # The escalation ladder's runner (bot/escalation), set by the front that posts its steps.
+        self.ladder: object | None = None
 
     # == the lifecycle: decide, the two-person rule, expiry ========================================
 

@@ -120,7 +120,7 @@ class LadderRunner:
         self._live(done)
         return done
 
-    def _inputs(self, req: DecisionRequest, index: int, now: datetime) -> dict[str, object]:
+    def inputs_for(self, req: DecisionRequest, index: int, now: datetime) -> dict[str, object]:
         """What the step's chain step records: whom a mention names, whom a widening makes eligible."""
         spec = spec_of(self.ctx, req)
         if index == EXPIRY_INDEX or spec is None or index >= len(spec.steps):
@@ -138,19 +138,33 @@ class LadderRunner:
             return
         now = self.ctx.now()
         claim = self.rows.claim(request_id, index, owner=self.owner, now=now, lease=self.lease,
-                                inputs=self._inputs(req, index, now))
+                                inputs=self.inputs_for(req, index, now))
         if isinstance(claim, Claim):
             self._say(claim, done)
+
+    def say_now(self, claim: Claim, done: Pass) -> Message | None:
+        """Post a step claimed now (``remind``); with nowhere to post it, the message to reply with."""
+        req = self.ctx.requests.get(claim.request_id)
+        assert req is not None
+        where = self.poster.thread_of(req) if self.poster is not None else None
+        if where is None:
+            if claim.index >= 0 and not (claim.inputs or {}).get("instead"):
+                self.rows.posted(claim, None, self.ctx.now())
+            return self._message(req, claim, dict(claim.inputs or {}), self.ctx.now())
+        self._say(claim, done)
+        return None
 
     def _say(self, claim: Claim, done: Pass) -> None:
         """Post a claimed step (a taken-over one only if its key is not in the thread yet)."""
         req = self.ctx.requests.get(claim.request_id)
         assert req is not None
         inputs = dict(claim.inputs or self.rows.claimed_inputs(claim.request_id, claim.index))
+        instead = bool(inputs.get("instead"))
         poster = self.poster
         where = poster.thread_of(req) if poster is not None else None
         if poster is None or where is None:
-            self.rows.posted(claim, None, self.ctx.now())  # nowhere to say it: the chain and `pending` do
+            if not instead:
+                self.rows.posted(claim, None, self.ctx.now())  # nowhere to say it: the chain and `pending` do
             return
         channel, thread_ts = where
         if claim.taken_over:
@@ -170,14 +184,17 @@ class LadderRunner:
         ts = poster.post(channel, message, thread_ts)
         if ts is None:
             return  # Slack did not answer: the lease lapses, a runner looks in the thread and posts
-        self.rows.posted(claim, ts, self.ctx.now())
+        if not instead:
+            self.rows.posted(claim, ts, self.ctx.now())
         done.posted.append((claim.request_id, claim.index))
 
     @staticmethod
     def _message(req: DecisionRequest, claim: Claim, inputs: dict[str, object], now: datetime) -> Message:
         if claim.kind == "expired":
             return text.expired(req, claim.index)
-        if inputs.get("instead") or claim.kind == "mention":
+        if inputs.get("instead"):  # a remind's mention in place of a widening: its own key
+            return text.mention(req, f"{claim.index}-remind-{inputs.get('at', '')}", _ids(inputs.get("mentions")), now)
+        if claim.kind == "mention":
             return text.mention(req, claim.index, _ids(inputs.get("mentions")), now)
         if claim.kind == "widen":
             return text.widened(req, claim.index, _ids(inputs.get("groups")), now)

@@ -142,6 +142,26 @@ class LadderStore:
                                        opens_case=False)
         return Claim(request_id, index, str(kind), str(sid), until, taken_over, None if taken_over else step_inputs)
 
+    def record_instead(
+        self, request_id: str, index: int, *, owner: str, by: str, now: datetime, remind_interval: float,
+        inputs: Mapping[str, Any],
+    ) -> Mapping[str, Any] | str:
+        """The requester's ``remind`` when the next step is a widening (its time stays the clock's: the
+        requester never widens their own approvers) or the ladder ran to its end: a mention instead,
+        rate-limited like every ``remind``, its chain step committed before it is posted."""
+        with self.store.write() as db:
+            row = db.execute("SELECT session_id, state FROM decision_requests WHERE id = ?", [request_id]).fetchone()
+            if row is None or row[1] not in PENDING:
+                return "gone"
+            last = self._last_early(request_id)
+            if last is not None and last + timedelta(seconds=remind_interval) > now:
+                return "early:" + _iso(last + timedelta(seconds=remind_interval))
+            step_inputs = {"request_id": request_id, "step": index, "kind": "mention", "instead": True,
+                           "early": True, "by": by, "at": _iso(now), **inputs}
+            self.store.record_step(str(row[0]), _actor(owner), Step.ESCALATION_MENTIONED, step_inputs, "claimed",
+                                   db=db, opens_case=False)
+        return step_inputs
+
     def early_allowed_at(self, request_id: str, remind_interval: float) -> datetime | None:
         """When the requester's next ``remind`` is allowed (None: now)."""
         last = self._last_early(request_id)

@@ -14,7 +14,7 @@ from bot.messages import Message
 KIND = "escalation"
 
 
-def key_line(request_id: str, index: int) -> str:
+def key_line(request_id: str, index: int | str) -> str:
     """Said in each ladder post: a runner taking over a dead owner's claim finds the post by it."""
     return f"ladder step {request_id}#{index}"
 
@@ -38,7 +38,7 @@ def _what(req: DecisionRequest) -> str:
     return f"`{req.decision}` on `{req.session_id}` (request {req.id})"
 
 
-def reminder(req: DecisionRequest, index: int, now: datetime) -> Message:
+def reminder(req: DecisionRequest, index: int | str, now: datetime) -> Message:
     return Message(
         headline=f"Reminder: {_what(req)} still waits for a second person; it {expires_in(req, now)}",
         lines=[f"/recover approve {req.id}", key_line(req.id, index)],
@@ -47,7 +47,7 @@ def reminder(req: DecisionRequest, index: int, now: datetime) -> Message:
     )
 
 
-def mention(req: DecisionRequest, index: int, ids: list[str], now: datetime) -> Message:
+def mention(req: DecisionRequest, index: int | str, ids: list[str], now: datetime) -> Message:
     who = "" if ids else " (RECOVER_APPROVERS is unset: any second person may approve)"
     return Message(
         headline=f"Approval still needed: {_what(req)}; it {expires_in(req, now)}{who}",
@@ -58,7 +58,7 @@ def mention(req: DecisionRequest, index: int, ids: list[str], now: datetime) -> 
     )
 
 
-def widened(req: DecisionRequest, index: int, groups: list[str], now: datetime) -> Message:
+def widened(req: DecisionRequest, index: int | str, groups: list[str], now: datetime) -> Message:
     if not groups:
         head = f"The ladder of {_what(req)} reached its widening step; it names nobody more"
     else:
@@ -72,7 +72,7 @@ def widened(req: DecisionRequest, index: int, groups: list[str], now: datetime) 
     )
 
 
-def expired(req: DecisionRequest, index: int) -> Message:
+def expired(req: DecisionRequest, index: int | str) -> Message:
     return Message(
         headline=f"Expired: {_what(req)} expired at {req.expires_at} with no approval; nothing was sent",
         lines=["Make a new request with `/recover decide …` if it is still needed.", key_line(req.id, index)],

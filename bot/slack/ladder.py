@@ -113,6 +113,7 @@ def attach_ladder(router: object, out: SlackOut, state: SlackState, *, start: bo
     if not isinstance(router, Router) or router.services.runbooks.escalation is None:
         return None
     runner = LadderRunner(router.services.decisions.ctx, SlackLadderPoster.beside(out, state))
+    router.services.decisions.ladder = runner  # `/recover remind` posts through it
     if start:
         threading.Thread(target=runner.run, name="recover-ladder", daemon=True).start()
     return runner

@@ -5,6 +5,7 @@ approval sent through the gate."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -90,3 +91,47 @@ def test_a_widened_group_member_approves_over_slack_and_it_is_sent(
     h.settle()
     assert h.bot.router.services.decisions.requests.get(rid).state == "executed"
     assert [r for r in sandbox.admin.requests(SESSION) if "decision" in str(r.get("path", ""))]
+
+
+def test_remind_by_the_requester_runs_the_next_step_once_per_interval_and_nobody_else_may(
+    slack_harness: Any, sandbox: Any, tmp_path: Path
+) -> None:
+    h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
+    runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    assert runner is not None
+    h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE")
+    h.settle()
+    root, _request_msg, rid = _request(h)
+    seen = len(h.api.thread("CINC", root.ts))
+
+    before = len(h.api.responses)
+    h.send.command(f"remind {rid}", user="UBOB")  # not the requester
+    h.settle()
+    said = "\n".join(json.dumps(b) for _, b in h.api.responses[before:])
+    assert "only" in said and "reminds about request" in said
+    assert not [m for m in _new(h, root, seen) if "Reminder" in m.all_text()]
+
+    h.send.command(f"remind {rid}", user="UALICE")  # the ladder's first step (a reminder), now
+    h.settle()
+    reminders = [m for m in _new(h, root, seen) if m.all_text().startswith("Reminder") or "Reminder:" in m.all_text()]
+    assert len(reminders) == 1 and "<@" not in reminders[0].all_text()
+
+    before = len(h.api.responses)
+    h.send.command(f"remind {rid}", user="UALICE")  # within remind_interval (3s): refused, time left said
+    h.settle()
+    said = "\n".join(json.dumps(b) for _, b in h.api.responses[before:])
+    assert "the next one is allowed in 3s" in said
+
+    sandbox.clock.advance(3)
+    h.send.command(f"remind {rid}", user="UALICE")  # the mention, ahead of its time
+    h.settle()
+    assert any("<@UBOB>" in m.all_text() for m in _new(h, root, seen))
+    runner.run_due()  # their times came: neither step is said again
+    texts = [m.all_text() for m in _new(h, root, seen)]
+    assert sum("Reminder:" in t for t in texts) == 1 and sum("Approval still needed" in t for t in texts) == 1
+
+    before = len(h.api.responses)
+    h.send.command("pending", user="UBOB")
+    h.settle()
+    said = "\n".join(json.dumps(b) for _, b in h.api.responses[before:])
+    assert "may approve now: UBOB" in said and "next escalation: widen in 3s" in said and "expires in 7s" in said
