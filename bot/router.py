@@ -17,6 +17,7 @@ from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
 from bot.details import FullMessages, details_reply
 from bot.errors import CommandError, RecoverError
 from bot.glass_routes import glass_dispatch, glass_route
+from bot.ladder_routes import remind_command
 from bot.messages import Message, Reply, Reporter, ref
 from bot.pending import pending_of
 from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
@@ -36,9 +37,8 @@ BOT_ACTOR = "recover-bot"  # the actor of what the bot finishes by itself at sta
 def _batch_id(cmd: ParsedCommand) -> bool:
     """approve/reject/confirm/withdraw/take/history name a batch by its ``bat_`` prefix (docs/commands.md)."""
     value = cmd.arg("request_id") or cmd.arg("session_id") or ""
-    batch_kinds = (
-        StepKind.APPROVE, StepKind.REJECT, StepKind.CONFIRM, StepKind.WITHDRAW, StepKind.TAKE, StepKind.HISTORY
-    )
+    batch_kinds = (StepKind.APPROVE, StepKind.REJECT, StepKind.CONFIRM, StepKind.WITHDRAW, StepKind.TAKE,
+                   StepKind.HISTORY)
     return cmd.kind in batch_kinds and value.startswith("bat_")
 
 
@@ -214,6 +214,8 @@ class Router:
             return self.details(self._arg(cmd, "target_id"))
         if kind == StepKind.TEXT:
             return self._text(cmd)
+        if kind == StepKind.REMIND:
+            return remind_command(s, cmd, actor)
         raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
 
     @staticmethod

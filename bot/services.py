@@ -28,6 +28,7 @@ from bot.diagnosis.service import Diagnoser
 from bot.dockerops import DockerLogSource, DockerOps, ReconcilerConfig, WorkerLogConfig, client_factory
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError
+from bot.escalation.store import migrations as escalation_migrations
 from bot.logs import FileLogSource
 from bot.messages import Message, Reply
 from bot.runbook import RunbookSet, load_runbooks
@@ -48,6 +49,7 @@ MIGRATIONS: tuple[Migrations, ...] = (
     triage_migrations,
     batch_migrations,
     watch_migrations,
+    escalation_migrations,
 )
 
 

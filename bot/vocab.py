@@ -112,6 +112,7 @@ class StepKind(StrEnum):
     WATCH = "watch"
     BREAK_GLASS = "break_glass"
     REVIEW = "review"
+    REMIND = "remind"
 
 
 class Step(StrEnum):
@@ -142,6 +143,12 @@ class Step(StrEnum):
     WATCH_STOP = "watch_stop"
     WATCH_HEALTH = "watch_health"  # the listing keeps failing, or reads again
     WATCH_DIGEST = "watch_digest"  # the stops held in quiet hours, taken for the one digest
+    # the escalation ladder of a two-person request (bot/escalation): each step it runs, then the expiry
+    REMIND = "remind"  # a refused /recover remind
+    ESCALATION_REMINDED = "escalation_reminded"
+    ESCALATION_MENTIONED = "escalation_mentioned"
+    ESCALATION_WIDENED = "escalation_widened"
+    ESCALATION_EXPIRED = "escalation_expired"
     # a decision request's life (docs/requests.md)
     REQUEST_STATE = "request_state"  # every transition, with ``from`` and ``to``
     DECISION_REQUESTED = "decision_requested"

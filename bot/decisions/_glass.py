@@ -21,7 +21,6 @@ from bot.decisions._glassrule import (
     ASKED,
     BREAK_GLASS,
     condition_problem,
-    eligible,
     others_reading,
     window_problem,
 )
@@ -41,6 +40,7 @@ from bot.decisions._policy import flags_of
 from bot.decisions._requests import DecisionRequest
 from bot.decisions._reviews import ReviewRoom
 from bot.decisions._rules import CONSOLE_CHANNEL, requester_refusal
+from bot.decisions._widening import widened_now
 from bot.messages import Message, Reply, Reporter, ref
 from bot.vocab import Policy, RequestState, Step
 
@@ -98,10 +98,9 @@ class BreakGlassRoom:
                           "decisions the runbook names; until then a second person approves "
                           f"(`/recover remind {req.id}` nudges them).", session_id=sid, code="not_allowed")
         assert spec is not None
-        elapsed = (now - requested_at).total_seconds()
-        reading, no_other = others_reading(
-            req.requester, eligible(spec, ctx.approvers, elapsed), ctx.directory, ctx.console_users
-        )
+        # Who may approve now: RECOVER_APPROVERS and what the ladder widened to (the chain's reading).
+        widened = widened_now(spec, ctx.store.steps(session_id=sid), req.id, now)
+        reading, no_other = others_reading(req.requester, ctx.approvers, widened, ctx.directory, ctx.console_users)
         condition = condition_problem(spec, no_other)
         if condition:
             raise Refusal(f"break-glass refused: {condition}",

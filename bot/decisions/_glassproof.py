@@ -19,11 +19,11 @@ from bot.decisions._glassrule import (
     BREAK_GLASS,
     GlassRule,
     condition_problem,
-    eligible,
     reading_problem,
     window_problem,
 )
 from bot.decisions._rules import channel_allowed, person_of, same_person
+from bot.decisions._widening import widened_for
 from bot.store import Step
 
 #: Steps after which nobody may break glass: the request was answered, withdrawn, expired or voided.
@@ -46,7 +46,7 @@ def glass_step(
     steps = list(mine)
     reasons: list[str] = []
     for s in (s for s in steps if s.step == BREAK_GLASS):
-        why = _problem(s, steps, made, chain_hash, expires, rule, approvers, channels, console_users)
+        why = _problem(s, steps, made, chain_hash, expires, rule, intact, approvers, channels, console_users)
         why = why or intact(s) or _announced_problem(s, steps, made, chain_hash, intact)
         if why is None:
             return s, reasons
@@ -61,6 +61,7 @@ def _problem(
     chain_hash: str,
     expires: datetime | None,
     rule: GlassRule,
+    intact: Callable[[Step], str | None],
     approvers: Sequence[str],
     channels: Sequence[str],
     console_users: Mapping[str, str],
@@ -83,10 +84,11 @@ def _problem(
     answered = [a for a in steps if a.step in _ANSWERED and made.seq < a.seq < s.seq]
     if answered:
         return f"break-glass step {s.seq} comes after the request was answered ({answered[0].step})"
-    elapsed = (at - requested_at).total_seconds()
-    no_other = reading_problem(
-        s.inputs.get("reading"), made.actor, eligible(rule.escalation, approvers, elapsed), console_users
-    )
+    # Who could have approved then: RECOVER_APPROVERS and what the ladder widened to before this step
+    # (the gate's one reading of widening), judged against the reading recorded with the step.
+    widened = widened_for(rule.escalation, made, steps, at, before_seq=s.seq, intact=lambda w: intact(w) is None)
+    listed = list(dict.fromkeys([*approvers, *widened])) if approvers else []
+    no_other = reading_problem(s.inputs.get("reading"), made.actor, listed, console_users)
     condition = condition_problem(rule.escalation, no_other)
     if condition:
         return f"break-glass step {s.seq}: {condition}"

@@ -35,14 +35,6 @@ class GlassRule:
     decision: str
 
 
-def eligible(spec: EscalationSpec | None, approvers: Sequence[str], elapsed: float) -> tuple[str, ...]:
-    """RECOVER_APPROVERS and the groups the ladder's ``widen`` steps added by ``elapsed``; () is anyone."""
-    if not approvers:
-        return ()
-    widened = spec.widened_groups(elapsed) if spec is not None else ()
-    return tuple(dict.fromkeys([*approvers, *widened]))
-
-
 def window_problem(
     spec: EscalationSpec | None, decision: str, requested_at: datetime, at: datetime, expires: datetime | None
 ) -> str | None:
@@ -88,10 +80,15 @@ class _ReadOnce:
 
 
 def others_reading(
-    requester: str, approvers: Sequence[str], directory: ApproverDirectory | None, console_users: Mapping[str, str]
+    requester: str,
+    approvers: Sequence[str],
+    widened: Sequence[str],
+    directory: ApproverDirectory | None,
+    console_users: Mapping[str, str],
 ) -> tuple[dict[str, Any], str | None]:
-    """Who else may approve now, by the one approver rule (``approver_allowed``) over the listed ids and
-    the members of the listed groups; the requester (under any name) is never one of them.
+    """Who else may approve now, by the one approver rule (``approver_allowed``, RECOVER_APPROVERS and
+    what the ladder ``widened`` to as the chain records it) over the listed ids and the members of the
+    listed groups; the requester (under any name) is never one of them.
 
     Returns (reading, problem): the reading is recorded with the break-glass step (the groups as read,
     the others found); problem is None when nobody else is eligible, else why someone may be.
@@ -99,18 +96,23 @@ def others_reading(
     if not approvers:
         return {"any": True, "others": []}, "anyone may approve (RECOVER_APPROVERS is empty)"
     once = _ReadOnce(directory)
-    candidates = [a for a in approvers if a.startswith("U")]
+    listed = list(dict.fromkeys([*approvers, *widened]))
+    candidates = [a for a in listed if not a.startswith("S")]
     unread: list[str] = []
-    for group in (a for a in approvers if a.startswith("S")):
+    for group in (a for a in listed if a.startswith("S")):
         try:
             candidates.extend(sorted(once.members(group)))
         except Exception as exc:  # noqa: BLE001 - an unreadable group may hold an approver: not "nobody"
             unread.append(f"user group {group} could not be read ({type(exc).__name__})")
     others = sorted(
-        {c for c in candidates if not same_person(c, requester, console_users) and approver_allowed(c, approvers, once)[0]}
+        {
+            c
+            for c in candidates
+            if not same_person(c, requester, console_users) and approver_allowed(c, approvers, once, widened)[0]
+        }
     )
     reading: dict[str, Any] = {
-        "approvers": list(approvers),
+        "approvers": listed,
         "groups": {g: sorted(m) for g, m in once.read.items()},
         "others": others,
     }
@@ -124,8 +126,9 @@ def others_reading(
 def reading_problem(
     reading: object, requester: str, approvers: Sequence[str], console_users: Mapping[str, str]
 ) -> str | None:
-    """Does the recorded reading still show nobody but the requester under today's approvers? No look-ups:
-    every listed id must be the requester, every listed group read then with no other member."""
+    """Does the recorded reading still show nobody but the requester under today's approvers (with what
+    the ladder widened to)? No look-ups: every listed id must be the requester, every listed group read
+    then with no other member."""
     if not isinstance(reading, Mapping):
         return "the break-glass step records no reading of the approvers"
     if not approvers:
@@ -157,7 +160,6 @@ __all__ = [
     "REVIEWED",
     "GlassRule",
     "condition_problem",
-    "eligible",
     "others_reading",
     "reading_problem",
     "window_problem",

@@ -23,7 +23,15 @@ from bot.decisions._context import DecisionContext
 from bot.decisions._glassproof import glass_step
 from bot.decisions._glassrule import GlassRule
 from bot.decisions._requests import DecisionRequest, content_hash
-from bot.decisions._rules import ApproverDirectory, channel_allowed, console_login, person_of, same_person
+from bot.decisions._rules import (
+    ApproverDirectory,
+    approver_evidence,
+    channel_allowed,
+    console_login,
+    person_of,
+    same_person,
+)
+from bot.decisions._widening import widened_for
 from bot.messages import Mention
 from bot.runbook.escalation import EscalationSpec
 from bot.store import IdempotencyRecord, Step, Store
@@ -68,46 +76,35 @@ class Authority:
 
 
 def approval_evidence(
-    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None
+    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None, widened: Sequence[str] = ()
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """What allows ``actor`` to approve now (RECOVER_APPROVERS), to be recorded with the approval.
-
-    Returns (evidence, None) or (None, problem-or-None). Evidence kinds: ``any`` (no list is set),
-    ``user`` (listed by id), ``group`` (a member of a listed user group, as read now).
-    """
-    if not approvers:
-        return {"kind": "any"}, None
-    if actor in approvers:
-        return {"kind": "user", "id": actor}, None
-    problem: str | None = None
-    for group in (a for a in approvers if a.startswith("S")):
-        if directory is None:
-            problem = f"user group {group} cannot be resolved (no directory configured)"
-            continue
-        try:
-            if actor in directory.members(group):
-                return {"kind": "group", "id": group, "member": actor}, None
-        except Exception as exc:  # noqa: BLE001 - any directory failure refuses, never allows
-            problem = f"user group {group} could not be read: {type(exc).__name__}"
-    return None, problem
+    """What allows ``actor`` to approve now, to be recorded with the approval: the one approver rule
+    (:func:`approver_evidence`; ``widened``: the ids the request's ladder widened to by now)."""
+    return approver_evidence(actor, approvers, directory, widened)
 
 
 def approval_evidence_of(
-    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None, console_users: Mapping[str, str]
+    actor: str,
+    approvers: Sequence[str],
+    directory: ApproverDirectory | None,
+    console_users: Mapping[str, str],
+    widened: Sequence[str] = (),
 ) -> tuple[dict[str, Any] | None, str | None]:
     """:func:`approval_evidence` for the person behind ``actor`` (a console login through its mapping;
     an unmapped login is nobody and never approves). The console mapping is recorded with it."""
     person = person_of(actor, console_users)
     if person is None:
         return None, f"{actor} is not mapped to a Slack user id (RECOVER_CONSOLE_USERS)"
-    evidence, problem = approval_evidence(person, approvers, directory)
+    evidence, problem = approval_evidence(person, approvers, directory, widened)
     if evidence is not None and person != actor:
         evidence = {**evidence, "person": person, "login": console_login(actor)}
     return evidence, problem
 
 
-def evidence_problem(actor: str, evidence: object, approvers: Sequence[str]) -> str | None:
-    """Does the recorded evidence still allow ``actor`` under today's RECOVER_APPROVERS? No look-ups."""
+def evidence_problem(actor: str, evidence: object, approvers: Sequence[str], widened: Sequence[str] = ()) -> str | None:
+    """Does the recorded evidence still allow ``actor`` under today's RECOVER_APPROVERS? No look-ups.
+    ``widened``: the ids the chain's ``escalation_widened`` steps for the request named before the
+    approval and that today's ladder makes due at the approval's time (:func:`widened_for`)."""
     if not approvers:
         return None  # any other person may approve
     if not isinstance(evidence, Mapping):
@@ -116,6 +113,10 @@ def evidence_problem(actor: str, evidence: object, approvers: Sequence[str]) -> 
     if kind == "user" and ident == actor and actor in approvers:
         return None
     if kind == "group" and ident in approvers and evidence.get("member") == actor:
+        return None
+    # A widened group allows its members; a widened user id allows only that person.
+    widened_ok = str(ident).startswith("S") or ident == actor
+    if kind == "widened" and ident in widened and evidence.get("member") == actor and widened_ok:
         return None
     # Readable, not a live mention: this reason is stored in the chain and the request table as it is.
     return f"the recorded evidence ({kind} {ident}) does not allow {Mention('@', actor)} under RECOVER_APPROVERS"
@@ -182,12 +183,14 @@ def _prove(
     approvers: Sequence[str],
     channels: Sequence[str],
     console_users: Mapping[str, str],
+    escalation: EscalationSpec | None = None,
     glass: GlassRule | None = None,
 ) -> Authority:
     """The one reading of the chain for a request or a batch; raises :class:`NoAuthority`.
+    ``escalation``: the runbook's ladder, whose recorded ``widen`` steps widen a request's approvers.
 
-    With ``glass`` (a single request's ladder and decision), a verified break-glass step stands in for
-    the second person's approval when no approval holds (bot/decisions/_glassproof.py); nothing else does.
+    With ``glass`` (a single request's decision), a verified break-glass step stands in for the second
+    person's approval when no approval holds (bot/decisions/_glassproof.py); nothing else does.
     """
     mine = _steps_of(steps, names.field, claim.ident, names.requested)
     requested = [s for s in mine if s.step == names.requested]
@@ -217,7 +220,10 @@ def _prove(
     name = names.approved if two_person else names.confirmed
     reasons: list[str] = []
     for s in (s for s in mine if s.step == name):
-        why = _approval_problem(s, made, claim, chain_hash, expires, two_person, approvers, channels, console_users)
+        widened = widened_for(escalation, made, mine, parse_time(s.at), before_seq=s.seq,
+                              intact=lambda w: _intact(store, w, first_keyed) is None)
+        why = _approval_problem(s, made, claim, chain_hash, expires, two_person, approvers, channels, console_users,
+                                widened)
         why = why or _intact(store, s, first_keyed)
         if why is None:
             return Authority(
@@ -290,6 +296,7 @@ def derive(
         approvers=approvers,
         channels=channels,
         console_users=console_users or {},
+        escalation=escalation,
         glass=GlassRule(escalation, req.decision),
     )
 
@@ -324,6 +331,7 @@ def _approval_problem(
     approvers: Sequence[str],
     channels: Sequence[str],
     console_users: Mapping[str, str],
+    widened: Sequence[str] = (),
 ) -> str | None:
     recorded_hash = s.inputs.get("content_hash")
     if recorded_hash is not None and recorded_hash != chain_hash:
@@ -339,7 +347,7 @@ def _approval_problem(
             return who
         allowed_by = s.inputs.get("allowed_by")
         person = allowed_by.get("person", s.actor) if isinstance(allowed_by, Mapping) else s.actor
-        evidence = evidence_problem(person, allowed_by, approvers)
+        evidence = evidence_problem(person, allowed_by, approvers, widened)
         if evidence:
             return f"step {s.seq}: {evidence}"
     elif not same_person(s.actor, claim.requester, console_users):  # the approvals' own identity rule

@@ -35,6 +35,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
+from bot.decisions import _ladder_rows as ladder_rows
 from bot.store import Store
 from bot.store.chain import canonical_json
 from bot.vocab import Policy, RequestState
@@ -386,6 +387,8 @@ class RequestStore:
         )
         if cur.rowcount != 1:
             return False
+        # The request leaves requested/recheck: its ladder ends in this same commit (bot/escalation).
+        ladder_rows.settle(db, self.store, request_id, before["state"], to_state, self.store.clock.now())
         who = actor or values.get("decided_by") or values.get("approved_by") or "recover-bot"
         self.store.record_step(
             before["session_id"],

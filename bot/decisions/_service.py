@@ -103,6 +103,8 @@ class DecisionService:
         # Break-glass and its reviews (docs/requests.md); a front that can post sets glass.notice.
         self.reviews = ReviewRoom(ctx)
         self.glass = BreakGlassRoom(ctx, self.execution, self.reviews)
+        # The escalation ladder's runner (bot/escalation), set by the front that posts its steps.
+        self.ladder: object | None = None
 
     # == the lifecycle: decide, the two-person rule, expiry ========================================
 

@@ -32,6 +32,7 @@ from bot.slack.app import SlackBot
 from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
+from bot.slack.ladder import attach_ladder
 from bot.slack.notice import attach_notice
 from bot.slack.state import SlackState, slack_migrations
 from bot.slack.watching import attach_watch
@@ -165,11 +166,14 @@ def main(stream: TextIO | None = None) -> int:
     bot.start_sweeper()
     bot.work.submit(bot.run_startup)
     watcher = attach_watch(bot.router, bot.out)  # RECOVER_WATCH_CHANNEL: watch mode in this process
+    ladder = attach_ladder(bot.router, bot.out, bot.state)  # the escalation ladder's due steps
     try:
         runner.run(stop)
     finally:
         if watcher is not None:
             watcher.stop()
+        if ladder is not None:
+            ladder.stopping.set()
         bot.close()  # waits for the items already running
     return 0
 

@@ -88,6 +88,10 @@ class Store:
                     m.apply(db)
             self._applied.update(todo)
 
+    def applied(self, name: str) -> bool:
+        """Was the area's migration set named ``name`` applied to this store (its tables exist)?"""
+        return name in self._applied
+
     def require(self, migrations: Migrations) -> None:
         """Refuse, in one clear line, an area's use of a store opened without that area's tables."""
         if self._applied.get(migrations.name) is not migrations:
