@@ -376,6 +376,7 @@ def test_accessors(runbooks: RunbookSet) -> None:
         "replay",
         "break-glass",
         "review",
+        "remind",
     }
     with pytest.raises(KeyError, match="no limit named"):
         runbooks.limit("nope")
