@@ -137,7 +137,8 @@ def grant(
     ctx: DecisionContext, req: DecisionRequest, actor: str, step: str, inputs: Mapping[str, Any]
 ) -> bool:
     """``requested → approved`` (one winner across processes) and its ``step``: decision_approved by a
-    second person (R3.10) or decision_confirmed by the requester. False: someone moved it first."""
+    second person (R3.10), decision_confirmed or break_glass by the requester. False: someone moved it
+    first."""
     ladder_rows.fence(ctx.store, ctx.clock, req.id)  # no ladder step is posted after the approval
     with ctx.store.write() as db:
         won = ctx.requests.transition(
