@@ -1,4 +1,5 @@
-"""A stateful property of break-glass (hypothesis): whatever sequence of requests, clock moves, approvals,
+"""A stateful property of break-glass (hypothesis): whatever sequence of requests, clock moves, passes of
+the escalation ladder's runner (whose widening names another person and the requester), approvals,
 break-glass uses (asked and confirmed), reviews and steps written past the checks (without the notice,
 before the ladder's end, by someone else, over another request's content) happens, every POST the sandbox
 control host received for a two-person request is authorised by either an approval by another eligible
@@ -24,6 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from bot.clock import parse_time
 from bot.decisions import person_of
+from bot.escalation.runner import LadderRunner
+from bot.messages import ListReporter
 from bot.sandbox import start_sandbox
 from bot.vocab import RequestState
 from tests.breakglass.world import (
@@ -38,23 +41,34 @@ from tests.breakglass.world import (
     post_times,
     stopped,
 )
+from tests.fixtures.escalation import RecordingPoster, short_ladder_folder
 from tests.fixtures.slack import SlackStandIn
 
 CONSOLE_USERS = {"root": REQUESTER}
 PEOPLE = (REQUESTER, APPROVER, OTHER, "console:root", "console:deploy")  # root is the requester; deploy nobody
-ELIGIBLE = {APPROVER}  # RECOVER_APPROVERS: OTHER is a person, never an approver
+ELIGIBLE = {APPROVER}  # RECOVER_APPROVERS: OTHER approves only once the ladder widened to them
+# The shipped ladder's times; its widening names OTHER and the requester (who must never become able to approve).
+LADDER = f"""
+escalation:
+  steps:
+    - {{kind: remind, after: {{duration: 10m, help: r}}}}
+    - {{kind: mention, after: {{duration: 15m, help: m}}}}
+    - {{kind: widen, after: {{duration: 20m, help: w}}, groups: [{OTHER}, {REQUESTER}]}}
+  expiry: {{duration: 30m, help: e}}
+"""
 MOVES = (0, 60, 11 * 60, LADDER_END + 5, LADDER_END + 5, EXPIRY)
 DEFECTS = ("no_notice", "early", "not_requester", "other_content")
 _SHARED: dict[str, Any] = {}
 _IDS = itertools.count()
-SEEN: dict[str, set[str]] = {"approved": set(), "glass": set()}  # requests sent each way, over all runs
+SEEN: dict[str, set[str]] = {"approved": set(), "glass": set(), "widened": set()}  # requests sent each way, over all runs
 
 
-def _shared() -> tuple[Any, SlackStandIn]:
+def _shared() -> tuple[Any, SlackStandIn, Path]:
     if not _SHARED:
         _SHARED["sbx"] = start_sandbox(scenarios=None)
         _SHARED["api"] = SlackStandIn()
-    return _SHARED["sbx"], _SHARED["api"]
+        _SHARED["runbooks"] = short_ladder_folder(Path(tempfile.mkdtemp(prefix="glass-rb-")), LADDER)
+    return _SHARED["sbx"], _SHARED["api"], _SHARED["runbooks"]
 
 
 class GlassMachine(RuleBasedStateMachine):
@@ -65,19 +79,26 @@ class GlassMachine(RuleBasedStateMachine):
         self.n = next(_IDS)
         self.sessions = itertools.count()
 
-    @initialize(opening=st.sampled_from(("glass", "approval", "nothing", *DEFECTS)))
+    @initialize(opening=st.sampled_from(("glass", "approval", "widened", "nothing", *DEFECTS)))
     def start(self, opening: str) -> None:
         """A request by the requester, then (so every kind is seen) a break-glass at the ladder's end, an
-        approval, nothing, or steps written past one check; the rules go on from there."""
-        sbx, api = _shared()
+        approval, one by a person the ladder widened to, nothing, or steps written past one check; the
+        rules go on from there."""
+        sbx, api, runbooks = _shared()
         db = Path(tempfile.mkdtemp(prefix="glass-prop-")) / "p.db"
-        self.world = make_world(sbx, api, db, console_users=dict(CONSOLE_USERS), channels=(CHANNEL, "console"))
+        self.world = make_world(sbx, api, db, console_users=dict(CONSOLE_USERS), channels=(CHANNEL, "console"),
+                                runbooks_dir=runbooks)
         self.new_request(REQUESTER)
         if opening == "glass":
             self.to_the_ladder_end(0)
             self.break_glass(0, REQUESTER, True)
         elif opening == "approval":
             self.approve(0, APPROVER)
+        elif opening == "widened":  # the ladder widened to OTHER and the requester: only OTHER approves
+            self.to_the_ladder_end(0)
+            self.ladder_pass()
+            self.approve(0, "console:root")
+            self.approve(0, OTHER)
         elif opening in DEFECTS:
             self.new_request(REQUESTER)
             if opening != "early":
@@ -115,6 +136,11 @@ class GlassMachine(RuleBasedStateMachine):
         if created is not None:
             left = (created + timedelta(seconds=LADDER_END + 5) - self.w().clock.now()).total_seconds()
             self.w().clock.advance(max(0.0, left))
+
+    @rule()
+    def ladder_pass(self) -> None:
+        """The escalation ladder's runner: due reminders, mentions and the widening, as chain steps."""
+        LadderRunner(self.w().router.services.decisions.ctx, RecordingPoster()).run_due()
 
     @rule(i=st.integers(0, 9), person=st.sampled_from((APPROVER, APPROVER, *PEOPLE)))
     def approve(self, i: int, person: str) -> None:
@@ -159,11 +185,17 @@ class GlassMachine(RuleBasedStateMachine):
                 return
             ctx.record(req.session_id, actor, "break_glass",
                        {**common, "incident": "INC-x", "reason": "x", "reading": {"others": []}}, "approved", db=db)
-        from bot.messages import ListReporter
-
         d.execution.execute(req.id, actor, ListReporter())
 
     # -- the observer -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _widened(mine: list[Any], approval: Any, start: Any) -> set[str]:
+        """Who the ladder widened to before ``approval``, once the widening is due (20 minutes in)."""
+        if (parse_time(approval.at) or start) < start + timedelta(minutes=20):
+            return set()
+        return {str(g) for w in mine if w.step == "escalation_widened" and w.seq < approval.seq
+                for g in w.inputs.get("groups") or []}
 
     @invariant()
     def every_two_person_post_has_its_authority_and_the_notice_first(self) -> None:
@@ -186,7 +218,7 @@ class GlassMachine(RuleBasedStateMachine):
             assert start is not None and expires is not None
             approved = [
                 s for s in mine if s.step == "decision_approved"
-                and person_of(s.actor, CONSOLE_USERS) in ELIGIBLE - {requester}
+                and person_of(s.actor, CONSOLE_USERS) in (ELIGIBLE | self._widened(mine, s, start)) - {requester}
             ]
             announced = [s.seq for s in mine if s.step == "break_glass_announced" and s.actor == made.actor]
             glass = [
@@ -197,6 +229,8 @@ class GlassMachine(RuleBasedStateMachine):
             ]
             assert approved or glass, (rid, [(s.step, s.actor) for s in mine])
             SEEN["approved" if approved else "glass"].add(rid)
+            if any(person_of(s.actor, CONSOLE_USERS) == OTHER for s in approved):
+                SEEN["widened"].add(rid)  # sent on the approval of someone only the ladder made eligible
             if not approved:
                 notices = w.notices(rid)
                 assert notices, f"{rid} was sent by break-glass with no notice in Slack"
@@ -211,5 +245,5 @@ TestGlassProperty = GlassMachine.TestCase
 
 
 def test_the_runs_sent_by_break_glass_and_by_approval() -> None:
-    """The property above saw both kinds of send (it runs first in this file): it can fail."""
-    assert SEEN["glass"] and SEEN["approved"], SEEN
+    """The property above saw each kind of send (it runs first in this file): it can fail."""
+    assert SEEN["glass"] and SEEN["approved"] and SEEN["widened"], SEEN
