@@ -154,3 +154,26 @@ def test_a_confirm_without_a_break_glass_keeps_its_meaning(world: World) -> None
     refused = world.run(f"/recover confirm {rid}", REQUESTER)
     assert not refused.ok and "needs approval by a second person" in text(refused), text(refused)
     assert not world.posts("ses_bg8")
+
+
+def test_the_asked_break_glass_survives_a_restart_and_an_uncertain_send_is_finished_with_its_key(
+    sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path
+) -> None:
+    """The waiting break-glass is in the chain (a restarted bot confirms it); a send whose answer was lost
+    is finished in the background with the same Idempotency-Key, the gate re-reading the break-glass step."""
+    db = tmp_path / "bg.db"
+    first = make_world(sbx, slack_api, db)
+    rid = _glass(first, "ses_bg9")
+    assert first.break_glass(rid).ok
+    world = make_world(sbx, slack_api, db)  # a restarted process on the same file
+    world.clock.set(first.clock.now())
+    sbx.admin.fault("drop_after_commit", "/v1/sessions/ses_bg9/*", method="POST", times=6)
+    sent = world.run(f"/recover confirm {rid}", REQUESTER)
+    assert "same Idempotency-Key" in text(sent), text(sent)
+    decisions = world.router.services.decisions
+    assert decisions.wait_background(30)
+    assert decisions.requests.get(rid).state == "executed"  # type: ignore[union-attr]
+    posts = world.posts("ses_bg9")
+    assert len(posts) > 1 and len({p["idempotency_key"] for p in posts}) == 1, posts
+    assert len(sbx.admin.effects("ses_bg9")) == 1
+    assert max(at for _, at in world.notices(rid)) < min(post_times(posts))
