@@ -8,12 +8,13 @@ which refuses anyone this line would not name.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from bot.batch.store import Batch
 from bot.clock import parse_time
 from bot.decisions import DecisionRequest
+from bot.escalation.status import ladder_line
 from bot.format import age, duration
 from bot.messages import Message, Reply, ref
 from bot.services import Services
@@ -51,12 +52,14 @@ def who_now(state: str, policy: str, requester: str, approvers: Sequence[str]) -
     return "nobody: approved, being sent", ""
 
 
-def _request_line(r: DecisionRequest, now: datetime, approvers: Sequence[str]) -> str:
+def _request_line(r: DecisionRequest, now: datetime, approvers: Sequence[str], ladder: str | None = None) -> str:
     who, verb = who_now(r.state, r.policy, r.requester, approvers)
     command = f" · `/recover {verb} {r.id}`" if verb and verb != "replay" else ""
+    # With an escalation ladder, who may approve now is what its widening made it (bot/escalation).
+    now_part = ladder if ladder is not None else f"now: {who}"
     return (
         f"`{r.id}` {r.decision} on `{r.session_id}` · {r.state} · by {ref(r.requester)} · "
-        f"{age(r.created_at, now)} ago · {_expiry(r.expires_at, now)} · now: {who}{command}"
+        f"{age(r.created_at, now)} ago · {_expiry(r.expires_at, now)} · {now_part}{command}"
     )
 
 
@@ -76,12 +79,13 @@ def pending_reply(
     now: datetime,
     approvers: Sequence[str],
     verifying: Sequence[tuple[str, str]] = (),
+    ladders: Mapping[str, str] | None = None,
 ) -> Reply:
     """One message: a line per open request, then per open batch (with its member count), then per
     case still being verified after an accepted decision (acceptance is not recovery, R5.1)."""
     if not requests and not batches and not verifying:
         return Reply.of(Message(headline="Nothing is pending: no open request, batch or case being verified.", kind=KIND))
-    lines = [_request_line(r, now, approvers) for r in sorted(requests, key=lambda r: r.created_at)]
+    lines = [_request_line(r, now, approvers, (ladders or {}).get(r.id)) for r in sorted(requests, key=lambda r: r.created_at)]
     lines += [_batch_line(b, n, now, approvers) for b, n in batches]
     lines += [f"`{session}` {state}" for session, state in verifying]
     parts = [f"{len(requests)} request(s)"] + ([f"{len(batches)} batch(es)"] if batches else [])
@@ -96,10 +100,17 @@ def pending_of(services: Services) -> Reply:
     if services.bulk is not None:
         store = services.bulk.batches.batches
         batches = [(b, len(store.members(b.id))) for b in store.find(tuple(OPEN_STATES))]
-    return pending_reply(
+    now = services.clock.now()
+    ladders = {r.id: line for r in requests if (line := ladder_line(services.decisions.ctx, r, now)) is not None}
+    reply = pending_reply(
         requests,
         batches,
-        now=services.clock.now(),
+        now=now,
         approvers=services.settings.approvers,
         verifying=services.decisions.casebook.verifying(),
+        ladders=ladders,
     )
+    reviews = services.decisions.reviews.message(now)  # open until signed
+    if reviews is not None:
+        reply.messages.append(reviews)
+    return reply

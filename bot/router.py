@@ -16,6 +16,8 @@ from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
 from bot.details import FullMessages, details_reply
 from bot.errors import CommandError, RecoverError
+from bot.glass_routes import glass_dispatch, glass_route
+from bot.ladder_routes import remind_command
 from bot.messages import Message, Reply, Reporter, ref
 from bot.pending import pending_of
 from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
@@ -35,9 +37,8 @@ BOT_ACTOR = "recover-bot"  # the actor of what the bot finishes by itself at sta
 def _batch_id(cmd: ParsedCommand) -> bool:
     """approve/reject/confirm/withdraw/take/history name a batch by its ``bat_`` prefix (docs/commands.md)."""
     value = cmd.arg("request_id") or cmd.arg("session_id") or ""
-    batch_kinds = (
-        StepKind.APPROVE, StepKind.REJECT, StepKind.CONFIRM, StepKind.WITHDRAW, StepKind.TAKE, StepKind.HISTORY
-    )
+    batch_kinds = (StepKind.APPROVE, StepKind.REJECT, StepKind.CONFIRM, StepKind.WITHDRAW, StepKind.TAKE,
+                   StepKind.HISTORY)
     return cmd.kind in batch_kinds and value.startswith("bat_")
 
 
@@ -179,6 +180,8 @@ class Router:
             if s.bulk is not None and kind in (StepKind.APPROVE, StepKind.CONFIRM) and _batch_id(cmd):
                 reply.messages.extend(settle_member_cases(s.bulk, s.decisions, self._arg(cmd, "request_id"), actor))
             return reply
+        if glass_route(s, cmd, actor):  # break-glass, review, and the confirm a break-glass waits for
+            return glass_dispatch(s, cmd, actor=actor, channel=channel, reporter=reporter)
         if kind == StepKind.APPROVE:
             return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
         if kind == StepKind.CONFIRM:
@@ -211,6 +214,8 @@ class Router:
             return self.details(self._arg(cmd, "target_id"))
         if kind == StepKind.TEXT:
             return self._text(cmd)
+        if kind == StepKind.REMIND:
+            return remind_command(s, cmd, actor)
         raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
 
     @staticmethod

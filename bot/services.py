@@ -35,6 +35,7 @@ from bot.dockerops import (
 )
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError, StoreError
+from bot.escalation.store import migrations as escalation_migrations
 from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
 from bot.installations.scoped import scoped_settings
 from bot.installations.sources import refuse_file_in_single_core
@@ -60,6 +61,7 @@ MIGRATIONS: tuple[Migrations, ...] = (
     triage_migrations,
     batch_migrations,
     watch_migrations,
+    escalation_migrations,
 )
 
 

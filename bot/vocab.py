@@ -111,6 +111,9 @@ class StepKind(StrEnum):
     DETAILS = "details"
     WATCH = "watch"
     INSTALLATIONS = "installations"
+    BREAK_GLASS = "break_glass"
+    REVIEW = "review"
+    REMIND = "remind"
 
 
 class Step(StrEnum):
@@ -141,6 +144,12 @@ class Step(StrEnum):
     WATCH_STOP = "watch_stop"
     WATCH_HEALTH = "watch_health"  # the listing keeps failing, or reads again
     WATCH_DIGEST = "watch_digest"  # the stops held in quiet hours, taken for the one digest
+    # the escalation ladder of a two-person request (bot/escalation): each step it runs, then the expiry
+    REMIND = "remind"  # a refused /recover remind
+    ESCALATION_REMINDED = "escalation_reminded"
+    ESCALATION_MENTIONED = "escalation_mentioned"
+    ESCALATION_WIDENED = "escalation_widened"
+    ESCALATION_EXPIRED = "escalation_expired"
     # a decision request's life (docs/requests.md)
     REQUEST_STATE = "request_state"  # every transition, with ``from`` and ``to``
     DECISION_REQUESTED = "decision_requested"
@@ -157,6 +166,12 @@ class Step(StrEnum):
     DECISION_REFUSED_BY_API = "decision_refused_by_api"
     DECISION_REFUSED_NO_AUTHORITY = "decision_refused_no_authority"
     DECISION_WAIT_GAVE_UP = "decision_wait_gave_up"
+    # break-glass (docs/requests.md): asked (or refused), the loud notice posted, the send alone, signed
+    BREAK_GLASS_ASKED = "break_glass_asked"
+    BREAK_GLASS_ANNOUNCED = "break_glass_announced"
+    BREAK_GLASS = "break_glass"
+    BREAK_GLASS_REVIEWED = "break_glass_reviewed"
+    REVIEW = "review"  # a refused review
     VERIFICATION = "verification"
     # resume (R4.2)
     RESUME_REQUESTED = "resume_requested"

@@ -25,6 +25,7 @@ pytest_plugins = [
     "tests.fixtures.logs",
     "tests.fixtures.docker",
     "tests.fixtures.decisions",
+    "tests.fixtures.escalation",
     "tests.fixtures.slack",
     "tests.fixtures.triage",
     "tests.fixtures.install",

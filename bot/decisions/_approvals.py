@@ -9,6 +9,7 @@ is confirmed by its requester (R2.11, R5.3). Either way the win is a compare-and
 
 from __future__ import annotations
 
+from bot.decisions import _ladder_rows as ladder_rows
 from bot.decisions import _text as text
 from bot.decisions._context import BOT, DecisionContext
 from bot.decisions._guards import (
@@ -58,7 +59,7 @@ class ApprovalRoom:
                 )
             second_person(self.ctx, actor, req)  # R3.10
             # What allows this approver, as seen now: recorded with the approval, never looked up again.
-            evidence = allowed_approver(self.ctx, actor, sid)
+            evidence = allowed_approver(self.ctx, actor, sid, req)
             if req.state == RequestState.APPROVED:
                 # Approved but not executed (a crash, an unreadable API): an allowed person retries it.
                 return self.execution.execute(req.id, actor, reporter)
@@ -149,8 +150,9 @@ class ApprovalRoom:
             in_recovery_channel(self.ctx, channel, "rejections are", sid)
             own = is_requester(self.ctx, actor, req)
             if not own:
-                allowed_approver(self.ctx, actor, sid)
+                allowed_approver(self.ctx, actor, sid, req)
             to_state = RequestState.WITHDRAWN if own else RequestState.REJECTED
+            ladder_rows.fence(self.ctx.store, self.ctx.clock, req.id)  # no ladder step after it ends
             with self.ctx.store.write() as db:
                 won = self.ctx.requests.transition(
                     db, req.id, (RequestState.REQUESTED,), to_state, decided_by=actor, decided_at=self.ctx.iso(), note=reason

@@ -12,6 +12,7 @@ import sqlite3
 from typing import Any
 
 from bot.decisions._authority import APPROVED, CONFIRMED, REQUESTED
+from bot.decisions._glassrule import BREAK_GLASS
 from bot.decisions._requests import STATE_STEP, content_hash
 from bot.store.audit import AuditProblem
 
@@ -62,7 +63,7 @@ def check_request_table(conn: sqlite3.Connection, rows: list[dict[str, Any]]) ->
                     )
                 )
             states[rid] = str(inputs.get("to"))
-        elif r["step"] in (APPROVED, CONFIRMED) and rid:
+        elif r["step"] in (APPROVED, CONFIRMED, BREAK_GLASS) and rid:
             approvals.setdefault(rid, []).append(r)
         elif r["step"] == "decision_refused_no_authority" and rid:
             why = _json(r["detail"]).get("why")
@@ -108,7 +109,8 @@ def check_request_table(conn: sqlite3.Connection, rows: list[dict[str, Any]]) ->
         granted = [
             a
             for a in approvals.get(rid, [])
-            if (req.get("policy") != "two_person") or a["actor"] != req["requester"]
+            # A break-glass step is the requester's own (the gate judges it in full before a send).
+            if (req.get("policy") != "two_person") or a["actor"] != req["requester"] or a["step"] == BREAK_GLASS
         ]
         if req["state"] in _NEEDS_APPROVAL and not granted:
             problems.append(

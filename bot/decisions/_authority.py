@@ -11,8 +11,9 @@ taken on trust (docs/requests.md, "What the gate trusts"):
 - a policy at least as strict as the runbook's for that decision;
 - for two-person decisions a ``decision_approved`` step by someone else, over that content hash,
   before the expiry, in an allowed channel, with the evidence that allowed the approver *as seen
-  when they approved* (group look-ups are not repeated here); for the others a ``decision_confirmed``
-  step by the requester;
+  when they approved* (group look-ups are not repeated here) — or, in its place and nothing else, a
+  verified ``break_glass`` step by the requester preceded by its ``break_glass_announced`` step
+  (bot/decisions/_glassproof.py); for the others a ``decision_confirmed`` step by the requester;
 - each of those steps matching its own hash and link (keyed, when the store has a key), and the store
   still keyed when it has a key (bot/store/keymark.py);
 - the store's installation binding equal to the client's host right now (bot/store/binding.py), and
@@ -137,6 +138,7 @@ class Gate:
             approvers=ctx.approvers,
             channels=ctx.channels,
             console_users=ctx.console_users,
+            escalation=ctx.runbooks.escalation,
         )
         if record is not None:
             if record.purpose != PURPOSE_DECISION or record.session_id != req.session_id or record.key != req.idem_key:

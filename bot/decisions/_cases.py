@@ -206,6 +206,9 @@ class CaseBook:
                 lines.append(f"Last step: {last.step} → {last.outcome} by {who(last.actor)} at {last.at}")
             for r in open_reqs:
                 lines.append(_request_line(r, now))
+            for r in self.requests.find(session_id=sid, states=(RequestState.EXPIRED,)):
+                if r.created_at >= case.opened_at:  # the escalation ladder's end, said at the hand-off
+                    lines.append(f"Expired: `{r.id}` {r.decision} at {r.expires_at} with no approval; nothing was sent")
             for w in self.requests.active_waits(sid):
                 lines.append(
                     f"Waiting ({w.kind}): {w.detail or ''} — since {w.started_at}, until {w.deadline}"

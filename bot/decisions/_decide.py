@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from bot.decisions import _ladder_rows as ladder_rows
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._duplicates import identical_open, pointer_message, repeats
@@ -140,16 +141,16 @@ class DecideRoom:
         drops = policy.drops(facts, flags)
         if policy.approval == Policy.TWO_PERSON:
             first = ["`--yes` does not apply: a two-person decision is never executed by its requester."]
-            return Reply.of(
-                text.approval_request_message(
-                    req,
-                    self.ctx.mentions(),
-                    rules,
-                    first=first if yes else (),
-                    notes=[*notes, *([f"Drops: {drops}"] if drops else [])],
-                    irreversible=self.ctx.irreversible(req.decision),
-                )
+            asked = text.approval_request_message(
+                req,
+                self.ctx.mentions(),
+                rules,
+                first=first if yes else (),
+                notes=[*notes, *([f"Drops: {drops}"] if drops else [])],
+                irreversible=self.ctx.irreversible(req.decision),
             )
+            ladder_rows.remember_message(self.ctx.store, req.id, asked)  # its live line edits exactly this
+            return Reply.of(asked)
         consequences = self.warnings(policy, facts, flags, req.content(), cause_fixed)
         if policy.approval == Policy.CONFIRM and (not yes or consequences):
             # With consequences to read, only the button or `/recover confirm` sends it (not a typed --yes).
@@ -248,12 +249,7 @@ class DecideRoom:
                 Message(
                     headline=f"Dry run: `{decision}` on `{session_id}` (nothing sent)",
                     lines=[
-                        f"{method} {path}",
-                        "Authorization: Bearer ***",
-                        "Idempotency-Key: *** (a new uuid4, stored before the first send and reused on every retry)",
-                        "Content-Type: application/json",
-                        "",
-                        json.dumps(body, indent=2, sort_keys=True),
+                        *text.wire_lines(method, path, body),
                         "",
                         *self._expected(policy, verdict, facts, flags),
                         *self._before_send(policy, session_id, facts, flags, cause_fixed),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from bot.clock import parse_time
+from bot.decisions import _ladder_rows as ladder_rows
 from bot.decisions import _text as text
 from bot.decisions._authority import approval_evidence_of
 from bot.decisions._context import DecisionContext
@@ -24,6 +25,7 @@ from bot.decisions._rules import (
     identity_refusal,
     same_person,
 )
+from bot.decisions._widening import widened_now
 from bot.messages import Message, Reply, ref
 from bot.vocab import RequestState, Step
 
@@ -212,6 +214,7 @@ def expire_if_due(ctx: DecisionContext, req: DecisionRequest, actor: str) -> Mes
     # An unanswered effects re-check lapses with the request (R3.9): the approval's expiry governs.
     if req.state not in (RequestState.REQUESTED, RequestState.RECHECK) or expires is None or ctx.now() < expires:
         return None
+    ladder_rows.fence(ctx.store, ctx.clock, req.id)  # no ladder step after the expiry
     with ctx.store.write() as db:
         if ctx.requests.transition(
             db, req.id, (req.state,), RequestState.EXPIRED, decided_by=actor, decided_at=ctx.iso(), note="expired"
@@ -252,15 +255,23 @@ def second_person(ctx: DecisionContext, actor: str, req: DecisionRequest) -> Non
     raise Refusal(headline, *lines, session_id=req.session_id, rules=rules, code=code)
 
 
-def allowed_approver(ctx: DecisionContext, actor: str, session_id: str) -> dict[str, Any]:
-    """What allows ``actor`` to approve now (RECOVER_APPROVERS), by its Slack id: recorded with the
-    approval and never looked up again; a console login's mapping is recorded too."""
-    evidence, problem = approval_evidence_of(actor, ctx.approvers, ctx.directory, ctx.console_users)
+def allowed_approver(
+    ctx: DecisionContext, actor: str, session_id: str, req: DecisionRequest | None = None
+) -> dict[str, Any]:
+    """What allows ``actor`` to approve now (RECOVER_APPROVERS, widened by ``req``'s ladder as the chain
+    records it), by its Slack id: recorded with the approval and never looked up again; a console
+    login's mapping is recorded too."""
+    widened = (
+        widened_now(ctx.runbooks.escalation, ctx.store.steps(session_id=session_id), req.id, ctx.now())
+        if req is not None and ctx.runbooks.escalation is not None
+        else ()
+    )
+    evidence, problem = approval_evidence_of(actor, ctx.approvers, ctx.directory, ctx.console_users, widened)
     if evidence is None:
         raise Refusal(
             f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)",
             *([problem] if problem else []),
-            "Allowed approvers: " + ", ".join(ctx.approvers) + ".",
+            "Allowed approvers: " + ", ".join((*ctx.approvers, *widened)) + ".",
             session_id=session_id,
             code="not_approver",
         )

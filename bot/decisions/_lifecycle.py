@@ -15,12 +15,13 @@ from typing import Any, Protocol
 
 from sqlite_utils import Database
 
+from bot.decisions import _ladder_rows as ladder_rows
 from bot.decisions._context import DecisionContext
 from bot.decisions._policy import DecisionPolicy
 from bot.decisions._requests import DecisionRequest, new_request_id
 from bot.decisions._rules import decisive_facts, person_of
 from bot.messages import Reply, Reporter
-from bot.vocab import RequestState, Step
+from bot.vocab import Policy, RequestState, Step
 
 # Facts shown with a request (the second person sees what the requester saw).
 SHOWN_FACTS = (
@@ -107,6 +108,9 @@ def make_request(
 ) -> DecisionRequest:
     """Insert the request and its ``decision_requested`` step in the caller's transaction."""
     req = ctx.requests.insert(db, content)
+    ladder = ctx.runbooks.escalation
+    if ladder is not None and req.policy == Policy.TWO_PERSON:  # its due ladder steps, in the same commit
+        ladder_rows.schedule(db, ctx.store, req, [(s.kind, s.after_seconds) for s in ladder.steps], req.expires_at)
     ctx.record(
         req.session_id,
         req.requester,
@@ -134,7 +138,9 @@ def grant(
     ctx: DecisionContext, req: DecisionRequest, actor: str, step: str, inputs: Mapping[str, Any]
 ) -> bool:
     """``requested → approved`` (one winner across processes) and its ``step``: decision_approved by a
-    second person (R3.10) or decision_confirmed by the requester. False: someone moved it first."""
+    second person (R3.10), decision_confirmed or break_glass by the requester. False: someone moved it
+    first."""
+    ladder_rows.fence(ctx.store, ctx.clock, req.id)  # no ladder step is posted after the approval
     with ctx.store.write() as db:
         won = ctx.requests.transition(
             db, req.id, (RequestState.REQUESTED,), RequestState.APPROVED, approved_by=actor, approved_at=ctx.iso()

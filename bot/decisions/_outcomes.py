@@ -66,6 +66,8 @@ class Outcomes:
                 )
         fresh = ctx.requests.get(req.id) or req
         by = f"approved by {ref(fresh.approved_by or '?')}" if fresh.policy == Policy.TWO_PERSON else "confirmed"
+        if fresh.policy == Policy.TWO_PERSON and fresh.approved_by == fresh.requester:
+            by = f"sent by break-glass by {ref(fresh.requester)}, a review is open"  # the gate saw its step
         head = text.updated_request_message(fresh, f"executed ({by}); receipt {receipt.id}", "ok")
         if not won:
             return Reply.of(head)  # another process settled it and verified it

@@ -170,11 +170,13 @@ def decision_policy(runbooks: RunbookSet, name: str, limits: Limits) -> Decision
     spec = decisions[name]
     approval = spec.approval
     policy = approval.policy if approval is not None and approval.policy else "none"
-    expires = approval.expires if approval is not None and approval.expires is not None else None
     return DecisionPolicy(
         name=name,
         approval=policy,
-        expiry_seconds=float(expires) if expires is not None else limits.approval_expiry,
+        # The one expiry rule (the ladder's expiry for a two-person decision); the request's
+        # ``expires_at``, bound by its content hash, is made from it and the gate reads only that.
+        expiry_seconds=runbooks.approval_expiry(name) if approval is not None and approval.expires is not None
+        else limits.approval_expiry,
         required=tuple(runbooks.required_flags(name)),
         rules=tuple(spec.rules),
         repeat_threshold=int(spec.repeat_threshold or limits.repeated_threshold),

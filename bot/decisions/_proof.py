@@ -20,12 +20,21 @@ from typing import Any
 
 from bot.clock import parse_time
 from bot.decisions._context import DecisionContext
+from bot.decisions._glassproof import glass_step
+from bot.decisions._glassrule import GlassRule
 from bot.decisions._requests import DecisionRequest, content_hash
-from bot.decisions._rules import ApproverDirectory, channel_allowed, console_login, person_of, same_person
-from bot.errors import RecoverError
+from bot.decisions._rules import (
+    ApproverDirectory,
+    approver_evidence,
+    channel_allowed,
+    console_login,
+    person_of,
+    same_person,
+)
+from bot.decisions._widening import widened_for
 from bot.installation_ids import DEFAULT_INSTALLATION, installation_of_id
 from bot.messages import Mention
-from bot.redact import redact
+from bot.runbook.escalation import EscalationSpec
 from bot.store import IdempotencyRecord, Step, Store, binding
 from bot.store.chain import KEYED_VERSION
 from bot.triage.engine import runbook_limit
@@ -68,53 +77,35 @@ class Authority:
 
 
 def approval_evidence(
-    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None
+    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None, widened: Sequence[str] = ()
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """What allows ``actor`` to approve now (RECOVER_APPROVERS), to be recorded with the approval.
-
-    Returns (evidence, None) or (None, problem-or-None). Evidence kinds: ``any`` (no list is set),
-    ``user`` (listed by id), ``group`` (a member of a listed user group, as read now).
-    """
-    if not approvers:
-        return {"kind": "any"}, None
-    if actor in approvers:
-        return {"kind": "user", "id": actor}, None
-    problem: str | None = None
-    for group in (a for a in approvers if a.startswith("S")):
-        if directory is None:
-            problem = f"user group {group} cannot be resolved (no directory configured)"
-            continue
-        try:
-            if actor in directory.members(group):
-                return {"kind": "group", "id": group, "member": actor}, None
-        except Exception as exc:  # noqa: BLE001 - any directory failure refuses, never allows
-            problem = f"user group {group} could not be read: {_directory_failure(exc)}"
-    return None, problem
-
-
-def _directory_failure(exc: Exception) -> str:
-    """A source's own account (what failed, what to fix) when it gives one; else only the error's kind."""
-    if isinstance(exc, RecoverError):
-        return redact(exc.message + (f" ({exc.hint})" if exc.hint else ""))
-    return type(exc).__name__
+    """What allows ``actor`` to approve now, to be recorded with the approval: the one approver rule
+    (:func:`approver_evidence`; ``widened``: the ids the request's ladder widened to by now)."""
+    return approver_evidence(actor, approvers, directory, widened)
 
 
 def approval_evidence_of(
-    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None, console_users: Mapping[str, str]
+    actor: str,
+    approvers: Sequence[str],
+    directory: ApproverDirectory | None,
+    console_users: Mapping[str, str],
+    widened: Sequence[str] = (),
 ) -> tuple[dict[str, Any] | None, str | None]:
     """:func:`approval_evidence` for the person behind ``actor`` (a console login through its mapping;
     an unmapped login is nobody and never approves). The console mapping is recorded with it."""
     person = person_of(actor, console_users)
     if person is None:
         return None, f"{actor} is not mapped to a Slack user id (RECOVER_CONSOLE_USERS)"
-    evidence, problem = approval_evidence(person, approvers, directory)
+    evidence, problem = approval_evidence(person, approvers, directory, widened)
     if evidence is not None and person != actor:
         evidence = {**evidence, "person": person, "login": console_login(actor)}
     return evidence, problem
 
 
-def evidence_problem(actor: str, evidence: object, approvers: Sequence[str]) -> str | None:
-    """Does the recorded evidence still allow ``actor`` under today's RECOVER_APPROVERS? No look-ups."""
+def evidence_problem(actor: str, evidence: object, approvers: Sequence[str], widened: Sequence[str] = ()) -> str | None:
+    """Does the recorded evidence still allow ``actor`` under today's RECOVER_APPROVERS? No look-ups.
+    ``widened``: the ids the chain's ``escalation_widened`` steps for the request named before the
+    approval and that today's ladder makes due at the approval's time (:func:`widened_for`)."""
     if not approvers:
         return None  # any other person may approve
     if not isinstance(evidence, Mapping):
@@ -123,6 +114,10 @@ def evidence_problem(actor: str, evidence: object, approvers: Sequence[str]) -> 
     if kind == "user" and ident == actor and actor in approvers:
         return None
     if kind == "group" and ident in approvers and evidence.get("member") == actor:
+        return None
+    # A widened group allows its members; a widened user id allows only that person.
+    widened_ok = str(ident).startswith("S") or ident == actor
+    if kind == "widened" and ident in widened and evidence.get("member") == actor and widened_ok:
         return None
     # Readable, not a live mention: this reason is stored in the chain and the request table as it is.
     return f"the recorded evidence ({kind} {ident}) does not allow {Mention('@', actor)} under RECOVER_APPROVERS"
@@ -198,8 +193,15 @@ def _prove(
     approvers: Sequence[str],
     channels: Sequence[str],
     console_users: Mapping[str, str],
+    escalation: EscalationSpec | None = None,
+    glass: GlassRule | None = None,
 ) -> Authority:
-    """The one reading of the chain for a request or a batch; raises :class:`NoAuthority`."""
+    """The one reading of the chain for a request or a batch; raises :class:`NoAuthority`.
+    ``escalation``: the runbook's ladder, whose recorded ``widen`` steps widen a request's approvers.
+
+    With ``glass`` (a single request's decision), a verified break-glass step stands in for the second
+    person's approval when no approval holds (bot/decisions/_glassproof.py); nothing else does.
+    """
     for owner in (installation_of_id(claim.ident), claim.installation):
         wrong = installation_problem(store, f"{claim.what} {claim.ident}", owner) if owner else None
         if wrong:
@@ -232,7 +234,10 @@ def _prove(
     name = names.approved if two_person else names.confirmed
     reasons: list[str] = []
     for s in (s for s in mine if s.step == name):
-        why = _approval_problem(s, made, claim, chain_hash, expires, two_person, approvers, channels, console_users)
+        widened = widened_for(escalation, made, mine, parse_time(s.at), before_seq=s.seq,
+                              intact=lambda w: _intact(store, w, first_keyed) is None)
+        why = _approval_problem(s, made, claim, chain_hash, expires, two_person, approvers, channels, console_users,
+                                widened)
         why = why or _intact(store, s, first_keyed)
         if why is None:
             return Authority(
@@ -246,6 +251,23 @@ def _prove(
                 approval_seq=s.seq,
             )
         reasons.append(why)
+    if two_person and glass is not None:
+        found, refused = glass_step(
+            mine, made, chain_hash, expires, glass, lambda s: _intact(store, s, first_keyed),
+            approvers=approvers, channels=channels, console_users=console_users,
+        )
+        if found is not None:
+            return Authority(
+                request_id=claim.ident,
+                content_hash=chain_hash,
+                requester=made.actor,
+                approver=found.actor,
+                policy=claim.policy,
+                evidence={"kind": "break_glass", "incident": found.inputs.get("incident")},
+                requested_seq=made.seq,
+                approval_seq=found.seq,
+            )
+        reasons.extend(refused)
     what = "approval by a second person" if two_person else "confirmation by its requester"
     if not reasons:
         raise NoAuthority(f"the chain records no {what} of {claim.ident}")
@@ -275,8 +297,11 @@ def derive(
     approvers: Sequence[str],
     channels: Sequence[str],
     console_users: Mapping[str, str] | None = None,
+    escalation: EscalationSpec | None = None,
 ) -> Authority:
-    """The authority to send ``req``, from the chain alone; raises :class:`NoAuthority` with the reason."""
+    """The authority to send ``req``, from the chain alone; raises :class:`NoAuthority` with the reason.
+
+    ``escalation`` (the runbook's ladder) lets a verified break-glass step stand in for the approval."""
     return _prove(
         store,
         request_claim(req),
@@ -286,6 +311,8 @@ def derive(
         approvers=approvers,
         channels=channels,
         console_users=console_users or {},
+        escalation=escalation,
+        glass=GlassRule(escalation, req.decision),
     )
 
 
@@ -319,6 +346,7 @@ def _approval_problem(
     approvers: Sequence[str],
     channels: Sequence[str],
     console_users: Mapping[str, str],
+    widened: Sequence[str] = (),
 ) -> str | None:
     recorded_hash = s.inputs.get("content_hash")
     if recorded_hash is not None and recorded_hash != chain_hash:
@@ -334,7 +362,7 @@ def _approval_problem(
             return who
         allowed_by = s.inputs.get("allowed_by")
         person = allowed_by.get("person", s.actor) if isinstance(allowed_by, Mapping) else s.actor
-        evidence = evidence_problem(person, allowed_by, approvers)
+        evidence = evidence_problem(person, allowed_by, approvers, widened)
         if evidence:
             return f"step {s.seq}: {evidence}"
     elif not same_person(s.actor, claim.requester, console_users):  # the approvals' own identity rule

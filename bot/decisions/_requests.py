@@ -35,6 +35,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
+from bot.decisions import _ladder_rows as ladder_rows
 from bot.installation_ids import DEFAULT_INSTALLATION, qualified_id
 from bot.store import Store
 from bot.store.chain import canonical_json
@@ -46,15 +47,7 @@ WAITS = "decision_waits"
 
 # Content columns: fixed once the request exists (the approver approves exactly these).
 CONTENT_FIELDS = (
-    "id",
-    "session_id",
-    "decision",
-    "turn_id",
-    "evidence_ref",
-    "effects",
-    "reason",
-    "requester",
-    "channel",
+    "id", "session_id", "decision", "turn_id", "evidence_ref", "effects", "reason", "requester", "channel",
     "policy",
     "facts",
     "shown_facts",
@@ -396,6 +389,8 @@ class RequestStore:
         )
         if cur.rowcount != 1:
             return False
+        # The request leaves requested/recheck: its ladder ends in this same commit (bot/escalation).
+        ladder_rows.settle(db, self.store, request_id, before["state"], to_state, self.store.clock.now())
         who = actor or values.get("decided_by") or values.get("approved_by") or "recover-bot"
         self.store.record_step(
             before["session_id"],

@@ -10,6 +10,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from bot.errors import RecoverError
+from bot.redact import redact
+
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 # The facts whose change voids an approval: what the second person looked at when approving
@@ -114,29 +117,53 @@ def channel_allowed(channel: str | None, channels: Sequence[str]) -> bool:
     return not channels or (channel is not None and channel in channels)
 
 
-def approver_allowed(
-    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None
-) -> tuple[bool, str | None]:
-    """RECOVER_APPROVERS: when set, only those users or members of those user groups approve.
+def _directory_failure(exc: Exception) -> str:
+    """A source's own account (what failed, what to fix) when it gives one; else only the error's kind."""
+    if isinstance(exc, RecoverError):
+        return redact(exc.message + (f" ({exc.hint})" if exc.hint else ""))
+    return type(exc).__name__
 
-    Returns (allowed, problem) where problem explains a group that could not be resolved.
+
+def approver_evidence(
+    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None, widened: Sequence[str] = ()
+) -> tuple[dict[str, Any] | None, str | None]:
+    """THE approver rule (RECOVER_APPROVERS, widened by the escalation ladder): what allows ``actor``.
+
+    Returns (evidence, None) or (None, problem-or-None). Evidence kinds: ``any`` (no list is set: any
+    second person), ``user`` (listed by id), ``group`` (a member of a listed user group, as read now),
+    ``widened`` (a ``U…`` id, or a member of an ``S…`` group, that a due ``widen`` step of the request's
+    ladder named: ``widened`` is exactly those ids, the caller derives them from the chain). Widening
+    adds only the people it names, and never the requester: the identity checks (:func:`same_person`)
+    run before this rule on every path.
     """
     if not approvers:
-        return True, None
+        return {"kind": "any"}, None
     if actor in approvers:
-        return True, None
-    groups = [a for a in approvers if a.startswith("S")]
+        return {"kind": "user", "id": actor}, None
     problem: str | None = None
-    for group in groups:
+    for kind, ident in [("group", a) for a in approvers if a.startswith("S")] + [("widened", w) for w in widened]:
+        if ident == actor and kind == "widened":
+            return {"kind": kind, "id": ident, "member": actor}, None
+        if not ident.startswith("S"):
+            continue
         if directory is None:
-            problem = f"user group {group} cannot be resolved (no directory configured)"
+            problem = f"user group {ident} cannot be resolved (no directory configured)"
             continue
         try:
-            if actor in directory.members(group):
-                return True, None
+            if actor in directory.members(ident):
+                return {"kind": kind, "id": ident, "member": actor}, None
         except Exception as exc:  # noqa: BLE001 - any directory failure refuses, never allows
-            problem = f"user group {group} could not be read: {type(exc).__name__}"
-    return False, problem
+            problem = f"user group {ident} could not be read: {_directory_failure(exc)}"
+    return None, problem
+
+
+def approver_allowed(
+    actor: str, approvers: Sequence[str], directory: ApproverDirectory | None, widened: Sequence[str] = ()
+) -> tuple[bool, str | None]:
+    """:func:`approver_evidence` as a yes/no: (allowed, problem) where problem explains a group that
+    could not be resolved."""
+    evidence, problem = approver_evidence(actor, approvers, directory, widened)
+    return evidence is not None, problem
 
 
 # Whether each object exists: kept beside the snapshot so a cleared attention reads "none" (not

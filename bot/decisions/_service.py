@@ -32,10 +32,12 @@ from bot.decisions._cases import CaseBook
 from bot.decisions._context import DecisionContext
 from bot.decisions._decide import DecideRoom
 from bot.decisions._execution import ExecutionRoom
+from bot.decisions._glass import BreakGlassRoom
 from bot.decisions._outcomes import Outcomes
 from bot.decisions._policy import Limits
 from bot.decisions._restart import RestartRoom
 from bot.decisions._resume import ResumeRoom
+from bot.decisions._reviews import ReviewRoom
 from bot.decisions._rules import ApproverDirectory
 from bot.decisions._unfinished import Unfinished, UnfinishedRoom
 from bot.decisions._verify import Verifier
@@ -98,6 +100,11 @@ class DecisionService:
         self.restart = RestartRoom(ctx, self.gate, self.execution, self.resuming, self.leftovers)
         self.deciding = DecideRoom(ctx, self.execution)
         self.approvals = ApprovalRoom(ctx, self.execution)
+        # Break-glass and its reviews (docs/requests.md); a front that can post sets glass.notice.
+        self.reviews = ReviewRoom(ctx)
+        self.glass = BreakGlassRoom(ctx, self.execution, self.reviews)
+        # The escalation ladder's runner (bot/escalation), set by the front that posts its steps.
+        self.ladder: object | None = None
 
     # == the lifecycle: decide, the two-person rule, expiry ========================================
 
@@ -169,7 +176,14 @@ class DecisionService:
     # == cases and hand-offs =========================================================================
 
     def cases(self, actor: str | None = None) -> Reply:
-        return self.casebook.cases(actor)
+        return self._with_reviews(self.casebook.cases(actor))
+
+    def _with_reviews(self, reply: Reply) -> Reply:
+        """Open break-glass reviews stay in ``cases`` and ``handoff`` (with their age) until signed."""
+        reviews = self.reviews.message(self.clock.now())
+        if reviews is not None:
+            reply.messages.append(reviews)
+        return reply
 
     def history(self, session_id: str, actor: str | None = None) -> Reply:
         return self.casebook.history(session_id, actor)
@@ -184,7 +198,7 @@ class DecisionService:
         return self.casebook.done(actor, session_id, reason)
 
     def handoff(self, actor: str) -> Reply:
-        return self.casebook.handoff(actor)
+        return self._with_reviews(self.casebook.handoff(actor))
 
     def close_if_settled(
         self, session_id: str, actor: str, facts: Mapping[str, object], found_by: str

@@ -5,6 +5,7 @@ Messages name decisions, error codes and runbook rule numbers verbatim (docs/com
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,6 +56,18 @@ def request_lines(req: DecisionRequest, notes: Sequence[str] = ()) -> list[str]:
         )
     lines.append(f"Content hash: {req.content_hash[:16]}")
     return lines
+
+
+def wire_lines(method: str, path: str, body: Mapping[str, Any]) -> list[str]:
+    """Exactly what goes to the control host (secrets masked): the dry run and break-glass show it."""
+    return [
+        f"{method} {path}",
+        "Authorization: Bearer ***",
+        "Idempotency-Key: *** (a new uuid4, stored before the first send and reused on every retry)",
+        "Content-Type: application/json",
+        "",
+        json.dumps(dict(body), indent=2, sort_keys=True),
+    ]
 
 
 def irreversible_line(decision: str) -> str:

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from bot.controlhost import PURPOSE_RESUME
+from bot.decisions import _ladder_rows as ladder_rows
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._guards import Refusal, in_recovery_channel, is_requester, load, refusing
@@ -156,6 +157,7 @@ class UnfinishedRoom:
         step_inputs: Mapping[str, object],
         from_states: Sequence[str] = WITHDRAWABLE_STATES,
     ) -> Reply:
+        ladder_rows.fence(self.ctx.store, self.ctx.clock, req.id)  # no ladder step after the withdrawal
         with self.ctx.store.write() as db:
             won = self.ctx.requests.transition(
                 db,

@@ -329,10 +329,14 @@ class RunbookSet:
         return self.limit(self.reconciler.exec_timeout)
 
     def approval_expiry(self, decision: str) -> float:
-        """Seconds an approval request for ``decision`` stays open."""
+        """Seconds an approval request for ``decision`` stays open: the one expiry rule. A two-person
+        request expires at the ladder's ``escalation: expiry`` when there is a ladder (its steps all come
+        before it); otherwise at the decision's ``expires`` (the loader fills in ``approval_expiry``)."""
         approval = self.decisions[decision].approval
         assert approval is not None and approval.expires is not None
-        return approval.expires
+        if approval.policy == "two_person" and self.escalation is not None:
+            return self.escalation.expiry_seconds
+        return float(approval.expires)
 
     def repeat_threshold(self, decision: str) -> int:
         value = self.decisions[decision].repeat_threshold

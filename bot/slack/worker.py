@@ -32,6 +32,8 @@ from bot.slack.app import SlackBot
 from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
+from bot.slack.ladder import attach_ladder
+from bot.slack.notice import attach_notice
 from bot.slack.state import SlackState, slack_migrations
 from bot.slack.watching import attach_watches, cores_of
 from bot.slack.web import SlackOut
@@ -124,6 +126,7 @@ def worker_bot(settings: Settings, store: Store) -> SlackBot:
     router = build_fleet_router(settings, directory=approver_directory(settings, client), startup=False)
     store.migrate([slack_migrations])  # the Slack front's own tables, beside the core's
     out = SlackOut(client)
+    attach_notice(router, out)  # break-glass posts its loud notice before any send
     state = SlackState(store)
     return SlackBot(
         settings=settings,
@@ -173,11 +176,14 @@ def main(stream: TextIO | None = None) -> int:
     bot.start_sweeper()
     bot.work.submit(bot.run_startup)
     watchers = attach_watches(bot)  # each installation's watch channel: watch mode here
+    ladder = attach_ladder(bot.router, bot.out, bot.state)  # the escalation ladder's due steps
     try:
         runner.run(stop)
     finally:
         for watcher in watchers:
             watcher.stop()
+        if ladder is not None:
+            ladder.stopping.set()
         bot.close()  # waits for the items already running
     return 0
 

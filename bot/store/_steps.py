@@ -7,7 +7,7 @@ write lock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlite_utils import Database
@@ -77,6 +77,12 @@ def listed(db: Database, session_id: str | None = None, case_id: int | None = No
         params.append(case_id)
     rows = db.table("steps").rows_where(" AND ".join(clauses) or None, params, order_by="seq")
     return [step_of(r) for r in rows]
+
+
+def named(db: Database, names: Sequence[str]) -> list[Step]:
+    """Steps of the given names, in log order (across every session)."""
+    marks = ", ".join("?" * len(names))
+    return [step_of(r) for r in db.table("steps").rows_where(f"step IN ({marks})", list(names), order_by="seq")]
 
 
 def at_seq(db: Database, seq: int) -> Step | None:

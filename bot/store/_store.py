@@ -94,6 +94,10 @@ class Store:
                     m.apply(db)
             self._applied.update(todo)
 
+    def applied(self, name: str) -> bool:
+        """Was the area's migration set named ``name`` applied to this store (its tables exist)?"""
+        return name in self._applied
+
     def require(self, migrations: Migrations) -> None:
         """Refuse, in one clear line, an area's use of a store opened without that area's tables."""
         if self._applied.get(migrations.name) is not migrations:
@@ -344,6 +348,11 @@ class Store:
         """Steps in log order, optionally of one session or one case."""
         with self.read() as db:
             return _steps.listed(db, session_id, case_id)
+
+    def steps_named(self, *names: str) -> list[Step]:
+        """Steps of these names across every session, in log order (a scan of the table: few steps have these names)."""
+        with self.read() as db:
+            return _steps.named(db, names)
 
     def step_at(self, seq: int) -> Step | None:
         with self.read() as db:

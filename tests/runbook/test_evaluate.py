@@ -374,6 +374,9 @@ def test_accessors(runbooks: RunbookSet) -> None:
         "batch decide",
         "withdraw",
         "replay",
+        "break-glass",
+        "review",
+        "remind",
     }
     with pytest.raises(KeyError, match="no limit named"):
         runbooks.limit("nope")

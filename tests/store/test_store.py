@@ -218,8 +218,9 @@ def test_the_app_composes_every_core_areas_tables(db_path: Path, clock: ManualCl
     with store.read() as db:
         applied = {r[0] for r in db.execute("SELECT migration_set FROM _sqlite_migrations")}
         tables = set(db.table_names())
-    assert applied == {"core", "dockerops", "decisions", "triage", "batches", "watch"}
-    assert {"cases", "steps", "idempotency", "dryruns", "decision_requests", "triages", "batches", "watch_stops", "watch_state"} <= tables
+    assert applied == {"core", "dockerops", "decisions", "triage", "batches", "watch", "escalation"}
+    assert {"cases", "steps", "idempotency", "dryruns", "decision_requests", "triages", "batches", "watch_stops",
+            "watch_state", "escalation_steps", "escalation_live"} <= tables
 
 
 def test_unreadable_path_is_a_store_error(tmp_path: Path) -> None:

@@ -1,0 +1,122 @@
+"""The escalation ladder's voice in Slack: posts in the request's thread, the live line edited in place.
+
+Its own Web API client, with no retry at all: a ladder post is one HTTP attempt that ends within the
+claim's lease (bot/escalation/runner.py, the ordering argument), and a 429 on a live edit is answered
+by editing later (its Retry-After), never by sleeping on a thread decisions share. Decisions use the
+front's client; nothing here waits for them or makes them wait.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+
+from bot.decisions import DecisionRequest
+from bot.decisions._text import APPROVAL_KIND
+from bot.escalation.runner import LadderRunner
+from bot.messages import Message
+from bot.router import Router
+from bot.slack.blocks import message_payload
+from bot.slack.state import SlackState
+from bot.slack.web import SlackOut
+
+log = logging.getLogger("recover_bot.slack.ladder")
+
+#: One attempt's timeout: well inside the claim's POST_MARGIN.
+POST_TIMEOUT = 8
+FIND_PAGES = 10
+
+
+def _retry_after(exc: SlackApiError) -> float:
+    headers = exc.response.headers if exc.response is not None else {}
+    for k, v in (headers or {}).items():
+        if k.lower() == "retry-after":
+            value = v[0] if isinstance(v, list) else v
+            try:
+                return float(value)
+            except ValueError:
+                return 60.0
+    return 60.0
+
+
+class SlackLadderPoster:
+    """The runner's :class:`bot.escalation.runner.LadderPoster` over Slack."""
+
+    def __init__(self, client: WebClient, state: SlackState) -> None:
+        self.client = client
+        self.state = state
+
+    @classmethod
+    def beside(cls, out: SlackOut, state: SlackState) -> SlackLadderPoster:
+        """A no-retry client on the front's workspace and API URL (the same token, never logged)."""
+        base = out.client
+        return cls(WebClient(token=base.token, base_url=base.base_url, timeout=POST_TIMEOUT, retry_handlers=[]), state)
+
+    def thread_of(self, request: DecisionRequest) -> tuple[str, str | None] | None:
+        where = self.state.thread_of(request.session_id)
+        if where is not None:
+            return where.channel, where.thread_ts
+        shown = self.state.ref_location(APPROVAL_KIND, request.id)
+        return (shown[0], shown[1]) if shown else None
+
+    def request_message(self, request_id: str) -> tuple[str, str] | None:
+        return self.state.ref_location(APPROVAL_KIND, request_id)
+
+    def post(self, channel: str, message: Message, thread_ts: str | None) -> str | None:
+        args: dict[str, Any] = {"channel": channel, **({"thread_ts": thread_ts} if thread_ts else {})}
+        try:
+            data = self.client.api_call("chat.postMessage", json={**args, **message_payload(message)}).data
+        except (SlackClientError, OSError, ValueError) as exc:
+            log.warning("ladder post failed: %s", type(exc).__name__)
+            return None
+        return str(data["ts"]) if isinstance(data, dict) and data.get("ts") else None
+
+    def update(self, channel: str, ts: str, message: Message) -> float | None:
+        try:
+            self.client.api_call("chat.update", json={"channel": channel, "ts": ts, **message_payload(message)})
+            return None
+        except SlackApiError as exc:
+            if exc.response is not None and exc.response.status_code == 429:
+                return _retry_after(exc)  # slows the live line, nothing else
+            log.warning("live line edit failed: %s", exc.response.get("error") if exc.response is not None else exc)
+        except (SlackClientError, OSError, ValueError) as exc:
+            log.warning("live line edit failed: %s", type(exc).__name__)
+        return 60.0
+
+    def find(self, channel: str, text: str, thread_ts: str | None) -> str | None:
+        """The thread's message carrying ``text`` (a step's key line); a Slack error raises."""
+        cursor: str | None = None
+        for _ in range(FIND_PAGES):
+            args: dict[str, Any] = {"channel": channel, "limit": 200, **({"cursor": cursor} if cursor else {})}
+            if thread_ts:
+                data = self.client.conversations_replies(ts=thread_ts, **args).data
+            else:
+                data = self.client.conversations_history(**args).data
+            assert isinstance(data, dict)
+            for msg in data.get("messages") or []:
+                if text in str(msg.get("text", "")) or text in json.dumps(msg.get("blocks") or []):
+                    return str(msg["ts"])
+            cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
+            if not data.get("has_more") or not cursor:
+                return None
+        return None
+
+
+def attach_ladder(router: object, out: SlackOut, state: SlackState, *, start: bool = True) -> LadderRunner | None:
+    """The ladder's runner for a router that runs the core and a runbook with ``escalation:``; with
+    ``start`` it runs a pass every few seconds on a daemon thread (every worker may: leases decide)."""
+    if not isinstance(router, Router) or router.services.runbooks.escalation is None:
+        return None
+    runner = LadderRunner(router.services.decisions.ctx, SlackLadderPoster.beside(out, state))
+    router.services.decisions.ladder = runner  # `/recover remind` posts through it
+    if start:
+        threading.Thread(target=runner.run, name="recover-ladder", daemon=True).start()
+    return runner
+
+
+__all__ = ["SlackLadderPoster", "attach_ladder"]

@@ -1,0 +1,133 @@
+"""The ladder on a simulated clock over the real core and a real SQLite file: each step once, in its
+request's thread, as a chain step; never after a decision; the expiry announced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bot.clock import ManualClock
+from bot.escalation.runner import LadderRunner
+from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER, DecisionEnv, StaticDirectory
+from tests.fixtures.escalation import BACKUP, TIER2, RecordingPoster
+
+TIER2_MEMBER = "U0TIER2A"
+
+
+@pytest.fixture
+def env(decision_sandbox: Any, db_path: Any, short_runbooks: Any) -> Any:
+    e = DecisionEnv(decision_sandbox, db_path, ManualClock(), short_runbooks)
+    yield e
+    e.close()
+
+
+def _close(env: DecisionEnv, svc: Any, sid: str = "ses_l1") -> str:
+    env.outcome_unknown(sid)
+    reply = svc.decide(REQUESTER, CHANNEL, sid, "abandon", turn="turn_9", effects="none outside",
+                       reason="hung", reporter=env.reporter)
+    msg = reply.messages[0]
+    assert msg.kind == "approval_request", msg.plain_text()
+    assert msg.ref is not None
+    return msg.ref
+
+
+def _svc(env: DecisionEnv) -> Any:
+    return env.service(approvers=(APPROVER,), directory=StaticDirectory({TIER2: {TIER2_MEMBER}}))
+
+
+def _ladder_steps(env: DecisionEnv, rid: str) -> list[tuple[str, int]]:
+    return [(s.step, s.inputs.get("step")) for s in env.store.steps()
+            if s.step.startswith("escalation_") and s.inputs.get("request_id") == rid]
+
+
+def test_the_two_person_expiry_is_the_ladders(env: DecisionEnv) -> None:
+    svc = _svc(env)
+    rid = _close(env, svc)
+    req = svc.requests.get(rid)
+    from bot.clock import parse_time
+
+    assert (parse_time(req.expires_at) - parse_time(req.created_at)).total_seconds() == 10  # escalation: expiry
+
+
+def test_remind_mention_widen_then_the_announced_expiry_each_once(env: DecisionEnv) -> None:
+    svc = _svc(env)
+    poster = RecordingPoster()
+    runner = LadderRunner(svc.ctx, poster)
+    rid = _close(env, svc)
+    runner.run_due()
+    assert poster.posts == []  # nothing due yet
+    env.clock.advance(2)
+    runner.run_due()
+    runner.run_due()  # a second pass posts nothing twice
+    assert len(poster.posts) == 1
+    remind = poster.posts[0][1]
+    assert remind.mentions == [] and "Reminder" in remind.headline and poster.posts[0][2] == "thread-ses_l1"
+    env.clock.advance(2)
+    runner.run_due()
+    assert poster.posts[1][1].mentions == [APPROVER]  # named one by one
+    env.clock.advance(2)
+    runner.run_due()
+    assert poster.posts[2][1].mentions == [TIER2, BACKUP]  # who became eligible
+    env.clock.advance(4)
+    runner.run_due()
+    assert svc.requests.get(rid).state == "expired"
+    assert "Expired" in poster.posts[3][1].headline
+    runner.run_due()
+    assert len(poster.posts) == 4
+    assert _ladder_steps(env, rid) == [("escalation_reminded", 0), ("escalation_mentioned", 1),
+                                       ("escalation_widened", 2), ("escalation_expired", -1)]
+
+
+def test_no_step_after_an_approval_and_the_rest_are_cancelled(env: DecisionEnv) -> None:
+    svc = _svc(env)
+    poster = RecordingPoster()
+    runner = LadderRunner(svc.ctx, poster)
+    rid = _close(env, svc)
+    env.clock.advance(2)
+    runner.run_due()
+    reply = svc.approve(APPROVER, CHANNEL, rid, env.reporter)
+    assert svc.requests.get(rid).state != "requested", reply.messages[-1].plain_text()
+    for _ in range(6):
+        env.clock.advance(2)
+        runner.run_due()
+    assert [m.headline.split(":")[0] for _c, m, _t in poster.posts] == ["Reminder"]
+    assert set(runner.rows.states(rid).values()) == {"posted", "cancelled"}
+
+
+def test_a_widened_group_member_approves_only_after_the_widen_step(env: DecisionEnv) -> None:
+    svc = _svc(env)
+    runner = LadderRunner(svc.ctx, RecordingPoster())
+    rid = _close(env, svc)
+    env.clock.advance(4)
+    runner.run_due()
+    early = svc.approve(TIER2_MEMBER, CHANNEL, rid, env.reporter)
+    assert not early.ok and "not an allowed approver" in early.messages[-1].plain_text()
+    env.clock.advance(2)
+    runner.run_due()
+    reply = svc.approve(TIER2_MEMBER, CHANNEL, rid, env.reporter)
+    assert reply.ok, reply.messages[-1].plain_text()
+    approved = [s for s in env.store.steps() if s.step == "decision_approved"]
+    assert approved[0].inputs["allowed_by"] == {"kind": "widened", "id": TIER2, "member": TIER2_MEMBER}
+    assert svc.requests.get(rid).state == "executed"  # sent through the gate
+
+
+def test_widening_never_makes_the_requester_eligible(env: DecisionEnv, decision_sandbox: Any, db_path: Any,
+                                                     tmp_path: Any) -> None:
+    from bot.runbook import load_runbooks
+    from tests.fixtures.escalation import short_ladder_folder
+
+    block = (
+        "escalation:\n  steps:\n    - {kind: widen, after: {duration: 1s, help: w}, groups: [S0TIER2, "
+        + REQUESTER
+        + "]}\n  expiry: {duration: 10s, help: e}\n"
+    )
+    env.runbooks = load_runbooks(short_ladder_folder(tmp_path / "r", block))
+    svc = env.service(approvers=(APPROVER,), directory=StaticDirectory({TIER2: {REQUESTER}}))
+    runner = LadderRunner(svc.ctx, RecordingPoster())
+    rid = _close(env, svc)
+    env.clock.advance(2)
+    runner.run_due()
+    reply = svc.approve(REQUESTER, CHANNEL, rid, env.reporter)
+    assert not reply.ok and "cannot approve your own request" in reply.messages[-1].plain_text()
+    assert svc.requests.get(rid).state == "requested"

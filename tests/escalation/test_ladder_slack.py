@@ -1,0 +1,137 @@
+"""The ladder end to end over signed Slack HTTP (the real Bolt app, the Web API stand-in, the sandbox
+control host, a real SQLite file) on a shortened ladder and the sandbox's simulated clock:
+thread reminder → mention → widen → announced expiry, the live line, and a widened approver's
+approval sent through the gate."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from bot.slack.ladder import attach_ladder
+from tests.fixtures.escalation import BACKUP, TIER2, short_ladder_folder
+from tests.fixtures.slack import SlackHarness
+
+SESSION = "ses_restore_transient"
+
+
+def _request(h: SlackHarness) -> tuple[Any, Any, str]:
+    (root,) = h.api.roots("CINC")
+    request = next(m for m in h.api.thread("CINC", root.ts) if any(a.startswith("rb:approve:") for a, _ in m.action_ids()))
+    found = re.search(r"req_[A-Za-z0-9]+", request.all_text())
+    assert found is not None
+    return root, request, found.group(0)
+
+
+def _new(h: SlackHarness, root: Any, seen: int) -> list[Any]:
+    return h.api.thread("CINC", root.ts)[seen:]
+
+
+def test_reminder_mention_widen_and_the_announced_expiry_over_slack(
+    slack_harness: Any, sandbox: Any, tmp_path: Path
+) -> None:
+    h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
+    runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    assert runner is not None
+    assert h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE").status_code == 200
+    h.settle()
+    root, request, rid = _request(h)
+    seen = len(h.api.thread("CINC", root.ts))
+
+    sandbox.clock.advance(2)
+    runner.run_due()
+    (remind,) = _new(h, root, seen)
+    assert "Reminder" in remind.all_text() and "<@" not in remind.all_text() and "subteam" not in remind.all_text()
+    assert remind.thread_ts == root.ts  # a new message in the request's thread
+    live = h.api.messages[request.ts]
+    assert live.updates >= 1 and "expires in" in live.all_text() and "may approve now: UBOB" in live.all_text()
+
+    sandbox.clock.advance(2)
+    runner.run_due()
+    (mention,) = _new(h, root, seen + 1)
+    assert "<@UBOB>" in mention.all_text()
+
+    sandbox.clock.advance(2)
+    runner.run_due()
+    (widen,) = _new(h, root, seen + 2)
+    assert f"<!subteam^{TIER2}>" in widen.all_text() and f"<@{BACKUP}>" in widen.all_text()
+
+    sandbox.clock.advance(4)
+    runner.run_due()
+    runner.run_due()
+    (expired,) = _new(h, root, seen + 3)
+    assert "Expired" in expired.all_text() and rid in expired.all_text()
+    steps = [s.step for s in h.bot.router.services.store.steps(session_id=SESSION) if s.step.startswith("escalation_")]
+    assert steps == ["escalation_reminded", "escalation_mentioned", "escalation_widened", "escalation_expired"]
+
+    h.send.command("handoff", user="UBOB")
+    h.settle()
+    said = "\n".join(m.all_text() for m in h.api.messages.values())
+    assert re.search(rf"Expired: `{rid}`", said), said[-2000:]
+
+
+def test_a_widened_group_member_approves_over_slack_and_it_is_sent(
+    slack_harness: Any, sandbox: Any, tmp_path: Path
+) -> None:
+    h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
+    h.api.groups[TIER2] = ["UCAROL"]
+    runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    assert runner is not None
+    h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE")
+    h.settle()
+    _root, _request_msg, rid = _request(h)
+    h.send.command(f"approve {rid}", user="UCAROL")  # before the widening: refused
+    h.settle()
+    assert h.bot.router.services.decisions.requests.get(rid).state == "requested"
+    sandbox.clock.advance(6)
+    runner.run_due()
+    h.send.command(f"approve {rid}", user="UCAROL")
+    h.settle()
+    assert h.bot.router.services.decisions.requests.get(rid).state == "executed"
+    assert [r for r in sandbox.admin.requests(SESSION) if "decision" in str(r.get("path", ""))]
+
+
+def test_remind_by_the_requester_runs_the_next_step_once_per_interval_and_nobody_else_may(
+    slack_harness: Any, sandbox: Any, tmp_path: Path
+) -> None:
+    h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
+    runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    assert runner is not None
+    h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE")
+    h.settle()
+    root, _request_msg, rid = _request(h)
+    seen = len(h.api.thread("CINC", root.ts))
+
+    before = len(h.api.responses)
+    h.send.command(f"remind {rid}", user="UBOB")  # not the requester
+    h.settle()
+    said = "\n".join(json.dumps(b) for _, b in h.api.responses[before:])
+    assert "only" in said and "reminds about request" in said
+    assert not [m for m in _new(h, root, seen) if "Reminder" in m.all_text()]
+
+    h.send.command(f"remind {rid}", user="UALICE")  # the ladder's first step (a reminder), now
+    h.settle()
+    reminders = [m for m in _new(h, root, seen) if m.all_text().startswith("Reminder") or "Reminder:" in m.all_text()]
+    assert len(reminders) == 1 and "<@" not in reminders[0].all_text()
+
+    before = len(h.api.responses)
+    h.send.command(f"remind {rid}", user="UALICE")  # within remind_interval (3s): refused, time left said
+    h.settle()
+    said = "\n".join(json.dumps(b) for _, b in h.api.responses[before:])
+    assert "the next one is allowed in 3s" in said
+
+    sandbox.clock.advance(3)
+    h.send.command(f"remind {rid}", user="UALICE")  # the mention, ahead of its time
+    h.settle()
+    assert any("<@UBOB>" in m.all_text() for m in _new(h, root, seen))
+    runner.run_due()  # their times came: neither step is said again
+    texts = [m.all_text() for m in _new(h, root, seen)]
+    assert sum("Reminder:" in t for t in texts) == 1 and sum("Approval still needed" in t for t in texts) == 1
+
+    before = len(h.api.responses)
+    h.send.command("pending", user="UBOB")
+    h.settle()
+    said = "\n".join(json.dumps(b) for _, b in h.api.responses[before:])
+    assert "may approve now: UBOB" in said and "next escalation: widen in 3s" in said and "expires in 7s" in said
