@@ -95,13 +95,21 @@ class LadderRunner:
     """Runs the ladder of every pending two-person request (see the module docstring)."""
 
     def __init__(
-        self, ctx: DecisionContext, poster: LadderPoster | None, *, owner: str | None = None, lease: float = LEASE_SECONDS
+        self,
+        ctx: DecisionContext,
+        poster: LadderPoster | None,
+        *,
+        owner: str | None = None,
+        lease: float = LEASE_SECONDS,
+        margin: float | None = None,
     ) -> None:
         self.ctx = ctx
         self.poster = poster
         self.rows = LadderStore(ctx.store)
         self.owner = owner or owner_id()
         self.lease = lease
+        # Post only with this much of the lease left (the poster's one attempt times out within it).
+        self.margin = POST_MARGIN if margin is None and lease == LEASE_SECONDS else (margin or lease * 2 / 3)
         self.stopping = threading.Event()
 
     # -- one pass ------------------------------------------------------------------------------
@@ -163,7 +171,9 @@ class LadderRunner:
         poster = self.poster
         where = poster.thread_of(req) if poster is not None else None
         if poster is None or where is None:
-            if not instead:
+            if claim.ended:
+                self.rows.cancel(claim)
+            elif not instead:
                 self.rows.posted(claim, None, self.ctx.now())  # nowhere to say it: the chain and `pending` do
             return
         channel, thread_ts = where
@@ -177,8 +187,11 @@ class LadderRunner:
                 self.rows.posted(claim, found, self.ctx.now())
                 done.found.append((claim.request_id, claim.index))
                 return
+            if claim.ended:
+                self.rows.cancel(claim)  # never said, and its request has ended: it never will be
+                return
         now = self.ctx.now()
-        if (claim.lease_until - now).total_seconds() < POST_MARGIN:
+        if (claim.lease_until - now).total_seconds() < self.margin:
             return  # too late to post within the lease: a live runner takes it over (module docstring, 1)
         message = self._message(req, claim, inputs, now)
         ts = poster.post(channel, message, thread_ts)

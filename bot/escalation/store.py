@@ -50,6 +50,7 @@ class Claim:
     lease_until: datetime
     taken_over: bool = False
     inputs: Mapping[str, Any] | None = None
+    ended: bool = False  # the request ended since: found in the thread → posted, else cancelled
 
 
 def _iso(when: datetime) -> str:
@@ -107,6 +108,11 @@ class LadderStore:
             if state in (POSTED, CANCELLED):
                 return "gone"
             wanted = ("expired",) if index == EXPIRY_INDEX else PENDING
+            if req_state not in wanted and state == CLAIMED and (lease_until or "") < n:
+                # Its owner died mid-post and the request has ended since: look in the thread only.
+                db.execute(f"UPDATE {ROWS} SET claimed_by = ?, lease_until = ? WHERE request_id = ? AND idx = ?",  # noqa: S608
+                           [owner, _iso(now + timedelta(seconds=lease)), request_id, index])
+                return Claim(request_id, index, str(kind), str(sid), now + timedelta(seconds=lease), True, ended=True)
             if req_state not in wanted:
                 if index != EXPIRY_INDEX or req_state not in PENDING:
                     # The request ended (or was decided before it expired): this step never comes.
@@ -195,6 +201,13 @@ class LadderStore:
             db.execute(
                 f"UPDATE {ROWS} SET state = ?, posted_at = ?, ts = ? WHERE request_id = ? AND idx = ? AND state = ?",  # noqa: S608
                 [POSTED, _iso(now), ts, claim.request_id, claim.index, CLAIMED],
+            )
+
+    def cancel(self, claim: Claim) -> None:
+        with self.store.write() as db:
+            db.execute(
+                f"UPDATE {ROWS} SET state = ? WHERE request_id = ? AND idx = ? AND state = ?",  # noqa: S608
+                [CANCELLED, claim.request_id, claim.index, CLAIMED],
             )
 
     def states(self, request_id: str) -> dict[int, str]:
