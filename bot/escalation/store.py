@@ -107,6 +107,8 @@ class LadderStore:
             kind, sid, state, due_at, held_until, lease_until, req_state, previous_owner = row
             if state in (POSTED, CANCELLED):
                 return "gone"
+            if state == CLAIMED and (lease_until or "") >= n:
+                return "busy"  # its owner is posting it (or may be, until its lease ends)
             wanted = ("expired",) if index == EXPIRY_INDEX else PENDING
             if req_state not in wanted and state == CLAIMED and (lease_until or "") < n:
                 # Its owner died mid-post and the request has ended since: look in the thread only.

@@ -34,7 +34,7 @@ escalation:
     - {kind: remind, after: {duration: 1s, help: r}}
     - {kind: mention, after: {duration: 2s, help: m}}
     - {kind: widen, after: {duration: 3s, help: w}, groups: [U0BACKUP]}
-  expiry: {duration: 8s, help: e}
+  expiry: {duration: 15s, help: e}
 """
 
 

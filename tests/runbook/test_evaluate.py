@@ -374,6 +374,7 @@ def test_accessors(runbooks: RunbookSet) -> None:
         "batch decide",
         "withdraw",
         "replay",
+        "remind",
     }
     with pytest.raises(KeyError, match="no limit named"):
         runbooks.limit("nope")
