@@ -8,7 +8,6 @@ front's client; nothing here waits for them or makes them wait.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from typing import Any
@@ -23,13 +22,13 @@ from bot.messages import Message
 from bot.router import Router
 from bot.slack.blocks import message_payload
 from bot.slack.state import SlackState
+from bot.slack.watching import find_message
 from bot.slack.web import SlackOut
 
 log = logging.getLogger("recover_bot.slack.ladder")
 
 #: One attempt's timeout: well inside the claim's POST_MARGIN.
 POST_TIMEOUT = 8
-FIND_PAGES = 10
 
 
 def _retry_after(exc: SlackApiError) -> float:
@@ -90,21 +89,7 @@ class SlackLadderPoster:
 
     def find(self, channel: str, text: str, thread_ts: str | None) -> str | None:
         """The thread's message carrying ``text`` (a step's key line); a Slack error raises."""
-        cursor: str | None = None
-        for _ in range(FIND_PAGES):
-            args: dict[str, Any] = {"channel": channel, "limit": 200, **({"cursor": cursor} if cursor else {})}
-            if thread_ts:
-                data = self.client.conversations_replies(ts=thread_ts, **args).data
-            else:
-                data = self.client.conversations_history(**args).data
-            assert isinstance(data, dict)
-            for msg in data.get("messages") or []:
-                if text in str(msg.get("text", "")) or text in json.dumps(msg.get("blocks") or []):
-                    return str(msg["ts"])
-            cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
-            if not data.get("has_more") or not cursor:
-                return None
-        return None
+        return find_message(self.client, channel, text, thread_ts)
 
 
 def attach_ladder(router: object, out: SlackOut, state: SlackState, *, start: bool = True) -> LadderRunner | None:
