@@ -155,3 +155,22 @@ def test_the_live_line_is_edited_at_most_once_per_interval_and_a_429_delays_only
     assert len(poster.posts) == 3  # the ladder's steps were not slowed
     reply = svc.approve(APPROVER, CHANNEL, rid, env.reporter)  # nor the decision
     assert reply.ok and svc.requests.get(rid).state == "executed"
+
+
+def test_due_steps_survive_a_restart(env: DecisionEnv) -> None:
+    svc = _svc(env)
+    rid = _close(env, svc)
+    first = RecordingPoster()
+    env.clock.advance(2)
+    LadderRunner(svc.ctx, first).run_due()
+    env.restart()  # a new process on the same file: the rows, the chain and the clock's time are all it has
+    svc = _svc(env)
+    again = RecordingPoster()
+    runner = LadderRunner(svc.ctx, again)
+    runner.run_due()
+    assert again.posts == []  # the reminder was said before the restart: not again
+    env.clock.advance(4)
+    runner.run_due()
+    heads = [m.headline for _c, m, _t in again.posts]
+    assert len(heads) == 2 and heads[0].startswith("Approval still needed") and heads[1].startswith("Now also eligible")
+    assert _ladder_steps(env, rid) == [("escalation_reminded", 0), ("escalation_mentioned", 1), ("escalation_widened", 2)]
