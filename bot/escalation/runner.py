@@ -221,7 +221,9 @@ class LadderRunner:
             return
         for req in self.ctx.requests.find(states=PENDING_STATES):
             now = self.ctx.now()
-            if spec_of(self.ctx, req) is None or not self.rows.live_due(req.id, now):
+            if spec_of(self.ctx, req) is None or self.poster.request_message(req.id) is None:
+                continue
+            if not self.rows.claim_live(req.id, now, spec.live_update_seconds):
                 continue
             if self._edit(req.id, live_message(self.ctx, req, self._live_text(req, now)), interval=spec.live_update_seconds):
                 done.edited.append(req.id)
@@ -243,9 +245,9 @@ class LadderRunner:
         if where is None:
             return False
         wait = self.poster.update(where[0], where[1], message)
-        if interval is not None:
+        if interval is not None and wait is not None and wait > interval:
             # A 429 pushes the next edit back by its Retry-After; a decision is never waited for.
-            self.rows.live_edited(request_id, self.ctx.now(), max(interval, wait or 0.0))
+            self.rows.live_edited(request_id, self.ctx.now(), wait)
         return wait is None
 
     # -- serve ---------------------------------------------------------------------------------

@@ -224,16 +224,24 @@ class LadderStore:
 
     # -- the live line ------------------------------------------------------------------------------
 
-    def live_due(self, request_id: str, now: datetime) -> bool:
-        with self.store.read() as db:
-            row = db.execute("SELECT next_edit_at FROM escalation_live WHERE request_id = ?", [request_id]).fetchone()
-        return row is None or row[0] is None or row[0] <= _iso(now)
+    def claim_live(self, request_id: str, now: datetime, interval: float) -> bool:
+        """True for the one process that may edit the request's live line now (then not again for
+        ``interval``): at most one edit per request per interval, however many runners there are."""
+        with self.store.write() as db:
+            db.execute("INSERT OR IGNORE INTO escalation_live (request_id) VALUES (?)", [request_id])
+            cur = db.execute(
+                "UPDATE escalation_live SET next_edit_at = ? WHERE request_id = ? "
+                "AND (next_edit_at IS NULL OR next_edit_at <= ?)",
+                [_iso(now + timedelta(seconds=interval)), request_id, _iso(now)],
+            )
+            return cur.rowcount == 1
 
     def live_edited(self, request_id: str, now: datetime, wait: float) -> None:
+        """The next edit waits ``wait`` seconds (a 429's Retry-After); the kept message is left as it is."""
         with self.store.write() as db:
             db.execute(
-                "INSERT OR REPLACE INTO escalation_live (request_id, edited_at, next_edit_at) VALUES (?, ?, ?)",
-                [request_id, _iso(now), _iso(now + timedelta(seconds=wait))],
+                "UPDATE escalation_live SET edited_at = ?, next_edit_at = ? WHERE request_id = ?",
+                [_iso(now), _iso(now + timedelta(seconds=wait)), request_id],
             )
 
 
