@@ -5,11 +5,8 @@ found in the thread by its key when its post had reached Slack: 0 lost, 0 twice.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +21,7 @@ from bot.slack.web import SlackOut
 from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER, DecisionEnv
 from tests.fixtures.escalation import short_ladder_folder
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackStandIn, slack_settings
+from tests.watch.test_watch_processes import start_proc
 
 ROOT = Path(__file__).resolve().parents[2]
 SLACK_CHANNEL = "C0LADDER"
@@ -39,15 +37,7 @@ escalation:
 
 
 def _start(config: dict[str, Any]) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.escalation.proc"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(config) + "\n")
-    proc.stdin.flush()
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
+    return start_proc(config, "tests.escalation.proc")
 
 
 def _until(ready: Callable[[], bool], timeout: float) -> None:

@@ -26,9 +26,10 @@ CHANNEL = "C0WATCH"
 STOPS = 40
 
 
-def _start(config: dict[str, object]) -> subprocess.Popen[str]:
+def start_proc(config: dict[str, object], module: str = "tests.watch.proc") -> subprocess.Popen[str]:
+    """``module`` in a process of its own, given ``config`` as JSON on stdin; back once it says ``ready``."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.watch.proc"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        [sys.executable, "-m", module], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.stdin is not None and proc.stdout is not None
@@ -72,7 +73,7 @@ def test_two_processes_and_a_sigkill_post_each_stop_exactly_once(
     # Each post is answered 0.2 s after Slack holds it: the kill lands on a claim of the killed process,
     # most likely one whose post reached the channel but whose ts it never stored.
     slack_api.slow("chat.postMessage", 0.2)
-    a, b = _start(config), _start(config)
+    a, b = start_proc(config), start_proc(config)
     c = None
     saved = WatchStore(Store(db, migrations=[watch_migrations]), "default")
     left: set[str] = set()
@@ -85,7 +86,7 @@ def test_two_processes_and_a_sigkill_post_each_stop_exactly_once(
                 a.send_signal(signal.SIGKILL)
                 a.wait(10)
                 left = _unposted(saved, a.pid)
-                c = _start(config)
+                c = start_proc(config)
         deadline, settled = time.monotonic() + 90, 0
         while time.monotonic() < deadline and settled < 5:
             # Done once every stop is posted (and it stays so for 1 s: nothing posts it again).
