@@ -39,6 +39,7 @@ from typing import Any
 from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, Receipt, ReplayResult
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
+from bot.decisions._ladder_rows import fence
 from bot.decisions._proof import (
     _BATCH,
     APPROVED,
@@ -247,6 +248,7 @@ class Gate:
     def refuse(self, req: DecisionRequest, actor: str, reporter: Reporter, reason: str) -> Reply:
         """``→ void`` with a recorded refusal; posted and returned."""
         log.warning("refused to send %s (%s on %s): %s", req.id, req.decision, req.session_id, reason)
+        fence(self.ctx.store, self.ctx.clock, req.id)  # no ladder step after the void
         with self.ctx.store.write() as db:
             self.ctx.requests.transition(
                 db,

@@ -176,6 +176,7 @@ def untampered(ctx: DecisionContext, req: DecisionRequest, actor: str, *, void: 
         return
     extra: list[Message] = []
     if void:
+        ladder_rows.fence(ctx.store, ctx.clock, req.id)  # no ladder step after the void
         with ctx.store.write() as db:
             ctx.requests.transition(
                 db,

@@ -11,8 +11,8 @@ expired (the argument is in bot/escalation/runner.py):
 - :func:`settle`, inside :meth:`RequestStore.transition` (the one place a state changes), when the
   request leaves ``requested``/``recheck``: a claim still in flight refuses the transition
   (:class:`LadderBusy`, rolled back: only if the hold lapsed between the fence and the commit), and
-  every row not yet posted is cancelled in the same commit — except the expiry's announcement, which
-  an expiry leaves due.
+  every row not yet claimed is cancelled in the same commit — except the expiry's announcement, which
+  an expiry leaves due; a dead owner's lapsed claim is left for a runner to look for in the thread.
 """
 
 from __future__ import annotations
@@ -150,9 +150,11 @@ def settle(db: Database, store: Store, request_id: str, before: str, to_state: s
         )
     keep = [EXPIRY_INDEX] if to_state == "expired" else []
     marks = "".join(f" AND idx <> {int(k)}" for k in keep)
+    # A claim whose owner died mid-post stays claimed: a runner looks for it in the thread, marks it
+    # posted if it is there, cancels it if not (never posts it: the request has ended).
     db.execute(
-        f"UPDATE {ROWS} SET state = ? WHERE request_id = ? AND state IN (?, ?, ?){marks}",  # noqa: S608
-        [CANCELLED, request_id, DUE, HELD, CLAIMED],
+        f"UPDATE {ROWS} SET state = ? WHERE request_id = ? AND state IN (?, ?){marks}",  # noqa: S608
+        [CANCELLED, request_id, DUE, HELD],
     )
 
 

@@ -95,13 +95,21 @@ class LadderRunner:
     """Runs the ladder of every pending two-person request (see the module docstring)."""
 
     def __init__(
-        self, ctx: DecisionContext, poster: LadderPoster | None, *, owner: str | None = None, lease: float = LEASE_SECONDS
+        self,
+        ctx: DecisionContext,
+        poster: LadderPoster | None,
+        *,
+        owner: str | None = None,
+        lease: float = LEASE_SECONDS,
+        margin: float | None = None,
     ) -> None:
         self.ctx = ctx
         self.poster = poster
         self.rows = LadderStore(ctx.store)
         self.owner = owner or owner_id()
         self.lease = lease
+        # Post only with this much of the lease left (the poster's one attempt times out within it).
+        self.margin = POST_MARGIN if margin is None and lease == LEASE_SECONDS else (margin or lease * 2 / 3)
         self.stopping = threading.Event()
 
     # -- one pass ------------------------------------------------------------------------------
@@ -163,7 +171,9 @@ class LadderRunner:
         poster = self.poster
         where = poster.thread_of(req) if poster is not None else None
         if poster is None or where is None:
-            if not instead:
+            if claim.ended:
+                self.rows.cancel(claim)
+            elif not instead:
                 self.rows.posted(claim, None, self.ctx.now())  # nowhere to say it: the chain and `pending` do
             return
         channel, thread_ts = where
@@ -177,8 +187,11 @@ class LadderRunner:
                 self.rows.posted(claim, found, self.ctx.now())
                 done.found.append((claim.request_id, claim.index))
                 return
+            if claim.ended:
+                self.rows.cancel(claim)  # never said, and its request has ended: it never will be
+                return
         now = self.ctx.now()
-        if (claim.lease_until - now).total_seconds() < POST_MARGIN:
+        if (claim.lease_until - now).total_seconds() < self.margin:
             return  # too late to post within the lease: a live runner takes it over (module docstring, 1)
         message = self._message(req, claim, inputs, now)
         ts = poster.post(channel, message, thread_ts)
@@ -208,7 +221,9 @@ class LadderRunner:
             return
         for req in self.ctx.requests.find(states=PENDING_STATES):
             now = self.ctx.now()
-            if spec_of(self.ctx, req) is None or not self.rows.live_due(req.id, now):
+            if spec_of(self.ctx, req) is None or self.poster.request_message(req.id) is None:
+                continue
+            if not self.rows.claim_live(req.id, now, spec.live_update_seconds):
                 continue
             if self._edit(req.id, live_message(self.ctx, req, self._live_text(req, now)), interval=spec.live_update_seconds):
                 done.edited.append(req.id)
@@ -230,9 +245,9 @@ class LadderRunner:
         if where is None:
             return False
         wait = self.poster.update(where[0], where[1], message)
-        if interval is not None:
+        if interval is not None and wait is not None and wait > interval:
             # A 429 pushes the next edit back by its Retry-After; a decision is never waited for.
-            self.rows.live_edited(request_id, self.ctx.now(), max(interval, wait or 0.0))
+            self.rows.live_edited(request_id, self.ctx.now(), wait)
         return wait is None
 
     # -- serve ---------------------------------------------------------------------------------

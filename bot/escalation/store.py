@@ -50,6 +50,7 @@ class Claim:
     lease_until: datetime
     taken_over: bool = False
     inputs: Mapping[str, Any] | None = None
+    ended: bool = False  # the request ended since: found in the thread → posted, else cancelled
 
 
 def _iso(when: datetime) -> str:
@@ -106,7 +107,14 @@ class LadderStore:
             kind, sid, state, due_at, held_until, lease_until, req_state, previous_owner = row
             if state in (POSTED, CANCELLED):
                 return "gone"
+            if state == CLAIMED and (lease_until or "") >= n:
+                return "busy"  # its owner is posting it (or may be, until its lease ends)
             wanted = ("expired",) if index == EXPIRY_INDEX else PENDING
+            if req_state not in wanted and state == CLAIMED and (lease_until or "") < n:
+                # Its owner died mid-post and the request has ended since: look in the thread only.
+                db.execute(f"UPDATE {ROWS} SET claimed_by = ?, lease_until = ? WHERE request_id = ? AND idx = ?",  # noqa: S608
+                           [owner, _iso(now + timedelta(seconds=lease)), request_id, index])
+                return Claim(request_id, index, str(kind), str(sid), now + timedelta(seconds=lease), True, ended=True)
             if req_state not in wanted:
                 if index != EXPIRY_INDEX or req_state not in PENDING:
                     # The request ended (or was decided before it expired): this step never comes.
@@ -197,6 +205,13 @@ class LadderStore:
                 [POSTED, _iso(now), ts, claim.request_id, claim.index, CLAIMED],
             )
 
+    def cancel(self, claim: Claim) -> None:
+        with self.store.write() as db:
+            db.execute(
+                f"UPDATE {ROWS} SET state = ? WHERE request_id = ? AND idx = ? AND state = ?",  # noqa: S608
+                [CANCELLED, claim.request_id, claim.index, CLAIMED],
+            )
+
     def states(self, request_id: str) -> dict[int, str]:
         with self.store.read() as db:
             rows = db.execute(f"SELECT idx, state FROM {ROWS} WHERE request_id = ?", [request_id]).fetchall()  # noqa: S608
@@ -209,16 +224,24 @@ class LadderStore:
 
     # -- the live line ------------------------------------------------------------------------------
 
-    def live_due(self, request_id: str, now: datetime) -> bool:
-        with self.store.read() as db:
-            row = db.execute("SELECT next_edit_at FROM escalation_live WHERE request_id = ?", [request_id]).fetchone()
-        return row is None or row[0] is None or row[0] <= _iso(now)
+    def claim_live(self, request_id: str, now: datetime, interval: float) -> bool:
+        """True for the one process that may edit the request's live line now (then not again for
+        ``interval``): at most one edit per request per interval, however many runners there are."""
+        with self.store.write() as db:
+            db.execute("INSERT OR IGNORE INTO escalation_live (request_id) VALUES (?)", [request_id])
+            cur = db.execute(
+                "UPDATE escalation_live SET next_edit_at = ? WHERE request_id = ? "
+                "AND (next_edit_at IS NULL OR next_edit_at <= ?)",
+                [_iso(now + timedelta(seconds=interval)), request_id, _iso(now)],
+            )
+            return cur.rowcount == 1
 
     def live_edited(self, request_id: str, now: datetime, wait: float) -> None:
+        """The next edit waits ``wait`` seconds (a 429's Retry-After); the kept message is left as it is."""
         with self.store.write() as db:
             db.execute(
-                "INSERT OR REPLACE INTO escalation_live (request_id, edited_at, next_edit_at) VALUES (?, ?, ?)",
-                [request_id, _iso(now), _iso(now + timedelta(seconds=wait))],
+                "UPDATE escalation_live SET edited_at = ?, next_edit_at = ? WHERE request_id = ?",
+                [_iso(now), _iso(now + timedelta(seconds=wait)), request_id],
             )
 
 

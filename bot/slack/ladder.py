@@ -8,7 +8,6 @@ front's client; nothing here waits for them or makes them wait.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from typing import Any
@@ -20,16 +19,15 @@ from bot.decisions import DecisionRequest
 from bot.decisions._text import APPROVAL_KIND
 from bot.escalation.runner import LadderRunner
 from bot.messages import Message
-from bot.router import Router
 from bot.slack.blocks import message_payload
 from bot.slack.state import SlackState
+from bot.slack.watching import cores_of, find_message
 from bot.slack.web import SlackOut
 
 log = logging.getLogger("recover_bot.slack.ladder")
 
 #: One attempt's timeout: well inside the claim's POST_MARGIN.
 POST_TIMEOUT = 8
-FIND_PAGES = 10
 
 
 def _retry_after(exc: SlackApiError) -> float:
@@ -90,33 +88,24 @@ class SlackLadderPoster:
 
     def find(self, channel: str, text: str, thread_ts: str | None) -> str | None:
         """The thread's message carrying ``text`` (a step's key line); a Slack error raises."""
-        cursor: str | None = None
-        for _ in range(FIND_PAGES):
-            args: dict[str, Any] = {"channel": channel, "limit": 200, **({"cursor": cursor} if cursor else {})}
-            if thread_ts:
-                data = self.client.conversations_replies(ts=thread_ts, **args).data
-            else:
-                data = self.client.conversations_history(**args).data
-            assert isinstance(data, dict)
-            for msg in data.get("messages") or []:
-                if text in str(msg.get("text", "")) or text in json.dumps(msg.get("blocks") or []):
-                    return str(msg["ts"])
-            cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
-            if not data.get("has_more") or not cursor:
-                return None
-        return None
+        return find_message(self.client, channel, text, thread_ts)
 
 
 def attach_ladder(router: object, out: SlackOut, state: SlackState, *, start: bool = True) -> LadderRunner | None:
-    """The ladder's runner for a router that runs the core and a runbook with ``escalation:``; with
-    ``start`` it runs a pass every few seconds on a daemon thread (every worker may: leases decide)."""
-    if not isinstance(router, Router) or router.services.runbooks.escalation is None:
-        return None
-    runner = LadderRunner(router.services.decisions.ctx, SlackLadderPoster.beside(out, state))
-    router.services.decisions.ladder = runner  # `/recover remind` posts through it
-    if start:
-        threading.Thread(target=runner.run, name="recover-ladder", daemon=True).start()
-    return runner
+    """The ladder's runner for each core the router runs whose runbook has ``escalation:`` (one per
+    installation of a fleet: its own store and requests); with ``start`` each runs a pass every few
+    seconds on a daemon thread (every worker may: leases decide). Returns the first runner."""
+    runners: list[LadderRunner] = []
+    for core in cores_of(router):
+        if core.runbooks.escalation is None:
+            continue
+        runner = LadderRunner(core.decisions.ctx, SlackLadderPoster.beside(out, state))
+        core.decisions.ladder = runner  # `/recover remind` posts through it
+        if start:
+            name = f"recover-ladder-{core.installation}"
+            threading.Thread(target=runner.run, name=name, daemon=True).start()
+        runners.append(runner)
+    return runners[0] if runners else None
 
 
 __all__ = ["SlackLadderPoster", "attach_ladder"]

@@ -6,6 +6,8 @@ import json
 import threading
 from typing import Any, Protocol
 
+from slack_sdk import WebClient
+
 from bot.fleet_router import FleetRouter
 from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
@@ -48,23 +50,27 @@ class SlackWatchPoster:
         return self.out.update(channel, ts, self._named(message))
 
     def find(self, channel: str, text: str, thread_ts: str | None = None) -> str | None:
-        """conversations.history (or .replies under a thread), newest first, for a message whose text
-        or blocks contain ``text``; a Slack error raises, so the caller never posts blind."""
-        cursor: str | None = None
-        for _ in range(FIND_PAGES):
-            args: dict[str, Any] = {"channel": channel, "limit": 200, **({"cursor": cursor} if cursor else {})}
-            if thread_ts:
-                data = self.out.client.conversations_replies(ts=thread_ts, **args).data
-            else:
-                data = self.out.client.conversations_history(**args).data
-            assert isinstance(data, dict)
-            for msg in data.get("messages") or []:
-                if text in str(msg.get("text", "")) or text in json.dumps(msg.get("blocks") or []):
-                    return str(msg["ts"])
-            cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
-            if not data.get("has_more") or not cursor:
-                return None
-        return None
+        return find_message(self.out.client, channel, text, thread_ts)
+
+
+def find_message(client: WebClient, channel: str, text: str, thread_ts: str | None = None) -> str | None:
+    """conversations.history (or .replies under a thread), newest first, for a message whose text or
+    blocks contain ``text``; a Slack error raises, so the caller never posts blind."""
+    cursor: str | None = None
+    for _ in range(FIND_PAGES):
+        args: dict[str, Any] = {"channel": channel, "limit": 200, **({"cursor": cursor} if cursor else {})}
+        if thread_ts:
+            data = client.conversations_replies(ts=thread_ts, **args).data
+        else:
+            data = client.conversations_history(**args).data
+        assert isinstance(data, dict)
+        for msg in data.get("messages") or []:
+            if text in str(msg.get("text", "")) or text in json.dumps(msg.get("blocks") or []):
+                return str(msg["ts"])
+        cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
+        if not data.get("has_more") or not cursor:
+            return None
+    return None
 
 
 class SlackChannelMembers:

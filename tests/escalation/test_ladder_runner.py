@@ -131,3 +131,46 @@ def test_widening_never_makes_the_requester_eligible(env: DecisionEnv, decision_
     reply = svc.approve(REQUESTER, CHANNEL, rid, env.reporter)
     assert not reply.ok and "cannot approve your own request" in reply.messages[-1].plain_text()
     assert svc.requests.get(rid).state == "requested"
+
+
+def test_the_live_line_is_edited_at_most_once_per_interval_and_a_429_delays_only_it(env: DecisionEnv) -> None:
+    svc = _svc(env)
+    poster = RecordingPoster()
+    runner = LadderRunner(svc.ctx, poster)
+    rid = _close(env, svc)
+    runner.run_due()
+    runner.run_due()
+    assert len(poster.edits) == 1  # live_update: 2s
+    line = poster.edits[0][1].lines[0]
+    assert line.startswith("Live: expires in 10s") and f"may approve now: {APPROVER}" in line and "remind in 2s" in line
+    assert f"/recover approve {rid}" in poster.edits[0][1].lines  # the message as first shown, kept whole
+    env.clock.advance(2)
+    poster.refuse_edits_for = 30.0  # Slack answers 429 with Retry-After: 30
+    runner.run_due()
+    poster.refuse_edits_for = None
+    for _ in range(3):
+        env.clock.advance(2)
+        runner.run_due()
+    assert len(poster.edits) == 1  # the next edit waits out the Retry-After
+    assert len(poster.posts) == 3  # the ladder's steps were not slowed
+    reply = svc.approve(APPROVER, CHANNEL, rid, env.reporter)  # nor the decision
+    assert reply.ok and svc.requests.get(rid).state == "executed"
+
+
+def test_due_steps_survive_a_restart(env: DecisionEnv) -> None:
+    svc = _svc(env)
+    rid = _close(env, svc)
+    first = RecordingPoster()
+    env.clock.advance(2)
+    LadderRunner(svc.ctx, first).run_due()
+    env.restart()  # a new process on the same file: the rows, the chain and the clock's time are all it has
+    svc = _svc(env)
+    again = RecordingPoster()
+    runner = LadderRunner(svc.ctx, again)
+    runner.run_due()
+    assert again.posts == []  # the reminder was said before the restart: not again
+    env.clock.advance(4)
+    runner.run_due()
+    heads = [m.headline for _c, m, _t in again.posts]
+    assert len(heads) == 2 and heads[0].startswith("Approval still needed") and heads[1].startswith("Now also eligible")
+    assert _ladder_steps(env, rid) == [("escalation_reminded", 0), ("escalation_mentioned", 1), ("escalation_widened", 2)]

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from bot.errors import RunbookError
 from bot.runbook import load_runbooks
+from tests.fixtures.escalation import short_ladder_folder
 
 SHIPPED = Path(__file__).resolve().parents[2] / "runbooks"
 
 
 def _with_escalation(tmp_path: Path, block: str) -> Path:
-    folder = tmp_path / "runbooks"
-    shutil.copytree(SHIPPED, folder)
-    path = folder / "session-recovery.yaml"
-    text = path.read_text(encoding="utf-8")
-    start = text.index("escalation:\n")
-    end = text.index("\n\n", start)
-    path.write_text(text[:start] + block.strip("\n") + text[end:], encoding="utf-8")
-    return folder
+    return short_ladder_folder(tmp_path, block)
 
 
 def test_the_shipped_ladder_counts_from_the_request_and_ends_before_the_expiry() -> None:

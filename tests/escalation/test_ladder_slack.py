@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,23 @@ def test_remind_by_the_requester_runs_the_next_step_once_per_interval_and_nobody
     h.settle()
     said = "\n".join(json.dumps(b) for _, b in h.api.responses[before:])
     assert "may approve now: UBOB" in said and "next escalation: widen in 3s" in said and "expires in 7s" in said
+
+
+def test_a_429_on_the_live_line_delays_that_edit_only(slack_harness: Any, sandbox: Any, tmp_path: Path) -> None:
+    h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
+    runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    assert runner is not None
+    h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE")
+    h.settle()
+    _root, request, rid = _request(h)
+    h.api.rate_limit("chat.update", times=1, retry_after=30)
+    started = time.monotonic()
+    done = runner.run_due()
+    assert time.monotonic() - started < 5  # no Retry-After sleep on the runner's thread
+    assert done.edited == [] and h.api.messages[request.ts].updates == 0
+    sandbox.clock.advance(4)  # past live_update (2s), within the Retry-After (30s)
+    done = runner.run_due()
+    assert done.edited == [] and len(done.posted) == 2  # the steps were not slowed
+    h.send.command(f"approve {rid}", user="UBOB")  # nor the decision
+    h.settle()
+    assert h.bot.router.services.decisions.requests.get(rid).state == "executed"

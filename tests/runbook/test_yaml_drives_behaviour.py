@@ -47,7 +47,11 @@ def test_an_approval_policy_comes_from_yaml(tmp_path: Path) -> None:
     )
     runbooks = load_runbooks(directory)
     assert runbooks.decisions["retry_restore"].approval.policy == "two_person"  # type: ignore[union-attr]
-    assert runbooks.approval_expiry("retry_restore") == 300.0
+    # A two-person decision expires with the escalation ladder (its steps all come before it); its own
+    # `expires` is what it would be without a ladder.
+    assert runbooks.escalation is not None
+    assert runbooks.approval_expiry("retry_restore") == runbooks.escalation.expiry_seconds
+    assert runbooks.decisions["retry_restore"].approval.expires == 300.0  # type: ignore[union-attr]
     assert runbooks.approval_expiry("start_fresh") == 1800.0
 
 
