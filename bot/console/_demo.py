@@ -124,7 +124,7 @@ def _run_several(
     """The demo over several installations: their file (keys beside it, in the demo's folder) is the
     bot's RECOVER_INSTALLATIONS_FILE, so the bot reaches each sandbox exactly as it reaches real hosts."""
     from bot.installations.render import write_installations
-    from bot.router import build_router
+    from bot.fleet_router import build_fleet_router
     from bot.sandbox import start_installations
 
     with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp, start_installations(names) as hosts:
@@ -132,7 +132,7 @@ def _run_several(
         write_installations(path, {n: h.url for n, h in hosts.items()}, {n: h.api_key for n, h in hosts.items()})
         several = _demo_settings(settings, Path(tmp)).model_copy(update={"installations_file": path})
         try:
-            router = build_router(
+            router = build_fleet_router(
                 several, clock=DemoClock(hosts), startup=False, console_users_map=DEMO_CONSOLE_USERS
             )
         except RecoverError as exc:

@@ -55,19 +55,25 @@ def test_the_single_core_refuses_an_installations_file_in_one_line(tmp_path: Pat
 def test_the_demo_with_two_installations_starts_their_hosts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`demo --installations eu-1,us-1`: a control host each, the same session ids on both, the bot
+    given their installations file; a command naming neither is refused, one naming us-1 answers as us-1."""
     out = io.StringIO()
     status = run_demo(
         Settings(db_path=tmp_path / "demo.db"),
         installations=("eu-1", "us-1"),
-        stdin=io.StringIO(""),
+        stdin=io.StringIO(
+            "/recover installations\n"
+            "/recover diagnose ses_startup_stopped\n"
+            "/recover diagnose ses_startup_stopped --install us-1\n"
+        ),
         stdout=out,
     )
-    # The sandbox side and the file are there; this core serves one installation, and says so in one line.
-    assert status == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert (
-        len(err) == 1 and "installations.yaml: eu-1, us-1) is valid, but this bot's core serves one" in err[0]
-    )
+    text = out.getvalue()
+    assert status == 1, capsys.readouterr().err  # piped input: 1 since one command was refused
+    assert "This bot serves 2 installation(s)" in text
+    assert "Which installation? This bot serves 2, and `diagnose` names none." in text
+    assert "[us-1] ses_startup_stopped: Startup failures stopped the session" in text
+    assert "[eu-1] ses_startup_stopped" not in text
 
 
 def test_the_demo_flag_takes_installation_names(capsys: pytest.CaptureFixture[str]) -> None:
