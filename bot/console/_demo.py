@@ -123,8 +123,8 @@ def _run_several(
 ) -> int:
     """The demo over several installations: their file (keys beside it, in the demo's folder) is the
     bot's RECOVER_INSTALLATIONS_FILE, so the bot reaches each sandbox exactly as it reaches real hosts."""
-    from bot.installations.render import write_installations
     from bot.fleet_router import build_fleet_router
+    from bot.installations.render import write_installations
     from bot.sandbox import start_installations
 
     with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp, start_installations(names) as hosts:

@@ -56,7 +56,9 @@ def test_pending_lists_each_open_request_with_who_may_act_now(sbx: SandboxHandle
     by_id = {line.split("`")[1]: line for line in lines[1:]}
     assert f"abandon on `{SESSION}`" in by_id[two] and "by @U1" in by_id[two]
     assert "ago" in by_id[two] and "expires in 30m" in by_id[two]
-    assert "now: a second person (RECOVER_APPROVERS: U2, U3; not @U1)" in by_id[two] and f"`/recover approve {two}`" in by_id[two]
+    # who may approve now, as text (a live line never notifies anyone), and the ladder's next step
+    assert "may approve now: U2, U3 (not U1)" in by_id[two] and f"`/recover approve {two}`" in by_id[two]
+    assert "next escalation: remind in 10m" in by_id[two]
     assert f"start_fresh on `{FRESH}`" in by_id[one] and "now: @U1 confirms" in by_id[one]
     assert f"`/recover confirm {one}`" in by_id[one]
     _run(router, f"reject {two}", actor="U2")
