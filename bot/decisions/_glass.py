@@ -39,7 +39,7 @@ from bot.decisions._lifecycle import Execution, grant
 from bot.decisions._policy import flags_of
 from bot.decisions._requests import DecisionRequest
 from bot.decisions._reviews import ReviewRoom
-from bot.decisions._rules import CONSOLE_CHANNEL, requester_refusal
+from bot.decisions._rules import CONSOLE_CHANNEL, requester_refusal, same_person
 from bot.decisions._widening import widened_now
 from bot.messages import Message, Reply, Reporter, ref
 from bot.vocab import Policy, RequestState, Step
@@ -161,7 +161,9 @@ class BreakGlassRoom:
         mine = [s for s in self.ctx.store.steps(session_id=req.session_id)
                 if s.inputs.get("request_id") == req.id and s.step in (ASKED, BREAK_GLASS)]
         last = mine[-1] if mine else None
-        if last is None or last.step != ASKED or last.outcome != "asked" or last.actor != actor:
+        if last is None or last.step != ASKED or last.outcome != "asked" or not same_person(
+            last.actor, actor, self.ctx.console_users
+        ):
             return None
         return dict(last.inputs)
 

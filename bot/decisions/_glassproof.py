@@ -47,7 +47,7 @@ def glass_step(
     reasons: list[str] = []
     for s in (s for s in steps if s.step == BREAK_GLASS):
         why = _problem(s, steps, made, chain_hash, expires, rule, intact, approvers, channels, console_users)
-        why = why or intact(s) or _announced_problem(s, steps, made, chain_hash, intact)
+        why = why or intact(s) or _announced_problem(s, steps, made, chain_hash, intact, console_users)
         if why is None:
             return s, reasons
         reasons.append(why)
@@ -96,7 +96,12 @@ def _problem(
 
 
 def _announced_problem(
-    s: Step, steps: Sequence[Step], made: Step, chain_hash: str, intact: Callable[[Step], str | None]
+    s: Step,
+    steps: Sequence[Step],
+    made: Step,
+    chain_hash: str,
+    intact: Callable[[Step], str | None],
+    console_users: Mapping[str, str],
 ) -> str | None:
     """The loud notice was recorded as posted (an intact ``break_glass_announced`` step by the same
     person, over the same content) after the request and before the break-glass step."""
@@ -106,7 +111,7 @@ def _announced_problem(
         if a.step == ANNOUNCED
         and made.seq < a.seq < s.seq
         and a.inputs.get("content_hash") == chain_hash
-        and a.actor == s.actor
+        and same_person(a.actor, s.actor, console_users)
         and intact(a) is None
     ]
     if not before:
