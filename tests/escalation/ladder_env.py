@@ -14,11 +14,15 @@ from tests.escalation.race import CheckingPoster, RaceResult
 from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER, DecisionEnv
 
 
-def race_env(sandbox: Any, db_path: Path, runbooks: Any, result: RaceResult) -> tuple[DecisionEnv, Any, LadderRunner]:
+def race_env(
+    sandbox: Any, db_path: Path, runbooks: Any, result: RaceResult, *, latency: tuple[float, float] = (0.01, 0.03)
+) -> tuple[DecisionEnv, Any, LadderRunner]:
+    """``latency``: the range (seconds) of Slack's simulated answer time, the window a decision races."""
     env = DecisionEnv(sandbox, db_path, ManualClock(), runbooks)
     svc = env.service(approvers=(APPROVER,))
     slack = random.Random(len(str(db_path)))
-    poster = CheckingPoster(svc.requests, result, lambda: time.sleep(slack.uniform(0.01, 0.03)))  # Slack's latency
+    low, high = latency
+    poster = CheckingPoster(svc.requests, result, lambda: time.sleep(slack.uniform(low, high)))  # Slack's latency
     return env, svc, LadderRunner(svc.ctx, poster)
 
 

@@ -32,6 +32,7 @@ class RaceResult:
     duplicates: int = 0  # a step posted twice
     lost: int = 0  # a row neither posted nor cancelled at the end, or an expired request's missing step
     busy: int = 0  # decisions refused because a post was in flight (then retried)
+    racing: int = 0  # decisions that began while a step of their request was being posted
     decided: Counter[str] = field(default_factory=Counter)
 
 
@@ -44,6 +45,7 @@ class CheckingPoster:
         self.jitter = jitter
         self.keys: Counter[str] = Counter()
         self.lock = threading.Lock()
+        self.in_flight: Counter[str] = Counter()  # request id → its posts under way now
         self.on_post: Callable[[str, str], None] = lambda _rid, _key: None
 
     def thread_of(self, request: Any) -> tuple[str, str | None]:
@@ -51,11 +53,14 @@ class CheckingPoster:
 
     def post(self, channel: str, message: Message, thread_ts: str | None) -> str | None:
         rid = (thread_ts or "").removeprefix("t-")
+        with self.lock:
+            self.in_flight[rid] += 1
         self.on_post(rid, message.lines[-1])  # the race: its decision is let go now, mid-post
         self.jitter()  # Slack takes a while: a decision may try to commit meanwhile
         req = self.requests.get(rid)
         key = message.lines[-1]
         with self.lock:
+            self.in_flight[rid] -= 1
             self.result.posts += 1
             self.keys[key] += 1
             expiry = key.endswith("#-1")
@@ -84,9 +89,11 @@ def run_race(
     seed: int = 0,
     end_seconds: float = 12.0,
     spread: float = 0.05,
+    lag: float = 0.004,
 ) -> RaceResult:
     """Make ``requests`` requests, then race a runner thread (the clock moving on) against decision
-    threads; ``decide(how, request_id)`` approves, rejects or withdraws."""
+    threads; ``decide(how, request_id)`` approves, rejects or withdraws, at most ``lag`` seconds after
+    the post it races began (keep it well below the poster's latency, or the post is over first)."""
     rng = random.Random(seed)
     poster = runner.poster
     assert isinstance(poster, CheckingPoster)
@@ -120,7 +127,9 @@ def run_race(
 
     def decider(rid: str, how: str) -> None:
         go[rid].wait(30)
-        threading.Event().wait(lag.uniform(0.0, 0.004))
+        threading.Event().wait(delay.uniform(0.0, lag))
+        with poster.lock:
+            result.racing += poster.in_flight[rid] > 0  # its post is still under way: the race is on
         for _ in range(50):
             try:
                 decide(how, rid)
@@ -131,7 +140,7 @@ def run_race(
                 with poster.lock:
                     result.busy += 1
 
-    lag = random.Random(seed + 1)
+    delay = random.Random(seed + 1)
     threads = [threading.Thread(target=ladder)] + [
         threading.Thread(target=decider, args=(rid, how)) for rid, (how, _k) in plan.items() if how != "expire"
     ]

@@ -20,5 +20,6 @@ def test_100_requests_with_decisions_racing_due_steps(decision_sandbox: Any, db_
     finally:
         env.close()
     assert out.requests == 100 and sum(out.decided.values()) > 30, out
+    assert out.racing * 2 > sum(out.decided.values()), out  # most decisions began mid-post: the race ran
     assert out.posts > 100, out
     assert (out.late, out.duplicates, out.lost) == (0, 0, 0), out
