@@ -44,13 +44,18 @@ def window_problem(
     if not spec.allows_break_glass(decision):
         allowed = ", ".join(spec.break_glass.decisions) or "none"
         return f"the runbook allows no break-glass for `{decision}` (break_glass.decisions: {allowed})"
-    end = requested_at + timedelta(seconds=spec.end_seconds)
+    end = window_opens(spec, requested_at)
     if at < end:
         left = (end - at).total_seconds()
         return f"the escalation ladder has not run to its end yet (it ends in {duration(left)}, at {_hm(end)})"
     if expires is None or at > expires:
         return "the request has expired"
     return None
+
+
+def window_opens(spec: EscalationSpec, requested_at: datetime) -> datetime:
+    """When break-glass may first be used on a request made at ``requested_at``: the ladder's end."""
+    return requested_at + timedelta(seconds=spec.end_seconds)
 
 
 def condition_problem(spec: EscalationSpec, no_other: str | None) -> str | None:
@@ -162,5 +167,6 @@ __all__ = [
     "condition_problem",
     "others_reading",
     "reading_problem",
+    "window_opens",
     "window_problem",
 ]

@@ -59,6 +59,7 @@ def test_pending_lists_each_open_request_with_who_may_act_now(sbx: SandboxHandle
     # who may approve now, as text (a live line never notifies anyone), and the ladder's next step
     assert "may approve now: U2, U3 (not U1)" in by_id[two] and f"`/recover approve {two}`" in by_id[two]
     assert "next escalation: remind in 10m" in by_id[two]
+    assert "break-glass: in 20m, if still unapproved" in by_id[two]  # the ladder's end (the widen step)
     assert f"start_fresh on `{FRESH}`" in by_id[one] and "now: @U1 confirms" in by_id[one]
     assert f"`/recover confirm {one}`" in by_id[one]
     _run(router, f"reject {two}", actor="U2")

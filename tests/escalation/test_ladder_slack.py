@@ -136,6 +136,14 @@ def test_remind_by_the_requester_runs_the_next_step_once_per_interval_and_nobody
     h.settle()
     said = "\n".join(json.dumps(b) for _, b in h.api.responses[before:])
     assert "may approve now: UBOB" in said and "next escalation: widen in 3s" in said and "expires in 7s" in said
+    assert "break-glass: in 3s, if still unapproved" in said  # the window opens at the ladder's end
+
+    sandbox.clock.advance(3)
+    before = len(h.api.responses)
+    h.send.command("pending", user="UBOB")
+    h.settle()
+    said = "\n".join(json.dumps(b) for _, b in h.api.responses[before:])
+    assert "break-glass: open to the requester until the expiry" in said and f"break-glass {rid}" in said
 
 
 def test_a_429_on_the_live_line_delays_that_edit_only(slack_harness: Any, sandbox: Any, tmp_path: Path) -> None:
