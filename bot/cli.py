@@ -272,15 +272,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     from bot.decisions import check_request_table
     from bot.installations.cli import register as register_installations
+    from bot.installations.hosts import installation_host
     from bot.runbook.cli import register as register_runbook
     from bot.store.cli import register as register_audit
     from bot.store.cli import register_backup, register_browse
 
     register_runbook(sub)
     register_installations(sub)
-    # `audit verify` also checks the decision requests against the chain: the command passes the
-    # decisions' check, so the store package does not import the decisions above it.
-    register_audit(sub, checks=[check_request_table])
+    # `audit verify` also checks the decision requests against the chain, and `audit rebind` binds to
+    # the host the bot serves the installation from: the command passes both, so the store package
+    # imports neither the decisions nor the installations above it.
+    register_audit(sub, checks=[check_request_table], host_of=installation_host)
     register_backup(sub, companions=[_inbox_of])
     register_browse(sub)
     return parser

@@ -14,7 +14,7 @@ from bot.errors import StoreError
 from bot.settings import Settings
 from bot.store import Store, audit
 from bot.store.audit import CacheCheck
-from bot.store.rebind import add_rebind
+from bot.store.rebind import HostOf, add_rebind
 
 # The settings these commands read (bot/cli.py): the store and the audit chain's key, nothing else,
 # so a problem elsewhere in the settings never blocks an audit.
@@ -43,9 +43,12 @@ _DB_HELP = "SQLite step store (default: RECOVER_DB or ./recover.db)"
 _P = TypeVar("_P", bound=argparse.ArgumentParser)
 
 
-def register(subparsers: argparse._SubParsersAction[_P], *, checks: Iterable[CacheCheck] = ()) -> _P:
-    """Add ``audit verify`` and ``audit export`` to an argparse subparsers object; ``verify`` also runs
-    ``checks`` (the areas' checks of their tables against the chain, passed by the composing CLI)."""
+def register(
+    subparsers: argparse._SubParsersAction[_P], *, host_of: HostOf, checks: Iterable[CacheCheck] = ()
+) -> _P:
+    """Add ``audit verify``, ``export``, ``adopt-key`` and ``rebind`` to an argparse subparsers object;
+    ``verify`` also runs ``checks`` (the areas' checks of their tables against the chain) and ``rebind``
+    binds to ``host_of``'s host, both passed by the composing CLI."""
     parser = subparsers.add_parser(
         "audit",
         help="verify or export the tamper-evident step log",
@@ -108,7 +111,7 @@ def register(subparsers: argparse._SubParsersAction[_P], *, checks: Iterable[Cac
     adopt_p.add_argument("--key-file", default=None, metavar="FILE", help="the audit key's file")
     adopt_p.add_argument("--head", default=None, metavar="SEQ:HASH", help="a head published before, to check first")
     adopt_p.set_defaults(handler=run_adopt_key, settings_uses=SETTINGS_USES)
-    add_rebind(sub)
+    add_rebind(sub, host_of)
     return parser
 
 

@@ -3,8 +3,10 @@
 The store's binding (bot/store/binding.py) refuses a store pointed at another host; when the host did
 move (a new address, a rotated key), an operator records the new binding as a step of their own,
 naming the binding it replaces. The installation itself never changes: a store of another
-installation is refused here too. The new host is the one the settings name (CONTROL_HOST_URL and
-CONTROL_HOST_API_KEY or its file).
+installation is refused here too. The new host is the one the bot would serve the installation from:
+the composing CLI passes that resolution (``host_of``: the installations file's entry, or today's
+CONTROL_HOST_URL and key for ``default``), so the store package imports no installations code and a
+rebinding can never bind eu-1's store to a URL meant for another installation.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import argparse
 import os
 import pwd
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from bot.errors import RecoverError, StoreError
 from bot.installation_ids import DEFAULT_INSTALLATION, NAME_PATTERN, store_path
-from bot.settings import Settings, reveal
+from bot.settings import Settings
 from bot.store import binding
 from bot.store._store import Store
 
@@ -26,20 +29,25 @@ _P = TypeVar("_P", bound=argparse.ArgumentParser)
 
 SETTINGS_USES = frozenset({"store", "audit", "control_host"})
 
+#: (settings, installation name) -> (base URL, API key) of the host the bot serves it from.
+HostOf = Callable[[Settings, str], tuple[str, str]]
 
-def add_rebind(sub: argparse._SubParsersAction[_P]) -> None:
-    """Add ``audit rebind`` to the ``audit`` command group."""
+
+def add_rebind(sub: argparse._SubParsersAction[_P], host_of: HostOf) -> None:
+    """Add ``audit rebind`` to the ``audit`` command group; ``host_of`` names each installation's host."""
     parser = sub.add_parser(
         "rebind",
         help="record that an installation's control host moved (a new binding step)",
-        description="Record that the installation's control host moved: its store is bound to the host "
-        "CONTROL_HOST_URL and CONTROL_HOST_API_KEY name now, as a step by the account that ran it.",
-        epilog="example:\n  CONTROL_HOST_URL=https://control.eu-1.example.internal recover-bot audit rebind --install eu-1",
+        description="Record that the installation's control host moved: its store is bound to the host the "
+        "bot serves it from now (its entry in RECOVER_INSTALLATIONS_FILE; CONTROL_HOST_URL and "
+        "CONTROL_HOST_API_KEY for `default`), as a step by the account that ran it.",
+        epilog="example:\n  RECOVER_INSTALLATIONS_FILE=/etc/recover-bot/installations.yaml "
+        "recover-bot audit rebind --install eu-1",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--install", default=DEFAULT_INSTALLATION, metavar="NAME", help="the installation")
     parser.add_argument("--db", default=None, help="RECOVER_DB (the installation's file sits beside it)")
-    parser.set_defaults(handler=run_rebind, settings_uses=SETTINGS_USES)
+    parser.set_defaults(handler=run_rebind, settings_uses=SETTINGS_USES, host_of=host_of)
 
 
 def run_rebind(args: argparse.Namespace, settings: Settings) -> int:
@@ -48,16 +56,13 @@ def run_rebind(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: {name!r} is not an installation name (lower case, e.g. eu-1)", file=sys.stderr)
         return 2
     try:
-        settings.require_control_host()
-        key = reveal(settings.control_host_api_key)
-        if not settings.control_host_url or not key:
-            raise StoreError("CONTROL_HOST_URL and CONTROL_HOST_API_KEY name the host to bind to")
+        base_url, key = args.host_of(settings, name)
         db = store_path(Path(args.db) if args.db else settings.db_path, name)
         if not db.exists():
             raise StoreError(f"installation {name!r} has no step store at {db}: nothing to rebind")
         store = Store(db, audit_key=settings.audit_key_bytes(), installation=name)
         login = pwd.getpwuid(os.getuid()).pw_name
-        step = binding.bind(store, *binding.identity_of(settings.control_host_url, key),
+        step = binding.bind(store, *binding.identity_of(base_url, key),
                             actor=f"console:{login}", rebind=True)
     except RecoverError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -71,4 +76,4 @@ def run_rebind(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-__all__ = ["add_rebind", "run_rebind"]
+__all__ = ["HostOf", "add_rebind", "run_rebind"]

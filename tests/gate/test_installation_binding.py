@@ -27,6 +27,7 @@ from bot.clock import ManualClock
 from bot.decisions import check_request_table
 from bot.errors import StartupError
 from bot.installations import InstallationSpec, store_path
+from bot.installations.render import write_installations
 from bot.messages import ListReporter, Reply
 from bot.router import Router
 from bot.sandbox import SandboxHandle
@@ -265,11 +266,25 @@ def test_a_control_host_that_really_moved_is_rebound_by_a_recorded_command_then_
     request_id = _request(_core(tmp_path, "eu-1", old, clock))
     with pytest.raises(StartupError):
         _core(tmp_path, "eu-1", new, clock)
-    for name, value in {"RECOVER_DB": str(tmp_path / "recover.db"), "CONTROL_HOST_URL": new.url,
-                        "CONTROL_HOST_API_KEY": new.api_key, "RECOVER_AUDIT_KEY": "none"}.items():
+    for name, value in {"RECOVER_DB": str(tmp_path / "recover.db"), "RECOVER_AUDIT_KEY": "none"}.items():
         monkeypatch.setenv(name, value)
+    for name in ("CONTROL_HOST_URL", "CONTROL_HOST_API_KEY", "CONTROL_HOST_API_KEY_FILE", "RECOVER_INSTALLATIONS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    # Without the installations file eu-1 is not configured: refused, never bound to a guessed host.
+    assert main(["audit", "rebind", "--install", "eu-1"]) == 2
+    assert "not configured here" in capsys.readouterr().err
+    # The host comes from the installation's entry in the file the bot serves (its new URL and key).
+    config = tmp_path / "etc" / "installations.yaml"
+    write_installations(config, {"eu-1": new.url, "us-1": "http://127.0.0.1:9"}, {"eu-1": new.api_key, "us-1": "k"})
+    monkeypatch.setenv("RECOVER_INSTALLATIONS_FILE", str(config))
+    assert main(["audit", "rebind", "--install", "ap-1"]) == 2  # not in the file: refused, the names said
+    assert "'ap-1' is not configured here" in (err := capsys.readouterr().err) and "eu-1, us-1" in err
     assert main(["audit", "rebind", "--install", "us-1"]) == 2  # no such store: nothing made
     assert "has no step store" in capsys.readouterr().err
+    monkeypatch.setenv("CONTROL_HOST_URL", old.url)  # a URL beside the file is a guess: refused
+    assert main(["audit", "rebind", "--install", "eu-1"]) == 2
+    assert "keep one" in capsys.readouterr().err
+    monkeypatch.delenv("CONTROL_HOST_URL")
     assert main(["audit", "rebind", "--install", "eu-1"]) == 0
     out = capsys.readouterr().out
     assert "installation 'eu-1' bound to" in out and "replacing step" in out and new.api_key not in out
