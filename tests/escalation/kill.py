@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from bot.clock import SystemClock
-from bot.escalation.store import LadderStore
+from bot.escalation.store import EXPIRY_INDEX, LadderStore
+from bot.escalation.text import key_line
 from bot.runbook import load_runbooks
 from bot.slack import make_client
 from bot.slack.state import Location, SlackState, slack_migrations
@@ -49,14 +50,21 @@ class KillResult:
     said: Counter[str]
     left: set[tuple[str, int]]  # claims the killed process held
     taken: set[tuple[str, int]]  # claims another process took over
-    odd: list[Any] = field(default_factory=list)  # rows not posted, for the failure message
+    odd: list[Any] = field(default_factory=list)  # rows not posted: (request, idx, state, due, owner, expires)
+    unsaid: list[str] = field(default_factory=list)  # posted rows whose key line is not in their thread
     seconds: float = 0.0
 
     @property
     def lost(self) -> int:
-        """Steps never posted, or posted but missing from their thread."""
-        unposted = self.expected - self.counts.get("posted", 0)
-        return max(unposted, self.expected - len(self.said))
+        """Rows left unfinished, expiries not announced, posted steps missing from their thread."""
+        stuck = sum(1 for r in self.odd if r[2] not in ("posted", "cancelled"))
+        unannounced = sum(1 for r in self.odd if r[1] == EXPIRY_INDEX and r[2] == "cancelled")
+        return stuck + unannounced + len(self.unsaid)
+
+    @property
+    def cancelled(self) -> int:
+        """Ladder steps not said because their request expired first (cancelled in the expiry's commit)."""
+        return sum(1 for r in self.odd if r[2] == "cancelled" and r[1] != EXPIRY_INDEX)
 
     @property
     def twice(self) -> int:
@@ -128,7 +136,7 @@ def run_kill(
         a.wait(10)
         left = _claimed_by(rows, a.pid)
         c = _start(config)  # the restart
-        _until(lambda: rows.counts() == {"posted": expected}, wait)
+        _until(lambda: _finished(rows.counts(), expected), wait)
     finally:
         for proc in (a, b, c):
             if proc is not None and proc.poll() is None:
@@ -138,16 +146,24 @@ def run_kill(
         slack_api.slow("chat.postMessage", 0)
     with rows.store.read() as rdb:
         odd = rdb.execute(
-            "SELECT request_id, idx, state, due_at, claimed_by FROM escalation_steps WHERE state <> 'posted'"
+            "SELECT r.request_id, r.idx, r.state, r.due_at, r.claimed_by, d.expires_at, d.state "
+            "FROM escalation_steps r JOIN decision_requests d ON d.id = r.request_id WHERE r.state <> 'posted'"
         ).fetchall()
+        posted = rdb.execute("SELECT request_id, idx FROM escalation_steps WHERE state = 'posted'").fetchall()
     said: Counter[str] = Counter()
     for root in roots.values():
         for m in slack_api.thread(SLACK_CHANNEL, root):
             said.update({line for line in m.all_text().splitlines() if line.startswith("ladder step ")})
+    unsaid = [key for r, i in posted if (key := key_line(str(r), int(i))) not in said]
     taken = {(s.inputs["request_id"], s.inputs["step"]) for s in env.store.steps()
              if s.step.startswith("escalation_") and s.outcome == "taken_over"}
     return KillResult(requests=requests, expected=expected, counts=rows.counts(), said=said, left=left,
-                      taken=taken, odd=list(odd), seconds=time.monotonic() - started)
+                      taken=taken, odd=[tuple(r) for r in odd], unsaid=unsaid, seconds=time.monotonic() - started)
+
+
+def _finished(counts: dict[str, int], expected: int) -> bool:
+    """Every row is posted or cancelled (a cancelled one's request ended before it could be said)."""
+    return set(counts) <= {"posted", "cancelled"} and sum(counts.values()) == expected
 
 
 __all__ = ["KillResult", "run_kill"]

@@ -22,6 +22,6 @@ def test_a_sigkill_and_a_restart_neither_lose_nor_repeat_a_step(
     run = run_kill(decision_sandbox, slack_api, tmp_path, requests=REQUESTS)
     assert run.counts == {"posted": run.expected}, (run.odd, run.left)  # every step and the expiry: 0 lost
     assert len(run.said) == run.expected and set(run.said.values()) == {1}, run.said  # 0 twice
-    assert run.lost == 0 and run.twice == 0
+    assert run.lost == 0 and run.twice == 0 and run.cancelled == 0 and not run.unsaid
     assert run.left, "the kill did not land on a claim"
     assert run.left <= run.taken, (run.left, run.taken)
