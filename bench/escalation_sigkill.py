@@ -92,7 +92,7 @@ def main() -> int:
                 totals.setdefault("not_posted", []).append(
                     {"run": run, "rows": [list(r) for r in out.odd], "unsaid": out.unsaid}
                 )
-            bad += out.lost + out.twice + len(out.left) - taken
+            bad += out.lost + out.twice  # a left claim whose request expired is looked for, then cancelled
             totals["at"] = datetime.now(UTC).isoformat(timespec="seconds")
             args.json.write_text(json.dumps(totals, indent=2))
             print(
