@@ -32,6 +32,7 @@ from bot.controlhost._models import (
     SessionPage,
     Turn,
 )
+from bot.controlhost._permit import Permit
 from bot.controlhost._retry import RetryPolicy, parse_retry_after
 from bot.errors import ControlHostAuthError, ControlHostError
 
@@ -55,6 +56,7 @@ __all__ = [
     "HostIdentity",
     "Receipt",
     "ReceiptSession",
+    "Permit",
     "ReplayResult",
     "RequestPendingError",
     "RetryPolicy",

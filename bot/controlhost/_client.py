@@ -36,6 +36,7 @@ from bot.controlhost._errors import (
 from bot.controlhost._fields import FieldNames, canonical
 from bot.controlhost._identity import HostIdentity
 from bot.controlhost._models import EventPage, Receipt, Session, SessionPage, Turn
+from bot.controlhost._permit import Permit
 from bot.controlhost._retry import RetryPolicy, parse_retry_after
 from bot.errors import ControlHostError
 from bot.redact import register_secret
@@ -324,12 +325,14 @@ class ControlHostClient:
         sid = check_id(session_id, "session id") if session_id is not None else None
         return self.store.begin_request(method, path, _body_text(body), purpose, session_id=sid, db=db)
 
-    def send(self, record: IdempotencyRecord) -> Receipt:
-        """Send (or re-send) a stored request exactly as stored: its key, its body text.
+    def send(self, permit: Permit) -> Receipt:
+        """Send (or re-send) the stored request the gate's ``permit`` names, exactly as stored: its key,
+        its body text. Only the gate makes a Permit (``_permit.py``), so only the gate sends.
 
         A record that already has a definite answer is not sent again: its stored receipt is
         returned, or its stored refusal raised (a 4xx ended that logical request for good).
         """
+        record = permit.record
         current = self.store.get_request(record.key) or record
         what = f"{current.purpose.replace('_', ' ')} on {current.session_id or current.path}"
         if not current.pending:

@@ -36,7 +36,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, Receipt, ReplayResult
+from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, Permit, Receipt, ReplayResult
+
+# The gate alone holds the seal that makes a Permit, the one value the client's send accepts.
+from bot.controlhost._permit import _GATE_SEAL
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._ladder_rows import fence
@@ -191,8 +194,9 @@ class Gate:
     # -- sends ---------------------------------------------------------------------------------
 
     def _post(self, record: IdempotencyRecord) -> Receipt:
-        """The only call of the client's ``send`` in the bot: a record the caller just proved."""
-        return self.ctx.client.send(record)
+        """The only call of the client's ``send`` in the bot: a record the caller just proved, under
+        the permit only the gate can make."""
+        return self.ctx.client.send(Permit(record, _GATE_SEAL))
 
     def send_decision(
         self, req: DecisionRequest, actor: str, record: IdempotencyRecord, reporter: Reporter

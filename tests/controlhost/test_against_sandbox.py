@@ -17,9 +17,11 @@ from bot.controlhost import (
     ControlHostAuthError,
     ControlHostClient,
     ControlHostError,
+    Permit,
     RequestPendingError,
     RetryPolicy,
 )
+from bot.controlhost._permit import _GATE_SEAL  # a client test: it plays the gate
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.store import Store
 from tests.fixtures.controlhost import post_decision, post_resume, replay
@@ -324,7 +326,7 @@ def test_resume_during_reclamation_is_retryable_then_same_request_succeeds(
     record = store.get_request(error.idempotency_key)
     assert record is not None and record.pending and record.attempts == FAST.attempts
     sbx.admin.reclamation("ses_a", False)
-    receipt = client.send(record)
+    receipt = client.send(Permit(record, _GATE_SEAL))
     assert receipt.status == "accepted" and receipt.idempotency_key == record.key
     assert [e["kind"] for e in sbx.admin.effects("ses_a")] == ["decision", "resume"]
 
@@ -453,7 +455,7 @@ def test_same_key_with_another_body_is_refused(
         session_id="ses_a",
     )
     second = ControlHostClient(sbx.url, sbx.api_key, store=other, clock=clock, retry=FAST)
-    error = refused(lambda: second.send(record))
+    error = refused(lambda: second.send(Permit(record, _GATE_SEAL)))
     assert (error.code, error.status, error.retryable) == ("IDEMPOTENCY_KEY_REUSED", 422, False)
     assert other.get_request(record.key).state == "answered"  # type: ignore[union-attr]
     assert len(sbx.admin.effects("ses_a")) == 1

@@ -22,9 +22,11 @@ from bot.controlhost import (
     ControlHostAuthError,
     ControlHostClient,
     ControlHostError,
+    Permit,
     RequestPendingError,
     RetryPolicy,
 )
+from bot.controlhost._permit import _GATE_SEAL  # a client test: it plays the gate
 from bot.controlhost._retry import parse_retry_after
 from bot.errors import CommandError
 from bot.store import Store
@@ -303,7 +305,7 @@ def test_no_definite_answer_leaves_the_record_pending(store: Store, clock: Manua
     assert pending.key == error.idempotency_key and pending.attempts == 3 and pending.body == "{}"
     # The caller rides it out by re-sending the same record later.
     rec.answers = [httpx.Response(200, json=RECEIPT)]
-    receipt = client.send(pending)
+    receipt = client.send(Permit(pending, _GATE_SEAL))
     assert receipt.idempotency_key == pending.key
     assert {r.headers["Idempotency-Key"] for r in rec.requests} == {pending.key}
     assert store.unfinished_requests() == []
@@ -315,7 +317,7 @@ def test_send_does_not_resend_an_answered_request(store: Store, clock: ManualClo
     receipt = post_decision(client, "ses_1", DECISION)
     record = store.get_request(receipt.idempotency_key or "")
     assert record is not None
-    again = client.send(record)
+    again = client.send(Permit(record, _GATE_SEAL))
     assert again.id == receipt.id and len(rec.requests) == 1
     refused = Recorder([err(409, "REQUEST_STALE", False)])
     client2 = make(store, clock, refused)
@@ -323,7 +325,7 @@ def test_send_does_not_resend_an_answered_request(store: Store, clock: ManualClo
         post_decision(client2, "ses_1", DECISION)
     [stale] = [r for r in store.list_requests() if r.http_status == 409]
     with pytest.raises(ControlHostError) as info:
-        client2.send(stale)
+        client2.send(Permit(stale, _GATE_SEAL))
     assert info.value.code == "REQUEST_STALE" and len(refused.requests) == 1
 
 

@@ -26,7 +26,8 @@ from ._specs import running
 
 DECIDE = """
 import json, os, sys, time
-from bot.controlhost import PURPOSE_DECISION, ControlHostClient, RetryPolicy
+from bot.controlhost import PURPOSE_DECISION, ControlHostClient, Permit, RetryPolicy
+from bot.controlhost._permit import _GATE_SEAL  # a client test: it plays the gate
 from bot.store import Store
 store = Store(sys.argv[1])
 client = ControlHostClient(os.environ["CH_URL"], os.environ["CH_KEY"], store=store, timeout=10.0,
@@ -37,13 +38,14 @@ record = client.begin("POST", client.paths.decisions.format(session_id=sid), jso
 print("begun", flush=True)
 if sys.argv[4] == "between_begin_and_send":
     time.sleep(600)  # the test kills the process here: stored, never sent
-client.send(record)
+client.send(Permit(record, _GATE_SEAL))
 print("finished", flush=True)  # never reached: the test kills the process first
 """
 
 REPLAY = """
 import json, os, sys
-from bot.controlhost import ControlHostClient, RetryPolicy
+from bot.controlhost import ControlHostClient, Permit, RetryPolicy
+from bot.controlhost._permit import _GATE_SEAL  # a client test: it plays the gate
 from bot.store import Store
 client = ControlHostClient(os.environ["CH_URL"], os.environ["CH_KEY"], store=Store(sys.argv[1]),
                            retry=RetryPolicy(attempts=3, base_delay=0.1, max_delay=0.2))
@@ -51,7 +53,7 @@ from bot.errors import ControlHostError
 results = []
 for record in client.store.unfinished_requests():
     try:
-        results.append({"key": record.key, "receipt": client.send(record).id, "error": None})
+        results.append({"key": record.key, "receipt": client.send(Permit(record, _GATE_SEAL)).id, "error": None})
     except ControlHostError as exc:
         results.append({"key": record.key, "receipt": None, "error": exc.code})
 print(json.dumps(results))

@@ -1,8 +1,8 @@
-"""The architecture's measurable promises (docs/architecture.md): small modules, typed core boundaries.
+"""The architecture's measurable promise (docs/architecture.md): typed core boundaries.
 
-Why a test: these limits erode one convenient edit at a time; the suite is where a reviewer sees it.
-- No module of ``bot/`` outside the sandbox (a test double that keeps its state machine in one file)
-  is longer than 450 lines.
+Why a test: this limit erodes one convenient edit at a time; the suite is where a reviewer sees it.
+(Modules are cut by job, not by length: ruff's complexity rules in pyproject.toml bound a function's
+size; no test counts a module's lines.)
 - At most 10 bare ``Any`` annotations (``x: Any``, ``-> Any``, ``*args: Any``) in the core, i.e.
   outside the fronts (``bot/slack``, ``bot/console``) and the sandbox: everything past the control
   host client's lenient parsing is a typed model.
@@ -18,7 +18,6 @@ import pytest
 import bot
 
 BOT = Path(bot.__file__).resolve().parent
-MAX_LINES = 450
 MAX_BARE_ANY = 10
 FRONTS_AND_DOUBLES = ("slack", "console", "sandbox")
 
@@ -62,15 +61,6 @@ def test_the_counter_sees_bare_any_and_only_bare_any() -> None:
         "def g(a: dict[str, Any], b: list[Any] | None) -> tuple[Any, ...]: ...\n"
     )
     assert bare_any_annotations(source) == [3, 3, 3, 3, 4]
-
-
-def test_no_module_outside_the_sandbox_exceeds_450_lines() -> None:
-    too_long = {
-        str(p.relative_to(BOT.parent)): n
-        for p in _modules(exclude=("sandbox",))
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
-    }
-    assert not too_long, f"split these by job (limit {MAX_LINES} lines): {too_long}"
 
 
 def test_the_core_has_at_most_ten_bare_any_annotations() -> None:
