@@ -1,4 +1,4 @@
-"""The fleet's own answers: ``/recover installations`` and ``triage --all`` (one summary, grouped by
+"""The fleet's own answers: ``/recover installations`` and ``triage --all`` (one message, grouped by
 installation first). Each installation's part is still its own core's answer."""
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ def installations_reply(fleet: Fleet, channel: str | None, current: str | None) 
 def triage_all(routers: Mapping[str, RouterProtocol], text: str, *, actor: str, channel: str | None,
                reporter: Reporter) -> Reply:
     """``triage --all``: every installation's triage at once (separate clients and pacing: a slow or
-    failing one delays none of the others' answers), one summary line, then each grouped by name."""
+    failing one delays none of the others' answers), as ONE message grouped by installation first:
+    each installation's lead line, then its groups; its Details button (tagged with the installation)
+    holds the rest. One post for the fleet, not one summary per installation."""
     names = list(routers)
 
     def one(name: str) -> Reply:
@@ -52,12 +54,33 @@ def triage_all(routers: Mapping[str, RouterProtocol], text: str, *, actor: str, 
     with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="triage-all") as pool:
         replies = dict(zip(names, pool.map(one, names), strict=True))
     failed = [n for n, r in replies.items() if not r.ok]
-    summary = f"Triage of every installation ({', '.join(names)}): each below, grouped by installation."
-    lines = [f"{n}: {r.messages[0].headline if r.messages else 'nothing to show'}" for n, r in replies.items()]
-    out = Reply.of(Message(headline=summary, lines=lines, level="warn" if failed else "info", kind="triage_all"),
-                   ok=not failed)
+    headline = f"Triage of {len(names)} installations ({', '.join(names)}), grouped by installation"
+    if failed:
+        headline += f": {', '.join(failed)} did not answer in full"
+    lines: list[str] = []
+    buttons = []
+    attachments = []
+    for name, reply in replies.items():
+        if not reply.messages:
+            lines.append(f"*{name}* · nothing to show")
+            continue
+        lead, *rest = reply.messages
+        lines.append(f"*{name}* · {lead.headline.removeprefix(f'[{name}] ')}")
+        for message in reply.messages:
+            body = message.lines if message is lead else [message.headline, *message.lines]
+            lines.extend(f"    {line}" for line in body)
+            buttons.extend(message.buttons)
+            if message.attachment is not None:
+                attachments.append(message.attachment)
+    out = Reply.of(
+        Message(headline=headline, lines=lines, buttons=buttons, level="warn" if failed else "info",
+                kind="triage_all",
+                # One file rides along when one installation has one; with several, each stays one click
+                # away behind that installation's Details button.
+                attachment=attachments[0] if len(attachments) == 1 else None),
+        ok=not failed,
+    )
     for reply in replies.values():
-        out.messages.extend(reply.messages)
         out.deferred.extend(reply.deferred)
     return out
 

@@ -67,8 +67,8 @@ def test_triage_all_answers_for_the_healthy_installation_and_names_the_failing_o
     # a hanging host holds its own part of `triage --all` to its deadline, never the other's answer
     router = _fleet(troubled, sandboxes, tmp_path)
     reply = _say(router, "/recover triage --all", "C0NONE")
-    summary = reply.messages[0]
-    (us_line,) = [line for line in summary.lines if line.startswith("us-1:")]
-    assert "Control host" not in us_line
-    assert [m for m in reply.messages if m.headline.startswith("[us-1]")]
-    assert [m for m in reply.messages if m.headline.startswith("[eu-1]")]
+    (summary,) = reply.messages
+    (us_line,) = [line for line in summary.lines if line.startswith("*us-1* · ")]
+    (eu_line,) = [line for line in summary.lines if line.startswith("*eu-1* · ")]
+    assert "Control host" not in us_line and "Triage t" in us_line
+    assert "eu-1" in summary.headline and not reply.ok  # the failing one is named in the lead line

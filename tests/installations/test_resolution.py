@@ -78,9 +78,16 @@ def test_triage_all_reads_every_installation_grouped_by_installation(
     router = make_fleet("eu-1", "us-1")
     reply = _say(router, "/recover triage --all", "C0NONE")
     assert reply.ok, text_of(reply)
-    assert reply.messages[0].kind == "triage_all"
-    leads = [m.headline for m in reply.messages[1:] if m.headline.startswith("[")]
-    assert any(h.startswith("[eu-1]") for h in leads) and any(h.startswith("[us-1]") for h in leads)
+    # One message for the fleet, grouped by installation first (not one summary per installation).
+    (message,) = reply.messages
+    assert message.kind == "triage_all"
+    leads = [line for line in message.lines if line.startswith("*")]
+    assert [lead.split(" · ", 1)[0] for lead in leads] == ["*eu-1*", "*us-1*"]
+    assert all("Triage t" in lead for lead in leads)
+    eu_part = message.lines[message.lines.index(leads[0]) + 1:message.lines.index(leads[1])]
+    assert any(line.strip().startswith("*t1.g") for line in eu_part)  # its groups, under its name
+    # The rest is one click away: each installation's Details button, tagged with its installation.
+    assert {b.value.rsplit("@", 1)[1] for b in message.buttons if b.value.startswith("details ")} == {"eu-1", "us-1"}
     assert sandboxes("eu-1").admin.requests() and sandboxes("us-1").admin.requests()
 
 
