@@ -34,4 +34,6 @@ python -m mypy
 echo "== import-linter (the layering in pyproject.toml)"
 lint-imports --no-cache
 echo "== pytest"
-python -m pytest "$@"
+# In RECOVER_TEST_WORKERS processes (pytest-xdist; 3 by default: most tests wait on processes, sockets and
+# timers, so a third worker fills the waits of two cores). RECOVER_TEST_WORKERS=0 runs them in this process.
+python -m pytest -n "${RECOVER_TEST_WORKERS:-3}" "$@"
