@@ -117,6 +117,11 @@ def load_settings(
         raise ValueError(f"unknown settings groups: {sorted(unknown)}")
     wanted_fields = {f for g in wanted for f in GROUPS[g]}
     values = _raw_values(env, dotenv)
+    # Every configured secret is masked, also one this command does not read: it is in this
+    # process's environment, so a traceback or a library's record could still carry it.
+    for name in SECRET_NAMES:
+        raw = values.get(name)
+        register_secret(None if raw is None or (name == "RECOVER_AUDIT_KEY" and raw == NO_AUDIT_KEY) else raw)
     by_field = {n: _alias(n) for n in Settings.model_fields}
     # Only what the caller uses is read at all: the rest keeps its default.
     values = {k: v for k, v in values.items() if any(k in (n, a) for n, a in by_field.items() if n in wanted_fields)}

@@ -1,15 +1,21 @@
 """docs/architecture.md walks one `decide` then one `approve` through the modules: keep it true.
 
 Why a test: the walk-through is how a newcomer learns where a request goes; a renamed module or
-method would leave it pointing at nothing. Each numbered line names one module that exists, and every
-code name it cites (`Room.method`, `function(…)`) is in that module's source, or is a recorded step or
-request state (bot/vocab.py) that the module's call writes. The rooms appear in the order the code runs.
+method would leave it pointing at nothing. Each numbered line names one module that imports, and every
+code name it cites (`Room.method`, `function(…)`, `ctx.method`) is followed through the imported module:
+an attribute of the module (a class, function or name it imports) and then of that, or a method of a
+class the module defines, or a recorded step or request state (bot/vocab.py) that the module's call
+writes. A word that merely appears in a comment or a string does not count. The rooms appear in the
+order the code runs.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -47,17 +53,45 @@ def test_both_walks_are_there_one_module_per_line() -> None:
         assert len(steps) >= 10, f"the {name} walk is too short to follow the code: {len(steps)} lines"
 
 
+def _module_of(path: str) -> ModuleType:
+    return importlib.import_module(path.removesuffix(".py").replace("/", "."))
+
+
+def _resolves(module: ModuleType, name: str) -> bool:
+    """``name`` is something the imported module has: ``A.b.c`` by attributes from the module, or
+    (``ctx.policy``, ``record_step``: a method named by its instance) a member of a class the module
+    defines or imports."""
+    head, *rest = name.split(".")
+    target: object = module
+    for part in (head, *rest):
+        if not hasattr(target, part):
+            break
+        target = getattr(target, part)
+    else:
+        return True
+    classes = [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__.startswith("bot")]
+    return any(hasattr(c, rest[-1] if rest else head) for c in classes)
+
+
+def test_resolution_follows_the_code_not_the_text() -> None:
+    # A name that appears only in a comment or docstring of a module does not resolve.
+    walk = _module_of("bot/decisions/_authority.py")
+    assert "client.send" in inspect.getsource(walk)
+    assert _resolves(walk, "Gate.send_decision")
+    assert not _resolves(walk, "Gate.no_such_method")
+    assert not _resolves(walk, "walk_through_word_only")
+
+
 @pytest.mark.parametrize("walk", ["decide", "approve"])
 def test_every_module_and_code_name_cited_exists(walk: str) -> None:
     missing = []
     for path, words in _sections()[walk]:
-        module = ROOT / path
-        if not module.is_file():
+        if not (ROOT / path).is_file():
             missing.append(path)
             continue
-        source = module.read_text(encoding="utf-8")
+        module = _module_of(path)
         for name in CODE_NAME.findall(words):
-            if name.split(".")[-1] not in source and name not in VOCABULARY:
+            if name not in VOCABULARY and not _resolves(module, name):
                 missing.append(f"{path}: {name}")
     assert not missing, f"the walk-through cites what the code no longer has: {missing}"
 
