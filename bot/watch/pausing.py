@@ -5,6 +5,10 @@ it (or undo it). Who is asking is the person behind the actor, by the approvals'
 (:func:`bot.decisions.person_of`: a mapped console login is its Slack id); whether they are in the
 channel is asked each time (Slack's conversations.members, paged: membership changes during an
 incident). A channel whose members cannot be read refuses, never allows.
+
+A pause holds what it finds, like quiet hours: the stops seen meanwhile are kept (``pause_held``) and,
+when the pause ends (``resume`` or the end of ``--for``), one digest names them and each session
+still stuck is posted as usual. Nothing found during a pause dies unseen.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from bot.messages import Message, Reply, ref
 from bot.redact import redact
 from bot.store import Store
 from bot.vocab import Step
-from bot.watch.store import WatchStore
+from bot.watch.stops import Stop, described
+from bot.watch.store import PAUSE_HELD, WatchStore
 
 
 class ChannelMembers(Protocol):
@@ -65,8 +70,10 @@ def record_pause(
                                                     "installation": saved.installation}, "paused", db=db)
     when = f"until {isoformat(until)}" if until else "until `/recover watch resume`"
     return Reply.of(Message(
-        headline=f"Watch paused {when}: new stops are recorded, not posted.", level="ok",
-        lines=["`/recover watch resume` to post again; `/recover triage` shows every stopped session."],
+        headline=f"Watch paused {when}: new stops are held, not posted; at resume one digest names them.",
+        level="ok",
+        lines=["`/recover watch resume` to post again (each session still stuck then is posted as usual); "
+               "`/recover triage` shows every stopped session now."],
     ))
 
 
@@ -75,4 +82,27 @@ def record_resume(saved: WatchStore, store: Store, *, actor: str, now: datetime)
         saved.put("pause", {"paused": False, "by": actor, "at": isoformat(now)}, db=db)
         store.record_step(None, actor, Step.WATCH, {"action": "resume", "installation": saved.installation},
                           "resumed", db=db)
-    return Reply.of(Message(headline="Watch resumed: new stops are posted again.", level="ok"))
+    held = saved.counts().get(PAUSE_HELD, 0)
+    lines = [f"{held} stop(s) held during the pause: the next poll names them in one digest and posts each "
+             "session still stuck."] if held else []
+    return Reply.of(Message(headline="Watch resumed: new stops are posted again.", level="ok", lines=lines))
+
+
+#: Held stops listed one per line in the pause digest; the rest are counted.
+PAUSE_DIGEST_LINES = 20
+
+
+def pause_digest(stuck: list[Stop], recovered: list[tuple[str, str]]) -> Message:
+    """What the pause held, said once at its end: each still-stuck session (posted as usual after this)
+    and each that recovered meanwhile (only named here)."""
+    lines = [f"• {stop.session_id}: {stop.describe()} — still stuck" for stop in stuck]
+    lines += [f"• {sid}: {described(sig)} — no longer stopped" for sid, sig in recovered]
+    total = len(lines)
+    if total > PAUSE_DIGEST_LINES:
+        lines = [*lines[:PAUSE_DIGEST_LINES], f"… and {total - PAUSE_DIGEST_LINES} more: `/recover triage`."]
+    return Message(
+        headline=f"Watch pause over: {total} session(s) stopped during the pause, {len(stuck)} still stuck "
+        "(posted now).",
+        level="warn" if stuck else "info",
+        lines=lines,
+    )

@@ -17,11 +17,14 @@ class WatchStatus:
     next_poll: datetime | None
     seen: int
     posted: int
+    #: Folded into a storm's triage message (or, in older stores, dropped by a pause).
     suppressed: int
     errors: int
     failing_since: datetime | None
     last_error: str | None
     counts: dict[str, int] = field(default_factory=dict)
     paused_by: str | None = None
+    #: Stops held by the pause: named in one digest at its end, each still-stuck one posted then.
+    held: int = 0
     #: Where the last poll's paging stood (bot.watch.status.cursor_state), shared by every process.
     cursor: dict[str, Any] | None = None

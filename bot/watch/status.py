@@ -38,7 +38,8 @@ def status_reply(st: WatchStatus, channel: str) -> Reply:
     elif st.paused:
         until = isoformat(st.paused_until) if st.paused_until else "resumed by hand"
         by = f", by {ref(st.paused_by)}" if st.paused_by else ""
-        headline, level = f"Watch is paused (until {until}{by}).", "warn"
+        held = f" {st.held} stop(s) held, posted when it ends." if st.held else " Stops found meanwhile are held."
+        headline, level = f"Watch is paused (until {until}{by}).{held}", "warn"
     else:
         headline, level = f"Watch is on: posting new stops to {ref(channel, '#')}.", "ok"
     facts = [
@@ -47,9 +48,11 @@ def status_reply(st: WatchStatus, channel: str) -> Reply:
         ("listing cursor", cursor_text(st.cursor)),
         ("seen (last poll)", str(st.seen)),
         ("posted", str(st.posted)),
-        ("suppressed (paused or in a storm)", str(st.suppressed)),
+        ("folded into a storm's triage", str(st.suppressed)),
         ("errors", str(st.errors)),
     ]
+    if st.held:
+        facts.append(("held by the pause", str(st.held)))
     if st.counts.get("held"):
         facts.append(("held for the quiet-hours digest", str(st.counts["held"])))
     if st.counts.get("claimed"):

@@ -27,10 +27,12 @@ from bot.watch.stops import Stop
 migrations = Migrations("watch")
 
 #: A stop's states: to be posted as a case, in its case's thread (flapping), folded into the storm's
-#: triage message, dropped while paused, held in quiet hours (then ``digested``: said in the digest at
-#: the window's end); ``posted`` once Slack answered with its ts.
+#: triage message, held in quiet hours (then ``digested``: said in the digest at the window's end),
+#: held while watch is paused (``pause_held``: at resume named in one digest, and posted as usual when
+#: still stuck); ``posted`` once Slack answered with its ts. ``suppressed`` is what a pause left in
+#: stores written before pauses held their stops: never posted, counted.
 CLAIMED, THREAD, STORM, SUPPRESSED, POSTED = "claimed", "thread", "storm", "suppressed", "posted"
-HELD, DIGESTED = "held", "digested"
+HELD, DIGESTED, PAUSE_HELD = "held", "digested", "pause_held"
 
 
 @migrations(name="0001_watch_stops_state")
@@ -80,8 +82,9 @@ class Claim:
 
 def _recent(db: Database, installation: str, now: datetime, window: float) -> int:
     row = db.conn.execute(
-        "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ? AND state NOT IN (?, ?, ?)",
-        [installation, _iso(now - timedelta(seconds=window)), SUPPRESSED, HELD, DIGESTED],
+        "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ? "
+        "AND state NOT IN (?, ?, ?, ?)",
+        [installation, _iso(now - timedelta(seconds=window)), SUPPRESSED, HELD, DIGESTED, PAUSE_HELD],
     ).fetchone()
     return int(row[0])
 
@@ -147,7 +150,7 @@ class WatchStore:
             recent = _recent(db, inst, now, storm_window)
             thread_ts = None
             if paused:
-                state = SUPPRESSED
+                state = PAUSE_HELD  # nothing found during a pause dies unseen: said at resume
             elif quiet:
                 state = HELD
             elif case is not None:
@@ -274,6 +277,40 @@ class WatchStore:
             self.store.record_step(None, actor, Step.WATCH_DIGEST, {"installation": self.installation},
                                    "taken", detail={"stops": len(rows)}, db=db)
         return [(str(sid), str(sig)) for _, sid, sig in rows]
+
+    def take_pause_held(
+        self, *, actor: str, now: datetime, lease: float, storm_window: float, storm_threshold: int
+    ) -> tuple[list[Claim], list[tuple[str, str]]]:
+        """The pause is over: the stops held meanwhile, taken by exactly one process (committed with
+        their ``watch_digest`` step before anything is posted). Returns the still-stuck ones as claims
+        owned by ``actor`` for ``lease`` seconds (folded into the storm when they are more than the
+        threshold, as a burst is), and the (session, signature) of those that recovered meanwhile (no
+        longer listed), which are only named. A kill after the commit leaves the claims to be taken over."""
+        with self.store.write() as db:
+            rows = db.conn.execute(
+                "SELECT key, session_id, signature, revision, active FROM watch_stops "
+                "WHERE installation = ? AND state = ? ORDER BY first_seen_at, session_id",
+                [self.installation, PAUSE_HELD],
+            ).fetchall()
+            if not rows:
+                return [], []
+            stuck = [r for r in rows if r[4]]
+            over = [r for r in rows if not r[4]]
+            storm = len(stuck) + _recent(db, self.installation, now, storm_window) > storm_threshold
+            state = STORM if storm else CLAIMED
+            db.conn.executemany(
+                "UPDATE watch_stops SET state = ?, claimed_by = ?, lease_until = ? WHERE key = ?",
+                [[state, actor, _iso(now + timedelta(seconds=lease)), r[0]] for r in stuck],
+            )
+            db.conn.executemany("UPDATE watch_stops SET state = ? WHERE key = ?", [[DIGESTED, r[0]] for r in over])
+            self.store.record_step(None, _step_actor(actor), Step.WATCH_DIGEST, {"installation": self.installation},
+                                   "pause_over", detail={"still_stuck": len(stuck), "recovered": len(over),
+                                                         "storm": storm}, db=db)
+        claims = []
+        for _key, sid, signature, revision, _active in stuck:
+            code, reason, failures, turn = json.loads(signature)
+            claims.append(Claim(stop=Stop(str(sid), code, reason, failures, turn, revision), state=state))
+        return claims, [(str(r[1]), str(r[2])) for r in over]
 
     def counts(self) -> dict[str, int]:
         with self.store.read() as db:

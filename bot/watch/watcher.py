@@ -32,13 +32,13 @@ from bot.store import Store
 from bot.triage import runbook_limit
 from bot.vocab import Step
 from bot.watch.lease import LeaseKeeper
-from bot.watch.pausing import ChannelMembers, member_refusal, record_pause, record_resume
+from bot.watch.pausing import ChannelMembers, member_refusal, pause_digest, record_pause, record_resume
 from bot.watch.poster import Poster, key_line
 from bot.watch.shifts import post_digest, post_handoff
 from bot.watch.state import WatchStatus
 from bot.watch.status import cursor_state, status_reply
 from bot.watch.stops import Stop, stop_of
-from bot.watch.store import CLAIMED, STORM, SUPPRESSED, THREAD, Claim, WatchStore
+from bot.watch.store import CLAIMED, PAUSE_HELD, STORM, SUPPRESSED, THREAD, Claim, WatchStore
 from bot.watch.trigger import Trigger
 from bot.watch.windows import within
 
@@ -159,6 +159,8 @@ class Watcher:
             if result.complete:
                 self.seen = result.listed
                 self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
+            if result.complete and not self.paused(now):
+                self._end_of_pause(now)
             if any(c.state == STORM for c in result.claimed):
                 self._post_storm(now)
             if not self.quiet(now):
@@ -208,6 +210,26 @@ class Watcher:
             result.complete = True
             self.saved.settle(listed, now=now, keep_for=self.spec.seconds("dedup_window"))
         return result
+
+    def _end_of_pause(self, now: datetime) -> None:
+        """The pause is over (resumed, or its ``--for`` ran out): one digest of what it held, then each
+        session still stuck said as usual (one storm message when they are many). After a complete
+        listing only, so a session that recovered meanwhile is named as such, not posted."""
+        stuck, recovered = self.saved.take_pause_held(
+            actor=self.owner, now=now, lease=self.spec.seconds("claim_lease"),
+            storm_window=self.spec.seconds("storm_window"), storm_threshold=int(self.spec.seconds("storm_threshold")),
+        )
+        if not stuck and not recovered:
+            return
+        try:
+            self.poster.post(self.channel, pause_digest([c.stop for c in stuck], recovered))
+        except Exception:  # noqa: BLE001 - the cases below are still said (and taken over if this dies)
+            log.exception("watch: the pause digest could not be posted")
+            self.errors += 1
+        for claim in stuck:
+            self._say(claim, now)
+        if any(c.state == STORM for c in stuck):
+            self._post_storm(now)
 
     def _stop_of(self, session: Session) -> Stop:
         """The stop's identity; an outcome_unknown stop is told apart by its unknown turn (R3.1)."""
@@ -350,7 +372,11 @@ class Watcher:
 
     def resume(self, actor: str) -> Reply:
         refused = member_refusal(self.members, self.channel, actor, self.console_users, "resume")
-        return refused or record_resume(self.saved, self.store, actor=actor, now=self.clock.now())
+        if refused:
+            return refused
+        reply = record_resume(self.saved, self.store, actor=actor, now=self.clock.now())
+        self.wake()  # a running loop polls now: the pause's digest and its stuck sessions come next
+        return reply
 
     def status(self) -> WatchStatus:
         now = self.clock.now()
@@ -368,6 +394,7 @@ class Watcher:
             seen=self.seen,
             posted=counts.get("posted", 0),
             suppressed=counts.get(SUPPRESSED, 0) + counts.get(STORM, 0),
+            held=counts.get(PAUSE_HELD, 0),
             errors=self.errors,
             failing_since=parse_time(health.get("since")) if health.get("failing") else None,
             last_error=self.last_error,

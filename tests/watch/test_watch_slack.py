@@ -56,12 +56,23 @@ def test_watch_state_pause_and_resume_over_slack(incident_sandbox: SandboxHandle
     h.settle()
     text = _said(h, before)
     assert "Watch is paused (until" in text and "by <@UALICE>" in text
+    assert "1 stop(s) held, posted when it ends" in text and "held by the pause" in text
 
+    before = len(h.api.responses)
     h.send.command("watch resume", user="UBOB")
     h.settle()
+    assert "1 stop(s) held during the pause" in _said(h, before)
     steps = [(s.actor, s.outcome) for s in watcher.store.steps() if s.step == "watch"]
     assert steps == [("UALICE", "paused"), ("UBOB", "resumed")]
     assert len(h.api.calls_to("conversations.members")) >= 1 + 1 + 3  # UBOB is found on the third page
+
+    # What the pause held is not lost: the next poll names it in one digest and posts the stuck session.
+    watcher.poll_once()
+    watcher.poll_once()  # and only once
+    roots = [p.text for p in h.api.roots(CHANNEL)]
+    digests = [t for t in roots if "Watch pause over" in t]
+    assert len(digests) == 1 and "ses_ws_001" in digests[0] and "still stuck" in digests[0], roots
+    assert len([t for t in roots if "Stopped: ses_ws_001 " in t]) == 1, roots
 
     before = len(h.api.responses)
     h.send.command("watch resume --for 2h")

@@ -313,19 +313,65 @@ def test_pause_holds_posts_and_resume_posts_again(
     assert "paused until" in reply.messages[0].headline
     sbx.admin.stop(one)
     w.poll_once()
-    assert _roots(slack_api) == [] and w.status().suppressed == 1
-    assert "paused" in w.status_reply().messages[0].headline
-    clock.advance(3601)  # --for ran out
+    assert _roots(slack_api) == [] and w.status().held == 1
+    assert "1 stop(s) held" in w.status_reply().messages[0].headline
+    clock.advance(3601)  # --for ran out: what it held is said now, nothing lost
     sbx.admin.stop(two)
     w.poll_once()
-    assert len(_named(slack_api, two)) == 1 and _named(slack_api, one) == []
+    w.poll_once()
+    digests = [t for t in _roots(slack_api) if "Watch pause over" in t]
+    assert len(digests) == 1 and f"{one}:" in digests[0] and two not in digests[0]
+    assert len(_named(slack_api, two)) == 1 and len(_named(slack_api, one)) == 1
+    assert w.status().held == 0
     w.pause("U0ALICE", None)
     w.resume("U0BOB")
     assert [(s.actor, s.outcome) for s in w.store.steps() if s.step == "watch"] == [
         ("U0ALICE", "paused"), ("U0ALICE", "paused"), ("U0BOB", "resumed"),
     ]
     text = w.status_reply().messages[0].plain_text()
-    assert "last poll" in text and "next poll" in text and "posted: 1" in text
+    assert "last poll" in text and "next poll" in text and "posted: 2" in text
+
+
+def test_a_pause_holds_across_a_restart_and_names_what_recovered_meanwhile(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn
+) -> None:
+    stuck, healed = _healthy(sbx, 2)
+    slack_api.channel_members[CHANNEL] = ["U0ALICE"]
+    w = make_watcher()
+    w.pause("U0ALICE", None)
+    sbx.admin.stop(stuck)
+    sbx.admin.stop(healed)
+    w.poll_once()
+    assert _roots(slack_api) == [] and w.status().held == 2
+    sbx.admin.settle(healed)  # it recovered meanwhile: no longer listed
+    # A new process on the same store file resumes: the held stops live in the store, not in memory.
+    again = make_watcher()
+    again.resume("U0ALICE")
+    again.poll_once()
+    roots = _roots(slack_api)
+    (digest,) = [t for t in roots if "Watch pause over" in t]
+    assert f"{stuck}:" in digest and "still stuck" in digest
+    assert len(_named(slack_api, stuck)) == 1
+    assert f"{healed}:" in digest and "no longer stopped" in digest and _named(slack_api, healed) == []
+    assert [s.outcome for s in again.store.steps() if s.step == "watch_digest"] == ["pause_over"]
+
+
+def test_many_stops_held_by_a_pause_become_one_storm_message_at_resume(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn
+) -> None:
+    ids = _healthy(sbx, 14)
+    slack_api.channel_members[CHANNEL] = ["U0ALICE"]
+    w = make_watcher()
+    w.pause("U0ALICE", None)
+    for sid in ids:
+        sbx.admin.stop(sid)
+    w.poll_once()
+    w.resume("U0ALICE")
+    w.poll_once()
+    roots = _roots(slack_api)
+    assert len(roots) == 2, roots  # the digest, then one storm triage: not 14 posts
+    assert "Watch pause over: 14 session(s) stopped during the pause, 14 still stuck" in roots[0]
+    assert "Many sessions stopped at once" in roots[1]
 
 
 def test_stop_identity_moves_with_what_stopped_it_not_with_the_revision() -> None:
