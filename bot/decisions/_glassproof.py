@@ -2,9 +2,9 @@
 
 Read from the chain alone, by :func:`bot.decisions._proof._prove` only when no approval holds. A
 ``break_glass`` step is accepted when it is intact, by the requester (the one identity function), over
-the request's content hash, recorded after the ladder's end and before the expiry (the chain's own
-times), in an allowed channel, for a decision the runbook allows, with an incident ref and a reason,
-under one of the runbook's conditions — and an intact ``break_glass_announced`` step (the loud notice
+the request's content hash, recorded before the expiry (the chain's own times), in an allowed channel,
+for a decision the runbook allows, with an incident ref and a reason, under one of the runbook's
+conditions (the ladder's end, or nobody else eligible: bot/decisions/_glassrule.py) — and an intact ``break_glass_announced`` step (the loud notice
 posted) for the same request and content comes before it. Nothing else stands in for an approval.
 """
 
