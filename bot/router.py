@@ -16,6 +16,7 @@ from bot.clock import Clock, isoformat
 from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
 from bot.details import FullMessages, details_reply
 from bot.errors import CommandError, RecoverError
+from bot.escalation.status import pending_line
 from bot.glass_routes import glass_dispatch, glass_route
 from bot.ladder_routes import remind_command
 from bot.messages import Message, Reply, Reporter, ref
@@ -407,21 +408,18 @@ class Router:
         return reply
 
     def pending_approvals_view(self) -> list[Message]:
+        """App Home's pending approvals: each request by the one pending-request line."""
         d = self.services.decisions
-        messages: list[Message] = []
-        for request in d.requests.find(states=(RequestState.REQUESTED,)):
-            messages.append(
-                Message(
-                    headline=f"{request.id}: {request.decision} on {request.session_id} by {request.requester}",
-                    lines=[
-                        f"Expires {request.expires_at}. To approve (another person): /recover approve {request.id}"
-                    ],
-                    session_id=request.session_id,
-                    kind="approval_request_summary",
-                    ref=request.id,
-                )
+        now = self.services.clock.now()
+        return [
+            Message(
+                headline=pending_line(d.ctx, request, now).text,
+                session_id=request.session_id,
+                kind="approval_request_summary",
+                ref=request.id,
             )
-        return messages
+            for request in d.requests.find(states=(RequestState.REQUESTED,))
+        ]
 
 
 def build_router(

@@ -35,6 +35,7 @@ from bot.dockerops import (
 )
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError, StoreError
+from bot.escalation.status import attach as attach_request_line
 from bot.escalation.store import migrations as escalation_migrations
 from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
 from bot.installations.scoped import scoped_settings
@@ -307,6 +308,7 @@ def build_services(
         directory=directory,
         console_users=console_users(settings) if console_users_map is None else console_users_map,
     )
+    attach_request_line(decisions)  # the hand-off lists requests by the one pending-request line
     bulk = Bulk.build(url, key, store=store, clock=clock, runbooks=runbooks, api=api, log_source=log_source,
                       decisions=decisions, csv_dir=settings.db_path.parent / "batches")
     return Services(

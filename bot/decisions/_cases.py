@@ -6,10 +6,10 @@ control host is down, and every command here is itself recorded as a step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
-from bot.clock import isoformat, parse_time
+from bot.clock import isoformat
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._requests import OPEN_STATES, DecisionRequest
@@ -31,6 +31,9 @@ class CaseBook:
         self.ctx = ctx
         self.store = ctx.store
         self.requests = ctx.requests
+        # The one pending-request line (bot/escalation/status.py: it reads the ladder, which sits above
+        # this package), handed down by the composition root; None only in a core not wired for hand-offs.
+        self.request_line: Callable[[DecisionRequest, datetime], str] | None = None
 
     def cases(self, actor: str | None = None) -> Reply:
         """The open cases, one line each. With ``actor`` (the typed command) the look-up is recorded;
@@ -187,6 +190,11 @@ class CaseBook:
             )
         )
 
+    def _request_line(self, r: DecisionRequest, now: datetime) -> str:
+        if self.request_line is None:
+            raise RuntimeError("the hand-off has no request line: wire it with bot.escalation.status.attach")
+        return self.request_line(r, now)
+
     def handoff(self, actor: str) -> Reply:
         """A digest of every open case for the next shift: state, last step, approvals, waits, next, notes."""
         now = self.ctx.now()
@@ -205,7 +213,7 @@ class CaseBook:
                 last = steps[-1]
                 lines.append(f"Last step: {last.step} → {last.outcome} by {who(last.actor)} at {last.at}")
             for r in open_reqs:
-                lines.append(_request_line(r, now))
+                lines.append(self._request_line(r, now))
             for r in self.requests.find(session_id=sid, states=(RequestState.EXPIRED,)):
                 if r.created_at >= case.opened_at:  # the escalation ladder's end, said at the hand-off
                     lines.append(f"Expired: `{r.id}` {r.decision} at {r.expires_at} with no approval; nothing was sent")
@@ -255,17 +263,6 @@ def _last(steps: Sequence[Step]) -> str:
         return "none"
     s = steps[-1]
     return f"{s.step} → {s.outcome} by {who(s.actor)} at {s.at}"
-
-
-def _request_line(r: DecisionRequest, now: datetime) -> str:
-    if r.state == RequestState.REQUESTED:
-        kind = "approval" if r.policy == Policy.TWO_PERSON else "confirmation"
-        left = max(0.0, ((parse_time(r.expires_at) or now) - now).total_seconds())
-        return (
-            f"Pending {kind}: {r.id} `{r.decision}` by {who(r.requester)}, age {text.age(r.created_at, now)}, "
-            f"expires {r.expires_at} (in {text.duration(left)}) — `/recover approve {r.id}`"
-        )
-    return f"Request {r.id} `{r.decision}`: {r.state} (approved by {who(r.approved_by)})"
 
 
 def _case_state(steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> str:

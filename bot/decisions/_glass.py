@@ -20,9 +20,9 @@ from bot.decisions._glassrule import (
     ANNOUNCED,
     ASKED,
     BREAK_GLASS,
-    condition_problem,
+    glass_verdict,
+    ladder_reach,
     others_reading,
-    window_problem,
 )
 from bot.decisions._guards import (
     Refusal,
@@ -91,24 +91,20 @@ class BreakGlassRoom:
         spec, now = ctx.runbooks.escalation, ctx.now()
         requested_at = parse_time(req.created_at)
         assert requested_at is not None
-        window = window_problem(spec, req.decision, requested_at, now, parse_time(req.expires_at))
-        if window:
-            raise Refusal(f"break-glass refused: {window}",
-                          "Break-glass is allowed from the escalation ladder's end until the expiry, for the "
-                          "decisions the runbook names; until then a second person approves "
-                          f"(`/recover remind {req.id}` nudges them).", session_id=sid, code="not_allowed")
-        assert spec is not None
-        # Who may approve now: RECOVER_APPROVERS and what the ladder widened to (the chain's reading).
+        # Who else may approve, now or once the ladder has widened: RECOVER_APPROVERS (groups read through
+        # the directory) and the ladder's widening, by the one approver rule (recorded with the step).
         widened = widened_now(spec, ctx.store.steps(session_id=sid), req.id, now)
-        reading, no_other = others_reading(req.requester, ctx.approvers, widened, ctx.directory, ctx.console_users)
-        condition = condition_problem(spec, no_other)
-        if condition:
-            raise Refusal(f"break-glass refused: {condition}",
-                          f"Ask a second person to approve: `/recover approve {req.id}`.", session_id=sid,
-                          code="not_allowed")
-        why = ("the escalation ladder ran to its end with no approver answering"
-               if "ladder_ended" in spec.break_glass.when else "no eligible approver other than you exists")
-        return reading, why
+        reading, no_other = others_reading(
+            req.requester, ctx.approvers, ladder_reach(spec, widened), ctx.directory, ctx.console_users
+        )
+        verdict = glass_verdict(spec, req.decision, requested_at, now, parse_time(req.expires_at), no_other)
+        if verdict.problem is not None:
+            raise Refusal(f"break-glass refused: {verdict.problem}",
+                          "Break-glass is allowed, until the expiry and for the decisions the runbook names, once "
+                          "the escalation ladder has run to its end or when nobody but you may approve; until "
+                          f"then a second person approves (`/recover remind {req.id}` nudges them).",
+                          session_id=sid, code="not_allowed")
+        return reading, verdict.why
 
     def _wire(self, req: DecisionRequest) -> list[str]:
         """What will be sent, as the dry run shows it (a fresh diagnosis sets expected_revision)."""

@@ -2,9 +2,9 @@
 
 Read from the chain alone, by :func:`bot.decisions._proof._prove` only when no approval holds. A
 ``break_glass`` step is accepted when it is intact, by the requester (the one identity function), over
-the request's content hash, recorded after the ladder's end and before the expiry (the chain's own
-times), in an allowed channel, for a decision the runbook allows, with an incident ref and a reason,
-under one of the runbook's conditions — and an intact ``break_glass_announced`` step (the loud notice
+the request's content hash, recorded before the expiry (the chain's own times), in an allowed channel,
+for a decision the runbook allows, with an incident ref and a reason, under one of the runbook's
+conditions (the ladder's end, or nobody else eligible: bot/decisions/_glassrule.py) — and an intact ``break_glass_announced`` step (the loud notice
 posted) for the same request and content comes before it. Nothing else stands in for an approval.
 """
 
@@ -18,9 +18,9 @@ from bot.decisions._glassrule import (
     ANNOUNCED,
     BREAK_GLASS,
     GlassRule,
-    condition_problem,
+    glass_verdict,
+    ladder_reach,
     reading_problem,
-    window_problem,
 )
 from bot.decisions._rules import channel_allowed, person_of, same_person
 from bot.decisions._widening import widened_for
@@ -77,21 +77,21 @@ def _problem(
     requested_at, at = parse_time(made.at), parse_time(s.at)
     if requested_at is None or at is None or s.seq < made.seq:
         return f"break-glass step {s.seq} has no time after its request"
-    window = window_problem(rule.escalation, rule.decision, requested_at, at, expires)
-    if window:
-        return f"break-glass step {s.seq}: {window}"
-    assert rule.escalation is not None  # window_problem refuses without one
     answered = [a for a in steps if a.step in _ANSWERED and made.seq < a.seq < s.seq]
     if answered:
         return f"break-glass step {s.seq} comes after the request was answered ({answered[0].step})"
-    # Who could have approved then: RECOVER_APPROVERS and what the ladder widened to before this step
-    # (the gate's one reading of widening), judged against the reading recorded with the step.
-    widened = widened_for(rule.escalation, made, steps, at, before_seq=s.seq, intact=lambda w: intact(w) is None)
-    listed = list(dict.fromkeys([*approvers, *widened])) if approvers else []
+    # Who could have approved then: RECOVER_APPROVERS, what the ladder widened to before this step (the
+    # gate's one reading of widening) and whom today's ladder would still widen to, judged against the
+    # reading recorded with the step; then the one rule (bot/decisions/_glassrule.py).
+    widened = () if rule.escalation is None else widened_for(
+        rule.escalation, made, steps, at, before_seq=s.seq, intact=lambda w: intact(w) is None
+    )
+    reach = ladder_reach(rule.escalation, widened)
+    listed = list(dict.fromkeys([*approvers, *reach])) if approvers else []
     no_other = reading_problem(s.inputs.get("reading"), made.actor, listed, console_users)
-    condition = condition_problem(rule.escalation, no_other)
-    if condition:
-        return f"break-glass step {s.seq}: {condition}"
+    verdict = glass_verdict(rule.escalation, rule.decision, requested_at, at, expires, no_other)
+    if verdict.problem is not None:
+        return f"break-glass step {s.seq}: {verdict.problem}"
     return None
 
 

@@ -35,38 +35,78 @@ class GlassRule:
     decision: str
 
 
-def window_problem(
-    spec: EscalationSpec | None, decision: str, requested_at: datetime, at: datetime, expires: datetime | None
-) -> str | None:
-    """Break-glass comes after the ladder's end and before the expiry, for a decision the runbook allows."""
+#: Why break-glass is allowed, by the runbook's ``break_glass.when`` condition that holds (said in the
+#: confirmation, the loud notice and ``pending``).
+WHY = {
+    "no_other_approver": "no eligible approver other than the requester exists",
+    "ladder_ended": "the escalation ladder ran to its end with no approver answering",
+}
+
+
+@dataclass(frozen=True)
+class GlassVerdict:
+    """The one rule's answer: ``allowed_by`` (the condition that holds) or ``problem`` (why not)."""
+
+    allowed_by: str | None
+    problem: str | None
+
+    @property
+    def why(self) -> str:
+        return WHY.get(self.allowed_by or "", "")
+
+
+def glass_verdict(
+    spec: EscalationSpec | None,
+    decision: str,
+    requested_at: datetime,
+    at: datetime,
+    expires: datetime | None,
+    no_other: str | None,
+) -> GlassVerdict:
+    """THE break-glass rule, for the command (at "now") and the gate (at the step's recorded time).
+
+    Allowed for a decision the runbook's ``break_glass.decisions`` names, before the expiry, when one
+    of ``break_glass.when`` holds (any one suffices): ``no_other_approver`` when ``no_other`` (the
+    problem :func:`others_reading` / :func:`reading_problem` found) is None, at once, because a ladder
+    that can reach nobody but the requester would only make them wait; ``ladder_ended`` from the
+    ladder's end, nobody having approved.
+    """
     if spec is None:
-        return "the runbook has no escalation: section, so it allows no break-glass"
+        return GlassVerdict(None, "the runbook has no escalation: section, so it allows no break-glass")
     if not spec.allows_break_glass(decision):
         allowed = ", ".join(spec.break_glass.decisions) or "none"
-        return f"the runbook allows no break-glass for `{decision}` (break_glass.decisions: {allowed})"
-    end = window_opens(spec, requested_at)
-    if at < end:
-        left = (end - at).total_seconds()
-        return f"the escalation ladder has not run to its end yet (it ends in {duration(left)}, at {_hm(end)})"
+        return GlassVerdict(None, f"the runbook allows no break-glass for `{decision}` (break_glass.decisions: {allowed})")
     if expires is None or at > expires:
-        return "the request has expired"
-    return None
+        return GlassVerdict(None, "the request has expired")
+    when = spec.break_glass.when
+    if "no_other_approver" in when and no_other is None:
+        return GlassVerdict("no_other_approver", None)
+    end = window_opens(spec, requested_at)
+    if "ladder_ended" in when and at >= end:
+        return GlassVerdict("ladder_ended", None)
+    why_not: list[str] = []
+    if "ladder_ended" in when:
+        left = (end - at).total_seconds()
+        why_not.append(f"the escalation ladder has not run to its end yet (it ends in {duration(left)}, at {_hm(end)})")
+    if "no_other_approver" in when:
+        why_not.append(str(no_other))
+    if not why_not:
+        return GlassVerdict(None, "the runbook names no break-glass condition (break_glass.when is empty)")
+    return GlassVerdict(None, f"none of the runbook's break-glass conditions holds ({', '.join(when)}): "
+                              + " and ".join(why_not))
 
 
 def window_opens(spec: EscalationSpec, requested_at: datetime) -> datetime:
-    """When break-glass may first be used on a request made at ``requested_at``: the ladder's end."""
+    """When the ``ladder_ended`` condition first holds for a request made at ``requested_at``."""
     return requested_at + timedelta(seconds=spec.end_seconds)
 
 
-def condition_problem(spec: EscalationSpec, no_other: str | None) -> str | None:
-    """The runbook's ``break_glass.when`` (any one suffices), once the window holds and nobody approved:
-    ``ladder_ended`` holds then; ``no_other_approver`` holds when ``no_other`` (its problem) is None."""
-    when = spec.break_glass.when
-    if "ladder_ended" in when:
-        return None
-    if "no_other_approver" in when and no_other is None:
-        return None
-    return f"none of the runbook's break-glass conditions holds ({', '.join(when) or 'none'}): {no_other}"
+def ladder_reach(spec: EscalationSpec | None, widened: Sequence[str]) -> tuple[str, ...]:
+    """Whom the ladder widened to (``widened``, as the chain records it) and whom it still will (every
+    ``widen`` step of the runbook's ladder): for ``no_other_approver`` an approver the ladder will reach
+    later is another approver, so break-glass never cuts short a ladder that could still reach someone."""
+    later = spec.widened_groups(float("inf")) if spec is not None else ()
+    return tuple(dict.fromkeys([*widened, *later]))
 
 
 class _ReadOnce:
@@ -163,10 +203,12 @@ __all__ = [
     "ASKED",
     "BREAK_GLASS",
     "REVIEWED",
+    "WHY",
     "GlassRule",
-    "condition_problem",
+    "GlassVerdict",
+    "glass_verdict",
+    "ladder_reach",
     "others_reading",
     "reading_problem",
     "window_opens",
-    "window_problem",
 ]

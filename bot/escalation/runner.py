@@ -44,6 +44,7 @@ from bot.decisions._requests import DecisionRequest
 from bot.escalation import text
 from bot.escalation.ladder import PENDING_STATES, eligible_now, next_step, spec_of
 from bot.escalation.live import live_message
+from bot.escalation.status import who_may_approve
 from bot.escalation.store import Claim, LadderStore
 from bot.format import duration
 from bot.messages import Message
@@ -236,7 +237,7 @@ class LadderRunner:
             _i, step, at = nxt
             left = max(0.0, ((at or now) - now).total_seconds())
             upcoming = f"{step.kind} in {duration(left)}"
-        return text.live_line(req, eligible_now(self.ctx, req, now), upcoming, now)
+        return text.live_line(req, who_may_approve(self.ctx, req, now), upcoming, now)
 
     def _edit(self, request_id: str, message: Message, *, interval: float | None = None) -> bool:
         if self.poster is None:

@@ -7,7 +7,6 @@ from datetime import datetime
 
 from bot.clock import parse_time
 from bot.decisions._requests import DecisionRequest
-from bot.escalation.ladder import Eligible
 from bot.format import duration
 from bot.messages import Message
 
@@ -25,13 +24,6 @@ def expires_in(req: DecisionRequest, now: datetime) -> str:
         return "no expiry"
     left = (end - now).total_seconds()
     return f"expires in {duration(left)} (at {req.expires_at})" if left > 0 else f"expired at {req.expires_at}"
-
-
-def who_text(eligible: Eligible) -> str:
-    """Who may approve now, as text (never a mention: a live line must not notify anyone)."""
-    if eligible.anyone:
-        return f"any second person (not {eligible.requester})"
-    return ", ".join(eligible.ids) + f" (not {eligible.requester})" if eligible.ids else "nobody listed"
 
 
 def _what(req: DecisionRequest) -> str:
@@ -82,6 +74,7 @@ def expired(req: DecisionRequest, index: int | str) -> Message:
     )
 
 
-def live_line(req: DecisionRequest, eligible: Eligible, nxt: str, now: datetime) -> str:
-    """The approval request's live line: the expiry, who may approve now, the next ladder step."""
-    return f"Live: {expires_in(req, now)} · may approve now: {who_text(eligible)} · next: {nxt}"
+def live_line(req: DecisionRequest, who: str, nxt: str, now: datetime) -> str:
+    """The approval request's live line: the expiry, who may approve now (``who``, as the one
+    pending-request line says it: bot/escalation/status.py), the next ladder step."""
+    return f"Live: {expires_in(req, now)} · may approve now: {who} · next: {nxt}"

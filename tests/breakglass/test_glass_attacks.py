@@ -40,7 +40,8 @@ def _req(world: World, sid: str) -> DecisionRequest:
     return req
 
 
-def _record_glass(world: World, req: DecisionRequest, *, content_hash: str, announce: bool = True) -> None:
+def _record_glass(world: World, req: DecisionRequest, *, content_hash: str, announce: bool = True,
+                  reading: dict[str, Any] | None = None) -> None:
     """What a path that skips a check would write, through the store's own API (hashes and links valid)."""
     ctx = world.router.services.decisions.ctx
     common = {"request_id": req.id, "content_hash": content_hash, "channel": CHANNEL}
@@ -51,7 +52,8 @@ def _record_glass(world: World, req: DecisionRequest, *, content_hash: str, anno
         assert ctx.requests.transition(db, req.id, (RequestState.REQUESTED,), RequestState.APPROVED,
                                        approved_by=REQUESTER, approved_at=ctx.iso())
         ctx.record(req.session_id, REQUESTER, "break_glass",
-                   {**common, "incident": "INC-1", "reason": "x", "reading": {"others": []}}, "approved", db=db)
+                   {**common, "incident": "INC-1", "reason": "x", "reading": reading or {"others": []}}, "approved",
+                   db=db)
 
 
 def _execute(world: World, req: DecisionRequest) -> str:

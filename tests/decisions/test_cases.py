@@ -112,9 +112,9 @@ def test_handoff_digest_lists_everything_for_the_next_shift(make_decision_env):
     assert digest.messages[0].headline.startswith("Hand-off: 3 open case(s)")
     h1 = by_session["ses_h1"]
     assert "State: waiting for approval/confirmation" in h1
-    assert f"Pending approval: {rid} `abandon` by @{REQUESTER}, age 10m" in h1
-    assert "age 10m15s, expires 2026-11-29T10:30:00.000Z (in 19m45s)" in h1  # digest taken 15 s into the wait
-    assert f"/recover approve {rid}" in h1
+    assert f"`{rid}` abandon on `ses_h1` · requested · by @{REQUESTER} · 10m15s ago" in h1
+    assert "expires in 19m45s" in h1  # digest taken 15 s into the wait
+    assert f"`/recover approve {rid}`" in h1
     assert "Note by" in h1 and "effects checked with the repo owner" in h1
     assert f"Last step: note → noted by @{REQUESTER} at 2026-11-29T10:00:00.000Z" in h1
     h2 = by_session["ses_h2"]
