@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import io
 
+from bot.batch.store import Batch, BatchMember
+from bot.batch.text import MEMBER_COLUMNS, members_csv
 from bot.csvfile import FORMULA_STARTS, csv_text, neutral_cell
 
 HOSTILE = [
@@ -44,3 +46,30 @@ def test_neutral_cell_prefixes_only_what_begins_like_a_formula() -> None:
         "'=1", "'+1", "'-1", "'@a", "'\t1", "'\r1",
     ]
     assert [neutral_cell(c) for c in ("a=1", " =1", "'=1", 7, None)] == ["a=1", " =1", "'=1", "7", ""]
+
+
+DETAIL = '-1+HYPERLINK("https://e","fix"),\nses_fake,accepted'
+
+
+def test_the_batch_file_writes_the_control_hosts_words_through_the_same_writer() -> None:
+    """A refusal's code and message come from the control host: one cell each, never a formula, in
+    the batch file's own columns."""
+    batch = Batch(
+        id="bat_1", requester="UALICE", channel=None, decision="close", reason="gone", cause_fixed=None,
+        source="t1.g1", policy="two_person", created_at="t", expires_at="t", content_hash="h",
+        excluded=[{"session_id": "ses_b", "why": "@left out\nses_fake,accepted", "rule": "R3.10"}],
+        state="executed", approved_by="UBOB", approved_at="t", decided_by=None, note=None, owner=None,
+        stop_requested=0, runner=None, updated_at="t",
+    )
+    member = BatchMember(
+        batch_id="bat_1", ord=0, session_id="ses_a", revision=5, facts={}, state="failed", idem_key="k",
+        method="POST", path="/p", body="{}", http_status=409, code="=CMD()", receipt_id=None,
+        detail=DETAIL, updated_at="t",
+    )
+    rows = list(csv.reader(io.StringIO(members_csv(batch, [member]), newline="")))
+    assert rows[0] == list(MEMBER_COLUMNS)
+    assert [r[1] for r in rows[1:]] == ["ses_a", "ses_b"]  # one row per member and left-out session
+    assert rows[1][3:6] == ["refused", "409", "'=CMD()"]
+    assert rows[1][8] == "'" + DETAIL
+    assert rows[2][3] == "left out" and rows[2][8] == "'@left out\nses_fake,accepted"
+    assert not any(cell.startswith(FORMULA_STARTS) for r in rows for cell in r)
