@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 
 from bot.batch.store import Batch, BatchMember
+from bot.csvfile import Cell, csv_text
 from bot.messages import Attachment, Button, Level, Message, ref
 from bot.vocab import Action, Policy, RequestState
 
@@ -44,20 +43,25 @@ def request_lines(batch: Batch, members: Sequence[BatchMember], groups: str) -> 
     return lines
 
 
+#: The batch file's columns (people's sheets and scripts rely on this order).
+MEMBER_COLUMNS = ("batch_id", "session_id", "bound_revision", "outcome", "http_status", "code", "receipt_id",
+                  "idempotency_key", "detail")
+
+
 def members_csv(batch: Batch, members: Sequence[BatchMember]) -> str:
-    out = io.StringIO()
-    w = csv.writer(out)
-    w.writerow(["batch_id", "session_id", "bound_revision", "outcome", "http_status", "code", "receipt_id",
-                "idempotency_key", "detail"])
+    """Every member's row, then every left-out session's, through the one CSV writer (details and
+    reasons come from the control host)."""
     outcome: dict[str, str] = {RequestState.REQUESTED: "not sent", RequestState.VOID: "skipped (facts changed)",
                                RequestState.EXECUTED: "accepted", RequestState.FAILED: "refused",
                                RequestState.UNCERTAIN: "uncertain", RequestState.SENDING: "in flight"}
-    for m in members:
-        w.writerow([batch.id, m.session_id, m.revision, outcome.get(m.state, m.state), m.http_status or "",
-                    m.code or "", m.receipt_id or "", m.idem_key or "", m.detail or ""])
-    for e in batch.excluded:
-        w.writerow([batch.id, e["session_id"], "", "left out", "", e.get("rule") or "", "", "", e["why"]])
-    return out.getvalue()
+    rows: list[list[Cell]] = [
+        [batch.id, m.session_id, m.revision, outcome.get(m.state, m.state), m.http_status, m.code, m.receipt_id,
+         m.idem_key, m.detail]
+        for m in members
+    ]
+    rows.extend([batch.id, e["session_id"], None, "left out", None, e.get("rule"), None, None, e["why"]]
+                for e in batch.excluded)
+    return csv_text(MEMBER_COLUMNS, rows)
 
 
 def approval_message(batch: Batch, members: Sequence[BatchMember], groups: str, mentions: list[str], *,

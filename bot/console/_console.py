@@ -7,6 +7,7 @@ and the steps a command posts while it runs are printed inline, in order.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bot.buttons import BadButtonValue, DecisionChoice
+from bot.console._files import save_attachment
 from bot.console._shell import LineEditor, SeenIds, line_editor, state_dir
 from bot.console.watching import stop_and_watch
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
-from bot.messages import DETAILS_KIND, Button, Message, Reply, brief, details_target
+from bot.messages import DETAILS_KIND, Attachment, Button, Message, Reply, brief, details_target
 from bot.redact import redact
 from bot.routing import Completions, RouterProtocol
 from bot.vocab import Action
@@ -44,24 +46,41 @@ CONSOLE_HELP = """Console commands:
 
 
 
-def render(message: Message, first_choice: int = 1) -> str:
+def render(message: Message, first_choice: int = 1, saved: Path | None = None) -> str:
     """A message as terminal text (its short form: the facts stay behind ``details``); buttons
-    numbered from ``first_choice``."""
+    numbered from ``first_choice``. ``saved``: where the console wrote the message's attachment."""
     message = brief(message)
-    out = [message.plain_text()]  # the core's mentions as readable ids (@U1, @console:bob, #C1)
+    attachment = message.attachment
+    # The core's mentions as readable ids (@U1, @console:bob, #C1); the attachment's line is the
+    # console's own, so that it names only a file that exists.
+    out = [dataclasses.replace(message, attachment=None).plain_text()]
+    # A long text is printed in full only where it was asked for (details); elsewhere it is named.
+    inline = attachment is not None and (message.kind == DETAILS_KIND or details_target(message) is None)
+    if attachment is not None:
+        out.append(_full_text_line(message, attachment, saved, inline=inline))
     if message.mentions:
         out.append("  for: " + " ".join("@" + m for m in message.mentions))
-    # A long text is printed in full only where it was asked for (details); elsewhere it is named.
-    if message.attachment is not None and (message.kind == DETAILS_KIND or details_target(message) is None):
-        lines = message.attachment.text.splitlines()
-        out.append(f"--- {message.attachment.filename} ---")
+    if attachment is not None and inline:
+        lines = attachment.text.splitlines()
+        out.append(f"--- {saved if saved is not None else 'full text'} ---")
         out.extend("  " + line for line in lines[:ATTACHMENT_LINES])
         if len(lines) > ATTACHMENT_LINES:
-            out.append(f"  … {len(lines) - ATTACHMENT_LINES} more lines")
+            out.append(f"  … {len(lines) - ATTACHMENT_LINES} more lines" + (f" in {saved}" if saved else ""))
     for i, button in enumerate(message.buttons):
         hint = f"   {button.command}" if button.command else ""
         out.append(f"  [{first_choice + i}] {button.label}{hint}")
     return "\n".join(out)
+
+
+def _full_text_line(message: Message, attachment: Attachment, saved: Path | None, *, inline: bool) -> str:
+    """Where the whole text is: the file the console wrote, else what shows it (never a file name
+    that names nothing)."""
+    size = f"{len(attachment.text)} chars"
+    if saved is not None:
+        return f"(full text: {saved}, {size})"
+    if inline:
+        return f"(full text below, {size})"
+    return f"(full text: `/recover details {details_target(message)}`, {size})"
 
 
 class _ConsoleReporter:
@@ -93,8 +112,10 @@ class _Console:
         channel: str | None,
         sandbox: Any = None,
         history: Path | None = None,
+        files: Path | None = None,
     ) -> None:
         self.sandbox = sandbox
+        self.files = files  # where attachments are written (the path a reply names), None: not written
         self.watcher: Watcher | None = None  # built by the first :stop (the demo's watch channel is here)
         self.router = router
         self.users = list(users) or ["operator"]
@@ -131,7 +152,10 @@ class _Console:
         self.stdout.flush()
 
     def show(self, message: Message) -> None:
-        text = render(message, len(self.choices) + 1)
+        saved = None
+        if message.attachment is not None and self.files is not None:
+            saved = save_attachment(self.files, message.attachment)
+        text = render(message, len(self.choices) + 1, saved)
         self.write(text)
         self.seen.note(message, text)
         self.choices.extend(brief(message).buttons)
@@ -424,13 +448,17 @@ def run_console(
     channel: str | None = CONSOLE_CHANNEL,
     sandbox: Any = None,
     history: Path | None = None,
+    files: Path | None = None,
 ) -> int:
     """Read commands (a terminal or, one a line, standard input); 0 when every command succeeded.
 
-    ``sandbox`` (the demo's embedded sandbox handle) enables ``:pass`` and ``:advance``.
+    ``sandbox`` (the demo's embedded sandbox handle) enables ``:pass`` and ``:advance``. ``files``:
+    the folder each long text a reply names is written to (without it, the reply names the
+    ``details`` command that shows it).
     """
     console = _Console(
-        router, users, allow_switch_user, stdin or sys.stdin, stdout or sys.stdout, channel, sandbox, history
+        router, users, allow_switch_user, stdin or sys.stdin, stdout or sys.stdout, channel, sandbox, history,
+        files,
     )
     try:
         return console.run()

@@ -112,7 +112,8 @@ def run_demo(
                 out.write(render(message) + "\n")
             out.flush()
             return run_console(
-                router, users=users, allow_switch_user=True, stdin=stdin, stdout=out, sandbox=handle
+                router, users=users, allow_switch_user=True, stdin=stdin, stdout=out, sandbox=handle,
+                files=state_dir() / "files",
             )
         finally:
             handle.stop()
@@ -143,7 +144,8 @@ def _run_several(
         out.flush()
         # No sandbox handle for :pass, :advance, :release and :stop: each acts on one control host, and
         # which one is the installation a command resolves to, never a first one by default.
-        return run_console(router, users=users, allow_switch_user=True, stdin=stdin, stdout=out)
+        return run_console(router, users=users, allow_switch_user=True, stdin=stdin, stdout=out,
+                           files=state_dir() / "files")
 
 
 def _banner(handle: object, users: tuple[str, ...], where: str | None = None) -> str:
@@ -191,4 +193,5 @@ def run_real_console(
     for message in router.unfinished_view():
         out.write(render(message) + "\n")
     out.flush()
-    return run_console(router, users=(user,), allow_switch_user=False, stdin=stdin, stdout=out)
+    return run_console(router, users=(user,), allow_switch_user=False, stdin=stdin, stdout=out,
+                       files=state_dir() / "files")

@@ -45,8 +45,9 @@ class RetryPolicy:
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
     """Retry-After as seconds: either delta-seconds or an HTTP date; None when absent or unreadable.
 
-    The one reader of the header, for the client's retries and for the pace of bulk work (a 429
-    pauses every thread: bot/triage/pace.py). ``now`` is aware; a date without a zone is UTC (HTTP
+    The one reader of the header, for the client's retries, for the pace of bulk work (a 429
+    pauses every thread: bot/triage/pace.py) and for Slack's 429 on the ladder's live line
+    (bot/slack/ladder.py). ``now`` is aware; a date without a zone is UTC (HTTP
     dates are GMT). Not a finite number (``inf``, ``nan``) is unreadable, never a wait forever.
     """
     if not value:

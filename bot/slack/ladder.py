@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot.controlhost import parse_retry_after
 from bot.decisions import DecisionRequest
 from bot.decisions._text import APPROVAL_KIND
 from bot.escalation.runner import LadderRunner
@@ -30,16 +32,18 @@ log = logging.getLogger("recover_bot.slack.ladder")
 POST_TIMEOUT = 8
 
 
+#: The wait when a 429 carries no readable Retry-After (no header, or neither seconds nor a date).
+UNREADABLE_WAIT = 60.0
+
+
 def _retry_after(exc: SlackApiError) -> float:
+    """The wait a 429 asks for, read by the one Retry-After parser (seconds or an HTTP date)."""
     headers = exc.response.headers if exc.response is not None else {}
-    for k, v in (headers or {}).items():
-        if k.lower() == "retry-after":
-            value = v[0] if isinstance(v, list) else v
-            try:
-                return float(value)
-            except ValueError:
-                return 60.0
-    return 60.0
+    value = next((v for k, v in (headers or {}).items() if k.lower() == "retry-after"), None)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    wait = parse_retry_after(value if isinstance(value, str) else None, datetime.now(UTC))
+    return UNREADABLE_WAIT if wait is None else wait
 
 
 class SlackLadderPoster:
@@ -84,7 +88,7 @@ class SlackLadderPoster:
             log.warning("live line edit failed: %s", exc.response.get("error") if exc.response is not None else exc)
         except (SlackClientError, OSError, ValueError) as exc:
             log.warning("live line edit failed: %s", type(exc).__name__)
-        return 60.0
+        return UNREADABLE_WAIT
 
     def find(self, channel: str, text: str, thread_ts: str | None) -> str | None:
         """The thread's message carrying ``text`` (a step's key line); a Slack error raises."""

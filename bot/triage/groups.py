@@ -12,12 +12,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.csvfile import Cell, csv_text
 from bot.messages import Attachment, Message
 from bot.runbook.evaluate import Evaluation, _sort_rules
 from bot.triage.store import Member
 from bot.vocab import BATCH_DECISIONS
 
 MAX_GROUPS_SHOWN = 15
+#: The triage file's columns (people's sheets and scripts rely on this order).
+TRIAGE_COLUMNS = ("group", "session_id", "branch", "attention_code", "attention_reason", "revision",
+                  "last_failure", "valid")
 
 
 @dataclass
@@ -195,17 +199,14 @@ def summary_message(
         )
     attachment = None
     if final and groups:
-        rows = ["group,session_id,branch,attention_code,attention_reason,revision,last_failure,valid"]
-        for group in groups:
-            for m in group.members:
-                rows.append(
-                    ",".join(
-                        [group.id, m.session_id, m.branch, str(group.code or ""), str(group.reason or ""),
-                         str(m.revision if m.revision is not None else ""), m.failed_at or "",
-                         " ".join(m.valid)]
-                    )
-                )
-        attachment = Attachment(f"triage-{triage_id}.csv", "\n".join(rows) + "\n")
+        # Reasons come from the control host: written by the one CSV writer, never joined by hand,
+        # so a reason holding a newline, commas or a formula stays one cell of its session's row.
+        rows: list[list[Cell]] = [
+            [group.id, m.session_id, m.branch, group.code, group.reason, m.revision, m.failed_at, " ".join(m.valid)]
+            for group in groups
+            for m in group.members
+        ]
+        attachment = Attachment(f"triage-{triage_id}.csv", csv_text(TRIAGE_COLUMNS, rows))
     rules = _sort_rules(list({r for g in groups for r in g.rules}))
     return Message(
         headline=headline,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -195,3 +197,34 @@ def test_demo_drives_the_sandbox_scheduler_and_clock(router, sandbox) -> None:
 def test_sandbox_commands_refused_without_the_sandbox(router) -> None:
     code, out = _run(router, ":pass\n")
     assert code == 1 and "only against the embedded sandbox" in out
+
+
+FULL_TEXT = re.compile(r"\(full text: (?P<where>.+?), (?P<size>\d+) chars\)")
+
+
+def test_a_file_a_reply_names_exists(tmp_path: Path) -> None:
+    """The demo (the console script's own code, from stdin) names the triage file by the path it wrote,
+    with the whole text in it; no reply names a bare file name that nothing holds."""
+    env = {**os.environ, "RECOVER_DB": str(tmp_path / "demo.db"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    code = ("import sys; from bot.settings import load_settings; from bot.console import run_demo;"
+            " sys.exit(run_demo(load_settings(dotenv=None)))")
+    ran = subprocess.run([sys.executable, "-c", code], input="/recover triage\n", capture_output=True, text=True,
+                         env=env, cwd=str(tmp_path), timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    named = [m for m in FULL_TEXT.finditer(ran.stdout)]
+    assert named, ran.stdout
+    for m in named:
+        path = Path(m["where"])
+        assert path.is_file(), (m["where"], ran.stdout)
+        assert path.parent == tmp_path / "state" / "recover-bot" / "files"
+        assert len(path.read_bytes().decode("utf-8")) == int(m["size"])  # the whole text, as said
+    (triage,) = [Path(m["where"]) for m in named if Path(m["where"]).name == "triage-t1.csv"]
+    rows = list(csv.reader(io.StringIO(triage.read_bytes().decode("utf-8"), newline="")))
+    assert rows[0][:2] == ["group", "session_id"] and len(rows) > 1
+
+
+def test_without_a_files_folder_the_reply_names_the_command_that_shows_the_text(router) -> None:
+    code, out = _run(router, "/recover triage\n")
+    assert code == 0, out
+    assert "triage-t1.csv" not in out  # a name that nothing holds
+    assert "(full text: `/recover details t1`, " in out

@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import re
 import time
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
-from bot.slack.ladder import attach_ladder
+from bot.messages import Message
+from bot.slack.ladder import UNREADABLE_WAIT, SlackLadderPoster, attach_ladder
 from tests.fixtures.escalation import BACKUP, TIER2, short_ladder_folder
 from tests.fixtures.slack import SlackHarness
 
@@ -165,3 +168,24 @@ def test_a_429_on_the_live_line_delays_that_edit_only(slack_harness: Any, sandbo
     h.send.command(f"approve {rid}", user="UBOB")  # nor the decision
     h.settle()
     assert h.bot.router.services.decisions.requests.get(rid).state == "executed"
+
+
+def test_the_live_lines_429_reads_retry_after_as_seconds_an_http_date_or_not_at_all(
+    slack_harness: Any, sandbox: Any, tmp_path: Path
+) -> None:
+    """The ladder's own client reads Slack's Retry-After with the control-host client's parser."""
+    h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
+    poster = SlackLadderPoster.beside(h.bot.out, h.bot.state)
+    ts = poster.post("CINC", Message(headline="Approval still needed"), None)
+    assert ts is not None
+    edited = Message(headline="Approval still needed (edited)")
+    h.api.rate_limit("chat.update", times=1, retry_after=7)
+    assert poster.update("CINC", ts, edited) == 7.0
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=40), usegmt=True)  # an HTTP date
+    h.api.rate_limit("chat.update", times=1, retry_after=when)
+    wait = poster.update("CINC", ts, edited)
+    assert wait is not None and 30 <= wait <= 40
+    h.api.rate_limit("chat.update", times=1, retry_after="soon, maybe")  # garbage: the fallback wait
+    assert poster.update("CINC", ts, edited) == UNREADABLE_WAIT
+    assert poster.update("CINC", ts, edited) is None  # no 429 left: edited
+    assert h.api.messages[ts].updates == 1

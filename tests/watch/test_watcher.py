@@ -7,6 +7,9 @@ burst becomes one triage message updated in place (R2.1, R2.12, R3.1).
 
 from __future__ import annotations
 
+import csv
+import html
+import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import pytest
 
 from bot.clock import ManualClock
+from bot.csvfile import FORMULA_STARTS
 from bot.sandbox import SandboxHandle
 from bot.services import Services, build_services, build_watcher
 from bot.settings import load_settings
@@ -285,6 +289,28 @@ def test_a_storm_is_one_triage_message_updated_in_place(
     storm = [p for p in slack_api.roots(CHANNEL) if "Many sessions stopped at once" in p.text]
     assert len(storm) == 1 and storm[0].updates >= 1
     assert len([t for t in _roots(slack_api) if "Stopped: " in t]) == 5
+
+
+def test_the_storm_file_holds_one_row_per_real_session_and_no_formula(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn
+) -> None:
+    """The storm's attached triage file, as the channel shows it, read back with ``csv.reader``: a
+    reason from the control host with a newline, commas and a formula adds no row and no formula."""
+    hostile = 'x\nses_fake,close,=HYPERLINK("https://e","fix")'
+    ids = _healthy(sbx, 12)
+    w = make_watcher()
+    w.poll_once()
+    for sid in ids:
+        sbx.admin.stop(sid, reason=hostile if sid == ids[0] else '=HYPERLINK("https://e","fix")')
+    w.poll_once()
+    (storm,) = [p for p in slack_api.roots(CHANNEL) if "Many sessions stopped at once" in p.text]
+    (preview,) = [t for t in storm.block_texts() if t.startswith("```")]
+    shown = html.unescape(preview.split("```")[1])  # the file's text, as the preview's code block holds it
+    rows = list(csv.reader(io.StringIO(shown, newline="")))
+    assert rows[0][:2] == ["group", "session_id"] and len(rows) == 1 + len(ids)
+    assert sorted(r[1] for r in rows[1:]) == ids  # exactly one row per real session: no ses_fake
+    assert {r[1]: r[4] for r in rows[1:]}[ids[0]] == hostile
+    assert not any(cell.startswith(FORMULA_STARTS) for r in rows for cell in r)
 
 
 def test_a_burst_found_in_one_poll_is_one_post_not_the_first_cases_then_the_storm(
