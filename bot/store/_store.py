@@ -151,18 +151,19 @@ class Store:
         with self.read() as db:
             return keymark.problem(db, self._audit_key)
 
-    def adopt_key(self, actor: str) -> Step:
+    def adopt_key(self, actor: str, vouched: Mapping[str, Any] | None = None) -> Step:
         """``recover-bot audit adopt-key``: a store written before the key gets its marker, recorded as a
-        keyed step by ``actor``. Refused when the store is marked already or has no key."""
+        keyed step by ``actor``, with what the operator vouched for (``vouched``: the published head it
+        was checked against and each step after it they accepted). Refused when the store is marked
+        already or has no key."""
         if self._audit_key is None:
             raise StoreError("no audit key is configured: nothing to adopt", hint="Set RECOVER_AUDIT_KEY_FILE.")
         with self.write() as db:
             marker = keymark.marker_row(db)
             if marker is not None:
                 raise StoreError(f"the step store {self.path} already has its keyed marker (step {marker['seq']})")
-            return self._append(
-                db, None, None, actor, keymark.MARKER, keymark.marker_inputs(self._audit_key, "adopted"), "keyed"
-            )
+            inputs = {**keymark.marker_inputs(self._audit_key, "adopted"), **(vouched or {})}
+            return self._append(db, None, None, actor, keymark.MARKER, inputs, "keyed")
 
     # -- connections -----------------------------------------------------------------------------
 

@@ -70,10 +70,18 @@ class AuditReport:
     key_given: bool = False
     # Steps after the published head, which that head does not vouch for: (seq, step, actor, at).
     unvouched: list[tuple[int, str, str, str]] = field(default_factory=list)
+    # The seq of every step after the published head (``unvouched`` lists the first of them).
+    after_head_seqs: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
+        """No step, link, key or table check failed (steps after a published head are not damage)."""
         return not self.problems
+
+    @property
+    def flagged(self) -> bool:
+        """Steps follow the published head: it does not vouch for them (``audit verify`` exits 1)."""
+        return bool(self.after_head_seqs)
 
     @property
     def head_ref(self) -> str:
@@ -313,6 +321,28 @@ def _check_head(report: AuditReport, rows: list[dict[str, Any]], head: str) -> N
     after = [r for r in rows if r["seq"] > (report.published_head_seq or 0)]
     report.steps_after_head = len(after)
     report.unvouched = [(r["seq"], r["step"], r["actor"], r["at"]) for r in after[:_LISTED_AFTER_HEAD]]
+    report.after_head_seqs = [int(r["seq"]) for r in after]
+
+
+def adoption_refusal(report: AuditReport, accepted: Iterable[int]) -> str | None:
+    """Why a chain may not be blessed (``adopt-key``, ``rebind``), or None: it must verify (steps,
+    links, the tables kept beside it), up to a published head given, with nothing after that head but
+    the steps the operator read and accepted one by one (``accepted``). A published head vouches for
+    what came before it and nothing else: a writer of the file can append plain steps anyone can hash."""
+    if not report.ok:
+        return "the chain does not verify (above)"
+    if report.published_head is None:
+        return "no published head given: pass --head SEQ:HASH, the head you last published with `audit export`"
+    taken = set(accepted)
+    unread = [seq for seq in report.after_head_seqs if seq not in taken]
+    strays = sorted(taken - set(report.after_head_seqs))
+    if strays:
+        return f"--accept-after {', '.join(map(str, strays))}: not a step after the published head"
+    if unread:
+        shown = ", ".join(map(str, unread[:10])) + (" …" if len(unread) > 10 else "")
+        return (f"{len(unread)} step(s) after the published head (steps {shown}), listed above: read each, "
+                "then pass --accept-after SEQ for every one you vouch for")
+    return None
 
 
 def export(db_path: str | Path, out: TextIO) -> str:

@@ -120,7 +120,7 @@ def name_problem(binding: Binding, step_installation: str | None, installation: 
 
 def host_problem(binding: Binding, installation: str, base_url: str, key_sha256: str) -> str | None:
     """The binding names another control host (address or key) than the client's."""
-    rebind = f"`recover-bot audit rebind --install {installation}`"
+    rebind = f"`recover-bot audit rebind --install {installation} --head SEQ:HASH` (your last published head)"
     if binding.base_url == base_url and binding.key_sha256 != key_sha256:
         return (
             f"installation {installation!r}'s step store was bound to {base_url} with another API key "
@@ -177,12 +177,15 @@ def _holds_another(store: Store, db: Database) -> str | None:
     return f"{why}: it was copied or swapped; give {store.installation!r} its own store file"
 
 
-def bind(store: Store, base_url: str, key_sha256: str, *, actor: str = BOT_ACTOR, rebind: bool = False) -> Step | None:
+def bind(
+    store: Store, base_url: str, key_sha256: str, *, actor: str = BOT_ACTOR, rebind: bool = False,
+    vouched: Mapping[str, Any] | None = None,
+) -> Step | None:
     """At start: record the binding of a store that has none (None when it is bound so already).
 
     Raises StoreError for a store bound to another installation (never re-bound: give each its own
     file), or to another host unless ``rebind`` (``recover-bot audit rebind``: recorded by ``actor``,
-    naming the binding it replaces)."""
+    naming the binding it replaces, with what the operator vouched for: ``vouched``)."""
     with store.write() as db:
         row = current_row(db)
         previous: Binding | None = None
@@ -201,7 +204,7 @@ def bind(store: Store, base_url: str, key_sha256: str, *, actor: str = BOT_ACTOR
                 raise StoreError(moved)
             previous = binding_of(row, step_of(row).inputs)
         recorded = inputs(store.installation, base_url, key_sha256, REBOUND if previous else FIRST, previous)
-        return store.record_step(None, actor, BOUND, recorded, "bound", db=db)
+        return store.record_step(None, actor, BOUND, {**recorded, **(vouched or {})}, "bound", db=db)
 
 
 __all__ = [

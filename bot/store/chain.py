@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -95,12 +96,15 @@ def head_ref(seq: int, hash_: str) -> str:
     return f"{seq}:{hash_}"
 
 
+_HASH = re.compile(r"[0-9a-f]{64}")
+HEAD_FORM = "SEQ:HASH (as `recover-bot audit export` prints it, e.g. 42:3f1c…: a step number, a colon, 64 hex digits)"
+
+
 def parse_head(text: str) -> tuple[int | None, str]:
-    """``SEQ:HASH`` or a bare ``HASH`` (older hand-offs) → (seq or None, hash)."""
+    """``SEQ:HASH`` or a bare ``HASH`` (older hand-offs) → (seq or None, hash); a head of any other
+    shape is a ValueError naming the form (a typo is a usage error, never "tampered")."""
     text = text.strip().lower()
-    if ":" in text:
-        seq, _, hash_ = text.partition(":")
-        if not seq.isdigit():
-            raise ValueError(f"a head is SEQ:HASH or HASH, not {text[:40]!r}")
-        return int(seq), hash_
-    return None, text
+    seq, sep, hash_ = text.rpartition(":")
+    if (sep and not seq.isdigit()) or not _HASH.fullmatch(hash_):
+        raise ValueError(f"a published head is {HEAD_FORM}, not {text[:40]!r}")
+    return (int(seq) if sep else None), hash_

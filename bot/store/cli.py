@@ -15,6 +15,7 @@ from bot.settings import Settings
 from bot.store import Store, audit
 from bot.store.audit import CacheCheck
 from bot.store.rebind import HostOf, add_rebind
+from bot.store.vouch import add_vouching, head_argument, vouched_report
 
 # The settings these commands read (bot/cli.py): the store and the audit chain's key, nothing else,
 # so a problem elsewhere in the settings never blocks an audit.
@@ -25,17 +26,27 @@ SETTINGS_USES = frozenset({"store", "audit"})
 EXIT_UNAUTHENTICATED = 3
 UNKEYED_LINE = "unkeyed: detects accidental damage, not a writer"
 
-_VERIFY_EXAMPLE = """\
+EXIT_CODES = """\
+Exit status:
+  0  intact, every step's content checked with the audit key
+  1  TAMPERED (a step, a link, the key's marker or a table beside the chain fails), or FLAGGED
+     (steps after the published head given, which it does not vouch for)
+  2  a usage error (a malformed --head), or the store could not be read
+  3  intact but not authenticated: an unkeyed store (RECOVER_AUDIT_KEY=none), or keyed steps
+     checked without the key"""
+
+_VERIFY_EXAMPLE = f"""\
 example:
   recover-bot audit verify --db ./recover.db --key-file /run/secrets/recover-audit-key
-  recover-bot audit verify --head 42:3f1c…e9   # the head printed by an earlier `audit export`
+  recover-bot audit verify --head 42:3f1c…e9   # SEQ:HASH, the head printed by an earlier `audit export`
 
-Exit status: 0 intact, 1 tampering found, 2 the store could not be read."""
+{EXIT_CODES}"""
 
 _EXPORT_EXAMPLE = """\
 example:
   recover-bot audit export --out audit-2026-11-29.jsonl
-  (prints the head hash: keep it outside the database, then `audit verify --head HASH`)"""
+  (prints the head as SEQ:HASH: keep it outside the database, then `audit verify --head SEQ:HASH`)"""
+
 
 _DB_HELP = "SQLite step store (default: RECOVER_DB or ./recover.db)"
 
@@ -53,8 +64,8 @@ def register(
         "audit",
         help="verify or export the tamper-evident step log",
         description="Verify or export the tamper-evident step log.",
-        epilog="example:\n  recover-bot audit export --out steps.jsonl\n"
-        "  recover-bot audit verify --head HASH",
+        epilog="example:\n  recover-bot audit export --out steps.jsonl      # prints the head, SEQ:HASH\n"
+        "  recover-bot audit verify --head SEQ:HASH\n\n" + EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="audit_command", metavar="{verify,export,adopt-key,rebind}")
@@ -72,7 +83,8 @@ def register(
         "--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)"
     )
     verify_p.add_argument(
-        "--head", default=None, metavar="SEQ:HASH", help="a head printed by `audit export` or a hand-off"
+        "--head", default=None, type=head_argument, metavar="SEQ:HASH",
+        help="a head printed by `audit export` or a hand-off",
     )
     verify_p.add_argument(
         "--key-file",
@@ -100,18 +112,20 @@ def register(
         "adopt-key",
         help="adopt the audit key on a store written before it (a recorded, keyed marker step)",
         description="A store written before the audit key has only plain steps, which the bot refuses to serve "
-        "with a key (it cannot tell it from a store whose keyed steps were turned plain). Check it first "
-        "(the chain must verify, and its head should be one you published), then adopt the key: a keyed "
-        "marker step carrying the key's fingerprint is recorded, and every later step must be keyed.",
+        "with a key (it cannot tell it from a store whose keyed steps were turned plain). The chain must "
+        "verify, with its tables, up to the head you published (--head), with nothing after it: anyone "
+        "who can write the file can append plain steps. Steps after the head are listed and refused unless "
+        "you read each and pass --accept-after SEQ for it (recorded with the marker). Then a keyed marker "
+        "step carrying the key's fingerprint is recorded, and every later step must be keyed.",
         epilog="example:\n  recover-bot audit adopt-key --db ./recover.db --key-file /run/secrets/recover-audit-key "
-        "--head 42:3f1c…e9",
+        "--head 42:3f1c…e9\n  (and --accept-after 43 --accept-after 44 for steps after it you read and vouch for)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     adopt_p.add_argument("--db", default=None, help=_DB_HELP)
     adopt_p.add_argument("--key-file", default=None, metavar="FILE", help="the audit key's file")
-    adopt_p.add_argument("--head", default=None, metavar="SEQ:HASH", help="a head published before, to check first")
-    adopt_p.set_defaults(handler=run_adopt_key, settings_uses=SETTINGS_USES)
-    add_rebind(sub, host_of)
+    add_vouching(adopt_p)
+    adopt_p.set_defaults(handler=run_adopt_key, settings_uses=SETTINGS_USES, cache_checks=tuple(checks))
+    add_rebind(sub, host_of, checks=tuple(checks))
     return parser
 
 
@@ -151,8 +165,8 @@ def verify_status(report: audit.AuditReport) -> int:
     Plain sha256 links catch accidental damage; whoever can write the file can recompute them, so an
     unkeyed store is said to be one, never reported as plainly verified.
     """
-    if not report.ok:
-        return 1
+    if not report.ok or report.flagged:
+        return 1  # FLAGGED is not OK: the published head does not vouch for what follows it
     if report.steps and not report.keyed_steps:
         print(UNKEYED_LINE)
         return EXIT_UNAUTHENTICATED
@@ -300,6 +314,9 @@ def run_export_or_pack(args: argparse.Namespace, settings: Settings) -> int:
 def run_verify_pack(args: argparse.Namespace, settings: Settings) -> int:
     from bot.store.evidence import verify_pack
 
+    if not Path(args.pack).is_file():
+        print(f"error: no evidence pack at {args.pack}: pass the file `audit export --pack` wrote", file=sys.stderr)
+        return 2
     try:
         report = verify_pack(args.pack, _pack_key(args, settings))
     except StoreError as exc:
@@ -310,23 +327,24 @@ def run_verify_pack(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_adopt_key(args: argparse.Namespace, settings: Settings) -> int:
-    """Verify the plain store, then record the keyed marker (bot/store/keymark.py) as this account."""
+    """Verify the plain store up to the published head, then record the keyed marker
+    (bot/store/keymark.py) as this account, with what it vouched for."""
     db = args.db or str(settings.db_path)
     try:
         key = _audit_key(args, settings)
         if key is None:
             print("error: no audit key: pass --key-file or set RECOVER_AUDIT_KEY_FILE", file=sys.stderr)
             return 2
-        report = audit.verify(db, head=args.head, key=key)
-        if not report.ok:
-            print(report.summary())
-            print("error: the chain does not verify: the key is not adopted", file=sys.stderr)
+        report, vouched = vouched_report(db, args, key, args.cache_checks)
+        if vouched is None:
             return 1
         login = pwd.getpwuid(os.getuid()).pw_name
-        step = Store(db, audit_key=key, adopting_key=True).adopt_key(f"console:{login}")
+        step = Store(db, audit_key=key, adopting_key=True).adopt_key(f"console:{login}", vouched)
     except (StoreError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"adopted the audit key: keyed marker at step {step.seq} (head before it {report.head_ref}); "
-          "every later step is keyed")
+    accepted = vouched["accepted_after_head"]
+    print(f"adopted the audit key: keyed marker at step {step.seq} (checked against the published head "
+          f"{args.head[:24]}…" + (f", steps {accepted} accepted after it" if accepted else ", nothing after it")
+          + "); every later step is keyed")
     return 0

@@ -89,31 +89,50 @@ def write_pack(pack: dict[str, Any], out: Path) -> None:
 def verify_pack(path: str | Path, key: bytes) -> PackReport:
     """Check a pack offline: its signature under ``key``, each step's hash, their order."""
     try:
-        pack = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreError(f"cannot read the evidence pack {path}: {exc}") from exc
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise StoreError(f"cannot read the evidence pack {path}: {exc.strerror or exc}") from exc
+    try:
+        pack = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return PackReport(steps=0, head="unknown", problems=[f"not readable as a pack's JSON ({exc})"[:200]])
     if not isinstance(pack, dict) or pack.get("format") != FORMAT or not isinstance(pack.get("steps"), list):
-        raise StoreError(f"{path} is not a recover-bot evidence pack ({FORMAT})")
-    steps: list[dict[str, Any]] = pack["steps"]
+        return PackReport(steps=0, head="unknown", problems=[f"not a recover-bot evidence pack ({FORMAT}): "
+                                                              "its format, or its list of steps, is not there"])
+    steps: list[Any] = pack["steps"]
     report = PackReport(steps=len(steps), head=str(pack.get("store_head")))
-    claimed = str(pack.get("signature", ""))
-    if not hmac.compare_digest(_sign(pack, key), claimed):
+    # Whatever the file holds, a malformed pack is TAMPERED (exit 1), never a crash: every value is
+    # checked for its kind before it is used, and digests are compared as bytes (non-ASCII text too).
+    if not _same_digest(_sign(pack, key), pack.get("signature", "")):
         report.problems.append("signature: does not verify under this audit key (edited, or another key)")
     last = 0
-    for row in steps:
-        seq = int(row.get("seq", 0))
+    for index, row in enumerate(steps, start=1):
+        if not isinstance(row, dict):
+            report.problems.append(f"entry {index}: not a step record")
+            continue
+        seq = row.get("seq", 0)
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            report.problems.append(f"entry {index}: its seq {str(seq)[:20]!r} is not a step number")
+            continue
         if seq <= last:
             report.problems.append(f"step {seq}: out of order (after step {last})")
         last = max(last, seq)
         try:
-            if not hmac.compare_digest(step_hash(row, str(row["prev_hash"]), key), str(row["hash"])):
+            if not _same_digest(step_hash(row, str(row["prev_hash"]), key), row["hash"]):
                 report.problems.append(f"step {seq}: its content does not match its hash (edited)")
-        except (KeyError, KeyRequired, ValueError) as exc:
-            report.problems.append(f"step {seq}: cannot be checked ({exc})")
+        except (KeyError, KeyRequired, ValueError, TypeError) as exc:
+            report.problems.append(f"step {seq}: cannot be checked ({type(exc).__name__}: {str(exc)[:80]})")
     head_seq = str(pack.get("store_head", "0:")).partition(":")[0]
     if head_seq.isdigit() and last > int(head_seq):
         report.problems.append(f"store_head: step {head_seq} is before the pack's last step {last}")
     return report
+
+
+def _same_digest(expected: str, claimed: object) -> bool:
+    """A constant-time comparison of a hex digest with whatever the pack holds in its place."""
+    if not isinstance(claimed, str):
+        return False
+    return hmac.compare_digest(expected.encode("ascii"), claimed.encode("utf-8", "surrogatepass"))
 
 
 def _sign(pack: dict[str, Any], key: bytes) -> str:

@@ -15,7 +15,7 @@ import argparse
 import os
 import pwd
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,6 +24,8 @@ from bot.installation_ids import DEFAULT_INSTALLATION, NAME_PATTERN, store_path
 from bot.settings import Settings
 from bot.store import binding
 from bot.store._store import Store
+from bot.store.audit import CacheCheck
+from bot.store.vouch import add_vouching, vouched_report
 
 _P = TypeVar("_P", bound=argparse.ArgumentParser)
 
@@ -33,21 +35,25 @@ SETTINGS_USES = frozenset({"store", "audit", "control_host"})
 HostOf = Callable[[Settings, str], tuple[str, str]]
 
 
-def add_rebind(sub: argparse._SubParsersAction[_P], host_of: HostOf) -> None:
-    """Add ``audit rebind`` to the ``audit`` command group; ``host_of`` names each installation's host."""
+def add_rebind(sub: argparse._SubParsersAction[_P], host_of: HostOf, *, checks: Iterable[CacheCheck] = ()) -> None:
+    """Add ``audit rebind`` to the ``audit`` command group; ``host_of`` names each installation's host,
+    ``checks`` the tables beside the chain that must agree with it before it is bound anew."""
     parser = sub.add_parser(
         "rebind",
         help="record that an installation's control host moved (a new binding step)",
         description="Record that the installation's control host moved: its store is bound to the host the "
         "bot serves it from now (its entry in RECOVER_INSTALLATIONS_FILE; CONTROL_HOST_URL and "
-        "CONTROL_HOST_API_KEY for `default`), as a step by the account that ran it.",
+        "CONTROL_HOST_API_KEY for `default`), as a step by the account that ran it. The chain must verify, "
+        "with its tables, up to the head you published (--head), with nothing after it that you did not "
+        "accept one by one (--accept-after SEQ).",
         epilog="example:\n  RECOVER_INSTALLATIONS_FILE=/etc/recover-bot/installations.yaml "
-        "recover-bot audit rebind --install eu-1",
+        "recover-bot audit rebind --install eu-1 --head 42:3f1c…e9",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--install", default=DEFAULT_INSTALLATION, metavar="NAME", help="the installation")
     parser.add_argument("--db", default=None, help="RECOVER_DB (the installation's file sits beside it)")
-    parser.set_defaults(handler=run_rebind, settings_uses=SETTINGS_USES, host_of=host_of)
+    add_vouching(parser)
+    parser.set_defaults(handler=run_rebind, settings_uses=SETTINGS_USES, host_of=host_of, cache_checks=tuple(checks))
 
 
 def run_rebind(args: argparse.Namespace, settings: Settings) -> int:
@@ -60,10 +66,13 @@ def run_rebind(args: argparse.Namespace, settings: Settings) -> int:
         db = store_path(Path(args.db) if args.db else settings.db_path, name)
         if not db.exists():
             raise StoreError(f"installation {name!r} has no step store at {db}: nothing to rebind")
+        _, vouched = vouched_report(db, args, settings.audit_key_bytes(), args.cache_checks)
+        if vouched is None:
+            return 1
         store = Store(db, audit_key=settings.audit_key_bytes(), installation=name)
         login = pwd.getpwuid(os.getuid()).pw_name
         step = binding.bind(store, *binding.identity_of(base_url, key),
-                            actor=f"console:{login}", rebind=True)
+                            actor=f"console:{login}", rebind=True, vouched=vouched)
     except RecoverError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

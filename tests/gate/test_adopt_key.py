@@ -36,12 +36,14 @@ def test_adopting_the_key_is_an_explicit_recorded_command(tmp_path: Path) -> Non
     key_file = tmp_path / "secrets" / "audit.key"
     key_file.parent.mkdir()
     key_file.write_text(KEY + "\n")
-    adopted = _cli("adopt-key", "--db", str(db), "--key-file", str(key_file), cwd=tmp_path)
+    head = old.head_ref()  # the head published before the key is adopted: the chain must verify up to it
+    adopted = _cli("adopt-key", "--db", str(db), "--key-file", str(key_file), "--head", head, cwd=tmp_path)
     assert adopted.returncode == 0, adopted.stdout + adopted.stderr
     assert "keyed marker at step 4" in adopted.stdout and KEY not in adopted.stdout + adopted.stderr
     store = Store(db, clock, audit_key=KEY.encode())  # served now
     marker = store.steps()[-1]
     assert (marker.step, marker.v, marker.actor.startswith("console:")) == ("audit_key_adopted", 2, True)
-    again = _cli("adopt-key", "--db", str(db), "--key-file", str(key_file), cwd=tmp_path)
+    again = _cli("adopt-key", "--db", str(db), "--key-file", str(key_file), "--head", head,
+                 "--accept-after", "4", cwd=tmp_path)
     assert again.returncode == 2 and "already has its keyed marker" in again.stderr
     assert _cli("verify", "--db", str(db), "--key-file", str(key_file), cwd=tmp_path).returncode == 0

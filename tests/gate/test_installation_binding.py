@@ -33,7 +33,7 @@ from bot.router import Router
 from bot.sandbox import SandboxHandle
 from bot.services import build_services
 from bot.settings import load_settings
-from bot.store import binding
+from bot.store import Store, binding
 from bot.store.audit import verify
 from bot.store.chain import canonical_json, step_hash
 
@@ -271,21 +271,23 @@ def test_a_control_host_that_really_moved_is_rebound_by_a_recorded_command_then_
     for name in ("CONTROL_HOST_URL", "CONTROL_HOST_API_KEY", "CONTROL_HOST_API_KEY_FILE", "RECOVER_INSTALLATIONS_FILE"):
         monkeypatch.delenv(name, raising=False)
     # Without the installations file eu-1 is not configured: refused, never bound to a guessed host.
-    assert main(["audit", "rebind", "--install", "eu-1"]) == 2
+    assert main(["audit", "rebind", "--install", "eu-1", "--head", "0:" + "0" * 64]) == 2
     assert "not configured here" in capsys.readouterr().err
     # The host comes from the installation's entry in the file the bot serves (its new URL and key).
     config = tmp_path / "etc" / "installations.yaml"
     write_installations(config, {"eu-1": new.url, "us-1": "http://127.0.0.1:9"}, {"eu-1": new.api_key, "us-1": "k"})
     monkeypatch.setenv("RECOVER_INSTALLATIONS_FILE", str(config))
-    assert main(["audit", "rebind", "--install", "ap-1"]) == 2  # not in the file: refused, the names said
+    assert main(["audit", "rebind", "--install", "ap-1", "--head", "0:" + "0" * 64]) == 2  # not in the file: refused, the names said
     assert "'ap-1' is not configured here" in (err := capsys.readouterr().err) and "eu-1, us-1" in err
-    assert main(["audit", "rebind", "--install", "us-1"]) == 2  # no such store: nothing made
+    assert main(["audit", "rebind", "--install", "us-1", "--head", "0:" + "0" * 64]) == 2  # no such store: nothing made
     assert "has no step store" in capsys.readouterr().err
     monkeypatch.setenv("CONTROL_HOST_URL", old.url)  # a URL beside the file is a guess: refused
-    assert main(["audit", "rebind", "--install", "eu-1"]) == 2
+    assert main(["audit", "rebind", "--install", "eu-1", "--head", "0:" + "0" * 64]) == 2
     assert "keep one" in capsys.readouterr().err
     monkeypatch.delenv("CONTROL_HOST_URL")
-    assert main(["audit", "rebind", "--install", "eu-1"]) == 0
+    eu_db = store_path(tmp_path / "recover.db", "eu-1")
+    head = Store(eu_db, clock, installation="eu-1").head_ref()  # the head the operator published last
+    assert main(["audit", "rebind", "--install", "eu-1", "--head", head]) == 0
     out = capsys.readouterr().out
     assert "installation 'eu-1' bound to" in out and "replacing step" in out and new.api_key not in out
     moved = _core(tmp_path, "eu-1", new, clock)
