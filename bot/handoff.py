@@ -44,7 +44,8 @@ def _thread(e: HandoffEntry) -> str:
 
 
 def _expired_line(r: DecisionRequest, now: datetime) -> str:
-    # Said until the hand-off after its expiry: who asked, when it expired and how to ask again (R3.10).
+    # Said until the hand-off after its expiry: who asked, when it expired and how to ask again (a new
+    # request: an expired one is never sent, and asking again is the only way on).
     return (
         f"Expired: `{r.id}` {r.decision} on `{r.session_id}` · asked by {_who(r.requester)} · expired at "
         f"{r.expires_at} ({age(r.expires_at, now)} ago), nothing was sent · ask again: "
