@@ -143,5 +143,7 @@ def say_handoff(
             if not leases.renew(key):
                 return
             offered = with_take(message)
-            poster.post(channel, dataclasses.replace(offered, lines=[*offered.lines, line]), root)
+            if poster.post(channel, dataclasses.replace(offered, lines=[*offered.lines, line]), root) is None:
+                # Not marked posted: the lease runs out and a taker posts what is still missing.
+                raise RuntimeError(f"Slack did not take the hand-off's part {part}; it is taken over later")
         saved.posted(key, channel, root, root_ts=root, now=now)
