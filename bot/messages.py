@@ -26,7 +26,7 @@ Level = Literal["info", "ok", "warn", "error", "progress"]
 # outside text cannot forge one; a reference read back from storage after a restart carries an old key
 # and comes back as the plain outside text ``@name``.
 _REF_KEY = secrets.token_hex(6)
-_REF = re.compile("\u2063([0-9a-f]{12})([@#^])([^\u2063<>\\s]{1,120})\u2063")
+_REF = re.compile("\u2063([0-9a-f]{12})([@#^])([^\u2063<>\\s]{1,80})\u2063")
 
 
 @dataclass(frozen=True)
