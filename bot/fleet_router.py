@@ -16,6 +16,7 @@ from bot.decisions import ApproverDirectory
 from bot.errors import CommandError
 from bot.fleet import Fleet, build_fleet
 from bot.fleet_views import installations_reply, triage_all
+from bot.handoff import handoff_reply
 from bot.installations import InstallationSpec
 from bot.installations.resolve import resolve_installation
 from bot.installations.tags import TaggingReporter, tag_message, tag_reply, tag_value, untag
@@ -26,7 +27,7 @@ from bot.routing import Completions
 from bot.runbook import ParsedCommand
 from bot.runbook.usage import FormField
 from bot.sandbox import SandboxHandle
-from bot.services import LoggingReporter, Services, handoff_reply
+from bot.services import LoggingReporter, Services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, StepKind

@@ -26,25 +26,43 @@ Level = Literal["info", "ok", "warn", "error", "progress"]
 # outside text cannot forge one; a reference read back from storage after a restart carries an old key
 # and comes back as the plain outside text ``@name``.
 _REF_KEY = secrets.token_hex(6)
-_REF = re.compile("\u2063([0-9a-f]{12})([@#])([^\u2063<>\\s]{1,80})\u2063")
+_REF = re.compile("\u2063([0-9a-f]{12})([@#^])([^\u2063<>\\s]{1,80})\u2063")
 
 
 @dataclass(frozen=True)
 class Mention:
-    """A person (``@``: a Slack user or group id, or a console actor) or a channel (``#``) the core
-    names on purpose. ``str()`` is the readable form (``@U1``, ``#C1``) the console, logs and the
-    audit chain show; Slack renders it as a live mention."""
+    """A person (``@``: a Slack user or group id, or a console actor), a channel (``#``) or a
+    message's thread (``^``: ``channel/ts``) the core names on purpose. ``str()`` is the readable form
+    (``@U1``, ``#C1``, ``thread C1/17….1``) the console, logs and the audit chain show; Slack renders
+    it as a live mention, or a thread as its permalink."""
 
-    kind: Literal["@", "#"]
+    kind: Literal["@", "#", "^"]
     identity: str
 
     def __str__(self) -> str:
-        return self.kind + self.identity
+        return f"thread {self.identity}" if self.kind == "^" else self.kind + self.identity
 
 
 def ref(identity: str, kind: Literal["@", "#"] = "@") -> str:
     """A :class:`Mention` of a person (``@``) or a channel (``#``), to write into the core's text."""
     return f"\u2063{_REF_KEY}{kind}{identity}\u2063"
+
+
+def thread_ref(channel: str, ts: str) -> str:
+    """A reference to the thread of the message ``ts`` in ``channel`` (Slack links it: a permalink)."""
+    return f"\u2063{_REF_KEY}^{channel}/{ts}\u2063"
+
+
+def thread_refs(message: Message) -> list[tuple[str, str]]:
+    """The (channel, ts) of every thread this process referred to in ``message``'s text."""
+    found: list[tuple[str, str]] = []
+    for text in (message.headline, *message.lines):
+        for p in pieces(text):
+            if isinstance(p, Mention) and p.kind == "^":
+                channel, _, ts = p.identity.partition("/")
+                if ts and (channel, ts) not in found:
+                    found.append((channel, ts))
+    return found
 
 
 def pieces(text: str) -> list[str | Mention]:
@@ -57,7 +75,7 @@ def pieces(text: str) -> list[str | Mention]:
     pos = 0
     for m in _REF.finditer(text):
         out.append(text[pos : m.start()])
-        kind: Literal["@", "#"] = "#" if m.group(2) == "#" else "@"
+        kind: Literal["@", "#", "^"] = "#" if m.group(2) == "#" else "^" if m.group(2) == "^" else "@"
         out.append(Mention(kind, m.group(3)) if m.group(1) == _REF_KEY else kind + m.group(3))
         pos = m.end()
     out.append(text[pos:])

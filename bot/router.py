@@ -18,6 +18,7 @@ from bot.details import FullMessages, details_reply
 from bot.errors import CommandError, RecoverError
 from bot.escalation.status import pending_line
 from bot.glass_routes import glass_dispatch, glass_route
+from bot.handoff import handoff_reply
 from bot.ladder_routes import remind_command
 from bot.messages import Message, Reply, Reporter, ref
 from bot.pending import pending_of
@@ -26,7 +27,7 @@ from bot.routing import Completions
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
 from bot.sandbox import SandboxHandle
-from bot.services import LoggingReporter, Services, build_services, handoff_reply
+from bot.services import LoggingReporter, Services, build_services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, RequestState, StepKind

@@ -35,13 +35,12 @@ from bot.dockerops import (
 )
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError, StoreError
-from bot.escalation.status import attach as attach_request_line
 from bot.escalation.store import migrations as escalation_migrations
 from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
 from bot.installations.scoped import scoped_settings
 from bot.installations.sources import refuse_file_in_single_core
 from bot.logs import FileLogSource
-from bot.messages import Message, Reply
+from bot.messages import Message
 from bot.runbook import RunbookSet, load_runbooks
 from bot.sandbox import SandboxHandle
 from bot.settings import Settings, reveal
@@ -50,6 +49,7 @@ from bot.triage.store import migrations as triage_migrations
 from bot.watch import ChannelMembers, Poster, Watcher
 from bot.watch import migrations as watch_migrations
 from bot.watch.docker_trigger import DockerTrigger
+from bot.watch.shifts import HandoffSource
 from bot.workpool import WorkPool
 
 log = logging.getLogger(__name__)
@@ -308,7 +308,6 @@ def build_services(
         directory=directory,
         console_users=console_users(settings) if console_users_map is None else console_users_map,
     )
-    attach_request_line(decisions)  # the hand-off lists requests by the one pending-request line
     bulk = Bulk.build(url, key, store=store, clock=clock, runbooks=runbooks, api=api, log_source=log_source,
                       decisions=decisions, csv_dir=settings.db_path.parent / "batches")
     return Services(
@@ -325,16 +324,13 @@ def build_services(
     )
 
 
-def handoff_reply(services: Services, actor: str) -> Reply:
-    """The ``handoff`` digest: open cases, pending requests and reviews, and open batches."""
-    reply = services.decisions.handoff(actor)
-    if services.bulk is not None:
-        reply.messages.extend(services.bulk.batches.handoff_messages())
-    return reply
-
-
 def build_watcher(
-    services: Services, poster: Poster, *, channel: str | None = None, members: ChannelMembers | None = None
+    services: Services,
+    poster: Poster,
+    *,
+    channel: str | None = None,
+    members: ChannelMembers | None = None,
+    handoff: HandoffSource | None = None,
 ) -> Watcher | None:
     """Watch mode over the core's parts (RECOVER_WATCH_CHANNEL set and a runbook ``watch:`` section):
     the paced bulk client and its triage, diagnose's own Diagnoser; one installation, a parameter."""
@@ -353,7 +349,7 @@ def build_watcher(
         channel=channel,
         installation=settings.installation or "default",
         interval=settings.watch_interval,
-        handoff=lambda actor: handoff_reply(services, actor),
+        handoff=handoff,  # bot/handoff.py's parts (it sits above this wiring): passed by the front
         members=members,
         console_users=services.decisions.console_users,
     )
@@ -371,7 +367,6 @@ __all__ = [
     "build_services",
     "build_watcher",
     "docker_endpoint",
-    "handoff_reply",
     "reconciler_config",
     "worker_log_config",
 ]

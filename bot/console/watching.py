@@ -10,6 +10,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from bot.handoff import watch_handoff
 from bot.messages import Message
 from bot.redact import redact
 from bot.services import build_watcher
@@ -64,7 +65,8 @@ def stop_and_watch(
         return watcher
     services = getattr(router, "services", None)
     if watcher is None and services is not None:
-        watcher = build_watcher(services, ConsoleWatchPoster(show), channel="console", members=ConsoleMembers())
+        watcher = build_watcher(services, ConsoleWatchPoster(show), channel="console", members=ConsoleMembers(),
+                                handoff=watch_handoff(services))
         if watcher is not None and services.bulk is not None:
             services.bulk.watcher = watcher  # `/recover watch` shows its state, as in Slack
     if watcher is None:

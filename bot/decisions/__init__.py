@@ -17,6 +17,7 @@ from bot.decisions._authority import (
     batch_policy,
     derive,
 )
+from bot.decisions._cases import IN_HAND, NO_ONE, NOW, HandoffDigest, HandoffEntry
 from bot.decisions._guards import incurable_cause
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy
 from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash, migrations
@@ -36,6 +37,11 @@ from bot.decisions._service import DecisionService
 from bot.decisions._text import APPROVAL_KIND, CONFIRM_KIND
 
 __all__ = [
+    "IN_HAND",
+    "NO_ONE",
+    "NOW",
+    "HandoffDigest",
+    "HandoffEntry",
     "APPROVAL_KIND",
     "CONSOLE_CHANNEL",
     "CONFIRM_KIND",

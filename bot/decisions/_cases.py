@@ -6,10 +6,11 @@ control host is down, and every command here is itself recorded as a step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from bot.clock import isoformat
+from bot.clock import parse_time
 from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._requests import OPEN_STATES, DecisionRequest
@@ -31,9 +32,6 @@ class CaseBook:
         self.ctx = ctx
         self.store = ctx.store
         self.requests = ctx.requests
-        # The one pending-request line (bot/escalation/status.py: it reads the ladder, which sits above
-        # this package), handed down by the composition root; None only in a core not wired for hand-offs.
-        self.request_line: Callable[[DecisionRequest, datetime], str] | None = None
 
     def cases(self, actor: str | None = None) -> Reply:
         """The open cases, one line each. With ``actor`` (the typed command) the look-up is recorded;
@@ -190,58 +188,112 @@ class CaseBook:
             )
         )
 
-    def _request_line(self, r: DecisionRequest, now: datetime) -> str:
-        if self.request_line is None:
-            raise RuntimeError("the hand-off has no request line: wire it with bot.escalation.status.attach")
-        return self.request_line(r, now)
+    def handoff(self, actor: str, *, before: datetime | None = None) -> HandoffDigest:
+        """What the next shift needs, read from the step store alone (it works while the control host
+        is down): each open case as one entry (state, owner, the one next command, its thread), the
+        expired requests not yet handed off, and the count of cases that need no one. Recorded as a
+        ``handoff`` step, whose time ends the listing of the requests that expired before it.
 
-    def handoff(self, actor: str) -> Reply:
-        """A digest of every open case for the next shift: state, last step, approvals, waits, next, notes."""
+        ``before``: hand off the requests that expired since the last hand-off before that time (a
+        watcher taking over a shift change's post hands off what its dead owner would have)."""
         now = self.ctx.now()
+        last = self._last_handoff(before) if before is not None else self._last_handoff(now, inclusive=True)
+        expired = [
+            r for r in self.requests.find(states=(RequestState.EXPIRED,))
+            if last is None or (parse_time(r.expires_at) or now) > last
+        ]
+        entries: list[HandoffEntry] = []
         open_cases = self.store.list_open_cases()
-        messages: list[Message] = []
         for case in open_cases:
             sid = case.session_id
             steps = self.store.steps(session_id=sid)
-            open_reqs = [r for r in self.requests.find(session_id=sid) if r.is_open]
-            lines = [f"State: {_verifying(steps, case.id) or _case_state(steps, open_reqs)}"]
-            thread = f"; thread {case.channel}/{case.thread_ts}" if case.thread_ts else ""
-            lines.append(
-                f"Owner: {who(case.owner)}; opened {case.opened_at} by {who(case.opened_by)}{thread}"
-            )
-            if steps:
-                last = steps[-1]
-                lines.append(f"Last step: {last.step} → {last.outcome} by {who(last.actor)} at {last.at}")
-            for r in open_reqs:
-                lines.append(self._request_line(r, now))
-            for r in self.requests.find(session_id=sid, states=(RequestState.EXPIRED,)):
-                if r.created_at >= case.opened_at:  # the escalation ladder's end, said at the hand-off
-                    lines.append(f"Expired: `{r.id}` {r.decision} at {r.expires_at} with no approval; nothing was sent")
-            for w in self.requests.active_waits(sid):
-                lines.append(
-                    f"Waiting ({w.kind}): {w.detail or ''} — since {w.started_at}, until {w.deadline}"
-                )
-            lines.append(f"Next step: {_next_step(sid, steps, open_reqs)}")
-            for n in (s for s in steps if s.step == "note"):
-                lines.append(f"Note by {who(n.actor)} at {n.at}: {n.inputs.get('text')}")
-            messages.append(Message(headline=f"Case `{sid}`", lines=lines, session_id=sid))
-        before = self.store.head_ref()
+            open_reqs = tuple(r for r in self.requests.find(session_id=sid) if r.is_open)
+            gone = tuple(r for r in expired if r.session_id == sid)
+            failing = _verifying(steps, case.id)
+            state = failing or _case_state(steps, open_reqs)
+            entries.append(HandoffEntry(
+                session_id=sid, group=_group(case.owner, steps, open_reqs, gone, failing), state=state,
+                owner=case.owner, opened_at=case.opened_at, requests=open_reqs, expired=gone,
+                next_step=_next_step(sid, steps, open_reqs),
+                thread=(case.channel, case.thread_ts) if case.channel and case.thread_ts else None,
+            ))
+        listed = {e.session_id for e in entries}
+        before_head = self.store.head_ref()
         self.ctx.record(
             None,
             actor,
             "handoff",
             {"open_cases": len(open_cases)},
             "posted",
-            detail={"sessions": [c.session_id for c in open_cases], "head_before": before},
+            detail={"sessions": sorted(listed), "head_before": before_head,
+                    "expired": [r.id for r in expired]},
         )
-        summary = Message(
-            headline=f"Hand-off: {len(open_cases)} open case(s) at {isoformat(now)}",
-            lines=[
-                f"Audit head: {self.store.head_ref()} (includes this hand-off's own step; before it: "
-                f"{before})"
-            ],
+        return HandoffDigest(
+            at=now, entries=entries, expired=[r for r in expired if r.session_id not in listed],
+            head_before=before_head, head=self.store.head_ref(),
         )
-        return Reply([summary, *messages])
+
+    def _last_handoff(self, before: datetime, *, inclusive: bool = False) -> datetime | None:
+        """When the last digest was handed off before ``before`` (up to it, ``inclusive``: a hand-off
+        asked in the same instant counts). A shift change's claim, recorded ``posted_by_watch``, is not
+        a digest: only the digest's own ``posted`` step counts."""
+        times = [
+            t for s in self.store.steps_named("handoff")
+            if s.outcome == "posted" and (t := parse_time(s.at)) is not None and (t < before or inclusive and t == before)
+        ]
+        return max(times, default=None)
+
+
+#: Where a hand-off entry is listed: someone must act now; someone (or the bot) has it in hand; no
+#: one is needed (counted, not listed: e.g. a stop folded into a watch storm's triage message).
+NOW, IN_HAND, NO_ONE = "now", "in_hand", "no_one"
+
+
+@dataclass(frozen=True)
+class HandoffEntry:
+    """One open case as the hand-off lists it."""
+
+    session_id: str
+    group: str
+    state: str
+    owner: str | None
+    opened_at: str
+    requests: tuple[DecisionRequest, ...]
+    expired: tuple[DecisionRequest, ...]
+    next_step: str
+    thread: tuple[str, str] | None  # (channel, ts) of the case's thread, when it has one
+
+
+@dataclass
+class HandoffDigest:
+    """The hand-off as data; each front end's words are :mod:`bot.handoff`'s."""
+
+    at: datetime
+    entries: list[HandoffEntry]
+    expired: list[DecisionRequest]  # expired requests whose case is no longer open
+    head_before: str
+    head: str
+
+    @property
+    def needing_no_one(self) -> int:
+        return sum(e.group == NO_ONE for e in self.entries)
+
+
+def _group(
+    owner: str | None,
+    steps: Sequence[Step],
+    open_reqs: Sequence[DecisionRequest],
+    expired: Sequence[DecisionRequest],
+    failing: str | None,
+) -> str:
+    waiting_on_person = any(r.state in (RequestState.REQUESTED, RequestState.RECHECK) for r in open_reqs)
+    if waiting_on_person or expired or (failing and "failing again" in failing):
+        return NOW
+    if owner or open_reqs or failing:
+        return IN_HAND
+    if steps and all(s.step == "watch_stop" for s in steps):
+        return NO_ONE  # only ever counted by watch (a storm, a pause, quiet hours): nobody touched it
+    return NOW  # a case nobody owns: someone takes it
 
 
 def _verifying(steps: Sequence[Step], case_id: int) -> str | None:

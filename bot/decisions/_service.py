@@ -23,12 +23,13 @@ Exactly once, whatever happens to the network or the process:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 
 from bot.clock import Clock
 from bot.controlhost import ControlHostClient
 from bot.decisions._approvals import ApprovalRoom
 from bot.decisions._authority import Gate
-from bot.decisions._cases import CaseBook
+from bot.decisions._cases import CaseBook, HandoffDigest
 from bot.decisions._context import DecisionContext
 from bot.decisions._decide import DecideRoom
 from bot.decisions._execution import ExecutionRoom
@@ -197,8 +198,9 @@ class DecisionService:
     def done(self, actor: str, session_id: str, reason: str | None = None) -> Reply:
         return self.casebook.done(actor, session_id, reason)
 
-    def handoff(self, actor: str) -> Reply:
-        return self._with_reviews(self.casebook.handoff(actor))
+    def handoff(self, actor: str, *, before: datetime | None = None) -> HandoffDigest:
+        """The hand-off as data (bot/handoff.py words it, with the open reviews and batches)."""
+        return self.casebook.handoff(actor, before=before)
 
     def close_if_settled(
         self, session_id: str, actor: str, facts: Mapping[str, object], found_by: str

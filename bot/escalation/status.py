@@ -21,7 +21,6 @@ from datetime import datetime
 from typing import Any
 
 from bot.clock import parse_time
-from bot.decisions import DecisionService
 from bot.decisions._context import DecisionContext
 from bot.decisions._glassrule import glass_verdict, ladder_reach, others_reading, window_opens
 from bot.decisions._requests import DecisionRequest
@@ -147,10 +146,4 @@ def pending_line(ctx: DecisionContext, req: DecisionRequest, now: datetime) -> P
     return PendingLine(req.id, verb, who, command, " · ".join(parts))
 
 
-def attach(decisions: DecisionService) -> None:
-    """Give the hand-off the one pending-request line: the decisions package sits below the ladder,
-    so the composition root hands it down (bot/services.py does this at start)."""
-    decisions.casebook.request_line = lambda req, now: pending_line(decisions.ctx, req, now).text
-
-
-__all__ = ["PendingLine", "attach", "expiry_text", "pending_line", "who_may_approve"]
+__all__ = ["PendingLine", "expiry_text", "pending_line", "who_may_approve"]

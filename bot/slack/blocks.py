@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +84,7 @@ def truncate(text: str, limit: int, marker: str = "…") -> str:
 
 
 _CHANNEL_ID = re.compile(r"[CG][A-Z0-9]{2,}")
+_PERMALINK = re.compile(r"https://[^\s<>|&]+")
 
 
 def _escape_plain(text: str) -> str:
@@ -99,10 +102,29 @@ def escape(text: str) -> str:
     return render_refs(text, render_mention, _escape_plain)
 
 
+#: The permalinks of the threads the message being rendered refers to (``channel/ts`` → URL), looked
+#: up with chat.getPermalink by :class:`bot.slack.web.SlackOut` just before it renders the message.
+_PERMALINKS: ContextVar[Mapping[str, str] | None] = ContextVar("permalinks", default=None)
+
+
+@contextmanager
+def permalinks(links: Mapping[str, str]) -> Iterator[None]:
+    """Render thread references as these links while the block lasts."""
+    token = _PERMALINKS.set(links)
+    try:
+        yield
+    finally:
+        _PERMALINKS.reset(token)
+
+
 def render_mention(m: Mention) -> str:
-    """A core mention as Slack writes it: a person by :func:`mention`, a channel id as ``<#C…>``."""
+    """A core mention as Slack writes it: a person by :func:`mention`, a channel id as ``<#C…>``, a
+    thread as a link to its permalink (or the words "its thread" when Slack gave none)."""
     if m.kind == "@":
         return mention(m.identity)
+    if m.kind == "^":
+        url = (_PERMALINKS.get() or {}).get(m.identity)
+        return f"<{url}|thread>" if url and _PERMALINK.fullmatch(url) else "its thread"
     return f"<#{m.identity}>" if _CHANNEL_ID.fullmatch(m.identity) else "#" + _escape_plain(m.identity)
 
 

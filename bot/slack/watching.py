@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from slack_sdk import WebClient
 
 from bot.fleet_router import FleetRouter
+from bot.handoff import watch_handoff
 from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
 from bot.router import Router
@@ -135,7 +136,7 @@ def attach_watches(bot: _Front, *, start: bool = True) -> list[Watcher]:
         # The case-thread memory is the default installation's only: a named installation's session id
         # may be another's too, and its cases live in its own store.
         poster = SlackWatchPoster(out, None if named else bot.state, core.installation if named else None)
-        watcher = build_watcher(core, poster, members=SlackChannelMembers(out.client))
+        watcher = build_watcher(core, poster, members=SlackChannelMembers(out.client), handoff=watch_handoff(core))
         if watcher is None:
             continue
         core.bulk.watcher = watcher

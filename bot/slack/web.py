@@ -22,11 +22,11 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 from slack_sdk.models.views import View
 
-from bot.messages import Attachment, Message
+from bot.messages import Attachment, Message, thread_refs
 from bot.oncall import OnCall, OnCallDirectory, OnCallUnavailable, oncall_directory
 from bot.redact import redact
 from bot.settings import Settings, reveal
-from bot.slack.blocks import message_payload, notification_text
+from bot.slack.blocks import message_payload, notification_text, permalinks
 from bot.slack.state import Location
 
 log = logging.getLogger("recover_bot.slack")
@@ -89,6 +89,7 @@ class SlackOut:
     def __init__(self, client: WebClient) -> None:
         self.client = client
         self._uploads_work = True
+        self._permalinks: dict[str, str] = {}  # "channel/ts" → its permalink (it never changes)
         # One client (one TLS context, pooled connections) for response_url posts: ``httpx.post``
         # would build a client and load the CA bundle on every call, holding the interpreter lock
         # for ~30 ms each time: measured as the main cost competing with acks under load.
@@ -117,8 +118,30 @@ class SlackOut:
         data = response.data
         return data if isinstance(data, dict) else None
 
+    def permalink(self, channel: str, ts: str) -> str | None:
+        """chat.getPermalink of a message (a case's thread root), remembered; None when Slack has none."""
+        key = f"{channel}/{ts}"
+        if key not in self._permalinks:
+            try:
+                data = self._call("chat.getPermalink", channel=channel, message_ts=ts)
+            except _CallFailed:
+                return None  # said as "its thread"; asked again next time
+            link = (data or {}).get("permalink")
+            if not isinstance(link, str):
+                return None
+            self._permalinks[key] = link
+        return self._permalinks[key]
+
+    def _links(self, message: Message) -> dict[str, str]:
+        found = ((f"{c}/{t}", self.permalink(c, t)) for c, t in thread_refs(message))
+        return {key: link for key, link in found if link is not None}
+
     def post(self, where: Location, message: Message, *, attachment_uploaded: bool = False) -> str | None:
         """chat.postMessage; returns the new message's ts (None if Slack refused even plain text)."""
+        with permalinks(self._links(message)):
+            return self._post(where, message, attachment_uploaded=attachment_uploaded)
+
+    def _post(self, where: Location, message: Message, *, attachment_uploaded: bool) -> str | None:
         base: dict[str, Any] = {"channel": where.channel}
         if where.thread_ts:
             base["thread_ts"] = where.thread_ts
@@ -140,6 +163,10 @@ class SlackOut:
 
     def update(self, channel: str, ts: str, message: Message, *, attachment_uploaded: bool = False) -> bool:
         """chat.update in place; False tells the caller to post instead."""
+        with permalinks(self._links(message)):
+            return self._update(channel, ts, message, attachment_uploaded=attachment_uploaded)
+
+    def _update(self, channel: str, ts: str, message: Message, *, attachment_uploaded: bool) -> bool:
         try:
             self._call(
                 "chat.update",
@@ -180,11 +207,12 @@ class SlackOut:
 
     def respond(self, response_url: str, message: Message, *, ephemeral: bool) -> bool:
         """Answer through the command's response_url (works even where the bot is not a member)."""
-        payload = {
-            "response_type": "ephemeral" if ephemeral else "in_channel",
-            "replace_original": False,
-            **message_payload(message),
-        }
+        with permalinks(self._links(message)):
+            payload = {
+                "response_type": "ephemeral" if ephemeral else "in_channel",
+                "replace_original": False,
+                **message_payload(message),
+            }
         try:
             r = self._responder.post(response_url, json=payload)
         except httpx.HTTPError as exc:

@@ -1,28 +1,32 @@
 """What the watcher says at the edges of time windows: the quiet-hours digest and the shift hand-off.
 
 Both are said once, by one process, across restarts: the held stops are taken for the digest, and
-each shift change's name is claimed, under the store's write lock with their steps before the post.
+each shift change is claimed like a stop, with a lease (bot/watch/store.py), under the store's write
+lock with its step before the post; a dead owner's claim is taken over and its missing parts posted.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from bot.clock import isoformat
-from bot.messages import Button, Message, Reply
+from bot.clock import isoformat, parse_time
+from bot.messages import Button, Message
 from bot.runbook.installation import WatchSectionSpec
 from bot.runbook.model import RunbookSet
-from bot.vocab import Action, Step
-from bot.watch.poster import Poster
+from bot.vocab import Action
+from bot.watch.lease import LeaseKeeper
+from bot.watch.poster import Poster, key_line
 from bot.watch.stops import described
-from bot.watch.store import WatchStore
+from bot.watch.store import Claim, WatchStore
 from bot.watch.windows import shift_changes
 
 #: A shift change found later than this (the bot was down) gets no late hand-off post.
 HANDOFF_LATE = 3600.0
+#: Who the hand-off's digest step names (the watcher, not one process of it).
+ACTOR = "watch"
 #: Held stops listed one per line in the quiet-hours digest; the rest are counted.
 DIGEST_LINES = 20
 
@@ -58,37 +62,88 @@ def with_take(message: Message) -> Message:
                                lines=[*message.lines, f"Take it: `/recover take {target}`"])
 
 
+class HandoffSource(Protocol):
+    """The ``handoff`` command's own parts (bot/handoff.py): its head, then (key, message) per listed
+    entry; the requests expired since the last hand-off before ``before`` are in them."""
+
+    def __call__(self, actor: str, before: datetime, /) -> tuple[Message, list[tuple[str, Message]]]: ...
+
+
+def _change_of(name: str) -> datetime | None:
+    return parse_time(name.removeprefix("handoff:"))
+
+
 def post_handoff(
     saved: WatchStore,
     poster: Poster,
     channel: str,
     runbooks: RunbookSet,
-    handoff: Callable[[str], Reply] | None,
+    handoff: HandoffSource | None,
     now: datetime,
-    actor: str,
+    leases: LeaseKeeper,
 ) -> bool:
     """At each of the runbook's shift changes, the hand-off digest once (by one process, across
-    restarts); a change more than HANDOFF_LATE ago (the bot was down) is not posted late. Each open
-    case and batch in it can be taken from the post."""
+    restarts and kills); a change more than HANDOFF_LATE ago (the bot was down) is not posted late.
+    The change is claimed with a lease like a stop: see :func:`say_handoff`."""
     spec = runbooks.handoff
     if spec is None or handoff is None:
         return False
     changes = shift_changes(spec.times, spec.time_zone, now)
     if not changes or (now - changes[-1]).total_seconds() > HANDOFF_LATE:
         return False
-    change = changes[-1]
-    name = f"handoff:{isoformat(change)}"
-    if not saved.claim_once(name, actor=actor, step=Step.HANDOFF, inputs={"shift_change": isoformat(change)}):
+    claim = saved.claim_handoff(f"handoff:{isoformat(changes[-1])}", actor=leases.owner, now=now, lease=leases.lease)
+    if claim is None:
         return False
-    reply = handoff(actor)
-    local = change.astimezone(ZoneInfo(spec.time_zone)).strftime("%H:%M")
-    seen = saved.seen_since(changes[-2]) if len(changes) > 1 else 0
-    first, *rest = reply.messages or [Message(headline="Nothing open.")]
-    head = dataclasses.replace(
-        first, headline=f"Shift change {local} {spec.time_zone}: hand-off. {first.headline}",
-        lines=[*first.lines, f"Watch saw {seen} new stop(s) during the shift that ended."],
-    )
-    ts = poster.post(channel, head)
-    for message in rest:
-        poster.post(channel, with_take(message), ts)
+    say_handoff(saved, poster, channel, runbooks, handoff, claim, leases, now, look=False)
     return True
+
+
+def say_handoff(
+    saved: WatchStore,
+    poster: Poster,
+    channel: str,
+    runbooks: RunbookSet,
+    handoff: HandoffSource | None,
+    claim: Claim,
+    leases: LeaseKeeper,
+    now: datetime,
+    *,
+    look: bool,
+) -> None:
+    """Post a claimed shift change's head, then each listed case (with Take) and request in its thread,
+    each with its key line. ``look`` (a claim taken over from a dead owner): each part is looked for
+    in the channel by its key line first and posted only if missing, so no part is said twice and none
+    is lost, wherever the kill landed. The lease is renewed throughout and checked before each post: a
+    stalled owner whose claim was taken over posts nothing more."""
+    spec, change = runbooks.handoff, _change_of(claim.stop.session_id)
+    if spec is None or handoff is None or change is None:
+        return
+    key = claim.stop.key
+    with leases.held(key):
+        first, parts = handoff(ACTOR, change)
+        local = change.astimezone(ZoneInfo(spec.time_zone)).strftime("%H:%M")
+        changes = shift_changes(spec.times, spec.time_zone, change)
+        seen = saved.seen_since(changes[-2]) if len(changes) > 1 else 0
+        head = dataclasses.replace(
+            first, headline=f"Shift change {local} {spec.time_zone}: hand-off. {first.headline}",
+            lines=[*first.lines, f"Watch saw {seen} new stop(s) during the shift that ended.", key_line(key)],
+        )
+        root = claim.thread_ts or (poster.find(channel, key_line(key)) if look else None)
+        if root is None:
+            if not leases.renew(key):
+                return
+            root = poster.post(channel, head)
+            if root is None:
+                raise RuntimeError("Slack did not take the hand-off's head; the claim is taken over later")
+            saved.rooted(key, channel, root)
+        for part, message in parts:
+            line = key_line(f"{key}:{part}:")
+            if look and poster.find(channel, line, root) is not None:
+                continue
+            if not leases.renew(key):
+                return
+            offered = with_take(message)
+            if poster.post(channel, dataclasses.replace(offered, lines=[*offered.lines, line]), root) is None:
+                # Not marked posted: the lease runs out and a taker posts what is still missing.
+                raise RuntimeError(f"Slack did not take the hand-off's part {part}; it is taken over later")
+        saved.posted(key, channel, root, root_ts=root, now=now)

@@ -33,6 +33,11 @@ migrations = Migrations("watch")
 #: stores written before pauses held their stops: never posted, counted.
 CLAIMED, THREAD, STORM, SUPPRESSED, POSTED = "claimed", "thread", "storm", "suppressed", "posted"
 HELD, DIGESTED, PAUSE_HELD = "held", "digested", "pause_held"
+#: A shift change's hand-off, claimed with a lease like a stop (its row names no session and is never
+#: active); ``handoff_posted`` once every part of it is in the channel.
+HANDOFF, HANDOFF_POSTED = "handoff", "handoff_posted"
+#: States of rows that are not stops: never counted as stops, never in a storm.
+NOT_STOPS = (HANDOFF, HANDOFF_POSTED)
 
 
 @migrations(name="0001_watch_stops_state")
@@ -83,8 +88,8 @@ class Claim:
 def _recent(db: Database, installation: str, now: datetime, window: float) -> int:
     row = db.conn.execute(
         "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ? "
-        "AND state NOT IN (?, ?, ?, ?)",
-        [installation, _iso(now - timedelta(seconds=window)), SUPPRESSED, HELD, DIGESTED, PAUSE_HELD],
+        "AND state NOT IN (?, ?, ?, ?, ?, ?)",
+        [installation, _iso(now - timedelta(seconds=window)), SUPPRESSED, HELD, DIGESTED, PAUSE_HELD, *NOT_STOPS],
     ).fetchone()
     return int(row[0])
 
@@ -193,9 +198,9 @@ class WatchStore:
         with self.store.write() as db:
             rows = db.conn.execute(
                 "SELECT key, session_id, signature, revision, state, root_ts, claimed_by FROM watch_stops "
-                "WHERE installation = ? AND state IN (?, ?) AND posted_at IS NULL "
+                "WHERE installation = ? AND state IN (?, ?, ?) AND posted_at IS NULL "
                 "AND (lease_until IS NULL OR lease_until < ?) ORDER BY first_seen_at, session_id",
-                [self.installation, CLAIMED, THREAD, _iso(now)],
+                [self.installation, CLAIMED, THREAD, HANDOFF, _iso(now)],
             ).fetchall()
             taken: list[Claim] = []
             for key, sid, signature, revision, state, root_ts, owner in rows:
@@ -205,6 +210,13 @@ class WatchStore:
                 )
                 code, reason, failures, turn = json.loads(signature)
                 stop = Stop(str(sid), code, reason, failures, turn, revision)
+                if state == HANDOFF:  # a shift change's post: on the chain outside any case
+                    self.store.record_step(
+                        None, _step_actor(actor), Step.HANDOFF, {"shift_change": sid, "key": key},
+                        "taken_over", detail={"from": owner}, db=db,
+                    )
+                    taken.append(Claim(stop=stop, state=HANDOFF, thread_ts=str(root_ts) if root_ts else None))
+                    continue
                 self.store.record_step(
                     stop.session_id, _step_actor(actor), Step.WATCH_STOP,
                     {"key": key, "installation": self.installation, "revision": revision},
@@ -243,8 +255,8 @@ class WatchStore:
         with self.store.write() as db:
             db.conn.execute(
                 "UPDATE watch_stops SET channel = ?, ts = ?, root_ts = COALESCE(root_ts, ?), posted_at = ?, "
-                "state = CASE WHEN state IN (?, ?) THEN ? ELSE state END WHERE key = ?",
-                [channel, ts, root_ts, _iso(now), CLAIMED, THREAD, POSTED, key],
+                "state = CASE WHEN state IN (?, ?) THEN ? WHEN state = ? THEN ? ELSE state END WHERE key = ?",
+                [channel, ts, root_ts, _iso(now), CLAIMED, THREAD, POSTED, HANDOFF, HANDOFF_POSTED, key],
             )
 
     def settle(self, listed: set[str], *, now: datetime, keep_for: float) -> None:
@@ -315,8 +327,9 @@ class WatchStore:
     def counts(self) -> dict[str, int]:
         with self.store.read() as db:
             rows = db.conn.execute(
-                "SELECT state, COUNT(*) FROM watch_stops WHERE installation = ? GROUP BY state",
-                [self.installation],
+                "SELECT state, COUNT(*) FROM watch_stops WHERE installation = ? AND state NOT IN (?, ?) "
+                "GROUP BY state",
+                [self.installation, *NOT_STOPS],
             ).fetchall()
         return {str(state): int(n) for state, n in rows}
 
@@ -338,23 +351,39 @@ class WatchStore:
         with self.store.write() as wdb:
             wdb.conn.execute(sql, args)
 
-    def claim_once(self, name: str, *, actor: str, step: str, inputs: dict[str, Any]) -> bool:
-        """True for the one process whose insert made ``name`` (committed with its step before it posts)."""
+    def claim_handoff(self, name: str, *, actor: str, now: datetime, lease: float) -> Claim | None:
+        """Claim the shift change ``name`` (``handoff:<time>``) for ``actor`` for ``lease`` seconds, as
+        a stop is claimed: the row and its ``handoff`` step in one commit before anything is posted,
+        so one process posts it; if that process dies before every part is posted, the claim is taken
+        over (:meth:`take_over`) once its lease runs out. None when it was claimed already."""
+        stop = Stop(name, None, None, None, None, None)
         with self.store.write() as db:
-            cur = db.conn.execute(
-                "INSERT OR IGNORE INTO watch_state (installation, name, value) VALUES (?, ?, ?)",
-                [self.installation, name, json.dumps({"by": actor}, sort_keys=True)],
-            )
-            if cur.rowcount != 1:
-                return False
-            self.store.record_step(None, actor, step, inputs, "posted_by_watch", db=db)
-        return True
+            conn = db.conn
+            legacy = conn.execute(  # a change claimed before hand-offs had a lease
+                "SELECT 1 FROM watch_state WHERE installation = ? AND name = ?", [self.installation, name]
+            ).fetchone()
+            if legacy or conn.execute("SELECT 1 FROM watch_stops WHERE key = ?", [stop.key]).fetchone():
+                return None
+            db.table("watch_stops").insert({
+                "key": stop.key, "installation": self.installation, "session_id": name,
+                "signature": stop.signature, "revision": None, "first_seen_at": _iso(now), "active": 0,
+                "state": HANDOFF, "claimed_by": actor, "lease_until": _iso(now + timedelta(seconds=lease)),
+            })
+            self.store.record_step(None, _step_actor(actor), Step.HANDOFF,
+                                   {"shift_change": name.removeprefix("handoff:")}, "posted_by_watch", db=db)
+        return Claim(stop=stop, state=HANDOFF)
+
+    def rooted(self, key: str, channel: str, ts: str) -> None:
+        """Where a hand-off's head was posted (its parts follow in its thread; the claim stays open)."""
+        with self.store.write() as db:
+            db.conn.execute("UPDATE watch_stops SET channel = ?, root_ts = ? WHERE key = ?", [channel, ts, key])
 
     def seen_since(self, since: datetime) -> int:
         with self.store.read() as db:
             row = db.conn.execute(
-                "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ?",
-                [self.installation, _iso(since)],
+                "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ? "
+                "AND state NOT IN (?, ?)",
+                [self.installation, _iso(since), *NOT_STOPS],
             ).fetchone()
         return int(row[0])
 

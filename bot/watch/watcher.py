@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -34,11 +34,11 @@ from bot.vocab import Step
 from bot.watch.lease import LeaseKeeper
 from bot.watch.pausing import ChannelMembers, member_refusal, pause_digest, record_pause, record_resume
 from bot.watch.poster import Poster, key_line
-from bot.watch.shifts import post_digest, post_handoff
+from bot.watch.shifts import HandoffSource, post_digest, post_handoff, say_handoff
 from bot.watch.state import WatchStatus
 from bot.watch.status import cursor_state, status_reply
 from bot.watch.stops import Stop, stop_of
-from bot.watch.store import CLAIMED, PAUSE_HELD, STORM, SUPPRESSED, THREAD, Claim, WatchStore
+from bot.watch.store import CLAIMED, HANDOFF, PAUSE_HELD, STORM, SUPPRESSED, THREAD, Claim, WatchStore
 from bot.watch.trigger import Trigger
 from bot.watch.windows import within
 
@@ -85,7 +85,7 @@ class Watcher:
         channel: str,
         installation: str = "default",
         interval: float | None = None,
-        handoff: Callable[[str], Reply] | None = None,
+        handoff: HandoffSource | None = None,
         members: ChannelMembers | None = None,
         console_users: Mapping[str, str] | None = None,
     ) -> None:
@@ -165,7 +165,11 @@ class Watcher:
                 self._post_storm(now)
             if not self.quiet(now):
                 post_digest(self.saved, self.poster, self.channel, self.spec, ACTOR)
-            post_handoff(self.saved, self.poster, self.channel, self.runbooks, self.handoff, now, ACTOR)
+            try:
+                post_handoff(self.saved, self.poster, self.channel, self.runbooks, self.handoff, now, self.leases)
+            except Exception:  # noqa: BLE001 - the claim stays unposted: a live watcher takes it over
+                log.exception("watch: posting the shift change's hand-off failed")
+                self.errors += 1
             return result
 
     def _read_and_claim(self, now: datetime) -> PollResult:
@@ -243,6 +247,14 @@ class Watcher:
         """Claims left unposted past their lease (the owner was killed): look for each in the channel
         by its key first (it may have reached Slack before the kill), record it if found, else post it."""
         for claim in self.saved.take_over(actor=self.owner, now=now, lease=self.spec.seconds("claim_lease")):
+            if claim.state == HANDOFF:  # a shift change's post: each missing part, looked for first
+                try:
+                    say_handoff(self.saved, self.poster, self.channel, self.runbooks, self.handoff, claim,
+                                self.leases, now, look=True)
+                except Exception:  # noqa: BLE001 - never post blind: the lease runs out again
+                    log.exception("watch: cannot finish the hand-off %s", claim.stop.session_id)
+                    self.errors += 1
+                continue
             try:
                 with self.leases.held(claim.stop.key):
                     ts = self.poster.find(self.channel, key_line(claim.stop.key), claim.thread_ts)

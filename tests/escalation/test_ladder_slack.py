@@ -72,8 +72,9 @@ def test_reminder_mention_widen_and_the_announced_expiry_over_slack(
 
     h.send.command("handoff", user="UBOB")
     h.settle()
-    said = "\n".join(m.all_text() for m in h.api.messages.values())
-    assert re.search(rf"Expired: `{rid}`", said), said[-2000:]
+    # The digest answers where it was asked (the command's response_url, in the channel).
+    said = "\n".join(json.dumps(body) for _, body in h.api.responses)
+    assert re.search(rf"Expired: `{rid}`", said), said[-3000:]
 
 
 def test_a_widened_group_member_approves_over_slack_and_it_is_sent(

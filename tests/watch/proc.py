@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
+from bot.handoff import watch_handoff
 from bot.services import build_services, build_watcher
 from bot.settings import Settings
 from bot.slack import make_client
@@ -18,7 +19,7 @@ from bot.slack.web import SlackOut
 def main() -> int:
     settings = Settings(**json.loads(sys.stdin.readline()))
     services = build_services(settings)
-    watcher = build_watcher(services, SlackWatchPoster(SlackOut(make_client(settings))))
+    watcher = build_watcher(services, SlackWatchPoster(SlackOut(make_client(settings))), handoff=watch_handoff(services))
     assert watcher is not None
     print("ready", flush=True)
     watcher.run()

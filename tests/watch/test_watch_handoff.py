@@ -63,6 +63,34 @@ def test_a_person_takes_a_case_from_the_hand_off_post_and_each_change_posts_once
     assert "Owner: <@UCAROL>" in entry.all_text() or "UCAROL" in entry.all_text()
 
 
+def test_a_hand_off_part_slack_refused_is_posted_by_the_take_over_and_nothing_twice(
+    incident_sandbox: SandboxHandle, slack_harness: Any, tmp_path: Path
+) -> None:
+    h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, runbooks_dir=_shift_runbooks(tmp_path))
+    watcher = attach_watch(h.bot, start=False)
+    assert watcher is not None
+    ids = ["ses_wh_f0", "ses_wh_f1"]
+    for sid in ids:
+        incident_sandbox.admin.create_session(clone("healthy", sid))
+        incident_sandbox.admin.stop(sid)
+    h.api.fail("chat.postMessage", "internal_error", when=f"Case `{ids[1]}`")  # one part, once
+    watcher.poll_once()  # the cases, then the 11:00 hand-off: its second case is refused
+    (root,) = _handoffs(h)
+
+    def said(sid: str) -> int:
+        return sum(f"Case `{sid}`" in p.all_text() for p in h.api.thread(CHANNEL, root.ts))
+
+    assert [said(sid) for sid in ids] == [1, 0]
+    watcher.poll_once()  # the claim is still leased: nobody posts it yet
+    assert [said(sid) for sid in ids] == [1, 0]
+    incident_sandbox.clock.advance(150)  # past the claim's lease (watch.claim_lease: 2m)
+    watcher.poll_once()  # taken over: the head and the first case are found, only the refused one posted
+    watcher.poll_once()
+    assert len(_handoffs(h)) == 1 and [said(sid) for sid in ids] == [1, 1]
+    outcomes = [s.outcome for s in watcher.store.steps_named("handoff")]
+    assert outcomes.count("posted_by_watch") == 1 and outcomes.count("taken_over") == 1
+
+
 def test_a_two_person_decision_asked_from_a_watched_case_is_an_ordinary_request_pending_lists(
     incident_sandbox: SandboxHandle, slack_harness: Any
 ) -> None:

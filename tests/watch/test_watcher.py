@@ -18,6 +18,7 @@ import pytest
 
 from bot.clock import ManualClock
 from bot.csvfile import FORMULA_STARTS
+from bot.handoff import watch_handoff
 from bot.sandbox import SandboxHandle
 from bot.services import Services, build_services, build_watcher
 from bot.settings import load_settings
@@ -50,7 +51,8 @@ def make_watcher(sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path) ->
         )
         services: Services = build_services(settings, sandbox=sbx)
         out = SlackOut(make_client(slack_settings(slack_api, db)))
-        watcher = build_watcher(services, SlackWatchPoster(out), members=SlackChannelMembers(out.client))
+        watcher = build_watcher(services, SlackWatchPoster(out), members=SlackChannelMembers(out.client),
+                                handoff=watch_handoff(services))
         assert watcher is not None
         return watcher
 
