@@ -88,7 +88,8 @@ def hash_matches(row: Mapping[str, Any], key: bytes | None) -> bool | None:
         expected = step_hash(row, row["prev_hash"], key)
     except KeyRequired:
         return None
-    return hmac.compare_digest(expected, str(row["hash"]))
+    # As bytes: an edited hash holding non-ASCII text is a mismatch, not a crash of `audit verify`.
+    return hmac.compare_digest(expected.encode("ascii"), str(row["hash"]).encode("utf-8", "surrogatepass"))
 
 
 def head_ref(seq: int, hash_: str) -> str:

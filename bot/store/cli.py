@@ -38,7 +38,7 @@ Exit status:
 _VERIFY_EXAMPLE = f"""\
 example:
   recover-bot audit verify --db ./recover.db --key-file /run/secrets/recover-audit-key
-  recover-bot audit verify --head 42:3f1c…e9   # SEQ:HASH, the head printed by an earlier `audit export`
+  recover-bot audit verify --head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e   # SEQ:HASH, the head printed by an earlier `audit export`
 
 {EXIT_CODES}"""
 
@@ -65,7 +65,7 @@ def register(
         help="verify or export the tamper-evident step log",
         description="Verify or export the tamper-evident step log.",
         epilog="example:\n  recover-bot audit export --out steps.jsonl      # prints the head, SEQ:HASH\n"
-        "  recover-bot audit verify --head SEQ:HASH\n\n" + EXIT_CODES,
+        "  recover-bot audit verify --head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e\n\n" + EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="audit_command", metavar="{verify,export,adopt-key,rebind}")
@@ -118,7 +118,7 @@ def register(
         "you read each and pass --accept-after SEQ for it (recorded with the marker). Then a keyed marker "
         "step carrying the key's fingerprint is recorded, and every later step must be keyed.",
         epilog="example:\n  recover-bot audit adopt-key --db ./recover.db --key-file /run/secrets/recover-audit-key "
-        "--head 42:3f1c…e9\n  (and --accept-after 43 --accept-after 44 for steps after it you read and vouch for)",
+        "--head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e\n  (and --accept-after 43 --accept-after 44 for steps after it you read and vouch for)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     adopt_p.add_argument("--db", default=None, help=_DB_HELP)

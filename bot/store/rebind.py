@@ -47,7 +47,7 @@ def add_rebind(sub: argparse._SubParsersAction[_P], host_of: HostOf, *, checks: 
         "with its tables, up to the head you published (--head), with nothing after it that you did not "
         "accept one by one (--accept-after SEQ).",
         epilog="example:\n  RECOVER_INSTALLATIONS_FILE=/etc/recover-bot/installations.yaml "
-        "recover-bot audit rebind --install eu-1 --head 42:3f1c…e9",
+        "recover-bot audit rebind --install eu-1 --head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--install", default=DEFAULT_INSTALLATION, metavar="NAME", help="the installation")

@@ -19,6 +19,7 @@ METHOD_SCOPES: dict[str, str | tuple[str, ...] | None] = {
     "chat.postMessage": "chat:write",
     "chat.update": "chat:write",
     "chat.postEphemeral": "chat:write",
+    "chat.getPermalink": None,  # the hand-off digest links each case thread; Slack asks no scope for it
     "views.open": None,
     "views.update": None,
     "views.publish": None,

@@ -130,7 +130,7 @@ def test_a_bare_hash_of_the_log_still_verifies(unkeyed: tuple[Path, Path, str], 
 
 def test_the_help_shows_the_head_form_and_every_exit_code(tmp_path: Path) -> None:
     group = _cli("--help", cwd=tmp_path).stdout
-    assert "--head SEQ:HASH" in group and "--head HASH" not in group
+    assert "--head 42:" in group and "--head HASH" not in group and "SEQ:HASH" in group
     verify = _cli("verify", "--help", cwd=tmp_path).stdout
     for code in ("0  intact", "1  TAMPERED", "2  a usage error", "3  intact but not authenticated"):
         assert code in verify, verify
