@@ -35,6 +35,7 @@ from bot.decisions._guards import (
     refusing,
     untampered,
 )
+from bot.decisions._ladder_rows import unsaid_steps
 from bot.decisions._lifecycle import Execution, grant
 from bot.decisions._policy import flags_of
 from bot.decisions._requests import DecisionRequest
@@ -98,6 +99,16 @@ class BreakGlassRoom:
                           "decisions the runbook names; until then a second person approves "
                           f"(`/recover remind {req.id}` nudges them).", session_id=sid, code="not_allowed")
         assert spec is not None
+        unsaid = unsaid_steps(ctx.store, req.id)
+        if unsaid:
+            # The window is the ladder's end by the clock; a ladder whose steps were not posted was seen by
+            # no approver, so it has not run to its end (R3.10: break-glass only after approvers were asked).
+            steps = ", ".join(f"{i + 1} ({spec.steps[i].kind})" if i < len(spec.steps) else str(i + 1) for i in unsaid)
+            raise Refusal(f"break-glass refused: the escalation ladder's step(s) {steps} were not posted in Slack, "
+                          "so no approver was asked",
+                          "The ladder tries them again every few seconds (check that the request's thread exists "
+                          f"and Slack answers); then break glass again, or ask a second person: "
+                          f"`/recover approve {req.id}`.", session_id=sid, code="not_allowed")
         # Who may approve now: RECOVER_APPROVERS and what the ladder widened to (the chain's reading).
         widened = widened_now(spec, ctx.store.steps(session_id=sid), req.id, now)
         reading, no_other = others_reading(req.requester, ctx.approvers, widened, ctx.directory, ctx.console_users)

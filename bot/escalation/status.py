@@ -8,6 +8,7 @@ from datetime import datetime
 from bot.clock import parse_time
 from bot.decisions._context import DecisionContext
 from bot.decisions._glassrule import window_opens
+from bot.decisions._ladder_rows import unsaid_steps
 from bot.decisions._requests import DecisionRequest
 from bot.escalation.ladder import PENDING_STATES, eligible_now, next_step, spec_of
 from bot.escalation.text import who_text
@@ -29,6 +30,10 @@ def ladder_line(ctx: DecisionContext, req: DecisionRequest, now: datetime) -> st
         left = ((at or now) - now).total_seconds()
         upcoming = f"{step.kind} in {duration(left)}" if left > 0 else f"{step.kind} now (due)"
     line = f"may approve now: {who_text(eligible_now(ctx, req, now))} · next escalation: {upcoming}"
+    unsaid = unsaid_steps(ctx.store, req.id)
+    if unsaid:  # said nowhere yet: no approver saw them, and break-glass stays closed until they are posted
+        steps = ", ".join(spec.steps[i].kind if i < len(spec.steps) else str(i + 1) for i in unsaid)
+        return f"{line} · not posted in Slack yet: {steps} (tried again every few seconds; no break-glass until then)"
     glass = glass_text(spec, req, now)
     return line if glass is None else f"{line} · {glass}"
 

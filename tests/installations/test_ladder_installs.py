@@ -97,6 +97,35 @@ def test_ladder_steps_go_into_the_requests_thread_of_its_installation(
         assert not [m for m in h.api.thread("C0US1", us_root.ts) if "Reminder" in m.all_text()]
 
 
+@INSTALLS
+def test_break_glass_is_refused_while_the_ladders_steps_were_not_posted(
+    slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
+) -> None:
+    router = _fleet(tmp_path, sandboxes, clock, names)
+    h, runners = _front(slack_harness, router, tmp_path)
+    h.send.command(DECIDE, user="UALICE", channel="C0EU1")
+    h.settle()
+    root, _request_msg, rid = _request(h, "C0EU1")
+    seen = len(h.api.thread("C0EU1", root.ts))
+    h.api.fail("chat.postMessage", "internal_error", times=3)  # Slack takes none of the ladder's three steps
+    for step in (2, 2, 3):
+        clock.advance(step)
+        runners["eu-1"].run_due()
+    assert h.api.thread("C0EU1", root.ts)[seen:] == []  # nobody was told
+
+    before = len(h.api.responses)
+    h.send.command(f'break-glass {rid} --incident INC-1 --reason "nobody answers"', user="UALICE", channel="C0EU1")
+    h.settle()
+    said = _said(h, before)
+    assert "Allowed because" not in said and f"/recover confirm {rid}" not in said, said[-3000:]
+    assert "break-glass refused" in said and "not posted" in said, said[-3000:]
+
+    before = len(h.api.responses)
+    h.send.command("pending", user="UBOB", channel="C0EU1")
+    h.settle()
+    assert "not posted in Slack yet: remind, mention, widen" in _said(h, before)
+
+
 def test_after_moving_to_an_installations_file_steps_never_go_to_the_old_default_thread(
     slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path
 ) -> None:
