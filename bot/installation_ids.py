@@ -69,12 +69,6 @@ class ScopedId:
         """``raw`` of ``installation`` (None: the default's, as a message of a single-installation bot)."""
         return cls(installation or DEFAULT_INSTALLATION, raw)
 
-    @classmethod
-    def parse(cls, key: str) -> ScopedId:
-        """The value of a stored key (the inverse of :attr:`key`): untagged keys are the default's."""
-        raw, installation = split_tag(key)
-        return cls(installation or DEFAULT_INSTALLATION, raw)
-
     @property
     def is_default(self) -> bool:
         return self.installation == DEFAULT_INSTALLATION

@@ -102,7 +102,7 @@ class BreakGlassRoom:
         unsaid = unsaid_steps(ctx.store, req.id)
         if unsaid:
             # The window is the ladder's end by the clock; a ladder whose steps were not posted was seen by
-            # no approver, so it has not run to its end (R3.10: break-glass only after approvers were asked).
+            # no approver, so it has not run to its end: break-glass comes only after the approvers were asked.
             steps = ", ".join(f"{i + 1} ({spec.steps[i].kind})" if i < len(spec.steps) else str(i + 1) for i in unsaid)
             raise Refusal(f"break-glass refused: the escalation ladder's step(s) {steps} were not posted in Slack, "
                           "so no approver was asked",

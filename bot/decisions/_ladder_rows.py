@@ -165,8 +165,8 @@ def unsaid_steps(store: Store, request_id: str) -> list[int]:
     known to have been said: the front found nowhere to post them (``unsaid``), or a claim Slack has
     not confirmed (``claimed``: in flight, or its post failed and a runner will look and post again).
 
-    The one reading of "a step was not said", for break-glass (R3.10: it opens only at the end of a
-    ladder the approvers saw), the ladder's end and ``pending``. A ``due`` row a runner never reached
+    The one reading of "a step was not said", for break-glass (it opens only at the end of a ladder
+    the approvers saw), the ladder's end and ``pending``. A ``due`` row a runner never reached
     is not in it: the window rule (bot/decisions/_glassrule.py) is about time only."""
     if not enabled(store):
         return []

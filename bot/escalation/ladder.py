@@ -89,7 +89,7 @@ def due_at(request: DecisionRequest, step: LadderStep) -> datetime | None:
 def ladder_ended(ctx: DecisionContext, request: DecisionRequest, now: datetime) -> bool:
     """The ladder ran to its end for a pending two-person ``request``: its last step's time has come,
     the chain records that step, and no step of it is unsaid (a step the front had nowhere to post, or
-    whose post Slack did not confirm, was seen by nobody: R3.10)."""
+    whose post Slack did not confirm, was seen by nobody)."""
     spec = spec_of(ctx, request)
     if spec is None or request.state not in PENDING_STATES or not spec.ended(elapsed(request, now)):
         return False

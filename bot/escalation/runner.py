@@ -147,7 +147,7 @@ class LadderRunner:
             return
         if self._nowhere(req, index):
             # Not claimed (no chain step each pass) and never marked posted: a step nobody saw does not
-            # count towards the ladder's end, so it cannot open break-glass (R3.10); the next pass retries.
+            # count towards the ladder's end, so it cannot open break-glass; the next pass retries.
             if self.rows.unsaid(request_id, index):
                 log.warning("escalation: step %s of request %s has nowhere to be posted (no thread of the "
                             "request found); it is tried again every pass, and break-glass stays closed",
