@@ -8,6 +8,7 @@ the bot, lets both depend on one definition without a cycle between the packages
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 #: The name of the one installation today's single-installation settings describe.
@@ -33,6 +34,51 @@ def installation_of_id(qualified: str) -> str:
     return match.group(1) if match else DEFAULT_INSTALLATION
 
 
+#: What a front appends to an id (and a button's value) of a named installation: ``ses_1@eu-1``. No id
+#: may contain ``@`` (the runbook's id pattern), so the last one always starts the installation.
+TAG = "@"
+
+
+def split_tag(text: str) -> tuple[str, str | None]:
+    """``(id, installation)`` of a tagged text form; ``(text, None)`` when it carries no valid tag."""
+    head, sep, tail = text.rpartition(TAG)
+    if sep and NAME_PATTERN.fullmatch(tail):
+        return head, tail
+    return text, None
+
+
+@dataclass(frozen=True)
+class ScopedId:
+    """A session, request or batch id as one installation's: what a front remembers about it (its
+    case's thread, where a message about it lives) is keyed by this, never by the bare id, because
+    eu-1's ``ses_1`` is not us-1's. The default installation's key is the bare id, exactly as the rows
+    written before an installations file existed; a named installation's always carries its name, so a
+    lookup for it can never fall through to the default's rows or to another installation's."""
+
+    installation: str
+    id: str
+
+    def __post_init__(self) -> None:
+        if not NAME_PATTERN.fullmatch(self.installation):
+            raise ValueError(f"not an installation name: {self.installation!r}")
+        if not self.id or TAG in self.id:
+            raise ValueError(f"not an id: {self.id!r}")
+
+    @classmethod
+    def of(cls, raw: str, installation: str | None) -> ScopedId:
+        """``raw`` of ``installation`` (None: the default's, as a message of a single-installation bot)."""
+        return cls(installation or DEFAULT_INSTALLATION, raw)
+
+    @property
+    def is_default(self) -> bool:
+        return self.installation == DEFAULT_INSTALLATION
+
+    @property
+    def key(self) -> str:
+        """The text form stored by a front: ``ses_1`` for the default, ``ses_1@eu-1`` otherwise."""
+        return self.id if self.is_default else f"{self.id}{TAG}{self.installation}"
+
+
 def store_path(db_path: Path, installation: str) -> Path:
     """Each installation's steps, cases and requests live in a store file of their own, so one
     installation's chain can never authorise another's send: the default installation keeps
@@ -47,7 +93,10 @@ __all__ = [
     "DEFAULT_INSTALLATION",
     "ID_SUFFIX",
     "NAME_PATTERN",
+    "TAG",
+    "ScopedId",
     "installation_of_id",
     "qualified_id",
+    "split_tag",
     "store_path",
 ]

@@ -35,6 +35,7 @@ from bot.decisions._guards import (
     refusing,
     untampered,
 )
+from bot.decisions._ladder_rows import unsaid_steps
 from bot.decisions._lifecycle import Execution, grant
 from bot.decisions._policy import flags_of
 from bot.decisions._requests import DecisionRequest
@@ -104,6 +105,18 @@ class BreakGlassRoom:
                           "the escalation ladder has run to its end or when nobody but you may approve; until "
                           f"then a second person approves (`/recover remind {req.id}` nudges them).",
                           session_id=sid, code="not_allowed")
+        # ``no_other`` is why someone else may approve (None: nobody else may): then the ladder's end is the
+        # reason break-glass is allowed, and that end counts only for steps the approvers were shown.
+        unsaid = unsaid_steps(ctx.store, req.id) if no_other is not None else []
+        if unsaid and spec is not None:
+            # Allowed by the ladder's end, by the clock; a ladder whose steps were not posted was seen by no
+            # approver, so it has not run to its end: break-glass comes only after the approvers were asked.
+            steps = ", ".join(f"{i + 1} ({spec.steps[i].kind})" if i < len(spec.steps) else str(i + 1) for i in unsaid)
+            raise Refusal(f"break-glass refused: the escalation ladder's step(s) {steps} were not posted in Slack, "
+                          "so no approver was asked",
+                          "The ladder tries them again every few seconds (check that the request's thread exists "
+                          f"and Slack answers); then break glass again, or ask a second person: "
+                          f"`/recover approve {req.id}`.", session_id=sid, code="not_allowed")
         return reading, verdict.why
 
     def _wire(self, req: DecisionRequest) -> list[str]:

@@ -34,8 +34,10 @@ from bot.store import Store
 migrations = Migrations("escalation")
 ROWS = "escalation_steps"
 #: A row's states: ``due`` (claimable from ``due_at``), ``held`` (an ending path is deciding the request),
-#: ``claimed`` (a runner posts it under its lease), ``posted``, ``cancelled`` (the request ended first).
-DUE, HELD, CLAIMED, POSTED, CANCELLED = "due", "held", "claimed", "posted", "cancelled"
+#: ``claimed`` (a runner posts it under its lease), ``posted``, ``cancelled`` (the request ended first),
+#: ``unsaid`` (due, but the front had nowhere to say it, e.g. no thread of the request's found: claimable
+#: again on every pass, and never counted as said; see :func:`unsaid_steps`).
+DUE, HELD, CLAIMED, POSTED, CANCELLED, UNSAID = "due", "held", "claimed", "posted", "cancelled", "unsaid"
 #: The expiry's announcement is row -1 of a request (kind ``expired``): due at the expiry.
 EXPIRY_INDEX = -1
 PENDING = ("requested", "recheck")
@@ -120,9 +122,9 @@ def fence(store: Store, clock: Clock, request_id: str, *, wait: float = LEASE_SE
         with store.write() as db:
             db.execute(
                 f"UPDATE {ROWS} SET state = ?, held_until = ? WHERE request_id = ? AND idx <> ? AND "  # noqa: S608
-                "(state = ? OR (state = ? AND held_until < ?) OR (state = ? AND lease_until < ?))",
-                [HELD, _iso(now + timedelta(seconds=HOLD_SECONDS)), request_id, EXPIRY_INDEX, DUE, HELD, _iso(now),
-                 CLAIMED, _iso(now)],
+                "(state IN (?, ?) OR (state = ? AND held_until < ?) OR (state = ? AND lease_until < ?))",
+                [HELD, _iso(now + timedelta(seconds=HOLD_SECONDS)), request_id, EXPIRY_INDEX, DUE, UNSAID, HELD,
+                 _iso(now), CLAIMED, _iso(now)],
             )
             live = _in_flight(db, request_id, now)
         if not live or now >= deadline or time.monotonic() >= real_deadline:
@@ -153,9 +155,27 @@ def settle(db: Database, store: Store, request_id: str, before: str, to_state: s
     # A claim whose owner died mid-post stays claimed: a runner looks for it in the thread, marks it
     # posted if it is there, cancels it if not (never posts it: the request has ended).
     db.execute(
-        f"UPDATE {ROWS} SET state = ? WHERE request_id = ? AND state IN (?, ?){marks}",  # noqa: S608
-        [CANCELLED, request_id, DUE, HELD],
+        f"UPDATE {ROWS} SET state = ? WHERE request_id = ? AND state IN (?, ?, ?){marks}",  # noqa: S608
+        [CANCELLED, request_id, DUE, HELD, UNSAID],
     )
+
+
+def unsaid_steps(store: Store, request_id: str) -> list[int]:
+    """The request's ladder steps (not the expiry's announcement) that were due and taken up but are not
+    known to have been said: the front found nowhere to post them (``unsaid``), or a claim Slack has
+    not confirmed (``claimed``: in flight, or its post failed and a runner will look and post again).
+
+    The one reading of "a step was not said", for break-glass (it opens only at the end of a ladder
+    the approvers saw), the ladder's end and ``pending``. A ``due`` row a runner never reached
+    is not in it: the window rule (bot/decisions/_glassrule.py) is about time only."""
+    if not enabled(store):
+        return []
+    with store.read() as db:
+        rows = db.execute(
+            f"SELECT idx FROM {ROWS} WHERE request_id = ? AND idx <> ? AND state IN (?, ?) ORDER BY idx",  # noqa: S608
+            [request_id, EXPIRY_INDEX, UNSAID, CLAIMED],
+        ).fetchall()
+    return [int(r[0]) for r in rows]
 
 
 def remember_message(store: Store, request_id: str, message: Message) -> None:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from bot.clock import parse_time
 from bot.decisions._context import DecisionContext
+from bot.decisions._ladder_rows import unsaid_steps
 from bot.decisions._requests import DecisionRequest
 from bot.decisions._rules import same_person
 from bot.decisions._widening import request_step, widened_for
@@ -86,10 +87,13 @@ def due_at(request: DecisionRequest, step: LadderStep) -> datetime | None:
 
 
 def ladder_ended(ctx: DecisionContext, request: DecisionRequest, now: datetime) -> bool:
-    """The ladder ran to its end for a pending two-person ``request``: its last step's time has come
-    and the chain records that step (it was posted; break-glass may be allowed until the expiry)."""
+    """The ladder ran to its end for a pending two-person ``request``: its last step's time has come,
+    the chain records that step, and no step of it is unsaid (a step the front had nowhere to post, or
+    whose post Slack did not confirm, was seen by nobody)."""
     spec = spec_of(ctx, request)
     if spec is None or request.state not in PENDING_STATES or not spec.ended(elapsed(request, now)):
+        return False
+    if unsaid_steps(ctx.store, request.id):
         return False
     return len(spec.steps) - 1 in done_indexes(ladder_steps_of(ctx, request))
 

@@ -82,6 +82,7 @@ class Pass:
     found: list[tuple[str, int]] = field(default_factory=list)  # a taken-over step already in the thread
     expired: list[str] = field(default_factory=list)
     edited: list[str] = field(default_factory=list)
+    unsaid: list[tuple[str, int]] = field(default_factory=list)  # due, but nowhere to post it: tried again
 
 
 def owner_id() -> str:
@@ -145,11 +146,28 @@ class LadderRunner:
         req = self.ctx.requests.get(request_id)
         if req is None:
             return
+        if self._nowhere(req, index):
+            # Not claimed (no chain step each pass) and never marked posted: a step nobody saw does not
+            # count towards the ladder's end, so it cannot open break-glass; the next pass retries.
+            if self.rows.unsaid(request_id, index):
+                log.warning("escalation: step %s of request %s has nowhere to be posted (no thread of the "
+                            "request found); it is tried again every pass, and break-glass stays closed",
+                            index, request_id)
+            done.unsaid.append((request_id, index))
+            return
         now = self.ctx.now()
         claim = self.rows.claim(request_id, index, owner=self.owner, now=now, lease=self.lease,
                                 inputs=self.inputs_for(req, index, now))
         if isinstance(claim, Claim):
             self._say(claim, done)
+
+    def _nowhere(self, req: DecisionRequest, index: int) -> bool:
+        """A pending request's ladder step that the front (a poster) has no thread for. Without a poster
+        (the console) the chain and ``pending`` are where a step is said; the expiry's announcement and
+        an ended request's rows take the usual path (posted or cancelled)."""
+        if self.poster is None or index == EXPIRY_INDEX or req.state not in PENDING_STATES:
+            return False
+        return self.poster.thread_of(req) is None
 
     def say_now(self, claim: Claim, done: Pass) -> Message | None:
         """Post a step claimed now (``remind``); with nowhere to post it, the message to reply with."""
@@ -174,8 +192,11 @@ class LadderRunner:
         if poster is None or where is None:
             if claim.ended:
                 self.rows.cancel(claim)
+            elif poster is not None and claim.index != EXPIRY_INDEX and not instead:
+                self.rows.unclaim(claim)  # the thread is gone since the claim: said nowhere, so not posted
+                done.unsaid.append((claim.request_id, claim.index))
             elif not instead:
-                self.rows.posted(claim, None, self.ctx.now())  # nowhere to say it: the chain and `pending` do
+                self.rows.posted(claim, None, self.ctx.now())  # no front: the chain and `pending` say it
             return
         channel, thread_ts = where
         if claim.taken_over:

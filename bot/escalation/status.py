@@ -23,6 +23,7 @@ from typing import Any
 from bot.clock import parse_time
 from bot.decisions._context import DecisionContext
 from bot.decisions._glassrule import glass_verdict, ladder_reach, others_reading, window_opens
+from bot.decisions._ladder_rows import unsaid_steps
 from bot.decisions._requests import DecisionRequest
 from bot.decisions._reviews import OpenReview, ReviewRoom
 from bot.escalation.ladder import PENDING_STATES, eligible_now, next_step, spec_of
@@ -99,6 +100,10 @@ def _ladder(ctx: DecisionContext, req: DecisionRequest, now: datetime) -> list[s
         left = ((at or now) - now).total_seconds()
         upcoming = f"{step.kind} in {duration(left)}" if left > 0 else f"{step.kind} now (due)"
     parts = [f"next escalation: {upcoming}"]
+    unsaid = unsaid_steps(ctx.store, req.id)
+    if unsaid:  # said nowhere yet: no approver saw them, and break-glass by the ladder's end waits for them
+        steps = ", ".join(spec.steps[i].kind if i < len(spec.steps) else str(i + 1) for i in unsaid)
+        parts.append(f"not posted in Slack yet: {steps} (tried again every few seconds)")
     requested_at = parse_time(req.created_at)
     if req.state != RequestState.REQUESTED or requested_at is None:
         return parts

@@ -23,6 +23,7 @@ from bot.decisions._ladder_rows import (
     PENDING,
     POSTED,
     ROWS,
+    UNSAID,
     migrations,
 )
 from bot.store import Store
@@ -71,9 +72,9 @@ class LadderStore:
         n = _iso(now)
         with self.store.read() as db:
             rows = db.execute(
-                f"SELECT request_id, idx FROM {ROWS} WHERE due_at <= ? AND (state = ? OR "  # noqa: S608
+                f"SELECT request_id, idx FROM {ROWS} WHERE due_at <= ? AND (state IN (?, ?) OR "  # noqa: S608
                 "(state = ? AND held_until < ?) OR (state = ? AND lease_until < ?)) ORDER BY due_at, idx LIMIT ?",
-                [n, DUE, HELD, n, CLAIMED, n, limit],
+                [n, DUE, UNSAID, HELD, n, CLAIMED, n, limit],
             ).fetchall()
         return [(str(r), int(i)) for r, i in rows]
 
@@ -203,6 +204,25 @@ class LadderStore:
             db.execute(
                 f"UPDATE {ROWS} SET state = ?, posted_at = ?, ts = ? WHERE request_id = ? AND idx = ? AND state = ?",  # noqa: S608
                 [POSTED, _iso(now), ts, claim.request_id, claim.index, CLAIMED],
+            )
+
+    def unsaid(self, request_id: str, index: int) -> bool:
+        """A due step the front has nowhere to say: left claimable (the next pass tries again), never
+        marked posted. True the first time (so the runner reports it once, not every pass)."""
+        with self.store.write() as db:
+            cur = db.execute(
+                f"UPDATE {ROWS} SET state = ? WHERE request_id = ? AND idx = ? AND state = ?",  # noqa: S608
+                [UNSAID, request_id, index, DUE],
+            )
+            return cur.rowcount == 1
+
+    def unclaim(self, claim: Claim) -> None:
+        """A claimed step found nowhere to go after all: back to ``unsaid`` (its lease given up)."""
+        with self.store.write() as db:
+            db.execute(
+                f"UPDATE {ROWS} SET state = ?, claimed_by = NULL, lease_until = NULL "  # noqa: S608
+                "WHERE request_id = ? AND idx = ? AND state = ?",
+                [UNSAID, claim.request_id, claim.index, CLAIMED],
             )
 
     def cancel(self, claim: Claim) -> None:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from bot.installations.spec import NAME_PATTERN
+from bot.installation_ids import TAG, split_tag
 from bot.messages import Button, Message, Reply, Reporter, brief
-
-TAG = "@"
 
 
 def tag_value(value: str, installation: str) -> str:
@@ -23,10 +21,7 @@ def tag_value(value: str, installation: str) -> str:
 
 def untag(value: str) -> tuple[str, str | None]:
     """``(value, installation)``: the button's own value and the installation it was made by."""
-    head, sep, tail = value.rpartition(TAG)
-    if sep and NAME_PATTERN.fullmatch(tail):
-        return head, tail
-    return value, None
+    return split_tag(value)
 
 
 def _button(button: Button, installation: str) -> Button:
@@ -61,11 +56,6 @@ def tag_reply(reply: Reply, installation: str) -> Reply:
     return dataclasses.replace(reply, messages=messages)
 
 
-def thread_key(session_id: str, installation: str | None) -> str:
-    """What a front keys a case's thread by: the session, and a fleet's installation after ``@``."""
-    return session_id if installation is None else tag_value(session_id, installation)
-
-
 class TaggingReporter:
     """A reporter whose messages leave with their installation's tag (and name in the lead line)."""
 
@@ -82,4 +72,4 @@ class TaggingReporter:
         return getattr(self.inner, name)
 
 
-__all__ = ["TAG", "TaggingReporter", "name_lead", "tag_message", "tag_reply", "tag_value", "thread_key", "untag"]
+__all__ = ["TAG", "TaggingReporter", "name_lead", "tag_message", "tag_reply", "tag_value", "untag"]

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.installations.tags import thread_key
+from bot.installation_ids import ScopedId
 from bot.messages import Message, Reply
 from bot.slack.blocks import escape, mention
 from bot.slack.state import Location, SlackState
@@ -29,25 +29,27 @@ class ThreadBook:
     def __init__(self, state: SlackState, out: SlackOut) -> None:
         self.state = state
         self.out = out
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[ScopedId, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def _lock(self, session_id: str) -> threading.Lock:
+    def _lock(self, session: ScopedId) -> threading.Lock:
         with self._guard:
-            return self._locks.setdefault(session_id, threading.Lock())
+            return self._locks.setdefault(session, threading.Lock())
 
-    def thread_for(self, session_id: str, channel: str | None, actor: str | None) -> Location | None:
-        with self._lock(session_id):
-            found = self.state.thread_of(session_id)
+    def thread_for(self, session: ScopedId, channel: str | None, actor: str | None) -> Location | None:
+        with self._lock(session):
+            found = self.state.thread_of(session)
             if found is not None or channel is None:
                 return found
             who = f" · started by {mention(actor)}" if actor else ""
-            what = "Batch" if session_id.startswith("bat_") else "Recovery case for session"
-            root = self.out.post_text(Location(channel), f":toolbox: *{what} `{escape(session_id)}`*{who}")
+            what = "Batch" if session.id.startswith("bat_") else "Recovery case for session"
+            # The root names the installation with the key (``ses_1@eu-1``): two installations' cases of one
+            # session id in one channel are two threads a reader tells apart.
+            root = self.out.post_text(Location(channel), f":toolbox: *{what} `{escape(session.key)}`*{who}")
             if root is None:
                 return None
             where = Location(channel, root)
-            self.state.remember_thread(session_id, where)
+            self.state.remember_thread(session, where)
             return where
 
 
@@ -91,8 +93,9 @@ class SlackReporter:
             # A triage summary is for the whole channel, updated in place (it has no case thread).
             return Location(self.origin.channel, self.origin.thread_ts)
         if session_id:
-            key = thread_key(session_id, message.installation)  # eu-1's ses_1 is not us-1's
-            where = self.threads.thread_for(key, self.origin.channel, self.origin.actor)
+            # eu-1's ses_1 is not us-1's: the thread is the installation's (the ladder reads the same key)
+            session = ScopedId.of(session_id, message.installation)
+            where = self.threads.thread_for(session, self.origin.channel, self.origin.actor)
             if where is not None:
                 return where
         if self.origin.channel and (self.origin.thread_ts or not self.origin.response_url):
@@ -140,7 +143,7 @@ class SlackReporter:
 
     def _deliver(self, message: Message, *, reuse_progress: bool) -> None:
         tracked = message.ref is not None and message.kind != "text"
-        ref = thread_key(message.ref, message.installation) if message.ref is not None else None
+        ref = ScopedId.of(message.ref, message.installation) if message.ref is not None else None
         if tracked:
             assert ref is not None
             known = self.threads.state.ref_location(message.kind, ref)

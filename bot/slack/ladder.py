@@ -20,6 +20,9 @@ from bot.controlhost import parse_retry_after
 from bot.decisions import DecisionRequest
 from bot.decisions._text import APPROVAL_KIND
 from bot.escalation.runner import LadderRunner
+from bot.fleet_router import FleetRouter
+from bot.installation_ids import DEFAULT_INSTALLATION, ScopedId
+from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
 from bot.slack.blocks import message_payload
 from bot.slack.state import SlackState
@@ -47,32 +50,49 @@ def _retry_after(exc: SlackApiError) -> float:
 
 
 class SlackLadderPoster:
-    """The runner's :class:`bot.escalation.runner.LadderPoster` over Slack."""
+    """The runner's :class:`bot.escalation.runner.LadderPoster` over Slack, for one installation's core:
+    its threads and messages are looked up by the same installation-qualified keys the front wrote
+    them under (:class:`bot.installation_ids.ScopedId`), and with ``named`` (a fleet that is not the
+    single default) what it says names the installation and its buttons carry it, as the replies do."""
 
-    def __init__(self, client: WebClient, state: SlackState) -> None:
+    def __init__(
+        self, client: WebClient, state: SlackState, installation: str = DEFAULT_INSTALLATION, *, named: bool = False
+    ) -> None:
         self.client = client
         self.state = state
+        self.installation = installation
+        self.named = named
 
     @classmethod
-    def beside(cls, out: SlackOut, state: SlackState) -> SlackLadderPoster:
+    def beside(
+        cls, out: SlackOut, state: SlackState, installation: str = DEFAULT_INSTALLATION, *, named: bool = False
+    ) -> SlackLadderPoster:
         """A no-retry client on the front's workspace and API URL (the same token, never logged)."""
         base = out.client
-        return cls(WebClient(token=base.token, base_url=base.base_url, timeout=POST_TIMEOUT, retry_handlers=[]), state)
+        client = WebClient(token=base.token, base_url=base.base_url, timeout=POST_TIMEOUT, retry_handlers=[])
+        return cls(client, state, installation, named=named)
+
+    def _scoped(self, raw: str) -> ScopedId:
+        return ScopedId(self.installation, raw)
+
+    def _said(self, message: Message) -> Message:
+        return name_lead(tag_message(message, self.installation), self.installation) if self.named else message
 
     def thread_of(self, request: DecisionRequest) -> tuple[str, str | None] | None:
-        where = self.state.thread_of(request.session_id)
+        where = self.state.thread_of(self._scoped(request.session_id))
         if where is not None:
             return where.channel, where.thread_ts
-        shown = self.state.ref_location(APPROVAL_KIND, request.id)
+        shown = self.state.ref_location(APPROVAL_KIND, self._scoped(request.id))
         return (shown[0], shown[1]) if shown else None
 
     def request_message(self, request_id: str) -> tuple[str, str] | None:
-        return self.state.ref_location(APPROVAL_KIND, request_id)
+        return self.state.ref_location(APPROVAL_KIND, self._scoped(request_id))
 
     def post(self, channel: str, message: Message, thread_ts: str | None) -> str | None:
         args: dict[str, Any] = {"channel": channel, **({"thread_ts": thread_ts} if thread_ts else {})}
+        payload = message_payload(self._said(message))
         try:
-            data = self.client.api_call("chat.postMessage", json={**args, **message_payload(message)}).data
+            data = self.client.api_call("chat.postMessage", json={**args, **payload}).data
         except (SlackClientError, OSError, ValueError) as exc:
             log.warning("ladder post failed: %s", type(exc).__name__)
             return None
@@ -80,7 +100,8 @@ class SlackLadderPoster:
 
     def update(self, channel: str, ts: str, message: Message) -> float | None:
         try:
-            self.client.api_call("chat.update", json={"channel": channel, "ts": ts, **message_payload(message)})
+            payload = message_payload(self._said(message))  # the live line keeps the request's tagged buttons
+            self.client.api_call("chat.update", json={"channel": channel, "ts": ts, **payload})
             return None
         except SlackApiError as exc:
             if exc.response is not None and exc.response.status_code == 429:
@@ -100,10 +121,13 @@ def attach_ladder(router: object, out: SlackOut, state: SlackState, *, start: bo
     installation of a fleet: its own store and requests); with ``start`` each runs a pass every few
     seconds on a daemon thread (every worker may: leases decide). Returns the first runner."""
     runners: list[LadderRunner] = []
-    for core in cores_of(router):
+    cores = cores_of(router)
+    named = isinstance(router, FleetRouter) and not router.fleet.single_default  # as its replies are tagged
+    for core in cores:
         if core.runbooks.escalation is None:
             continue
-        runner = LadderRunner(core.decisions.ctx, SlackLadderPoster.beside(out, state))
+        poster = SlackLadderPoster.beside(out, state, core.installation, named=named)
+        runner = LadderRunner(core.decisions.ctx, poster)
         core.decisions.ladder = runner  # `/recover remind` posts through it
         if start:
             name = f"recover-ladder-{core.installation}"

@@ -2,6 +2,10 @@
 
 - ``slack_threads``: the thread of each session's case (the case row also gets ``set_thread``).
 - ``slack_refs``: where a message that is updated in place lives (an approval request, by its id).
+
+Both are keyed by :class:`bot.installation_ids.ScopedId` (its ``key``: ``ses_1`` for the default
+installation, ``ses_1@eu-1`` for eu-1), the one key the delivery that writes them and the ladder that
+reads them share: a named installation's lookup never reaches the default's rows or another's.
 - ``slack_events``, ``slack_deliveries``: dropped. Deliveries are de-duplicated by Slack's own key in
   the inbox (:mod:`bot.slack.inbox`), committed before the ack; a second table keyed the same way
   cost a connection and a commit per delivery and refused nothing the inbox had not.
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
+from bot.installation_ids import ScopedId
 from bot.store import Store
 
 slack_migrations = Migrations("slack")
@@ -122,14 +127,17 @@ class SlackState:
 
     # -- threads --------------------------------------------------------------------------------
 
-    def thread_of(self, session_id: str) -> Location | None:
-        """The case's thread: the open case's own record first, then ours (until a new case opens)."""
-        case = self.store.get_open_case(session_id)
+    def thread_of(self, session: ScopedId) -> Location | None:
+        """The case's thread: the open case's own record first, then ours (until a new case opens).
+
+        Only the default installation's cases live in this store (a named installation's are in its own
+        file, bot/installation_ids.py ``store_path``), so only its lookup consults them."""
+        case = self.store.get_open_case(session.id) if session.is_default else None
         if case is not None and case.channel and case.thread_ts:
             return Location(case.channel, case.thread_ts)
         with self.store.read() as db:
             row = db.execute(
-                "SELECT channel, thread_ts, case_id FROM slack_threads WHERE session_id = ?", [session_id]
+                "SELECT channel, thread_ts, case_id FROM slack_threads WHERE session_id = ?", [session.key]
             ).fetchone()
         if row is None:
             return None
@@ -137,41 +145,41 @@ class SlackState:
         if case is not None and case_id is not None and case_id != case.id:
             return None  # a new case for this session: it gets a new thread
         if case is not None:
-            self._adopt(session_id, case.id, channel, thread_ts)
+            self._adopt(session, case.id, channel, thread_ts)
         return Location(channel, thread_ts)
 
-    def remember_thread(self, session_id: str, where: Location) -> None:
+    def remember_thread(self, session: ScopedId, where: Location) -> None:
         assert where.thread_ts is not None
-        case = self.store.get_open_case(session_id)
+        case = self.store.get_open_case(session.id) if session.is_default else None
         with self.store.write() as db:
             db.execute(
                 "INSERT OR REPLACE INTO slack_threads (session_id, channel, thread_ts, case_id, created_at) "
                 "VALUES (?, ?, ?, ?, ?)",
-                [session_id, where.channel, where.thread_ts, case.id if case else None, time.time()],
+                [session.key, where.channel, where.thread_ts, case.id if case else None, time.time()],
             )
         if case is not None:
             self.store.set_thread(case.id, where.channel, where.thread_ts)
 
-    def _adopt(self, session_id: str, case_id: int, channel: str, thread_ts: str) -> None:
+    def _adopt(self, session: ScopedId, case_id: int, channel: str, thread_ts: str) -> None:
         # The thread was started before the core opened the case: tie them together now.
         with self.store.write() as db:
-            db.execute("UPDATE slack_threads SET case_id = ? WHERE session_id = ?", [case_id, session_id])
+            db.execute("UPDATE slack_threads SET case_id = ? WHERE session_id = ?", [case_id, session.key])
         self.store.set_thread(case_id, channel, thread_ts)
 
     # -- messages updated in place ----------------------------------------------------------------
 
-    def ref_location(self, kind: str, ref: str) -> tuple[str, str] | None:
+    def ref_location(self, kind: str, ref: ScopedId) -> tuple[str, str] | None:
         with self.store.read() as db:
             row = db.execute(
-                "SELECT channel, ts FROM slack_refs WHERE kind = ? AND ref = ?", [kind, ref]
+                "SELECT channel, ts FROM slack_refs WHERE kind = ? AND ref = ?", [kind, ref.key]
             ).fetchone()
         return (row[0], row[1]) if row else None
 
-    def remember_ref(self, kind: str, ref: str, channel: str, ts: str) -> None:
+    def remember_ref(self, kind: str, ref: ScopedId, channel: str, ts: str) -> None:
         with self.store.write() as db:
             db.execute(
                 "INSERT OR REPLACE INTO slack_refs (kind, ref, channel, ts) VALUES (?, ?, ?, ?)",
-                [kind, ref, channel, ts],
+                [kind, ref.key, channel, ts],
             )
 
     # -- App Home ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from slack_sdk import WebClient
 
 from bot.fleet_router import FleetRouter
 from bot.handoff import watch_handoff
+from bot.installation_ids import ScopedId
 from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
 from bot.router import Router
@@ -43,8 +44,10 @@ class SlackWatchPoster:
     def post(self, channel: str, message: Message, thread_ts: str | None = None) -> str | None:
         ts = self.out.post(Location(channel, thread_ts), self._named(message))
         sid = message.session_id
-        if ts and thread_ts is None and sid and self.state is not None and self.state.thread_of(sid) is None:
-            self.state.remember_thread(sid, Location(channel, ts))
+        if ts and thread_ts is None and sid and self.state is not None:
+            session = ScopedId.of(sid, self.installation)  # the key the delivery and the ladder use
+            if self.state.thread_of(session) is None:
+                self.state.remember_thread(session, Location(channel, ts))
         return ts
 
     def update(self, channel: str, ts: str, message: Message) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from bot.clock import SystemClock
 from bot.escalation.store import EXPIRY_INDEX, LadderStore
 from bot.escalation.text import key_line
+from bot.installation_ids import DEFAULT_INSTALLATION, ScopedId
 from bot.runbook import load_runbooks
 from bot.slack import make_client
 from bot.slack.state import Location, SlackState, slack_migrations
@@ -123,7 +124,7 @@ def run_kill(
             root = out.post_text(Location(SLACK_CHANNEL), f"case {sid}")
             assert root is not None
             roots[sid] = root
-            state.remember_thread(sid, Location(SLACK_CHANNEL, root))
+            state.remember_thread(ScopedId(DEFAULT_INSTALLATION, sid), Location(SLACK_CHANNEL, root))
             env.outcome_unknown(sid)
             reply = svc.decide(REQUESTER, CHANNEL, sid, "abandon", turn="turn_9", effects="none outside",
                                reason="hung", reporter=env.reporter)

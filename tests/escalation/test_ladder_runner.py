@@ -174,3 +174,37 @@ def test_due_steps_survive_a_restart(env: DecisionEnv) -> None:
     heads = [m.headline for _c, m, _t in again.posts]
     assert len(heads) == 2 and heads[0].startswith("Approval still needed") and heads[1].startswith("Now also eligible")
     assert _ladder_steps(env, rid) == [("escalation_reminded", 0), ("escalation_mentioned", 1), ("escalation_widened", 2)]
+
+
+class _NoThreadYet(RecordingPoster):
+    """A front that has no thread of the request (yet): the ladder has nowhere to say its steps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.has_thread = False
+
+    def thread_of(self, request: Any) -> tuple[str, str | None] | None:
+        return super().thread_of(request) if self.has_thread else None
+
+
+def test_a_step_with_no_thread_is_not_marked_posted_and_is_said_once_the_thread_exists(env: DecisionEnv) -> None:
+    from bot.escalation.ladder import ladder_ended, next_step
+
+    svc = _svc(env)
+    poster = _NoThreadYet()
+    runner = LadderRunner(svc.ctx, poster)
+    rid = _close(env, svc)
+    env.clock.advance(7)  # every step's time, and the ladder's end, have come
+    first = runner.run_due()
+    assert sorted(first.unsaid) == [(rid, 0), (rid, 1), (rid, 2)] and first.posted == []
+    assert runner.rows.states(rid) == {-1: "due", 0: "unsaid", 1: "unsaid", 2: "unsaid"}
+    assert _ladder_steps(env, rid) == []  # not claimed: no chain step per retry
+    req = svc.requests.get(rid)
+    assert not ladder_ended(svc.ctx, req, env.clock.now()) and next_step(svc.ctx, req) is not None
+    assert len(runner.run_due().unsaid) == 3  # tried again every pass
+
+    poster.has_thread = True
+    runner.run_due()
+    assert [p[2] for p in poster.posts] == ["thread-ses_l1"] * 3
+    assert runner.rows.states(rid) == {-1: "due", 0: "posted", 1: "posted", 2: "posted"}
+    assert ladder_ended(svc.ctx, svc.requests.get(rid), env.clock.now())

@@ -1,0 +1,152 @@
+"""The escalation ladder of a named installation, composed as `serve` composes it (build_fleet_router,
+the Slack front's attach_ladder) over signed Slack HTTP, with one installation and with two: its steps
+go into the request's own thread in that installation's channel, never into another installation's or
+an older default case's thread, and break-glass is not opened by a ladder whose steps were not said.
+The real Bolt app, the Slack Web API stand-in, sandboxes with identical session ids, real SQLite."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from bot.clock import ManualClock
+from bot.escalation.runner import LadderRunner
+from bot.fleet_router import FleetRouter, build_fleet_router
+from bot.settings import load_settings
+from bot.slack.ladder import attach_ladder
+from tests.fixtures.escalation import TIER2, short_ladder_folder
+from tests.fixtures.slack import SlackHarness
+from tests.installations.conftest import spec_for
+
+SESSION = "ses_restore_transient"  # the same id in every sandbox
+DECIDE = f'decide {SESSION} close --reason "end it"'
+INSTALLS = pytest.mark.parametrize("names", [("eu-1",), ("eu-1", "us-1")], ids=["one", "two"])
+
+
+def _settings(tmp_path: Path, **overrides: Any) -> Any:
+    folder = tmp_path / "runbooks"
+    return load_settings({}, dotenv=None).model_copy(update={
+        "db_path": tmp_path / "recover.db", "approvers": ("UBOB",),
+        "runbooks_dir": folder if folder.exists() else short_ladder_folder(tmp_path), **overrides})
+
+
+def _fleet(tmp_path: Path, sandboxes: Callable[..., Any], clock: ManualClock, names: tuple[str, ...]) -> FleetRouter:
+    specs = [spec_for(n, sandboxes(n, clock=clock)) for n in names]
+    return build_fleet_router(_settings(tmp_path), specs, clock=clock, startup=False)
+
+
+def _front(slack_harness: Any, router: FleetRouter, tmp_path: Path) -> tuple[SlackHarness, dict[str, LadderRunner]]:
+    """The Slack front over RECOVER_DB (its own tables live there, as in `serve`) and each core's runner."""
+    h: SlackHarness = slack_harness(router, db_path=tmp_path / "recover.db")
+    attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    runners = {name: core.decisions.ladder for name, core in router.fleet.cores.items()}
+    assert all(isinstance(r, LadderRunner) for r in runners.values())
+    return h, runners
+
+
+def _request(h: SlackHarness, channel: str) -> tuple[Any, Any, str]:
+    """The case's root in ``channel``, the approval request in its thread, the request's id as typed."""
+    for root in h.api.roots(channel):
+        for message in h.api.thread(channel, root.ts):
+            if any(a.startswith("rb:approve:") for a, _ in message.action_ids()):
+                found = re.search(r"req_[A-Za-z0-9]+(?:\.[a-z0-9-]+)?", message.all_text())
+                assert found is not None
+                return root, message, found.group(0)
+    raise AssertionError(f"no approval request in {channel}")
+
+
+def _said(h: SlackHarness, since: int = 0) -> str:
+    return "\n".join(json.dumps(b) for _, b in h.api.responses[since:]) + "\n".join(
+        m.all_text() for m in h.api.messages.values())
+
+
+@INSTALLS
+def test_ladder_steps_go_into_the_requests_thread_of_its_installation(
+    slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
+) -> None:
+    router = _fleet(tmp_path, sandboxes, clock, names)
+    h, runners = _front(slack_harness, router, tmp_path)
+    if "us-1" in names:  # the same session has a case in us-1 too: its thread is not eu-1's
+        h.send.command(DECIDE, user="UALICE", channel="C0US1")
+    h.send.command(DECIDE, user="UALICE", channel="C0EU1")
+    h.settle()
+    root, request, rid = _request(h, "C0EU1")
+    assert rid.endswith(".eu-1")
+    seen = len(h.api.thread("C0EU1", root.ts))
+
+    for step in (2, 2, 2):
+        clock.advance(step)
+        runners["eu-1"].run_due()
+    new = h.api.thread("C0EU1", root.ts)[seen:]
+    texts = [m.all_text() for m in new]
+    assert len(new) == 3, texts  # reminder, mention, widening: each said once, in the request's thread
+    assert all(m.thread_ts == root.ts for m in new)
+    assert "Reminder" in texts[0] and "<@UBOB>" in texts[1] and f"<!subteam^{TIER2}>" in texts[2]
+    assert all("[eu-1]" in t for t in texts)  # each step names its installation
+    live = h.api.messages[request.ts]
+    may = live.all_text().split("may approve now: ", 1)[1].split(" · ", 1)[0]
+    assert live.updates >= 1 and "UBOB" in may and "(not UALICE)" in may  # named by the one pending line
+    assert all(v.endswith("@eu-1") for _, v in live.action_ids() if v)  # the edit keeps its buttons' tag
+    if "us-1" in names:
+        (us_root,) = h.api.roots("C0US1")
+        assert not [m for m in h.api.thread("C0US1", us_root.ts) if "Reminder" in m.all_text()]
+
+
+@INSTALLS
+def test_break_glass_is_refused_while_the_ladders_steps_were_not_posted(
+    slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
+) -> None:
+    router = _fleet(tmp_path, sandboxes, clock, names)
+    h, runners = _front(slack_harness, router, tmp_path)
+    h.send.command(DECIDE, user="UALICE", channel="C0EU1")
+    h.settle()
+    root, _request_msg, rid = _request(h, "C0EU1")
+    seen = len(h.api.thread("C0EU1", root.ts))
+    h.api.fail("chat.postMessage", "internal_error", times=3)  # Slack takes none of the ladder's three steps
+    for step in (2, 2, 3):
+        clock.advance(step)
+        runners["eu-1"].run_due()
+    assert h.api.thread("C0EU1", root.ts)[seen:] == []  # nobody was told
+
+    before = len(h.api.responses)
+    h.send.command(f'break-glass {rid} --incident INC-1 --reason "nobody answers"', user="UALICE", channel="C0EU1")
+    h.settle()
+    said = _said(h, before)
+    assert "Allowed because" not in said and f"/recover confirm {rid}" not in said, said[-3000:]
+    assert "break-glass refused" in said and "not posted" in said, said[-3000:]
+
+    before = len(h.api.responses)
+    h.send.command("pending", user="UBOB", channel="C0EU1")
+    h.settle()
+    assert "not posted in Slack yet: remind, mention, widen" in _said(h, before)
+
+
+def test_after_moving_to_an_installations_file_steps_never_go_to_the_old_default_thread(
+    slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path
+) -> None:
+    old = sandboxes("default", clock=clock)
+    single = _settings(tmp_path, control_host_url=old.url, control_host_api_key=SecretStr(old.api_key))
+    h_old = slack_harness(build_fleet_router(single, clock=clock, startup=False), db_path=tmp_path / "recover.db")
+    h_old.send.command(DECIDE, user="UALICE", channel="C0OLD")  # a default case's thread, RECOVER_DB's rows
+    h_old.settle()
+    (old_root,) = h_old.api.roots("C0OLD")
+    old_seen = len(h_old.api.thread("C0OLD", old_root.ts))
+
+    router = _fleet(tmp_path, sandboxes, clock, ("us-1",))  # the same RECOVER_DB, now with a file
+    h, runners = _front(slack_harness, router, tmp_path)
+    h.send.command(DECIDE, user="UALICE", channel="C0US1")
+    h.settle()
+    root, _request_msg, rid = _request(h, "C0US1")
+    assert rid.endswith(".us-1")
+    seen = len(h.api.thread("C0US1", root.ts))
+    clock.advance(2)
+    runners["us-1"].run_due()
+    (remind,) = h.api.thread("C0US1", root.ts)[seen:]
+    assert "Reminder" in remind.all_text() and "[us-1]" in remind.all_text()
+    assert len(h.api.thread("C0OLD", old_root.ts)) == old_seen  # nothing of us-1's in the old thread
