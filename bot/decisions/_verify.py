@@ -113,12 +113,15 @@ class Verifier:
         if spec is None:
             return None
         runbooks = self.ctx.runbooks
+        before = dict(self._before(session_id, receipt.idempotency_key) or before_send(facts))
+        if before.get("events.last_seq") is None:
+            before["events.last_seq"] = facts.get("events.last_seq")  # the events were unread before the send
         return Watch.start(
             policy.name,
             since=self.ctx.iso(),
             every=runbooks.limit(spec.every),
             window=runbooks.limit(spec.window),
-            before=self._before(session_id, receipt.idempotency_key) or before_send(facts),
+            before=before,
             receipt_revision=receipt.session.revision if receipt.session else None,
         )
 
