@@ -176,6 +176,11 @@ class Event:
     reason: str | None
     failures: int | None
     at: datetime | None
+    #: ``worker_ready``: the worker generation that reported ready, and the checkpoint it restored
+    #: (``names_checkpoint``: the field is there, null meaning none; absent: the host does not say).
+    generation: int | None = None
+    checkpoint_id: str | None = None
+    names_checkpoint: bool = False
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -188,6 +193,9 @@ class Event:
             reason=_str(d, "reason"),
             failures=_int(d, "failures"),
             at=parse_time(d.get("at")),
+            generation=_int(d, "generation"),
+            checkpoint_id=_str(d, "checkpoint_id"),
+            names_checkpoint="checkpoint_id" in d and (d["checkpoint_id"] is None or _str(d, "checkpoint_id") is not None),
             raw=d,
         )
 

@@ -300,14 +300,21 @@ def _verifying(steps: Sequence[Step], case_id: int) -> str | None:
     """The case's verification after an accepted decision, when it is still in progress or failed
     again (R5.1): acceptance is not recovery, so such a case is listed as what it is."""
     last = next((s for s in reversed(steps) if s.step == "verification" and s.case_id == case_id), None)
-    if last is None or last.outcome not in ("verifying", "failed_again"):
+    if last is None or last.outcome not in ("verifying", "failed_again", "unconfirmed"):
         return None
     d = last.detail or {}
     decision = d.get("decision") or last.inputs.get("decision") or "a decision"
     if last.outcome == "failed_again":
         return f"failing again after `{decision}` ({d.get('why', 'see the thread')}): needs an operator (R5.4)"
-    since = (d.get("watch") or {}).get("since") or last.at
-    return f"verifying after `{decision}` since {since}: closes when recovery is observed (R5.1)"
+    if last.outcome == "unconfirmed":
+        return (
+            f"running after `{decision}`; whether it picked up the checkpoint's context cannot be known from "
+            "the control host: check the new turn by hand, then `done` (R5.2)"
+        )
+    watch = d.get("watch") or {}
+    since = watch.get("since") or last.at
+    late = ": no worker has reported ready within the start-up window" if watch.get("overdue_said") else ""
+    return f"verifying after `{decision}` since {since}{late}: closes when recovery is observed (R5.1)"
 
 
 def _last(steps: Sequence[Step]) -> str:

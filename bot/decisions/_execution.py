@@ -24,6 +24,7 @@ from bot.decisions._policy import WAITABLE, flags_of
 from bot.decisions._requests import DecisionRequest
 from bot.decisions._rules import changed_facts, decisive_facts
 from bot.decisions._waits import Interruptible, WorkerGoneWait, observation
+from bot.decisions._watch import before_send
 from bot.errors import ControlHostError, RecoverError, StoreError
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord
@@ -153,7 +154,9 @@ class ExecutionRoom:
         if self.needs_recheck(req, facts):
             return self.ask_recheck(req, actor, facts, from_state)
         method, path, body = policy.request(sid, facts, flags)
-        return self.send(req, actor, method, path, body, reporter, from_state=from_state, seen=observation(facts))
+        return self.send(
+            req, actor, method, path, body, reporter, from_state=from_state, seen=observation(facts), before=facts
+        )
 
     def void(self, req: DecisionRequest, actor: str, from_state: str, changes: list[str], why: list[str]) -> Reply:
         """The approval no longer holds: ``→ void`` with every reason; nothing is sent."""
@@ -207,11 +210,13 @@ class ExecutionRoom:
         *,
         from_state: str,
         seen: str | None = None,
+        before: Mapping[str, Any] | None = None,
     ) -> Reply:
         """Compare-and-set to sending together with the idempotency record and the step; then send.
 
         ``seen`` is the confirmed-gone observation this submission is made for (R3.9): a 409
-        RECOVERY_REQUIRED on it waits for the next one instead of re-submitting.
+        RECOVERY_REQUIRED on it waits for the next one instead of re-submitting. ``before``: the read
+        the send is made on; what verification judges later reads against is kept with the step (R5.1).
         """
         ctx = self.ctx
         refused = self.gate.authorise(req, actor, reporter)
@@ -237,6 +242,7 @@ class ExecutionRoom:
                     Step.DECISION_SENDING,
                     {"request_id": req.id, "method": method, "path": path, "body": dict(body)},
                     RequestState.SENDING,
+                    detail={"before": before_send(before)} if before is not None else None,
                     idempotency_key=record.key,
                     db=db,
                 )

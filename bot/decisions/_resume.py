@@ -21,6 +21,7 @@ from bot.decisions._rules import ID_RE
 from bot.decisions._unfinished import UnfinishedRoom
 from bot.decisions._verify import Verifier
 from bot.decisions._waits import ReclamationWait
+from bot.decisions._watch import before_send
 from bot.errors import ControlHostError, Interrupted
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord
@@ -74,7 +75,16 @@ class ResumeRoom:
             record = ctx.client.begin(method, path, body, PURPOSE_RESUME, session_id=session_id, db=db)
             # The step records the exact request: the gate sends the record only while they agree.
             vouched = {**inputs, "method": method, "path": path, "body": dict(body)}
-            ctx.record(session_id, actor, Step.RESUME_REQUESTED, vouched, "sending", idempotency_key=record.key, db=db)
+            ctx.record(
+                session_id,
+                actor,
+                Step.RESUME_REQUESTED,
+                vouched,
+                "sending",
+                detail={"before": before_send(facts)},  # what verification judges later reads against
+                idempotency_key=record.key,
+                db=db,
+            )
         advice = policy.advice("BACKEND_UNAVAILABLE", facts, flags, ctx.runbooks)
         initial = advice.every if advice and advice.every else ctx.limits.resume_backoff_initial
         cap = advice.max_every if advice and advice.max_every else ctx.limits.resume_backoff_max

@@ -19,7 +19,7 @@ from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._policy import DecisionPolicy
 from bot.decisions._rules import settled_reason
-from bot.decisions._watch import FAILED_AGAIN, RECOVERED, VERIFYING, Watch, observe
+from bot.decisions._watch import FAILED_AGAIN, GAVE_UP, RECOVERED, VERIFYING, Watch, before_send, observe
 from bot.errors import RecoverError
 from bot.messages import Message, Reply
 from bot.vocab import Step
@@ -53,7 +53,7 @@ class Verifier:
         names = list(dict.fromkeys([*VERIFY_FACTS, *policy.report()]))
         step = policy.next_step(facts, flags)
         next_text = step.say if step else f"Check it: `/recover diagnose {session_id}`."
-        watch = self._watch_for(session_id, policy)
+        watch = self._watch_for(session_id, policy, receipt, facts)
         detail: dict[str, Any] = {
             "decision": policy.name,
             "receipt_id": receipt.id,
@@ -67,10 +67,14 @@ class Verifier:
         ]
         outcome = "checked"
         why = settled_reason(facts)
+        evidence: dict[str, Any] = {}
         if watch is not None:
-            seen = observe(watch, facts, watch.last_turn_id, ctx.now())
+            seen = observe(watch, facts, ctx.now())
             outcome = seen.state
             why = f"recovery observed: {seen.why}" if seen.state == RECOVERED else None
+            evidence = seen.evidence
+            if seen.evidence:
+                detail["evidence"] = seen.evidence
             if seen.state == VERIFYING:
                 detail["watch"] = watch.to_json()
                 lines.append(
@@ -80,10 +84,13 @@ class Verifier:
             elif seen.state == FAILED_AGAIN:
                 detail["why"] = seen.why
                 lines.append(f"The session is failing again: {seen.why}. The case stays open (R5.4).")
+            elif seen.state == GAVE_UP:
+                detail["why"] = seen.why
+                lines.append(f"The case stays open: {seen.why}. Check the new turn by hand, then `done`.")
         ctx.record(session_id, actor, Step.VERIFICATION, {"decision": policy.name}, outcome, detail=detail)
         case = ctx.store.get_open_case(session_id) if why else None
         if case is not None and why is not None:
-            ctx.store.close_case(case.id, actor, f"verification: {why}")
+            ctx.store.close_case(case.id, actor, f"verification: {why}", evidence=evidence or None)
             lines.append(f"Case closed: {why}.")
         return Reply.of(
             Message(
@@ -96,29 +103,37 @@ class Verifier:
             )
         )
 
-    def _watch_for(self, session_id: str, policy: DecisionPolicy) -> Watch | None:
-        """The runbook's watch for this decision (None: it launches nothing to watch)."""
+    def _watch_for(
+        self, session_id: str, policy: DecisionPolicy, receipt: Receipt, facts: Mapping[str, Any]
+    ) -> Watch | None:
+        """The runbook's watch for this decision (None: it launches nothing to watch), judged against
+        the read made before the send (recorded with its sending step); without one, this read after
+        the answer stands in: a ready report made before it is then not counted (never a false close)."""
         spec = policy.spec.verify.watch
         if spec is None:
             return None
         runbooks = self.ctx.runbooks
-        last_turn: str | None = None
-        if policy.name == "resume":
-            last_turn = self._newest_turn(session_id)
-        return Watch(
-            decision=policy.name,
+        before = dict(self._before(session_id, receipt.idempotency_key) or before_send(facts))
+        if before.get("events.last_seq") is None:
+            before["events.last_seq"] = facts.get("events.last_seq")  # the events were unread before the send
+        return Watch.start(
+            policy.name,
             since=self.ctx.iso(),
             every=runbooks.limit(spec.every),
             window=runbooks.limit(spec.window),
-            last_turn_id=last_turn,
+            before=before,
+            receipt_revision=receipt.session.revision if receipt.session else None,
         )
 
-    def _newest_turn(self, session_id: str) -> str | None:
-        try:
-            turns = self.ctx.client.list_turns(session_id)
-        except RecoverError:
+    def _before(self, session_id: str, key: str | None) -> Mapping[str, Any] | None:
+        """What the sending step of the request ``key`` kept of the read before the send."""
+        if key is None:
             return None
-        return turns[0].id if turns else None
+        for s in reversed(self.ctx.store.steps(session_id=session_id)):
+            if s.idempotency_key == key and s.step in (Step.DECISION_SENDING, Step.RESUME_REQUESTED):
+                before = (s.detail or {}).get("before")
+                return before if isinstance(before, Mapping) else None
+        return None
 
     # -- the watch: re-reads until recovery is observed (R5.1, R5.2) --------------------------------
 
@@ -171,27 +186,63 @@ class Verifier:
                 facts, _ = ctx.diagnose(session_id, None)
             except RecoverError:
                 return []  # unreadable now: the next sweep looks again
-        newest = self._newest_turn(session_id) if watch.decision == "resume" else None
-        seen = observe(watch, facts, newest, ctx.now())
-        if seen.state == VERIFYING:
+        seen = observe(watch, facts, ctx.now())
+        if seen.state == VERIFYING and not (seen.overdue and not watch.overdue_said):
             return []
         names = (*VERIFY_FACTS, "attention.code", "attention.reason", "attention.failures")
         shown = {n: facts.get(n) for n in names}
-        ctx.record(
-            session_id, actor, Step.VERIFICATION, {"decision": watch.decision}, seen.state,
-            detail={**shown, "why": seen.why, "since": watch.since},
-        )
         rows = [(n, text.fact_value(n, facts)) for n in names]
+        detail: dict[str, Any] = {**shown, "why": seen.why, "since": watch.since}
+        if seen.evidence:
+            detail["evidence"] = seen.evidence
+        if seen.state == VERIFYING:
+            # Past the start-up window with no ready report: said once; the watch goes on, and time
+            # passing is never taken as recovery (R5.1).
+            detail["watch"] = watch.said_overdue().to_json()
+        ctx.record(session_id, actor, Step.VERIFICATION, {"decision": watch.decision}, seen.state, detail=detail)
+        rules = ["R5.1", "R5.2"] if watch.decision == "resume" else ["R5.1"]
+        if seen.state == VERIFYING:
+            return [
+                Message(
+                    headline=f"`{session_id}` is not recovered yet after `{watch.decision}`: {seen.why}",
+                    level="warn",
+                    facts=rows,
+                    lines=[
+                        "The case stays open (verifying): it closes only when a worker reports ready (R5.1).",
+                        f"Look at the worker's start: `/recover diagnose {session_id}`.",
+                    ],
+                    rules=rules,
+                    session_id=session_id,
+                )
+            ]
+        if seen.state == GAVE_UP:
+            return [
+                Message(
+                    headline=f"`{session_id}` runs again after `{watch.decision}`; its context cannot be "
+                    "confirmed from the control host",
+                    level="warn",
+                    facts=rows,
+                    lines=[
+                        f"{seen.why}.",
+                        "The case stays open: check by hand that the new turn picked up the checkpoint's "
+                        f"context, then `/recover done {session_id}`.",
+                    ],
+                    rules=rules,
+                    session_id=session_id,
+                )
+            ]
         if seen.state == RECOVERED:
             case = ctx.store.get_open_case(session_id)
             if case is not None:
-                ctx.store.close_case(case.id, actor, f"verification: recovery observed: {seen.why}")
+                ctx.store.close_case(
+                    case.id, actor, f"verification: recovery observed: {seen.why}", evidence=seen.evidence or None
+                )
             return [
                 Message(
                     headline=f"Case of `{session_id}` closed: recovery observed after `{watch.decision}` — {seen.why}",
                     level="ok",
                     facts=rows,
-                    rules=["R5.1", "R5.2"] if watch.decision == "resume" else ["R5.1"],
+                    rules=rules,
                     session_id=session_id,
                 )
             ]

@@ -186,11 +186,25 @@ def link_facts(facts: Facts) -> Facts:
 
 
 def event_facts(events: Iterable[Event]) -> Facts:
-    """Counts of the system events the runbook names (R2.5, R2.12)."""
-    names = [e.name or e.type for e in events]
+    """Counts of the system events the runbook names (R2.5, R2.12), and the newest ready report.
+
+    ``events.ready_*`` is the evidence verification needs (R5.1, R5.2): a worker reporting ready is
+    what the seed names for a restore or a start that worked (R2.1); ``events.last_seq`` is where the
+    stream stood, so a later read can tell a report made after a send from one made before it.
+    """
+    listed = list(events)
+    names = [e.name or e.type for e in listed]
+    seqs = [e.seq for e in listed if e.seq is not None]
+    ready = [e for e in listed if e.name == "worker_ready" and e.seq is not None]
+    newest = max(ready, key=lambda e: e.seq or 0) if ready else None
     return {
         "events.restore_failed": names.count("checkpoint_restore_failed"),
         "events.startup_failed": names.count("startup_failed"),
+        "events.last_seq": max(seqs) if seqs else 0,
+        "events.ready_seq": newest.seq if newest else None,
+        "events.ready_generation": newest.generation if newest else None,
+        "events.ready_names_checkpoint": newest.names_checkpoint if newest else None,
+        "events.ready_checkpoint_id": newest.checkpoint_id if newest else None,
     }
 
 

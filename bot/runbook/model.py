@@ -202,7 +202,8 @@ class OnErrorSpec(Model):
 class WatchSpec(Model):
     """After acceptance the case stays open, *verifying* (R5.1, R5.2): the session is re-read every
     ``every`` (a limit name) until recovery is observed or it fails again; ``window`` (a limit name) is
-    the worker's start-up window, past which a running session with no failure counts as recovered."""
+    the worker's start-up window: past it with no ready report the case says so once and stays open
+    (time passing is never recovery, R5.1)."""
 
     every: str
     window: str

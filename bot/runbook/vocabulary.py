@@ -41,7 +41,15 @@ TURN_FACTS: tuple[str, ...] = (
     "unknown_turn.control_id",
     "unknown_turn.covered_by_checkpoint",
 )
-EVENT_FACTS: tuple[str, ...] = ("events.restore_failed", "events.startup_failed")
+EVENT_FACTS: tuple[str, ...] = (
+    "events.restore_failed",
+    "events.startup_failed",
+    "events.last_seq",
+    "events.ready_seq",
+    "events.ready_generation",
+    "events.ready_names_checkpoint",
+    "events.ready_checkpoint_id",
+)
 LOG_FACTS: tuple[str, ...] = (
     "logs.lines",
     "logs.restore_unavailable",

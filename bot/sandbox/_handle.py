@@ -15,7 +15,7 @@ from bot.clock import Clock, ManualClock, SystemClock
 from bot.sandbox._admin import SandboxAdmin
 from bot.sandbox._scenarios import Scenario, builtin_scenarios_dir, load_scenarios
 from bot.sandbox._server import RECOVER_SCOPE, SandboxApp, SandboxHTTPServer
-from bot.sandbox._state import STOPPED_TTL_SECONDS, SandboxState
+from bot.sandbox._state import KEEP_ATTENTION, STOPPED_TTL_SECONDS, SandboxState
 from bot.sandbox._traffic import Traffic
 
 ScenarioSpec = str | Path | list[Any] | None
@@ -129,6 +129,8 @@ def start_sandbox(
     incident: int | None = None,
     outage_seconds: float = 600.0,
     stopped_ttl: float = STOPPED_TTL_SECONDS,
+    ready_behaviour: str = KEEP_ATTENTION,
+    ready_names_checkpoint: bool = True,
 ) -> SandboxHandle:
     """Start the sandbox control host in a background thread and return its handle.
 
@@ -141,7 +143,12 @@ def start_sandbox(
     call; ``rate_limit`` (requests a second per client, bursts up to ``rate_burst``) answers 429 with
     Retry-After past it. ``incident`` creates a mass incident of that many sessions whose outage ends
     ``outage_seconds`` from now (see docs/sandbox.md). ``stopped_ttl``: seconds after which a stopped
-    session's workspace volume expires (R4.1).
+    session's workspace volume expires (R4.1). ``ready_behaviour``: ``keep_attention`` (the default,
+    the seed's reading: a retry_restore / start_fresh answer keeps the attention until the next worker
+    reports ready), ``clear_attention`` (the answer shows no attention) or ``never_ready`` (workers
+    never report ready) — so the bot's verification can be tested against each (R5.1).
+    ``ready_names_checkpoint``: False for a host whose ``worker_ready`` events do not name the
+    checkpoint the worker restored (R5.2 cannot then be read from the host).
     """
     clock = clock if clock is not None else ManualClock()
     state_clock: Any = clock if callable(getattr(clock, "advance", None)) else AdjustableClock(clock)
@@ -150,7 +157,12 @@ def start_sandbox(
     recover_keys = [k for k, scopes in api_keys.items() if RECOVER_SCOPE in scopes]
     if not recover_keys:
         raise ValueError(f"api_keys needs at least one key with the {RECOVER_SCOPE} scope")
-    state = SandboxState(state_clock, stopped_ttl=stopped_ttl)
+    state = SandboxState(
+        state_clock,
+        stopped_ttl=stopped_ttl,
+        ready_behaviour=ready_behaviour,
+        ready_names_checkpoint=ready_names_checkpoint,
+    )
     state.add_scenarios(_resolve_scenarios(scenarios))
     if incident:
         state.create_incident(incident, outage_seconds=outage_seconds)

@@ -43,6 +43,13 @@ STOP_KINDS = ("drain", "pause", "terminate", "close", "revoked")
 DECISIONS = ("retry_restore", "start_fresh", "abandon", "confirm_completed", "close")
 _DECISION_FIELDS = {"decision", "expected_revision", "reason", "target_turn_id", "evidence_ref"}
 _RESUME_FIELDS = {"reason"}
+# How the host treats a restore/startup attention after an accepted retry_restore / start_fresh, and
+# whether its workers ever report ready. The seed does not fix the first (R5.1 only says acceptance is
+# not recovery), so the bot must be right against each; the default is the seed's reading and today's.
+KEEP_ATTENTION = "keep_attention"  # kept (failures 0) until the next worker reports ready (default)
+CLEAR_ATTENTION = "clear_attention"  # cleared in the decision's answer: the answer shows no attention
+NEVER_READY = "never_ready"  # workers start and never report ready (nor fail)
+READY_BEHAVIOURS = (KEEP_ATTENTION, CLEAR_ATTENTION, NEVER_READY)
 
 
 class ApiError(Exception):
@@ -225,9 +232,21 @@ class IdempotencyRecord:
 class SandboxState:
     """All sandbox state behind one lock. Methods assume the caller holds :attr:`lock`."""
 
-    def __init__(self, clock: Clock, *, stopped_ttl: float = STOPPED_TTL_SECONDS) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        stopped_ttl: float = STOPPED_TTL_SECONDS,
+        ready_behaviour: str = KEEP_ATTENTION,
+        ready_names_checkpoint: bool = True,
+    ) -> None:
+        if ready_behaviour not in READY_BEHAVIOURS:
+            raise ValueError(f"ready_behaviour must be one of {', '.join(READY_BEHAVIOURS)}, not {ready_behaviour!r}")
         self.lock = threading.RLock()
         self.stopped_ttl = float(stopped_ttl)
+        self.ready_behaviour = ready_behaviour
+        # False: a host whose worker_ready events do not say which checkpoint was restored (R5.2).
+        self.ready_names_checkpoint = ready_names_checkpoint
         self.clock = clock
         self.sessions: dict[str, Session] = {}
         self.scenarios: dict[str, Scenario] = {}
@@ -657,6 +676,10 @@ class SandboxState:
         """The current worker restored / prepared its workspace and reported ready: failures reset."""
         session = self.get(session_id)
         execution = self._alive_worker(session, "worker_ready")
+        if self.ready_behaviour == NEVER_READY:
+            raise AdminError(
+                409, "NEVER_READY", f"{session_id}: this sandbox runs with ready_behaviour never_ready"
+            )
         if session.store_outage and execution.phase == "starting":
             raise AdminError(
                 409, "STORE_OUTAGE", f"{session_id}: the store is out; the worker keeps retrying (R2.6)"
@@ -667,13 +690,19 @@ class SandboxState:
     def _ready(self, session: Session, at: datetime) -> None:
         execution = session.execution
         assert execution is not None
+        if self.ready_behaviour == NEVER_READY:
+            return  # the worker keeps starting: nothing is reported (the bot must not call it recovered)
         execution.phase = "ready"
         if session.attention and session.attention.code in {"RESTORE_FAILED", "STARTUP_FAILED"}:
             session.attention = None
         session.status = "running"
         session.admission_state = "open"
         session.revision += 1
-        self._event(session, "worker_ready", at, generation=execution.generation)
+        # checkpoint_id: the checkpoint this worker restored (null: it started without one), what the
+        # bot reads as the worker having the checkpoint's context after a resume (R5.2) [assumed].
+        restored = session.checkpoint.id if execution.restore and session.checkpoint else None
+        named: dict[str, Any] = {"checkpoint_id": restored} if self.ready_names_checkpoint else {}
+        self._event(session, "worker_ready", at, generation=execution.generation, **named)
         self._log_json(session, at, "worker.ready", generation=execution.generation)
 
     def store_outage(self, session_id: str, on: bool) -> Session:
@@ -1130,13 +1159,13 @@ class SandboxState:
         elif decision == "retry_restore":
             # R2.9: count back to 0; the next worker restores from the same checkpoint pointer. The
             # attention stays (failures 0) until that worker reports ready: acceptance is not recovery.
-            session.attention = self._attention_until_ready(session.attention)
+            session.attention = self._attention_after_decision(session.attention)
             session.admission_state = "open"
             self._launch(session, now, reason="retry_restore")
         elif decision == "start_fresh":
             # R2.11: a new engine session without the checkpoint; the attention stays (failures 0)
             # until its worker reports ready.
-            session.attention = self._attention_until_ready(session.attention)
+            session.attention = self._attention_after_decision(session.attention)
             session.checkpoint = None
             session.admission_state = "open"
             session.resumable = False
@@ -1173,6 +1202,13 @@ class SandboxState:
             "session": session.summary(),
             "result": {"resumable": bool(session.resumable)},
         }
+
+    def _attention_after_decision(self, attention: Attention | None) -> Attention | None:
+        """The attention in the answer to an accepted retry_restore / start_fresh: kept with the count
+        back to 0, or cleared at once by a host that runs with ``clear_attention``."""
+        if self.ready_behaviour == CLEAR_ATTENTION:
+            return None
+        return self._attention_until_ready(attention)
 
     @staticmethod
     def _attention_until_ready(attention: Attention | None) -> Attention | None:
@@ -1289,6 +1325,14 @@ class SandboxState:
             )
         if session.status != "stopped" or session.resumable is not True:
             raise ApiError(409, "REQUEST_STALE", "resume is accepted only for a stopped, resumable session.")
+        if session.checkpoint is None:
+            # R4.1: a stopped session with no committed checkpoint cannot be resumed, whatever its
+            # resumable flag says; what lived only on the volume is not a context to continue from.
+            raise ApiError(
+                409,
+                "CHECKPOINT_UNAVAILABLE",
+                "resume refused: the session has no committed checkpoint to continue from (R4.1).",
+            )
         now = self.now()
         session.revision += 1
         session.admission_state = "open"

@@ -261,17 +261,23 @@ class Store:
         with self.read() as db:
             return _cases.listed_open(db)
 
-    def close_case(self, case_id: int, actor: str, reason: str) -> Case:
+    def close_case(
+        self, case_id: int, actor: str, reason: str, *, evidence: Mapping[str, Any] | None = None
+    ) -> Case:
         """Close a case (verification found the session needs no operator, or it is closed).
 
-        The closing is itself a step, so the audit trail shows who closed the case and why.
+        The closing is itself a step, so the audit trail shows who closed the case and why;
+        ``evidence``: what the closing relied on (verification's observed facts, R5.1), in the step.
         Closing an already closed case returns it unchanged.
         """
+        inputs: dict[str, Any] = {"reason": reason}
+        if evidence:
+            inputs["evidence"] = dict(evidence)
         with self.write() as db:
             case = _cases.get(db, case_id)
             if not case.is_open:
                 return case
-            self._append(db, case.session_id, case.id, actor, "case_closed", {"reason": reason}, "closed")
+            self._append(db, case.session_id, case.id, actor, "case_closed", inputs, "closed")
             return _cases.close(db, case_id, actor, reason, self._now())
 
     def set_owner(self, case_id: int, owner: str | None) -> Case:

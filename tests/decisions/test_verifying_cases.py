@@ -73,25 +73,41 @@ def test_the_case_closes_when_the_next_worker_reports_ready(router, sandbox, clo
     sandbox.admin.worker_ready(SID)
     clock.advance(30)
     closed = [m for m in router.expire_due() if m.session_id == SID]
-    assert [m.headline for m in closed] == [
-        f"Case of `{SID}` closed: recovery observed after `retry_restore` — the next worker reported ready "
-        "(the attention cleared)"
-    ]
+    assert len(closed) == 1, [m.headline for m in closed]
+    assert closed[0].headline.startswith(
+        f"Case of `{SID}` closed: recovery observed after `retry_restore` — the next worker (generation 2) "
+        "reported ready after the send (event "
+    )
     assert store.get_open_case(SID) is None
     closing = [s for s in store.steps(session_id=SID) if s.step == "case_closed"]
     assert "recovery observed" in closing[-1].inputs["reason"]
+    # R5.1: the closing step records the evidence it used: the ready report after the send, and the
+    # session's revision past the answer's.
+    evidence = closing[-1].inputs["evidence"]
+    assert evidence["events.ready_seq"] > evidence["events.after_seq"]
+    assert evidence["session.revision"] > evidence["receipt.revision"]
+    assert evidence["session.admission_state"] == "open"
 
 
-def test_a_session_running_past_the_startup_window_with_no_failure_counts_as_recovered(
-    router, sandbox, clock
-):
+def test_running_past_the_startup_window_is_not_recovery(router, sandbox, clock):
+    """Time passing is not evidence: the case stays open, verifying, says so once, and still closes
+    when the worker reports ready."""
     store = router.services.store
     _retry(router)
     clock.advance(1800)
     assert [m for m in router.expire_due() if m.session_id == SID] == []
     clock.advance(1801)
+    said = [m for m in router.expire_due() if m.session_id == SID]
+    assert len(said) == 1 and "recovery observed" not in said[0].headline
+    assert said[0].headline.startswith(f"`{SID}` is not recovered yet after `retry_restore`: no worker has reported ready")
+    assert store.get_open_case(SID) is not None
+    assert "no worker has reported ready within the start-up window" in reply_text(say(router, "cases"))
+    clock.advance(60)
+    assert [m for m in router.expire_due() if m.session_id == SID] == []  # said once
+    sandbox.admin.worker_ready(SID)
+    clock.advance(30)
     closed = [m for m in router.expire_due() if m.session_id == SID]
-    assert len(closed) == 1 and "running past the start-up window" in closed[0].headline
+    assert len(closed) == 1 and "recovery observed" in closed[0].headline
     assert store.get_open_case(SID) is None
 
 

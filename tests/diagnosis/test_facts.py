@@ -106,7 +106,28 @@ def test_event_counts():
     raw = [{"name": "checkpoint_restore_failed"}, {"type": "checkpoint_restore_failed"},
            {"name": "startup_failed"}, {"name": "other"}, {}]
     events = [Event.parse(e) for e in raw]
-    assert F.event_facts(events) == {"events.restore_failed": 2, "events.startup_failed": 1}
+    facts = F.event_facts(events)
+    assert {k: facts[k] for k in ("events.restore_failed", "events.startup_failed")} == {
+        "events.restore_failed": 2,
+        "events.startup_failed": 1,
+    }
+    assert facts["events.ready_seq"] is None and facts["events.last_seq"] == 0
+
+
+def test_the_newest_ready_report_and_what_it_restored():
+    """R5.1, R5.2: the evidence verification reads — the newest worker_ready and the stream's end."""
+    raw = [
+        {"seq": 3, "name": "worker_ready", "generation": 1, "checkpoint_id": "ckpt_1"},
+        {"seq": 5, "name": "checkpoint_restore_failed"},
+        {"seq": 7, "name": "worker_ready", "generation": 2, "checkpoint_id": None},
+        {"seq": 9, "name": "other"},
+    ]
+    facts = F.event_facts([Event.parse(e) for e in raw])
+    assert facts["events.last_seq"] == 9
+    assert facts["events.ready_seq"] == 7 and facts["events.ready_generation"] == 2
+    assert facts["events.ready_names_checkpoint"] is True and facts["events.ready_checkpoint_id"] is None
+    silent = F.event_facts([Event.parse({"seq": 2, "name": "worker_ready", "generation": 1})])
+    assert silent["events.ready_names_checkpoint"] is False  # the host does not say (R5.2 unknowable)
 
 
 def test_transient_store_outage_is_not_permanent_damage():

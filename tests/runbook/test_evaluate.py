@@ -235,6 +235,7 @@ def test_stopped_and_resumable(runbooks: RunbookSet) -> None:
             session__admission_state="open",
             session__resumable=True,
             attention__present=False,
+            checkpoint__present=True,
             checkpoint__id="ckpt_4",
         ),
     )
