@@ -35,6 +35,7 @@ from bot.dockerops import (
 )
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError, StoreError
+from bot.escalation.status import attach as attach_request_line
 from bot.escalation.store import migrations as escalation_migrations
 from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
 from bot.installations.scoped import scoped_settings
@@ -269,7 +270,7 @@ def build_services(
     docker_factory = client_factory(docker_endpoint(settings, installation))
     dockerops = DockerOps(
         store,
-        installation=settings.installation,
+        installation=settings.compose_project,
         config=reconciler_config(runbooks),
         docker_client_factory=docker_factory,
         clock=clock,
@@ -279,13 +280,13 @@ def build_services(
         log_source = FileLogSource(settings.log_files)
     elif sandbox is not None:
         log_source = FileLogSource(str(_demo_log_file(sandbox, settings.db_path.parent)))
-    elif settings.installation:
+    elif settings.compose_project:
         log_source = DockerLogSource(
-            installation=settings.installation,
+            installation=settings.compose_project,
             config=worker_log_config(runbooks),
             docker_client_factory=docker_factory,
         )
-    status_source = DockerReconcilerStatus(dockerops) if settings.installation else None
+    status_source = DockerReconcilerStatus(dockerops) if settings.compose_project else None
 
     diagnoser = Diagnoser(
         client=client,
@@ -307,6 +308,7 @@ def build_services(
         directory=directory,
         console_users=console_users(settings) if console_users_map is None else console_users_map,
     )
+    attach_request_line(decisions)  # the hand-off lists requests by the one pending-request line
     bulk = Bulk.build(url, key, store=store, clock=clock, runbooks=runbooks, api=api, log_source=log_source,
                       decisions=decisions, csv_dir=settings.db_path.parent / "batches")
     return Services(
@@ -349,15 +351,15 @@ def build_watcher(
         clock=services.clock,
         poster=poster,
         channel=channel,
-        installation=settings.installation or "default",
+        installation=settings.compose_project or "default",
         interval=settings.watch_interval,
         handoff=lambda actor: handoff_reply(services, actor),
         members=members,
         console_users=services.decisions.console_users,
     )
-    if settings.installation and docker_endpoint(settings).configured:
+    if settings.compose_project and docker_endpoint(settings).configured:
         # The Docker engine is configured: a worker's die/stop wakes the watcher at once.
-        watcher.trigger = DockerTrigger(watcher, services.dockerops.docker_client_factory, settings.installation,
+        watcher.trigger = DockerTrigger(watcher, services.dockerops.docker_client_factory, settings.compose_project,
                                         config=worker_log_config(services.runbooks))
     return watcher
 

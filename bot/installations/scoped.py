@@ -20,7 +20,7 @@ def scoped_settings(settings: Settings, spec: InstallationSpec) -> Settings:
         "control_host_api_key_file": None,
         "installations_file": None,  # this core serves the one installation ``spec``
         "db_path": store_path(settings.db_path, spec.name),
-        "installation": spec.compose_project,
+        "compose_project": spec.compose_project,
         "docker_host": spec.docker_host,
         "channels": tuple(spec.channels),
         "watch_channel": spec.watch_channel,

@@ -20,7 +20,7 @@ def installations_from_settings(settings: Settings) -> list[InstallationSpec]:
             name=DEFAULT_INSTALLATION,
             control_host_url=settings.control_host_url,
             api_key=settings.control_host_api_key,
-            compose_project=settings.installation,
+            compose_project=settings.compose_project,
             channels=settings.channels,
             docker_host=settings.docker_host,
             watch_channel=settings.watch_channel,
