@@ -16,7 +16,7 @@ from bot.errors import SettingsError
 from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
 from bot.installations.sources import resolve_installations
 from bot.sandbox import SandboxHandle
-from bot.services import Services, build_services
+from bot.services import FrontPorts, Services, build_services
 from bot.settings import Settings
 
 
@@ -48,9 +48,11 @@ def build_fleet(
     directory: ApproverDirectory | None = None,
     clock: Clock | None = None,
     console_users_map: dict[str, str] | None = None,
+    ports: FrontPorts | None = None,
 ) -> Fleet:
     """One core per installation (``specs``; None: the one today's settings describe). ``sandboxes``
-    replaces an installation's control host by a running sandbox (the demo)."""
+    replaces an installation's control host by a running sandbox (the demo). ``ports``: the front's
+    (its break-glass notice poster), given to every installation's core as it is built."""
     from_settings = specs is None and settings.installations_file is None
     if specs is None:
         specs = resolve_installations(settings)  # the file's, or today's settings as ``default``
@@ -63,10 +65,10 @@ def build_fleet(
         if from_settings:
             # Today's settings, exactly as before (RECOVER_DB, CONTROL_HOST_URL, …).
             cores[spec.name] = build_services(settings, sandbox=sandbox, directory=directory, clock=clock,
-                                              console_users_map=console_users_map)
+                                              console_users_map=console_users_map, ports=ports)
         else:
             cores[spec.name] = build_services(settings, installation=spec, sandbox=sandbox, directory=directory,
-                                              clock=clock, console_users_map=console_users_map)
+                                              clock=clock, console_users_map=console_users_map, ports=ports)
     return Fleet(specs={s.name: s for s in specs}, cores=cores)
 
 

@@ -17,6 +17,7 @@ from bot.decisions._authority import (
     batch_policy,
     derive,
 )
+from bot.decisions._glass import Notice
 from bot.decisions._guards import incurable_cause
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy
 from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash, migrations
@@ -25,7 +26,6 @@ from bot.decisions._rules import (
     DECISIVE_FACTS,
     ApproverDirectory,
     approver_allowed,
-    channel_allowed,
     console_actor,
     identity_refusal,
     person_of,
@@ -51,12 +51,12 @@ __all__ = [
     "DecisionService",
     "Limits",
     "NoAuthority",
+    "Notice",
     "RequestStore",
     "Wait",
     "approval_evidence_of",
     "approver_allowed",
     "batch_policy",
-    "channel_allowed",
     "check_request_table",
     "console_actor",
     "content_hash",
