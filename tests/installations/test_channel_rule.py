@@ -113,3 +113,26 @@ def test_a_file_channel_outside_recover_channels_is_refused_at_start_with_file_a
         f"{path}:5: channel C0EU1INCD is not in RECOVER_CHANNELS ({INCIDENT}): an installation's channels narrow "
         "RECOVER_CHANNELS, never widen it; add it to RECOVER_CHANNELS or remove it here"
     ]
+
+
+@pytest.mark.parametrize("hosts", [("eu-1",), ("eu-1", "us-1")], indirect=True, ids=["one", "two"])
+def test_the_console_decides_for_an_installation_that_lists_it_and_for_no_other(
+    hosts: dict[str, SandboxHandle], slack_api: SlackStandIn, tmp_path: Path
+) -> None:
+    """The console is the channel `console` (docs/commands.md): listed in an installation's channels
+    (several may list it), the console decides for it with --install; bound to none, it does not."""
+    from bot.fleet_router import build_fleet_router
+    from bot.messages import ListReporter
+
+    lists = {"eu-1": "[console]", "us-1": "[console]"} if len(hosts) == 2 else {"eu-1": "[]"}
+    settings = settings_for(tmp_path, slack_api, installations_file(tmp_path, hosts, lists), ())
+    router = build_fleet_router(settings, startup=False)  # as the console composes it (run_real_console)
+    for name in hosts:
+        stopped(hosts[name], SESSION)
+        reply = router.handle_text(f'/recover decide {SESSION} start_fresh --reason "context may go" --install {name}',
+                                   actor="console:alice", channel="console", reporter=ListReporter())
+        text = "\n".join(m.plain_text() for m in reply.messages)
+        if lists[name] == "[]":
+            assert not reply.ok and "is bound to no channel" in text, text
+        else:
+            assert reply.ok and "not allowed in this channel" not in text, text
