@@ -90,7 +90,7 @@ def _handler(args: argparse.Namespace, settings: object = None) -> int:
     # No file named: the one the bot would load. Only this case reads a setting.
     from bot.settings import load_settings
 
-    settings = load_settings(uses=("control_host",))
+    settings = load_settings(uses=("control_host", "people"))  # RECOVER_CHANNELS is of "people"
     path = settings.installations_file
     if path is None:
         print("recover-bot installations check: name a FILE, or set RECOVER_INSTALLATIONS_FILE", file=sys.stderr)
