@@ -98,6 +98,7 @@ def test_break_glass_confirmed_posts_its_notice_in_the_installations_channel_the
     assert "the loud notice cannot be posted from here" not in said
     assert len(sent) == 1 and SESSION in sent[0]["path"], (sent, said)
     assert sorted(where for where, _, _ in told) == sorted([channel, APPROVER]), told
+    assert all(f"[{name}]" in text for _, _, text in told), told  # each notice names its installation
     assert max(at for _, at, _ in told) < min(post_times(sent)), (told, sent)
     for other, handle in hosts.items():
         if other != name:
