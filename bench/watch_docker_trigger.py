@@ -99,7 +99,7 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="recover-bot-bench-") as tmp:
             settings = load_settings({}, dotenv=None).model_copy(update={
-                "db_path": Path(tmp) / "recover.db", "installation": project, "docker_host": host,
+                "db_path": Path(tmp) / "recover.db", "compose_project": project, "docker_host": host,
                 "watch_channel": "C0BENCH", "watch_interval": 300.0,
             })
             services = build_services(settings, sandbox=sandbox)

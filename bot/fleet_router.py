@@ -27,7 +27,7 @@ from bot.routing import Completions
 from bot.runbook import ParsedCommand
 from bot.runbook.usage import FormField
 from bot.sandbox import SandboxHandle
-from bot.services import LoggingReporter, Services
+from bot.services import FrontPorts, LoggingReporter, Services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, StepKind
@@ -240,11 +240,13 @@ def build_fleet_router(
     console_users_map: dict[str, str] | None = None,
     startup: bool = True,
     reporter: Reporter | None = None,
+    ports: FrontPorts | None = None,
 ) -> FleetRouter:
     """One core and router per installation (``specs``; None: today's settings, ``default``), behind
-    one router. ``startup`` as :func:`bot.router.build_router`'s."""
+    one router. ``startup`` as :func:`bot.router.build_router`'s; ``ports``: what the front can do
+    for every core (the Slack front's break-glass notice poster), passed in as each core is built."""
     fleet = build_fleet(settings, specs, sandboxes=sandboxes, directory=directory, clock=clock,
-                        console_users_map=console_users_map)
+                        console_users_map=console_users_map, ports=ports)
     demo = bool(sandboxes)
     router = FleetRouter(fleet, {name: Router(core, demo=demo) for name, core in fleet.cores.items()})
     if startup:

@@ -58,14 +58,14 @@ def docker_notice(settings: Settings, name: str, *, installation: bool) -> Reply
     """A Docker-only command in the demo: that it needs a Docker engine, and how to give it one
     (None when an engine, and the installation it needs, are configured)."""
     engine = DockerEndpoint(settings.docker_host).configured
-    if engine and (settings.installation or not installation):
+    if engine and (settings.compose_project or not installation):
         return None
     lines = ["The demo's sandbox control host has no Docker engine and no reconciler container; "
              "this command reads a real one."]
     if not engine:
         lines.append("Give it one: DOCKER_HOST=unix:///var/run/docker.sock recover-bot demo "
                      "(or the installation's socket proxy, e.g. DOCKER_HOST=tcp://socket-proxy:2375).")
-    if installation and not settings.installation:
+    if installation and not settings.compose_project:
         lines.append("And name the installation whose reconciler to use: RECOVER_INSTALLATION=<compose project>.")
     return Reply.of(Message(headline=f"`/recover {name}` needs a Docker engine", level="error", lines=lines),
                     ok=False)

@@ -13,21 +13,21 @@ import logging
 from bot.bulk_routes import BULK_KINDS, batch_verb, dispatch, settle_member_cases
 from bot.buttons import DecisionChoice
 from bot.clock import Clock, isoformat
-from bot.decisions import CONSOLE_CHANNEL, ApproverDirectory
+from bot.decisions import ApproverDirectory
 from bot.details import FullMessages, details_reply
 from bot.errors import CommandError, RecoverError
 from bot.escalation.status import pending_line
 from bot.glass_routes import glass_dispatch, glass_route
 from bot.handoff import handoff_reply
 from bot.ladder_routes import remind_command
-from bot.messages import Message, Reply, Reporter, ref
+from bot.messages import Message, Reply, Reporter
 from bot.pending import pending_of
 from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
 from bot.routing import Completions
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
 from bot.sandbox import SandboxHandle
-from bot.services import LoggingReporter, Services, build_services
+from bot.services import FrontPorts, LoggingReporter, Services, build_services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, RequestState, StepKind
@@ -119,19 +119,10 @@ class Router:
             return error_reply(exc)
 
     def _check_channel(self, name: str, restricted: bool, channel: str | None) -> None:
-        allowed = self.services.settings.channels
-        if restricted and allowed and channel not in allowed:
-            raise RecoverError(
-                f"`/recover {name}` is not allowed in this channel.",
-                hint="Decisions, approvals and real reconciler passes are made only in: "
-                + ", ".join(ref(c, "#") for c in allowed)
-                + " (RECOVER_CHANNELS)."
-                + (
-                    " The console is the channel `console`: list it there to allow this from a terminal."
-                    if channel == CONSOLE_CHANNEL
-                    else ""
-                ),
-            )
+        # The core's own channel rule (bot/channels.py), so the router and the rooms never disagree.
+        allowed = self.services.decisions.channels
+        if restricted and not allowed.allows(channel):
+            raise RecoverError(f"`/recover {name}` is not allowed in this channel.", hint=allowed.hint(channel))
 
     def _dispatch(self, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
         s = self.services
@@ -432,6 +423,7 @@ def build_router(
     reporter: Reporter | None = None,
     startup: bool = True,
     console_users_map: dict[str, str] | None = None,
+    ports: FrontPorts | None = None,
 ) -> Router:
     """Build the services and the router over them.
 
@@ -440,7 +432,8 @@ def build_router(
     a resumed wait may last minutes and must not delay readiness.
     """
     services = build_services(
-        settings, sandbox=sandbox, directory=directory, clock=clock, console_users_map=console_users_map
+        settings, sandbox=sandbox, directory=directory, clock=clock, console_users_map=console_users_map,
+        ports=ports,
     )
     router = Router(services, demo=sandbox is not None)
     if startup:

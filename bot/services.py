@@ -20,7 +20,7 @@ from bot.batch.store import migrations as batch_migrations
 from bot.bulk import Bulk
 from bot.clock import Clock, SystemClock, isoformat
 from bot.controlhost import ApiPaths, ControlHostClient
-from bot.decisions import ApproverDirectory, DecisionService
+from bot.decisions import ApproverDirectory, DecisionService, Notice
 from bot.decisions import migrations as decision_migrations
 from bot.diagnosis.logcoverage import WorkerLogSource
 from bot.diagnosis.model import ReconcilerStatus
@@ -37,7 +37,7 @@ from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError, StoreError
 from bot.escalation.store import migrations as escalation_migrations
 from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
-from bot.installations.scoped import scoped_settings
+from bot.installations.scoped import recovery_channels, scoped_settings
 from bot.installations.sources import refuse_file_in_single_core
 from bot.logs import FileLogSource
 from bot.messages import Message
@@ -80,6 +80,16 @@ class Services:
     clock: Clock
     bulk: Bulk | None = None  # triage and batches over a paced client
     installation: str = DEFAULT_INSTALLATION  # the installation this core serves (one core each)
+
+
+@dataclass(frozen=True)
+class FrontPorts:
+    """What only a front can do, handed INTO composition (every installation's core gets it at build
+    time, never attached afterwards). Empty: a front that cannot post, such as the console, where
+    break-glass is then refused before anything is sent (nobody would be told)."""
+
+    #: Break-glass's loud notice: posted to the request's channel and each approver before the send.
+    notice: Notice | None = None
 
 
 class LoggingReporter:
@@ -240,14 +250,18 @@ def build_services(
     clock: Clock | None = None,
     console_users_map: dict[str, str] | None = None,
     installation: InstallationSpec | None = None,
+    ports: FrontPorts | None = None,
 ) -> Services:
     """Wire the core of one installation (``installation``; None: the one today's settings describe,
     ``default``). ``sandbox`` (a running :class:`bot.sandbox.SandboxHandle`) replaces the control host.
+    ``ports``: what the front can do for the core (its break-glass notice poster).
 
     Raises :class:`bot.errors.RunbookError` for an invalid runbook (the bot refuses to start) and
     :class:`bot.errors.SettingsError` when the control host is not configured.
     """
-    if installation is not None:  # its own control host, key, engine, channels and store file
+    # The channel rule from the process's RECOVER_CHANNELS, narrowed by the installation's own list.
+    channels = recovery_channels(settings, installation)
+    if installation is not None:  # its own control host, key, engine and store file
         settings = scoped_settings(settings, installation)
     runbooks = load_runbooks(settings.runbooks_dir)
     clock = clock or (sandbox.clock if sandbox is not None else SystemClock())
@@ -270,7 +284,7 @@ def build_services(
     docker_factory = client_factory(docker_endpoint(settings, installation))
     dockerops = DockerOps(
         store,
-        installation=settings.installation,
+        installation=settings.compose_project,
         config=reconciler_config(runbooks),
         docker_client_factory=docker_factory,
         clock=clock,
@@ -280,13 +294,13 @@ def build_services(
         log_source = FileLogSource(settings.log_files)
     elif sandbox is not None:
         log_source = FileLogSource(str(_demo_log_file(sandbox, settings.db_path.parent)))
-    elif settings.installation:
+    elif settings.compose_project:
         log_source = DockerLogSource(
-            installation=settings.installation,
+            installation=settings.compose_project,
             config=worker_log_config(runbooks),
             docker_client_factory=docker_factory,
         )
-    status_source = DockerReconcilerStatus(dockerops) if settings.installation else None
+    status_source = DockerReconcilerStatus(dockerops) if settings.compose_project else None
 
     diagnoser = Diagnoser(
         client=client,
@@ -304,9 +318,10 @@ def build_services(
         diagnoser=diagnoser,
         clock=clock,
         approvers=settings.approvers,
-        channels=settings.channels,
+        channels=channels,
         directory=directory,
         console_users=console_users(settings) if console_users_map is None else console_users_map,
+        notice=(ports or FrontPorts()).notice,
     )
     bulk = Bulk.build(url, key, store=store, clock=clock, runbooks=runbooks, api=api, log_source=log_source,
                       decisions=decisions, csv_dir=settings.db_path.parent / "batches")
@@ -347,21 +362,22 @@ def build_watcher(
         clock=services.clock,
         poster=poster,
         channel=channel,
-        installation=settings.installation or "default",
+        installation=settings.compose_project or "default",
         interval=settings.watch_interval,
         handoff=handoff,  # bot/handoff.py's parts (it sits above this wiring): passed by the front
         members=members,
         console_users=services.decisions.console_users,
     )
-    if settings.installation and docker_endpoint(settings).configured:
+    if settings.compose_project and docker_endpoint(settings).configured:
         # The Docker engine is configured: a worker's die/stop wakes the watcher at once.
-        watcher.trigger = DockerTrigger(watcher, services.dockerops.docker_client_factory, settings.installation,
+        watcher.trigger = DockerTrigger(watcher, services.dockerops.docker_client_factory, settings.compose_project,
                                         config=worker_log_config(services.runbooks))
     return watcher
 
 
 __all__ = [
     "DockerReconcilerStatus",
+    "FrontPorts",
     "LoggingReporter",
     "Services",
     "build_services",

@@ -31,7 +31,6 @@ from bot.decisions import (
     NoAuthority,
     approval_evidence_of,
     batch_policy,
-    channel_allowed,
     decision_policy,
     person_of,
     requester_refusal,
@@ -119,8 +118,9 @@ class BatchService:
                            f"use `/recover decide <session_id> {decision} …`.")
         if decision not in BATCH_DECISIONS:
             return _refuse(f"`batch decide` takes retry_restore, start_fresh or close, not {decision!r}")
-        if not dry and not channel_allowed(channel, self.decisions.channels):
-            return _refuse("`batch decide` is refused outside the recovery channels (RECOVER_CHANNELS)")
+        if not dry and not self.decisions.channels.allows(channel):
+            return _refuse(f"`batch decide` is refused outside the recovery channels ({self.decisions.channels.source})",
+                           self.decisions.channels.hint(channel))
         candidates, source = self._candidates(target, sessions)
         policy = self.policy(decision)
         console_users = self.decisions.console_users
@@ -186,8 +186,9 @@ class BatchService:
         batch = self.batches.get(batch_id)
         if batch is None:
             return _refuse(f"no batch {batch_id!r}", "Copy the id from the batch request (bat_…).")
-        if not channel_allowed(channel, self.decisions.channels):
-            return _refuse("batch approvals are refused outside the recovery channels (RECOVER_CHANNELS)")
+        if not self.decisions.channels.allows(channel):
+            return _refuse(f"batch approvals are refused outside the recovery channels ({self.decisions.channels.source})",
+                           self.decisions.channels.hint(channel))
         # The decisions' identity and approver rules, by Slack id (a console login through its mapping).
         console_users = self.decisions.console_users
         if batch.policy == Policy.CONFIRM:
@@ -245,8 +246,9 @@ class BatchService:
         batch = self.batches.get(batch_id)
         if batch is None:
             return _refuse(f"no batch {batch_id!r}")
-        if not channel_allowed(channel, self.decisions.channels):
-            return _refuse("batch rejections are refused outside the recovery channels (RECOVER_CHANNELS)")
+        if not self.decisions.channels.allows(channel):
+            return _refuse(f"batch rejections are refused outside the recovery channels ({self.decisions.channels.source})",
+                           self.decisions.channels.hint(channel))
         state = RequestState.WITHDRAWN if self.is_requester(actor, batch) else RequestState.REJECTED
         if state == RequestState.REJECTED:
             evidence, _ = approval_evidence_of(actor, self.decisions.approvers, self.decisions.directory,
@@ -383,8 +385,9 @@ class BatchService:
         if batch is None:
             return _refuse(f"no batch {batch_id!r}")
         if action == "stop":
-            if not channel_allowed(channel, self.decisions.channels):
-                return _refuse("`batch … stop` is refused outside the recovery channels (RECOVER_CHANNELS)")
+            if not self.decisions.channels.allows(channel):
+                return _refuse(f"`batch … stop` is refused outside the recovery channels ({self.decisions.channels.source})",
+                           self.decisions.channels.hint(channel))
             if batch.state not in OPEN_STATES:
                 return _refuse(f"batch {batch.id} is already {batch.state}: nothing to stop")
             self.batches.set(batch.id, stop_requested=1)

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from bot.console._console import DEMO_CONSOLE_USERS, DEMO_USERS, render, run_console
 from bot.console._shell import state_dir
 from bot.console.identity import terminal_login
-from bot.decisions import console_actor
+from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import RecoverError
 from bot.logsetup import log_to_file
 from bot.redact import redact
@@ -130,7 +130,11 @@ def _run_several(
 
     with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp, start_installations(names) as hosts:
         path = Path(tmp) / "installations.yaml"
-        write_installations(path, {n: h.url for n, h in hosts.items()}, {n: h.api_key for n, h in hosts.items()})
+        # Each installation lists the console's channel: an installation bound to no channel takes no
+        # decision anywhere (bot/channels.py), and the demo is for deciding; the console names the
+        # installation with --install.
+        write_installations(path, {n: h.url for n, h in hosts.items()}, {n: h.api_key for n, h in hosts.items()},
+                            channels=(CONSOLE_CHANNEL,))
         several = _demo_settings(settings, Path(tmp)).model_copy(update={"installations_file": path})
         try:
             router = build_fleet_router(

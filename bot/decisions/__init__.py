@@ -18,6 +18,7 @@ from bot.decisions._authority import (
     derive,
 )
 from bot.decisions._cases import IN_HAND, NO_ONE, NOW, HandoffDigest, HandoffEntry
+from bot.decisions._glass import Notice
 from bot.decisions._guards import incurable_cause
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy
 from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash, migrations
@@ -26,7 +27,6 @@ from bot.decisions._rules import (
     DECISIVE_FACTS,
     ApproverDirectory,
     approver_allowed,
-    channel_allowed,
     console_actor,
     identity_refusal,
     person_of,
@@ -57,12 +57,12 @@ __all__ = [
     "DecisionService",
     "Limits",
     "NoAuthority",
+    "Notice",
     "RequestStore",
     "Wait",
     "approval_evidence_of",
     "approver_allowed",
     "batch_policy",
-    "channel_allowed",
     "check_request_table",
     "console_actor",
     "content_hash",

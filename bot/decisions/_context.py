@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from bot.channels import RecoveryChannels
 from bot.clock import Clock, isoformat
 from bot.controlhost import ControlHostClient, ControlHostError
 from bot.decisions import _text as text
@@ -42,7 +43,8 @@ class DecisionContext:
     diagnoser: Diagnoser
     clock: Clock
     approvers: tuple[str, ...] = ()
-    channels: tuple[str, ...] = ()
+    #: The channel rule (bot/channels.py): where the restricted commands may run.
+    channels: RecoveryChannels = field(default_factory=RecoveryChannels)
     directory: ApproverDirectory | None = None
     # RECOVER_CONSOLE_USERS: console login → Slack id; people are compared by that id.
     console_users: dict[str, str] = field(default_factory=dict)
@@ -51,7 +53,6 @@ class DecisionContext:
 
     def __post_init__(self) -> None:
         self.approvers = tuple(self.approvers)
-        self.channels = tuple(self.channels)
         self.console_users = dict(self.console_users)
         self.requests = RequestStore(self.store)
         self.limits = runbook_limits(self.runbooks)

@@ -57,11 +57,15 @@ class Notice(Protocol):
 class BreakGlassRoom:
     """``break-glass`` (shown, asked) and its typed ``confirm`` (announced, recorded, sent)."""
 
-    def __init__(self, ctx: DecisionContext, execution: Execution, reviews: ReviewRoom) -> None:
+    def __init__(
+        self, ctx: DecisionContext, execution: Execution, reviews: ReviewRoom, notice: Notice | None = None
+    ) -> None:
         self.ctx = ctx
         self.execution = execution
         self.reviews = reviews
-        self.notice: Notice | None = None  # set by a front that can post (bot/slack/notice.py)
+        # Given at composition by a front that can post (bot/slack/notice.py); None: break-glass is
+        # refused before anything is sent, since nobody would be told.
+        self.notice = notice
 
     # -- the checks, at "now" (the gate repeats them from the chain's times) -------------------------
 

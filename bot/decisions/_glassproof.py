@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
+from bot.channels import RecoveryChannels
 from bot.clock import parse_time
 from bot.decisions._glassrule import (
     ANNOUNCED,
@@ -22,7 +23,7 @@ from bot.decisions._glassrule import (
     ladder_reach,
     reading_problem,
 )
-from bot.decisions._rules import channel_allowed, person_of, same_person
+from bot.decisions._rules import person_of, same_person
 from bot.decisions._widening import widened_for
 from bot.store import Step
 
@@ -39,7 +40,7 @@ def glass_step(
     intact: Callable[[Step], str | None],
     *,
     approvers: Sequence[str],
-    channels: Sequence[str],
+    channels: RecoveryChannels,
     console_users: Mapping[str, str],
 ) -> tuple[Step | None, list[str]]:
     """(the first acceptable ``break_glass`` step or None, the reasons the others were refused)."""
@@ -63,7 +64,7 @@ def _problem(
     rule: GlassRule,
     intact: Callable[[Step], str | None],
     approvers: Sequence[str],
-    channels: Sequence[str],
+    channels: RecoveryChannels,
     console_users: Mapping[str, str],
 ) -> str | None:
     if s.inputs.get("content_hash") != chain_hash:
@@ -72,7 +73,7 @@ def _problem(
         return f"break-glass step {s.seq} is not by the request's (identifiable) requester"
     if not str(s.inputs.get("incident") or "").strip() or not str(s.inputs.get("reason") or "").strip():
         return f"break-glass step {s.seq} records no incident ref or no reason"
-    if not channel_allowed(s.inputs.get("channel"), channels):
+    if not channels.allows(s.inputs.get("channel")):
         return f"break-glass step {s.seq} was given outside the recovery channels"
     requested_at, at = parse_time(made.at), parse_time(s.at)
     if requested_at is None or at is None or s.seq < made.seq:

@@ -21,7 +21,6 @@ from bot.decisions._context import DecisionContext
 from bot.decisions._requests import DecisionRequest, content_hash
 from bot.decisions._rules import (
     ID_RE,
-    channel_allowed,
     identity_refusal,
     same_person,
 )
@@ -79,11 +78,11 @@ def refusing(
 def in_recovery_channel(
     ctx: DecisionContext, channel: str | None, what: str, session_id: str | None = None
 ) -> None:
-    """RECOVER_CHANNELS: decide, approve, confirm and reject only there (docs/commands.md)."""
-    if not channel_allowed(channel, ctx.channels):
+    """The channel rule (bot/channels.py): decide, approve, confirm and reject only there."""
+    if not ctx.channels.allows(channel):
         raise Refusal(
-            f"{what} refused outside the recovery channels (RECOVER_CHANNELS)",
-            "Use one of: " + ", ".join(ref(c, "#") for c in ctx.channels) + ".",
+            f"{what} refused outside the recovery channels ({ctx.channels.source})",
+            ctx.channels.hint(channel),
             session_id=session_id,
         )
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bot.channels import RecoveryChannels
 from bot.clock import parse_time
 from bot.decisions._context import DecisionContext
 from bot.decisions._glassproof import glass_step
@@ -26,7 +27,6 @@ from bot.decisions._requests import DecisionRequest, content_hash
 from bot.decisions._rules import (
     ApproverDirectory,
     approver_evidence,
-    channel_allowed,
     console_login,
     person_of,
     same_person,
@@ -191,7 +191,7 @@ def _prove(
     *,
     runbook_policy: str,
     approvers: Sequence[str],
-    channels: Sequence[str],
+    channels: RecoveryChannels,
     console_users: Mapping[str, str],
     escalation: EscalationSpec | None = None,
     glass: GlassRule | None = None,
@@ -295,7 +295,7 @@ def derive(
     *,
     runbook_policy: str,
     approvers: Sequence[str],
-    channels: Sequence[str],
+    channels: RecoveryChannels,
     console_users: Mapping[str, str] | None = None,
     escalation: EscalationSpec | None = None,
 ) -> Authority:
@@ -344,7 +344,7 @@ def _approval_problem(
     expires: datetime | None,
     two_person: bool,
     approvers: Sequence[str],
-    channels: Sequence[str],
+    channels: RecoveryChannels,
     console_users: Mapping[str, str],
     widened: Sequence[str] = (),
 ) -> str | None:
@@ -367,7 +367,7 @@ def _approval_problem(
             return f"step {s.seq}: {evidence}"
     elif not same_person(s.actor, claim.requester, console_users):  # the approvals' own identity rule
         return f"step {s.seq} is a confirmation by someone other than the requester"
-    if not channel_allowed(s.inputs.get("channel"), channels):
+    if not channels.allows(s.inputs.get("channel")):
         return f"step {s.seq} was given outside the recovery channels"
     return None
 

@@ -22,7 +22,6 @@ from bot.decisions._execution import ExecutionRoom
 from bot.decisions._guards import Refusal, expire_if_due, refusing
 from bot.decisions._requests import IN_FLIGHT_STATES, DecisionRequest
 from bot.decisions._resume import ResumeRoom
-from bot.decisions._rules import channel_allowed
 from bot.decisions._unfinished import UnfinishedRoom
 from bot.messages import Message, Reply, Reporter
 from bot.vocab import RequestState, Step
@@ -50,8 +49,9 @@ class RestartRoom:
     def replay(self, actor: str, channel: str | None, reporter: Reporter) -> Reply:
         """The console's `/recover replay`: finish what earlier runs left (same keys, never anew)."""
         def attempt() -> Reply:
-            if not channel_allowed(channel, self.ctx.channels):
-                raise Refusal("`replay` is refused outside the recovery channels (RECOVER_CHANNELS)")
+            if not self.ctx.channels.allows(channel):
+                raise Refusal(f"`replay` is refused outside the recovery channels ({self.ctx.channels.source})",
+                              self.ctx.channels.hint(channel))
             return self.recover(reporter, actor=actor)
 
         return refusing(self.ctx, actor, "replay", {"channel": channel}, attempt)

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from bot.channels import CONSOLE_CHANNEL as _CONSOLE_CHANNEL
 from bot.errors import RecoverError
 from bot.redact import redact
 
@@ -38,7 +39,7 @@ class ApproverDirectory(Protocol):
 # A console actor is ``console:<login>``: the step log records the login and that it came from the
 # console; a Slack actor is the Slack user id. Who is *one person* is decided by Slack id (below).
 CONSOLE_PREFIX = "console:"
-CONSOLE_CHANNEL = "console"
+CONSOLE_CHANNEL = _CONSOLE_CHANNEL  # the channel rule's own (bot/channels.py)
 
 
 def console_actor(login: str) -> str:
@@ -110,11 +111,6 @@ def requester_refusal(actor: str, policy: str, console_users: Mapping[str, str])
         "request single-person decisions, never request or approve a two-person one",
         f"Map it in RECOVER_CONSOLE_USERS (e.g. {login}:U012ABCDEF) or make the request in Slack.",
     )
-
-
-def channel_allowed(channel: str | None, channels: Sequence[str]) -> bool:
-    """RECOVER_CHANNELS: when set, decide/approve/reject only there (docs/commands.md)."""
-    return not channels or (channel is not None and channel in channels)
 
 
 def _directory_failure(exc: Exception) -> str:

@@ -22,9 +22,10 @@ Exactly once, whatever happens to the network or the process:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from bot.channels import RecoveryChannels
 from bot.clock import Clock
 from bot.controlhost import ControlHostClient
 from bot.decisions._approvals import ApprovalRoom
@@ -33,7 +34,7 @@ from bot.decisions._cases import CaseBook, HandoffDigest
 from bot.decisions._context import DecisionContext
 from bot.decisions._decide import DecideRoom
 from bot.decisions._execution import ExecutionRoom
-from bot.decisions._glass import BreakGlassRoom
+from bot.decisions._glass import BreakGlassRoom, Notice
 from bot.decisions._outcomes import Outcomes
 from bot.decisions._policy import Limits
 from bot.decisions._restart import RestartRoom
@@ -63,9 +64,10 @@ class DecisionService:
         diagnoser: Diagnoser,
         clock: Clock,
         approvers: tuple[str, ...] = (),
-        channels: tuple[str, ...] = (),
+        channels: RecoveryChannels | Sequence[str] = (),
         directory: ApproverDirectory | None = None,
         console_users: Mapping[str, str] | None = None,
+        notice: Notice | None = None,
     ) -> None:
         self.ctx = ctx = DecisionContext(
             store=store,
@@ -74,7 +76,8 @@ class DecisionService:
             diagnoser=diagnoser,
             clock=clock,
             approvers=tuple(approvers),
-            channels=tuple(channels),
+            # A plain list is RECOVER_CHANNELS alone (one installation of today's settings).
+            channels=channels if isinstance(channels, RecoveryChannels) else RecoveryChannels.of(channels),
             directory=directory,
             console_users=dict(console_users or {}),
         )
@@ -101,9 +104,9 @@ class DecisionService:
         self.restart = RestartRoom(ctx, self.gate, self.execution, self.resuming, self.leftovers)
         self.deciding = DecideRoom(ctx, self.execution)
         self.approvals = ApprovalRoom(ctx, self.execution)
-        # Break-glass and its reviews (docs/requests.md); a front that can post sets glass.notice.
+        # Break-glass and its reviews (docs/requests.md); ``notice``: the front's loud-notice poster.
         self.reviews = ReviewRoom(ctx)
-        self.glass = BreakGlassRoom(ctx, self.execution, self.reviews)
+        self.glass = BreakGlassRoom(ctx, self.execution, self.reviews, notice)
         # The escalation ladder's runner (bot/escalation), set by the front that posts its steps.
         self.ladder: object | None = None
 

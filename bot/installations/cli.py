@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO, TypeVar
 
@@ -52,11 +53,13 @@ def reach(spec: InstallationSpec, store: Store, *, timeout: float = 10.0) -> str
     return None
 
 
-def check(path: str, out: TextIO | None = None, err: TextIO | None = None, *, timeout: float = 10.0) -> int:
-    """Validate the file (every problem, exit 1), then reach each host once (exit 1 if one fails)."""
+def check(path: str, out: TextIO | None = None, err: TextIO | None = None, *, timeout: float = 10.0,
+          recover_channels: Sequence[str] = ()) -> int:
+    """Validate the file (every problem, exit 1), then reach each host once (exit 1 if one fails).
+    ``recover_channels``: RECOVER_CHANNELS, which the file's channels must lie within (as at start)."""
     out = out or sys.stdout
     err = err or sys.stderr
-    specs, problems = check_installations(Path(path))
+    specs, problems = check_installations(Path(path), recover_channels)
     if problems:
         for problem in problems:
             print(redact(problem), file=err)
@@ -87,11 +90,12 @@ def _handler(args: argparse.Namespace, settings: object = None) -> int:
     # No file named: the one the bot would load. Only this case reads a setting.
     from bot.settings import load_settings
 
-    path = load_settings(uses=("control_host",)).installations_file
+    settings = load_settings(uses=("control_host", "people"))  # RECOVER_CHANNELS is of "people"
+    path = settings.installations_file
     if path is None:
         print("recover-bot installations check: name a FILE, or set RECOVER_INSTALLATIONS_FILE", file=sys.stderr)
         return 2
-    return check(str(path))
+    return check(str(path), recover_channels=settings.channels)  # judged as the bot judges it at start
 
 
 _P = TypeVar("_P", bound=argparse.ArgumentParser)

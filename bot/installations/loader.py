@@ -4,13 +4,18 @@ Read with the runbooks' safe, line-tracking YAML loader (bot/runbook/yamlio.py),
 points at ``FILE:LINE`` and all of them are named in one run. Besides each entry's own checks
 (:mod:`bot.installations._entry`), the file as a whole must keep installations apart: a name, a
 control host, a channel or a compose project on one Docker engine belongs to one installation only,
-otherwise a command could reach the wrong one.
+otherwise a command could reach the wrong one (the console's channel, ``console``, excepted: it is one
+terminal, which names its installation with ``--install``). With ``RECOVER_CHANNELS`` set beside the
+file, every installation's channel must be one of them: an installation's ``channels`` narrow
+RECOVER_CHANNELS and never widen it (bot/channels.py), so a list that would widen it is refused here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+from bot.channels import CONSOLE_CHANNEL
 from bot.errors import RecoverError
 from bot.installations._entry import check_entry
 from bot.installations.spec import InstallationSpec
@@ -62,7 +67,7 @@ def _shared(entries: list[object], lines: LineMap) -> list[str]:
             urls.setdefault(url, name)
         bound = entry.get("channels") if isinstance(entry, dict) else None
         for position, channel in enumerate(bound if isinstance(bound, list) else []):
-            if not isinstance(channel, str):
+            if not isinstance(channel, str) or channel == CONSOLE_CHANNEL:
                 continue
             if channels.get(channel, name) != name:
                 problems.append(
@@ -82,14 +87,35 @@ def _shared(entries: list[object], lines: LineMap) -> list[str]:
     return problems
 
 
+def _outside(entries: list[object], lines: LineMap, recover_channels: Sequence[str]) -> list[str]:
+    """Each installation channel RECOVER_CHANNELS does not list (none when it is unset): the file
+    would widen the recovery channels, and which of the two settings to believe is not guessed."""
+    if not recover_channels:
+        return []
+    problems: list[str] = []
+    for index, entry in enumerate(entries):
+        bound = entry.get("channels") if isinstance(entry, dict) else None
+        for position, channel in enumerate(bound if isinstance(bound, list) else []):
+            if isinstance(channel, str) and channel not in recover_channels:
+                problems.append(
+                    f"{lines.where(('installations', index, 'channels', position))}: channel {channel} is not in "
+                    f"RECOVER_CHANNELS ({', '.join(recover_channels)}): an installation's channels narrow "
+                    "RECOVER_CHANNELS, never widen it; add it to RECOVER_CHANNELS or remove it here"
+                )
+    return problems
+
+
 def _line(problem: str) -> int:
     head = problem.split(": ", 1)[0]
     number = head.rsplit(":", 1)[-1]
     return int(number) if number.isdigit() else 0
 
 
-def check_installations(path: Path) -> tuple[list[InstallationSpec], list[str]]:
-    """Every installation of the file and every problem found (the file is usable when none)."""
+def check_installations(
+    path: Path, recover_channels: Sequence[str] = ()
+) -> tuple[list[InstallationSpec], list[str]]:
+    """Every installation of the file and every problem found (the file is usable when none).
+    ``recover_channels``: the process's RECOVER_CHANNELS, which every installation channel must be in."""
     data, lines, problems = read_yaml_file(path)
     if problems:
         return [], problems
@@ -110,13 +136,14 @@ def check_installations(path: Path) -> tuple[list[InstallationSpec], list[str]]:
         if spec is not None:
             specs.append(spec)
     problems.extend(_shared(entries, lines))
+    problems.extend(_outside(entries, lines, recover_channels))
     # In the file's order, as an editor walks it (a stable sort keeps one line's problems in order).
     return specs, sorted(problems, key=_line)
 
 
-def load_installations(path: Path | str) -> list[InstallationSpec]:
+def load_installations(path: Path | str, recover_channels: Sequence[str] = ()) -> list[InstallationSpec]:
     """The installations of the file, in its order; raises :class:`InstallationsError` naming every problem."""
-    specs, problems = check_installations(Path(path))
+    specs, problems = check_installations(Path(path), recover_channels)
     if problems:
         raise InstallationsError(problems)
     return specs

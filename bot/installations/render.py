@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
@@ -17,8 +17,11 @@ def env_name(name: str) -> str:
     return "RECOVER_SANDBOX_KEY_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
-def installations_yaml(urls: Mapping[str, str], key_refs: Mapping[str, tuple[str, str]]) -> str:
-    """The file's text: ``key_refs`` maps a name to ``("api_key_file", path)`` or ``("api_key_env", NAME)``."""
+def installations_yaml(
+    urls: Mapping[str, str], key_refs: Mapping[str, tuple[str, str]], channels: Sequence[str] = ()
+) -> str:
+    """The file's text: ``key_refs`` maps a name to ``("api_key_file", path)`` or ``("api_key_env", NAME)``;
+    ``channels`` each installation's (none: bound to no channel until the operator lists one)."""
     lines = ["installations:"]
     for name, url in urls.items():
         kind, ref = key_refs[name]
@@ -26,12 +29,14 @@ def installations_yaml(urls: Mapping[str, str], key_refs: Mapping[str, tuple[str
             f"  - name: {name}",
             f"    control_host_url: {url}",
             f"    {kind}: {ref}",
-            "    channels: []            # the Slack channel ids bound to this installation",
+            f"    channels: [{', '.join(channels)}]            # the Slack channel ids bound to this installation",
         ]
     return "\n".join(lines) + "\n"
 
 
-def write_installations(path: Path, urls: Mapping[str, str], keys: Mapping[str, str]) -> list[Path]:
+def write_installations(
+    path: Path, urls: Mapping[str, str], keys: Mapping[str, str], channels: Sequence[str] = ()
+) -> list[Path]:
     """Write the file and each key beside it (``<name>.key``, owner-only); the files written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -44,6 +49,6 @@ def write_installations(path: Path, urls: Mapping[str, str], keys: Mapping[str, 
         os.chmod(key_file, 0o600)  # an existing file keeps its mode through O_CREAT
         written.append(key_file)
         refs[name] = ("api_key_file", key_file.name)
-    path.write_text(installations_yaml(urls, refs), encoding="utf-8")
+    path.write_text(installations_yaml(urls, refs, channels), encoding="utf-8")
     written.append(path)
     return written

@@ -1,13 +1,15 @@
 """One installation's view of the settings: the single-installation settings every core part reads.
 
 Each core (bot/services.py) is built from settings; for an installation of a fleet those settings are
-the process's own with the installation's control host, key, compose project, Docker engine,
-channels, watch channel, approvers and store file put in, so no core part learns a second way to read
-its configuration.
+the process's own with the installation's control host, key, compose project, Docker engine, watch
+channel, approvers and store file put in, so no core part learns a second way to read its
+configuration. Its channels are not put in: ``RECOVER_CHANNELS`` stays the process's, and the
+installation's ``channels`` narrow it through :func:`recovery_channels` (bot/channels.py).
 """
 
 from __future__ import annotations
 
+from bot.channels import RecoveryChannels
 from bot.installations.spec import InstallationSpec, store_path
 from bot.settings import Settings
 
@@ -20,9 +22,8 @@ def scoped_settings(settings: Settings, spec: InstallationSpec) -> Settings:
         "control_host_api_key_file": None,
         "installations_file": None,  # this core serves the one installation ``spec``
         "db_path": store_path(settings.db_path, spec.name),
-        "installation": spec.compose_project,
+        "compose_project": spec.compose_project,
         "docker_host": spec.docker_host,
-        "channels": tuple(spec.channels),
         "watch_channel": spec.watch_channel,
     }
     if spec.approvers is not None:
@@ -30,4 +31,13 @@ def scoped_settings(settings: Settings, spec: InstallationSpec) -> Settings:
     return settings.model_copy(update=update)
 
 
-__all__ = ["scoped_settings"]
+def recovery_channels(settings: Settings, spec: InstallationSpec | None) -> RecoveryChannels:
+    """Where one core's restricted commands may run: ``RECOVER_CHANNELS`` for today's single
+    installation (``spec`` None); for an installation of the file, its ``channels`` within it (an empty
+    list: no channel). ``settings`` are the process's (scoped_settings leaves RECOVER_CHANNELS alone)."""
+    if spec is None:
+        return RecoveryChannels.of(settings.channels)
+    return RecoveryChannels.narrowed(settings.channels, spec.channels, spec.name)
+
+
+__all__ = ["recovery_channels", "scoped_settings"]

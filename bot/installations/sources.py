@@ -20,7 +20,7 @@ def installations_from_settings(settings: Settings) -> list[InstallationSpec]:
             name=DEFAULT_INSTALLATION,
             control_host_url=settings.control_host_url,
             api_key=settings.control_host_api_key,
-            compose_project=settings.installation,
+            compose_project=settings.compose_project,
             channels=settings.channels,
             docker_host=settings.docker_host,
             watch_channel=settings.watch_channel,
@@ -31,13 +31,14 @@ def installations_from_settings(settings: Settings) -> list[InstallationSpec]:
 def resolve_installations(settings: Settings) -> list[InstallationSpec]:
     """The installations the bot serves: the file's when ``RECOVER_INSTALLATIONS_FILE`` is set, else the
     settings' ``default``. Raises :class:`bot.installations.loader.InstallationsError` (every problem of
-    the file as ``FILE:LINE: …``) or :class:`SettingsError` (the file set beside CONTROL_HOST_URL)."""
+    the file as ``FILE:LINE: …``, an installation channel outside RECOVER_CHANNELS among them) or :class:`SettingsError` (the file set beside CONTROL_HOST_URL)."""
     if settings.installations_file is None:
         return installations_from_settings(settings)
     problems = settings.problems_for(["control_host"])
     if problems:
         raise SettingsError(problems)
-    return load_installations(settings.installations_file)
+    # RECOVER_CHANNELS beside the file: each installation's channels must lie within it (bot/channels.py).
+    return load_installations(settings.installations_file, settings.channels)
 
 
 def refuse_file_in_single_core(settings: Settings) -> None:

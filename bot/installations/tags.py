@@ -10,6 +10,7 @@ names the installation once.
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 from bot.installation_ids import TAG, split_tag
 from bot.messages import Button, Message, Reply, Reporter, brief
@@ -72,4 +73,22 @@ class TaggingReporter:
         return getattr(self.inner, name)
 
 
-__all__ = ["TAG", "TaggingReporter", "name_lead", "tag_message", "tag_reply", "tag_value", "untag"]
+class NoticePoster(Protocol):
+    """What break-glass's loud notice is posted through (bot.decisions.Notice, structurally)."""
+
+    def post(self, where: str, message: Message) -> str | None: ...
+
+
+class TaggingNotice:
+    """A front's notice poster for one named installation: each notice names it in the lead line, as
+    every other message of that installation does (a channel or approver told of a break-glass must
+    see whose control host it is about)."""
+
+    def __init__(self, inner: NoticePoster, installation: str) -> None:
+        self.inner, self.installation = inner, installation
+
+    def post(self, where: str, message: Message) -> str | None:
+        return self.inner.post(where, name_lead(tag_message(message, self.installation), self.installation))
+
+
+__all__ = ["TAG", "NoticePoster", "TaggingNotice", "TaggingReporter", "name_lead", "tag_message", "tag_reply", "tag_value", "untag"]

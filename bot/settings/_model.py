@@ -56,7 +56,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "slack_signing_secret_file", "slack_app_token_file", "slack_api_url", "slack_teams",
     ),  # fmt: skip
     "people": ("approvers", "channels", "console_users"),
-    "docker": ("installation", "docker_host", "docker_tls_verify", "docker_cert_path", "docker_plain_tcp", "log_files"),
+    "docker": ("compose_project", "docker_host", "docker_tls_verify", "docker_cert_path", "docker_plain_tcp", "log_files"),
     "http": ("host", "port"),
     "runbooks": ("runbooks_dir",),
     "logging": ("log_level",),
@@ -106,7 +106,9 @@ class Settings(BaseSettings):
     console_users: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, validation_alias="RECOVER_CONSOLE_USERS"
     )
-    installation: str | None = Field(None, validation_alias="RECOVER_INSTALLATION")
+    # The control host's compose project (labels find its reconciler and workers); the variable keeps its
+    # old name, the attribute says what it is (an "installation" is an entry of RECOVER_INSTALLATIONS_FILE).
+    compose_project: str | None = Field(None, validation_alias="RECOVER_INSTALLATION")
     docker_host: str | None = Field(None, validation_alias="DOCKER_HOST")
     docker_tls_verify: bool = Field(False, validation_alias="DOCKER_TLS_VERIFY")
     docker_cert_path: Path | None = Field(None, validation_alias="DOCKER_CERT_PATH")
@@ -142,7 +144,7 @@ class Settings(BaseSettings):
 
     # --- parsing (bot/settings/_parse.py): "before" validators see the raw value, of any type ---
 
-    _optional_text = field_validator("control_host_url", "installation", "docker_host", "log_files", mode="before")(
+    _optional_text = field_validator("control_host_url", "compose_project", "docker_host", "log_files", mode="before")(
         _parse.optional_text
     )
     _control_host_url = field_validator("control_host_url", mode="after")(_parse.control_host_url)

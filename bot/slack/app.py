@@ -43,7 +43,6 @@ from bot.slack import queued, wording
 from bot.slack.background import BackgroundWork, logged
 from bot.slack.delivery import Origin, SlackReporter, ThreadBook
 from bot.slack.inbox import NOT_COMMITTED_STATUS, Inbox, InboxUnavailable
-from bot.slack.notice import attach_notice
 from bot.slack.state import RecentDeliveries, SlackState, slack_migrations
 from bot.slack.tenancy import Tenancy, tenancy_middleware
 from bot.slack.web import SlackOut, make_client
@@ -332,7 +331,6 @@ def build_bot(
         or ThreadPoolExecutor(max_workers=16, thread_name_prefix="recover-ack"),
         logger=logging.getLogger("recover_bot.slack.bolt"),
     )
-    attach_notice(router, out)  # break-glass posts its loud notice before any send
     app.use(tenancy_middleware(tenancy))  # before every listener: other workspaces and apps are refused
     _register(app, bot)
     bot.app = app

@@ -39,7 +39,7 @@ def snapshot(core: Any) -> dict[str, Any]:
                          "throttled": limiter.throttled, "paused_for": round(paused, 1)}
     if core.settings.watch_channel:
         try:
-            saved = WatchStore(core.store, core.settings.installation or "default")
+            saved = WatchStore(core.store, core.settings.compose_project or "default")
             out["watch"] = {"health": saved.get("health") or {}, "poll": saved.get("poll") or {}}
         except Exception:  # noqa: BLE001 - a locked store is said, not raised
             out["watch"] = {"unreadable": True}

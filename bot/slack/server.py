@@ -207,9 +207,9 @@ def _quiet_start() -> Iterator[None]:
 
 def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     """``recover-bot serve``: Socket Mode when SLACK_APP_TOKEN is set, otherwise HTTP on HOST:PORT."""
-    from bot.fleet_router import build_fleet_router  # the core; imported here: the Slack package stays light
     from bot.slack.app import build_bot
-    from bot.slack.web import approver_directory, make_client
+    from bot.slack.web import make_client
+    from bot.slack.worker import slack_fleet_router
 
     out = out or sys.stdout
     sock: socket.socket | None = None
@@ -222,8 +222,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
             except OSError as exc:
                 raise listen_error(settings.host, settings.port, exc, host_name="HOST", port_name="PORT") from None
         client = make_client(settings)
-        directory = approver_directory(settings, client)
-        router = build_fleet_router(settings, directory=directory, startup=False)
+        router = slack_fleet_router(settings, client)  # as the worker composes it: one path for the front
         try:
             with _quiet_start():
                 bot = build_bot(settings, router, client=client)  # Bolt calls auth.test here

@@ -20,7 +20,7 @@ def watch_health_lines(settings: Settings, store: Store) -> list[str]:
         # The serving process opens the store for its inbox only: the watch tables are the worker's
         # (applied there at start; here a no-op but for the record of them, so they can be read).
         store.migrate([watch_migrations])
-        saved = WatchStore(store, settings.installation or "default")
+        saved = WatchStore(store, settings.compose_project or "default")
         health, poll = saved.get("health") or {}, saved.get("poll") or {}
     except Exception:  # noqa: BLE001 - a locked or unmigrated store is shown, not raised
         return ["watch: state unreadable"]

@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from bot.logsetup import configure_logging
 from bot.settings import Settings
@@ -33,11 +33,16 @@ from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
 from bot.slack.ladder import attach_ladder
-from bot.slack.notice import attach_notice
 from bot.slack.state import SlackState, slack_migrations
 from bot.slack.watching import attach_watches, cores_of
 from bot.slack.web import SlackOut
 from bot.store import Store
+
+if TYPE_CHECKING:
+    from slack_sdk import WebClient
+
+    from bot.clock import Clock
+    from bot.fleet_router import FleetRouter
 
 log = logging.getLogger("recover_bot.slack.worker")
 
@@ -116,17 +121,28 @@ def publish_health(bot: SlackBot) -> None:
         log.warning("installation health not written: %s", type(exc).__name__)
 
 
+def slack_fleet_router(settings: Settings, client: WebClient, *, clock: Clock | None = None) -> FleetRouter:
+    """The core as the Slack front composes it: one core per installation (today's settings: the one
+    installation `default`), approvers read through Slack, and the front's ports handed in as each core
+    is built (break-glass's loud notice posted through this client, in every installation)."""
+    from bot.fleet_router import build_fleet_router  # the core: only the worker needs it at start
+    from bot.services import FrontPorts
+    from bot.slack.notice import SlackNotice
+    from bot.slack.web import approver_directory
+
+    ports = FrontPorts(notice=SlackNotice(SlackOut(client)))
+    return build_fleet_router(settings, directory=approver_directory(settings, client), clock=clock, ports=ports,
+                              startup=False)
+
+
 def worker_bot(settings: Settings, store: Store) -> SlackBot:
     """The Slack front end's work side: the real router, the Web API client, no Bolt app."""
-    from bot.fleet_router import build_fleet_router  # the core: only the worker needs it at start
-    from bot.slack.web import approver_directory, make_client
+    from bot.slack.web import make_client
 
     client = make_client(settings)
-    # One core per installation (today's settings: the one installation `default`, as before).
-    router = build_fleet_router(settings, directory=approver_directory(settings, client), startup=False)
+    router = slack_fleet_router(settings, client)
     store.migrate([slack_migrations])  # the Slack front's own tables, beside the core's
     out = SlackOut(client)
-    attach_notice(router, out)  # break-glass posts its loud notice before any send
     state = SlackState(store)
     return SlackBot(
         settings=settings,

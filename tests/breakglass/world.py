@@ -16,6 +16,7 @@ from bot.clock import ManualClock, parse_time
 from bot.messages import ListReporter, Reply
 from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle
+from bot.services import FrontPorts
 from bot.settings import load_settings
 from bot.slack.notice import SlackNotice
 from bot.slack.web import SlackOut, make_client
@@ -94,6 +95,7 @@ def make_world(sbx: SandboxHandle, api: SlackStandIn, db: Path, **overrides: Any
     values.update(overrides)
     settings = load_settings({}, dotenv=None).model_copy(update=values)
     clock = ManualClock(datetime.now(UTC))
-    router = build_router(settings, sandbox=sbx, clock=clock, startup=False)
-    router.services.decisions.glass.notice = SlackNotice(SlackOut(make_client(settings)))
+    # The Slack front's notice poster, handed in at composition as the Slack worker does.
+    ports = FrontPorts(notice=SlackNotice(SlackOut(make_client(settings))))
+    router = build_router(settings, sandbox=sbx, clock=clock, startup=False, ports=ports)
     return World(sbx, api, router, clock, db)

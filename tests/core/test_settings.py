@@ -49,7 +49,7 @@ def test_every_fixed_name_is_read(tmp_path: Path) -> None:
     assert s.approvers == ("U01ABC", "W02DEF", "S03GRP")  # users and user groups, in the order given
     assert s.channels == ("C0INCIDENT",)
     assert s.port == 0 and s.host == "0.0.0.0"
-    assert s.installation == "prod" and s.docker_host == "tcp://127.0.0.1:2375"
+    assert s.compose_project == "prod" and s.docker_host == "tcp://127.0.0.1:2375"
     # Secrets stay out of repr, so a logged Settings object never shows them.
     text = repr(s)
     for secret in ("k-123456", "xoxb-1-2-3", "sig-secret-value", "xapp-1-2"):
@@ -83,7 +83,7 @@ def test_dotenv_is_read_and_environment_wins(tmp_path: Path) -> None:
     )
     s = load_settings({"PORT": "5000"}, dotenv=dotenv)
     assert s.control_host_url == "http://127.0.0.1:8700"
-    assert s.installation == "fromfile"
+    assert s.compose_project == "fromfile"
     assert s.port == 5000
 
 

@@ -48,7 +48,8 @@ def _core(tmp_path: Path, name: str, sbx: SandboxHandle, clock: ManualClock) -> 
         "db_path": tmp_path / "recover.db", "control_host_url": sbx.url,
         "control_host_api_key": SecretStr(sbx.api_key),
     })
-    spec = InstallationSpec(name=name, control_host_url=sbx.url, api_key=SecretStr(sbx.api_key))
+    # Bound to the channel the commands come from: an installation bound to none decides nowhere.
+    spec = InstallationSpec(name=name, control_host_url=sbx.url, api_key=SecretStr(sbx.api_key), channels=("C1",))
     return Router(build_services(settings, installation=spec, clock=clock))
 
 

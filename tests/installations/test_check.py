@@ -134,6 +134,25 @@ def test_without_a_file_the_one_the_bot_loads(
     assert capsys.readouterr().out.startswith(f"eu-1: ok, {eu.url} answered\n")
 
 
+def test_without_a_file_the_check_judges_its_channels_against_recover_channels_as_the_start_does(
+    hosts: tuple[SandboxHandle, SandboxHandle], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    eu, _ = hosts
+    monkeypatch.chdir(tmp_path)  # no .env here
+    path = _file(tmp_path, [("eu-1", eu.url, EU_KEY)])
+    path.write_text(path.read_text() + "    channels: [C0EU1INCD]\n")
+    monkeypatch.setenv("RECOVER_INSTALLATIONS_FILE", str(path))
+    monkeypatch.setenv("RECOVER_CHANNELS", "C0OTHER01")
+    assert main(["installations", "check"]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"{path}:5: channel C0EU1INCD is not in RECOVER_CHANNELS (C0OTHER01): an installation's channels narrow "
+        "RECOVER_CHANNELS, never widen it; add it to RECOVER_CHANNELS or remove it here"
+    )
+    monkeypatch.setenv("RECOVER_CHANNELS", "C0OTHER01,C0EU1INCD")
+    assert main(["installations", "check"]) == 0
+
+
 @pytest.mark.slow
 def test_the_installed_command_from_an_unrelated_folder(
     installed: Installed, installed_sandbox: InstalledSandbox, workdir: Path, tmp_path: Path

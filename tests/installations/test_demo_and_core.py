@@ -65,6 +65,8 @@ def test_the_demo_with_two_installations_starts_their_hosts(
             "/recover installations\n"
             "/recover diagnose ses_startup_stopped\n"
             "/recover diagnose ses_startup_stopped --install us-1\n"
+            # Each installation lists the console's channel, so the demo decides (with --install).
+            '/recover decide ses_startup_stopped start_fresh --reason "nothing to keep" --install us-1\n'
         ),
         stdout=out,
     )
@@ -74,6 +76,7 @@ def test_the_demo_with_two_installations_starts_their_hosts(
     assert "Which installation? This bot serves 2, and `diagnose` names none." in text
     assert "[us-1] ses_startup_stopped: Startup failures stopped the session" in text
     assert "[eu-1] ses_startup_stopped" not in text
+    assert "not allowed in this channel" not in text and "[us-1] " in text.split("start_fresh", 1)[-1]
 
 
 def test_the_demo_flag_takes_installation_names(capsys: pytest.CaptureFixture[str]) -> None:

@@ -44,7 +44,7 @@ def watched_worker(sandbox: SandboxHandle, slack_harness: Any, host: str, sleepi
     project = new_project()
     sandbox.admin.create_session(clone("healthy", sid))
     worker = sleeping_worker(project, session=sid)
-    h = slack_harness.real(sandbox, watch_channel=CHANNEL, installation=project, docker_host=host,
+    h = slack_harness.real(sandbox, watch_channel=CHANNEL, compose_project=project, docker_host=host,
                            watch_interval=INTERVAL)
     watcher = attach_watch(h.bot)  # polls on its thread, as serve does
     assert watcher is not None and isinstance(watcher.trigger, DockerTrigger)
