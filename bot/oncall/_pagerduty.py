@@ -17,7 +17,11 @@ What it follows of PagerDuty's published REST API v2:
   says — ``Retry-After`` when present, else ``ratelimit-reset`` (seconds until the limit resets) —
   and otherwise back off, doubling.
 
-A 5xx answer, a timeout or no connection is retried the same way. Every retry is bounded (``attempts``
+The answer is not trusted to honour the filter: each entry's ``escalation_policy.id`` is compared with the
+policy asked for; another policy's entries are dropped (counted in :attr:`OnCall.dropped` and logged),
+and an entry that cannot be checked (no policy id, no user id, wrong types) refuses the whole answer.
+
+A 5xx answer, a timeout or no connection is retried as a 429 is. Every retry is bounded (``attempts``
 and a total ``max_wait``; a told wait past it refuses at once): an approval waits seconds at most, then
 is refused with what to fix; never a hot loop, never an allowance. The on-calls are read at every
 question (they change during an incident); the email → Slack id mapping (Slack's ``users.lookupByEmail``)
@@ -97,7 +101,8 @@ class PagerDutyDirectory(OnCallDirectory):
             )
         slack_ids: set[str] = set()
         unmatched: list[str] = []
-        for user in self._users(policy):
+        users, dropped = self._users(policy)
+        for user in users:
             slack_id = self._slack_id(user)
             if slack_id is None:
                 unmatched.append(_who(user))
@@ -108,13 +113,22 @@ class PagerDutyDirectory(OnCallDirectory):
                 "PagerDuty policy %s (%s): on call but not matched to a Slack user by email: %s",
                 policy, group_id, ", ".join(unmatched),
             )  # fmt: skip
-        return OnCall(group_id, f"PagerDuty escalation policy {policy}", frozenset(slack_ids), tuple(unmatched))
+        return OnCall(
+            group_id, f"PagerDuty escalation policy {policy}", frozenset(slack_ids), tuple(unmatched), dropped
+        )
 
     # -- PagerDuty --------------------------------------------------------------------------------
 
-    def _users(self, policy: str) -> list[dict[str, Any]]:
-        """Every user on call for ``policy`` now, once each, over all pages."""
+    def _users(self, policy: str) -> tuple[list[dict[str, Any]], int]:
+        """Every user on call for ``policy`` now, once each, over all pages; and how many entries of the
+        answer were dropped because they belong to another escalation policy.
+
+        The query asks for ``policy`` only, but the answer is checked entry by entry all the same: a proxy,
+        a cache or an API change that loses the filter must not make every on-call of the account an
+        approver (R3: a second person is one the tier names, never one a wider answer happens to list).
+        """
         users: dict[str, dict[str, Any]] = {}
+        dropped: dict[str, int] = {}  # other policy id → entries dropped
         offset, limit = 0, PAGE_LIMIT
         while True:
             body = self._get(
@@ -125,12 +139,19 @@ class PagerDutyDirectory(OnCallDirectory):
             if not isinstance(oncalls, list):
                 raise _bad_answer("no oncalls list")
             for entry in oncalls:
-                user = entry.get("user") if isinstance(entry, dict) else None
-                if not isinstance(user, dict) or not user.get("id"):
-                    raise _bad_answer("an on-call without a user")
-                users.setdefault(str(user["id"]), user)
+                found, user = _entry(entry)
+                if found != policy:
+                    dropped[found] = dropped.get(found, 0) + 1
+                    continue
+                users.setdefault(user["id"], user)
             if body.get("more") is not True:
-                return list(users.values())
+                if dropped:
+                    log.warning(
+                        "PagerDuty answered %d on-call(s) of other escalation policies (%s) when asked for %s: "
+                        "dropped, they cannot approve for it",
+                        sum(dropped.values()), ", ".join(f"{p}: {n}" for p, n in sorted(dropped.items())), policy,
+                    )  # fmt: skip
+                return list(users.values()), sum(dropped.values())
             echoed = body.get("limit")
             step = echoed if isinstance(echoed, int) and echoed > 0 else limit
             if not oncalls or offset + step + limit > MAX_WINDOW:
@@ -186,6 +207,23 @@ class PagerDutyDirectory(OnCallDirectory):
         if slack_id is not None:
             self._emails[key] = (slack_id, now + self.email_ttl)
         return slack_id  # no match is asked again next time: a fix in Slack counts at once
+
+
+def _entry(entry: object) -> tuple[str, dict[str, Any]]:
+    """One on-call entry's escalation policy id and user.
+
+    Raises (fails closed: no approver from the directory) on an entry that cannot be checked: no user, a
+    user id that is not a string, or no escalation policy id to compare with the one asked for.
+    """
+    if not isinstance(entry, dict):
+        raise _bad_answer("an on-call that is not an object")
+    user = entry.get("user")
+    if not isinstance(user, dict) or not isinstance(user.get("id"), str) or not user["id"]:
+        raise _bad_answer("an on-call without a user id")
+    found = entry.get("escalation_policy")
+    if not isinstance(found, dict) or not isinstance(found.get("id"), str) or not found["id"]:
+        raise _bad_answer("an on-call without an escalation policy id, so it cannot be checked against the one asked")
+    return found["id"], user
 
 
 def _who(user: Mapping[str, Any]) -> str:

@@ -159,3 +159,19 @@ def test_an_unmapped_tier_refuses(pagerduty_api, slack_api, tmp_path):
     with pytest.raises(OnCallUnavailable, match="RECOVER_ONCALL_PAGERDUTY_POLICIES"):
         _directory(pagerduty_api, slack_api, tmp_path).members("S0NOTMAPPED")
     assert pagerduty_api.oncall_requests() == []
+
+
+def test_entries_of_another_policy_are_dropped_counted_and_logged(pagerduty_api, slack_api, tmp_path, caplog):
+    expected = _people(pagerduty_api, slack_api, 2)
+    pagerduty_api.on_call("PTWO", "PUSER77", "Other", "other@example.com")
+    pagerduty_api.on_call("PTWO", "PUSER78", "Other 2", "other2@example.com", level=2)
+    slack_api.emails.update({"other@example.com": "UOTHER0077", "other2@example.com": "UOTHER0078"})
+    pagerduty_api.ignores_filter = True  # a proxy that loses the escalation_policy_ids[] filter
+    with caplog.at_level(logging.WARNING, logger="recover_bot.oncall"):
+        found = _directory(pagerduty_api, slack_api, tmp_path).on_call(TIER)
+    assert found.slack_ids == expected and found.dropped == 2
+    assert "2 on-call(s) of other escalation policies (PTWO: 2) when asked for PTIER01" in caplog.text
+    assert PD_TOKEN not in caplog.text
+    assert slack_api.calls_to("users.lookupByEmail") and all(
+        "other" not in str(c) for c in slack_api.calls_to("users.lookupByEmail")
+    )  # a dropped entry is never even looked up
