@@ -84,13 +84,8 @@ class Recheck:
 
     def _refresh(self) -> None:
         snapshot: dict[str, Session] = {}
-        cursor: str | None = None
-        for _ in range(10_000):
-            page = self.client.list_sessions_needing_operator(cursor, limit=self.page_size)
-            snapshot.update({s.id: s for s in page.sessions})
-            if not page.next or page.next == cursor:
-                break
-            cursor = page.next
+        for sessions in self.client.listing(limit=self.page_size):
+            snapshot.update({s.id: s for s in sessions})
         self._snapshot = snapshot
         self._at = time.monotonic()
 

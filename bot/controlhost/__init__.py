@@ -20,6 +20,7 @@ from bot.controlhost._errors import (
 )
 from bot.controlhost._fields import KNOWN_FIELDS
 from bot.controlhost._identity import HostIdentity
+from bot.controlhost._listing import SessionListing
 from bot.controlhost._models import (
     Attention,
     Checkpoint,
@@ -62,6 +63,7 @@ __all__ = [
     "RetryPolicy",
     "parse_retry_after",
     "Session",
+    "SessionListing",
     "SessionPage",
     "Turn",
     "check_id",

@@ -35,6 +35,7 @@ from bot.controlhost._errors import (
 )
 from bot.controlhost._fields import FieldNames, canonical
 from bot.controlhost._identity import HostIdentity
+from bot.controlhost._listing import SessionListing
 from bot.controlhost._models import EventPage, Receipt, Session, SessionPage, Turn
 from bot.controlhost._permit import Permit
 from bot.controlhost._retry import RetryPolicy, parse_retry_after
@@ -164,15 +165,19 @@ class ControlHostClient:
             data = {**data, "sessions": [canonical("session", s, self.fields) for s in data["sessions"]]}
         return SessionPage.parse(data)
 
+    def listing(self, *, limit: int | None = None, max_pages: int = 10_000) -> SessionListing:
+        """One walk over every page of sessions needing an operator, each session once (a repeated id is
+        dropped, counted and logged): what triage, watch and batches read the listing through."""
+
+        def fetch(cursor: str | None, size: int | None) -> SessionPage:
+            return self.list_sessions_needing_operator(cursor, limit=size)
+
+        return SessionListing(fetch, limit=limit, max_pages=max_pages)
+
     def iter_sessions_needing_operator(self) -> Iterator[Session]:
-        """Every session needing an operator, across pages."""
-        cursor: str | None = None
-        for _ in range(_MAX_PAGES):
-            page = self.list_sessions_needing_operator(cursor)
-            yield from page.sessions
-            if not page.next or page.next == cursor:
-                return
-            cursor = page.next
+        """Every session needing an operator, across pages, each once."""
+        for sessions in self.listing(max_pages=_MAX_PAGES):
+            yield from sessions
 
     def list_turns(self, session_id: str, status: str | None = None) -> list[Turn]:
         """Turns of a session, newest first (all pages)."""

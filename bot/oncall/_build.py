@@ -18,9 +18,20 @@ class SlackSource(OnCallDirectory, SlackPeople, Protocol):
 def oncall_directory(settings: Settings, slack: SlackSource) -> OnCallDirectory:
     """``slack`` alone when no tier is mapped to PagerDuty; else mapped tiers through PagerDuty.
 
-    Raises :class:`SettingsError` when tiers are mapped but no key is set (a start-up problem, named).
+    Raises :class:`SettingsError` when tiers are mapped but no key is set, or a schedule is set for a tier
+    no policy maps (start-up problems, named).
     """
     policies = settings.oncall_pagerduty_policies
+    schedules = settings.oncall_pagerduty_schedules
+    unmapped = sorted(set(schedules) - set(policies))
+    if unmapped:
+        raise SettingsError(
+            [
+                f"RECOVER_ONCALL_PAGERDUTY_SCHEDULES names {', '.join(unmapped)}, which "
+                "RECOVER_ONCALL_PAGERDUTY_POLICIES does not map: a schedule narrows a tier's escalation policy, "
+                "so map the tier to its policy there too (or drop it here)"
+            ]
+        )
     if not policies:
         return slack
     token = reveal(settings.oncall_pagerduty_token)
@@ -32,6 +43,6 @@ def oncall_directory(settings: Settings, slack: SlackSource) -> OnCallDirectory:
             ]
         )
     pagerduty = PagerDutyDirectory(
-        api_url=settings.oncall_pagerduty_url, token=token, policies=policies, people=slack
+        api_url=settings.oncall_pagerduty_url, token=token, policies=policies, people=slack, schedules=schedules
     )
     return RoutedDirectory(slack, {group: pagerduty for group in policies})

@@ -25,13 +25,16 @@ class OnCall:
     """Who is on call for ``group_id`` now, as Slack user ids, and where that was read.
 
     ``unmatched`` names the people the source has on call but could not map to a Slack user: they
-    cannot approve until mapped, and the ladder can say so instead of losing them silently.
+    cannot approve until mapped, and the ladder can say so instead of losing them silently. ``dropped``
+    counts the entries of the source's answer that belonged to something other than what was asked for
+    (another escalation policy): never approvers, counted and logged by the source.
     """
 
     group_id: str
     source: str
     slack_ids: frozenset[str]
     unmatched: tuple[str, ...] = ()
+    dropped: int = 0
 
 
 class OnCallDirectory(Protocol):

@@ -17,7 +17,13 @@ What it follows of PagerDuty's published REST API v2:
   says — ``Retry-After`` when present, else ``ratelimit-reset`` (seconds until the limit resets) —
   and otherwise back off, doubling.
 
-A 5xx answer, a timeout or no connection is retried the same way. Every retry is bounded (``attempts``
+The answer is not trusted to honour the filter: each entry's ``escalation_policy.id`` is compared with the
+policy asked for, and its ``schedule.id`` with the schedule where one is configured for the tier
+(``schedule_ids[]`` is asked for too); other entries are dropped (counted in :attr:`OnCall.dropped` and
+logged), and an entry that cannot be checked (no policy id, no user id, wrong types) refuses the whole
+answer.
+
+A 5xx answer, a timeout or no connection is retried as a 429 is. Every retry is bounded (``attempts``
 and a total ``max_wait``; a told wait past it refuses at once): an approval waits seconds at most, then
 is refused with what to fix; never a hot loop, never an allowance. The on-calls are read at every
 question (they change during an incident); the email → Slack id mapping (Slack's ``users.lookupByEmail``)
@@ -53,7 +59,8 @@ class SlackPeople(Protocol):
 
 
 class PagerDutyDirectory(OnCallDirectory):
-    """Tiers mapped to escalation policies (``policies``: group id → policy id), read from PagerDuty."""
+    """Tiers mapped to escalation policies (``policies``: group id → policy id), read from PagerDuty;
+    ``schedules`` (group id → schedule id) narrows a tier to one schedule within its policy."""
 
     def __init__(
         self,
@@ -62,6 +69,7 @@ class PagerDutyDirectory(OnCallDirectory):
         token: str,
         policies: Mapping[str, str],
         people: SlackPeople,
+        schedules: Mapping[str, str] | None = None,
         timeout: float = 5.0,
         attempts: int = 3,
         max_wait: float = 10.0,
@@ -71,6 +79,7 @@ class PagerDutyDirectory(OnCallDirectory):
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policies = dict(policies)
+        self.schedules = dict(schedules or {})  # group id → the schedule within its policy, where configured
         self.people = people
         self.attempts = max(1, attempts)
         self.max_wait = max_wait
@@ -95,9 +104,11 @@ class PagerDutyDirectory(OnCallDirectory):
                 f"{group_id} is not mapped to a PagerDuty escalation policy",
                 hint="Add it to RECOVER_ONCALL_PAGERDUTY_POLICIES (e.g. S0ONCALL2:PABC123).",
             )
+        schedule = self.schedules.get(group_id)
         slack_ids: set[str] = set()
         unmatched: list[str] = []
-        for user in self._users(policy):
+        users, dropped = self._users(policy, schedule)
+        for user in users:
             slack_id = self._slack_id(user)
             if slack_id is None:
                 unmatched.append(_who(user))
@@ -108,29 +119,48 @@ class PagerDutyDirectory(OnCallDirectory):
                 "PagerDuty policy %s (%s): on call but not matched to a Slack user by email: %s",
                 policy, group_id, ", ".join(unmatched),
             )  # fmt: skip
-        return OnCall(group_id, f"PagerDuty escalation policy {policy}", frozenset(slack_ids), tuple(unmatched))
+        source = f"PagerDuty escalation policy {policy}" + (f", schedule {schedule}" if schedule else "")
+        return OnCall(group_id, source, frozenset(slack_ids), tuple(unmatched), dropped)
 
     # -- PagerDuty --------------------------------------------------------------------------------
 
-    def _users(self, policy: str) -> list[dict[str, Any]]:
-        """Every user on call for ``policy`` now, once each, over all pages."""
+    def _users(self, policy: str, schedule: str | None) -> tuple[list[dict[str, Any]], int]:
+        """Every user on call for ``policy`` (and ``schedule`` when one is configured) now, once each, over
+        all pages; and how many entries of the answer were dropped as not what was asked for.
+
+        The query asks for ``policy`` (and ``schedule``) only, but the answer is checked entry by entry all
+        the same: a proxy, a cache or an API change that loses the filter must not make every on-call of the
+        account an approver of what cannot be undone (R5.4: ``close`` waits for a second person the tier
+        names, never one a wider answer happens to list).
+        """
         users: dict[str, dict[str, Any]] = {}
+        dropped: dict[str, int] = {}  # what the entry was instead ("escalation policy PTWO") → entries
+        query: tuple[tuple[str, str], ...] = (("escalation_policy_ids[]", policy),)
+        if schedule is not None:
+            query += (("schedule_ids[]", schedule),)
         offset, limit = 0, PAGE_LIMIT
         while True:
             body = self._get(
-                (("escalation_policy_ids[]", policy), ("include[]", "users"), ("earliest", "true"),
-                 ("limit", limit), ("offset", offset))
+                query + (("include[]", "users"), ("earliest", "true"), ("limit", limit), ("offset", offset))
             )  # fmt: skip
             oncalls = body.get("oncalls")
             if not isinstance(oncalls, list):
                 raise _bad_answer("no oncalls list")
             for entry in oncalls:
-                user = entry.get("user") if isinstance(entry, dict) else None
-                if not isinstance(user, dict) or not user.get("id"):
-                    raise _bad_answer("an on-call without a user")
-                users.setdefault(str(user["id"]), user)
+                user, outside = _entry(entry, policy, schedule)
+                if outside is not None:
+                    dropped[outside] = dropped.get(outside, 0) + 1
+                    continue
+                users.setdefault(user["id"], user)
             if body.get("more") is not True:
-                return list(users.values())
+                if dropped:
+                    asked = f"escalation policy {policy}" + (f", schedule {schedule}" if schedule else "")
+                    log.warning(
+                        "PagerDuty answered %d on-call(s) outside what was asked for (%s) when asked for %s: "
+                        "dropped, they cannot approve for it",
+                        sum(dropped.values()), ", ".join(f"{k}: {n}" for k, n in sorted(dropped.items())), asked,
+                    )  # fmt: skip
+                return list(users.values()), sum(dropped.values())
             echoed = body.get("limit")
             step = echoed if isinstance(echoed, int) and echoed > 0 else limit
             if not oncalls or offset + step + limit > MAX_WINDOW:
@@ -186,6 +216,43 @@ class PagerDutyDirectory(OnCallDirectory):
         if slack_id is not None:
             self._emails[key] = (slack_id, now + self.email_ttl)
         return slack_id  # no match is asked again next time: a fix in Slack counts at once
+
+
+def _entry(entry: object, policy: str, schedule: str | None) -> tuple[dict[str, Any], str | None]:
+    """One on-call entry's user, and what it is instead when it is not of ``policy`` (and ``schedule``,
+    when one is configured): ``"escalation policy PTWO"``, ``"schedule PSX"``, ``"no schedule"``.
+
+    Raises (fails closed: no approver from the directory) on an entry that cannot be checked: no user, a
+    user id that is not a string, no escalation policy id, or (with a schedule configured) a schedule
+    that is neither null nor an object with an id.
+    """
+    if not isinstance(entry, dict):
+        raise _bad_answer("an on-call that is not an object")
+    user = entry.get("user")
+    if not isinstance(user, dict) or not isinstance(user.get("id"), str) or not user["id"]:
+        raise _bad_answer("an on-call without a user id")
+    found = _ref_id(entry.get("escalation_policy"))
+    if not found:
+        raise _bad_answer("an on-call without an escalation policy id, so it cannot be checked against the one asked")
+    if found != policy:
+        return user, f"escalation policy {found}"
+    if schedule is None:
+        return user, None
+    on = entry.get("schedule")
+    if on is None:
+        return user, "no schedule"  # a user the policy targets directly, not through the schedule asked for
+    scheduled = _ref_id(on)
+    if not scheduled:
+        raise _bad_answer("an on-call whose schedule has no id, so it cannot be checked against the one asked")
+    return user, None if scheduled == schedule else f"schedule {scheduled}"
+
+
+def _ref_id(ref: object) -> str | None:
+    """A PagerDuty reference's id (``{"id": "P…", "type": …}``); None when it has none or is mistyped."""
+    if not isinstance(ref, dict):
+        return None
+    value = ref.get("id")
+    return value if isinstance(value, str) and value else None
 
 
 def _who(user: Mapping[str, Any]) -> str:

@@ -40,19 +40,40 @@ RULE_ID = re.compile(r"^R\d+\.\d+$")
 COMMAND_NAME = re.compile(r"^[a-z][a-z0-9-]*( [a-z][a-z0-9-]*)*$")
 
 
+#: The longest duration accepted anywhere a duration is parsed: 366 days (a leap year). Every duration
+#: ends up as a ``timedelta`` added to now (an expiry, a window's start), a wait handed to the standard
+#: library (``threading`` waits stop at ``threading.TIMEOUT_MAX``, about 292 years here) or a time stored
+#: in SQLite; ``timedelta`` itself overflows a C int past 999,999,999 days, which is how a runbook with
+#: ``999999999999d`` used to pass its check and then fail at the first request. A year is far inside all
+#: of these and longer than any wait, expiry or window a recovery runbook has reason to name.
+MAX_DURATION_SECONDS = 366 * 86400.0
+MAX_DURATION_TEXT = "366d"
+
+
 def parse_duration(value: object) -> float:
-    """'10s', '15m', '500ms', '1h' or a number of seconds → seconds; anything else is an error."""
+    """'10s', '15m', '500ms', '1h' or a number of seconds → seconds; anything else is an error.
+
+    Bounded to more than zero and at most :data:`MAX_DURATION_SECONDS` (366 days, why above), so what a
+    runbook check accepts the bot can also schedule; NaN and infinities are refused with the rest.
+    """
     if isinstance(value, bool):
         raise ValueError(f"bad duration {value!r}: use a number with a unit (ms, s, m, h, d), e.g. 10s")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if match is None:
-            raise ValueError(f"bad duration {value!r}: use a number with a unit (ms, s, m, h, d), e.g. 10s")
-        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    try:
+        if isinstance(value, int | float):
+            seconds = float(value)
+        else:
+            match = _DURATION.match(str(value))
+            if match is None:
+                raise ValueError(f"bad duration {value!r}: use a number with a unit (ms, s, m, h, d), e.g. 10s")
+            seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    except OverflowError:
+        seconds = float("inf")  # an integer too large for a float: refused below as too long
     if seconds <= 0:
         raise ValueError(f"bad duration {value!r}: must be more than zero")
+    if not seconds <= MAX_DURATION_SECONDS:  # written so that NaN is refused too
+        raise ValueError(
+            f"bad duration {value!r}: must be at most {MAX_DURATION_TEXT} (the longest the bot can schedule)"
+        )
     return seconds
 
 

@@ -118,8 +118,8 @@ class SandboxAdmin:
         """Inject a fault: ``latency`` (seconds), ``rate_limit`` (429 + Retry-After), ``server_error``
         (5xx before the commit), ``error_after_commit`` (commit, then a 5xx, default 500),
         ``drop_after_commit``, ``dribble`` (the answer at ``rate`` bytes/s for
-        ``seconds``) or ``huge_body`` (the answer padded to ``size`` bytes, streamed; ``length=False``
-        sends no Content-Length); ``path`` is an fnmatch pattern; ``for_seconds`` ends the fault after
+        ``seconds``), ``huge_body`` (the answer padded to ``size`` bytes, streamed; ``length=False``
+        sends no Content-Length) or ``repeat_sessions`` (a listing page names each session twice); ``path`` is an fnmatch pattern; ``for_seconds`` ends the fault after
         that many real seconds (with ``times=None``: an outage of that length); ``probability`` (with
         ``seed``) applies it to that share of the matching requests, repeatably."""
         body: dict[str, Any] = {"kind": kind, "path": path, "method": method, "times": times}

@@ -39,6 +39,7 @@ RECOVER_SCOPE = "sessions:recover"
 MAX_BODY = 1 << 20
 FAULT_KINDS = (
     "latency", "rate_limit", "server_error", "error_after_commit", "drop_after_commit", "dribble", "huge_body",
+    "repeat_sessions",
 )
 # How an answer can be sent badly (hostile-host tests): slowly, or far too big.
 SHAPE_KINDS = ("dribble", "huge_body")
@@ -53,6 +54,13 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False  # commit, then close the connection without answering
     shape: Fault | None = None  # dribble / huge_body: how the answer goes out
+
+
+def _repeat_sessions(response: Response) -> None:
+    """A listing page with every session listed twice, as a proxy or cache that repeats entries might."""
+    body = response.body
+    if response.status == 200 and isinstance(body, dict) and isinstance(body.get("sessions"), list):
+        response.body = {**body, "sessions": [s for s in body["sessions"] for _ in range(2)]}
 
 
 @dataclass
@@ -327,6 +335,8 @@ class SandboxApp:
                 response = self._post(name, params, path, headers, raw, key)
         except ApiError as exc:
             response = Response(exc.status, exc.body())
+        if any(f.kind == "repeat_sessions" for f in faults):
+            _repeat_sessions(response)
         if after:
             # After the commit: the effect and the stored receipt stay; only this answer is lost.
             response = _err(after.status, "SERVER_ERROR", "Injected server error (after commit).", retryable=True)

@@ -63,6 +63,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "watch": ("watch_channel", "watch_interval"),
     "oncall": (
         "oncall_pagerduty_token", "oncall_pagerduty_token_file", "oncall_pagerduty_url", "oncall_pagerduty_policies",
+        "oncall_pagerduty_schedules",
     ),  # fmt: skip
 }
 ALL_GROUPS = frozenset(GROUPS)
@@ -127,6 +128,10 @@ class Settings(BaseSettings):
     oncall_pagerduty_policies: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, validation_alias="RECOVER_ONCALL_PAGERDUTY_POLICIES"
     )
+    # Optionally, within a tier's policy, the one schedule its on-call users must come from.
+    oncall_pagerduty_schedules: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, validation_alias="RECOVER_ONCALL_PAGERDUTY_SCHEDULES"
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -170,6 +175,7 @@ class Settings(BaseSettings):
     _watch_interval = field_validator("watch_interval", mode="before")(_parse.watch_interval)
     _pagerduty_url = field_validator("oncall_pagerduty_url", mode="before")(_parse.pagerduty_url)
     _pagerduty_policies = field_validator("oncall_pagerduty_policies", mode="before")(_parse.pagerduty_policies)
+    _pagerduty_schedules = field_validator("oncall_pagerduty_schedules", mode="before")(_parse.pagerduty_schedules)
     _docker_tls_verify = field_validator("docker_tls_verify", mode="before")(_parse.docker_tls_verify)
     _docker_cert_path = field_validator("docker_cert_path", mode="before")(_parse.optional)
     _docker_plain_tcp = field_validator("docker_plain_tcp", mode="before")(_parse.docker_plain_tcp)

@@ -259,6 +259,19 @@ def pagerduty_policies(value: object) -> dict[str, str]:
     return mapping
 
 
+def pagerduty_schedules(value: object) -> dict[str, str]:
+    """RECOVER_ONCALL_PAGERDUTY_SCHEDULES: ``S…:P…`` pairs, a tier (one mapped to an escalation policy)
+    and the PagerDuty schedule its on-call users must come from, within that policy."""
+    mapping, bad = pair_map(value, _GROUP_ID, _PAGERDUTY_ID)
+    if bad:
+        raise ValueError(
+            f"RECOVER_ONCALL_PAGERDUTY_SCHEDULES: {', '.join(map(repr, bad))} is not GroupId:ScheduleId; "
+            "write e.g. S0ONCALL2:PSCHED1 (a tier mapped in RECOVER_ONCALL_PAGERDUTY_POLICIES, and the PagerDuty "
+            "schedule id from its URL), each group once"
+        )
+    return mapping
+
+
 def docker_tls_verify(value: object) -> bool:
     """DOCKER_TLS_VERIFY, read as the docker CLI reads it: any non-empty value turns TLS on."""
     return not blank(value) and value is not False

@@ -136,16 +136,13 @@ class _Run:
         futures: list[cf.Future[None]] = []
         page_size = int(runbook_limit(self.t.runbooks, "bulk_page_size"))
         try:
-            cursor: str | None = None
-            for _ in range(10_000):
-                page = self.t.client.list_sessions_needing_operator(cursor, limit=page_size)
+            # Each session once, however often the host lists it: counted once, grouped once (so a batch
+            # over a group has one member per session).
+            for sessions in self.t.client.listing(limit=page_size):
                 with self.lock:
-                    self.listed += len(page.sessions)
-                futures.extend(pool.submit(self._one, s) for s in page.sessions)
+                    self.listed += len(sessions)
+                futures.extend(pool.submit(self._one, s) for s in sessions)
                 self.throttle.update(self._progress)
-                if not page.next or page.next == cursor:
-                    break
-                cursor = page.next
             with self.lock:
                 self.listing_done = True
             for future in cf.as_completed(futures):

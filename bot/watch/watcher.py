@@ -180,22 +180,17 @@ class Watcher:
         known = self.saved.active()
         new: list[Stop] = []
         page_size = int(runbook_limit(self.runbooks, "bulk_page_size"))
-        cursor: str | None = None
+        listing = self.client.listing(limit=page_size)  # each session once, however often it is listed
         try:
-            for _ in range(10_000):
-                result.cursor = cursor
-                page = self.client.list_sessions_needing_operator(cursor, limit=page_size)
-                result.pages += 1
-                for session in page.sessions:
+            for sessions in listing:
+                for session in sessions:
                     listed.add(session.id)
                     stop = self._stop_of(session)
                     if (stop.session_id, stop.signature) not in known:
                         new.append(stop)
-                if not page.next or page.next == cursor:
-                    break
-                cursor = page.next
         except Exception as exc:  # noqa: BLE001 - a failing page is counted; the next poll reads again
             result.error = redact(str(exc)) or type(exc).__name__
+        result.cursor, result.pages = listing.cursor, listing.pages
         result.listed = len(listed)
         window, threshold = self.spec.seconds("storm_window"), int(self.spec.seconds("storm_threshold"))
         burst = len(new) + self.saved.recent(now=now, window=window) > threshold

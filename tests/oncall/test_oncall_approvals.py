@@ -106,3 +106,67 @@ def test_pagerduty_unable_to_answer_refuses_the_approval(decision_env, pagerduty
     text = "\n".join(m.plain_text() for m in reply.messages)
     assert not reply.ok and "not an allowed approver" in text and "PagerDuty" in text, text
     assert svc.requests.get(rid).state == "requested" and env.posts("ses_oc1") == []
+
+
+def _close(env, svc, sid="ses_oc2"):
+    env.restore_failed(sid)
+    reply = svc.decide(REQUESTER, CHANNEL, sid, "close", reason="give up; effects checked", reporter=env.reporter)
+    msg = reply.messages[0]
+    assert msg.kind == "approval_request", msg.plain_text()
+    return msg.ref
+
+
+def test_an_on_call_of_another_policy_in_the_answer_cannot_approve_a_close(
+    decision_env, pagerduty_api, slack_api, tmp_path, caplog
+):
+    # A proxy or cache that loses the escalation_policy_ids[] filter: the answer lists the whole account.
+    env = decision_env
+    pagerduty_api.ignores_filter = True
+    pagerduty_api.on_call("PTWO", "POUTSID", "Otto Outsider", "otto@example.com")
+    pagerduty_api.on_call(POLICY, "PAPPROV", "Ann Approver", "ann@example.com")
+    slack_api.emails.update({"ann@example.com": APPROVER, "otto@example.com": OUTSIDER})
+    svc = _service(env, pagerduty_api, slack_api, tmp_path)
+    rid = _close(env, svc)
+    with caplog.at_level("WARNING", logger="recover_bot.oncall"):
+        refused = svc.approve(OUTSIDER, CHANNEL, rid, env.reporter)
+    assert not refused.ok and "not an allowed approver" in refused.messages[-1].headline
+    assert svc.requests.get(rid).state == "requested" and env.posts("ses_oc2") == []
+    assert "1 on-call(s) outside what was asked for (escalation policy PTWO: 1) when asked for escalation policy PTIER01" in caplog.text
+    assert PD_TOKEN not in caplog.text
+    assert [r.values("escalation_policy_ids[]") for r in pagerduty_api.oncall_requests()] == [[POLICY]]
+    # The one on call for the policy asked for still approves: the check drops, it does not refuse everyone.
+    ok = svc.approve(APPROVER, CHANNEL, rid, env.reporter)
+    assert ok.ok, [m.plain_text() for m in ok.messages]
+    assert len(env.effects("ses_oc2")) == 1
+
+
+def _no_policy(entry):
+    return {k: v for k, v in entry.items() if k != "escalation_policy"}
+
+
+def _policy_id_number(entry):
+    return {**entry, "escalation_policy": {"id": 7, "type": "escalation_policy_reference"}}
+
+
+def _policy_a_string(entry):
+    return {**entry, "escalation_policy": POLICY}
+
+
+def _user_id_number(entry):
+    return {**entry, "user": {**entry["user"], "id": 12345}}
+
+
+@pytest.mark.parametrize("mangle", [_no_policy, _policy_id_number, _policy_a_string, _user_id_number])
+def test_an_on_call_answer_that_cannot_be_checked_refuses_the_approval(
+    decision_env, pagerduty_api, slack_api, tmp_path, mangle
+):
+    env = decision_env
+    pagerduty_api.on_call(POLICY, "PAPPROV", "Ann Approver", "ann@example.com")
+    slack_api.emails["ann@example.com"] = APPROVER
+    pagerduty_api.mangle = mangle
+    svc = _service(env, pagerduty_api, slack_api, tmp_path)
+    rid = _close(env, svc)
+    reply = svc.approve(APPROVER, CHANNEL, rid, env.reporter)
+    text = "\n".join(m.plain_text() for m in reply.messages)
+    assert not reply.ok and "not an allowed approver" in text and "PagerDuty's on-call answer was unusable" in text
+    assert svc.requests.get(rid).state == "requested" and env.posts("ses_oc2") == []

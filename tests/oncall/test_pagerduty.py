@@ -159,3 +159,44 @@ def test_an_unmapped_tier_refuses(pagerduty_api, slack_api, tmp_path):
     with pytest.raises(OnCallUnavailable, match="RECOVER_ONCALL_PAGERDUTY_POLICIES"):
         _directory(pagerduty_api, slack_api, tmp_path).members("S0NOTMAPPED")
     assert pagerduty_api.oncall_requests() == []
+
+
+def test_entries_of_another_policy_are_dropped_counted_and_logged(pagerduty_api, slack_api, tmp_path, caplog):
+    expected = _people(pagerduty_api, slack_api, 2)
+    pagerduty_api.on_call("PTWO", "PUSER77", "Other", "other@example.com")
+    pagerduty_api.on_call("PTWO", "PUSER78", "Other 2", "other2@example.com", level=2)
+    slack_api.emails.update({"other@example.com": "UOTHER0077", "other2@example.com": "UOTHER0078"})
+    pagerduty_api.ignores_filter = True  # a proxy that loses the escalation_policy_ids[] filter
+    with caplog.at_level(logging.WARNING, logger="recover_bot.oncall"):
+        found = _directory(pagerduty_api, slack_api, tmp_path).on_call(TIER)
+    assert found.slack_ids == expected and found.dropped == 2
+    assert "2 on-call(s) outside what was asked for (escalation policy PTWO: 2) when asked for escalation policy PTIER01" in caplog.text
+    assert PD_TOKEN not in caplog.text
+    assert slack_api.calls_to("users.lookupByEmail") and all(
+        "other" not in str(c) for c in slack_api.calls_to("users.lookupByEmail")
+    )  # a dropped entry is never even looked up
+
+
+def test_with_a_schedule_entries_of_another_schedule_or_none_are_dropped(pagerduty_api, slack_api, tmp_path, caplog):
+    pd = pagerduty_api
+    pd.on_call(POLICY, "PUSER01", "In Schedule", "in@example.com", schedule="PSCHED1")
+    pd.on_call(POLICY, "PUSER02", "Other Schedule", "other@example.com", schedule="PSCHED2")
+    pd.on_call(POLICY, "PUSER03", "Direct Target", "direct@example.com")
+    slack_api.emails.update({"in@example.com": "UIN0000001", "other@example.com": "UOTH000002",
+                             "direct@example.com": "UDIR000003"})  # fmt: skip
+    pd.ignores_filter = True
+    directory = _directory(pd, slack_api, tmp_path, schedules={TIER: "PSCHED1"})
+    with caplog.at_level(logging.WARNING, logger="recover_bot.oncall"):
+        found = directory.on_call(TIER)
+    assert found.slack_ids == {"UIN0000001"} and found.dropped == 2
+    assert found.source == f"PagerDuty escalation policy {POLICY}, schedule PSCHED1"
+    assert "(no schedule: 1, schedule PSCHED2: 1) when asked for escalation policy PTIER01, schedule PSCHED1" in (
+        caplog.text
+    )
+    assert pd.oncall_requests()[0].values("schedule_ids[]") == ["PSCHED1"]
+    # A schedule that cannot be checked refuses the whole answer.
+    pd.mangle = lambda entry: {**entry, "schedule": "PSCHED1"}
+    with pytest.raises(OnCallUnavailable, match="schedule has no id"):
+        directory.on_call(TIER)
+    # Without a schedule configured for the tier, the schedule is not looked at.
+    assert _directory(pd, slack_api, tmp_path).on_call(TIER).slack_ids == {"UIN0000001", "UOTH000002", "UDIR000003"}

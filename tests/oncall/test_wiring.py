@@ -65,3 +65,26 @@ def test_policies_without_a_key_is_a_settings_problem(slack_api, tmp_path):
     settings = slack_settings(slack_api, tmp_path / "s.db", oncall_pagerduty_policies={MAPPED: "PTIER01"})
     with pytest.raises(SettingsError, match="RECOVER_ONCALL_PAGERDUTY_TOKEN is not set"):
         approver_directory(settings, make_client(settings))
+
+
+def test_a_schedule_narrows_its_tier_and_one_for_an_unmapped_tier_is_refused(pagerduty_api, slack_api, tmp_path):
+    s = load_settings({"RECOVER_ONCALL_PAGERDUTY_SCHEDULES": "S0ONCALL2:PSCHED1"}, dotenv=None, uses=("oncall",))
+    assert s.oncall_pagerduty_schedules == {"S0ONCALL2": "PSCHED1"}
+    with pytest.raises(SettingsError, match="RECOVER_ONCALL_PAGERDUTY_SCHEDULES: 'S0X1' is not GroupId:ScheduleId"):
+        load_settings({"RECOVER_ONCALL_PAGERDUTY_SCHEDULES": "S0X1:"}, dotenv=None, uses=("oncall",))
+    pagerduty_api.on_call("PTIER01", "PUSER01", "Pat Oncall", "pat@example.com", schedule="PSCHED1")
+    pagerduty_api.on_call("PTIER01", "PUSER02", "Dee Direct", "dee@example.com")  # a direct target: no schedule
+    slack_api.emails.update({"pat@example.com": "UPAT000001", "dee@example.com": "UDEE000001"})
+    settings = slack_settings(
+        slack_api, tmp_path / "s.db", oncall_pagerduty_policies={MAPPED: "PTIER01"},
+        oncall_pagerduty_schedules={MAPPED: "PSCHED1"},
+        oncall_pagerduty_token=PD_TOKEN, oncall_pagerduty_url=pagerduty_api.base_url,
+    )  # fmt: skip
+    assert approver_directory(settings, make_client(settings)).members(MAPPED) == {"UPAT000001"}
+    assert [r.values("schedule_ids[]") for r in pagerduty_api.oncall_requests()] == [["PSCHED1"]]
+    unmapped = slack_settings(
+        slack_api, tmp_path / "s.db", oncall_pagerduty_policies={MAPPED: "PTIER01"},
+        oncall_pagerduty_schedules={"S0OTHER9": "PSCHED1"}, oncall_pagerduty_token=PD_TOKEN,
+    )  # fmt: skip
+    with pytest.raises(SettingsError, match="RECOVER_ONCALL_PAGERDUTY_SCHEDULES names S0OTHER9, which"):
+        approver_directory(unmapped, make_client(unmapped))

@@ -152,6 +152,19 @@ BAD_CASES = {
         SESSION, "should match pattern", 1, "  quiet_hours:",
     ),
     "watch: a misspelt value": ("  dedup_window: {", "  dedupe_window: {", SESSION, "unknown field 'dedupe_window'", 1),
+    "a duration longer than the bot can schedule": (
+        "  expiry: {duration: 30m,", "  expiry: {duration: 999999999999d,", SESSION,
+        "bad duration '999999999999d': must be at most 366d (the longest the bot can schedule)", 1,
+    ),
+    "a duration one second past the bound": (
+        "  expiry: {duration: 30m,", "  expiry: {duration: 31622401s,", SESSION, "must be at most 366d", 1,
+    ),
+    "a number of seconds too large for a float": (
+        "  expiry: {duration: 30m,", "  expiry: {duration: 1" + "0" * 400 + ",", SESSION, "must be at most 366d", 1,
+    ),
+    "a duration that is not a number": (
+        "  expiry: {duration: 30m,", "  expiry: {duration: .nan,", SESSION, "must be at most 366d", 1,
+    ),
     "bad rule id": ('  R2.17: "Deploy order', '  Rule2.17: "Deploy order', ISOLATION, "bad rule id", 1),
 }
 
@@ -268,3 +281,14 @@ def test_check_command_is_wired_with_an_example() -> None:
     assert "recover-bot runbook check runbooks/" in sub.format_help()
     args = parser.parse_args(["runbook", "check", "a.yaml", "b.yaml"])
     assert args.files == ["a.yaml", "b.yaml"]
+
+
+def test_check_refuses_a_duration_the_bot_cannot_schedule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What ``runbook check`` passes the bot can run: a duration past 366 days is refused at its line,
+    not accepted and then failing at the first request (timedelta overflowing a C int)."""
+    directory = copy_runbooks(tmp_path)
+    path, line = edit(directory, "  expiry: {duration: 30m,", "  expiry: {duration: 999999999999d,")
+    assert check([str(path), str(directory / ISOLATION)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:{line}: escalation.expiry.duration: bad duration '999999999999d': must be at most 366d" in err
+    assert "1 problem(s) found" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bot.runbook import evaluate, help_text, load_runbooks, parse_command
 from bot.runbook.cli import check
@@ -140,3 +141,27 @@ def test_a_third_runbook_adds_subcommands_without_python(tmp_path: Path) -> None
     assert (ack.kind, ack.args) == ("note", {"session_id": "ses_1", "text": "store team paged"})
     # the repository runbooks alone do not know it
     assert "store-outage" not in load_runbooks(copy_runbooks(tmp_path / "plain")).commands
+
+
+def test_a_duration_at_the_bound_can_be_scheduled(tmp_path: Path, decision_sandbox: Any, db_path: Path) -> None:
+    """The longest duration a runbook check accepts (366d) is one the bot can run: a two-person close
+    with that expiry is requested, expiring 366 days after the request."""
+    from datetime import timedelta
+
+    from bot.clock import ManualClock, parse_time
+    from tests.fixtures.decisions import CHANNEL, REQUESTER, DecisionEnv
+
+    directory = copy_runbooks(tmp_path)
+    edit(directory, "  expiry: {duration: 30m,", "  expiry: {duration: 366d,")
+    assert check([str(directory)]) == 0
+    env = DecisionEnv(decision_sandbox, db_path, ManualClock(), load_runbooks(directory))
+    try:
+        env.restore_failed("ses_long")
+        reply = env.service().decide(REQUESTER, CHANNEL, "ses_long", "close", reason="gone", reporter=env.reporter)
+        msg = reply.messages[0]
+        assert msg.kind == "approval_request", msg.plain_text()
+        request = env.service().requests.get(msg.ref)
+        expires, created = parse_time(request.expires_at), parse_time(request.created_at)
+        assert expires is not None and created is not None and expires - created == timedelta(days=366)
+    finally:
+        env.close()

@@ -154,6 +154,21 @@ def test_faults_until_cleared_and_validation(sandbox: SandboxHandle, sandbox_api
         sandbox.admin.fault("latency")
 
 
+def test_repeat_sessions_names_each_listed_session_twice_and_nothing_else(
+    sandbox: SandboxHandle, sandbox_api: SandboxApi
+) -> None:
+    def listed() -> list[str]:
+        return [s["id"] for s in sandbox_api.get("/v1/sessions", admission_state="recovery_required").json()["sessions"]]
+
+    once = listed()
+    assert once and len(set(once)) == len(once)  # by default nothing is repeated
+    sandbox.admin.fault("repeat_sessions", "/v1/sessions", method="GET", times=1)
+    assert listed() == [sid for sid in once for _ in range(2)]
+    assert listed() == once  # times: 1
+    sandbox.admin.fault("repeat_sessions", "*", times=None)
+    assert sandbox_api.get(f"/v1/sessions/{once[0]}").json()["id"] == once[0]  # a single session is as it was
+
+
 def test_faults_never_touch_the_admin_api(sandbox: SandboxHandle) -> None:
     sandbox.admin.fault("server_error", "*", times=None)
     assert sandbox.admin.scheduler_pass()["confirmed_gone"]  # admin still answers

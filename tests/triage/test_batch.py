@@ -6,6 +6,9 @@ process SIGKILLed mid-batch.
 
 from __future__ import annotations
 
+import csv
+import io
+import logging
 import os
 import signal
 import sqlite3
@@ -16,6 +19,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bot.messages import ListReporter, Reply
 from bot.sandbox import SandboxHandle
@@ -204,3 +208,26 @@ def test_sigkill_mid_batch_then_restart_every_member_ends_once_with_the_same_key
     for sid in made:
         keys = {r["idempotency_key"] for r in incident_sandbox.admin.requests(sid) if r["method"] == "POST"}
         assert len(keys) == 1, (sid, keys)  # a re-send after the crash reused the stored key
+
+
+def test_a_session_the_host_lists_twice_is_counted_once_and_batched_once(
+    incident_sandbox: SandboxHandle, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A control host (or a proxy) that names each session twice in its listing pages: triage counts 10
+    for 10, its file lists each once, and a batch over the group is made and sends each member once."""
+    made = make_incident(incident_sandbox, {"restore_stopped_transient": 10})["restore_stopped_transient"]
+    incident_sandbox.admin.fault("repeat_sessions", "/v1/sessions", method="GET", times=None)
+    router = bulk_router(incident_sandbox, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="recover_bot.controlhost"):
+        final = _run(router, "/recover triage").messages[0]
+    assert final.headline.startswith("Triage t1: 10 session(s) need an operator, 1 group(s)"), final.headline
+    assert final.attachment is not None
+    rows = list(csv.DictReader(io.StringIO(final.attachment.text)))
+    assert sorted(row["session_id"] for row in rows) == sorted(made)  # each once
+    assert "repeated 10 session(s) already listed" in caplog.text and "each is counted once" in caplog.text
+    group = _group(router, "t1", "restore_unavailable")
+    batch_id = _batch_id(_run(router, f'/recover batch decide {group} retry_restore --reason "store back"'))
+    done = _run(router, f"/recover approve {batch_id}")
+    assert "10/10 accepted" in _text(done), _text(done)
+    sent = [e["session_id"] for e in incident_sandbox.admin.effects() if e.get("decision") == "retry_restore"]
+    assert sorted(sent) == sorted(made)  # each member sent once
