@@ -143,6 +143,8 @@ class FleetRouter:
                 return triage_all(self.routers, text, actor=actor, channel=channel, reporter=reporter)
             if cmd.kind == StepKind.HANDOFF and flag is None and not self._single():
                 return self._handoff_all(actor)
+            if cmd.kind == StepKind.PENDING and cmd.flag("all") and flag is None and not self._single():
+                return self._pending_all()
             name = self.resolve(flag=flag, channel=clean_optional(channel), ids=command_ids(cmd),
                                 what=f"`{cmd.name}`")
         except Exception as exc:  # noqa: BLE001 - rendered in one place
@@ -163,6 +165,18 @@ class FleetRouter:
         for name, router in self.routers.items():
             try:
                 reply = handoff_reply(router.services, actor)
+            except Exception as exc:  # noqa: BLE001 - one installation's problem is its section
+                reply = error_reply(exc)
+            out.messages.extend(tag_reply(reply, name).messages)
+        return out
+
+    def _pending_all(self) -> Reply:
+        """``pending --all`` over several installations: each one's pending (expired requests included),
+        grouped by installation (each section names it)."""
+        out = Reply()
+        for name, router in self.routers.items():
+            try:
+                reply = router.pending(with_expired=True)
             except Exception as exc:  # noqa: BLE001 - one installation's problem is its section
                 reply = error_reply(exc)
             out.messages.extend(tag_reply(reply, name).messages)

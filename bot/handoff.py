@@ -42,7 +42,7 @@ def _thread(e: HandoffEntry) -> str:
     return f"details in its {thread_ref(*e.thread)}" if e.thread else "no thread yet: `/recover history`"
 
 
-def _expired_line(r: DecisionRequest, now: datetime) -> str:
+def expired_line(r: DecisionRequest, now: datetime) -> str:
     # Said until the hand-off after its expiry: who asked, when it expired and how to ask again (a new
     # request: an expired one is never sent, and asking again is the only way on).
     return (
@@ -75,7 +75,7 @@ def _case_part(services: Services, e: HandoffEntry, now: datetime) -> Part:
         + ("" if e.requests else f" · next: {e.next_step}")
         + f" · {_thread(e)}"
     )
-    subs = [request_line(services, r, now) for r in e.requests] + [_expired_line(r, now) for r in e.expired]
+    subs = [request_line(services, r, now) for r in e.requests] + [expired_line(r, now) for r in e.expired]
     lines = [head, *(f"  ↳ {s}" for s in subs)]
     # ``ref``: the shift change's post offers Take for it (bot/watch/shifts.py).
     message = Message(headline=f"Case `{e.session_id}`", lines=[*lines[:1], *subs], ref=e.session_id)
@@ -93,7 +93,7 @@ def digest_of(services: Services, actor: str, *, before: datetime | None = None)
         elif e.group == IN_HAND:
             out.in_hand.append(_case_part(services, e, now))
     for r in d.expired:  # its case is closed: the request itself is still handed off once
-        line = _expired_line(r, now)
+        line = expired_line(r, now)
         out.now.append(Part(r.id, [line], Message(headline=f"Expired request `{r.id}`", lines=[line])))
     for review in services.decisions.reviews.open_reviews():
         line = review.line(now)

@@ -15,6 +15,7 @@ from datetime import datetime
 from bot.batch.store import Batch
 from bot.escalation.status import expiry_text, pending_line
 from bot.format import age
+from bot.handoff import expired_line
 from bot.messages import Message, Reply, ref
 from bot.services import Services
 from bot.vocab import OPEN_STATES, Policy, RequestState
@@ -63,8 +64,10 @@ def pending_reply(
     return Reply.of(Message(headline=f"Pending: {' and '.join(parts)}", lines=lines, kind=KIND))
 
 
-def pending_of(services: Services) -> Reply:
-    """:func:`pending_reply` over the stores: every open request, every open batch with its size."""
+def pending_of(services: Services, *, with_expired: bool = False) -> Reply:
+    """:func:`pending_reply` over the stores: every open request, every open batch with its size; with
+    ``with_expired`` (``pending --all``) also the requests expired since the last hand-off, in the
+    hand-off's own words."""
     requests = services.decisions.requests.find(states=tuple(OPEN_STATES))
     batches: list[tuple[Batch, int]] = []
     if services.bulk is not None:
@@ -73,6 +76,8 @@ def pending_of(services: Services) -> Reply:
     now = services.clock.now()
     ctx = services.decisions.ctx
     lines = [pending_line(ctx, r, now).text for r in sorted(requests, key=lambda r: r.created_at)]
+    if with_expired:
+        lines += [expired_line(r, now) for r in services.decisions.casebook.expired_since_handoff(now)]
     reply = pending_reply(
         lines,
         batches,

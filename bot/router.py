@@ -202,7 +202,7 @@ class Router:
         if kind == StepKind.REPLAY:
             return s.decisions.replay(actor, channel, reporter)
         if kind == StepKind.PENDING:
-            return self.pending()
+            return self.pending(with_expired=bool(cmd.flag("all")))
         if kind == StepKind.DETAILS:
             return self.details(self._arg(cmd, "target_id"))
         if kind == StepKind.TEXT:
@@ -386,9 +386,10 @@ class Router:
     def open_cases_view(self) -> list[Message]:
         return self.services.decisions.cases().messages
 
-    def pending(self) -> Reply:
-        """``/recover pending``: every open request and batch, with who may act on it now."""
-        return pending_of(self.services)
+    def pending(self, *, with_expired: bool = False) -> Reply:
+        """``/recover pending [--all]``: every open request and batch, with who may act on it now (and,
+        with ``--all``, the requests expired since the last hand-off)."""
+        return pending_of(self.services, with_expired=with_expired)
 
     def details(self, target: str) -> Reply:
         """``/recover details <id>``: the full fact list the short replies leave out."""

@@ -197,11 +197,7 @@ class CaseBook:
         ``before``: hand off the requests that expired since the last hand-off before that time (a
         watcher taking over a shift change's post hands off what its dead owner would have)."""
         now = self.ctx.now()
-        last = self._last_handoff(before) if before is not None else self._last_handoff(now, inclusive=True)
-        expired = [
-            r for r in self.requests.find(states=(RequestState.EXPIRED,))
-            if last is None or (parse_time(r.expires_at) or now) > last
-        ]
+        expired = self.expired_since_handoff(now, before=before)
         entries: list[HandoffEntry] = []
         open_cases = self.store.list_open_cases()
         for case in open_cases:
@@ -232,6 +228,15 @@ class CaseBook:
             at=now, entries=entries, expired=[r for r in expired if r.session_id not in listed],
             head_before=before_head, head=self.store.head_ref(),
         )
+
+    def expired_since_handoff(self, now: datetime, *, before: datetime | None = None) -> list[DecisionRequest]:
+        """The requests that expired since the last hand-off (before ``before``, else up to now): the
+        hand-off and ``pending --all`` list them until the next hand-off after their expiry."""
+        last = self._last_handoff(before) if before is not None else self._last_handoff(now, inclusive=True)
+        return [
+            r for r in self.requests.find(states=(RequestState.EXPIRED,))
+            if last is None or (parse_time(r.expires_at) or now) > last
+        ]
 
     def _last_handoff(self, before: datetime, *, inclusive: bool = False) -> datetime | None:
         """When the last digest was handed off before ``before`` (up to it, ``inclusive``: a hand-off

@@ -61,7 +61,6 @@ def test_alone_on_call_the_requester_breaks_glass_at_once_with_notice_confirmati
     sbx: SandboxHandle, slack_api: SlackStandIn, slack_harness: Any, tmp_path: Any
 ) -> None:
     world = _world(sbx, slack_api, tmp_path, [REQUESTER])  # the on-call group holds only the requester
-    world.router.services.decisions.glass.notice = None  # the Slack front attaches its own
     h = slack_harness(world.router)
     stopped(sbx, "ses_no1")
     _say(h, 'decide ses_no1 close --reason "stuck since the outage"')
@@ -91,7 +90,6 @@ def test_with_another_eligible_approver_before_the_ladder_end_the_command_refuse
     sbx: SandboxHandle, slack_api: SlackStandIn, slack_harness: Any, tmp_path: Any
 ) -> None:
     world = _world(sbx, slack_api, tmp_path, [REQUESTER, APPROVER])
-    world.router.services.decisions.glass.notice = None
     h = slack_harness(world.router)
     stopped(sbx, "ses_no2")
     _say(h, 'decide ses_no2 close --reason "stuck since the outage"')

@@ -56,7 +56,6 @@ def _world(sbx: SandboxHandle, api: SlackStandIn, slack_harness: Any, tmp_path: 
         world.router.services.settings, make_client(world.router.services.settings)
     )
     api.groups[ONCALL] = [REQUESTER, APPROVER]
-    world.router.services.decisions.glass.notice = None  # the Slack front attaches its own
     return world, slack_harness(world.router)
 
 

@@ -132,3 +132,14 @@ def test_the_fleet_of_one_default_answers_word_for_word_as_the_plain_router(tmp_
         forged = fleet.handle_action("approve", "req_0123@eu-1", actor="bob", channel="C1", reporter=ListReporter())
         assert text_of(forged) == text_of(
             plain.handle_action("approve", "req_0123@eu-1", actor="bob", channel="C1", reporter=ListReporter()))
+
+
+def test_pending_all_answers_for_every_installation_grouped_by_installation(
+    make_fleet: Callable[..., FleetRouter],
+) -> None:
+    router = make_fleet("eu-1", "us-1")
+    unnamed = _say(router, "/recover pending", "C0NONE")
+    assert not unnamed.ok and "--install" in text_of(unnamed)  # a channel bound to none: which one?
+    reply = _say(router, "/recover pending --all", "C0NONE")
+    assert reply.ok, text_of(reply)
+    assert [m.headline.split(" ", 1)[0] for m in reply.messages] == ["[eu-1]", "[us-1]"]

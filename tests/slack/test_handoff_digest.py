@@ -37,9 +37,9 @@ def _runbooks(tmp_path: Path) -> Path:
     return folder
 
 
-def _ask(h: SlackHarness, user: str = "UBOB") -> str:
+def _ask(h: SlackHarness, user: str = "UBOB", command: str = "handoff") -> str:
     before = len(h.api.responses)
-    assert h.send.command("handoff", user=user, channel=ASKED).status_code == 200
+    assert h.send.command(command, user=user, channel=ASKED).status_code == 200
     h.settle()
     bodies = [body for _, body in h.api.responses[before:]]
     assert bodies, "the hand-off said nothing where it was asked"
@@ -99,6 +99,10 @@ def test_an_expired_request_is_handed_off_once_with_who_asked_and_how_to_ask_aga
     runner.run_due()
     runner.run_due()
     assert h.bot.router.services.decisions.requests.get(request.id).state == "expired"
+    # `pending` lists open requests only; `pending --all` also the expired one, in the hand-off's words.
+    assert f"`{request.id}`" not in _ask(h, command="pending")
+    listed = _ask(h, command="pending --all")
+    assert f"Expired: `{request.id}` close on `{SID}` · asked by <@UALICE>" in listed and "ask again" in listed
     said = _ask(h)
     expired = re.search(rf"Expired: `{request.id}` close on `{SID}` · asked by <@UALICE> · expired at "
                         rf"{re.escape(request.expires_at)} \([^)]*\), nothing was sent · ask again: "
@@ -106,6 +110,7 @@ def test_an_expired_request_is_handed_off_once_with_who_asked_and_how_to_ask_aga
     assert expired is not None, said
     again = _ask(h)  # the hand-off after the one that handed the expiry off
     assert f"Expired: `{request.id}`" not in again and f"`{SID}`" in again
+    assert f"Expired: `{request.id}`" not in _ask(h, command="pending --all")  # handed off: no longer listed
 
 
 def test_a_long_hand_off_ends_with_how_many_more_and_the_command_that_lists_them(

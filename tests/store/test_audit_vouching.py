@@ -197,7 +197,8 @@ def test_any_mutation_of_a_pack_is_tampered_never_a_crash(
     file = tmp_path / "mutated.json"
     file.write_text(json.dumps(mutated, ensure_ascii=False), encoding="utf-8")
     report = verify_pack(file, KEY.encode())  # raises nothing, whatever the file holds
-    assert report.ok == (mutated == sample_pack), report.problems
+    unchanged = json.dumps(mutated, sort_keys=True) == json.dumps(sample_pack, sort_keys=True)  # True is not 1 in JSON
+    assert report.ok == unchanged, report.problems
 
 
 @pytest.mark.parametrize(
@@ -217,3 +218,69 @@ def test_the_cli_says_tampered_with_exit_1_for_a_malformed_pack(tmp_path: Path, 
     checked = _cli("verify-pack", str(pack), cwd=tmp_path, RECOVER_AUDIT_KEY=KEY)
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert checked.stdout.startswith("TAMPERED") and "unexpected error" not in checked.stderr
+
+
+def _forge_approval(db: Path, rid: str, approver: str) -> list[int]:
+    """What anyone with write access does to an unkeyed store: INSERT a `decision_approved` by the approver
+    over the request's content hash and its `request_state` requested -> approved, with plain sha256 hashes
+    (bot.store.chain.step_hash, version 1), and set the row to approved. No trigger is dropped."""
+    import sqlite3
+
+    from bot.store.chain import PLAIN_VERSION, step_hash
+
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    req = dict(conn.execute("SELECT * FROM decision_requests WHERE id = ?", [rid]).fetchone())
+    last = dict(conn.execute("SELECT * FROM steps ORDER BY seq DESC LIMIT 1").fetchone())
+    forged = [
+        ("decision_approved", {"request_id": rid, "content_hash": req["content_hash"], "channel": "CRECOVER01",
+                               "allowed_by": "approvers"}, "approved", None),
+        ("request_state", {"request_id": rid, "from": "requested", "to": "approved"}, "approved",
+         {"approved_by": approver}),
+    ]
+    seqs = []
+    for step, inputs, outcome, detail in forged:
+        row = {**last, "seq": last["seq"] + 1, "actor": approver, "step": step, "inputs": json.dumps(inputs),
+               "outcome": outcome, "detail": json.dumps(detail) if detail else None, "http_status": None,
+               "idempotency_key": None, "receipt_id": None, "prev_hash": last["hash"], "v": PLAIN_VERSION}
+        row["hash"] = step_hash(row, row["prev_hash"])
+        conn.execute(f"INSERT INTO steps ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",  # noqa: S608
+                     list(row.values()))
+        seqs.append(row["seq"])
+        last = row
+    conn.execute("UPDATE decision_requests SET state = 'approved', approved_by = ?, approved_at = ? WHERE id = ?",
+                 [approver, last["at"], rid])
+    conn.close()
+    return seqs
+
+
+def test_a_forged_approval_of_a_pending_close_is_flagged_never_adopted_and_never_sent(
+    decision_env: Any, tmp_path: Path
+) -> None:
+    # The reproduction: an unkeyed store holds a pending two-person close; its head is published; someone
+    # with write access appends a plain-hashed approval and sets the row approved.
+    from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER
+
+    env = decision_env
+    env.restore_failed("ses_forged")
+    reply = env.service().decide(REQUESTER, CHANNEL, "ses_forged", "close", reason="give up", reporter=env.reporter)
+    rid = reply.messages[0].ref
+    assert rid and env.service().requests.get(rid).state == "requested"
+    head = _published(env.db_path, tmp_path)
+    forged = _forge_approval(env.db_path, rid, APPROVER)
+
+    verified = _cli("verify", "--db", str(env.db_path), "--head", head, cwd=tmp_path)
+    assert verified.returncode == 1, verified.stdout + verified.stderr
+    for seq, step in zip(forged, ("decision_approved", "request_state"), strict=True):
+        assert f"step {seq}: {step} by {APPROVER} at " in verified.stdout
+    key_file = tmp_path / "audit.key"
+    key_file.write_text(KEY + "\n")
+    adopt = ("adopt-key", "--db", str(env.db_path), "--key-file", str(key_file), "--head", head)
+    refused = _cli(*adopt, cwd=tmp_path)
+    assert refused.returncode == 1 and "2 step(s) after the published head" in refused.stderr
+    half = _cli(*adopt, "--accept-after", str(forged[0]), cwd=tmp_path)
+    assert half.returncode == 1 and "1 step(s) after the published head" in half.stderr
+    # Nothing was adopted: a bot with the key still refuses the store, and the close was never sent.
+    with pytest.raises(StoreError):
+        Store(env.db_path, audit_key=KEY.encode())
+    assert env.posts("ses_forged") == [] and env.effects("ses_forged") == []
