@@ -15,7 +15,7 @@ from sqlite_utils import Database
 
 from bot.decisions._requests import OPEN_STATES, REQUESTS, DecisionRequest, RequestStore
 from bot.decisions._text import irreversible_line
-from bot.messages import Button, Message
+from bot.messages import Button, Message, approval_buttons
 from bot.vocab import Policy, RequestState
 
 _FIELDS = ("session_id", "decision", "requester", "turn_id", "evidence_ref", "effects", "reason")
@@ -57,7 +57,7 @@ def pointer_message(req: DecisionRequest, *, irreversible: bool = False) -> Mess
         lines.append(f"It waits for a second person: /recover approve {req.id}")
         if irreversible:
             lines.append(irreversible_line(req.decision))
-        buttons.append(Button("Approve", "approve", req.id, command=f"/recover approve {req.id}", style="primary"))
+        buttons.append(approval_buttons(req.id, req.decision, req.session_id, irreversible=irreversible)[0])
     elif req.state == RequestState.REQUESTED:
         lines.append(
             f"It waits for its confirmation: the button, or /recover confirm {req.id}; "

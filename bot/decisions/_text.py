@@ -15,7 +15,7 @@ from bot.decisions._requests import DecisionRequest
 from bot.format import age as age
 from bot.format import duration as duration
 from bot.format import show as show
-from bot.messages import Button, Message, ref
+from bot.messages import Button, Message, approval_buttons, irreversible_click, ref
 from bot.runbook.conditions import known_absent
 from bot.vocab import Policy, RequestState
 
@@ -99,10 +99,7 @@ def approval_request_message(
         lines=lines,
         facts=fact_rows(req.shown_facts),
         rules=rules,
-        buttons=[
-            Button("Approve", "approve", req.id, command=f"/recover approve {req.id}", style="primary"),
-            Button("Reject", "reject", req.id, command=f"/recover reject {req.id}", style="danger"),
-        ],
+        buttons=approval_buttons(req.id, req.decision, req.session_id, irreversible=irreversible),
         session_id=req.session_id,
         kind=APPROVAL_KIND,
         ref=req.id,
@@ -133,7 +130,12 @@ def confirmation_message(
         lines=lines,
         facts=fact_rows(req.shown_facts),
         rules=rules,
-        buttons=[Button(f"Confirm {req.decision}", "confirm", req.id, command=command, style="danger")],
+        buttons=[
+            Button(
+                f"Confirm {req.decision}", "confirm", req.id, command=command, style="danger",
+                confirm=irreversible_click("Confirming", req.decision, req.session_id) if irreversible else None,
+            )
+        ],
         session_id=req.session_id,
         kind=CONFIRM_KIND,
         ref=req.id,
@@ -163,7 +165,9 @@ def recheck_message(req: DecisionRequest, gone_at: object, *, irreversible: bool
         rules=["R3.9", "R3.10"],
         buttons=[
             Button(
-                "Effects re-checked: send", "confirm", req.id, command=f"/recover confirm {req.id}", style="primary"
+                "Effects re-checked: send", "confirm", req.id, command=f"/recover confirm {req.id}",
+                style=None if irreversible else "primary",
+                confirm=irreversible_click("Sending", req.decision, req.session_id) if irreversible else None,
             )
         ],
         session_id=req.session_id,
