@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from bot.runbook.usage import typed_line
 from bot.vocab import Action
 
 Level = Literal["info", "ok", "warn", "error", "progress"]
@@ -130,11 +131,11 @@ def approval_buttons(target: str, decision: str, subject: str, *, irreversible: 
             "Approve",
             Action.APPROVE,
             target,
-            command=f"/recover approve {target}",
+            command=typed_line("approve", target),
             style=None if irreversible else "primary",
             confirm=irreversible_click("Approving", decision, subject) if irreversible else None,
         ),
-        Button("Reject", Action.REJECT, target, command=f"/recover reject {target}"),
+        Button("Reject", Action.REJECT, target, command=typed_line("reject", target)),
     ]
 
 

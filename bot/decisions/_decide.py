@@ -23,7 +23,7 @@ from bot.decisions._rules import requester_refusal
 from bot.errors import DecisionError
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.evaluate import DecisionVerdict
-from bot.runbook.usage import decide_line
+from bot.runbook.usage import decide_line, typed_line
 from bot.vocab import Policy, RequestState, Step
 
 Facts = Mapping[str, object]
@@ -154,7 +154,7 @@ class DecideRoom:
         consequences = self.warnings(policy, facts, flags, req.content(), cause_fixed)
         if policy.approval == Policy.CONFIRM and (not yes or consequences):
             # With consequences to read, only the button or `/recover confirm` sends it (not a typed --yes).
-            command = f"/recover confirm {req.id}" if consequences else decide_command(req, cause_fixed, yes=True)
+            command = typed_line("confirm", req.id) if consequences else decide_command(req, cause_fixed, yes=True)
             first = (
                 ["`--yes` did not send it: read what it does below, then confirm. Nothing was sent."]
                 if yes

@@ -159,6 +159,30 @@ def flag_value(name: str, value: str) -> str:
     return value if name == "turn" and _BARE.fullmatch(value) else json.dumps(value, ensure_ascii=False)
 
 
+def typed_line(
+    subcommand: str,
+    *args: str,
+    values: Mapping[str, str | None] | None = None,
+    needs: Sequence[str] = (),
+    yes: bool = False,
+) -> str:
+    """The one typed ``/recover`` line the bot prints for a person to type or paste (a button's typed
+    equivalent, a confirmation, a refusal's or a hand-off's next step): ``values`` are the request's own
+    flags (one set to None is left out), ``needs`` the flags the person still fills in, shown as ``"…"``.
+    Pasted back with the placeholders filled, it is the request the bot would send."""
+    given = {k: v for k, v in (values or {}).items() if v is not None and v != ""}
+    wanted = list(dict.fromkeys(needs))
+    names = [n for n in _LINE_ORDER if n in given or n in wanted]
+    names += [n for n in [*given, *wanted] if n not in names]
+    parts = ["/recover", subcommand, *args]
+    for name in dict.fromkeys(names):
+        value = given.get(name)
+        parts.append(f"--{name} {flag_value(name, value) if value is not None else PLACEHOLDER}")
+    if yes:
+        parts.append("--yes")
+    return " ".join(parts)
+
+
 def decide_line(
     session_id: str,
     decision: str,
@@ -167,18 +191,5 @@ def decide_line(
     needs: Sequence[str] = (),
     yes: bool = False,
 ) -> str:
-    """The one typed ``/recover decide`` line the bot prints for a person to paste (a button's typed
-    equivalent, a confirmation, a refusal's next step): ``values`` are the request's own (a flag set to
-    None is left out), ``needs`` the flags it still needs, shown as ``"…"`` to fill in; ``--reason`` is
-    always asked for. Pasted back with the placeholders filled, it is the request the bot would send."""
-    given = {k: v for k, v in values.items() if v is not None and v != ""}
-    wanted = [*dict.fromkeys([*needs, "reason"])]
-    names = [n for n in _LINE_ORDER if n in given or n in wanted]
-    names += [n for n in [*given, *wanted] if n not in names]
-    parts = [f"/recover decide {session_id} {decision}"]
-    for name in dict.fromkeys(names):
-        value = given.get(name)
-        parts.append(f"--{name} {flag_value(name, value) if value is not None else PLACEHOLDER}")
-    if yes:
-        parts.append("--yes")
-    return " ".join(parts)
+    """:func:`typed_line` of a ``decide``: ``--reason`` is always asked for (every decision needs one)."""
+    return typed_line("decide", session_id, decision, values=values, needs=[*needs, "reason"], yes=yes)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bot.messages import ListReporter
 from tests.fixtures.decisions import reply_text, say
 
 DAMAGED = "ses_restore_damaged"
@@ -26,7 +27,7 @@ def console_router(sandbox: Any, tmp_path: Path) -> Any:
     from bot.router import build_router
     from bot.settings import Settings
 
-    settings = Settings(db_path=tmp_path / "console.db", console_users={"alice": "U0ALICE01"})
+    settings = Settings(db_path=tmp_path / "console.db", console_users={"alice": "U0ALICE01", "bob": "U0BOB0001"})
     return build_router(settings, sandbox=sandbox, startup=False)
 
 
@@ -110,3 +111,18 @@ def test_triage_names_cause_fixed_where_a_retry_cannot_cure(console_router: Any)
     assert "retry_restore (needs" not in text.splitlines()[transient + 1]
     per_session = [line for line in text.splitlines() if "valid for every member:" in line and "abandon (" in line]
     assert per_session and all("abandon (per session, each with its --turn)" in line for line in per_session)
+
+
+def test_an_approval_requests_lines_are_accepted_from_the_second_person(console_router: Any) -> None:
+    def bob(line: str) -> Any:
+        return console_router.handle_text(line, actor="console:bob", channel="console", reporter=ListReporter())
+
+    for session, verb in (("ses_restore_transient", "approve"), ("ses_restore_gone", "reject")):
+        asked = say(console_router, f'decide {session} close --reason "end it"')
+        assert "Approval needed" in reply_text(asked), reply_text(asked)
+        lines = _printed(asked, f"/recover {verb} req_")
+        assert lines, reply_text(asked)
+        line = max(lines, key=len)  # the printed line with its flags (the button's is its prefix)
+        pasted = bob(_fill(line))
+        assert not _refused(pasted), (line, reply_text(pasted))
+        assert ("executed" if verb == "approve" else "rejected") in reply_text(pasted).lower(), reply_text(pasted)
