@@ -5,9 +5,12 @@
 so that every message they produce is valid by construction, and :func:`check_blocks` verifies what
 the library does not (tests run it on arbitrary messages).
 
-Layout, chosen to read well on a phone: a header (the headline), mentions, the lines, the decisive
-facts as two-column fields, the runbook rules as a context line, the buttons, and the typed command of
-every button (``/recover approve req_…``) so people who prefer typing can copy it.
+Layout, chosen to read well on a phone: a header (the headline, plain text: no markup), mentions and
+the level in words, the lines, the decisive facts as two-column fields, the runbook rules as a context
+line, the buttons, and the typed command of every button (``/recover approve req_…``) not already in
+the lines, so people who prefer typing can copy it and no command shows twice. A button whose click
+cannot be undone (R5.4) carries Block Kit's ``confirm`` dialog. Times in mrkdwn text are Slack date
+tokens: each reader sees their own zone, with the UTC time as the fallback.
 """
 
 from __future__ import annotations
