@@ -126,3 +126,24 @@ def test_an_approval_requests_lines_are_accepted_from_the_second_person(console_
         pasted = bob(_fill(line))
         assert not _refused(pasted), (line, reply_text(pasted))
         assert ("executed" if verb == "approve" else "rejected") in reply_text(pasted).lower(), reply_text(pasted)
+
+
+TYPED = re.compile(r'/recover [a-z-]+(?: (?!--)[A-Za-z0-9_.:-]+)*(?: --[a-z-]+(?: (?:"[^"]*"|(?!--)[^\s"`;]+))?)*')
+
+
+def test_next_steps_and_pending_lines_are_accepted(console_router: Any) -> None:
+    diag = say(console_router, "diagnose ses_unknown_covered")
+    text = reply_text(diag)
+    steps = text[text.index("Next:") :]
+    lines = [m.group(0) for m in TYPED.finditer(steps)]
+    assert any(line.startswith("/recover decide ses_unknown_covered abandon --turn turn_") for line in lines), steps
+    for line in lines:
+        pasted = say(console_router, _fill(line))
+        assert not _refused(pasted), (line, reply_text(pasted))
+    pending = say(console_router, "pending")
+    printed = set(re.findall(r"`(/recover [^`]+)`", reply_text(pending)))
+    assert printed, reply_text(pending)
+    for line in sorted(printed):
+        pasted = say(console_router, _fill(line))
+        # The requester's own two-person request: the only refusal is the one pending names (not yours).
+        assert not _refused(pasted) or "cannot approve" in reply_text(pasted), (line, reply_text(pasted))
