@@ -39,7 +39,7 @@ def _who(user: str | None) -> str:
 
 
 def _thread(e: HandoffEntry) -> str:
-    return f"details in its {thread_ref(*e.thread)}" if e.thread else "no thread yet: `/recover history`"
+    return f"details in its {thread_ref(*e.thread)}" if e.thread else f"no thread yet: `/recover history {e.session_id}`"
 
 
 def expired_line(r: DecisionRequest, now: datetime) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from bot.runbook.usage import typed_line
 from bot.vocab import Action
 
 Level = Literal["info", "ok", "warn", "error", "progress"]
@@ -108,6 +109,34 @@ class Button:
     value: str
     command: str | None = None
     style: Literal["primary", "danger"] | None = None
+    #: What a click does that cannot be undone (R5.4), asked before the click acts: Slack shows it in
+    #: Block Kit's ``confirm`` dialog. None for a click that can be taken back or only opens a form.
+    confirm: str | None = None
+
+
+def irreversible_click(what: str, decision: str, subject: str) -> str:
+    """What a click on an irreversible decision's button does (R5.4), for the dialog asked before it."""
+    return (
+        f"{what} sends {decision} for {subject} to the control host now. Once it is accepted it cannot be "
+        "undone."
+    )
+
+
+def approval_buttons(target: str, decision: str, subject: str, *, irreversible: bool) -> list[Button]:
+    """Approve / Reject of a two-person request or batch, with their typed lines. An irreversible
+    decision's Approve asks first (Slack: the confirm dialog) and is not styled as the safe choice;
+    Reject is never styled as the dangerous one: it sends nothing."""
+    return [
+        Button(
+            "Approve",
+            Action.APPROVE,
+            target,
+            command=typed_line("approve", target),
+            style=None if irreversible else "primary",
+            confirm=irreversible_click("Approving", decision, subject) if irreversible else None,
+        ),
+        Button("Reject", Action.REJECT, target, command=typed_line("reject", target)),
+    ]
 
 
 @dataclass(frozen=True)

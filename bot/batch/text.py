@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from bot.batch.store import Batch, BatchMember
 from bot.csvfile import Cell, csv_text
-from bot.messages import Attachment, Button, Level, Message, ref
+from bot.messages import Attachment, Button, Level, Message, approval_buttons, ref
 from bot.vocab import Action, Policy, RequestState
 
 SHOWN_MEMBERS = 25
@@ -73,8 +73,7 @@ def approval_message(batch: Batch, members: Sequence[BatchMember], groups: str, 
         if two else f"Batch {batch.id}: `{batch.decision}` on {len(members)} session(s): confirm to send"
     )
     buttons = (
-        [Button("Approve", Action.APPROVE, batch.id, f"/recover approve {batch.id}", "primary"),
-         Button("Reject", Action.REJECT, batch.id, f"/recover reject {batch.id}", "danger")]
+        approval_buttons(batch.id, batch.decision, f"{len(members)} session(s)", irreversible=irreversible)
         if two else
         [Button("Confirm", Action.CONFIRM, batch.id, f"/recover confirm {batch.id}", "primary"),
          Button("Withdraw", Action.WITHDRAW, batch.id, f"/recover withdraw {batch.id}")]

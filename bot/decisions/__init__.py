@@ -19,7 +19,6 @@ from bot.decisions._authority import (
 )
 from bot.decisions._cases import IN_HAND, NO_ONE, NOW, HandoffDigest, HandoffEntry
 from bot.decisions._glass import Notice
-from bot.decisions._guards import incurable_cause
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy
 from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash, migrations
 from bot.decisions._rules import (
@@ -35,6 +34,7 @@ from bot.decisions._rules import (
 )
 from bot.decisions._service import DecisionService
 from bot.decisions._text import APPROVAL_KIND, CONFIRM_KIND
+from bot.diagnosis.cure import incurable_cause
 
 __all__ = [
     "IN_HAND",

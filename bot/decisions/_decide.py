@@ -9,7 +9,6 @@ requester's confirmation (R2.11, R5.3), or sends it at once.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 from bot.decisions import _ladder_rows as ladder_rows
@@ -24,6 +23,7 @@ from bot.decisions._rules import requester_refusal
 from bot.errors import DecisionError
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.evaluate import DecisionVerdict
+from bot.runbook.usage import decide_line, typed_line
 from bot.vocab import Policy, RequestState, Step
 
 Facts = Mapping[str, object]
@@ -154,7 +154,7 @@ class DecideRoom:
         consequences = self.warnings(policy, facts, flags, req.content(), cause_fixed)
         if policy.approval == Policy.CONFIRM and (not yes or consequences):
             # With consequences to read, only the button or `/recover confirm` sends it (not a typed --yes).
-            command = f"/recover confirm {req.id}" if consequences else decide_command(req) + " --yes"
+            command = typed_line("confirm", req.id) if consequences else decide_command(req, cause_fixed, yes=True)
             first = (
                 ["`--yes` did not send it: read what it does below, then confirm. Nothing was sent."]
                 if yes
@@ -326,14 +326,15 @@ class DecideRoom:
             self.ctx.store.set_owner(case.id, actor)
 
 
-def decide_command(req: DecisionRequest) -> str:
-    """The typed ``decide`` that makes ``req`` again (shown with ``--yes`` as its confirmation)."""
-    parts = [f"/recover decide {req.session_id} {req.decision}"]
-    if req.turn_id:
-        parts.append(f"--turn {req.turn_id}")
-    if req.evidence_ref:
-        parts.append(f"--evidence {json.dumps(req.evidence_ref)}")
-    if req.effects:
-        parts.append(f"--effects {json.dumps(req.effects)}")
-    parts.append(f"--reason {json.dumps(req.reason)}")
-    return " ".join(parts)
+def decide_command(req: DecisionRequest, cause_fixed: str | None = None, *, yes: bool = False) -> str:
+    """The typed ``decide`` that makes ``req`` again (shown with ``--yes`` as its confirmation), with the
+    ``--cause-fixed`` it was made with: without it a retry an incurable cause stands behind is refused
+    (R2.3, R2.8, R5.3)."""
+    values = {
+        "turn": req.turn_id,
+        "evidence": req.evidence_ref,
+        "effects": req.effects,
+        "cause-fixed": cause_fixed,
+        "reason": req.reason,
+    }
+    return decide_line(req.session_id, req.decision, values, yes=yes)

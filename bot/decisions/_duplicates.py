@@ -15,7 +15,8 @@ from sqlite_utils import Database
 
 from bot.decisions._requests import OPEN_STATES, REQUESTS, DecisionRequest, RequestStore
 from bot.decisions._text import irreversible_line
-from bot.messages import Button, Message
+from bot.messages import Button, Message, approval_buttons
+from bot.runbook.usage import typed_line
 from bot.vocab import Policy, RequestState
 
 _FIELDS = ("session_id", "decision", "requester", "turn_id", "evidence_ref", "effects", "reason")
@@ -54,14 +55,14 @@ def pointer_message(req: DecisionRequest, *, irreversible: bool = False) -> Mess
     lines = [f"Nothing new was created: this is request `{req.id}` again, made at {req.created_at}."]
     buttons: list[Button] = []
     if req.state == RequestState.REQUESTED and req.policy == Policy.TWO_PERSON:
-        lines.append(f"It waits for a second person: /recover approve {req.id}")
+        lines.append(f"It waits for a second person: {typed_line('approve', req.id)}")
         if irreversible:
             lines.append(irreversible_line(req.decision))
-        buttons.append(Button("Approve", "approve", req.id, command=f"/recover approve {req.id}", style="primary"))
+        buttons.append(approval_buttons(req.id, req.decision, req.session_id, irreversible=irreversible)[0])
     elif req.state == RequestState.REQUESTED:
         lines.append(
-            f"It waits for its confirmation: the button, or /recover confirm {req.id}; "
-            f"to withdraw it: /recover reject {req.id}"
+            f"It waits for its confirmation: the button, or {typed_line('confirm', req.id)}; "
+            f"to withdraw it: {typed_line('reject', req.id)}"
         )
     else:
         lines.append(f"It is {req.state}; `/recover history {req.session_id}` shows its steps.")

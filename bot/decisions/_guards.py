@@ -9,7 +9,6 @@ attempts too) and turns it into the reply. No front end can skip them: every pat
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -25,6 +24,7 @@ from bot.decisions._rules import (
     same_person,
 )
 from bot.decisions._widening import widened_now
+from bot.diagnosis.cure import cause_fixed_line, session_cure
 from bot.messages import Message, Reply, ref
 from bot.vocab import RequestState, Step
 
@@ -93,53 +93,23 @@ def valid_ids(session_id: str, turn_id: str | None) -> None:
             raise Refusal(f"invalid {label} id {value!r}", "Ids are letters, digits and _.:- (up to 128 characters).")
 
 
-# -- what a retry cannot cure (R2.3, R2.8, R5.3) ---------------------------------------------------
-
-# Reasons and worker errors whose cause a retry of the same checkpoint cannot cure (R2.3, R2.8).
-_DAMAGE = re.compile(
-    r"incompatible_checkpoint|restore_refused|CHECKPOINT_UNAVAILABLE|NoSuchKey|AccessDenied|digest|checksum"
-    r"|\b40[134]\b",
-    re.IGNORECASE,
-)
-
-
-_TRANSIENT_REASONS = ("restore_unavailable", "store_unavailable")
-
-
-def incurable_cause(
-    facts: Mapping[str, Any], *, branch: str | None = None, damage: bool = False
-) -> tuple[str, str] | None:
-    """(why, rule) when ``retry_restore`` cannot cure this session's cause; None otherwise.
-
-    One owner for a single ``decide`` and every batch member: an incompatible checkpoint (R2.3, R5.3)
-    or permanent damage (R2.8) needs ``--cause-fixed "…"`` saying what changed. ``damage``: the worker
-    logs showed permanent damage (a batch's examples, or ``logs.permanent_damage``).
-    """
-    if facts.get("attention.reason") == "incompatible_checkpoint" or branch == "restore_incompatible":
-        return "incompatible checkpoint: a retry on the same runtime/profile never succeeds", "R2.3"
-    reason = facts.get("attention.reason")
-    # R2.6 vs R2.8: the API's structured reason naming an outage wins over damage read in log lines.
-    if branch == "restore_permanent" or (damage and reason not in _TRANSIENT_REASONS):
-        return "permanent damage to the checkpoint: a restart does not cure it", "R2.8"
-    if isinstance(reason, str) and _DAMAGE.search(reason):
-        return f"the last worker error ({reason}) is permanent damage, not an outage", "R2.8"
-    return None
+# -- what a retry cannot cure (R2.3, R2.8, R5.3): the rule is bot.diagnosis.cure's ----------------------
 
 
 def cause_fixed_given(decision: str, facts: Mapping[str, Any], cause_fixed: str | None, session_id: str) -> None:
     """A single ``retry_restore`` an incurable cause stands behind needs ``--cause-fixed`` exactly as a
     batch member does (R2.3, R2.8, R5.3); refused before any request is made, nothing sent."""
-    if decision != "retry_restore" or (cause_fixed or "").strip():
+    if (cause_fixed or "").strip():
         return
-    bad = incurable_cause(facts, damage=facts.get("logs.permanent_damage") is True)
+    bad = session_cure(decision, facts)
     if bad is None:
         return
     why, rule = bad
     raise Refusal(
         f"`retry_restore` on `{session_id}` needs --cause-fixed: {why}",
         "Nothing was sent.",
-        f'Fix the cause first, then say what changed: /recover decide {session_id} retry_restore '
-        '--cause-fixed "…" --reason "…"; or drop the context with start_fresh, or close.',
+        f"Fix the cause first, then say what changed: {cause_fixed_line(session_id)}; "
+        "or drop the context with start_fresh, or close.",
         session_id=session_id,
         rules=[rule, "R5.3", "R5.4"],
         code="cause_not_fixed",

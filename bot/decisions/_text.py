@@ -15,8 +15,9 @@ from bot.decisions._requests import DecisionRequest
 from bot.format import age as age
 from bot.format import duration as duration
 from bot.format import show as show
-from bot.messages import Button, Message, ref
+from bot.messages import Button, Message, approval_buttons, irreversible_click, ref
 from bot.runbook.conditions import known_absent
+from bot.runbook.usage import typed_line
 from bot.vocab import Policy, RequestState
 
 APPROVAL_KIND = "approval_request"
@@ -91,18 +92,15 @@ def approval_request_message(
     if irreversible:
         lines.append(irreversible_line(req.decision))
     lines.append("A second person approves or rejects (the requester cannot approve their own request):")
-    lines.append(f"/recover approve {req.id}")
-    lines.append(f'/recover reject {req.id} --reason "…"')
+    lines.append(typed_line("approve", req.id))
+    lines.append(typed_line("reject", req.id, needs=("reason",)))
     return Message(
         headline=f"Approval needed: `{req.decision}` on `{req.session_id}` (request {req.id})",
         level="warn",
         lines=lines,
         facts=fact_rows(req.shown_facts),
         rules=rules,
-        buttons=[
-            Button("Approve", "approve", req.id, command=f"/recover approve {req.id}", style="primary"),
-            Button("Reject", "reject", req.id, command=f"/recover reject {req.id}", style="danger"),
-        ],
+        buttons=approval_buttons(req.id, req.decision, req.session_id, irreversible=irreversible),
         session_id=req.session_id,
         kind=APPROVAL_KIND,
         ref=req.id,
@@ -133,7 +131,12 @@ def confirmation_message(
         lines=lines,
         facts=fact_rows(req.shown_facts),
         rules=rules,
-        buttons=[Button(f"Confirm {req.decision}", "confirm", req.id, command=command, style="danger")],
+        buttons=[
+            Button(
+                f"Confirm {req.decision}", "confirm", req.id, command=command, style="danger",
+                confirm=irreversible_click("Confirming", req.decision, req.session_id) if irreversible else None,
+            )
+        ],
         session_id=req.session_id,
         kind=CONFIRM_KIND,
         ref=req.id,
@@ -150,8 +153,9 @@ def recheck_message(req: DecisionRequest, gone_at: object, *, irreversible: bool
         "Check again what the turn's tools did outside (file writes, pushes, external calls are not undone).",
         *request_lines(req),
         *([irreversible_line(req.decision)] if irreversible else []),
-        f"If the account still holds: the button, or /recover confirm {req.id}",
-        f'If it changed: /recover confirm {req.id} --effects "…" (a new request; someone other than you approves it)',
+        f"If the account still holds: the button, or {typed_line('confirm', req.id)}",
+        f"If it changed: {typed_line('confirm', req.id, needs=('effects',))} (a new request; someone other than "
+        "you approves it)",
         f"By {ref(req.requester)} (requester) or {ref(req.approved_by or '?')} (approver). Unanswered, it lapses with the "
         f"request at {req.expires_at}; nothing is sent before.",
     ]
@@ -163,7 +167,9 @@ def recheck_message(req: DecisionRequest, gone_at: object, *, irreversible: bool
         rules=["R3.9", "R3.10"],
         buttons=[
             Button(
-                "Effects re-checked: send", "confirm", req.id, command=f"/recover confirm {req.id}", style="primary"
+                "Effects re-checked: send", "confirm", req.id, command=typed_line("confirm", req.id),
+                style=None if irreversible else "primary",
+                confirm=irreversible_click("Sending", req.decision, req.session_id) if irreversible else None,
             )
         ],
         session_id=req.session_id,

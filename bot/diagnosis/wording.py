@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from bot.buttons import DecisionChoice
 from bot.diagnosis import timeline as tl
+from bot.diagnosis.cure import session_cure
 from bot.diagnosis.model import Diagnosis
 from bot.errors import ControlHostError, RecoverError
 from bot.messages import Attachment, Button, Message
@@ -19,6 +20,7 @@ from bot.redact import redact
 from bot.runbook.conditions import format_value, known_absent
 from bot.runbook.evaluate import Evaluation
 from bot.runbook.model import RunbookSet
+from bot.runbook.usage import decide_line
 from bot.vocab import Action
 
 #: A timeline longer than this (in lines) goes to an attachment instead of the message body.
@@ -104,23 +106,37 @@ def decisive_facts(evaluation: Evaluation, facts: Mapping[str, object]) -> list[
 
 def decide_command(session_id: str, decision: str, runbooks: RunbookSet, facts: Mapping[str, object]) -> str:
     """The typed equivalent of a decision button (docs/commands.md), flags filled from facts where the runbook
-    says so (``diagnose_flags``, e.g. ``--turn`` from ``unknown_turn.id``), placeholders for the rest."""
+    says so (``diagnose_flags``, e.g. ``--turn`` from ``unknown_turn.id``), placeholders for the rest: the
+    runbook's required flags and the ``--cause-fixed`` an incurable cause asks for (R2.3, R2.8, R5.3)."""
     spec = runbooks.decisions.get(decision)
     if spec is not None and not spec.decidable:
         return f"/recover {spec.command or decision} {session_id}"
-    parts = [f"/recover decide {session_id} {decision}"]
     from_facts: Mapping[str, str] = spec.diagnose_flags if spec is not None else {}
-    required = runbooks.required_flags(decision) if spec is not None else []
-    for flag, fact in from_facts.items():
-        value = facts.get(fact)
-        if value is not None:
-            parts.append(f"--{flag} {value}")
-    for flag in required:
-        if flag in from_facts and facts.get(from_facts[flag]) is not None or flag == "reason":
-            continue
-        parts.append(f'--{flag} "…"')
-    parts.append('--reason "…"')
-    return " ".join(parts)
+    values = {flag: None if facts.get(fact) is None else str(facts.get(fact)) for flag, fact in from_facts.items()}
+    return decide_line(session_id, decision, values, needs=decision_needs(decision, runbooks, facts))
+
+
+def decision_needs(decision: str, runbooks: RunbookSet, facts: Mapping[str, object]) -> list[str]:
+    """The flags a valid ``decision`` still needs from the person, beyond those diagnose fills in."""
+    spec = runbooks.decisions.get(decision)
+    if spec is None:
+        return []
+    needs = [f for f in runbooks.required_flags(decision) if f != "reason"]
+    if session_cure(decision, facts) is not None:
+        needs.append("cause-fixed")
+    return needs
+
+
+def needs_said(decision: str, runbooks: RunbookSet, facts: Mapping[str, object]) -> str | None:
+    """What a valid decision still needs, in words for the list of valid decisions (None: just a reason)."""
+    spec = runbooks.decisions.get(decision)
+    filled = set(spec.diagnose_flags) if spec is not None else set()
+    flags = [f"--{f}" for f in decision_needs(decision, runbooks, facts) if f not in filled]
+    if not flags:
+        return None
+    cure = session_cure(decision, facts)
+    why = f": {cure[0]} ({cure[1]})" if cure else ""
+    return "needs " + ", ".join(flags) + why
 
 
 def decision_button(
@@ -219,7 +235,11 @@ def render(diagnosis: Diagnosis, runbooks: RunbookSet) -> list[Message]:
     lines: list[str] = [ev.explanation, *ev.notes]
     if valid:
         said = ev.consequences
-        lines.append("Valid now: " + ", ".join(f"{n} ({said[n]})" if n in said else n for n in valid))
+        valid_said = []
+        for n in valid:
+            notes = [w for w in (needs_said(n, runbooks, facts), said.get(n)) if w]
+            valid_said.append(f"{n} ({'; '.join(notes)})" if notes else n)
+        lines.append("Valid now: " + ", ".join(valid_said))
     reasons = {reason for _, reason in invalid}
     if invalid and not valid and len(invalid) > 1 and len(reasons) == 1:
         # One cause refuses everything (e.g. an unknown session): say it once.

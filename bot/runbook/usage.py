@@ -7,7 +7,9 @@ form all come from here, so a runbook edit that adds a field to a decision shows
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bot.runbook.model import CommandSpec, FlagSpec, RunbookSet
@@ -144,3 +146,50 @@ def form_errors(fields: list[FormField], values: dict[str, str]) -> dict[str, st
         if problem:
             errors[field.name] = problem
     return errors
+
+
+# The order flags are printed in: what identifies the target, what accounts for it, then why.
+_LINE_ORDER = ("turn", "evidence", "effects", "cause-fixed", "reason")
+_BARE = re.compile(r"[A-Za-z0-9_.:-]+")
+PLACEHOLDER = '"…"'
+
+
+def flag_value(name: str, value: str) -> str:
+    """A flag's value as typed: a turn id stays bare, any text quoted so the parser reads it back whole."""
+    return value if name == "turn" and _BARE.fullmatch(value) else json.dumps(value, ensure_ascii=False)
+
+
+def typed_line(
+    subcommand: str,
+    *args: str,
+    values: Mapping[str, str | None] | None = None,
+    needs: Sequence[str] = (),
+    yes: bool = False,
+) -> str:
+    """The one typed ``/recover`` line the bot prints for a person to type or paste (a button's typed
+    equivalent, a confirmation, a refusal's or a hand-off's next step): ``values`` are the request's own
+    flags (one set to None is left out), ``needs`` the flags the person still fills in, shown as ``"…"``.
+    Pasted back with the placeholders filled, it is the request the bot would send."""
+    given = {k: v for k, v in (values or {}).items() if v is not None and v != ""}
+    wanted = list(dict.fromkeys(needs))
+    names = [n for n in _LINE_ORDER if n in given or n in wanted]
+    names += [n for n in [*given, *wanted] if n not in names]
+    parts = ["/recover", subcommand, *args]
+    for name in dict.fromkeys(names):
+        value = given.get(name)
+        parts.append(f"--{name} {flag_value(name, value) if value is not None else PLACEHOLDER}")
+    if yes:
+        parts.append("--yes")
+    return " ".join(parts)
+
+
+def decide_line(
+    session_id: str,
+    decision: str,
+    values: Mapping[str, str | None],
+    *,
+    needs: Sequence[str] = (),
+    yes: bool = False,
+) -> str:
+    """:func:`typed_line` of a ``decide``: ``--reason`` is always asked for (every decision needs one)."""
+    return typed_line("decide", session_id, decision, values=values, needs=[*needs, "reason"], yes=yes)

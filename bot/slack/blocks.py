@@ -5,9 +5,12 @@
 so that every message they produce is valid by construction, and :func:`check_blocks` verifies what
 the library does not (tests run it on arbitrary messages).
 
-Layout, chosen to read well on a phone: a header (the headline), mentions, the lines, the decisive
-facts as two-column fields, the runbook rules as a context line, the buttons, and the typed command of
-every button (``/recover approve req_…``) so people who prefer typing can copy it.
+Layout, chosen to read well on a phone: a header (the headline, plain text: no markup), mentions and
+the level in words, the lines, the decisive facts as two-column fields, the runbook rules as a context
+line, the buttons, and the typed command of every button (``/recover approve req_…``) not already in
+the lines, so people who prefer typing can copy it and no command shows twice. A button whose click
+cannot be undone (R5.4) carries Block Kit's ``confirm`` dialog. Times in mrkdwn text are Slack date
+tokens: each reader sees their own zone, with the UTC time as the fallback.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from slack_sdk.models.blocks import (
     ActionsBlock,
     Block,
     ButtonElement,
+    ConfirmObject,
     ContextBlock,
     HeaderBlock,
     InputBlock,
@@ -55,6 +60,9 @@ NOTIFICATION_TEXT = 3000
 PREVIEW_CHARS = 2500
 MODAL_TITLE = 24
 PRIVATE_METADATA = 3000
+CONFIRM_TITLE = 100
+CONFIRM_TEXT = 300
+CONFIRM_BUTTON = 30
 
 ACTION_PREFIX = "rb"
 DECIDE_CALLBACK = "recover_decide"
@@ -66,6 +74,8 @@ _ICONS = {
     "error": ":x:",
     "progress": ":hourglass_flowing_sand:",
 }
+# The level in words beside its icon: the raw vocabulary word ("warn") means nothing to a reader.
+_LEVEL_WORDS = {"warn": "Needs attention", "error": "Failed or refused", "ok": "Done", "progress": "In progress"}
 
 
 class BlockError(ValueError):
@@ -128,6 +138,44 @@ def render_mention(m: Mention) -> str:
     return f"<#{m.identity}>" if _CHANNEL_ID.fullmatch(m.identity) else "#" + _escape_plain(m.identity)
 
 
+# A UTC (or offset) timestamp as the core writes it (bot.clock.isoformat): 2026-12-02T14:20:00.000Z.
+_ISO_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})(?![\w:])")
+_CODE_SPAN = re.compile(r"(```.*?```|`[^`]*`)", re.S)
+
+
+def _local_time(match: re.Match[str]) -> str:
+    try:
+        when = datetime.fromisoformat(match.group(0).replace("Z", "+00:00"))
+    except ValueError:
+        return match.group(0)
+    fallback = when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"<!date^{int(when.timestamp())}^{{date_short_pretty}} {{time}}|{fallback}>"
+
+
+def _utc_time(match: re.Match[str]) -> str:
+    """A timestamp where no date token renders (plain_text): the fallback's readable UTC form."""
+    token = _local_time(match)
+    return token[token.index("|") + 1 : -1] if token.startswith("<!date^") else token
+
+
+def local_times(mrkdwn: str) -> str:
+    """Each timestamp of escaped mrkdwn as Slack's date token: every reader sees their own zone, and a
+    client that cannot render it shows the UTC fallback. Code spans keep the literal text (a token
+    inside backticks would show raw)."""
+    parts = _CODE_SPAN.split(mrkdwn)
+    return "".join(p if i % 2 else _ISO_TIME.sub(_local_time, p) for i, p in enumerate(parts))
+
+
+def mrkdwn(text: str) -> str:
+    """Outside text for a mrkdwn field: escaped (:func:`escape`), times in the reader's zone."""
+    return local_times(escape(text))
+
+
+def header_text(text: str) -> str:
+    """A header is plain_text: markup would show literally, so backticks go (mentions stay readable)."""
+    return _ISO_TIME.sub(_utc_time, plain_refs(text).replace("`", ""))
+
+
 def plain_refs(text: str) -> str:
     """For plain_text fields (headers, button labels): mentions readable (``@U1``), nothing else touched."""
     return render_refs(text, str)
@@ -173,7 +221,7 @@ def _lines_sections(lines: Sequence[str]) -> list[Block]:
     current: list[str] = []
     size = 0
     for raw in lines:
-        line = escape(raw)
+        line = mrkdwn(raw)
         for piece in _chunks(line, SECTION_TEXT):
             if current and size + len(piece) + 1 > SECTION_TEXT:
                 sections.append(SectionBlock(text=MarkdownTextObject(text="\n".join(current))))
@@ -189,7 +237,7 @@ def _fact_sections(facts: Sequence[tuple[str, str]]) -> list[Block]:
     sections: list[Block] = []
     for start in range(0, len(facts), MAX_FIELDS):
         fields = [
-            MarkdownTextObject(text=truncate(f"*{escape(k)}*\n{escape(v) or ' '}", FIELD_TEXT))
+            MarkdownTextObject(text=truncate(f"*{escape(k)}*\n{mrkdwn(v) or ' '}", FIELD_TEXT))
             for k, v in facts[start : start + MAX_FIELDS]
         ]
         sections.append(SectionBlock(fields=fields))
@@ -218,7 +266,7 @@ def message_blocks(message: Message, *, attachment_uploaded: bool = False) -> li
     icon = _ICONS.get(message.level, "")
     blocks.append(
         HeaderBlock(
-            text=PlainTextObject(text=truncate(plain_refs(message.headline) or " ", HEADER_TEXT), emoji=True)
+            text=PlainTextObject(text=truncate(header_text(message.headline) or " ", HEADER_TEXT), emoji=True)
         )
     )
     if message.mentions:
@@ -227,7 +275,7 @@ def message_blocks(message: Message, *, attachment_uploaded: bool = False) -> li
             ContextBlock(elements=[MarkdownTextObject(text=truncate(f"{icon} {who}", SECTION_TEXT))])
         )
     elif message.level in ("warn", "error", "ok", "progress"):
-        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"{icon} {message.level}")]))
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"{icon} {_LEVEL_WORDS[message.level]}")]))
     blocks.extend(_lines_sections(message.lines))
     blocks.extend(_fact_sections(message.facts))
     if message.rules:
@@ -241,21 +289,46 @@ def message_blocks(message: Message, *, attachment_uploaded: bool = False) -> li
                 )
             )
         )
-    blocks.extend(_button_blocks(message.buttons))
-    blocks = _fit(blocks, MAX_MESSAGE_BLOCKS, reserve_tail=_tail_count(message.buttons))
+    printed = "\n".join(message.lines)
+    blocks.extend(_button_blocks(message.buttons, printed=printed))
+    blocks = _fit(blocks, MAX_MESSAGE_BLOCKS, reserve_tail=_tail_count(message.buttons, printed))
     _assign_block_ids(blocks)
     check_blocks(blocks, MAX_MESSAGE_BLOCKS)
     return blocks
 
 
-def _tail_count(buttons: Sequence[Button]) -> int:
+def _tail_count(buttons: Sequence[Button], printed: str = "") -> int:
     if not buttons:
         return 0
     n_actions = (len(buttons) + ACTIONS_ELEMENTS - 1) // ACTIONS_ELEMENTS
-    return n_actions + (1 if any(b.command for b in buttons) else 0)
+    return n_actions + (1 if _unprinted_commands(buttons, printed) else 0)
 
 
-def _button_blocks(buttons: Sequence[Button], offset: int = 0) -> list[Block]:
+def _unprinted_commands(buttons: Sequence[Button], printed: str) -> list[str]:
+    """The buttons' typed lines not already in the message's own lines, each once: a command printed
+    twice in one message reads as two different things to do."""
+    out: list[str] = []
+    for b in buttons:
+        if b.command and b.command not in printed and b.command not in out:
+            out.append(b.command)
+    return out
+
+
+def _confirm(button: Button) -> ConfirmObject | None:
+    """Block Kit's "are you sure" for a click that cannot be undone (R5.4): what happens, irreversibly."""
+    if not button.confirm:
+        return None
+    label = plain_refs(button.label or button.action)
+    return ConfirmObject(
+        title=PlainTextObject(text=truncate(f"{label}: irreversible", CONFIRM_TITLE)),
+        text=PlainTextObject(text=truncate(plain_refs(button.confirm), CONFIRM_TEXT)),
+        confirm=PlainTextObject(text=truncate(f"Yes, {label}", CONFIRM_BUTTON)),
+        deny=PlainTextObject(text="Cancel"),
+        style="danger",
+    )
+
+
+def _button_blocks(buttons: Sequence[Button], offset: int = 0, *, printed: str = "") -> list[Block]:
     out: list[Block] = []
     for start in range(0, len(buttons), ACTIONS_ELEMENTS):
         elements = [
@@ -264,11 +337,12 @@ def _button_blocks(buttons: Sequence[Button], offset: int = 0) -> list[Block]:
                 action_id=action_id(b, offset + start + i),
                 value=truncate(b.value, BUTTON_VALUE, ""),
                 style=b.style,
+                confirm=_confirm(b),
             )
             for i, b in enumerate(buttons[start : start + ACTIONS_ELEMENTS])
         ]
         out.append(ActionsBlock(elements=elements))
-    commands = [f"`{escape(b.command)}`" for b in buttons if b.command]
+    commands = [f"`{escape(command)}`" for command in _unprinted_commands(buttons, printed)]
     if commands:
         out.append(
             ContextBlock(
@@ -460,10 +534,10 @@ def _summary_blocks(messages: Sequence[Message], empty: str) -> list[Block]:
     out: list[Block] = []
     offset = 0
     for m in messages:
-        text = [f"{_ICONS.get(m.level, '')} *{escape(m.headline)}*"]
-        text.extend(escape(line) for line in m.lines[:4])
-        text.extend(f"{escape(k)}: {escape(v)}" for k, v in m.facts[:6])
+        text = [f"{_ICONS.get(m.level, '')} *{mrkdwn(m.headline)}*"]
+        text.extend(mrkdwn(line) for line in m.lines[:4])
+        text.extend(f"{escape(k)}: {mrkdwn(v)}" for k, v in m.facts[:6])
         out.append(SectionBlock(text=MarkdownTextObject(text=truncate("\n".join(text), SECTION_TEXT))))
-        out.extend(_button_blocks(m.buttons, offset))
+        out.extend(_button_blocks(m.buttons, offset, printed="\n".join(m.lines[:4])))
         offset += len(m.buttons)
     return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.csvfile import Cell, csv_text
+from bot.diagnosis.cure import incurable_cause
 from bot.messages import Attachment, Message
 from bot.runbook.evaluate import Evaluation, _sort_rules
 from bot.triage.store import Member
@@ -151,11 +152,16 @@ def group_lines(group: Group, *, examples: int) -> list[str]:
         third += f" · likely cause (worker logs): {group.likely_cause}"
     if group.damage:
         third += " · [!] the examples' logs show permanent damage: retry_restore cannot cure it (R2.8)"
+    # What a valid decision still needs, as diagnose says it: --cause-fixed where a retry cannot cure the
+    # cause (R2.3, R2.8, R5.3, the rule is bot.diagnosis.cure's); a per-session decision its own --turn.
+    cure = incurable_cause({"attention.reason": group.reason}, branch=group.branch, damage=group.damage)
+    said = [f"{d} (needs --cause-fixed)" if d == "retry_restore" and cure else d for d in valid]
+    said += [f"{d} (per session, each with its --turn)" for d in other]
     return [
         f"*{group.id}* · {len(group.members)} × {group.title} [{group.branch}] · {group.cause}"
         f" · failures {_time(first)} … {_time(last)}",
         "    valid for every member: "
-        + (", ".join(valid + [f"{d} (per session)" for d in other]) or "none")
+        + (", ".join(said) or "none")
         + f" · not: {_not_valid(group)}",
         third,
     ]

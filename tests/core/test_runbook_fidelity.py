@@ -204,7 +204,8 @@ def test_a_restore_stopped_at_the_limit_still_offers_retry_restore(sbx, router) 
     sbx.admin.fail_restore(sid, "incompatible_checkpoint")
     reply = say(router, f"/recover diagnose {sid}")
     assert "Incompatible checkpoint" in text(reply)
-    assert valid_line(reply).startswith("Valid now: retry_restore, start_fresh, close")
+    assert valid_line(reply).startswith("Valid now: retry_restore (needs --cause-fixed: incompatible checkpoint")
+    assert ", start_fresh, close" in valid_line(reply)
     refused = say(router, f'/recover decide {sid} retry_restore --reason "runtime pinned back"')
     # R2.3/R5.3: without saying what changed it is refused, as for a batch member …
     assert "needs --cause-fixed" in text(refused) and posts(sbx, sid) == []
