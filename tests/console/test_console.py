@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from bot.console import DEMO_CONSOLE_USERS, render, run_console
 from bot.messages import Button, Message, ref
 from bot.router import build_router
 from bot.settings import Settings
+from tests.fixtures.waiting import eventually
 
 
 @pytest.fixture
@@ -119,13 +119,13 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
                               text=True).stdout
 
     def wait_for(text: str, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def shown() -> str:
             s = screen()
-            if text in s:
-                return s
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} not on screen:\n{screen()}")
+            if text not in s:
+                raise AssertionError(f"not on screen:\n{s}")
+            return s
+
+        return eventually(shown, timeout, f"{text!r} on screen")
 
     def type_line(line: str) -> None:
         subprocess.run(["tmux", "-L", name, "send-keys", "-t", name, "-l", line], check=True)
@@ -147,13 +147,8 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
         s = wait_for("Verified `ses_restore_transient`")
         assert "executed (approved by @console:bob)" in s
         type_line(":quit")
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if subprocess.run(["tmux", "-L", name, "has-session", "-t", name], capture_output=True).returncode != 0:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the demo did not exit on :quit")
+        eventually(lambda: subprocess.run(["tmux", "-L", name, "has-session", "-t", name], capture_output=True).returncode != 0,
+                   15, "the demo to exit on :quit")
     finally:
         subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 

@@ -47,4 +47,4 @@ def test_timeout_names_the_last_exception() -> None:
     with pytest.raises(pytest.fail.Exception) as failed:
         eventually(broken, 0.1, "the sandbox")
     assert "the sandbox" in str(failed.value)
-    assert "ConnectionRefusedError('refused')" in str(failed.value)
+    assert "last raised ConnectionRefusedError: refused" in str(failed.value)
