@@ -7,6 +7,7 @@ thread count must come back to its baseline once the work is over (no stuck work
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ from bot.settings import Settings
 from bot.store import Store
 from bot.workpool import snapshot
 from tests.fixtures.controlhost import post_decision
+from tests.fixtures.waiting import eventually
 
 from .conftest import FAST
 
@@ -113,11 +115,9 @@ class PeakRss:
 
 
 def _threads_back_to(baseline: int, within: float = 10.0) -> int:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if threading.active_count() <= baseline:
-            break
-        time.sleep(0.1)
+    """The thread count once back to ``baseline``, or after ``within`` s: the caller's assertion names what is left."""
+    with contextlib.suppress(pytest.fail.Exception):
+        eventually(lambda: threading.active_count() <= baseline, within, f"threads back to {baseline}")
     return threading.active_count()
 
 
