@@ -28,6 +28,7 @@ import pytest
 from bot.slack import HttpServer, SlackFront, build_bot
 from bot.store import Store
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackHarness, SlackSender, slack_settings
+from tests.fixtures.waiting import eventually
 from tests.slack.fake_router import FakeRouter
 
 GIB = 1024**3
@@ -193,9 +194,8 @@ def test_half_open_connections_beyond_the_cap_evict_the_oldest(slack_api, tmp_pa
         assert server.evictions >= 150
         # The server's count of open connections is the kernel's (it decides when to evict), once the
         # reactor has read the end of the two clients that just closed.
-        deadline = time.monotonic() + 5
-        while server.reactor.open != _established(server.port) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: server.reactor.open == _established(server.port), 5,
+                   "the server's count of open connections to be the kernel's")
         assert server.reactor.open == _established(server.port) <= 50
     finally:
         for s in socks:
@@ -265,15 +265,7 @@ def served(slack_api, sandbox, tmp_path) -> Iterator[Any]:
         m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
         assert m, line + (proc.stderr.read() if proc.stderr else "")
         url = m.group(1)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(url + "/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "never healthy"
-            time.sleep(0.1)
+        eventually(lambda: httpx.get(url + "/healthz").status_code == 200, 20, "a healthy /healthz")
         return _Served(proc, url)
 
     yield start

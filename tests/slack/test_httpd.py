@@ -21,6 +21,7 @@ from bot.slack.httpd import Request
 from bot.slack.httpwire import Response
 from bot.store import Store
 from tests.fixtures.slack import SIGNING_SECRET, SlackHarness, SlackSender, slack_settings
+from tests.fixtures.waiting import eventually
 from tests.slack.fake_router import FakeRouter
 
 
@@ -222,9 +223,7 @@ def test_stop_closes_idle_connections_and_answers_the_request_in_flight(slack_ap
     sender.close()
     bot.close()
     # The kernel's view: no socket on the server's port is still listening, open or half-closed.
-    deadline = time.monotonic() + 5
-    while _server_side_sockets(server.port) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: not _server_side_sockets(server.port), 5, "no server-side socket left on the port")
     assert _server_side_sockets(server.port) == []
 
 
