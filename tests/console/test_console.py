@@ -104,6 +104,7 @@ def test_render_shows_the_cores_mentions_as_readable_ids_and_outside_text_as_it_
     assert "log: restore failed <!channel> <@U0BAD|eve>" in text and "\u2063" not in text
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
     # A private tmux server (-L): a server already running would hand the demo its own environment.
@@ -153,6 +154,7 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
         subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 
 
+@pytest.mark.subprocess
 def test_demo_from_stdin_exit_status(tmp_path: Path) -> None:
     env = {**os.environ, "RECOVER_DB": str(tmp_path / "demo.db")}
     code = ("import sys; from bot.settings import load_settings; from bot.console import run_demo;"
@@ -197,6 +199,7 @@ def test_sandbox_commands_refused_without_the_sandbox(router) -> None:
 FULL_TEXT = re.compile(r"\(full text: (?P<where>.+?), (?P<size>\d+) chars\)")
 
 
+@pytest.mark.subprocess
 def test_a_file_a_reply_names_exists(tmp_path: Path) -> None:
     """The demo (the console script's own code, from stdin) names the triage file by the path it wrote,
     with the whole text in it; no reply names a bare file name that nothing holds."""

@@ -27,6 +27,8 @@ from bot.console import terminal_login
 from bot.store import Store
 from tests.fixtures.waiting import eventually
 
+pytestmark = pytest.mark.subprocess
+
 SCRIPT = Path(sys.executable).with_name("recover-bot")
 LOGIN = terminal_login()
 SLACK_ID = "UCONSOLE01"

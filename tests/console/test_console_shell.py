@@ -22,7 +22,7 @@ import pytest
 
 from tests.fixtures.waiting import eventually
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"), pytest.mark.subprocess]
 
 
 class Terminal:

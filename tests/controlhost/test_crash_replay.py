@@ -23,6 +23,8 @@ from tests.fixtures.waiting import eventually
 
 from ._specs import running
 
+pytestmark = pytest.mark.subprocess
+
 DECIDE = """
 import json, os, sys, time
 from bot.controlhost import PURPOSE_DECISION, ControlHostClient, Permit, RetryPolicy

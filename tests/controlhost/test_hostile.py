@@ -142,6 +142,7 @@ def _diagnose_all(services: Services, count: int) -> list[tuple[float, str]]:
     return results
 
 
+@pytest.mark.subprocess
 def test_a_dribbling_host_leaves_diagnose_within_its_budget_and_no_stuck_threads(
     services: Services, remote: tuple[str, SandboxAdmin]
 ) -> None:
@@ -164,6 +165,7 @@ def test_a_dribbling_host_leaves_diagnose_within_its_budget_and_no_stuck_threads
     assert _threads_back_to(baseline) <= baseline, [t.name for t in threading.enumerate()]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "until-close"])
 def test_a_300_mb_answer_is_refused_while_it_streams(
     services: Services, remote: tuple[str, SandboxAdmin], declared: bool

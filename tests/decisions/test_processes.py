@@ -10,9 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bot.messages import NullReporter
 from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REPO, REQUESTER
 from tests.fixtures.waiting import eventually
+
+pytestmark = pytest.mark.subprocess
 
 
 def _spawn(env, tmp_path: Path, action: str, request_id: str, actor: str, go: Path, hang: str = ""):

@@ -40,6 +40,8 @@ from tests.fixtures.triage import bulk_router, make_incident
 from tests.fixtures.waiting import eventually
 from tests.triage.test_batch import _CHILD
 
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "litestream" / "litestream.yml"
 

@@ -134,6 +134,7 @@ def test_without_a_file_the_one_the_bot_loads(
     assert capsys.readouterr().out.startswith(f"eu-1: ok, {eu.url} answered\n")
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_the_installed_command_from_an_unrelated_folder(
     installed: Installed, installed_sandbox: InstalledSandbox, workdir: Path, tmp_path: Path

@@ -115,6 +115,7 @@ def test_a_schedule_it_cannot_follow_is_refused_with_what_to_fix(
     assert sbx.admin.scheduled()["planned"] == []
 
 
+@pytest.mark.subprocess
 def test_the_sandbox_command_stops_a_session_every_so_often(tmp_path: Path) -> None:
     """``recover-bot sandbox --stop-every 1s``: on the real clock, with nobody asking meanwhile."""
     proc = subprocess.Popen(

@@ -280,6 +280,7 @@ def served(slack_api, sandbox, tmp_path) -> Iterator[Any]:
         assert "Traceback" not in err, err[-3000:]
 
 
+@pytest.mark.subprocess
 def test_four_unsigned_one_gib_bodies_leave_rss_growth_under_50_mb(served) -> None:
     s = served()
     pid = s.proc.pid
@@ -326,6 +327,7 @@ def _raise_own_nofile(n: int) -> None:
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= n, "cannot raise this test's file limit"
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("server_nofile", [None, 1024], ids=["fd-limit-raised", "fd-limit-1024"])
 def test_5000_half_open_connections_leave_signed_commands_acked_within_3s(served, server_nofile) -> None:
     _raise_own_nofile(5000 + 512)

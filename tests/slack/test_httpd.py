@@ -167,6 +167,7 @@ def test_expect_100_continue_and_a_chunked_signed_command(harness: SlackHarness)
     assert sorted(c[1] for c in harness.bot.router.calls) == ["diagnose ses_chunked", "diagnose ses_expect"]
 
 
+@pytest.mark.subprocess
 def test_requests_in_flight_beyond_the_cap_get_503_and_the_rest_is_served(slack_api, tmp_path) -> None:
     """Two clients dribbling their bodies hold the two request threads: a third request gets 503 at
     once (not a wait), and once their deadline has passed the server answers again."""

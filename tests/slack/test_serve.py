@@ -8,9 +8,12 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackSender
 from tests.fixtures.waiting import eventually
+
+pytestmark = pytest.mark.subprocess
 
 
 def test_serve_http_mode_on_a_free_port(slack_api, sandbox, tmp_path) -> None:

@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from bot.slack.inbox import Inbox, inbox_path
 from bot.slack.state import slack_migrations
 from bot.store import Store
@@ -36,6 +38,8 @@ from tests.slack.test_worker_process import (
     _start_serve,
     _worker_pid,
 )
+
+pytestmark = pytest.mark.subprocess
 
 
 def _damaged_command(sender, user: str) -> bytes:

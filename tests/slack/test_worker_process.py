@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from bot.sandbox import builtin_scenarios_dir
@@ -124,6 +125,7 @@ def _answers(slack_api: SlackStandIn, path: str) -> list[dict]:
     return [b for p, b in list(slack_api.responses) if p == path]
 
 
+@pytest.mark.subprocess
 def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack_api, sandbox_factory, tmp_path) -> None:
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
     db = tmp_path / "serve.db"
@@ -223,6 +225,7 @@ def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_pat
         assert s.proc is not None and s.proc.poll() is not None
 
 
+@pytest.mark.subprocess
 def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slack_api, sandbox_factory, tmp_path) -> None:
     """views.open needs the click's trigger_id within 3 s: it is called from the acking process (the
     form's fields come from the runbook, no control host); the form's validation errors are the
@@ -256,6 +259,7 @@ def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slac
         ), 90, "the approval request")
 
 
+@pytest.mark.subprocess
 def test_socket_mode_deliveries_go_through_the_same_inbox_to_the_worker(slack_api, sandbox, tmp_path) -> None:
     from tests.slack.test_socket_link import SocketStandIn
 
@@ -287,6 +291,7 @@ def test_socket_mode_deliveries_go_through_the_same_inbox_to_the_worker(slack_ap
     eventually(lambda: not _alive(worker_pid), 5, "the worker stopped with serve")
 
 
+@pytest.mark.subprocess
 def test_a_decision_in_flight_when_the_worker_dies_is_finished_with_its_stored_key(
     slack_api, sandbox_factory, tmp_path
 ) -> None:

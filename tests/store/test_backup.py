@@ -9,11 +9,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bot.clock import ManualClock
 from bot.slack.inbox import Inbox, inbox_path
 from bot.store import Store, audit
 from bot.store.backup import backup, step_count
 from tests.fixtures.waiting import eventually
+
+pytestmark = pytest.mark.subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 WRITER = """

@@ -164,6 +164,7 @@ print(router.handle_text(sys.argv[4], actor="alice", channel=None, reporter=List
 """
 
 
+@pytest.mark.subprocess
 def test_sigkill_mid_batch_then_restart_every_member_ends_once_with_the_same_key(
     incident_sandbox: SandboxHandle, tmp_path: Path
 ) -> None:

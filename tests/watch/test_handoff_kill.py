@@ -33,6 +33,8 @@ from tests.fixtures.waiting import eventually
 from tests.fixtures.watch import runbook_copy
 from tests.slack.test_worker_process import _start_serve, _worker_pid
 
+pytestmark = pytest.mark.subprocess
+
 CHANNEL = "C0WATCH"
 CASES = 3
 

@@ -22,6 +22,8 @@ from tests.fixtures.waiting import eventually
 from tests.fixtures.watch import start_watcher_process
 from tests.watch.test_watcher import edited_runbooks
 
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 CHANNEL = "C0WATCH"
 STOPS = 40

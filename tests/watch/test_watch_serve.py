@@ -11,11 +11,14 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bot.sandbox import SandboxHandle
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackSender, SlackStandIn
 from tests.fixtures.triage import clone
 from tests.fixtures.waiting import eventually
+
+pytestmark = pytest.mark.subprocess
 
 CHANNEL = "C0WATCH"
 
