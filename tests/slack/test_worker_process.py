@@ -170,7 +170,7 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
         for path in busy:
             told = [b for b in _answers(slack_api, path) if "restarted while working" in str(b)]
             assert len(told) == 1, (path, _answers(slack_api, path))
-        time.sleep(1.5)
+        time.sleep(1.5)  # a while longer: a decision run again would show as a second effect
         assert all(sandbox.admin.effect_count(s) == 1 for s in sessions)
         # Slack's verification token is never stored with a queued body.
         with sqlite3.connect(inbox_path(db)) as conn:
@@ -314,5 +314,5 @@ def test_a_decision_in_flight_when_the_worker_dies_is_finished_with_its_stored_k
         assert posts and len({r["idempotency_key"] for r in posts}) == 1, posts
         told = [b for b in _answers(slack_api, _reply_path(body)) if "restarted while working" in str(b)]
         assert len(told) == 1
-        time.sleep(1.5)
+        time.sleep(1.5)  # a while longer: a decision run again would show as a second effect
         assert sandbox.admin.effect_count(sid) == 1
