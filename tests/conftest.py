@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # On 2 cores with synchronous=FULL every commit fsyncs: no deadlines, bounded and repeatable examples.
@@ -31,3 +32,11 @@ pytest_plugins = [
     "tests.fixtures.install",
     "tests.fixtures.repo_bounds",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every hypothesis test ``property``: hypothesis flags its own (``@given`` tests and a state
+    machine's ``runTest``), so no test is marked by hand."""
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)

@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from bot.console import DEMO_CONSOLE_USERS, render, run_console
 from bot.messages import Button, Message, ref
 from bot.router import build_router
 from bot.settings import Settings
+from tests.fixtures.waiting import eventually
 
 
 @pytest.fixture
@@ -104,6 +104,7 @@ def test_render_shows_the_cores_mentions_as_readable_ids_and_outside_text_as_it_
     assert "log: restore failed <!channel> <@U0BAD|eve>" in text and "\u2063" not in text
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
     # A private tmux server (-L): a server already running would hand the demo its own environment.
@@ -119,13 +120,13 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
                               text=True).stdout
 
     def wait_for(text: str, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def shown() -> str:
             s = screen()
-            if text in s:
-                return s
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} not on screen:\n{screen()}")
+            if text not in s:
+                raise AssertionError(f"not on screen:\n{s}")
+            return s
+
+        return eventually(shown, timeout, f"{text!r} on screen")
 
     def type_line(line: str) -> None:
         subprocess.run(["tmux", "-L", name, "send-keys", "-t", name, "-l", line], check=True)
@@ -147,17 +148,13 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
         s = wait_for("Verified `ses_restore_transient`")
         assert "executed (approved by @console:bob)" in s
         type_line(":quit")
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if subprocess.run(["tmux", "-L", name, "has-session", "-t", name], capture_output=True).returncode != 0:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the demo did not exit on :quit")
+        eventually(lambda: subprocess.run(["tmux", "-L", name, "has-session", "-t", name], capture_output=True).returncode != 0,
+                   15, "the demo to exit on :quit")
     finally:
         subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 
 
+@pytest.mark.subprocess
 def test_demo_from_stdin_exit_status(tmp_path: Path) -> None:
     env = {**os.environ, "RECOVER_DB": str(tmp_path / "demo.db")}
     code = ("import sys; from bot.settings import load_settings; from bot.console import run_demo;"
@@ -202,6 +199,7 @@ def test_sandbox_commands_refused_without_the_sandbox(router) -> None:
 FULL_TEXT = re.compile(r"\(full text: (?P<where>.+?), (?P<size>\d+) chars\)")
 
 
+@pytest.mark.subprocess
 def test_a_file_a_reply_names_exists(tmp_path: Path) -> None:
     """The demo (the console script's own code, from stdin) names the triage file by the path it wrote,
     with the whole text in it; no reply names a bare file name that nothing holds."""

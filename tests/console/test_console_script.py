@@ -25,6 +25,9 @@ import pytest
 
 from bot.console import terminal_login
 from bot.store import Store
+from tests.fixtures.waiting import eventually
+
+pytestmark = pytest.mark.subprocess
 
 SCRIPT = Path(sys.executable).with_name("recover-bot")
 LOGIN = terminal_login()
@@ -143,10 +146,15 @@ def test_ctrl_c_in_the_resume_wait_is_recorded_and_never_replayed(sandbox, workd
         assert proc.stdin is not None
         proc.stdin.write(f"resume {sid}\n")
         proc.stdin.flush()  # stdin stays open: the console is waiting, as at a terminal
-        deadline = time.monotonic() + 60
-        while not any("waiting for reclamation" in line for line in out):
-            assert time.monotonic() < deadline, "".join(out)
-            out.append(lines.get(timeout=60))
+
+        def told() -> bool:
+            while not lines.empty():
+                out.append(lines.get_nowait())
+            if not any("waiting for reclamation" in line for line in out):
+                raise AssertionError("".join(out))
+            return True
+
+        eventually(told, 60, "'waiting for reclamation' in the console's output")
         time.sleep(0.3)  # inside the backoff's sleep, between two 503s
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=30)

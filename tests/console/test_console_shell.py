@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+from tests.fixtures.waiting import eventually
+
+pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"), pytest.mark.subprocess]
 
 
 class Terminal:
@@ -51,24 +53,25 @@ class Terminal:
         return self.tmux("capture-pane", "-t", "t", "-p", "-S", "-3000")
 
     def wait_for(self, text: str, timeout: float = 60, after: int = 0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def shown() -> str:
             screen = self.screen()
-            if text in screen[after:]:
-                return screen
-            time.sleep(0.1)
-        raise AssertionError(f"{text!r} not on the screen:\n{self.screen()}")
+            if text not in screen[after:]:
+                raise AssertionError(f"not on the screen:\n{screen}")
+            return screen
+
+        return eventually(shown, timeout, f"{text!r} on the screen")
 
     def prompt_count(self, prompt: str = "alice>") -> int:
         return self.screen().count(prompt)
 
     def wait_prompts(self, n: int, prompt: str = "alice>", timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.prompt_count(prompt) >= n:
-                return self.screen()
-            time.sleep(0.1)
-        raise AssertionError(f"fewer than {n} prompts:\n{self.screen()}")
+        def prompted() -> str:
+            screen = self.screen()
+            if screen.count(prompt) < n:
+                raise AssertionError(f"fewer prompts:\n{screen}")
+            return screen
+
+        return eventually(prompted, timeout, f"{n} {prompt!r} prompts")
 
     def stop(self) -> None:
         self.tmux("kill-server")

@@ -4,7 +4,6 @@ the runbook's transitions, retries and the Idempotency-Key rule."""
 from __future__ import annotations
 
 import json
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +24,7 @@ from bot.controlhost._permit import _GATE_SEAL  # a client test: it plays the ga
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.store import Store
 from tests.fixtures.controlhost import post_decision, post_resume, replay
+from tests.fixtures.waiting import eventually
 
 from ._specs import running, starting
 from .conftest import FAST
@@ -404,9 +404,7 @@ def test_post_timeout_is_retried_with_the_same_key(
     receipt = post_decision(quick, "ses_a", {"decision": "close", "expected_revision": 5, "reason": "x"})
     quick.close()
     # The slow first attempt finishes on the server too; it must find the key and change nothing.
-    deadline = time.monotonic() + 5
-    while len(posts(sbx, "ses_a")) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: len(posts(sbx, "ses_a")) >= 2, 5, "the slow first attempt's POST on the server")
     _check_single_effect(sbx, store, "ses_a", receipt)
 
 

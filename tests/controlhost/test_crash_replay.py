@@ -13,16 +13,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from bot.sandbox import SandboxHandle
 from bot.store import Store
+from tests.fixtures.waiting import eventually
 
 from ._specs import running
+
+pytestmark = pytest.mark.subprocess
 
 DECIDE = """
 import json, os, sys, time
@@ -60,16 +61,6 @@ print(json.dumps(results))
 """
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 def _env(sbx: SandboxHandle) -> dict[str, str]:
     return {**os.environ, "CH_URL": sbx.url, "CH_KEY": sbx.api_key}
 
@@ -96,11 +87,12 @@ def test_sigkilled_client_replays_with_stored_key_and_body(
     try:
         store = Store(db)
         # The record (key + exact body) is committed before the first send.
-        record = wait_for(lambda: next((r for r in store.list_requests() if r.attempts >= 1), None))
+        record = eventually(lambda: next((r for r in store.list_requests() if r.attempts >= 1), None), 15,
+                            "the request record, committed before the first send")
         assert record.pending and json.loads(record.body) == body
         if moment == "sleeping_before_retry":
             # The reply was dropped after the commit; the client is now sleeping 30 s before its retry.
-            wait_for(lambda: any(r["dropped"] for r in sbx.admin.requests("ses_k")))
+            eventually(lambda: any(r["dropped"] for r in sbx.admin.requests("ses_k")), 15, "the dropped reply")
         else:
             time.sleep(0.3)  # inside the server's 1.5 s latency: nothing committed yet
             assert sbx.admin.effects("ses_k") == []
@@ -114,7 +106,7 @@ def test_sigkilled_client_replays_with_stored_key_and_body(
     assert proc.returncode == -signal.SIGKILL and "finished" not in out
 
     # The sandbox committed the decision exactly once, and the bot never heard the answer.
-    [effect] = wait_for(lambda: sbx.admin.effects("ses_k"))
+    [effect] = eventually(lambda: sbx.admin.effects("ses_k"), 15, "the effect on ses_k")
     assert effect["idempotency_key"] == record.key
     [stored] = Store(db).unfinished_requests()
     assert stored.key == record.key and stored.http_status is None
@@ -158,7 +150,7 @@ def test_sigkill_between_begin_and_send_then_the_replay_sends_the_stored_key_onc
     )
     try:
         store = Store(db)
-        record = wait_for(lambda: next(iter(store.list_requests()), None))
+        record = eventually(lambda: next(iter(store.list_requests()), None), 15, "the request record")
         assert proc.stdout is not None and proc.stdout.readline().strip() == "begun"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)

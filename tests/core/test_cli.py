@@ -37,6 +37,7 @@ def test_every_command_help_shows_an_example(capsys: pytest.CaptureFixture[str])
         assert "recover-bot" in out.lower().split("example:")[1]
 
 
+@pytest.mark.subprocess
 def test_console_without_control_host_is_a_clear_error_not_a_sandbox(tmp_path) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     proc = subprocess.run(
@@ -53,6 +54,7 @@ def test_console_without_control_host_is_a_clear_error_not_a_sandbox(tmp_path) -
     assert "sandbox" not in proc.stdout.lower()
 
 
+@pytest.mark.subprocess
 def test_invalid_settings_are_listed_without_secrets(tmp_path) -> None:
     env = {
         "PATH": "/usr/bin:/bin",
@@ -69,6 +71,7 @@ def test_invalid_settings_are_listed_without_secrets(tmp_path) -> None:
     assert "supersecretvalue" not in proc.stderr + proc.stdout
 
 
+@pytest.mark.subprocess
 def test_the_bot_refuses_to_start_with_an_invalid_runbook(tmp_path) -> None:
     from tests.runbook.helpers import copy_runbooks, edit
 
@@ -110,6 +113,7 @@ def _only_line(text: str) -> str:
     return lines[0]
 
 
+@pytest.mark.subprocess
 def test_serve_on_a_busy_port_is_one_line_before_slack_is_called(tmp_path, slack_api) -> None:
     import socket
 
@@ -125,6 +129,7 @@ def test_serve_on_a_busy_port_is_one_line_before_slack_is_called(tmp_path, slack
     assert slack_api.calls_to("auth.test") == []  # the port is checked first
 
 
+@pytest.mark.subprocess
 def test_serve_names_auth_test_when_slack_is_unreachable_or_refuses_the_token(tmp_path, slack_api) -> None:
     import socket
 
@@ -145,6 +150,7 @@ def test_serve_names_auth_test_when_slack_is_unreachable_or_refuses_the_token(tm
         assert secret not in proc.stderr + proc.stdout
 
 
+@pytest.mark.subprocess
 def test_an_unreadable_store_is_one_line(tmp_path) -> None:
     (tmp_path / "not.db").write_text("this is not sqlite, just text that is long enough" * 40)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RECOVER_DB": str(tmp_path / "not.db")}

@@ -76,6 +76,7 @@ for name in sys.argv[1].split(","):
 """
 
 
+@pytest.mark.subprocess
 def test_no_secret_or_token_shape_reaches_a_log_through_any_logger_or_path(tmp_path: Path) -> None:
     names = _logger_names()
     assert "recover_bot.slack.front" in names and "bot.controlhost" in names
@@ -122,6 +123,7 @@ for s in sys.argv[1:]:
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("entry", sorted(START))
 def test_each_entry_point_sets_up_the_masking_filter_when_it_starts(entry: str, tmp_path: Path) -> None:
     """Behaviour, not source text: the real entry point runs its start in a fresh interpreter, then

@@ -121,6 +121,7 @@ def _cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.subprocess
 def test_recover_bot_serve_refuses_to_start_without_an_audit_key(tmp_path: Path) -> None:
     res = _cli("serve", cwd=tmp_path, RECOVER_DB=str(tmp_path / "r.db"), **COMPLETE)
     assert res.returncode == 2, res.stdout + res.stderr
@@ -132,6 +133,7 @@ def test_recover_bot_serve_refuses_to_start_without_an_audit_key(tmp_path: Path)
     assert not (tmp_path / "r.db").exists()  # refused before anything was opened
 
 
+@pytest.mark.subprocess
 def test_audit_verify_says_an_unkeyed_store_is_one_with_a_status_of_its_own(tmp_path: Path) -> None:
     clock = ManualClock()
     plain = Store(tmp_path / "plain.db", clock)

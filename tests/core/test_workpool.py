@@ -9,22 +9,15 @@ import time
 import pytest
 
 from bot.workpool import PoolBusy, WorkPool, health_lines, snapshot
-
-
-def _wait_threads(pool: WorkPool, expected: int, within: float = 5.0) -> int:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline and pool.stats()["threads"] != expected:
-        time.sleep(0.02)
-    return int(pool.stats()["threads"])
+from tests.fixtures.waiting import eventually
 
 
 def test_workers_and_queue_are_bounded_and_a_full_queue_refuses_at_once() -> None:
     pool = WorkPool("test-bounded", workers=2, queue=3, idle_seconds=0.2)
     release = threading.Event()
     futures = [pool.submit(release.wait) for _ in range(5)]  # 2 running + 3 queued
-    deadline = time.monotonic() + 30  # a loaded machine may take seconds to schedule the new threads
-    while pool.stats()["running"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # a loaded machine may take seconds to schedule the new threads
+    eventually(lambda: pool.stats()["running"] >= 2, 30, "both workers running")
     stats = pool.stats()
     assert (stats["threads"], stats["running"], stats["queued"]) == (2, 2, 3)
     started = time.monotonic()
@@ -45,10 +38,10 @@ def test_idle_workers_exit_and_come_back_on_demand() -> None:
     pool = WorkPool("test-idle", workers=3, queue=10, idle_seconds=0.2)
     baseline = threading.active_count()
     assert [f.result(5) for f in [pool.submit(lambda i=i: i * 2) for i in range(6)]] == [0, 2, 4, 6, 8, 10]
-    assert _wait_threads(pool, 0) == 0
-    deadline = time.monotonic() + 5  # the thread that retired the idle workers ends right after
-    while threading.active_count() > baseline and time.monotonic() < deadline:
-        time.sleep(0.02)
+    eventually(lambda: pool.stats()["threads"] == 0, 5, "the idle workers to exit")
+    assert pool.stats()["threads"] == 0
+    # the thread that retired the idle workers ends right after
+    eventually(lambda: threading.active_count() <= baseline, 5, "the retiring thread to end")
     assert threading.active_count() <= baseline
     assert pool.submit(lambda: "again").result(5) == "again"
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bot.decisions import check_request_table
 from bot.decisions._requests import CONTENT_FIELDS, content_hash
 from bot.messages import ListReporter
@@ -35,6 +37,7 @@ def _request_problems(db: Path, rid: str) -> list[str]:
     return [p.message for p in report.problems if p.kind == "request table" and rid in p.message]
 
 
+@pytest.mark.subprocess
 def test_an_approved_state_written_into_the_table_is_never_executed(decision_env):
     env = decision_env
     env.outcome_unknown("ses_t1", covered=True)

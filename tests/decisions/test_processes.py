@@ -10,8 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bot.messages import NullReporter
 from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REPO, REQUESTER
+from tests.fixtures.waiting import eventually
+
+pytestmark = pytest.mark.subprocess
 
 
 def _spawn(env, tmp_path: Path, action: str, request_id: str, actor: str, go: Path, hang: str = ""):
@@ -61,11 +66,9 @@ def _request(env, svc, sid: str) -> str:
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
+    eventually(lambda: path.exists() or proc.poll() is not None, seconds, f"{path.name} to appear")
+    if not path.exists():
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.02)
 
 
 def _killed_at(env, tmp_path: Path, action: str, target: str, actor: str, hang: str, marker: str) -> None:

@@ -125,6 +125,7 @@ def test_query_strings_do_not_change_the_decision() -> None:
     assert not allowlist.allows("POST", f"/v1.41/containers/create?name={RECORD_PROJECT}-reconciler-1")
 
 
+@pytest.mark.subprocess
 def test_rendered_settings_follow_the_file() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bot.dockerops.allowlist", "--project", "prod", "--format", "env"],
@@ -234,6 +235,7 @@ def allowlist_findings(flags: list[str], project: str, calls: list[tuple[str, st
     return findings
 
 
+@pytest.mark.subprocess
 def test_compose_flags_are_the_rendered_allowlist() -> None:
     # One source: deploy/socket-proxy/allowlist.yaml; compose carries its rendering, verbatim.
     assert compose_allow_flags() == compose_flags()

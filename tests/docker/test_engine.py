@@ -113,6 +113,7 @@ def test_installation_not_set_is_a_clear_error(store: Store, clock: ManualClock,
         bad.status()
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0, reason="needs root and setpriv")
 def test_permission_denied_on_the_socket(tmp_path: Path) -> None:
     """A socket the bot's process may not open (root without DAC override, mode 000) → one clear error."""

@@ -17,6 +17,7 @@ from bot.dockerops import migrations as docker_migrations
 from bot.errors import DockerOpsError
 from bot.store import Store
 from tests.fixtures.docker import RECONCILER_ENV, DockerEngine, ReconcilerContainer
+from tests.fixtures.waiting import eventually
 
 pytestmark = pytest.mark.docker
 
@@ -422,12 +423,10 @@ def test_container_gone_mid_exec_is_a_clear_error_and_outcome_unknown(
 
     t = threading.Thread(target=run)
     t.start()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        top = reconciler_container.container.top()
-        if any("--once" in " ".join(p) for p in top["Processes"]):
-            break
-        time.sleep(0.1)
+    # The exec is under way once its reconciler sleeps the 20 s put above (top's CMD column is cut short:
+    # the reconciler's own arguments are not in it).
+    eventually(lambda: any(p[-1] == "sleep 20" for p in reconciler_container.container.top()["Processes"]), 15,
+               "the dry run's reconciler mid-exec")
     reconciler_container.container.remove(force=True)
     t.join(60)
     assert not t.is_alive()

@@ -27,7 +27,7 @@ from tests.docker.images.build import build_images
 from tests.docker.tls_engine import TlsCerts, TlsEngine
 from tests.fixtures.docker import PROJECT_LABEL, SERVICE_LABEL, SESSION_LABEL, TEST_LABEL, put_file
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.subprocess]
 
 PROJECT = "rbttls"
 SESSION = "ses_tls_remote_1"

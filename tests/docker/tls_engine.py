@@ -17,13 +17,14 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+import pytest
 
 from bot.dockerops import DockerEndpoint
+from tests.fixtures.waiting import eventually
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -46,6 +47,14 @@ def _sign(cwd: Path, ca: str, stem: str, ext: str) -> None:
     (cwd / f"{stem}.ext").write_text(ext)
     _openssl("x509", "-req", "-in", f"{stem}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}-key.pem",
              "-CAcreateserial", "-out", f"{stem}.pem", "-days", "2", "-extfile", f"{stem}.ext", cwd=cwd)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -138,18 +147,21 @@ class TlsEngine:
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
         )
         engine = cls(folder, certs, port, process)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with contextlib.closing(engine.client(timeout=5)) as c:
-                    c.ping()
-                return engine
-            except Exception:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    engine.stop()
-                    tail = (folder / "dockerd.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"the TLS dockerd did not start:\n{tail}") from None
-                time.sleep(0.3)
+        def answers() -> bool:  # or ended: then nothing will answer
+            if process.poll() is not None:
+                return True
+            with contextlib.closing(engine.client(timeout=5)) as c:
+                c.ping()
+            return True
+
+        started = False
+        with contextlib.suppress(pytest.fail.Exception):
+            started = eventually(answers, 60, "the TLS dockerd to answer") and process.poll() is None
+        if not started:
+            engine.stop()
+            tail = (folder / "dockerd.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the TLS dockerd did not start:\n{tail}")
+        return engine
 
     def stop(self) -> None:
         """SIGTERM the engine's process group (dockerd and the containerd it started), then SIGKILL."""
@@ -162,13 +174,8 @@ class TlsEngine:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
             self.process.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # containerd leaves after dockerd; the group must be empty
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
+        with contextlib.suppress(pytest.fail.Exception):  # containerd leaves after dockerd; the group must be empty
+            eventually(lambda: not _group_alive(pgid), 10, "the engine's process group to empty")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.escalation.kill import run_kill
 from tests.fixtures.slack import SlackStandIn
+
+pytestmark = pytest.mark.subprocess
 
 REQUESTS = 12
 

@@ -14,6 +14,8 @@ from bot.clock import ManualClock
 from bot.errors import StoreError
 from bot.store import Store
 
+pytestmark = pytest.mark.subprocess
+
 KEY = "adopt-key-test-key-0123456789"
 
 

@@ -23,6 +23,8 @@ from bot.console import terminal_login
 from bot.messages import ListReporter
 from tests.fixtures.triage import bulk_router, make_incident
 
+pytestmark = pytest.mark.subprocess
+
 LOGIN = terminal_login()
 PERSON = "U0ALICE01"
 

@@ -48,6 +48,7 @@ def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_mypy_rejects_a_send_without_a_permit(tmp_path: Path) -> None:
     result = _mypy(tmp_path, _BYPASS)
@@ -57,6 +58,7 @@ def test_mypy_rejects_a_send_without_a_permit(tmp_path: Path) -> None:
     assert 'Argument 2 to "Permit" has incompatible type "object"' in result.stdout
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_mypy_accepts_a_send_of_a_permit(tmp_path: Path) -> None:
     # The same command passes on a file that sends a Permit it was given: the rejection above is the

@@ -22,7 +22,7 @@ import pytest
 
 from tests.fixtures.install import Installed, InstalledSandbox
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def _one_line(text: str) -> str:

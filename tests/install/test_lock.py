@@ -71,6 +71,7 @@ def test_the_lock_pins_every_dependency_exactly_with_hashes() -> None:
     assert {"pip", "setuptools"} <= set(pins)  # the build tools too: nothing unhashed is fetched
 
 
+@pytest.mark.subprocess
 def test_the_lock_holds_what_its_pins_require() -> None:
     """Closed under dependencies, checked from the installed metadata of every pin installed at its version."""
     pins = read_lock(LOCK.read_text())

@@ -37,7 +37,10 @@ from bot.store.backup import step_count
 from tests.decisions.test_processes import _request, _spawn, _wait_for
 from tests.fixtures.decisions import APPROVER, CHANNEL, DecisionEnv
 from tests.fixtures.triage import bulk_router, make_incident
+from tests.fixtures.waiting import eventually
 from tests.triage.test_batch import _CHILD
+
+pytestmark = pytest.mark.subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "litestream" / "litestream.yml"
@@ -78,6 +81,14 @@ def unfinished(path: Path) -> int:
     return len(Store(path, ManualClock(), migrations=MIGRATIONS).unfinished_requests())
 
 
+def _restored(binary: str, config: Path, replica: Path, source: Path, probe: Path) -> Path:
+    """A fresh restore of the replica into ``probe``: the restored store file."""
+    shutil.rmtree(probe, ignore_errors=True)
+    probe.mkdir()
+    restore(binary, config, replica, source, probe / "recover.db")
+    return probe / "recover.db"
+
+
 def test_the_store_survives_the_host_and_the_restored_bot_finishes_each_request_once(
     decision_env: DecisionEnv, tmp_path: Path
 ) -> None:
@@ -109,15 +120,9 @@ def test_the_store_survives_the_host_and_the_restored_bot_finishes_each_request_
         _wait_for(tmp_path / "posted", procs[1])
         assert unfinished(live) == 2
         # Litestream ships WAL frames every second: wait until the replica holds both stored keys.
-        probe, deadline = tmp_path / "probe", time.monotonic() + 30
-        while True:
-            shutil.rmtree(probe, ignore_errors=True)
-            probe.mkdir()
-            restore(binary, config, replica, live, probe / "recover.db")
-            if unfinished(probe / "recover.db") == 2:
-                break
-            assert time.monotonic() < deadline, "the replica never caught up"
-            time.sleep(0.2)
+        probe = tmp_path / "probe"
+        eventually(lambda: unfinished(_restored(binary, config, replica, live, probe)) == 2, 30,
+                   "the replica to catch up (both stored keys)")
     finally:
         # The host is lost: every process dies at once, nothing is flushed or closed.
         for proc in [*procs, replicating]:
@@ -201,25 +206,24 @@ def test_a_batch_in_flight_survives_the_host_each_member_once_with_its_key(
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        deadline, done = time.monotonic() + 60, 0
-        while done < 5 and time.monotonic() < deadline:
-            with contextlib.suppress(sqlite3.Error), sqlite3.connect(live) as conn:
-                done = conn.execute("SELECT count(*) FROM batch_members WHERE state != 'requested'").fetchone()[0]
-            time.sleep(0.05)
+        seen = {"done": 0}
+
+        def five_past_requested() -> bool:
+            with sqlite3.connect(live) as conn:
+                seen["done"] = conn.execute("SELECT count(*) FROM batch_members WHERE state != 'requested'").fetchone()[0]
+            return seen["done"] >= 5
+
+        with contextlib.suppress(pytest.fail.Exception):  # the child is killed either way; the assertion says why
+            eventually(five_past_requested, 60, "five members past requested")
+        done = seen["done"]
         child.send_signal(signal.SIGKILL)  # the bot dies mid-batch …
         child.wait(timeout=30)
         assert done >= 5, child.stderr.read() if child.stderr else ""
         assert len(incident_sandbox.admin.effects()) < 24
         written = step_count(live)
-        probe, deadline = tmp_path / "probe", time.monotonic() + 30
-        while True:  # … and the host a moment later, once the replica holds what the bot committed
-            shutil.rmtree(probe, ignore_errors=True)
-            probe.mkdir()
-            restore(binary, config, replica, live, probe / "recover.db")
-            if step_count(probe / "recover.db") == written:
-                break
-            assert time.monotonic() < deadline, "the replica never caught up"
-            time.sleep(0.2)
+        probe = tmp_path / "probe"  # … and the host a moment later, once the replica holds what the bot committed
+        eventually(lambda: step_count(_restored(binary, config, replica, live, probe)) == written, 30,
+                   "the replica to catch up (every step the bot committed)")
     finally:
         for proc in (child, replicating):
             if proc.poll() is None:

@@ -153,6 +153,7 @@ def test_without_a_file_the_check_judges_its_channels_against_recover_channels_a
     assert main(["installations", "check"]) == 0
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_the_installed_command_from_an_unrelated_folder(
     installed: Installed, installed_sandbox: InstalledSandbox, workdir: Path, tmp_path: Path

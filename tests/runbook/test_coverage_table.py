@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bot.runbook import load_runbooks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,12 +54,14 @@ def test_every_rule_has_exactly_one_row() -> None:
     assert not set(named) - rules, f"rows for rules no runbook defines: {sorted(set(named) - rules)}"
 
 
+@pytest.mark.subprocess
 def test_every_test_named_is_collected() -> None:
     tests = [test for _, test in rows(TABLE.read_text(encoding="utf-8"))]
     assert all(t.startswith("tests/") and "::" in t for t in tests)
     assert uncollected(tests) == []
 
 
+@pytest.mark.subprocess
 def test_the_check_catches_a_test_that_does_not_exist() -> None:
     # The guard itself can fail: a renamed test is reported, an existing one is not.
     real = "tests/runbook/test_coverage_table.py::test_every_rule_has_exactly_one_row"

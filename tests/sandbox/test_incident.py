@@ -252,6 +252,7 @@ def test_latency_is_added_to_every_public_call_not_to_admin(sandbox_factory: Cal
         sb.admin.traffic(latency_ms=-1)
 
 
+@pytest.mark.subprocess
 def test_cli_sandbox_incident(capsys: pytest.CaptureFixture[str]) -> None:
     from bot.cli import main
 

@@ -139,6 +139,7 @@ def _sandbox_command(
             proc.wait(5)
 
 
+@pytest.mark.subprocess
 def test_the_command_writes_a_file_serve_and_check_can_use(tmp_path: Path) -> None:
     target = tmp_path / "conf" / "installations.yaml"
     with _sandbox_command(tmp_path, "sbx-cli-key-123", "--write-installations", str(target)) as (proc, lines):
@@ -159,6 +160,7 @@ def test_the_command_writes_a_file_serve_and_check_can_use(tmp_path: Path) -> No
         assert check(str(target)) == 0
 
 
+@pytest.mark.subprocess
 def test_the_printed_file_names_variables_never_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with _sandbox_command(tmp_path, "sbx-cli-key-456") as (proc, lines):
         assert proc.stdout is not None

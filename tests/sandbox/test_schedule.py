@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from bot.clock import ManualClock
 from bot.sandbox import SandboxAdminError, SandboxHandle
 from tests.fixtures.triage import clone
+from tests.fixtures.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,6 +115,7 @@ def test_a_schedule_it_cannot_follow_is_refused_with_what_to_fix(
     assert sbx.admin.scheduled()["planned"] == []
 
 
+@pytest.mark.subprocess
 def test_the_sandbox_command_stops_a_session_every_so_often(tmp_path: Path) -> None:
     """``recover-bot sandbox --stop-every 1s``: on the real clock, with nobody asking meanwhile."""
     proc = subprocess.Popen(
@@ -128,11 +129,17 @@ def test_the_sandbox_command_stops_a_session_every_so_often(tmp_path: Path) -> N
     threading.Thread(target=lambda: [lines.put(line) for line in iter(proc.stdout.readline, "")], daemon=True).start()
     try:
         out: list[str] = []
-        while not any("stops: every 1 s" in line for line in out):
-            out.append(lines.get(timeout=30))
+
+        def started() -> bool:
+            while not lines.empty():
+                out.append(lines.get_nowait())
+            if not any("stops: every 1 s" in line for line in out):
+                raise AssertionError("".join(out))
+            return True
+
+        eventually(started, 30, "'stops: every 1 s' in the sandbox's output")
         url = next(line.split()[-1] for line in out if "listening on" in line)
-        time.sleep(2.5)
-        fired = httpx.get(f"{url}/_sandbox/schedule").json()["fired"]
+        fired = eventually(lambda: httpx.get(f"{url}/_sandbox/schedule").json()["fired"], 10, "a scheduled stop fired")
         assert fired >= 1, out
     finally:
         proc.send_signal(signal.SIGINT)

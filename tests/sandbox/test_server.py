@@ -127,6 +127,7 @@ def test_a_clock_without_advance_is_wrapped_so_admin_can_move_time(
     assert wrapped.now() - start == timedelta(seconds=5)
 
 
+@pytest.mark.subprocess
 def test_serve_forever_prints_url_never_the_key_and_stops_on_sigint() -> None:
     code = (
         "from bot.sandbox import serve_forever\n"

@@ -28,6 +28,7 @@ import pytest
 from bot.slack import HttpServer, SlackFront, build_bot
 from bot.store import Store
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackHarness, SlackSender, slack_settings
+from tests.fixtures.waiting import eventually
 from tests.slack.fake_router import FakeRouter
 
 GIB = 1024**3
@@ -193,9 +194,8 @@ def test_half_open_connections_beyond_the_cap_evict_the_oldest(slack_api, tmp_pa
         assert server.evictions >= 150
         # The server's count of open connections is the kernel's (it decides when to evict), once the
         # reactor has read the end of the two clients that just closed.
-        deadline = time.monotonic() + 5
-        while server.reactor.open != _established(server.port) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: server.reactor.open == _established(server.port), 5,
+                   "the server's count of open connections to be the kernel's")
         assert server.reactor.open == _established(server.port) <= 50
     finally:
         for s in socks:
@@ -265,15 +265,7 @@ def served(slack_api, sandbox, tmp_path) -> Iterator[Any]:
         m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
         assert m, line + (proc.stderr.read() if proc.stderr else "")
         url = m.group(1)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(url + "/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "never healthy"
-            time.sleep(0.1)
+        eventually(lambda: httpx.get(url + "/healthz").status_code == 200, 20, "a healthy /healthz")
         return _Served(proc, url)
 
     yield start
@@ -288,6 +280,7 @@ def served(slack_api, sandbox, tmp_path) -> Iterator[Any]:
         assert "Traceback" not in err, err[-3000:]
 
 
+@pytest.mark.subprocess
 def test_four_unsigned_one_gib_bodies_leave_rss_growth_under_50_mb(served) -> None:
     s = served()
     pid = s.proc.pid
@@ -334,6 +327,7 @@ def _raise_own_nofile(n: int) -> None:
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= n, "cannot raise this test's file limit"
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("server_nofile", [None, 1024], ids=["fd-limit-raised", "fd-limit-1024"])
 def test_5000_half_open_connections_leave_signed_commands_acked_within_3s(served, server_nofile) -> None:
     _raise_own_nofile(5000 + 512)

@@ -21,6 +21,7 @@ from bot.slack.httpd import Request
 from bot.slack.httpwire import Response
 from bot.store import Store
 from tests.fixtures.slack import SIGNING_SECRET, SlackHarness, SlackSender, slack_settings
+from tests.fixtures.waiting import eventually
 from tests.slack.fake_router import FakeRouter
 
 
@@ -166,6 +167,7 @@ def test_expect_100_continue_and_a_chunked_signed_command(harness: SlackHarness)
     assert sorted(c[1] for c in harness.bot.router.calls) == ["diagnose ses_chunked", "diagnose ses_expect"]
 
 
+@pytest.mark.subprocess
 def test_requests_in_flight_beyond_the_cap_get_503_and_the_rest_is_served(slack_api, tmp_path) -> None:
     """Two clients dribbling their bodies hold the two request threads: a third request gets 503 at
     once (not a wait), and once their deadline has passed the server answers again."""
@@ -222,9 +224,7 @@ def test_stop_closes_idle_connections_and_answers_the_request_in_flight(slack_ap
     sender.close()
     bot.close()
     # The kernel's view: no socket on the server's port is still listening, open or half-closed.
-    deadline = time.monotonic() + 5
-    while _server_side_sockets(server.port) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: not _server_side_sockets(server.port), 5, "no server-side socket left on the port")
     assert _server_side_sockets(server.port) == []
 
 

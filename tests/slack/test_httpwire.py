@@ -147,6 +147,7 @@ def test_what_h11_allows_and_this_server_does_not_is_a_400(raw: bytes) -> None:
     assert info.value.status == 400, info.value.reason
 
 
+@pytest.mark.subprocess
 def test_only_http_1_0_and_1_1_are_served() -> None:
     with pytest.raises(Refused) as info:
         parse_head(b"GET /healthz HTTP/2.0\r\nHost: b")

@@ -6,11 +6,14 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import httpx
+import pytest
 
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackSender
+from tests.fixtures.waiting import eventually
+
+pytestmark = pytest.mark.subprocess
 
 
 def test_serve_http_mode_on_a_free_port(slack_api, sandbox, tmp_path) -> None:
@@ -34,24 +37,13 @@ def test_serve_http_mode_on_a_free_port(slack_api, sandbox, tmp_path) -> None:
         m = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", line)
         assert m and m.group(2) != "0", line + proc.stderr.read() if not m else line
         url = m.group(1)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(url + "/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "never healthy"
-            time.sleep(0.1)
+        eventually(lambda: httpx.get(url + "/healthz").status_code == 200, 20, "a healthy /healthz")
         sender = SlackSender(url + "/slack/events", stand_in=slack_api)
         r = sender.command("diagnose ses_restore_transient")
         assert r.status_code == 200 and "received" in r.text
         assert sender.post("x=1", content_type="application/x-www-form-urlencoded",
                            signature="v0=bad").status_code == 401
-        deadline = time.monotonic() + 30
-        while not any("ses_restore_transient" in m.text for m in slack_api.roots("CINC")):
-            assert time.monotonic() < deadline, "no case thread"
-            time.sleep(0.1)
+        eventually(lambda: any("ses_restore_transient" in m.text for m in slack_api.roots("CINC")), 30, "the case thread")
         sender.close()
         assert SIGNING_SECRET not in line and BOT_TOKEN not in line
     finally:

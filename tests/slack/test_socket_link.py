@@ -19,6 +19,7 @@ from bot.slack import build_bot
 from bot.slack.socket_link import SocketLink
 from bot.store import Store
 from tests.fixtures.slack import slack_settings
+from tests.fixtures.waiting import eventually
 from tests.slack.fake_router import FakeRouter
 
 APP_TOKEN = "xapp-1-test-link"
@@ -116,9 +117,7 @@ def test_reconnects_within_2s_and_acks_within_3s_with_the_cpu_idle(slack_api, tm
     try:
         stand_in.wait_links(1)
         sent = stand_in.envelope("env-before", "cases")
-        deadline = time.monotonic() + 5
-        while "env-before" not in stand_in.acks and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually(lambda: "env-before" in stand_in.acks, 5, "the ack of env-before")
         assert stand_in.acks["env-before"] - sent < 3.0
         assert link.health()[0]
 
@@ -128,9 +127,7 @@ def test_reconnects_within_2s_and_acks_within_3s_with_the_cpu_idle(slack_api, tm
         reconnect = stand_in.connected_at[1] - t0
         assert reconnect < 2.0, reconnect
         sent = stand_in.envelope("env-after", "cases")
-        deadline = time.monotonic() + 5
-        while "env-after" not in stand_in.acks and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually(lambda: "env-after" in stand_in.acks, 5, "the ack of env-after")
         assert "env-after" in stand_in.acks, "the command on the new link was never acked"
         assert stand_in.acks["env-after"] - sent < 3.0
         # No busy loop: a second of quiet costs the whole process well under a tenth of a CPU second.
@@ -164,18 +161,12 @@ def test_healthz_reports_the_links_state(slack_api, tmp_path) -> None:
         assert r.status_code == 503 and "socket_mode: starting" in r.text
         link.start()
         stand_in.wait_links(1)
-        deadline = time.monotonic() + 5
-        while httpx.get(server.url + "/healthz").status_code != 200:
-            assert time.monotonic() < deadline, "never healthy"
-            time.sleep(0.05)
+        eventually(lambda: httpx.get(server.url + "/healthz").status_code == 200, 5, "a healthy /healthz")
         assert "socket_mode: connected" in httpx.get(server.url + "/healthz").text
         assert httpx.post(server.url + "/slack/events", content=b"x").status_code == 404  # no HTTP events here
         slack_api.socket_url = None  # apps.connections.open now refuses: the link cannot come back
         stand_in.call(_drop(stand_in.links[0]))
-        deadline = time.monotonic() + 5
-        while httpx.get(server.url + "/healthz").status_code == 200:
-            assert time.monotonic() < deadline, "still healthy without a link"
-            time.sleep(0.05)
+        eventually(lambda: httpx.get(server.url + "/healthz").status_code != 200, 5, "/healthz unhealthy without a link")
         assert "socket_mode: reconnecting" in httpx.get(server.url + "/healthz").text
     finally:
         server.stop()

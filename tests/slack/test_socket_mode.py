@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from typing import Any
 
 from slack_bolt import BoltRequest
@@ -14,6 +13,7 @@ from slack_bolt.adapter.socket_mode import SocketModeHandler
 from bot.slack import build_bot
 from bot.store import Store
 from tests.fixtures.slack import slack_settings
+from tests.fixtures.waiting import eventually
 from tests.slack.fake_router import FakeRouter
 
 APP_TOKEN = "xapp-1-test-socket"
@@ -98,9 +98,7 @@ def test_over_a_real_websocket(slack_api, tmp_path) -> None:
         handler_.connect()
         assert got_ack.wait(15), "the envelope was never acknowledged"
         assert "received" in json.dumps(acks[0].get("payload"))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any("sess_ws" in m.text for m in slack_api.roots("CINC")):
-            time.sleep(0.1)
+        eventually(lambda: any("sess_ws" in m.text for m in slack_api.roots("CINC")), 30, "the sess_ws case thread")
         assert bot.wait_idle(30)
         (root,) = slack_api.roots("CINC")
         assert any("restore failed" in m.text for m in slack_api.thread("CINC", root.ts))

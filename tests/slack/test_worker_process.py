@@ -19,11 +19,12 @@ import sys
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from bot.sandbox import builtin_scenarios_dir
@@ -32,13 +33,7 @@ from bot.slack.state import slack_migrations
 from bot.slack.supervisor import WorkerSupervisor
 from bot.store import Store
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackSender, SlackStandIn, slack_settings
-
-
-def _wait(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+from tests.fixtures.waiting import eventually
 
 
 def _start_serve(
@@ -86,7 +81,7 @@ def _served(
         url = m.group(1)
         sender = SlackSender(url + "/slack/events", stand_in=slack_api)
         try:
-            _wait("a healthy worker", lambda: _worker_pid(url) is not None)
+            eventually(lambda: _worker_pid(url) is not None, 60, "a healthy worker")
             yield proc, url, sender
         finally:
             sender.close()
@@ -109,7 +104,7 @@ def _worker_pid(url: str) -> int | None:
 def _kill_worker(url: str, pid: int) -> None:
     """SIGKILL the worker process and wait until serve's supervisor reports a new one."""
     os.kill(pid, signal.SIGKILL)
-    _wait("a new worker", lambda: (_worker_pid(url) or pid) != pid)
+    eventually(lambda: (_worker_pid(url) or pid) != pid, 60, "a new worker")
 
 
 def _fresh_session(sandbox, sid: str) -> str:
@@ -130,6 +125,7 @@ def _answers(slack_api: SlackStandIn, path: str) -> list[dict]:
     return [b for p, b in list(slack_api.responses) if p == path]
 
 
+@pytest.mark.subprocess
 def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack_api, sandbox_factory, tmp_path) -> None:
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
     db = tmp_path / "serve.db"
@@ -145,7 +141,7 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
             body = sender.command_body("diagnose ses_restore_transient")
             busy.append(_reply_path(body))
             assert sender.post(body, content_type="application/x-www-form-urlencoded").status_code == 200
-        _wait("eight claimed items", lambda: inbox.states().get("claimed", 0) == 8)
+        eventually(lambda: inbox.states().get("claimed", 0) == 8, 60, "eight claimed items")
         # Behind them, queued: helps and single-person decisions (R4: retry_restore needs no second person).
         queued: dict[str, str] = {}
         for text in ["help"] * 5 + [f'decide {sid} retry_restore --reason "worker killed" --yes' for sid in sessions]:
@@ -157,7 +153,7 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
 
         _kill_worker(url, first_pid)
         sandbox.admin.clear_faults()
-        _wait("the inbox drained", lambda: set(inbox.states()) <= {"done", "interrupted"}, timeout=120)
+        eventually(lambda: set(inbox.states()) <= {"done", "interrupted"}, 120, "the inbox drained")
         assert inbox.states() == {"done": 8, "interrupted": 8}
         code, text = _health(url)
         assert code == 200 and "queue depth: 0" in text and "started 2×" in text, text
@@ -166,7 +162,7 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
             if text == "help":
                 assert len(_answers(slack_api, path)) == 1, text  # run once: not lost, not twice
         # Each decision ran once: one effect, one decision POST under one Idempotency-Key (R0.3).
-        _wait("three effects", lambda: all(sandbox.admin.effect_count(s) == 1 for s in sessions), timeout=60)
+        eventually(lambda: all(sandbox.admin.effect_count(s) == 1 for s in sessions), 60, "three effects")
         for sid in sessions:
             posts = [r for r in sandbox.admin.idempotency_records(sid) if "decision" in r["path"]]
             assert len(posts) == 1, (sid, posts)
@@ -174,7 +170,7 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
         for path in busy:
             told = [b for b in _answers(slack_api, path) if "restarted while working" in str(b)]
             assert len(told) == 1, (path, _answers(slack_api, path))
-        time.sleep(1.5)
+        time.sleep(1.5)  # a while longer: a decision run again would show as a second effect
         assert all(sandbox.admin.effect_count(s) == 1 for s in sessions)
         # Slack's verification token is never stored with a queued body.
         with sqlite3.connect(inbox_path(db)) as conn:
@@ -183,7 +179,7 @@ def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack
     # Stopped with serve: the worker is gone too.
     pid = inbox.workers()[0][1]
     assert pid != first_pid
-    _wait("the worker gone", lambda: not _alive(pid), timeout=5)
+    eventually(lambda: not _alive(pid), 5, "the worker gone")
 
 
 def _alive(pid: int) -> bool:
@@ -204,7 +200,7 @@ def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_pat
     inbox = Inbox(Store(db, migrations=[slack_migrations]))
     supervisors = [WorkerSupervisor(settings, inbox).start() for _ in range(2)]
     try:
-        _wait("two beating workers", lambda: sum(not dead for _, _, dead in inbox.workers()) >= 2)
+        eventually(lambda: sum(not dead for _, _, dead in inbox.workers()) >= 2, 60, "two beating workers")
         sender = SlackSender("http://127.0.0.1:9/unused", stand_in=slack_api)
         urls = []
         for i in range(120):
@@ -214,7 +210,7 @@ def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_pat
             assert inbox.put("command", f"command:T1:{body['trigger_id']}", {"body": body}) is not None
         for s in supervisors:
             s.wake()
-        _wait("every item done", lambda: inbox.states() == {"done": 120}, timeout=120)
+        eventually(lambda: inbox.states() == {"done": 120}, 120, "every item done")
         per_url = Counter(p for p, _ in slack_api.responses)
         assert all(per_url[u] == 1 for u in urls), [u for u in urls if per_url[u] != 1]
         by_worker = inbox.claimed_by()
@@ -229,6 +225,7 @@ def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_pat
         assert s.proc is not None and s.proc.poll() is not None
 
 
+@pytest.mark.subprocess
 def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slack_api, sandbox_factory, tmp_path) -> None:
     """views.open needs the click's trigger_id within 3 s: it is called from the acking process (the
     form's fields come from the runbook, no control host); the form's validation errors are the
@@ -241,11 +238,11 @@ def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slac
         sandbox.admin.fault("latency", "*", seconds=4, times=None)
         for _ in range(8):
             assert sender.command("diagnose ses_restore_transient").status_code == 200
-        _wait("a busy worker", lambda: inbox.states().get("claimed", 0) == 8)
+        eventually(lambda: inbox.states().get("claimed", 0) == 8, 60, "a busy worker")
         clicked = time.monotonic()
         r = sender.block_action("rb:decide_form:0", f"{sid}|close", user="UALICE", channel="CINC", message_ts="1.0")
         assert r.status_code == 200
-        _wait("views.open", lambda: bool(slack_api.calls_to("views.open")), timeout=3.0)
+        eventually(lambda: bool(slack_api.calls_to("views.open")), 3.0, "views.open")
         opened = slack_api.calls_to("views.open")[-1]
         assert opened.at - clicked < 3.0
         view = opened.params["view"]
@@ -256,12 +253,13 @@ def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slac
         assert inbox.states().get("queued", 0) >= 1  # the decision waits for a free worker thread
         sandbox.admin.clear_faults()
         # close is two-person (R4): the worker posts the approval request into the case's thread.
-        _wait("the approval request", lambda: any(
+        eventually(lambda: any(
             a.startswith("rb:approve:") for m in slack_api.messages.copy().values() for a, _ in m.action_ids()
             if sid in m.all_text()
-        ), timeout=90)
+        ), 90, "the approval request")
 
 
+@pytest.mark.subprocess
 def test_socket_mode_deliveries_go_through_the_same_inbox_to_the_worker(slack_api, sandbox, tmp_path) -> None:
     from tests.slack.test_socket_link import SocketStandIn
 
@@ -276,23 +274,24 @@ def test_socket_mode_deliveries_go_through_the_same_inbox_to_the_worker(slack_ap
         assert m, lines
         url = m.group(1)
         stand_in.wait_links(1, timeout=30)
-        _wait("a healthy link and worker", lambda: _health(url)[0] == 200)
+        eventually(lambda: _health(url)[0] == 200, 60, "a healthy link and worker")
         assert "worker: alive" in _health(url)[1] and "socket_mode: connected" in _health(url)[1]
         sent = stand_in.envelope("env-serve-1", "diagnose ses_restore_transient")
-        _wait("the ack", lambda: "env-serve-1" in stand_in.acks, timeout=3.0)
+        eventually(lambda: "env-serve-1" in stand_in.acks, 3.0, "the ack")
         assert stand_in.acks["env-serve-1"] - sent < 3.0
-        _wait("the case thread", lambda: any("ses_restore_transient" in r.text for r in slack_api.roots("CINC")))
+        eventually(lambda: any("ses_restore_transient" in r.text for r in slack_api.roots("CINC")), 60, "the case thread")
         inbox = Inbox(Store(db, migrations=[slack_migrations]))
-        _wait("the item done", lambda: inbox.states() == {"done": 1})
+        eventually(lambda: inbox.states() == {"done": 1}, 60, "the item done")
         assert inbox.claimed_by() and all(not w.startswith("inline:") for w in inbox.claimed_by())
         worker_pid = inbox.workers()[0][1]
     finally:
         proc.terminate()
         proc.wait(30)
         stand_in.stop()
-    _wait("the worker stopped with serve", lambda: not _alive(worker_pid), timeout=5)
+    eventually(lambda: not _alive(worker_pid), 5, "the worker stopped with serve")
 
 
+@pytest.mark.subprocess
 def test_a_decision_in_flight_when_the_worker_dies_is_finished_with_its_stored_key(
     slack_api, sandbox_factory, tmp_path
 ) -> None:
@@ -307,13 +306,13 @@ def test_a_decision_in_flight_when_the_worker_dies_is_finished_with_its_stored_k
         sandbox.admin.fault("latency", "*recovery-decisions*", method="POST", seconds=3, times=1)
         body = sender.command_body(f'decide {sid} retry_restore --reason "killed mid-send" --yes')
         assert sender.post(body, content_type="application/x-www-form-urlencoded").status_code == 200
-        _wait("the stored, unanswered request", lambda: bool(store.unfinished_requests()), timeout=30)
+        eventually(lambda: bool(store.unfinished_requests()), 30, "the stored, unanswered request")
         _kill_worker(url, first_pid)
-        _wait("one effect", lambda: sandbox.admin.effect_count(sid) == 1, timeout=60)
-        _wait("the request finished", lambda: not store.unfinished_requests(), timeout=60)
+        eventually(lambda: sandbox.admin.effect_count(sid) == 1, 60, "one effect")
+        eventually(lambda: not store.unfinished_requests(), 60, "the request finished")
         posts = [r for r in sandbox.admin.requests(sid) if r["method"] == "POST" and "decision" in r["path"]]
         assert posts and len({r["idempotency_key"] for r in posts}) == 1, posts
         told = [b for b in _answers(slack_api, _reply_path(body)) if "restarted while working" in str(b)]
         assert len(told) == 1
-        time.sleep(1.5)
+        time.sleep(1.5)  # a while longer: a decision run again would show as a second effect
         assert sandbox.admin.effect_count(sid) == 1

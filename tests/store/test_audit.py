@@ -183,6 +183,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.subprocess
 def test_cli_export_then_verify_with_head(filled: Store, tmp_path: Path) -> None:
     out_file = tmp_path / "steps.jsonl"
     res = _cli("audit", "export", "--db", str(filled.path), "--out", str(out_file), cwd=tmp_path)
@@ -210,6 +211,7 @@ def test_cli_export_then_verify_with_head(filled: Store, tmp_path: Path) -> None
     assert missing.returncode == 2 and "no step store" in missing.stderr
 
 
+@pytest.mark.subprocess
 def test_cli_reads_recover_db_and_stdout_export(filled: Store, tmp_path: Path) -> None:
     (tmp_path / ".env").write_text(f"RECOVER_DB={filled.path}\n")
     res = _cli("audit", "export", cwd=tmp_path)
@@ -217,6 +219,7 @@ def test_cli_reads_recover_db_and_stdout_export(filled: Store, tmp_path: Path) -
     assert len(res.stdout.splitlines()) == 8 and res.stderr.strip() == f"head {filled.head_ref()}"
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "argv", [["audit", "--help"], ["audit", "verify", "--help"], ["audit", "export", "--help"]]
 )

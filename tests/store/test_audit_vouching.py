@@ -57,6 +57,7 @@ def _forge(db: Path) -> None:
     writer.record_step("ses_a", "U0BOB", "request_state", {"request_id": "req_forged", "to": "approved"}, "ok")
 
 
+@pytest.mark.subprocess
 def test_verify_flags_steps_after_the_published_head_with_exit_1(unkeyed: tuple[Path, Path, str], tmp_path: Path) -> None:
     db, _, head = unkeyed
     intact = _cli("verify", "--db", str(db), "--head", head, cwd=tmp_path)
@@ -69,6 +70,7 @@ def test_verify_flags_steps_after_the_published_head_with_exit_1(unkeyed: tuple[
     assert "TAMPERED" not in flagged.stdout  # no step, link or key failed
 
 
+@pytest.mark.subprocess
 def test_adopt_key_refuses_what_the_head_does_not_vouch_for_until_each_step_is_accepted(
     unkeyed: tuple[Path, Path, str], tmp_path: Path
 ) -> None:
@@ -93,6 +95,7 @@ def test_adopt_key_refuses_what_the_head_does_not_vouch_for_until_each_step_is_a
     assert marker.inputs["published_head"] == head and marker.actor.startswith("console:")
 
 
+@pytest.mark.subprocess
 def test_adopt_key_needs_a_head_and_runs_the_request_table_check_first(
     unkeyed: tuple[Path, Path, str], tmp_path: Path
 ) -> None:
@@ -112,6 +115,7 @@ def test_adopt_key_needs_a_head_and_runs_the_request_table_check_first(
     assert "the chain does not verify" in refused.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("head", ["HASH", "2:abc", "x:" + "0" * 64, "3:" + "g" * 64, "deadbeef"])
 def test_a_malformed_head_is_a_usage_error_naming_the_form(
     unkeyed: tuple[Path, Path, str], tmp_path: Path, head: str
@@ -122,12 +126,14 @@ def test_a_malformed_head_is_a_usage_error_naming_the_form(
     assert "SEQ:HASH" in bad.stderr and "TAMPERED" not in bad.stdout + bad.stderr
 
 
+@pytest.mark.subprocess
 def test_a_bare_hash_of_the_log_still_verifies(unkeyed: tuple[Path, Path, str], tmp_path: Path) -> None:
     db, _, head = unkeyed
     bare = _cli("verify", "--db", str(db), "--head", head.split(":", 1)[1].upper(), cwd=tmp_path)
     assert bare.returncode == 3 and "OK: 3 steps" in bare.stdout, bare.stdout + bare.stderr
 
 
+@pytest.mark.subprocess
 def test_the_help_shows_the_head_form_and_every_exit_code(tmp_path: Path) -> None:
     group = _cli("--help", cwd=tmp_path).stdout
     assert "--head 42:" in group and "--head HASH" not in group and "SEQ:HASH" in group
@@ -136,6 +142,7 @@ def test_the_help_shows_the_head_form_and_every_exit_code(tmp_path: Path) -> Non
         assert code in verify, verify
 
 
+@pytest.mark.subprocess
 def test_verify_pack_names_a_missing_file(tmp_path: Path) -> None:
     missing = _cli("verify-pack", str(tmp_path / "nope.json"), cwd=tmp_path)
     assert missing.returncode == 2 and "no evidence pack at" in missing.stderr and "nope.json" in missing.stderr
@@ -201,6 +208,7 @@ def test_any_mutation_of_a_pack_is_tampered_never_a_crash(
     assert report.ok == unchanged, report.problems
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "edit",
     [

@@ -9,10 +9,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bot.clock import ManualClock
 from bot.slack.inbox import Inbox, inbox_path
 from bot.store import Store, audit
 from bot.store.backup import backup, step_count
+from tests.fixtures.waiting import eventually
+
+pytestmark = pytest.mark.subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 WRITER = """
@@ -50,15 +55,14 @@ def test_a_backup_taken_while_a_process_writes_is_one_consistent_snapshot(tmp_pa
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
     try:
-        while not started.exists():
+        eventually(lambda: started.exists() or writer.poll() is not None, 60, "the writer started")
+        if not started.exists():
             assert writer.poll() is None
-            time.sleep(0.01)
         time.sleep(0.5)  # the writer commits steps all the while
         res = _cli("backup", str(tmp_path / "copy.db"), "--db", str(live), cwd=tmp_path)
         during = step_count(live)
-        deadline = time.monotonic() + 20
-        while step_count(live) <= during and time.monotonic() < deadline:
-            time.sleep(0.05)  # a loaded machine: let the writer commit once more before it is stopped
+        # a loaded machine: let the writer commit once more before it is stopped
+        eventually(lambda: step_count(live) > during, 20, "one more commit of the writer")
     finally:
         stop.write_text("stop")
         writer.wait(timeout=30)

@@ -125,6 +125,7 @@ def test_the_snapshot_is_a_copy_and_the_live_store_is_never_opened_by_datasette(
     }  # fmt: skip
 
 
+@pytest.mark.subprocess
 def test_browse_names_a_missing_store_in_one_line(tmp_path: Path) -> None:
     import subprocess
     import sys

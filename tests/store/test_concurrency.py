@@ -7,6 +7,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from bot.clock import ManualClock
 from bot.store import Store
 from bot.store.audit import verify
@@ -50,6 +52,7 @@ def test_threads_writing_steps_keep_a_valid_chain(db_path: Path, clock: ManualCl
     assert sorted(c.session_id for c in store.list_open_cases()) == ["ses_0", "ses_1", "ses_2", "ses_3"]
 
 
+@pytest.mark.subprocess
 def test_two_processes_writing_steps_keep_a_valid_chain(db_path: Path) -> None:
     # Both processes open (and migrate) the fresh file at the same moment.
     procs = [

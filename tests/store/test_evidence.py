@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bot.clock import ManualClock
 from bot.store import Store
+
+pytestmark = pytest.mark.subprocess
 
 KEY = "k3y-for-the-evidence"
 

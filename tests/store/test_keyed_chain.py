@@ -171,6 +171,7 @@ def test_a_keyed_store_refuses_to_open_without_its_key_or_with_another(keyed) ->
         Store(store.path, clock, audit_key=b"another key")
 
 
+@pytest.mark.subprocess
 def test_cli_verify_with_key_file_and_head(keyed, tmp_path: Path) -> None:
     store, _ = keyed
     key_file = tmp_path / "secrets" / "audit.key"

@@ -6,6 +6,7 @@ process SIGKILLed mid-batch.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import logging
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,6 +26,7 @@ import pytest
 from bot.messages import ListReporter, Reply
 from bot.sandbox import SandboxHandle
 from tests.fixtures.triage import bulk_router, make_incident
+from tests.fixtures.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,8 +144,7 @@ def test_stop_lets_in_flight_members_finish_and_sends_no_new_one(
     worker = threading.Thread(target=lambda: result.append(_run(router, f"/recover approve {batch_id}")))
     worker.start()
     store = router.services.bulk.batches.batches
-    while not store.counts(batch_id).get("sending"):  # members in flight
-        time.sleep(0.02)
+    eventually(lambda: store.counts(batch_id).get("sending"), 30, "members in flight")
     stopped = _run(router, f"/recover batch {batch_id} stop")
     assert "stop requested" in _text(stopped)
     worker.join(30)
@@ -165,6 +167,7 @@ print(router.handle_text(sys.argv[4], actor="alice", channel=None, reporter=List
 """
 
 
+@pytest.mark.subprocess
 def test_sigkill_mid_batch_then_restart_every_member_ends_once_with_the_same_key(
     incident_sandbox: SandboxHandle, tmp_path: Path
 ) -> None:
@@ -176,19 +179,18 @@ def test_sigkill_mid_batch_then_restart_every_member_ends_once_with_the_same_key
          f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "x" --yes'],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 30
-    done, batch_id = 0, ""
-    while time.monotonic() < deadline:
-        try:
-            with sqlite3.connect(db) as conn:
-                done, batch_id = conn.execute(
-                    "SELECT count(*), max(batch_id) FROM batch_members WHERE state != 'requested'"
-                ).fetchone()
-        except sqlite3.Error:
-            pass
-        if done >= 5:
-            break
-        time.sleep(0.05)
+    seen: dict[str, Any] = {"done": 0, "batch_id": ""}
+
+    def five_past_requested() -> bool:
+        with sqlite3.connect(db) as conn:
+            seen["done"], seen["batch_id"] = conn.execute(
+                "SELECT count(*), max(batch_id) FROM batch_members WHERE state != 'requested'"
+            ).fetchone()
+        return bool(seen["done"] >= 5)
+
+    with contextlib.suppress(pytest.fail.Exception):  # the child is killed either way; the assertion says why
+        eventually(five_past_requested, 30, "five members past requested")
+    done, batch_id = seen["done"], seen["batch_id"]
     child.send_signal(signal.SIGKILL)
     child.wait(10)
     assert done >= 5, (child.stdout.read() if child.stdout else b"") + (child.stderr.read() if child.stderr else b"")

@@ -29,8 +29,11 @@ from bot.sandbox import SandboxHandle
 from bot.settings import load_settings
 from tests.fixtures.slack import SlackStandIn
 from tests.fixtures.triage import clone
+from tests.fixtures.waiting import eventually
 from tests.fixtures.watch import runbook_copy
-from tests.slack.test_worker_process import _start_serve, _wait, _worker_pid
+from tests.slack.test_worker_process import _start_serve, _worker_pid
+
+pytestmark = pytest.mark.subprocess
 
 CHANNEL = "C0WATCH"
 CASES = 3
@@ -54,7 +57,7 @@ def _serve(slack_api: SlackStandIn, sandbox: SandboxHandle, db: Path, tmp_path: 
     m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
     assert m, "serve did not start"
     url = m.group(1)
-    _wait("a healthy worker", lambda: _worker_pid(url) is not None)
+    eventually(lambda: _worker_pid(url) is not None, 60, "a healthy worker")
     return proc, url
 
 
@@ -85,7 +88,7 @@ def test_a_sigkill_while_slack_holds_a_hand_off_post_loses_no_part_and_says_none
     worker = _worker_pid(url)
     assert worker is not None
     try:
-        _wait("the held post", lambda: len(_posts(slack_api)) > held, timeout=60)
+        eventually(lambda: len(_posts(slack_api)) > held, 60, "the held post")
         os.kill(proc.pid, signal.SIGKILL)
         os.kill(worker, signal.SIGKILL)
     finally:
@@ -99,7 +102,7 @@ def test_a_sigkill_while_slack_holds_a_hand_off_post_loses_no_part_and_says_none
             with sqlite3.connect(db) as conn:
                 return conn.execute("SELECT state FROM watch_stops WHERE state LIKE 'handoff%'").fetchall() == [
                     ("handoff_posted",)]
-        _wait("the hand-off finished by the restarted serve", done, timeout=90)
+        eventually(done, 90, "the hand-off finished by the restarted serve")
         time.sleep(1.0)  # a few more polls: nothing is posted again
     finally:
         again.terminate()

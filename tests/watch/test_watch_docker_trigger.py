@@ -10,6 +10,7 @@ engine configured there is no trigger. Stopping the watcher stops the follower.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -22,6 +23,7 @@ from bot.watch import Watcher
 from bot.watch.docker_trigger import DockerTrigger
 from tests.fixtures.docker import DockerEngine, new_project
 from tests.fixtures.triage import clone
+from tests.fixtures.waiting import eventually
 
 CHANNEL = "C0WATCHD"
 INTERVAL = 300.0  # far beyond the test: only the trigger can make the watcher poll in time
@@ -30,10 +32,12 @@ INTERVAL = 300.0  # far beyond the test: only the trigger can make the watcher p
 def posted_within(h: Any, session_id: str, timeout: float) -> float | None:
     """Seconds until a top-level post in the watch channel names the session, or None."""
     began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        if any(session_id in m.all_text() for m in h.api.roots(CHANNEL)):
-            return time.monotonic() - began
-        time.sleep(0.02)
+
+    def posted() -> float | None:
+        return time.monotonic() - began if any(session_id in m.all_text() for m in h.api.roots(CHANNEL)) else None
+
+    with contextlib.suppress(pytest.fail.Exception):
+        return eventually(posted, timeout, f"a post naming {session_id}")
     return None
 
 
@@ -49,9 +53,8 @@ def watched_worker(sandbox: SandboxHandle, slack_harness: Any, host: str, sleepi
     watcher = attach_watch(h.bot)  # polls on its thread, as serve does
     assert watcher is not None and isinstance(watcher.trigger, DockerTrigger)
     assert watcher.trigger.follower.connected.wait(10), "the follower did not reach the engine"
-    deadline = time.monotonic() + 10
-    while watcher.last_poll is None and time.monotonic() < deadline:
-        time.sleep(0.02)  # the first poll (the one at start) is done before the stop
+    # the first poll (the one at start) is done before the stop
+    eventually(lambda: watcher.last_poll is not None, 10, "the watcher's first poll")
     time.sleep(0.2)
     return h, worker, watcher
 
@@ -105,15 +108,11 @@ def test_wake_ends_the_wait_and_stop_ends_the_loop(incident_sandbox: SandboxHand
     thread = threading.Thread(target=watcher.run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while watcher.last_poll is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: watcher.last_poll is not None, 10, "the watcher's first poll")
         first = watcher.last_poll
         incident_sandbox.admin.advance(1)  # the sandbox's clock: a later poll has a later time
         watcher.wake()
-        deadline = time.monotonic() + 5
-        while watcher.last_poll == first and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: watcher.last_poll != first, 5, "a poll after wake()")
         assert watcher.last_poll != first, "wake() did not make the watcher poll"
     finally:
         watcher.stop()

@@ -22,6 +22,7 @@ from bot.slack.web import SlackOut
 from bot.watch import Watcher
 from tests.fixtures.slack import SlackStandIn, slack_settings
 from tests.fixtures.triage import clone
+from tests.fixtures.waiting import eventually
 from tests.watch.test_watcher import CHANNEL, edited_runbooks
 
 
@@ -67,9 +68,7 @@ def test_a_post_slower_than_the_lease_is_not_taken_over_and_posted_twice(
 
     posting = threading.Thread(target=first)
     posting.start()
-    deadline = time.monotonic() + 10
-    while a.saved.counts().get("claimed") != 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    eventually(lambda: a.saved.counts().get("claimed") == 1, 10, "a's claim")
     while posting.is_alive():  # the other watcher polls on, past the 1 s lease, while a posts
         b.poll_once()
         time.sleep(0.1)

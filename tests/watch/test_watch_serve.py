@@ -8,24 +8,19 @@ import os
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bot.sandbox import SandboxHandle
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackSender, SlackStandIn
 from tests.fixtures.triage import clone
+from tests.fixtures.waiting import eventually
+
+pytestmark = pytest.mark.subprocess
 
 CHANNEL = "C0WATCH"
-
-
-def _until(ok: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
 
 
 def test_serve_runs_the_watcher_in_its_worker(
@@ -50,13 +45,13 @@ def test_serve_runs_the_watcher_in_its_worker(
         m = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", line)
         assert m, line
         url = m.group(1)
-        _until(lambda: "watch: on, last poll 20" in httpx.get(url + "/healthz").text, "no watch line on /healthz")
+        eventually(lambda: "watch: on, last poll 20" in httpx.get(url + "/healthz").text, 60, "no watch line on /healthz")
         incident_sandbox.admin.stop(sid)
-        _until(lambda: any(f"Stopped: {sid} " in p.text for p in slack_api.roots(CHANNEL)), "stop not posted")
+        eventually(lambda: any(f"Stopped: {sid} " in p.text for p in slack_api.roots(CHANNEL)), 60, "stop not posted")
         sender = SlackSender(url + "/slack/events", stand_in=slack_api)
         seen = len(slack_api.responses)
         assert sender.command("watch pause --for 1h", user="UMALLORY").status_code == 200
-        _until(lambda: len(slack_api.responses) > seen, "no answer to watch pause")
+        eventually(lambda: len(slack_api.responses) > seen, 60, "no answer to watch pause")
         assert "Only members of" in str(slack_api.responses[seen][1])
         sender.close()
     finally:
