@@ -1,5 +1,5 @@
 """The router's part for break-glass: ``break-glass``, ``review``, and the ``confirm`` that a pending
-break-glass waits for (kept out of router.py, which is at its size limit).
+break-glass waits for (one job: which of the three the words mean, and the room that answers).
 
 ``confirm <request_id>`` keeps its two uses (docs/commands.md); a third is routed here only when the
 acting person's own ``break-glass`` of that request waits for its typed confirmation.

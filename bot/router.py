@@ -16,10 +16,11 @@ from bot.clock import Clock, isoformat
 from bot.decisions import ApproverDirectory
 from bot.details import FullMessages, details_reply
 from bot.errors import CommandError, RecoverError
+from bot.escalation.remind import remind
+from bot.escalation.runner import LadderRunner
 from bot.escalation.status import pending_line
 from bot.glass_routes import glass_dispatch, glass_route
 from bot.handoff import handoff_reply
-from bot.ladder_routes import remind_command
 from bot.messages import Message, Reply, Reporter
 from bot.pending import pending_of
 from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
@@ -42,6 +43,17 @@ def _batch_id(cmd: ParsedCommand) -> bool:
     batch_kinds = (StepKind.APPROVE, StepKind.REJECT, StepKind.CONFIRM, StepKind.WITHDRAW, StepKind.TAKE,
                    StepKind.HISTORY)
     return cmd.kind in batch_kinds and value.startswith("bat_")
+
+
+def _remind(services: Services, cmd: ParsedCommand, actor: str) -> Reply:
+    """``/recover remind <request_id>``: the ladder's next step now, through the runner the front
+    composed (it posts in Slack), or one that answers in the reply (the console)."""
+    request_id = cmd.arg("request_id")
+    if not request_id:
+        raise CommandError("`remind` needs <request_id>.", usage=cmd.spec.usage if cmd.spec else None)
+    attached = services.decisions.ladder
+    runner = attached if isinstance(attached, LadderRunner) else LadderRunner(services.decisions.ctx, None)
+    return remind(runner, actor, request_id)
 
 
 class Router:
@@ -208,7 +220,7 @@ class Router:
         if kind == StepKind.TEXT:
             return self._text(cmd)
         if kind == StepKind.REMIND:
-            return remind_command(s, cmd, actor)
+            return _remind(s, cmd, actor)
         raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
 
     @staticmethod
