@@ -10,6 +10,7 @@ processes), and each member is re-checked and sent once with a stored Idempotenc
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import os
 import socket
 import time
@@ -22,6 +23,7 @@ from bot.batch.gating import approver_refusal, claim_of, tampered
 from bot.batch.plan import Candidate, plan
 from bot.batch.runner import Outcome, Runner
 from bot.batch.store import OPEN_STATES, Batch, BatchStore, new_batch_id
+from bot.batch.verifying import BatchVerification
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import PURPOSE_DECISION, ControlHostClient, Receipt
 from bot.decisions import (
@@ -66,6 +68,7 @@ class BatchService:
         self.batches = BatchStore(store)
         self.triages = TriageStore(store)
         self.csv_dir = csv_dir
+        self.verification = BatchVerification(store, self.batches, decisions)
 
     def limit(self, name: str) -> float:
         return runbook_limit(self.runbooks, name)
@@ -316,9 +319,20 @@ class BatchService:
         fresh = self.batches.get(batch.id) or batch
         counts, codes = self.batches.counts(batch.id), self.batches.codes(batch.id)
         self._step(batch.id, actor, Step.BATCH_FINISHED, RequestState.EXECUTED, counts=counts, codes=codes)
+        # Accepted is not recovered (R5.1): each accepted member gets the single decisions'
+        # verification; the batch's message then says where the members stand, as one thing.
+        self.verification.verify_members(fresh, actor, int(self.limit("bulk_concurrency")))
         members = self.batches.members(batch.id)
         path = self._write_csv(fresh, members)
-        return Reply.of(text.final_message(fresh, members, counts, codes, path), ok=True)
+        sent = text.final_message(fresh, members, counts, codes, path)
+        states = self.verification.states(fresh)
+        final = self.verification.settle(fresh, states)
+        merged = dataclasses.replace(
+            sent, headline=f"{sent.headline} · {self.verification.phase(states)}",
+            lines=[*self.verification.lines(fresh, states), *sent.lines, self.verification.details_line(fresh)],
+            level="error" if self.verification.level(states) == "error" else sent.level,
+        )
+        return Reply([merged, *([final] if final is not None else [])], ok=True)
 
     def begin_members(
         self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]
