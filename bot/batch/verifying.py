@@ -25,7 +25,7 @@ from bot.decisions import DecisionService
 from bot.errors import RecoverError
 from bot.messages import Level, Message
 from bot.store import Store
-from bot.vocab import RequestState, Step
+from bot.vocab import Decision, RequestState, Step
 
 ACCEPTED = "accepted, not verified yet"
 VERIFYING = "verifying"
@@ -166,8 +166,9 @@ class BatchVerification:
         if len(others) > LISTED:
             lines.append(f"  … {len(others) - LISTED} more: `/recover details {batch.id}`")
         level: Level = "ok" if not others else "warn"
+        word = "closed" if batch.decision == Decision.CLOSE else "recovered"  # close ends, never recovers
         return Message(headline=f"Batch {batch.id}: `{batch.decision}` settled · {len(recovered)}/{len(states)} "
-                       "recovered (observed)", level=level, lines=lines, kind=FINAL_KIND, ref=batch.id,
+                       f"{word} (observed)", level=level, lines=lines, kind=FINAL_KIND, ref=batch.id,
                        session_id=batch.id, rules=["R5.1"])
 
     def report(self, batch: Batch) -> list[Message]:

@@ -85,3 +85,36 @@ def test_a_member_failing_again_is_told_in_its_case_and_in_the_batch_message(
     final = next(m for m in said if m.kind == "batch_verified")
     assert f"{N - 1}/{N} recovered" in final.headline
     assert bad in final.plain_text() and not any(sid in final.plain_text() for sid in good)
+
+
+def _posts(sandbox: SandboxHandle) -> list[dict]:
+    return [e for e in sandbox.admin.effects() if e.get("decision")]
+
+
+def test_a_start_fresh_yes_batch_shows_what_it_drops_once_and_does_not_send(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    made = make_incident(incident_sandbox, {"incompatible": 3})["incompatible"]
+    router = bulk_router(incident_sandbox, tmp_path)
+    dry = _text(_run(router, f'/recover dryrun batch decide --sessions {",".join(made)} start_fresh --reason "drop it"'))
+    assert "[!] the checkpoint's context" in dry and "3 member(s)" in dry  # R2.11, R5.3
+    asked = _run(router, f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "drop it" --yes')
+    said = _text(asked)
+    assert said.count("[!] the checkpoint's context") == 1 and "3 member(s)" in said, said  # once per kind
+    assert "`--yes` did not send it" in said and _posts(incident_sandbox) == []
+    batch_id = asked.messages[0].ref
+    sent = _run(router, f"/recover confirm {batch_id}")
+    assert "3/3 accepted" in _text(sent), _text(sent)
+    assert len(_posts(incident_sandbox)) == 3
+
+
+def test_an_incompatible_retry_with_cause_fixed_yes_batch_is_warned_before_any_send(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    made = make_incident(incident_sandbox, {"incompatible": 2})["incompatible"]
+    router = bulk_router(incident_sandbox, tmp_path)
+    asked = _run(router, f'/recover batch decide --sessions {",".join(made)} retry_restore --reason "retry" '
+                         '--cause-fixed "profile rolled back" --yes')
+    said = _text(asked)
+    assert said.count("never succeeds on the same runtime/profile") == 1 and "2 member(s)" in said, said
+    assert _posts(incident_sandbox) == []
