@@ -14,9 +14,9 @@ import dataclasses
 import os
 import socket
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from bot.batch import text
