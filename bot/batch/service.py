@@ -342,7 +342,9 @@ class BatchService:
         self._step(batch.id, actor, Step.BATCH_FINISHED, RequestState.EXECUTED, counts=counts, codes=codes)
         # Accepted is not recovered (R5.1): each accepted member gets the single decisions'
         # verification; the batch's message then says where the members stand, as one thing.
-        self.verification.verify_members(fresh, actor, int(self.limit("bulk_concurrency")))
+        # Half the batch's concurrency: each verification is a diagnosis whose sources share the
+        # process's diagnose pool with everyone else's diagnoses.
+        self.verification.verify_members(fresh, actor, int(self.limit("bulk_concurrency")) // 2)
         members = self.batches.members(batch.id)
         path = self._write_csv(fresh, members)
         sent = text.final_message(fresh, members, counts, codes, path)
