@@ -39,6 +39,12 @@ def settle_member_cases(bulk: Bulk, decisions: DecisionService, batch_id: str, a
                     level="ok", lines=[shown], session_id=batch_id)]
 
 
+def fold_sweep(bulk: Bulk | None, messages: list[Message]) -> list[Message]:
+    """The sweep's news about batch members folded into each batch's one message (edited in place),
+    plus its one final message once every member is settled; no post per member."""
+    return messages if bulk is None else bulk.batches.verification.fold(messages)
+
+
 def batch_verb(
     bulk: Bulk, kind: StepKind, batch_id: str, *, actor: str, channel: str | None, reporter: Reporter
 ) -> Reply:

@@ -14,7 +14,7 @@ from bot.batch import text as batch_text
 from bot.decisions import DecisionRequest
 from bot.messages import DETAILS_KIND, Message, Reply, details_target, in_full, ref
 from bot.services import Services
-from bot.vocab import Step
+from bot.vocab import RequestState, Step
 
 KEEP = 256
 
@@ -84,6 +84,12 @@ def details_reply(services: Services, full: FullMessages, target: str) -> Reply:
     """The full messages behind ``target`` (kept here, else read back from the stores)."""
     kept = full.get(target)
     messages = [in_full(m) for m in kept] if kept else _from_stores(services, target)
+    bulk = services.bulk
+    batch = bulk.batches.batches.get(target) if bulk is not None else None
+    if bulk is not None and batch is not None and batch.state == RequestState.EXECUTED:  # a line per member, only here
+        lines = bulk.batches.verification.member_lines(batch)
+        messages.append(Message(headline=f"Members of batch {batch.id} after `{batch.decision}` ({len(lines)})",
+                                lines=lines, kind=DETAILS_KIND, ref=batch.id, session_id=batch.id))
     if not messages:
         return Reply.of(Message(
             headline=f"No details for `{target}`: no request, batch or diagnosis has this id",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from bot.bulk_routes import BULK_KINDS, batch_verb, dispatch, settle_member_cases
+from bot.bulk_routes import BULK_KINDS, batch_verb, dispatch, fold_sweep, settle_member_cases
 from bot.buttons import DecisionChoice
 from bot.clock import Clock, isoformat
 from bot.decisions import ApproverDirectory
@@ -369,7 +369,7 @@ class Router:
         people see true.
         """
         try:
-            return self.services.decisions.expire_due()
+            return fold_sweep(self.services.bulk, self.services.decisions.expire_due())
         except Exception as exc:  # noqa: BLE001 - a sweep problem is shown, never raised
             return error_reply(exc).messages
 

@@ -198,6 +198,7 @@ class Step(StrEnum):
     BATCH_STOP = "batch_stop"
     BATCH_TAKE = "batch_take"
     BATCH_FINISHED = "batch_finished"
+    BATCH_VERIFIED = "batch_verified"  # every accepted member's verification settled, said once
     BATCH_MEMBER_VOID = "batch_member_void"  # facts changed: skipped, nothing sent
     BATCH_MEMBER_EXECUTED = "batch_member_executed"
     BATCH_MEMBER_FAILED = "batch_member_failed"

@@ -10,9 +10,11 @@ processes), and each member is re-checked and sent once with a stored Idempotenc
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import os
 import socket
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from bot.batch.gating import approver_refusal, claim_of, tampered
 from bot.batch.plan import Candidate, plan
 from bot.batch.runner import Outcome, Runner
 from bot.batch.store import OPEN_STATES, Batch, BatchStore, new_batch_id
+from bot.batch.verifying import BatchVerification
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import PURPOSE_DECISION, ControlHostClient, Receipt
 from bot.decisions import (
@@ -66,6 +69,7 @@ class BatchService:
         self.batches = BatchStore(store)
         self.triages = TriageStore(store)
         self.csv_dir = csv_dir
+        self.verification = BatchVerification(store, self.batches, decisions)
 
     def limit(self, name: str) -> float:
         return runbook_limit(self.runbooks, name)
@@ -150,8 +154,9 @@ class BatchService:
         }
         members = [{"session_id": c.session_id, "revision": c.revision, "facts": dict(c.facts)}
                    for c in chosen.members]
+        warned = self._warnings(decision, chosen.members, reason=reason, cause_fixed=cause_fixed, repeated=repeated)
         if dry:
-            return self._dry(content, members, policy)
+            return self._dry(content, members, policy, warned)
         with self.store.write() as db:
             batch = self.batches.insert(db, content, members)
             self.store.record_step(None, actor, Step.BATCH_REQUESTED, {"batch_id": batch.id}, RequestState.REQUESTED,
@@ -160,13 +165,32 @@ class BatchService:
                                            # who asked, by Slack id (the gate compares the approver with it)
                                            "person": person_of(actor, console_users)}, db=db)
         stored = self.batches.members(batch.id)
-        if two or not yes:
+        if two or not yes or warned:
+            # With consequences to read (R2.11, R5.3), --yes does not send: the button or `confirm` does.
             return Reply.of(text.approval_message(batch, stored, source, list(self.decisions.approvers),
-                                                  irreversible=irreversible))
+                                                  irreversible=irreversible, warnings=warned,
+                                                  yes_held=yes and not two and bool(warned)))
         return self._confirm(batch, actor, channel, reporter)
 
-    def _dry(self, content: dict[str, Any], members: list[dict[str, Any]], policy: DecisionPolicy) -> Reply:
-        lines = [f"Members ({len(members)}), each re-checked just before its send:"]
+    def _warnings(self, decision: str, members: list[Candidate], *, reason: str, cause_fixed: str | None,
+                  repeated: Callable[[Candidate], int]) -> list[str]:
+        """The single path's warnings before a send (what start_fresh drops, an incompatible
+        checkpoint, a repeat: R2.11, R5.3, R5.4), said once per distinct kind of member."""
+        kinds: dict[str, list[str]] = {}
+        for c in members:
+            said = self.decisions.warnings_before_send(
+                decision, c.facts, {"reason": reason, "cause_fixed": cause_fixed},
+                repeated=repeated(c), cause_fixed=cause_fixed)
+            for warning in said:
+                kinds.setdefault(_kind_of(warning, c.facts), []).append(c.session_id)
+        return [f"{w} — {len(ids)} member(s), e.g. {ids[0]}" for w, ids in kinds.items()]
+
+    def _dry(self, content: dict[str, Any], members: list[dict[str, Any]], policy: DecisionPolicy,
+             warned: list[str]) -> Reply:
+        lines = [f"[!] {w}" for w in warned]
+        if warned:
+            lines.append("With these, `--yes` does not send it: the Confirm button or `/recover confirm bat_…` does.")
+        lines.append(f"Members ({len(members)}), each re-checked just before its send:")
         for m in members[:30]:
             _, path, body = policy.request(m["session_id"], m["facts"], {"reason": content["reason"]})
             lines.append(f"  POST {path} {body}")
@@ -316,9 +340,22 @@ class BatchService:
         fresh = self.batches.get(batch.id) or batch
         counts, codes = self.batches.counts(batch.id), self.batches.codes(batch.id)
         self._step(batch.id, actor, Step.BATCH_FINISHED, RequestState.EXECUTED, counts=counts, codes=codes)
+        # Accepted is not recovered (R5.1): each accepted member gets the single decisions'
+        # verification; the batch's message then says where the members stand, as one thing.
+        # Half the batch's concurrency: each verification is a diagnosis whose sources share the
+        # process's diagnose pool with everyone else's diagnoses.
+        self.verification.verify_members(fresh, actor, int(self.limit("bulk_concurrency")) // 2)
         members = self.batches.members(batch.id)
         path = self._write_csv(fresh, members)
-        return Reply.of(text.final_message(fresh, members, counts, codes, path), ok=True)
+        sent = text.final_message(fresh, members, counts, codes, path)
+        states = self.verification.states(fresh)
+        final = self.verification.settle(fresh, states)
+        merged = dataclasses.replace(
+            sent, headline=f"{sent.headline} · {self.verification.phase(states)}",
+            lines=[*self.verification.lines(fresh, states), *sent.lines, self.verification.details_line(fresh)],
+            level="error" if self.verification.level(states) == "error" else sent.level,
+        )
+        return Reply([merged, *([final] if final is not None else [])], ok=True)
 
     def begin_members(
         self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]
@@ -435,6 +472,14 @@ class BatchService:
         for b in open_batches:
             lines.extend(self.summary(b).marked_text().splitlines())  # mentions stay live in Slack
         return [Message(headline=f"Open batches ({len(open_batches)})", lines=lines)]
+
+
+def _kind_of(warning: str, facts: dict[str, Any]) -> str:
+    """A warning with the member's own ids left out, so members of one kind are warned about once."""
+    for name, value in facts.items():
+        if name.endswith(".id") and isinstance(value, str) and value:
+            warning = warning.replace(value, "…")
+    return warning
 
 
 def _runner_gone(runner: str | None) -> bool:

@@ -66,6 +66,13 @@ def _m0001(db: Database) -> None:
     db.execute("CREATE INDEX batch_members_state ON batch_members(batch_id, state)")
 
 
+@migrations(name="0002_batch_verified")
+def _m0002(db: Database) -> None:
+    # When the members' verification was settled and its one final message said (R5.1): until
+    # then the sweep folds the members' verification news into the batch's message.
+    db.execute("ALTER TABLE batches ADD COLUMN verified_at TEXT")
+
+
 
 
 @dataclass
@@ -91,6 +98,7 @@ class Batch:
     stop_requested: int
     runner: str | None
     updated_at: str
+    verified_at: str | None = None
 
 
 @dataclass

@@ -65,7 +65,7 @@ def members_csv(batch: Batch, members: Sequence[BatchMember]) -> str:
 
 
 def approval_message(batch: Batch, members: Sequence[BatchMember], groups: str, mentions: list[str], *,
-                     irreversible: bool = False) -> Message:
+                     irreversible: bool = False, warnings: Sequence[str] = (), yes_held: bool = False) -> Message:
     two = batch.policy == Policy.TWO_PERSON
     why = f"{batch.decision} is irreversible" if irreversible else "more members than the runbook's threshold"
     headline = (
@@ -80,7 +80,11 @@ def approval_message(batch: Batch, members: Sequence[BatchMember], groups: str, 
     )
     lines = request_lines(batch, members, groups)
     lines.append(f"To approve (another person): /recover approve {batch.id}" if two
-                 else f"To confirm (you): /recover confirm {batch.id} — or repeat the command with --yes")
+                 else f"To confirm (you): /recover confirm {batch.id}" + ("" if warnings else " — or repeat the command with --yes"))
+    # The runbook's warnings before any send, once per kind of member (R2.11, R5.3, R5.4).
+    lines[2:2] = [f"[!] {w}" for w in warnings]
+    if yes_held:
+        lines.insert(0, "`--yes` did not send it: read what it does below, then confirm. Nothing was sent.")
     if two:
         lines.insert(0, "`--yes` never replaces the second person's approval of the whole list.")
     return Message(
@@ -88,7 +92,7 @@ def approval_message(batch: Batch, members: Sequence[BatchMember], groups: str, 
         session_id=batch.id,
         mentions=mentions if two else [],
         attachment=Attachment(f"{batch.id}-members.csv", members_csv(batch, members)) if len(members) > SHOWN_MEMBERS else None,
-        rules=["R3.10", "R5.4"],
+        rules=["R3.10", "R5.4", *(["R2.11", "R5.3"] if warnings else [])],
     )
 
 

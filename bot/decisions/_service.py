@@ -27,7 +27,7 @@ from datetime import datetime
 
 from bot.channels import RecoveryChannels
 from bot.clock import Clock
-from bot.controlhost import ControlHostClient
+from bot.controlhost import ControlHostClient, Receipt
 from bot.decisions._approvals import ApprovalRoom
 from bot.decisions._authority import Gate
 from bot.decisions._cases import CaseBook, HandoffDigest
@@ -172,6 +172,24 @@ class DecisionService:
         """The periodic sweep: expire every pending request past its expiry, and re-read the sessions
         being verified after an accepted decision (R5.1); returns the messages to show."""
         return [*self.approvals.expire_due(), *self.verifier.watch_due()]
+
+    def verify_accepted(
+        self, session_id: str, actor: str, decision: str, receipt: Receipt, flags: Mapping[str, object]
+    ) -> Reply:
+        """The verification an accepted decision gets (R5.1): the case shows *verifying* and the sweep
+        closes it only on observed recovery. A batch member calls this too, so one rule decides
+        "recovered" for single and batch decisions alike."""
+        return self.verifier.verify(session_id, actor, self.ctx.policy(decision), flags, receipt)
+
+    def warnings_before_send(
+        self, decision: str, facts: Mapping[str, object], flags: Mapping[str, object], *,
+        repeated: int = 0, cause_fixed: str | None = None,
+    ) -> list[str]:
+        """What must be seen before a send beyond the standard question (R2.4, R2.11, R5.3, R5.4): the
+        single path's own check, for a batch's members too."""
+        return self.deciding.warnings(
+            self.ctx.policy(decision), dict(facts), flags, {"repeated": repeated}, cause_fixed
+        )
 
     def repeated(self, session_id: str, decision: str, facts: Mapping[str, object]) -> int:
         """R5.4: how often this decision already ran here without fixing the cause."""

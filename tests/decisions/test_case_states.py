@@ -66,12 +66,13 @@ def test_a_close_batch_closes_its_members_cases_and_a_retry_batch_names_its_outc
     asked = _say(router, f'batch decide --sessions {",".join(closing)} close --reason "repo gone"')
     batch_id = next(m.ref for m in asked.messages if m.kind == "batch_request")
     done = _say(router, f"approve {batch_id}", actor="U2")
-    assert "2/2 accepted" in _text(done) and f"2 case(s) closed after batch {batch_id}" in _text(done)
+    # Each member verified as a single close is: its session is closed, so its case closes (R5.1).
+    assert "2/2 accepted" in _text(done) and f"Batch {batch_id}: `close` settled · 2/2 closed" in _text(done)
     assert all(store.get_open_case(sid) is None for sid in closing)
     retried = made["restore_stopped_transient"]
     asked = _say(router, f'batch decide --sessions {",".join(retried)} retry_restore --reason "store back" --yes')
     handoff = _text(_say(router, "handoff"))
     for sid in retried:  # accepted is not recovered (R5.1): open, and the hand-off says what happened
         assert store.get_open_case(sid) is not None
-    assert "batch_member_executed" in handoff or "`retry_restore` executed" in handoff, handoff
+    assert "verifying after `retry_restore`" in handoff, handoff  # as a single decision's case says
     assert "under investigation" not in handoff and not any(sid in handoff for sid in closing)

@@ -92,8 +92,11 @@ def test_retry_restore_leaves_out_incurable_causes_unless_cause_fixed(
     refused = _run(router, f'/recover batch decide {group} retry_restore --reason "retry" --yes')
     assert not refused.ok and "incompatible checkpoint" in _text(refused) and "R2.3" not in refused.messages[0].headline
     assert not incident_sandbox.admin.effect_counts()
-    ok = _run(router, f'/recover batch decide {group} retry_restore --reason "retry" '
-                      '--cause-fixed "workers back on runtime 1.8" --yes')
+    warned = _run(router, f'/recover batch decide {group} retry_restore --reason "retry" '
+                          '--cause-fixed "workers back on runtime 1.8" --yes')
+    # The single path's R5.3 warning is read before any send: --yes does not send it, confirm does.
+    assert "never succeeds on the same runtime/profile" in _text(warned) and not incident_sandbox.admin.effect_counts()
+    ok = _run(router, f"/recover confirm {_batch_id(warned)}")
     assert "3/3 accepted" in _text(ok), _text(ok)
     # Per session only: abandon and confirm_completed are refused for batches (R3.10).
     per = _run(router, f'/recover batch decide {group} abandon --reason "x"')

@@ -1,0 +1,120 @@
+"""Batch members get the verification single decisions get (R5.1): each case shows *verifying*, closes
+on observed recovery, says "failing again" in the same case; the batch is told as one thing.
+
+Real parts: the sandbox control host over HTTP, real SQLite files, the router (the sweep is the
+router's own ``expire_due``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.messages import ListReporter, Reply
+from bot.sandbox import SandboxHandle
+from tests.fixtures.triage import bulk_router, make_incident
+
+N = 6
+
+
+def _text(reply: Reply) -> str:
+    return "\n".join(m.plain_text() for m in reply.messages)
+
+
+def _run(router: object, line: str, actor: str = "alice") -> Reply:
+    reply: Reply = router.handle_text(line, actor=actor, channel="C1", reporter=ListReporter())  # type: ignore[attr-defined]
+    return reply
+
+
+def _last_verification(router: object, sid: str) -> str | None:
+    steps = [s for s in router.services.store.steps(session_id=sid) if s.step == "verification"]  # type: ignore[attr-defined]
+    return steps[-1].outcome if steps else None
+
+
+def _batch(sandbox: SandboxHandle, tmp_path: Path) -> tuple[object, list[str], str, Reply]:
+    made = make_incident(sandbox, {"restore_stopped_transient": N})["restore_stopped_transient"]
+    router = bulk_router(sandbox, tmp_path)
+    done = _run(router, f'/recover batch decide --sessions {",".join(made)} retry_restore --reason "store back" --yes')
+    assert f"{N}/{N} accepted" in _text(done), _text(done)
+    batch_id = next(m.ref for m in done.messages if m.kind == "batch_progress")
+    assert batch_id is not None
+    return router, made, batch_id, done
+
+
+def test_every_member_verifies_then_closes_on_observed_recovery_with_no_post_per_member(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    router, made, batch_id, done = _batch(incident_sandbox, tmp_path)
+    store = router.services.store  # type: ignore[attr-defined]
+    # Accepted is not recovered: each member's case is open, verifying, like a single decision's.
+    assert all(_last_verification(router, sid) == "verifying" for sid in made)
+    assert all(store.get_open_case(sid) is not None for sid in made)
+    assert f"verifying {N}" in _text(done) and "verifying" in done.messages[0].headline
+    assert not [m for m in done.messages if m.session_id in made]  # no message per member
+    for sid in made:
+        incident_sandbox.admin.worker_ready(sid)
+    said = router.expire_due()  # type: ignore[attr-defined]
+    assert [m for m in said if m.session_id in made] == [], [m.headline for m in said]
+    assert all(store.get_open_case(sid) is None for sid in made)
+    for sid in made:
+        closing = [s for s in store.steps(session_id=sid) if s.step == "case_closed"]
+        assert "verification: recovery observed" in closing[-1].inputs["reason"]
+    edited = [m for m in said if m.kind == "batch_progress" and m.ref == batch_id]
+    final = [m for m in said if m.kind == "batch_verified" and m.ref == batch_id]
+    assert len(edited) == 1 and f"recovered {N}" in edited[0].plain_text()
+    assert len(final) == 1 and f"{N}/{N} recovered" in final[0].headline
+    assert router.expire_due() == []  # type: ignore[attr-defined]  # said once
+    details = _text(_run(router, f"/recover details {batch_id}"))
+    assert all(f"{sid}: recovered" in details for sid in made)
+
+
+def test_a_member_failing_again_is_told_in_its_case_and_in_the_batch_message(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    router, made, batch_id, _ = _batch(incident_sandbox, tmp_path)
+    bad, good = made[0], made[1:]
+    incident_sandbox.admin.fail_restore(bad, "checkpoint_unavailable")
+    for sid in good:
+        incident_sandbox.admin.worker_ready(sid)
+    said = router.expire_due()  # type: ignore[attr-defined]
+    assert [m for m in said if m.session_id in made] == []
+    assert _last_verification(router, bad) == "failed_again"
+    assert router.services.store.get_open_case(bad) is not None  # type: ignore[attr-defined]
+    assert "failing again after `retry_restore`" in _text(_run(router, "/recover cases"))
+    edited = next(m for m in said if m.kind == "batch_progress" and m.ref == batch_id)
+    assert "failing again 1" in edited.plain_text() and bad in edited.plain_text()
+    final = next(m for m in said if m.kind == "batch_verified")
+    assert f"{N - 1}/{N} recovered" in final.headline
+    assert bad in final.plain_text() and not any(sid in final.plain_text() for sid in good)
+
+
+def _posts(sandbox: SandboxHandle) -> list[dict]:
+    return [e for e in sandbox.admin.effects() if e.get("decision")]
+
+
+def test_a_start_fresh_yes_batch_shows_what_it_drops_once_and_does_not_send(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    made = make_incident(incident_sandbox, {"incompatible": 3})["incompatible"]
+    router = bulk_router(incident_sandbox, tmp_path)
+    dry = _text(_run(router, f'/recover dryrun batch decide --sessions {",".join(made)} start_fresh --reason "drop it"'))
+    assert "[!] the checkpoint's context" in dry and "3 member(s)" in dry  # R2.11, R5.3
+    asked = _run(router, f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "drop it" --yes')
+    said = _text(asked)
+    assert said.count("[!] the checkpoint's context") == 1 and "3 member(s)" in said, said  # once per kind
+    assert "`--yes` did not send it" in said and _posts(incident_sandbox) == []
+    batch_id = asked.messages[0].ref
+    sent = _run(router, f"/recover confirm {batch_id}")
+    assert "3/3 accepted" in _text(sent), _text(sent)
+    assert len(_posts(incident_sandbox)) == 3
+
+
+def test_an_incompatible_retry_with_cause_fixed_yes_batch_is_warned_before_any_send(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    made = make_incident(incident_sandbox, {"incompatible": 2})["incompatible"]
+    router = bulk_router(incident_sandbox, tmp_path)
+    asked = _run(router, f'/recover batch decide --sessions {",".join(made)} retry_restore --reason "retry" '
+                         '--cause-fixed "profile rolled back" --yes')
+    said = _text(asked)
+    assert said.count("never succeeds on the same runtime/profile") == 1 and "2 member(s)" in said, said
+    assert _posts(incident_sandbox) == []
