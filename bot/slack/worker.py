@@ -102,8 +102,8 @@ class InboxRunner:
         while not stop.is_set():
             self._wake.clear()  # before looking: a wake-up during this pass makes the next wait return
             more = self._read()
-            claimed = self.claim_due()
-            if not claimed and not more:
+            tried = self.claim_due()
+            if not tried and not more:  # nothing queued that a lane has room for: until a wake-up
                 self._wake.wait(POLL_SECONDS)
         beater.join(timeout=BEAT_SECONDS + 1)
 
@@ -124,11 +124,12 @@ class InboxRunner:
                 chosen.extend((lane, item) for item in itertools.islice(waiting, max(room, 0)))
         return sorted(chosen, key=lambda pair: pair[1].id)
 
-    def claim_due(self) -> list[Item]:
-        """Claim what the lanes have room for and start it; items another claimer took are dropped."""
+    def claim_due(self) -> int:
+        """Claim what the lanes have room for and start it; items another claimer took are dropped.
+        Returns how many were tried (claimed here or found taken)."""
         chosen = self._chosen()
         if not chosen:
-            return []
+            return 0
         claimed = {item.id: item for item in self.inbox.claim(self.worker_id, ids=[i.id for _, i in chosen])}
         for lane, item in chosen:
             self._waiting[lane].popleft()  # it: a lane's chosen are its oldest; claimed here or elsewhere
@@ -137,9 +138,7 @@ class InboxRunner:
             with self._lock:
                 self.running[lane] += 1
             self._pool(lane).submit(self._run, lane, claimed[item.id])
-        for lane in [lane for lane, waiting in self._waiting.items() if not waiting and lane != SHARED]:
-            del self._waiting[lane]
-        return list(claimed.values())
+        return len(chosen)
 
     def _pool(self, lane: str) -> BackgroundWork:
         # Each installation's own threads: a lane's budget is never waiting on a thread of another.

@@ -17,7 +17,7 @@ from bot.slack.inbox import Inbox
 from bot.slack.state import slack_migrations
 from bot.store import Store
 from tests.fixtures.slack import Posted, SlackStandIn
-from tests.installations.standin import TroubledHost
+from tests.installations.standin import TroubledHost, installations_env, installations_file
 from tests.slack.test_worker_process import _answers, _reply_path, _served, _wait
 
 SESSION = "ses_unknown_ckpt_unavailable"
@@ -25,18 +25,6 @@ SESSION = "ses_unknown_ckpt_unavailable"
 #: deadline). 5 s leaves room for a loaded CI machine and still fails if us-1 queues behind eu-1.
 BOUND_SECONDS = 5.0
 EU_COMMANDS = 12  # more than the worker's 8 slots
-
-
-def installations_file(folder: Path, hosts: dict[str, tuple[str, str, str]]) -> Path:
-    """The installations file (name → control host URL, API key, bound channel), keys in files beside it."""
-    lines = ["installations:"]
-    for name, (url, key, channel) in hosts.items():
-        (folder / f"{name}.key").write_text(key + "\n")
-        lines += [f"  - name: {name}", f"    control_host_url: {url}", f"    api_key_file: {name}.key",
-                  f"    channels: [{channel}]"]
-    path = folder / "installations.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def _diagnoses(slack_api: SlackStandIn, channel: str) -> list[Posted]:
@@ -51,11 +39,9 @@ def test_a_hanging_installation_leaves_anothers_diagnose_answered_over_serve(
     us = sandbox_factory(scenarios="builtin", clock=None)
     path = installations_file(tmp_path, {"eu-1": (eu.url, "k-eu-0123456789", "C0EU1"),
                                          "us-1": (us.url, us.api_key, "C0US1")})
-    env: dict[str, str | None] = {"RECOVER_INSTALLATIONS_FILE": str(path), "CONTROL_HOST_URL": None,
-                                  "CONTROL_HOST_API_KEY": None}
     db = tmp_path / "serve.db"
     try:
-        with _served(slack_api, us, db, tmp_path, env_update=env) as (_, _, sender):
+        with _served(slack_api, us, db, tmp_path, env_update=installations_env(path)) as (_, _, sender):
             inbox = Inbox(Store(db, migrations=[slack_migrations]))
             held = []
             for _ in range(EU_COMMANDS):
