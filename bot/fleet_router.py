@@ -55,6 +55,7 @@ class FleetRouter:
         self.fleet = fleet
         self.routers = routers
         self.first = next(iter(routers.values()))
+        self.first_name = next(iter(routers))  # its name (a fleet of one: the only one)
         self.runbooks = self.first.runbooks
 
     @property
@@ -132,26 +133,52 @@ class FleetRouter:
         except CommandError:
             return self.first.handle_text(text, actor=actor, channel=channel, reporter=reporter)
         try:
-            if cmd.kind == StepKind.INSTALLATIONS:
-                return installations_reply(self.fleet, clean_optional(channel), self._resolved_or_none(cmd, channel))
-            if cmd.kind == StepKind.HELP:
-                return self.first.handle_text(text, actor=actor, channel=channel, reporter=reporter)
-            flag = cmd.flag_text("install")
-            if self._single() and flag is None:  # today's bot: the plain router, word for word
-                return self.first.handle_text(text, actor=actor, channel=channel, reporter=reporter)
-            if cmd.kind == StepKind.TRIAGE and cmd.flag("all") and flag is None and not self._single():
-                return triage_all(self.routers, text, actor=actor, channel=channel, reporter=reporter)
-            if cmd.kind == StepKind.HANDOFF and flag is None and not self._single():
-                return self._handoff_all(actor)
-            if cmd.kind == StepKind.PENDING and cmd.flag("all") and flag is None and not self._single():
-                return self._pending_all()
-            name = self.resolve(flag=flag, channel=clean_optional(channel), ids=command_ids(cmd),
-                                what=f"`{cmd.name}`")
+            name = self._target(cmd, channel)
+            if name is None:
+                return self._fleet_wide(cmd, text, actor=actor, channel=channel, reporter=reporter)
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
         reply = self.routers[name].handle_text(text, actor=actor, channel=channel,
                                                reporter=self._reporter(name, reporter))
         return self._named(name, reply)
+
+    def _target(self, cmd: ParsedCommand, channel: str | None) -> str | None:
+        """The one installation a parsed command acts on; None for the fleet's own commands (see
+        :meth:`_fleet_wide`); :class:`InstallationRefused` when it names none or two."""
+        if cmd.kind in (StepKind.INSTALLATIONS, StepKind.HELP):
+            return None
+        flag = cmd.flag_text("install")
+        if self._single() and flag is None:  # today's bot: the plain router, word for word
+            return self.first_name
+        if cmd.kind == StepKind.TRIAGE and cmd.flag("all") and flag is None and not self._single():
+            return None
+        if cmd.kind == StepKind.HANDOFF and flag is None and not self._single():
+            return None
+        if cmd.kind == StepKind.PENDING and cmd.flag("all") and flag is None and not self._single():
+            return None
+        return self.resolve(flag=flag, channel=clean_optional(channel), ids=command_ids(cmd), what=f"`{cmd.name}`")
+
+    def _fleet_wide(self, cmd: ParsedCommand, text: str, *, actor: str, channel: str | None,
+                    reporter: Reporter) -> Reply:
+        if cmd.kind == StepKind.INSTALLATIONS:
+            return installations_reply(self.fleet, clean_optional(channel), self._resolved_or_none(cmd, channel))
+        if cmd.kind == StepKind.TRIAGE:
+            return triage_all(self.routers, text, actor=actor, channel=channel, reporter=reporter)
+        if cmd.kind == StepKind.HANDOFF:
+            return self._handoff_all(actor)
+        if cmd.kind == StepKind.PENDING:
+            return self._pending_all()
+        return self.first.handle_text(text, actor=actor, channel=channel, reporter=reporter)  # help
+
+    def installation_of_text(self, text: str, channel: str | None) -> str | None:
+        """The installation :meth:`handle_text` will run ``text`` on, found by the same rule without
+        running anything (parsing only: no core, no network), so a queue can keep one installation's
+        work apart from another's. None: the fleet's own commands, and any that do not parse or
+        name no installation (their refusal is the core's to say when run)."""
+        try:
+            return self._target(self.first.parse(clean_text(text)), channel)
+        except Exception:  # noqa: BLE001 - refused when run; until then it belongs to no installation
+            return None
 
     def _resolved_or_none(self, cmd: ParsedCommand, channel: str | None) -> str | None:
         try:
@@ -188,6 +215,17 @@ class FleetRouter:
                       form: dict[str, str] | None = None) -> Reply:
         if self._single():  # one installation: no button carries a tag, the plain router answers
             return self.first.handle_action(action, value, actor=actor, channel=channel, reporter=reporter, form=form)
+        try:
+            name, raw, form = self._click(action, value, channel, form)
+        except Exception as exc:  # noqa: BLE001 - rendered in one place
+            return error_reply(exc)
+        reply = self.routers[name].handle_action(action, raw, actor=actor, channel=channel,
+                                                 reporter=self._reporter(name, reporter), form=form)
+        return self._named(name, reply)
+
+    def _click(self, action: str, value: str, channel: str | None,
+               form: dict[str, str] | None) -> tuple[str, str, dict[str, str]]:
+        """(installation, the untagged value, the untagged form) of a click of several installations."""
         raw, made_by = untag(clean_text(value))
         form = dict(form or {})
         if "session_id" in form:
@@ -197,14 +235,20 @@ class FleetRouter:
             session, _, decision = raw.partition(SEPARATOR)
             session, by_choice = untag(session)
             raw, made_by = f"{session}{SEPARATOR}{decision}", made_by or by_choice
+        name = self.resolve(flag=None, channel=clean_optional(channel), ids=[raw] if action != Action.RUN else [],
+                            made_by=made_by, what="this button")
+        return name, raw, form
+
+    def installation_of_action(self, action: str, value: str, channel: str | None,
+                               form: dict[str, str] | None = None) -> str | None:
+        """The installation :meth:`handle_action` will run a click on (the same rule, nothing run);
+        None when it resolves to none (refused when run)."""
+        if self._single():
+            return self.first_name
         try:
-            name = self.resolve(flag=None, channel=clean_optional(channel), ids=[raw] if action != Action.RUN else [],
-                                made_by=made_by, what="this button")
-        except Exception as exc:  # noqa: BLE001 - rendered in one place
-            return error_reply(exc)
-        reply = self.routers[name].handle_action(action, raw, actor=actor, channel=channel,
-                                                 reporter=self._reporter(name, reporter), form=form)
-        return self._named(name, reply)
+            return self._click(action, value, channel, form)[0]
+        except Exception:  # noqa: BLE001 - refused when run; until then it belongs to no installation
+            return None
 
     # -- views and sweeps -------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,15 @@ _CLAIM_ONE = (
     "UPDATE slack_inbox SET state = ?, claimed_by = ?, claimed_at = ? "
     "WHERE id = ? AND state = ? "
     "RETURNING id, CAST(kind AS BLOB), CAST(key AS BLOB), CAST(payload AS BLOB)"
+)
+_CLAIM_IDS = (
+    "UPDATE slack_inbox SET state = ?, claimed_by = ?, claimed_at = ? "
+    "WHERE id IN (SELECT value FROM json_each(?)) AND state = ? "
+    "RETURNING id, CAST(kind AS BLOB), CAST(key AS BLOB), CAST(payload AS BLOB)"
+)
+_QUEUED_AFTER = (
+    "SELECT id, CAST(kind AS BLOB), CAST(key AS BLOB), CAST(payload AS BLOB) FROM slack_inbox "
+    "WHERE state = ? AND id > ? ORDER BY id LIMIT ?"
 )
 _CLAIM_OLDEST = (
     "UPDATE slack_inbox SET state = ?, claimed_by = ?, claimed_at = ? "
@@ -254,12 +264,22 @@ class Inbox:
 
     # -- the worker side ----------------------------------------------------------------------------
 
-    def claim(self, worker: str, limit: int = 1, item_id: int | None = None) -> list[Item]:
-        """queued → claimed by ``worker`` (the oldest first, or the one ``item_id``); a compare-and-set."""
+    def queued_after(self, after: int, limit: int) -> list[Item]:
+        """Up to ``limit`` items still queued with an id above ``after``, oldest first: read, not
+        claimed (a claimer sorts them by installation before it claims, see bot.slack.worker)."""
+        rows = self._conn().execute(_QUEUED_AFTER, [QUEUED, after, limit]).fetchall()
+        return [_item(r) for r in rows]
+
+    def claim(self, worker: str, limit: int = 1, item_id: int | None = None,
+              ids: Sequence[int] | None = None) -> list[Item]:
+        """queued → claimed by ``worker`` (the oldest first, the one ``item_id``, or those of ``ids``
+        still queued); a compare-and-set."""
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if item_id is not None:
+            if ids is not None:
+                rows = conn.execute(_CLAIM_IDS, [CLAIMED, worker, time.time(), json.dumps(list(ids)), QUEUED]).fetchall()
+            elif item_id is not None:
                 rows = conn.execute(_CLAIM_ONE, [CLAIMED, worker, time.time(), item_id, QUEUED]).fetchall()
             else:
                 rows = conn.execute(_CLAIM_OLDEST, [CLAIMED, worker, time.time(), QUEUED, limit, QUEUED]).fetchall()

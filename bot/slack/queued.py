@@ -12,11 +12,12 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from bot.buttons import BadButtonValue
+from bot.buttons import BadButtonValue, DecisionChoice
 from bot.messages import Message
 from bot.slack import blocks as kit
 from bot.slack.inbox import Inbox, Item
 from bot.slack.web import SlackOut
+from bot.vocab import Action
 
 log = logging.getLogger("recover_bot.slack")
 
@@ -108,6 +109,40 @@ def _call(item: Item) -> Callable[[QueuedWork], None]:
     except (KeyError, TypeError, ValueError, BadButtonValue) as exc:
         raise BadItem(f"its {item.kind} payload is not one this bot stores ({type(exc).__name__})") from None
     raise BadItem(f"its kind {item.kind[:40]!r} is not one this bot queues")
+
+
+class Lanes(Protocol):
+    """Which installation a delivery's work acts on, by the router's own rule, without running it
+    (implemented by :class:`bot.fleet_router.FleetRouter`)."""
+
+    def installation_of_text(self, text: str, channel: str | None) -> str | None: ...
+
+    def installation_of_action(self, action: str, value: str, channel: str | None,
+                               form: dict[str, str] | None = None) -> str | None: ...
+
+
+def installation_of(item: Item, lanes: Lanes) -> str | None:
+    """The installation an item's work will act on, from what it holds (the command's text or the
+    click's value and form, and its channel) as the work itself will hand it to the router; None
+    for work of no one installation (App Home, the fleet's own commands, a row that is not a
+    delivery, one that names none). Parsing only: no core, no network."""
+    try:
+        _call(item)  # a row that is not a delivery is quarantined unrun: it acts on no installation
+    except BadItem:
+        return None
+    p = item.payload
+    body = _obj(p.get("body"))
+    _, channel, _ = _recipient(item)
+    if item.kind == COMMAND:
+        return lanes.installation_of_text(str(body.get("text") or ""), channel)
+    if item.kind == ACTION:
+        return lanes.installation_of_action(str(p["action"]), str(p["value"]), channel)
+    if item.kind == DECIDE:
+        form = kit.DecideForm.from_metadata(str(p["form"]))
+        choice = DecisionChoice(form.session_id, form.decision).encode()
+        return lanes.installation_of_action(Action.DECIDE, choice, form.channel,
+                                            {"session_id": form.session_id, "decision": form.decision})
+    return None
 
 
 def run_claimed(work: QueuedWork, inbox: Inbox, worker: str, item: Item) -> None:

@@ -16,12 +16,14 @@ claims of dead workers as ``interrupted`` (see :mod:`bot.slack.inbox`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
 import signal
 import sys
 import threading
+from collections import Counter, deque
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
@@ -53,20 +55,48 @@ BEAT_SECONDS = 2.0
 POLL_SECONDS = 1.0
 
 
-class InboxRunner:
-    """Claims items up to the number of free work threads and runs them on the bot's work pool."""
+#: The lane of the work no one installation owns (App Home, help, `installations`, `triage --all`,
+#: rows that are not deliveries, commands that name no installation): a budget of its own.
+SHARED = ""
+#: Queued rows read per pass (each is parsed once, to find its installation, then kept in memory).
+READ_BATCH = 256
 
-    def __init__(self, bot: SlackBot, inbox: Inbox, worker_id: str, *, slots: int = 8) -> None:
+
+class InboxRunner:
+    """Claims queued items into per-installation lanes and runs each lane on its own work pool.
+
+    Why lanes (isolation by construction): a control host that accepts and never
+    answers holds each command on it to its deadline (seconds). Claimed oldest-first into one set of
+    slots, such commands filled every slot and every other installation's commands queued behind
+    them (another installation's `diagnose` took 10.1 s instead of 1.0 s). Each installation now has
+    ``slots`` of its own and its own threads, the shared work another ``slots``, and a claim takes the
+    oldest items only of the lanes with room: one installation's queue never blocks another's.
+
+    An item's installation is found before it is claimed, by the router's own resolution (parsing
+    only, see :func:`bot.slack.queued.installation_of`): no core runs and nothing is sent for it.
+    """
+
+    def __init__(self, bot: SlackBot, inbox: Inbox, worker_id: str, *, slots: int = 8,
+                 lanes: queued.Lanes | None = None) -> None:
         self.bot = bot
         self.inbox = inbox
         self.worker_id = worker_id
         self.slots = slots
-        self.running = 0
+        self.lanes = lanes
+        self.running: Counter[str] = Counter()  # items running, per lane
+        self._waiting: dict[str, deque[Item]] = {}  # read, not yet claimed, per lane, oldest first
+        self._read_up_to = 0  # the highest inbox id read so far (ids only grow)
+        self._pools: dict[str, BackgroundWork] = {SHARED: bot.work}
         self._lock = threading.Lock()
         self._wake = threading.Event()
 
     def wake(self) -> None:
         self._wake.set()
+
+    def lane_of(self, item: Item) -> str:
+        if self.lanes is None:
+            return SHARED
+        return queued.installation_of(item, self.lanes) or SHARED
 
     def run(self, stop: threading.Event) -> None:
         """Until ``stop``: beat, take orphans, claim and run. Returns with nothing newly claimed."""
@@ -75,24 +105,64 @@ class InboxRunner:
         beater.start()
         self.take_orphans()
         while not stop.is_set():
-            with self._lock:
-                free = self.slots - self.running
-            items = self.inbox.claim(self.worker_id, limit=free) if free > 0 else []
-            for item in items:
-                with self._lock:
-                    self.running += 1
-                self.bot.work.submit(self._run, item)
-            if len(items) < free or free <= 0:
+            self._wake.clear()  # before looking: a wake-up during this pass makes the next wait return
+            more = self._read()
+            tried = self.claim_due()
+            if not tried and not more:  # nothing queued that a lane has room for: until a wake-up
                 self._wake.wait(POLL_SECONDS)
-                self._wake.clear()
         beater.join(timeout=BEAT_SECONDS + 1)
 
-    def _run(self, item: Item) -> None:
+    def _read(self) -> bool:
+        """Read newly queued items into their lanes; True when there may be more to read."""
+        items = self.inbox.queued_after(self._read_up_to, READ_BATCH)
+        for item in items:
+            self._waiting.setdefault(self.lane_of(item), deque()).append(item)
+            self._read_up_to = item.id
+        return len(items) == READ_BATCH
+
+    def _chosen(self) -> list[tuple[str, Item]]:
+        """The oldest waiting items of the lanes with room, oldest first across lanes."""
+        chosen: list[tuple[str, Item]] = []
+        with self._lock:
+            for lane, waiting in self._waiting.items():
+                room = self.slots - self.running[lane]
+                chosen.extend((lane, item) for item in itertools.islice(waiting, max(room, 0)))
+        return sorted(chosen, key=lambda pair: pair[1].id)
+
+    def claim_due(self) -> int:
+        """Claim what the lanes have room for and start it; items another claimer took are dropped.
+        Returns how many were tried (claimed here or found taken)."""
+        chosen = self._chosen()
+        if not chosen:
+            return 0
+        claimed = {item.id: item for item in self.inbox.claim(self.worker_id, ids=[i.id for _, i in chosen])}
+        for lane, item in chosen:
+            self._waiting[lane].popleft()  # it: a lane's chosen are its oldest; claimed here or elsewhere
+            if item.id not in claimed:
+                continue
+            with self._lock:
+                self.running[lane] += 1
+            self._pool(lane).submit(self._run, lane, claimed[item.id])
+        return len(chosen)
+
+    def _pool(self, lane: str) -> BackgroundWork:
+        # Each installation's own threads: a lane's budget is never waiting on a thread of another.
+        if lane not in self._pools:
+            self._pools[lane] = BackgroundWork(self.slots, f"recover-work-{lane}")
+        return self._pools[lane]
+
+    def close(self) -> None:
+        """Wait for the items the installations' pools are running (the shared pool is the bot's)."""
+        for lane, pool in self._pools.items():
+            if lane != SHARED:
+                pool.shutdown(wait=True)
+
+    def _run(self, lane: str, item: Item) -> None:
         try:
             queued.run_claimed(self.bot, self.inbox, self.worker_id, item)
         finally:
             with self._lock:
-                self.running -= 1
+                self.running[lane] -= 1
             self._wake.set()
 
     def _beat(self, stop: threading.Event) -> None:
@@ -157,6 +227,15 @@ def worker_bot(settings: Settings, store: Store) -> SlackBot:
     )
 
 
+def _lanes(bot: SlackBot) -> queued.Lanes | None:
+    """The router's resolution for the lanes when it serves several installations; None for one
+    (its work and the shared work are one lane of ``slots``, as before installations)."""
+    from bot.fleet_router import FleetRouter
+
+    router = bot.router
+    return router if isinstance(router, FleetRouter) and len(router.routers) > 1 else None
+
+
 def _watch_input(stream: TextIO, runner: InboxRunner, stop: threading.Event) -> None:
     for _ in stream:
         runner.wake()
@@ -179,7 +258,8 @@ def main(stream: TextIO | None = None) -> int:
     store = Store(settings.db_path, audit_key=settings.audit_key_bytes())
     bot = worker_bot(settings, store)
     assert bot.inbox is not None
-    runner = InboxRunner(bot, bot.inbox, str(config["worker"]), slots=8)
+    # Each installation's items on their own slots: one installation's hanging host holds only its own.
+    runner = InboxRunner(bot, bot.inbox, str(config["worker"]), slots=8, lanes=_lanes(bot))
     stop = threading.Event()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
@@ -200,6 +280,7 @@ def main(stream: TextIO | None = None) -> int:
             watcher.stop()
         if ladder is not None:
             ladder.stopping.set()
+        runner.close()
         bot.close()  # waits for the items already running
     return 0
 

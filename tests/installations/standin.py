@@ -1,14 +1,33 @@
 """A control host in trouble, for isolation tests and the bench: every call answered 503 (or 429 with
-Retry-After), or held open without an answer. Plain http.server on 127.0.0.1:0, nothing of ours."""
+Retry-After), or held open without an answer. Plain http.server on 127.0.0.1:0, nothing of ours.
+Also the installations file naming such hosts, for a real `recover-bot serve`."""
 
 from __future__ import annotations
 
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Literal
 
 Mode = Literal["503", "429", "hang"]
+
+
+def installations_file(folder: Path, hosts: dict[str, tuple[str, str, str]]) -> Path:
+    """The installations file (name → control host URL, API key, bound channel), keys in files beside it."""
+    lines = ["installations:"]
+    for name, (url, key, channel) in hosts.items():
+        (folder / f"{name}.key").write_text(key + "\n")
+        lines += [f"  - name: {name}", f"    control_host_url: {url}", f"    api_key_file: {name}.key",
+                  f"    channels: [{channel}]"]
+    path = folder / "installations.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def installations_env(path: Path) -> dict[str, str | None]:
+    """What `recover-bot serve` is started with to serve the file (no single control host beside it)."""
+    return {"RECOVER_INSTALLATIONS_FILE": str(path), "CONTROL_HOST_URL": None, "CONTROL_HOST_API_KEY": None}
 
 
 class TroubledHost:

@@ -37,12 +37,14 @@ from tests.fixtures.waiting import eventually
 
 
 def _start_serve(
-    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path, *, app_token: str | None = None, log: Path | None = None
+    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path, *, app_token: str | None = None, log: Path | None = None,
+    env_update: dict[str, str | None] | None = None,
 ) -> subprocess.Popen[str]:
     """`recover-bot serve` as its own process: HTTP with the signing secret, or Socket Mode with ``app_token``.
 
     With ``log`` it is the installed console script (its logging set up, its exit status as users get
-    it), its stderr written to that file."""
+    it), its stderr written to that file. ``env_update``: variables set, or removed where None (an
+    installations file in place of ``CONTROL_HOST_URL``)."""
     env = {
         **os.environ,
         "SLACK_BOT_TOKEN": BOT_TOKEN,
@@ -60,6 +62,11 @@ def _start_serve(
     else:
         env["SLACK_APP_TOKEN"] = app_token
         env.pop("SLACK_SIGNING_SECRET", None)
+    for name, value in (env_update or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     if log is not None:
         with log.open("w") as err:
             return subprocess.Popen([str(Path(sys.executable).with_name("recover-bot")), "serve"], env=env,
@@ -70,10 +77,11 @@ def _start_serve(
 
 @contextmanager
 def _served(
-    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path, *, log: Path | None = None
+    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path, *, log: Path | None = None,
+    env_update: dict[str, str | None] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[str], str, SlackSender]]:
     """Serve over HTTP until a worker is healthy; yield the process, its URL and a signed sender; stop it."""
-    proc = _start_serve(slack_api, sandbox, db, cwd, log=log)
+    proc = _start_serve(slack_api, sandbox, db, cwd, log=log, env_update=env_update)
     try:
         assert proc.stdout is not None
         m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
