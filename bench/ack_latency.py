@@ -168,14 +168,28 @@ def _world_child() -> None:
 class Child:
     """A server subprocess: its URL from the first stdout line naming one; stderr kept in a file."""
 
-    def __init__(self, name: str, argv: Sequence[str], *, logs: Path, env: dict[str, str] | None = None,
-                 cwd: Path | None = None, stdin: bool = False, world: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        logs: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        stdin: bool = False,
+        world: bool = False,
+    ) -> None:
         self.name = name
         self.stderr_path = logs / f"{name}.stderr"
         self._stderr = self.stderr_path.open("w")
         self.proc = subprocess.Popen(
-            list(argv), stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=self._stderr, text=True, env=env, cwd=cwd,
+            list(argv),
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env=env,
+            cwd=cwd,
             preexec_fn=_world_child if world else _term_with_parent,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -288,9 +302,7 @@ class StandInAddress:
         return f"{self.root}/response/{name}-{next(self._n)}"
 
 
-def one_round(
-    text: str, concurrency: int, pool: ThreadPoolExecutor, clients: list[SlackSender]
-) -> list[float]:
+def one_round(text: str, concurrency: int, pool: ThreadPoolExecutor, clients: list[SlackSender]) -> list[float]:
     barrier = threading.Barrier(concurrency)
 
     def one(i: int) -> float:
@@ -312,7 +324,9 @@ def pct(values: list[float], p: float) -> float:
     return ordered[k]
 
 
-def measure(urls: dict[str, str], slack_api_url: str, rounds: int, concurrency: int) -> dict[str, dict[str, list[list[float]]]]:
+def measure(
+    urls: dict[str, str], slack_api_url: str, rounds: int, concurrency: int
+) -> dict[str, dict[str, list[list[float]]]]:
     """Per command and app, the latencies (ms) of each measured round."""
     address = StandInAddress(slack_api_url)
     senders = {
@@ -360,7 +374,10 @@ def run(rounds: int, concurrency: int) -> int:
         sandbox = Child(
             "sandbox",
             [str(console), "sandbox", "--port", "0", "--api-key", api_key],
-            logs=work, env=user_env(RECOVER_LOG_LEVEL="ERROR"), cwd=work, world=True,
+            logs=work,
+            env=user_env(RECOVER_LOG_LEVEL="ERROR"),
+            cwd=work,
+            world=True,
         )
         children.append((sandbox, "SIGINT", 15))
         from bot.sandbox import SandboxAdmin
@@ -430,14 +447,19 @@ def run(rounds: int, concurrency: int) -> int:
         met = met and ok
         summary[command] = {**rows, "p99_ratio": round(ratio, 2), "targets_met": ok}
         for name, row in rows.items():
-            print(f"{command:<9} {name:<12} {row['n']:>5} {row['p50_ms']:>8} {row['p99_ms']:>8} "
-                  f"{row['max_ms']:>8} {row['median_round_max_ms']:>14}")
-        print(f"{command:<9} p99 ratio recover-bot/bare: {ratio:.2f} (target ≤ 1.5); p99 < 300 ms: "
-              f"{bot['p99_ms'] < 300}")
+            print(
+                f"{command:<9} {name:<12} {row['n']:>5} {row['p50_ms']:>8} {row['p99_ms']:>8} "
+                f"{row['max_ms']:>8} {row['median_round_max_ms']:>14}"
+            )
+        print(
+            f"{command:<9} p99 ratio recover-bot/bare: {ratio:.2f} (target ≤ 1.5); p99 < 300 ms: {bot['p99_ms'] < 300}"
+        )
     summary["targets_met"] = met
     summary["teardown"] = {"clean": clean, "exit_codes": codes, "left_behind": left + left_below}
-    print(f"load average {load_start[0]:.1f} → {load_end[0]:.1f} on {os.cpu_count()} cores; "
-          f"targets met: {met}; teardown clean: {clean} (exit codes {codes})")
+    print(
+        f"load average {load_start[0]:.1f} → {load_end[0]:.1f} on {os.cpu_count()} cores; "
+        f"targets met: {met}; teardown clean: {clean} (exit codes {codes})"
+    )
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
     (out / "ack_latency.json").write_text(json.dumps(summary, indent=2))

@@ -46,8 +46,12 @@ print(reply.messages[0].ref or "", reply.messages[0].headline, flush=True)
 
 def child(url: str, key: str, db: Path, actor: str, *lines: str) -> subprocess.Popen[str]:
     return subprocess.Popen(  # noqa: S603 - our own interpreter and script
-        [sys.executable, "-c", CHILD, url, key, str(db), actor, *lines], cwd=REPO, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [sys.executable, "-c", CHILD, url, key, str(db), actor, *lines],
+        cwd=REPO,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -83,8 +87,10 @@ def main() -> None:
         while done < args.sessions * args.kill_at and approver.poll() is None:
             time.sleep(0.05)
             with sqlite3.connect(db) as conn:
-                done = conn.execute("SELECT count(*) FROM batch_members WHERE batch_id = ? AND state NOT IN "
-                                    "('requested', 'sending')", [batch_id]).fetchone()[0]
+                done = conn.execute(
+                    "SELECT count(*) FROM batch_members WHERE batch_id = ? AND state NOT IN ('requested', 'sending')",
+                    [batch_id],
+                ).fetchone()[0]
         approver.send_signal(signal.SIGKILL)
         approver.wait()
         killed_at = time.monotonic() - started
@@ -98,13 +104,21 @@ def main() -> None:
             if r["method"] == "POST":
                 keys.setdefault(r["path"].split("/")[3], set()).add(r["idempotency_key"])
         with sqlite3.connect(db) as conn:
-            states = dict(conn.execute("SELECT state, count(*) FROM batch_members WHERE batch_id = ? GROUP BY state",
-                                       [batch_id]).fetchall())
-        print(f"sessions {args.sessions}, {args.latency * 1000:.0f} ms/call, {args.rate:.0f} requests/s; faults: {len(failed)} 500 after commit, {len(dropped)} drop_after_commit")
+            states = dict(
+                conn.execute(
+                    "SELECT state, count(*) FROM batch_members WHERE batch_id = ? GROUP BY state", [batch_id]
+                ).fetchall()
+            )
+        print(
+            f"sessions {args.sessions}, {args.latency * 1000:.0f} ms/call, {args.rate:.0f} requests/s; faults: "
+            f"{len(failed)} 500 after commit, {len(dropped)} drop_after_commit"
+        )
         print(f"SIGKILL after {killed_at:.1f} s with {done} member outcomes recorded, {effects_at_kill} effects")
         print(f"after the restart ({total:.1f} s in all): member states {states}")
-        print(f"effects: {sum(effects.values())} on {len(effects)} sessions; more than one: "
-              f"{sum(1 for n in effects.values() if n > 1)}; none: {len([s for s in ids if s not in effects])}")
+        print(
+            f"effects: {sum(effects.values())} on {len(effects)} sessions; more than one: "
+            f"{sum(1 for n in effects.values() if n > 1)}; none: {len([s for s in ids if s not in effects])}"
+        )
         hits = Counter()
         for f in sbx.admin.faults():
             hits[f["kind"]] += f["hits"]

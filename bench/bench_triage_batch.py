@@ -53,8 +53,10 @@ def triage(n: int, latency: float, rate: float) -> None:
         reply = router.handle_text("/recover triage", actor="alice", channel=None, reporter=rep)
         took = time.monotonic() - t
         print(reply.messages[0].headline)
-        print(f"triage: first summary {rep.first:.2f} s, complete {took:.2f} s, "
-              f"429s {router.services.bulk.limiter.throttled}")
+        print(
+            f"triage: first summary {rep.first:.2f} s, complete {took:.2f} s, "
+            f"429s {router.services.bulk.limiter.throttled}"
+        )
 
 
 def batch(n: int, sample: int, latency: float, rate: float) -> None:
@@ -66,13 +68,21 @@ def batch(n: int, sample: int, latency: float, rate: float) -> None:
         router = router_for(sbx)
         t = time.monotonic()
         for sid in ids[n:]:
-            reply = router.handle_text(f'/recover decide {sid} retry_restore --reason "bench" --yes', actor="alice",
-                                       channel=None, reporter=ListReporter())
+            reply = router.handle_text(
+                f'/recover decide {sid} retry_restore --reason "bench" --yes',
+                actor="alice",
+                channel=None,
+                reporter=ListReporter(),
+            )
             assert reply.ok, reply.messages[0].plain_text()
         per = (time.monotonic() - t) / sample
         router.handle_text("/recover triage", actor="alice", channel=None, reporter=ListReporter())
-        reply = router.handle_text('/recover batch decide t1.g1 retry_restore --reason "bench"', actor="alice",
-                                   channel=None, reporter=ListReporter())
+        reply = router.handle_text(
+            '/recover batch decide t1.g1 retry_restore --reason "bench"',
+            actor="alice",
+            channel=None,
+            reporter=ListReporter(),
+        )
         batch_id = reply.messages[0].ref
         t = time.monotonic()
         reply = router.handle_text(f"/recover approve {batch_id}", actor="bob", channel=None, reporter=ListReporter())
@@ -80,9 +90,11 @@ def batch(n: int, sample: int, latency: float, rate: float) -> None:
         print(reply.messages[0].headline)
         pace = router.services.bulk.limiter.rate
         print(f"single-session path: {per * 1000:.0f} ms/decision → {per * n:.1f} s for {n}")
-        print(f"batch: {took:.2f} s for {n} ({n / took:.0f}/s); speed-up {per * n / took:.1f}×; floor {n / pace:.1f} s "
-              f"at the bot's {pace:.0f}/s, {n / rate:.1f} s at the limit's {rate:.0f}/s; "
-              f"429s {router.services.bulk.limiter.throttled}; effects {len(sbx.admin.effects())}")
+        print(
+            f"batch: {took:.2f} s for {n} ({n / took:.0f}/s); speed-up {per * n / took:.1f}×; floor {n / pace:.1f} s "
+            f"at the bot's {pace:.0f}/s, {n / rate:.1f} s at the limit's {rate:.0f}/s; "
+            f"429s {router.services.bulk.limiter.throttled}; effects {len(sbx.admin.effects())}"
+        )
 
 
 def main() -> None:

@@ -75,11 +75,16 @@ def main() -> int:
                     written += len(text)
                     i += 1
         store = Store(folder / "recover.db", clock, migrations=MIGRATIONS)
-        client = ControlHostClient(sandbox.url, sandbox.api_key, store=store, clock=clock,
-                                   retry=RetryPolicy(attempts=1))
+        client = ControlHostClient(
+            sandbox.url, sandbox.api_key, store=store, clock=clock, retry=RetryPolicy(attempts=1)
+        )
         diagnoser = Diagnoser(
-            client=client, runbooks=load_runbooks(ROOT / "runbooks"), store=store,
-            log_source=FileLogSource(str(log)), reconciler_status=_Reconciler(), clock=clock,
+            client=client,
+            runbooks=load_runbooks(ROOT / "runbooks"),
+            store=store,
+            log_source=FileLogSource(str(log)),
+            reconciler_status=_Reconciler(),
+            clock=clock,
         )
         sessions = [s.session_id for s in sandbox.scenarios.values()]
         for sid in sessions:  # warm-up: connections, imports, first SQLite write
@@ -115,7 +120,9 @@ def main() -> int:
     print(f"diagnose latency over {args.runs} runs ({len(sessions)} scenarios, log {log_bytes:,} bytes)")
     print("| p50 ms | p95 ms | p99 ms | max ms | mean ms |")
     print("|-------:|-------:|-------:|-------:|--------:|")
-    print(f"| {result['p50_ms']} | {result['p95_ms']} | {result['p99_ms']} | {result['max_ms']} | {result['mean_ms']} |")
+    print(
+        f"| {result['p50_ms']} | {result['p95_ms']} | {result['p99_ms']} | {result['max_ms']} | {result['mean_ms']} |"
+    )
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "diagnose_latency.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

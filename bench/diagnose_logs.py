@@ -222,20 +222,27 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
     }
-    result["meets_targets"] = bool(
-        both_named and first_s <= 10 and full_s <= 3 * grep_s and rss_growth_mb < 100
-    )
+    result["meets_targets"] = bool(both_named and first_s <= 10 and full_s <= 3 * grep_s and rss_growth_mb < 100)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 
     print(f"diagnose_logs: {result['lines']:,} lines, {len(log) / 1e6:.0f} MB in {name} (built in {build_s:.1f} s)")
     print(f"docker logs | grep -F      {grep_s:7.2f} s  (runs {grep_1:.2f} s, {grep_2:.2f} s; {grep_count} lines)")
-    print(f"diagnose first answer      {first_s:7.2f} s  (target <= 10 s; stages in it: {', '.join(first_named) or 'none'})")
+    print(
+        f"diagnose first answer      {first_s:7.2f} s  (target <= 10 s; stages in it: "
+        f"{', '.join(first_named) or 'none'})"
+    )
     print(f"  {coverage}")
-    print(f"diagnose full coverage     {full_s:7.2f} s  (follow-ups posted: {len(reporter.posted)}; both stages named: {both_named})")
+    print(
+        f"diagnose full coverage     {full_s:7.2f} s  (follow-ups posted: {len(reporter.posted)}; both stages named: "
+        f"{both_named})"
+    )
     print(f"ratio full / grep          {full_s / grep_s:7.2f}    (target <= 3)")
     print(f"peak RSS growth            {rss_growth_mb:7.1f} MB (target < 100)")
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; meets targets: {result['meets_targets']}  -> {args.out}")
+    print(
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; meets targets: {result['meets_targets']}  "
+        f"-> {args.out}"
+    )
     return 0 if result["meets_targets"] else 1
 
 

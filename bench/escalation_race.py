@@ -71,8 +71,14 @@ def _start(latency: tuple[float, float], lag: float) -> None:
     from tests.fixtures.escalation import short_ladder_folder
 
     tmp = Path(tempfile.mkdtemp(prefix="escalation-race-"))
-    _worker.update(tmp=tmp, sandbox=start_sandbox(scenarios=None), latency=latency, lag=lag,
-                   runbooks=load_runbooks(short_ladder_folder(tmp)), template=_migrated_template(tmp))
+    _worker.update(
+        tmp=tmp,
+        sandbox=start_sandbox(scenarios=None),
+        latency=latency,
+        lag=lag,
+        runbooks=load_runbooks(short_ladder_folder(tmp)),
+        template=_migrated_template(tmp),
+    )
 
 
 def _one(job: tuple[int, int]) -> dict[str, Any]:
@@ -86,24 +92,50 @@ def _one(job: tuple[int, int]) -> dict[str, Any]:
     result = RaceResult()
     env, svc, runner = race_env(_worker["sandbox"], db, _worker["runbooks"], result, latency=_worker["latency"])
     try:
-        out = run_race(requester(env, svc, f"b{run}"), decider(env, svc), runner, env.clock,
-                       requests=requests, seed=run, lag=_worker["lag"])
+        out = run_race(
+            requester(env, svc, f"b{run}"),
+            decider(env, svc),
+            runner,
+            env.clock,
+            requests=requests,
+            seed=run,
+            lag=_worker["lag"],
+        )
     finally:
         env.close()
     for leftover in _worker["tmp"].glob(f"race-{run}.db*"):
         leftover.unlink()
-    return {"run": run, "seconds": time.monotonic() - started, "requests": out.requests, "posts": out.posts,
-            "late": out.late, "duplicates": out.duplicates, "lost": out.lost, "busy": out.busy,
-            "racing": out.racing, "decided": sum(out.decided.values())}
+    return {
+        "run": run,
+        "seconds": time.monotonic() - started,
+        "requests": out.requests,
+        "posts": out.posts,
+        "late": out.late,
+        "duplicates": out.duplicates,
+        "lost": out.lost,
+        "busy": out.busy,
+        "racing": out.racing,
+        "decided": sum(out.decided.values()),
+    }
 
 
-def _summary(args: argparse.Namespace, totals: Counter[str], done: int, started: float, stopped: str | None) -> dict[str, Any]:
+def _summary(
+    args: argparse.Namespace, totals: Counter[str], done: int, started: float, stopped: str | None
+) -> dict[str, Any]:
     elapsed = time.monotonic() - started
-    return {"runs_planned": args.runs, "runs_completed": done, "requests_per_run": args.requests,
-            "jobs": args.jobs, "latency_ms": list(args.latency_ms), "lag_ms": args.lag_ms,
-            "seconds": round(elapsed, 1), "seconds_per_run": round(elapsed / done, 2) if done else None,
-            "stopped": stopped, "at": datetime.now(UTC).isoformat(timespec="seconds"),
-            **{k: totals[k] for k in KEYS}}
+    return {
+        "runs_planned": args.runs,
+        "runs_completed": done,
+        "requests_per_run": args.requests,
+        "jobs": args.jobs,
+        "latency_ms": list(args.latency_ms),
+        "lag_ms": args.lag_ms,
+        "seconds": round(elapsed, 1),
+        "seconds_per_run": round(elapsed / done, 2) if done else None,
+        "stopped": stopped,
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        **{k: totals[k] for k in KEYS},
+    }
 
 
 def main() -> int:
@@ -111,8 +143,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=1, help="processes sharing the runs (each its own sandbox)")
-    parser.add_argument("--latency-ms", type=float, nargs=2, default=(10.0, 30.0), metavar=("LOW", "HIGH"),
-                        help="Slack's simulated answer time, the window a decision races (the CI test's)")
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        nargs=2,
+        default=(10.0, 30.0),
+        metavar=("LOW", "HIGH"),
+        help="Slack's simulated answer time, the window a decision races (the CI test's)",
+    )
     parser.add_argument("--lag-ms", type=float, default=4.0, help="a decision starts within this of its post")
     parser.add_argument("--until", help="stop at this UTC time (HH:MM) and record the runs finished by then")
     parser.add_argument("--json", type=Path, default=OUT / "escalation_race.json")
@@ -137,9 +175,12 @@ def main() -> int:
         for out in pool.imap_unordered(_one, [(run, args.requests) for run in range(args.runs)]):
             done += 1
             totals.update({k: out[k] for k in KEYS})
-            print(f"run {out['run'] + 1} ({done}/{args.runs}, {out['seconds']:.1f}s): {out['posts']} posts, "
-                  f"{out['late']} late, {out['duplicates']} twice, {out['lost']} lost, {out['decided']} decided, "
-                  f"{out['racing']} racing, {out['busy']} busy", flush=True)
+            print(
+                f"run {out['run'] + 1} ({done}/{args.runs}, {out['seconds']:.1f}s): {out['posts']} posts, "
+                f"{out['late']} late, {out['duplicates']} twice, {out['lost']} lost, {out['decided']} decided, "
+                f"{out['racing']} racing, {out['busy']} busy",
+                flush=True,
+            )
             args.json.write_text(json.dumps(_summary(args, totals, done, started, None), indent=2))
             if deadline is not None and datetime.now(UTC) >= deadline:
                 stopped = f"stopped at {args.until} UTC after {done} of {args.runs} runs"
@@ -150,12 +191,14 @@ def main() -> int:
         pool.terminate()
         pool.join()
     args.json.write_text(json.dumps(_summary(args, totals, done, started, stopped), indent=2))
-    print(f"{done} run(s) of {args.requests} requests in {time.monotonic() - started:.0f}s ({args.jobs} jobs): "
-          f"{totals['requests']} requests, {totals['posts']} steps posted, {totals['decided']} decisions, "
-          f"{totals['racing']} of them begun while their post was in flight, "
-          f"{totals['late']} posted after a decision, {totals['duplicates']} posted twice, "
-          f"{totals['lost']} lost; {totals['busy']} decisions refused while a post was in flight (retried)"
-          + (f" [{stopped}]" if stopped else ""))
+    print(
+        f"{done} run(s) of {args.requests} requests in {time.monotonic() - started:.0f}s ({args.jobs} jobs): "
+        f"{totals['requests']} requests, {totals['posts']} steps posted, {totals['decided']} decisions, "
+        f"{totals['racing']} of them begun while their post was in flight, "
+        f"{totals['late']} posted after a decision, {totals['duplicates']} posted twice, "
+        f"{totals['lost']} lost; {totals['busy']} decisions refused while a post was in flight (retried)"
+        + (f" [{stopped}]" if stopped else "")
+    )
     return 1 if totals["late"] or totals["duplicates"] or totals["lost"] or not done else 0
 
 

@@ -97,7 +97,8 @@ def main() -> int:
             args.json.write_text(json.dumps(totals, indent=2))
             print(
                 f"run {run + 1}/{args.runs} ({out.seconds:.0f}s): {out.expected} steps, {out.lost} lost, "
-                f"{out.twice} twice, {out.cancelled} cancelled at the expiry; the kill left {len(out.left)} claim(s), {taken} taken over",
+                f"{out.twice} twice, {out.cancelled} cancelled at the expiry; the kill left {len(out.left)} "
+                f"claim(s), {taken} taken over",
                 flush=True,
             )
             time.sleep(0.2)

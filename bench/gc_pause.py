@@ -87,7 +87,10 @@ def main() -> int:
     for mode in ("plain", "frozen"):  # each in a fresh process: a frozen heap cannot be thawed for a fair second run
         out = subprocess.run(
             [sys.executable, __file__, "--requests", str(args.requests), "--child", mode],
-            capture_output=True, text=True, check=True, timeout=900,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=900,
         )
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"{'heap':<7} {'objects':>8} {'gen2 n':>7} {'gen2 max ms':>12} {'all pauses ms':>14} {'longest ms':>11}")
@@ -95,8 +98,10 @@ def main() -> int:
         longest = max(r[f"gen{g}"]["max_ms"] for g in range(3))
         total = sum(r[f"gen{g}"]["total_ms"] for g in range(3))
         name = "frozen" if r["frozen"] else "plain"
-        print(f"{name:<7} {r['objects_after_start']:>8} {r['gen2']['collections']:>7} {r['gen2']['max_ms']:>12} "
-              f"{total:>14.1f} {longest:>11}")
+        print(
+            f"{name:<7} {r['objects_after_start']:>8} {r['gen2']['collections']:>7} {r['gen2']['max_ms']:>12} "
+            f"{total:>14.1f} {longest:>11}"
+        )
     out_dir = ROOT / "bench" / "out"
     out_dir.mkdir(exist_ok=True)
     (out_dir / "gc_pause.json").write_text(json.dumps(results, indent=2))

@@ -97,8 +97,12 @@ def rounds(url: str, slack_api_url: str, count: int, concurrency: int) -> list[f
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    return {"n": len(values), "p50_ms": round(statistics.median(values), 1), "p99_ms": round(ack.pct(values, 99), 1),
-            "max_ms": round(max(values), 1)}
+    return {
+        "n": len(values),
+        "p50_ms": round(statistics.median(values), 1),
+        "p99_ms": round(ack.pct(values, 99), 1),
+        "max_ms": round(max(values), 1),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,17 +119,30 @@ def run(args: argparse.Namespace) -> int:
     floods: Floods | None = None
     load_start = os.getloadavg()
     try:
-        slack = ack.Child("slack-stand-in", [sys.executable, str(script), "--serve-slack"], logs=work, stdin=True,
-                          world=True)
+        slack = ack.Child(
+            "slack-stand-in", [sys.executable, str(script), "--serve-slack"], logs=work, stdin=True, world=True
+        )
         children.append((slack, "stdin", 10))
         api_key = secrets.token_urlsafe(16)
-        sandbox = ack.Child("sandbox", [str(console), "sandbox", "--port", "0", "--api-key", api_key], logs=work,
-                            env=ack.user_env(RECOVER_LOG_LEVEL="ERROR"), cwd=work, world=True)
+        sandbox = ack.Child(
+            "sandbox",
+            [str(console), "sandbox", "--port", "0", "--api-key", api_key],
+            logs=work,
+            env=ack.user_env(RECOVER_LOG_LEVEL="ERROR"),
+            cwd=work,
+            world=True,
+        )
         children.append((sandbox, "SIGINT", 15))
         env = ack.user_env(
-            SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack.url,
-            CONTROL_HOST_URL=sandbox.url, CONTROL_HOST_API_KEY=api_key, RECOVER_DB=str(work / "bench.db"),
-            HOST="127.0.0.1", PORT="0", RECOVER_LOG_LEVEL="ERROR",
+            SLACK_BOT_TOKEN=BOT_TOKEN,
+            SLACK_SIGNING_SECRET=SIGNING_SECRET,
+            SLACK_API_URL=slack.url,
+            CONTROL_HOST_URL=sandbox.url,
+            CONTROL_HOST_API_KEY=api_key,
+            RECOVER_DB=str(work / "bench.db"),
+            HOST="127.0.0.1",
+            PORT="0",
+            RECOVER_LOG_LEVEL="ERROR",
         )
         serve = ack.Child("recover-bot-serve", [str(console), "serve"], logs=work, env=env, cwd=work)
         children.append((serve, "SIGTERM", 60))
@@ -145,8 +162,13 @@ def run(args: argparse.Namespace) -> int:
         tmp.cleanup()
     clean = "Traceback" not in stderr and all(code == 0 for code in codes.values())
     result = {
-        "floods": {"idle": args.idle, "slow_heads": args.slow_heads, "stalled_bodies": args.stalled_bodies,
-                   "opened_in_s": round(held, 2), "rounds_done_within_s": round(within, 2)},
+        "floods": {
+            "idle": args.idle,
+            "slow_heads": args.slow_heads,
+            "stalled_bodies": args.stalled_bodies,
+            "opened_in_s": round(held, 2),
+            "rounds_done_within_s": round(within, 2),
+        },
         "quiet": summary(quiet),
         "hostile": summary(hostile),
         "load_average": {"start": load_start, "end": os.getloadavg()},
@@ -158,9 +180,11 @@ def run(args: argparse.Namespace) -> int:
     for phase in ("quiet", "hostile"):
         row = result[phase]
         print(f"{phase:<8} {row['n']:>5} {row['p50_ms']:>8} {row['p99_ms']:>8} {row['max_ms']:>8}")
-    print(f"floods: {args.idle} idle, {args.slow_heads} slow heads, {args.stalled_bodies} stalled bodies, opened in "
-          f"{held:.2f} s, the rounds done {within:.2f} s after; load average {load_start[0]:.1f} → "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; p99 < 300 ms: {met}; teardown clean: {clean}")
+    print(
+        f"floods: {args.idle} idle, {args.slow_heads} slow heads, {args.stalled_bodies} stalled bodies, opened in "
+        f"{held:.2f} s, the rounds done {within:.2f} s after; load average {load_start[0]:.1f} → "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; p99 < 300 ms: {met}; teardown clean: {clean}"
+    )
     out = ack.ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
     (out / "hostile_ack.json").write_text(json.dumps(result, indent=2))

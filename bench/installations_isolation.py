@@ -78,8 +78,12 @@ def main() -> None:
     with start_sandbox(scenarios=None, incident=size, latency=args.latency, rate_limit=args.rate) as sbx:
         settings = load_settings({}, dotenv=None).model_copy(update={"db_path": Path(tempfile.mkdtemp()) / "r.db"})
         specs = [
-            InstallationSpec(name="eu-1", control_host_url=troubled.url, api_key=SecretStr("k-eu"), channels=("C0EU1",)),
-            InstallationSpec(name="us-1", control_host_url=sbx.url, api_key=SecretStr(sbx.api_key), channels=("C0US1",)),
+            InstallationSpec(
+                name="eu-1", control_host_url=troubled.url, api_key=SecretStr("k-eu"), channels=("C0EU1",)
+            ),
+            InstallationSpec(
+                name="us-1", control_host_url=sbx.url, api_key=SecretStr(sbx.api_key), channels=("C0US1",)
+            ),
         ]
         router = build_fleet_router(settings, specs, startup=False)
         solo = min(_triage(router) for _ in range(args.runs))
@@ -99,9 +103,13 @@ def main() -> None:
     ratio = outage / solo
     print(f"us-1 triage of {args.sessions} sessions ({args.latency * 1000:.0f} ms/call, {args.rate:.0f}/s limit)")
     print(f"solo: {solo:.2f} s (best of {args.runs})")
-    print(f"eu-1 answering {args.mode} for {time.monotonic() - started:.0f} s: us-1 triage {outage:.2f} s "
-          f"(best of {len(during)}; all: {', '.join(f'{d:.2f}' for d in during)})")
-    print(f"eu-1: {counts[0]} commands run against it, its host answered {troubled.calls} calls, {troubled.posts} POSTs")
+    print(
+        f"eu-1 answering {args.mode} for {time.monotonic() - started:.0f} s: us-1 triage {outage:.2f} s "
+        f"(best of {len(during)}; all: {', '.join(f'{d:.2f}' for d in during)})"
+    )
+    print(
+        f"eu-1: {counts[0]} commands run against it, its host answered {troubled.calls} calls, {troubled.posts} POSTs"
+    )
     print(f"ratio {ratio:.2f}× (target ≤ {TARGET}×): {'PASS' if ratio <= TARGET else 'FAIL'}")
 
 
@@ -114,19 +122,29 @@ class Served:
     def posted(self, marker: str) -> int:
         """Messages posted in us-1's channel holding ``marker`` (posts only: a repeated answer may be
         an edit of the last one, and a diagnosis is edited once more when its logs are read)."""
-        return sum(1 for c in list(self.api.calls) if c.method == "chat.postMessage"
-                   and c.params.get("channel") == "C0US1" and marker in str(c.params.get("text")))
+        return sum(
+            1
+            for c in list(self.api.calls)
+            if c.method == "chat.postMessage"
+            and c.params.get("channel") == "C0US1"
+            and marker in str(c.params.get("text"))
+        )
 
     def triaged(self) -> int:
         """us-1 triages complete (their live message is edited until it says so)."""
-        done = {m.group(1) for c in list(self.api.calls) if c.method in ("chat.postMessage", "chat.update")
-                and c.params.get("channel") == "C0US1"
-                and (m := COMPLETE.search(str(c.params.get("text")))) is not None}
+        done = {
+            m.group(1)
+            for c in list(self.api.calls)
+            if c.method in ("chat.postMessage", "chat.update")
+            and c.params.get("channel") == "C0US1"
+            and (m := COMPLETE.search(str(c.params.get("text")))) is not None
+        }
         return len(done)
 
     def say(self, line: str, channel: str) -> None:
-        r = self.sender.post(self.sender.command_body(line, channel=channel),
-                             content_type="application/x-www-form-urlencoded")
+        r = self.sender.post(
+            self.sender.command_body(line, channel=channel), content_type="application/x-www-form-urlencoded"
+        )
         assert r.status_code == 200, r.status_code
 
     def timed(self, line: str, count: Callable[[], int], timeout: float = 300.0) -> float:
@@ -159,8 +177,9 @@ def hang_over_serve(args: argparse.Namespace, size: int) -> None:
     api = SlackStandIn()
     load = [os.getloadavg()[0]]
     with start_sandbox(scenarios=None, incident=size, latency=args.latency, rate_limit=args.rate) as sbx:
-        path = installations_file(folder, {"eu-1": (troubled.url, "k-eu-0123456789", "C0EU1"),
-                                           "us-1": (sbx.url, sbx.api_key, "C0US1")})
+        path = installations_file(
+            folder, {"eu-1": (troubled.url, "k-eu-0123456789", "C0EU1"), "us-1": (sbx.url, sbx.api_key, "C0US1")}
+        )
         with _served(api, sbx, folder / "r.db", folder, env_update=installations_env(path)) as (_, _, sender):
             served = Served(api, sender)
             served.timed("diagnose ses_inc_09999", partial(served.posted, "[us-1] ses_inc_09999:"))  # warm-up
@@ -188,15 +207,23 @@ def hang_over_serve(args: argparse.Namespace, size: int) -> None:
     troubled.stop()
     api.stop()
     d_ratio, t_ratio = _p95(hang_diag) / _p95(solo_diag), min(hang_triage) / min(solo_triage)
-    print(f"over `recover-bot serve` (signed Slack HTTP, the worker process); load average "
-          f"{', '.join(f'{x:.1f}' for x in load)} (start, after solo, end) on {os.cpu_count()} cores")
-    print(f"us-1 diagnose p95: solo {_p95(solo_diag):.3f} s, eu-1 hanging {_p95(hang_diag):.3f} s "
-          f"({args.diagnoses} each; max {max(solo_diag):.3f} / {max(hang_diag):.3f} s): {d_ratio:.2f}×")
-    print(f"us-1 triage of {args.sessions}: solo {min(solo_triage):.2f} s (best of {len(solo_triage)}), "
-          f"eu-1 hanging {min(hang_triage):.2f} s (best of {len(hang_triage)}; all: "
-          f"{', '.join(f'{t:.2f}' for t in hang_triage)}): {t_ratio:.2f}×")
-    print(f"eu-1 hanging {held:.0f} s: {sent[0]} eu-1 commands sent, its host received {troubled.calls} calls, "
-          f"{troubled.posts} POSTs")
+    print(
+        f"over `recover-bot serve` (signed Slack HTTP, the worker process); load average "
+        f"{', '.join(f'{x:.1f}' for x in load)} (start, after solo, end) on {os.cpu_count()} cores"
+    )
+    print(
+        f"us-1 diagnose p95: solo {_p95(solo_diag):.3f} s, eu-1 hanging {_p95(hang_diag):.3f} s "
+        f"({args.diagnoses} each; max {max(solo_diag):.3f} / {max(hang_diag):.3f} s): {d_ratio:.2f}×"
+    )
+    print(
+        f"us-1 triage of {args.sessions}: solo {min(solo_triage):.2f} s (best of {len(solo_triage)}), "
+        f"eu-1 hanging {min(hang_triage):.2f} s (best of {len(hang_triage)}; all: "
+        f"{', '.join(f'{t:.2f}' for t in hang_triage)}): {t_ratio:.2f}×"
+    )
+    print(
+        f"eu-1 hanging {held:.0f} s: {sent[0]} eu-1 commands sent, its host received {troubled.calls} calls, "
+        f"{troubled.posts} POSTs"
+    )
     ok = d_ratio <= TARGET and t_ratio <= TARGET
     print(f"target ≤ {TARGET}× for both: {'PASS' if ok else 'FAIL'}")
 

@@ -146,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"log_scan: {size / 2**20:.0f} MiB, {gen.total_lines} lines, target {gen.target}")
     print(f"{'tool':<16}{'MB/s best':>12}{'MB/s median':>14}{'lines':>10}")
     print(f"{'grep -F -c':<16}{result['grep_mb_s_best']:>12}{result['grep_mb_s_median']:>14}{grep_count:>10}")
-    print(
-        f"{'FileLogSource':<16}{result['scan_mb_s_best']:>12}{result['scan_mb_s_median']:>14}{scan_count:>10}"
-    )
+    print(f"{'FileLogSource':<16}{result['scan_mb_s_best']:>12}{result['scan_mb_s_median']:>14}{scan_count:>10}")
     print(f"ratio scan/grep: best {result['ratio_best']}, median {result['ratio_median']} (target >= 0.333)")
     print(f"peak RSS growth while scanning: {result['peak_rss_growth_mb']} MB (target < 50)")
     print(f"generator's count {gen.target_lines}; counts equal: {result['counts_equal']}")

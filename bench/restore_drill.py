@@ -92,8 +92,9 @@ def one_kill(work: Path, write_seconds: float, settle_seconds: float = 2.0) -> d
         time.sleep(0.1)
     time.sleep(settle_seconds)
     started = work / "started"
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(live), str(started)], cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(live), str(started)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     while not started.exists():
         time.sleep(0.01)
     t0 = time.monotonic()
@@ -167,10 +168,14 @@ def main() -> int:
         big = big_restore(Path(tmp), args.steps)
     print("kill  written  restored  lost  lost(s)  steps/s  restore(s)  chain")
     for k, r in enumerate(kills):
-        print(f"{k:>4}  {r['written']:>7}  {r['restored']:>8}  {r['lost']:>4}  {r['lost_seconds']:>7}  "
-              f"{r['steps_per_second']:>7}  {r['restore_seconds']:>10}  {r['restored_chain_ok']}")
-    print(f"restore of a {big['steps']}-step store ({big['db_mb']} MB): {big['restore_seconds']} s; "
-          f"audit verify {big['verify_seconds']} s (ok={big['chain_ok']}); backup {big['backup_seconds']} s")
+        print(
+            f"{k:>4}  {r['written']:>7}  {r['restored']:>8}  {r['lost']:>4}  {r['lost_seconds']:>7}  "
+            f"{r['steps_per_second']:>7}  {r['restore_seconds']:>10}  {r['restored_chain_ok']}"
+        )
+    print(
+        f"restore of a {big['steps']}-step store ({big['db_mb']} MB): {big['restore_seconds']} s; "
+        f"audit verify {big['verify_seconds']} s (ok={big['chain_ok']}); backup {big['backup_seconds']} s"
+    )
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
     (out / "restore_drill.json").write_text(json.dumps({"kills": kills, "big": big}, indent=2) + "\n")

@@ -59,9 +59,15 @@ def listing(counts: list[int]) -> list[dict[str, object]]:
             for limit in (50, 1000):
                 sessions, pages, seconds = walk(sb.url, sb.api_key, limit)
                 rows.append(
-                    {"incident": count, "create_s": round(made, 2), "limit": limit, "pages": pages,
-                     "sessions": sessions, "walk_ms": round(seconds * 1000, 1),
-                     "ms_per_page": round(seconds * 1000 / pages, 2)}
+                    {
+                        "incident": count,
+                        "create_s": round(made, 2),
+                        "limit": limit,
+                        "pages": pages,
+                        "sessions": sessions,
+                        "walk_ms": round(seconds * 1000, 1),
+                        "ms_per_page": round(seconds * 1000 / pages, 2),
+                    }
                 )
     return rows
 
@@ -98,8 +104,13 @@ def traffic(clients: int, seconds: float, latency: float, rate: float) -> dict[s
             thread.join()
         wall = time.monotonic() - begun
         return {
-            "clients": clients, "latency_ms": latency * 1000, "rate_limit": rate, "seconds": round(wall, 2),
-            "accepted": ok, "accepted_per_s": round(ok / wall, 1), "limited_429": limited,
+            "clients": clients,
+            "latency_ms": latency * 1000,
+            "rate_limit": rate,
+            "seconds": round(wall, 2),
+            "accepted": ok,
+            "accepted_per_s": round(ok / wall, 1),
+            "limited_429": limited,
             "p50_ms": round(statistics.median(took) * 1000, 1),
             "p99_ms": round(sorted(took)[int(len(took) * 0.99) - 1] * 1000, 1),
         }
@@ -114,8 +125,10 @@ def main() -> int:
     rows = listing([int(c) for c in args.counts.split(",")])
     print(f"{'incident':>8} {'create s':>8} {'limit':>5} {'pages':>5} {'sessions':>8} {'walk ms':>8} {'ms/page':>7}")
     for r in rows:
-        print(f"{r['incident']:>8} {r['create_s']:>8} {r['limit']:>5} {r['pages']:>5} {r['sessions']:>8} "
-              f"{r['walk_ms']:>8} {r['ms_per_page']:>7}")
+        print(
+            f"{r['incident']:>8} {r['create_s']:>8} {r['limit']:>5} {r['pages']:>5} {r['sessions']:>8} "
+            f"{r['walk_ms']:>8} {r['ms_per_page']:>7}"
+        )
     shaped = traffic(args.clients, args.seconds, 0.02, 100.0)
     print("traffic (20 ms latency, 100 requests/s per client):", json.dumps(shaped))
     out = ROOT / "bench" / "out"

@@ -5,7 +5,8 @@ it (tests/fixtures/slack.py): the real router over the sandbox control host, ``b
 front on the threaded HTTP server (bot.slack.httpd), Slack's Web API stand-in. Commands are paced
 evenly and sent from a few client threads as properly signed Slack requests: diagnose, decide
 (``retry_restore --yes``, single person; ``close``, two-person, then ``approve`` by a second user),
-cases, note, history, help. Every few seconds a control-host fault is injected through the sandbox's admin API: latency, a 5xx before the commit,
+cases, note, history, help. Every few seconds a control-host fault is injected through the sandbox's admin API:
+latency, a 5xx before the commit,
 drop-after-commit (an uncertain outcome the bot must finish with the same key), a 429.
 
 At the end (after the bot's idle wait) it counts, from the SQLite step store and the sandbox:
@@ -59,8 +60,13 @@ FAULTS: list[dict[str, Any]] = [
     {"kind": "drop_after_commit", "path": DECISION_PATH, "method": "POST", "times": 1},
     {"kind": "rate_limit", "path": "*", "times": 3, "retry_after": 1},
 ]
-STEP_OF = {"diagnose": "diagnose", "decide_yes": "decision_requested", "decide_two": "decision_requested",
-           "note": "note", "approve": "decision_approved"}
+STEP_OF = {
+    "diagnose": "diagnose",
+    "decide_yes": "decision_requested",
+    "decide_two": "decision_requested",
+    "note": "note",
+    "approve": "decision_approved",
+}
 
 
 def rss_kb() -> int:
@@ -143,8 +149,9 @@ class Soak:
             with self.lock:
                 if awaiting and rng.random() < 0.5:
                     sid = awaiting[0]
-                    pending = [r for r in bot.router.services.decisions.requests.find(session_id=sid)
-                               if r.state == "requested"]
+                    pending = [
+                        r for r in bot.router.services.decisions.requests.find(session_id=sid) if r.state == "requested"
+                    ]
                     if pending:
                         awaiting.pop(0)
                         return "approve", f"approve {pending[0].id}", sid, pending[0].id, "UBOB"

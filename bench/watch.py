@@ -63,7 +63,8 @@ NO_STORM = ("storm_threshold: {count: 10,", "storm_threshold: {count: 100000,")
 
 def watcher(sbx: SandboxHandle, api: SlackStandIn, db: Path, rb: Path, **overrides: Any) -> Watcher:
     settings = load_settings({}, dotenv=None).model_copy(
-        update={"db_path": db, "watch_channel": CHANNEL, "runbooks_dir": rb, **overrides})
+        update={"db_path": db, "watch_channel": CHANNEL, "runbooks_dir": rb, **overrides}
+    )
     services = build_services(settings, sandbox=sbx)
     out = SlackOut(make_client(slack_settings(api, db)))
     w = build_watcher(services, SlackWatchPoster(out), members=SlackChannelMembers(out.client))
@@ -136,10 +137,15 @@ def part_latency(tmp: Path, stops: int, interval: float, latency: float) -> dict
         phase.append(min(1.0, max(0.0, (poll - t0) / interval)))
     default = [p * DEFAULT_INTERVAL + wk for p, wk in zip(phase, work, strict=True)]
     return {
-        "stops": stops, "interval_s": interval, "missed": stops - len(posted),
-        "scaled_p50_s": statistics.median(measured), "scaled_p95_s": pct(measured, 0.95),
-        "work_p95_s": pct(work, 0.95), "work_max_s": max(work),
-        "default_interval_p95_s": pct(default, 0.95), "default_interval_max_s": max(default),
+        "stops": stops,
+        "interval_s": interval,
+        "missed": stops - len(posted),
+        "scaled_p50_s": statistics.median(measured),
+        "scaled_p95_s": pct(measured, 0.95),
+        "work_p95_s": pct(work, 0.95),
+        "work_max_s": max(work),
+        "default_interval_p95_s": pct(default, 0.95),
+        "default_interval_max_s": max(default),
         "default_interval_bound_s": DEFAULT_INTERVAL + max(work),
     }
 
@@ -160,8 +166,13 @@ def part_burst(tmp: Path, n: int, latency: float) -> dict[str, Any]:
         counts = a.saved.counts()
     roots = api.roots(CHANNEL)
     api.stop()
-    return {"sessions": n, "channel_posts": len(roots), "storm_updates": sum(p.updates for p in roots),
-            "counts": counts, "first_poll_s": round(took, 2)}
+    return {
+        "sessions": n,
+        "channel_posts": len(roots),
+        "storm_updates": sum(p.updates for p in roots),
+        "counts": counts,
+        "first_poll_s": round(took, 2),
+    }
 
 
 def part_kill(tmp: Path, n: int, latency: float) -> dict[str, Any]:
@@ -171,10 +182,17 @@ def part_kill(tmp: Path, n: int, latency: float) -> dict[str, Any]:
     db = tmp / "kill.db"
     with start_sandbox(scenarios=None, clock=AdjustableClock(SystemClock()), latency=latency) as sbx:
         ids = healthy(sbx, "ses_kil", n)
-        config = {"control_host_url": sbx.url, "control_host_api_key": sbx.api_key, "db_path": str(db),
-                  "slack_bot_token": BOT_TOKEN, "slack_signing_secret": SIGNING_SECRET,
-                  "slack_api_url": api.base_url, "watch_channel": CHANNEL, "watch_interval": 0.2,
-                  "runbooks_dir": str(rb)}
+        config = {
+            "control_host_url": sbx.url,
+            "control_host_api_key": sbx.api_key,
+            "db_path": str(db),
+            "slack_bot_token": BOT_TOKEN,
+            "slack_signing_secret": SIGNING_SECRET,
+            "slack_api_url": api.base_url,
+            "watch_channel": CHANNEL,
+            "watch_interval": 0.2,
+            "runbooks_dir": str(rb),
+        }
         a, b = start_watcher_process(config), start_watcher_process(config)
         c = None
         saved = WatchStore(Store(db, migrations=[watch_migrations]), "default")
@@ -212,7 +230,7 @@ def part_pages(tmp: Path, n: int, latency: float) -> dict[str, Any]:
         fault = sbx.admin.fault("server_error", "/v1/sessions", method="GET", times=None, probability=0.05, seed=3)
         polls = incomplete = 0
         for start in range(0, n, 20):
-            for sid in ids[start:start + 20]:
+            for sid in ids[start : start + 20]:
                 sbx.admin.stop(sid)
             polls += 1
             incomplete += not w.poll_once().complete
@@ -223,12 +241,20 @@ def part_pages(tmp: Path, n: int, latency: float) -> dict[str, Any]:
         pages = sum(1 for r in sbx.admin.requests() if r.get("path") == "/v1/sessions")
     dup, missed = per_session(api, ids)
     api.stop()
-    return {"stops": n, "polls": polls, "incomplete_polls": incomplete, "listing_requests": pages,
-            "failed_requests": hits, "duplicates": dup, "missed": missed}
+    return {
+        "stops": n,
+        "polls": polls,
+        "incomplete_polls": incomplete,
+        "listing_requests": pages,
+        "failed_requests": hits,
+        "duplicates": dup,
+        "missed": missed,
+    }
 
 
-def _manual(tmp: Path, name: str, rb: Path, polls: Callable[[SandboxHandle, Callable[[], Watcher]], None],
-            api: SlackStandIn) -> None:
+def _manual(
+    tmp: Path, name: str, rb: Path, polls: Callable[[SandboxHandle, Callable[[], Watcher]], None], api: SlackStandIn
+) -> None:
     clock = ManualClock()  # 10:00 UTC, 11:00 in Berlin
     with start_sandbox(scenarios=None, clock=clock, latency=0.02) as sbx:
         polls(sbx, lambda: watcher(sbx, api, tmp / f"{name}.db", rb))
@@ -236,8 +262,13 @@ def _manual(tmp: Path, name: str, rb: Path, polls: Callable[[SandboxHandle, Call
 
 def part_quiet(tmp: Path) -> dict[str, Any]:
     api = SlackStandIn()
-    rb = runbooks(tmp, ('  # quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Berlin}',
-                        '  quiet_hours: {start: "11:00", end: "11:30", time_zone: Europe/Berlin}'))
+    rb = runbooks(
+        tmp,
+        (
+            '  # quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Berlin}',
+            '  quiet_hours: {start: "11:00", end: "11:30", time_zone: Europe/Berlin}',
+        ),
+    )
     during: list[int] = []
 
     def run(sbx: SandboxHandle, make: Callable[[], Watcher]) -> None:
@@ -256,14 +287,24 @@ def part_quiet(tmp: Path) -> dict[str, Any]:
     roots = [p.text for p in api.roots(CHANNEL)]
     api.stop()
     digests = [t for t in roots if "Quiet hours are over" in t]
-    return {"stops": 50, "posts_during": during[0], "digests": len(digests),
-            "digest_says_50": bool(digests) and "50 session(s) stopped meanwhile" in digests[0], "posts": len(roots)}
+    return {
+        "stops": 50,
+        "posts_during": during[0],
+        "digests": len(digests),
+        "digest_says_50": bool(digests) and "50 session(s) stopped meanwhile" in digests[0],
+        "posts": len(roots),
+    }
 
 
 def part_handoff(tmp: Path) -> dict[str, Any]:
     api = SlackStandIn()
-    rb = runbooks(tmp, ('# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
-                        'handoff: {times: ["11:00", "11:30"], time_zone: Europe/Berlin}'))
+    rb = runbooks(
+        tmp,
+        (
+            '# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
+            'handoff: {times: ["11:00", "11:30"], time_zone: Europe/Berlin}',
+        ),
+    )
 
     def run(sbx: SandboxHandle, make: Callable[[], Watcher]) -> None:
         sid = healthy(sbx, "ses_hof", 1)[0]
@@ -282,8 +323,11 @@ def part_handoff(tmp: Path) -> dict[str, Any]:
     _manual(tmp, "handoff", rb, run, api)
     roots = [p.text for p in api.roots(CHANNEL) if "Shift change" in p.text]
     api.stop()
-    return {"changes": 2, "handoff_posts": len(roots),
-            "per_change": {c: sum(c in t for t in roots) for c in ("11:00", "11:30")}}
+    return {
+        "changes": 2,
+        "handoff_posts": len(roots),
+        "per_change": {c: sum(c in t for t in roots) for c in ("11:00", "11:30")},
+    }
 
 
 def main() -> None:

@@ -80,8 +80,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--latency-ms", type=float, default=20.0, help="sandbox latency per public call")
-    parser.add_argument("--record-delay", type=float, default=0.1,
-                        help="seconds between the worker's death and the control host marking the session")
+    parser.add_argument(
+        "--record-delay",
+        type=float,
+        default=0.1,
+        help="seconds between the worker's death and the control host marking the session",
+    )
     args = parser.parse_args()
     host = os.environ.get("DOCKER_HOST")
     if not host:
@@ -98,10 +102,15 @@ def main() -> int:
     missed = 0
     try:
         with tempfile.TemporaryDirectory(prefix="recover-bot-bench-") as tmp:
-            settings = load_settings({}, dotenv=None).model_copy(update={
-                "db_path": Path(tmp) / "recover.db", "compose_project": project, "docker_host": host,
-                "watch_channel": "C0BENCH", "watch_interval": 300.0,
-            })
+            settings = load_settings({}, dotenv=None).model_copy(
+                update={
+                    "db_path": Path(tmp) / "recover.db",
+                    "compose_project": project,
+                    "docker_host": host,
+                    "watch_channel": "C0BENCH",
+                    "watch_interval": 300.0,
+                }
+            )
             services = build_services(settings, sandbox=sandbox)
             poster = TimedPoster()
             watcher = build_watcher(services, poster)
@@ -110,11 +119,21 @@ def main() -> int:
             for n in range(1, args.runs + 1):
                 sid = f"ses_bench_{n:03d}"
                 sandbox.admin.create_session(clone("healthy", sid))
-                containers.append(engine.containers.run(
-                    image, ["sleep", "600"], name=f"{project}-worker-{n}", detach=True, network_mode="none",
-                    labels={TEST_LABEL: "1", "com.docker.compose.project": project,
-                            "com.docker.compose.service": "worker", "control-host.session_id": sid},
-                ))
+                containers.append(
+                    engine.containers.run(
+                        image,
+                        ["sleep", "600"],
+                        name=f"{project}-worker-{n}",
+                        detach=True,
+                        network_mode="none",
+                        labels={
+                            TEST_LABEL: "1",
+                            "com.docker.compose.project": project,
+                            "com.docker.compose.service": "worker",
+                            "control-host.session_id": sid,
+                        },
+                    )
+                )
             thread = threading.Thread(target=watcher.run, daemon=True)
             thread.start()
             try:
@@ -152,14 +171,23 @@ def main() -> int:
         return 1
     p50, p95 = _percentile(latencies, 50), _percentile(latencies, 95)
     result = {
-        "runs": args.runs, "posted": len(latencies), "missed": missed, "latency_ms_per_call": args.latency_ms,
-        "record_delay_s": args.record_delay, "p50_s": round(p50, 3), "p95_s": round(p95, 3),
-        "max_s": round(max(latencies), 3), "target_p95_s": TARGET_P95, "met": p95 <= TARGET_P95 and missed == 0,
+        "runs": args.runs,
+        "posted": len(latencies),
+        "missed": missed,
+        "latency_ms_per_call": args.latency_ms,
+        "record_delay_s": args.record_delay,
+        "p50_s": round(p50, 3),
+        "p95_s": round(p95, 3),
+        "max_s": round(max(latencies), 3),
+        "target_p95_s": TARGET_P95,
+        "met": p95 <= TARGET_P95 and missed == 0,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
     }
-    print(f"watch Docker trigger: stop → post p50 {p50:.2f} s, p95 {p95:.2f} s, max {max(latencies):.2f} s "
-          f"over {len(latencies)} stops ({missed} missed); target p95 ≤ {TARGET_P95:.0f} s — "
-          f"{'met' if result['met'] else 'NOT met'}")
+    print(
+        f"watch Docker trigger: stop → post p50 {p50:.2f} s, p95 {p95:.2f} s, max {max(latencies):.2f} s "
+        f"over {len(latencies)} stops ({missed} missed); target p95 ≤ {TARGET_P95:.0f} s — "
+        f"{'met' if result['met'] else 'NOT met'}"
+    )
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
     (out / "watch_docker_trigger.json").write_text(json.dumps(result, indent=2) + "\n")

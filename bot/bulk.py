@@ -32,13 +32,31 @@ class Bulk:
     watcher: Watcher | None = None
 
     @classmethod
-    def build(cls, url: str, key: str, *, store: Store, clock: Clock, runbooks: RunbookSet, api: dict[str, Any],
-              log_source: LogSource | None, decisions: DecisionService, csv_dir: Path | None) -> Bulk:
+    def build(
+        cls,
+        url: str,
+        key: str,
+        *,
+        store: Store,
+        clock: Clock,
+        runbooks: RunbookSet,
+        api: dict[str, Any],
+        log_source: LogSource | None,
+        decisions: DecisionService,
+        csv_dir: Path | None,
+    ) -> Bulk:
         limiter = RateLimiter(runbook_limit(runbooks, "bulk_rate"))
         client = ControlHostClient(url, key, store=store, clock=clock, transport=PacedTransport(limiter), **api)
         # Examples are diagnosed by diagnose's own function: triage and diagnose share one classification.
-        triage = Triage(client=client, runbooks=runbooks, store=store, clock=clock, log_source=log_source,
-                        diagnoser=decisions.diagnoser)
-        batches = BatchService(store=store, client=client, runbooks=runbooks, clock=clock, decisions=decisions,
-                               csv_dir=csv_dir)
+        triage = Triage(
+            client=client,
+            runbooks=runbooks,
+            store=store,
+            clock=clock,
+            log_source=log_source,
+            diagnoser=decisions.diagnoser,
+        )
+        batches = BatchService(
+            store=store, client=client, runbooks=runbooks, clock=clock, decisions=decisions, csv_dir=csv_dir
+        )
         return cls(client=client, limiter=limiter, triage=triage, batches=batches)

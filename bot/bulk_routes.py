@@ -35,8 +35,14 @@ def settle_member_cases(bulk: Bulk, decisions: DecisionService, batch_id: str, a
     if not closed:
         return []
     shown = ", ".join(f"`{sid}`" for sid in closed[:5]) + (f" … and {len(closed) - 5} more" if len(closed) > 5 else "")
-    return [Message(headline=f"{len(closed)} case(s) closed after batch {batch_id}: their sessions are closed",
-                    level="ok", lines=[shown], session_id=batch_id)]
+    return [
+        Message(
+            headline=f"{len(closed)} case(s) closed after batch {batch_id}: their sessions are closed",
+            level="ok",
+            lines=[shown],
+            session_id=batch_id,
+        )
+    ]
 
 
 def fold_sweep(bulk: Bulk | None, messages: list[Message]) -> list[Message]:
@@ -53,17 +59,27 @@ def batch_verb(
     ``reject`` keep their meaning for a second person; who is the requester is the service's check."""
     batch = bulk.batches.batches.get(batch_id)
     if batch is not None and kind == StepKind.CONFIRM and batch.policy == Policy.TWO_PERSON:
-        return Reply.of(Message(
-            headline=f"batch {batch.id} needs a second person's approval: it is approved, not confirmed",
-            level="error", lines=[f"Ask another on-call engineer to run `/recover approve {batch.id}`."],
-            session_id=batch.id), ok=False)
+        return Reply.of(
+            Message(
+                headline=f"batch {batch.id} needs a second person's approval: it is approved, not confirmed",
+                level="error",
+                lines=[f"Ask another on-call engineer to run `/recover approve {batch.id}`."],
+                session_id=batch.id,
+            ),
+            ok=False,
+        )
     if kind == StepKind.CONFIRM:
         return bulk.batches.approve(actor, channel, batch_id, reporter)
     if batch is not None and not bulk.batches.is_requester(actor, batch):
-        return Reply.of(Message(
-            headline=f"only {ref(batch.requester)}, who asked for it, withdraws batch {batch.id}",
-            level="error", lines=[f"A second person turns it down with `/recover reject {batch.id}`."],
-            session_id=batch.id), ok=False)
+        return Reply.of(
+            Message(
+                headline=f"only {ref(batch.requester)}, who asked for it, withdraws batch {batch.id}",
+                level="error",
+                lines=[f"A second person turns it down with `/recover reject {batch.id}`."],
+                session_id=batch.id,
+            ),
+            ok=False,
+        )
     return bulk.batches.reject(actor, channel, batch_id, None)
 
 
@@ -78,10 +94,16 @@ def dispatch(bulk: Bulk | None, cmd: ParsedCommand, *, actor: str, channel: str 
         return result
     if kind in (StepKind.BATCH_DECIDE, StepKind.DRYRUN_BATCH_DECIDE):
         return bulk.batches.decide(
-            actor, channel, cmd.arg("target") or "", cmd.arg("decision"),
-            sessions=cmd.flag_text("sessions"), reason=cmd.flag_text("reason") or "",
-            cause_fixed=cmd.flag_text("cause-fixed"), yes=bool(cmd.flag("yes")),
-            dry=kind == StepKind.DRYRUN_BATCH_DECIDE, reporter=reporter,
+            actor,
+            channel,
+            cmd.arg("target") or "",
+            cmd.arg("decision"),
+            sessions=cmd.flag_text("sessions"),
+            reason=cmd.flag_text("reason") or "",
+            cause_fixed=cmd.flag_text("cause-fixed"),
+            yes=bool(cmd.flag("yes")),
+            dry=kind == StepKind.DRYRUN_BATCH_DECIDE,
+            reporter=reporter,
         )
     if kind == StepKind.BATCH:
         return bulk.batches.show(actor, channel, cmd.arg("batch_id") or "", cmd.arg("action"))

@@ -102,9 +102,7 @@ def _console(args: argparse.Namespace, settings: Settings) -> int:
     from bot.startup import check_reachable
 
     if args.user is not None:
-        raise RecoverError(
-            "--user exists only in `recover-bot demo`: the console acts as the account running it"
-        )
+        raise RecoverError("--user exists only in `recover-bot demo`: the console acts as the account running it")
     # Never a silent fallback to the sandbox: without a control host this is an error (use `demo`).
     settings.require_control_host()
     # Unreachable is one line now; only a connection is opened, nothing is sent (the sandbox's request
@@ -144,8 +142,10 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
             print(f"recover-bot sandbox: --stop-every: {exc}", file=sys.stderr)
             return EXIT_USAGE
         if args.installations:
-            print("recover-bot sandbox: --stop-every runs with one control host, not with --installations",
-                  file=sys.stderr)
+            print(
+                "recover-bot sandbox: --stop-every runs with one control host, not with --installations",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
     options: dict[str, Any] = {
         "api_key": args.api_key, "scenarios": args.scenarios, "incident": args.incident,
@@ -266,7 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--write-installations", default=None, metavar="FILE", help="write their installations file (keys beside it)"
     )
     sandbox.add_argument(
-        "--stop-every", default=None, metavar="DURATION",
+        "--stop-every",
+        default=None,
+        metavar="DURATION",
         help="stop the next session in turn this often (30s, 2m), settling it when it still is: watch mode's demo",
     )
 
@@ -299,7 +301,8 @@ def _report_unexpected(exc: BaseException, debug: bool) -> None:
     if debug:
         print(redact("".join(traceback.format_exception(exc))), file=sys.stderr)
     print(
-        f"recover-bot: unexpected error ({type(exc).__name__}: {redact(str(exc)).splitlines()[0] if str(exc) else ''}); "
+        f"recover-bot: unexpected error ({type(exc).__name__}: "
+        f"{redact(str(exc)).splitlines()[0] if str(exc) else ''}); "
         "this is a bug — rerun with RECOVER_LOG_LEVEL=DEBUG for the traceback",
         file=sys.stderr,
     )

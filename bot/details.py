@@ -52,8 +52,13 @@ def _request(req: DecisionRequest) -> Message:
         "Facts it was requested on:",
         *(f"  {k}: {'none' if v is None else v}" for k, v in req.shown_facts.items()),
     ]
-    return Message(headline=f"Details of request {req.id}: `{req.decision}` on `{req.session_id}`",
-                   lines=lines, kind=DETAILS_KIND, session_id=req.session_id, ref=req.id)
+    return Message(
+        headline=f"Details of request {req.id}: `{req.decision}` on `{req.session_id}`",
+        lines=lines,
+        kind=DETAILS_KIND,
+        session_id=req.session_id,
+        ref=req.id,
+    )
 
 
 def _from_stores(services: Services, target: str) -> list[Message]:
@@ -67,16 +72,28 @@ def _from_stores(services: Services, target: str) -> list[Message]:
             members = store.members(batch.id)
             lines = batch_text.request_lines(batch, members, batch.source)
             lines.append(f"State: {batch.state}")
-            return [Message(headline=f"Details of batch {batch.id}: `{batch.decision}`", lines=lines,
-                            kind=DETAILS_KIND, ref=batch.id, session_id=batch.id)]
+            return [
+                Message(
+                    headline=f"Details of batch {batch.id}: `{batch.decision}`",
+                    lines=lines,
+                    kind=DETAILS_KIND,
+                    ref=batch.id,
+                    session_id=batch.id,
+                )
+            ]
     diagnosed = [s for s in services.store.steps(session_id=target) if s.step == Step.DIAGNOSE]
     if diagnosed:
         last = diagnosed[-1]
         facts = last.detail or {}
-        lines = [f"Diagnosed by {ref(last.actor)} at {last.at}: branch {last.outcome}",
-                 *(f"  {k}: {'unknown' if v is None else v}" for k, v in facts.items())]
-        return [Message(headline=f"Details of `{target}`: its last diagnosis", lines=lines, kind=DETAILS_KIND,
-                        session_id=target)]
+        lines = [
+            f"Diagnosed by {ref(last.actor)} at {last.at}: branch {last.outcome}",
+            *(f"  {k}: {'unknown' if v is None else v}" for k, v in facts.items()),
+        ]
+        return [
+            Message(
+                headline=f"Details of `{target}`: its last diagnosis", lines=lines, kind=DETAILS_KIND, session_id=target
+            )
+        ]
     return []
 
 
@@ -88,11 +105,22 @@ def details_reply(services: Services, full: FullMessages, target: str) -> Reply:
     batch = bulk.batches.batches.get(target) if bulk is not None else None
     if bulk is not None and batch is not None and batch.state == RequestState.EXECUTED:  # a line per member, only here
         lines = bulk.batches.verification.member_lines(batch)
-        messages.append(Message(headline=f"Members of batch {batch.id} after `{batch.decision}` ({len(lines)})",
-                                lines=lines, kind=DETAILS_KIND, ref=batch.id, session_id=batch.id))
+        messages.append(
+            Message(
+                headline=f"Members of batch {batch.id} after `{batch.decision}` ({len(lines)})",
+                lines=lines,
+                kind=DETAILS_KIND,
+                ref=batch.id,
+                session_id=batch.id,
+            )
+        )
     if not messages:
-        return Reply.of(Message(
-            headline=f"No details for `{target}`: no request, batch or diagnosis has this id",
-            level="error", lines=["`/recover pending` lists the open requests and batches."],
-        ), ok=False)
+        return Reply.of(
+            Message(
+                headline=f"No details for `{target}`: no request, batch or diagnosis has this id",
+                level="error",
+                lines=["`/recover pending` lists the open requests and batches."],
+            ),
+            ok=False,
+        )
     return Reply(messages)

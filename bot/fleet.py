@@ -67,12 +67,24 @@ def build_fleet(
         sandbox = (sandboxes or {}).get(spec.name)
         if from_settings:
             # Today's settings, exactly as before (RECOVER_DB, CONTROL_HOST_URL, …).
-            cores[spec.name] = build_services(settings, sandbox=sandbox, directory=directory, clock=clock,
-                                              console_users_map=console_users_map, ports=ports)
+            cores[spec.name] = build_services(
+                settings,
+                sandbox=sandbox,
+                directory=directory,
+                clock=clock,
+                console_users_map=console_users_map,
+                ports=ports,
+            )
         else:
-            cores[spec.name] = build_services(settings, installation=spec, sandbox=sandbox, directory=directory,
-                                              clock=clock, console_users_map=console_users_map,
-                                              ports=ports if single else _named(ports, spec.name))
+            cores[spec.name] = build_services(
+                settings,
+                installation=spec,
+                sandbox=sandbox,
+                directory=directory,
+                clock=clock,
+                console_users_map=console_users_map,
+                ports=ports if single else _named(ports, spec.name),
+            )
     return Fleet(specs={s.name: s for s in specs}, cores=cores)
 
 

@@ -76,10 +76,16 @@ class FleetRouter:
     def _reporter(self, name: str, reporter: Reporter) -> Reporter:
         return reporter if self._single() else TaggingReporter(reporter, name)
 
-    def resolve(self, *, flag: str | None, channel: str | None, ids: Iterable[str] = (),
-                made_by: str | None = None, what: str = "this command") -> str:
-        return resolve_installation(self.specs, flag=flag, channel=channel,
-                                    ids=list(ids), made_by=made_by, what=what)
+    def resolve(
+        self,
+        *,
+        flag: str | None,
+        channel: str | None,
+        ids: Iterable[str] = (),
+        made_by: str | None = None,
+        what: str = "this command",
+    ) -> str:
+        return resolve_installation(self.specs, flag=flag, channel=channel, ids=list(ids), made_by=made_by, what=what)
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -138,8 +144,9 @@ class FleetRouter:
                 return self._fleet_wide(cmd, text, actor=actor, channel=channel, reporter=reporter)
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
-        reply = self.routers[name].handle_text(text, actor=actor, channel=channel,
-                                               reporter=self._reporter(name, reporter))
+        reply = self.routers[name].handle_text(
+            text, actor=actor, channel=channel, reporter=self._reporter(name, reporter)
+        )
         return self._named(name, reply)
 
     def _target(self, cmd: ParsedCommand, channel: str | None) -> str | None:
@@ -158,8 +165,9 @@ class FleetRouter:
             return None
         return self.resolve(flag=flag, channel=clean_optional(channel), ids=command_ids(cmd), what=f"`{cmd.name}`")
 
-    def _fleet_wide(self, cmd: ParsedCommand, text: str, *, actor: str, channel: str | None,
-                    reporter: Reporter) -> Reply:
+    def _fleet_wide(
+        self, cmd: ParsedCommand, text: str, *, actor: str, channel: str | None, reporter: Reporter
+    ) -> Reply:
         if cmd.kind == StepKind.INSTALLATIONS:
             return installations_reply(self.fleet, clean_optional(channel), self._resolved_or_none(cmd, channel))
         if cmd.kind == StepKind.TRIAGE:
@@ -211,20 +219,30 @@ class FleetRouter:
 
     # -- buttons ----------------------------------------------------------------------------------
 
-    def handle_action(self, action: str, value: str, *, actor: str, channel: str | None, reporter: Reporter,
-                      form: dict[str, str] | None = None) -> Reply:
+    def handle_action(
+        self,
+        action: str,
+        value: str,
+        *,
+        actor: str,
+        channel: str | None,
+        reporter: Reporter,
+        form: dict[str, str] | None = None,
+    ) -> Reply:
         if self._single():  # one installation: no button carries a tag, the plain router answers
             return self.first.handle_action(action, value, actor=actor, channel=channel, reporter=reporter, form=form)
         try:
             name, raw, form = self._click(action, value, channel, form)
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
-        reply = self.routers[name].handle_action(action, raw, actor=actor, channel=channel,
-                                                 reporter=self._reporter(name, reporter), form=form)
+        reply = self.routers[name].handle_action(
+            action, raw, actor=actor, channel=channel, reporter=self._reporter(name, reporter), form=form
+        )
         return self._named(name, reply)
 
-    def _click(self, action: str, value: str, channel: str | None,
-               form: dict[str, str] | None) -> tuple[str, str, dict[str, str]]:
+    def _click(
+        self, action: str, value: str, channel: str | None, form: dict[str, str] | None
+    ) -> tuple[str, str, dict[str, str]]:
         """(installation, the untagged value, the untagged form) of a click of several installations."""
         raw, made_by = untag(clean_text(value))
         form = dict(form or {})
@@ -235,12 +253,18 @@ class FleetRouter:
             session, _, decision = raw.partition(SEPARATOR)
             session, by_choice = untag(session)
             raw, made_by = f"{session}{SEPARATOR}{decision}", made_by or by_choice
-        name = self.resolve(flag=None, channel=clean_optional(channel), ids=[raw] if action != Action.RUN else [],
-                            made_by=made_by, what="this button")
+        name = self.resolve(
+            flag=None,
+            channel=clean_optional(channel),
+            ids=[raw] if action != Action.RUN else [],
+            made_by=made_by,
+            what="this button",
+        )
         return name, raw, form
 
-    def installation_of_action(self, action: str, value: str, channel: str | None,
-                               form: dict[str, str] | None = None) -> str | None:
+    def installation_of_action(
+        self, action: str, value: str, channel: str | None, form: dict[str, str] | None = None
+    ) -> str | None:
         """The installation :meth:`handle_action` will run a click on (the same rule, nothing run);
         None when it resolves to none (refused when run)."""
         if self._single():
@@ -303,8 +327,15 @@ def build_fleet_router(
     """One core and router per installation (``specs``; None: today's settings, ``default``), behind
     one router. ``startup`` as :func:`bot.router.build_router`'s; ``ports``: what the front can do
     for every core (the Slack front's break-glass notice poster), passed in as each core is built."""
-    fleet = build_fleet(settings, specs, sandboxes=sandboxes, directory=directory, clock=clock,
-                        console_users_map=console_users_map, ports=ports)
+    fleet = build_fleet(
+        settings,
+        specs,
+        sandboxes=sandboxes,
+        directory=directory,
+        clock=clock,
+        console_users_map=console_users_map,
+        ports=ports,
+    )
     demo = bool(sandboxes)
     router = FleetRouter(fleet, {name: Router(core, demo=demo) for name, core in fleet.cores.items()})
     if startup:

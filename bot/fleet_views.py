@@ -32,14 +32,18 @@ def installations_reply(fleet: Fleet, channel: str | None, current: str | None) 
     for spec in fleet.specs.values():
         mark = " ← this channel" if spec.name == current else ""
         lines.append(f"{spec.name}: {_binding(spec)}{mark}")
-    where = (f"This channel resolves to {current}." if current is not None else
-             "This channel resolves to none: add --install <name> to a command.")
+    where = (
+        f"This channel resolves to {current}."
+        if current is not None
+        else "This channel resolves to none: add --install <name> to a command."
+    )
     headline = f"This bot serves {len(fleet.specs)} installation(s). {where}"
     return Reply.of(Message(headline=headline, lines=lines, kind="installations"))
 
 
-def triage_all(routers: Mapping[str, RouterProtocol], text: str, *, actor: str, channel: str | None,
-               reporter: Reporter) -> Reply:
+def triage_all(
+    routers: Mapping[str, RouterProtocol], text: str, *, actor: str, channel: str | None, reporter: Reporter
+) -> Reply:
     """``triage --all``: every installation's triage at once (separate clients and pacing: a slow or
     failing one delays none of the others' answers), as ONE message grouped by installation first:
     each installation's lead line, then its groups; its Details button (tagged with the installation)
@@ -47,8 +51,7 @@ def triage_all(routers: Mapping[str, RouterProtocol], text: str, *, actor: str, 
     names = list(routers)
 
     def one(name: str) -> Reply:
-        reply = routers[name].handle_text(text, actor=actor, channel=channel,
-                                          reporter=TaggingReporter(reporter, name))
+        reply = routers[name].handle_text(text, actor=actor, channel=channel, reporter=TaggingReporter(reporter, name))
         return tag_reply(reply, name)
 
     with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="triage-all") as pool:
@@ -73,11 +76,16 @@ def triage_all(routers: Mapping[str, RouterProtocol], text: str, *, actor: str, 
             if message.attachment is not None:
                 attachments.append(message.attachment)
     out = Reply.of(
-        Message(headline=headline, lines=lines, buttons=buttons, level="warn" if failed else "info",
-                kind="triage_all",
-                # One file rides along when one installation has one; with several, each stays one click
-                # away behind that installation's Details button.
-                attachment=attachments[0] if len(attachments) == 1 else None),
+        Message(
+            headline=headline,
+            lines=lines,
+            buttons=buttons,
+            level="warn" if failed else "info",
+            kind="triage_all",
+            # One file rides along when one installation has one; with several, each stays one click
+            # away behind that installation's Details button.
+            attachment=attachments[0] if len(attachments) == 1 else None,
+        ),
         ok=not failed,
     )
     for reply in replies.values():

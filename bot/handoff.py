@@ -39,7 +39,9 @@ def _who(user: str | None) -> str:
 
 
 def _thread(e: HandoffEntry) -> str:
-    return f"details in its {thread_ref(*e.thread)}" if e.thread else f"no thread yet: `/recover history {e.session_id}`"
+    return (
+        f"details in its {thread_ref(*e.thread)}" if e.thread else f"no thread yet: `/recover history {e.session_id}`"
+    )
 
 
 def expired_line(r: DecisionRequest, now: datetime) -> str:
@@ -48,7 +50,7 @@ def expired_line(r: DecisionRequest, now: datetime) -> str:
     return (
         f"Expired: `{r.id}` {r.decision} on `{r.session_id}` · asked by {_who(r.requester)} · expired at "
         f"{r.expires_at} ({age(r.expires_at, now)} ago), nothing was sent · ask again: "
-        f"`/recover decide {r.session_id} {r.decision} --reason \"…\"`"
+        f'`/recover decide {r.session_id} {r.decision} --reason "…"`'
     )
 
 
@@ -97,8 +99,13 @@ def digest_of(services: Services, actor: str, *, before: datetime | None = None)
         out.now.append(Part(r.id, [line], Message(headline=f"Expired request `{r.id}`", lines=[line])))
     for review in services.decisions.reviews.open_reviews():
         line = review.line(now)
-        out.now.append(Part(review.request_id, [line], Message(
-            headline=f"Break-glass review `{review.request_id}`", lines=[line], level="warn")))
+        out.now.append(
+            Part(
+                review.request_id,
+                [line],
+                Message(headline=f"Break-glass review `{review.request_id}`", lines=[line], level="warn"),
+            )
+        )
     if services.bulk is not None:
         out.extra = services.bulk.batches.handoff_messages()
     quiet = d.needing_no_one
@@ -107,11 +114,14 @@ def digest_of(services: Services, actor: str, *, before: datetime | None = None)
         counts.append(f"{quiet} need no one")
     lines = [f"Audit head: {d.head} (includes this hand-off's own step; before it: {d.head_before})"]
     if quiet:
-        lines.append(f"{quiet} case(s) need no one now (stops only counted by watch: a storm, a pause or quiet "
-                     "hours): `/recover cases` lists them.")
+        lines.append(
+            f"{quiet} case(s) need no one now (stops only counted by watch: a storm, a pause or quiet "
+            "hours): `/recover cases` lists them."
+        )
     out.head = Message(
         headline=f"Hand-off: {len(d.entries)} open case(s) at {isoformat(now)} — {', '.join(counts)}",
-        lines=lines, kind=KIND,
+        lines=lines,
+        kind=KIND,
     )
     return out
 
@@ -141,7 +151,9 @@ def handoff_reply(services: Services, actor: str) -> Reply:
     return Reply([head, *d.extra])
 
 
-def handoff_parts(services: Services, actor: str, before: datetime | None = None) -> tuple[Message, list[tuple[str, Message]]]:
+def handoff_parts(
+    services: Services, actor: str, before: datetime | None = None
+) -> tuple[Message, list[tuple[str, Message]]]:
     """The shift change's head and its parts, each by its key (every listed entry, then the open
     batches): what bot/watch/shifts.py posts and a taker looks for."""
     d = digest_of(services, actor, before=before)

@@ -116,10 +116,7 @@ class Button:
 
 def irreversible_click(what: str, decision: str, subject: str) -> str:
     """What a click on an irreversible decision's button does (R5.4), for the dialog asked before it."""
-    return (
-        f"{what} sends {decision} for {subject} to the control host now. Once it is accepted it cannot be "
-        "undone."
-    )
+    return f"{what} sends {decision} for {subject} to the control host now. Once it is accepted it cannot be undone."
 
 
 def approval_buttons(target: str, decision: str, subject: str, *, irreversible: bool) -> list[Button]:
@@ -177,9 +174,7 @@ class Message:
 
     def marked_text(self) -> str:
         """Like :meth:`plain_text`, with the core's references left as :func:`ref` made them."""
-        icon = {"info": "", "ok": "[ok] ", "warn": "[!] ", "error": "[error] ", "progress": "[..] "}[
-            self.level
-        ]
+        icon = {"info": "", "ok": "[ok] ", "warn": "[!] ", "error": "[error] ", "progress": "[..] "}[self.level]
         out = [f"{icon}{self.headline}"]
         out.extend(self.lines)
         out.extend(f"  {k}: {v}" for k, v in self.facts)
@@ -279,8 +274,18 @@ def body_lines(message: Message) -> list[str]:
 # did outside, how to approve, what is irreversible; a diagnosis's valid decisions, refusals and next
 # steps (a block's head brings its indented lines).
 _KEEP_FIRST = (
-    "Requested by", "Reason", "External effects", "/recover approve", "To approve", "To confirm",
-    "[!] Irreversible", "Valid now", "Not valid now", "Next", "[!]", "Turn:",
+    "Requested by",
+    "Reason",
+    "External effects",
+    "/recover approve",
+    "To approve",
+    "To confirm",
+    "[!] Irreversible",
+    "Valid now",
+    "Not valid now",
+    "Next",
+    "[!]",
+    "Turn:",
 )
 
 
@@ -331,6 +336,11 @@ def in_full(message: Message) -> Message:
     """Everything of ``message`` as one details message: its facts become lines, nothing is cut."""
     lines = [*message.lines, *(f"  {k}: {v}" for k, v in message.facts)]
     return dataclasses.replace(
-        message, headline=f"Details of {message.headline}", lines=lines, facts=[], kind=DETAILS_KIND,
-        buttons=[], mentions=[],
+        message,
+        headline=f"Details of {message.headline}",
+        lines=lines,
+        facts=[],
+        kind=DETAILS_KIND,
+        buttons=[],
+        mentions=[],
     )

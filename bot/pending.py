@@ -55,7 +55,9 @@ def pending_reply(
     per open batch (with its member count), then per case still being verified after an accepted
     decision (acceptance is not recovery, R5.1)."""
     if not request_lines and not batches and not verifying:
-        return Reply.of(Message(headline="Nothing is pending: no open request, batch or case being verified.", kind=KIND))
+        return Reply.of(
+            Message(headline="Nothing is pending: no open request, batch or case being verified.", kind=KIND)
+        )
     lines = list(request_lines)
     lines += [_batch_line(b, n, now, approvers) for b, n in batches]
     lines += [f"`{session}` {state}" for session, state in verifying]

@@ -60,22 +60,27 @@ def docker_notice(settings: Settings, name: str, *, installation: bool) -> Reply
     engine = DockerEndpoint(settings.docker_host).configured
     if engine and (settings.compose_project or not installation):
         return None
-    lines = ["The demo's sandbox control host has no Docker engine and no reconciler container; "
-             "this command reads a real one."]
+    lines = [
+        "The demo's sandbox control host has no Docker engine and no reconciler container; "
+        "this command reads a real one."
+    ]
     if not engine:
-        lines.append("Give it one: DOCKER_HOST=unix:///var/run/docker.sock recover-bot demo "
-                     "(or the installation's socket proxy, e.g. DOCKER_HOST=tcp://socket-proxy:2375).")
+        lines.append(
+            "Give it one: DOCKER_HOST=unix:///var/run/docker.sock recover-bot demo "
+            "(or the installation's socket proxy, e.g. DOCKER_HOST=tcp://socket-proxy:2375)."
+        )
     if installation and not settings.compose_project:
         lines.append("And name the installation whose reconciler to use: RECOVER_INSTALLATION=<compose project>.")
-    return Reply.of(Message(headline=f"`/recover {name}` needs a Docker engine", level="error", lines=lines),
-                    ok=False)
+    return Reply.of(Message(headline=f"`/recover {name}` needs a Docker engine", level="error", lines=lines), ok=False)
 
 
 def completions_of(runbooks: RunbookSet) -> Completions:
     """The console's Tab words from the runbook: subcommands with their flags, and the decisions."""
     commands = {name: [f"--{f.name}" for f in spec.flags] for name, spec in runbooks.commands.items()}
     takes = frozenset(
-        n for n, spec in runbooks.commands.items() if any(a.choices == "decisions" or a.name == "decision" for a in spec.args)
+        n
+        for n, spec in runbooks.commands.items()
+        if any(a.choices == "decisions" or a.name == "decision" for a in spec.args)
     )
     return Completions(commands=commands, decisions=list(runbooks.decidable), takes_decision=takes)
 

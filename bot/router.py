@@ -40,8 +40,14 @@ BOT_ACTOR = "recover-bot"  # the actor of what the bot finishes by itself at sta
 def _batch_id(cmd: ParsedCommand) -> bool:
     """approve/reject/confirm/withdraw/take/history name a batch by its ``bat_`` prefix (docs/commands.md)."""
     value = cmd.arg("request_id") or cmd.arg("session_id") or ""
-    batch_kinds = (StepKind.APPROVE, StepKind.REJECT, StepKind.CONFIRM, StepKind.WITHDRAW, StepKind.TAKE,
-                   StepKind.HISTORY)
+    batch_kinds = (
+        StepKind.APPROVE,
+        StepKind.REJECT,
+        StepKind.CONFIRM,
+        StepKind.WITHDRAW,
+        StepKind.TAKE,
+        StepKind.HISTORY,
+    )
     return cmd.kind in batch_kinds and value.startswith("bat_")
 
 
@@ -126,7 +132,9 @@ class Router:
         try:
             cmd = self.parse(text)
             self._check_channel(cmd.name, cmd.channel_restricted, channel)
-            return self._kept(self._dispatch(cmd, actor=actor, channel=channel, reporter=KeepingReporter(reporter, self.full)))
+            return self._kept(
+                self._dispatch(cmd, actor=actor, channel=channel, reporter=KeepingReporter(reporter, self.full))
+            )
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
 
@@ -141,9 +149,7 @@ class Router:
         kind = cmd.kind
         if kind == StepKind.HELP:
             return Reply.of(
-                Message(
-                    headline="recover-bot commands", lines=[help_text(self.runbooks, cmd.arg("subcommand"))]
-                )
+                Message(headline="recover-bot commands", lines=[help_text(self.runbooks, cmd.arg("subcommand"))])
             )
         if kind == StepKind.DIAGNOSE:
             session_id = self._arg(cmd, "session_id")
@@ -151,7 +157,10 @@ class Router:
             reply.messages.extend(s.decisions.close_if_settled(session_id, actor, diagnosis.facts, "diagnosis"))
             return reply
         docker_kinds = (
-            StepKind.RECONCILER_STATUS, StepKind.RECONCILER_DRYRUN, StepKind.RECONCILER_REAL_PASS, StepKind.PREFLIGHT
+            StepKind.RECONCILER_STATUS,
+            StepKind.RECONCILER_DRYRUN,
+            StepKind.RECONCILER_REAL_PASS,
+            StepKind.PREFLIGHT,
         )
         if kind in docker_kinds and self.demo:
             needs = docker_notice(s.settings, cmd.name, installation=kind != StepKind.PREFLIGHT)
@@ -234,9 +243,7 @@ class Router:
     def _flag(cmd: ParsedCommand, name: str) -> str:
         value = cmd.flag_text(name)
         if not value:
-            raise CommandError(
-                f"`{cmd.name}` needs --{name} <value>.", usage=cmd.spec.usage if cmd.spec else None
-            )
+            raise CommandError(f"`{cmd.name}` needs --{name} <value>.", usage=cmd.spec.usage if cmd.spec else None)
         return value
 
     def _preflight(self) -> Reply:
@@ -267,7 +274,12 @@ class Router:
         form: dict[str, str] | None = None,
     ) -> Reply:
         """A clicked button (or a submitted form). The same core calls as the text commands."""
-        action, value, actor, channel = clean_text(action), clean_text(value), clean_text(actor), clean_optional(channel)
+        action, value, actor, channel = (
+            clean_text(action),
+            clean_text(value),
+            clean_text(actor),
+            clean_optional(channel),
+        )
         form = {clean_text(k): clean_text(v) for k, v in (form or {}).items()}
         try:
             keeping = KeepingReporter(reporter, self.full)
@@ -445,11 +457,14 @@ def build_router(
     a resumed wait may last minutes and must not delay readiness.
     """
     services = build_services(
-        settings, sandbox=sandbox, directory=directory, clock=clock, console_users_map=console_users_map,
+        settings,
+        sandbox=sandbox,
+        directory=directory,
+        clock=clock,
+        console_users_map=console_users_map,
         ports=ports,
     )
     router = Router(services, demo=sandbox is not None)
     if startup:
         router.startup(reporter or LoggingReporter())
     return router
-

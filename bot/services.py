@@ -199,7 +199,9 @@ def docker_endpoint(settings: Settings, installation: InstallationSpec | None = 
             origin=installation.origin,
         )
     return DockerEndpoint.from_environment(
-        settings.docker_host, tls_verify=settings.docker_tls_verify, cert_path=settings.docker_cert_path,
+        settings.docker_host,
+        tls_verify=settings.docker_tls_verify,
+        cert_path=settings.docker_cert_path,
         allow_plain_tcp=settings.docker_plain_tcp,
     )
 
@@ -323,8 +325,17 @@ def build_services(
         console_users=console_users(settings) if console_users_map is None else console_users_map,
         notice=(ports or FrontPorts()).notice,
     )
-    bulk = Bulk.build(url, key, store=store, clock=clock, runbooks=runbooks, api=api, log_source=log_source,
-                      decisions=decisions, csv_dir=settings.db_path.parent / "batches")
+    bulk = Bulk.build(
+        url,
+        key,
+        store=store,
+        clock=clock,
+        runbooks=runbooks,
+        api=api,
+        log_source=log_source,
+        decisions=decisions,
+        csv_dir=settings.db_path.parent / "batches",
+    )
     return Services(
         bulk=bulk,
         settings=settings,
@@ -370,8 +381,12 @@ def build_watcher(
     )
     if settings.compose_project and docker_endpoint(settings).configured:
         # The Docker engine is configured: a worker's die/stop wakes the watcher at once.
-        watcher.trigger = DockerTrigger(watcher, services.dockerops.docker_client_factory, settings.compose_project,
-                                        config=worker_log_config(services.runbooks))
+        watcher.trigger = DockerTrigger(
+            watcher,
+            services.dockerops.docker_client_factory,
+            settings.compose_project,
+            config=worker_log_config(services.runbooks),
+        )
     return watcher
 
 

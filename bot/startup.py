@@ -81,7 +81,9 @@ def check_reachable(url: str, *, timeout: float = 5.0) -> None:
     """Open (and close) a TCP connection to the control host so an unreachable host is one line at
     start. No HTTP request is sent: a console start sends nothing unasked. Skipped behind a proxy
     (``HTTP(S)_PROXY``/``ALL_PROXY``), where only the proxy could say."""
-    if any(os.environ.get(n) for n in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")):
+    if any(
+        os.environ.get(n) for n in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
+    ):
         return
     parts = urllib.parse.urlsplit(url)
     host = parts.hostname or ""

@@ -68,8 +68,10 @@ class WorkPool:
             if self._executor is None:
                 self._generation += 1
                 self._executor = ThreadPoolExecutor(
-                    self.max_workers, thread_name_prefix=f"{self.name}-",
-                    initializer=self._started, initargs=(self._generation,),
+                    self.max_workers,
+                    thread_name_prefix=f"{self.name}-",
+                    initializer=self._started,
+                    initargs=(self._generation,),
                 )
             executor = self._executor
         try:

@@ -28,6 +28,7 @@ if ! docker version >/dev/null 2>&1; then
 fi
 
 echo "== ruff"
+python -m ruff format --check bot tests bench
 python -m ruff check bot tests bench
 echo "== mypy"
 python -m mypy

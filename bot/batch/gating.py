@@ -19,9 +19,16 @@ def claim_of(batches: BatchStore, batch: Batch) -> BatchClaim:
     """What the batch's rows claim (re-hashed now); only the gate's reading of the chain proves it."""
     members = batches.members(batch.id)
     rows = [{"session_id": m.session_id, "revision": m.revision, "facts": m.facts} for m in members]
-    claim = Claim(what="batch", ident=batch.id, session_id=None, requester=batch.requester, policy=batch.policy,
-                  expires_at=batch.expires_at, stored_hash=content_hash(vars(batch), rows),
-                  row_hash=batch.content_hash)
+    claim = Claim(
+        what="batch",
+        ident=batch.id,
+        session_id=None,
+        requester=batch.requester,
+        policy=batch.policy,
+        expires_at=batch.expires_at,
+        stored_hash=content_hash(vars(batch), rows),
+        row_hash=batch.content_hash,
+    )
     return BatchClaim(claim, batch.decision, batch.reason, {m.session_id: dict(m.facts) for m in members})
 
 
@@ -29,8 +36,11 @@ def approver_refusal(actor: str, batch: Batch, console_users: Mapping[str, str])
     """(code, headline, lines) when ``actor`` is not a second, identifiable person for ``batch``; else None."""
     refusal = identity_refusal(actor, batch.requester, console_users)
     if refusal is None and person_of(batch.requester, console_users) is None:
-        return ("unmapped_requester", f"batch {batch.id} was requested by an unmapped console login: nobody can "
-                "be shown to be a second person", ["Make the batch again from Slack or from a mapped login."])
+        return (
+            "unmapped_requester",
+            f"batch {batch.id} was requested by an unmapped console login: nobody can be shown to be a second person",
+            ["Make the batch again from Slack or from a mapped login."],
+        )
     if refusal is None:
         return None
     code, headline, lines = refusal
@@ -39,7 +49,9 @@ def approver_refusal(actor: str, batch: Batch, console_users: Mapping[str, str])
 
 def tampered(store: Store, batches: BatchStore, batch: Batch) -> bool:
     """At approval: do the rows still hash to what the chain's ``batch_requested`` step recorded?"""
-    members = [{"session_id": m.session_id, "revision": m.revision, "facts": m.facts} for m in batches.members(batch.id)]
+    members = [
+        {"session_id": m.session_id, "revision": m.revision, "facts": m.facts} for m in batches.members(batch.id)
+    ]
     if content_hash(vars(batch), members) != batch.content_hash:
         return True
     for step in store.steps():

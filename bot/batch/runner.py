@@ -50,7 +50,9 @@ class BatchSending(Protocol):
 
     def policy(self, decision: str) -> DecisionPolicy: ...
 
-    def begin_members(self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]) -> list[tuple[str, str]]: ...
+    def begin_members(
+        self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]
+    ) -> list[tuple[str, str]]: ...
 
     def grant(self, batch_id: str) -> BatchGrant: ...
 
@@ -70,9 +72,7 @@ def changes(bound: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
 class Recheck:
     """Fresh session facts for members, from a shared listing snapshot or one GET each."""
 
-    def __init__(
-        self, client: ControlHostClient, clock: Clock, *, size: int, max_age: float, page_size: int
-    ) -> None:
+    def __init__(self, client: ControlHostClient, clock: Clock, *, size: int, max_age: float, page_size: int) -> None:
         self.client = client
         self.clock = clock
         self.use_listing = size > SMALL
@@ -190,7 +190,10 @@ class Runner:
     def _new_sends(self, batch: Batch, pool: cf.ThreadPoolExecutor, settler: Settler, concurrency: int) -> None:
         pending = self.s.batches.members(batch.id, (RequestState.REQUESTED,))
         recheck = Recheck(
-            self.s.client, self.s.clock, size=len(pending), max_age=self.s.limit("batch_recheck_age"),
+            self.s.client,
+            self.s.clock,
+            size=len(pending),
+            max_age=self.s.limit("batch_recheck_age"),
             page_size=int(self.s.limit("bulk_page_size")),
         )
         chunk = concurrency
@@ -256,4 +259,3 @@ def _try(fn: Callable[[str], dict[str, Any]], session_id: str) -> dict[str, Any]
         return fn(session_id)
     except ControlHostError:
         return None
-

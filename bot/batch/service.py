@@ -59,8 +59,16 @@ def _refuse(headline: str, *lines: str) -> Reply:
 
 
 class BatchService:
-    def __init__(self, *, store: Store, client: ControlHostClient, runbooks: RunbookSet, clock: Clock,
-                 decisions: DecisionService, csv_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        client: ControlHostClient,
+        runbooks: RunbookSet,
+        clock: Clock,
+        decisions: DecisionService,
+        csv_dir: Path | None = None,
+    ) -> None:
         self.store = store
         self.client = client
         self.runbooks = runbooks
@@ -111,20 +119,36 @@ class BatchService:
         damage = bool(group.data.get("damage"))
         return [Candidate(m.session_id, m.revision, m.facts, m.branch, damage) for m in group.members], group.id
 
-    def decide(self, actor: str, channel: str | None, target: str, decision: str | None, *, sessions: str | None,
-               reason: str, cause_fixed: str | None, yes: bool, dry: bool, reporter: Reporter) -> Reply:
+    def decide(
+        self,
+        actor: str,
+        channel: str | None,
+        target: str,
+        decision: str | None,
+        *,
+        sessions: str | None,
+        reason: str,
+        cause_fixed: str | None,
+        yes: bool,
+        dry: bool,
+        reporter: Reporter,
+    ) -> Reply:
         if sessions and not decision:
             target, decision = "", target
         decision = (decision or "").lower()
         if decision in PER_SESSION:
-            return _refuse(f"`{decision}` is decided per session, never in a batch",
-                           "Each turn's external effects must be checked on their own (R3.10): "
-                           f"use `/recover decide <session_id> {decision} …`.")
+            return _refuse(
+                f"`{decision}` is decided per session, never in a batch",
+                "Each turn's external effects must be checked on their own (R3.10): "
+                f"use `/recover decide <session_id> {decision} …`.",
+            )
         if decision not in BATCH_DECISIONS:
             return _refuse(f"`batch decide` takes retry_restore, start_fresh or close, not {decision!r}")
         if not dry and not self.decisions.channels.allows(channel):
-            return _refuse(f"`batch decide` is refused outside the recovery channels ({self.decisions.channels.source})",
-                           self.decisions.channels.hint(channel))
+            return _refuse(
+                f"`batch decide` is refused outside the recovery channels ({self.decisions.channels.source})",
+                self.decisions.channels.hint(channel),
+            )
         candidates, source = self._candidates(target, sessions)
         policy = self.policy(decision)
         console_users = self.decisions.console_users
@@ -134,8 +158,15 @@ class BatchService:
             single: int = self.decisions.repeated(c.session_id, decision, c.facts)
             return single + self.batches.executed_count(c.session_id, decision, code)
 
-        chosen = plan(self.runbooks, decision, candidates, reason=reason, cause_fixed=cause_fixed,
-                      repeated=repeated, threshold=policy.repeat_threshold)
+        chosen = plan(
+            self.runbooks,
+            decision,
+            candidates,
+            reason=reason,
+            cause_fixed=cause_fixed,
+            repeated=repeated,
+            threshold=policy.repeat_threshold,
+        )
         if not chosen.members:
             lines = [f"{e['session_id']}: {e['why']}" for e in chosen.excluded[:15]]
             return _refuse(f"No member of {source or 'the list'} can take `{decision}`: nothing to send", *lines)
@@ -146,47 +177,83 @@ class BatchService:
             return _refuse(*unmapped)
         now = self.clock.now()
         content = {
-            "id": new_batch_id(self.store.installation), "requester": actor, "channel": channel, "decision": decision,
-            "reason": reason, "cause_fixed": cause_fixed, "source": source,
-            "policy": Policy.TWO_PERSON if two else Policy.CONFIRM, "created_at": isoformat(now),
+            "id": new_batch_id(self.store.installation),
+            "requester": actor,
+            "channel": channel,
+            "decision": decision,
+            "reason": reason,
+            "cause_fixed": cause_fixed,
+            "source": source,
+            "policy": Policy.TWO_PERSON if two else Policy.CONFIRM,
+            "created_at": isoformat(now),
             "expires_at": isoformat(now + timedelta(seconds=policy.expiry_seconds)),
             "excluded": chosen.excluded,
         }
-        members = [{"session_id": c.session_id, "revision": c.revision, "facts": dict(c.facts)}
-                   for c in chosen.members]
+        members = [{"session_id": c.session_id, "revision": c.revision, "facts": dict(c.facts)} for c in chosen.members]
         warned = self._warnings(decision, chosen.members, reason=reason, cause_fixed=cause_fixed, repeated=repeated)
         if dry:
             return self._dry(content, members, policy, warned)
         with self.store.write() as db:
             batch = self.batches.insert(db, content, members)
-            self.store.record_step(None, actor, Step.BATCH_REQUESTED, {"batch_id": batch.id}, RequestState.REQUESTED,
-                                   detail={"content_hash": batch.content_hash, "decision": decision,
-                                           "members": len(members), "source": source,
-                                           # who asked, by Slack id (the gate compares the approver with it)
-                                           "person": person_of(actor, console_users)}, db=db)
+            self.store.record_step(
+                None,
+                actor,
+                Step.BATCH_REQUESTED,
+                {"batch_id": batch.id},
+                RequestState.REQUESTED,
+                detail={
+                    "content_hash": batch.content_hash,
+                    "decision": decision,
+                    "members": len(members),
+                    "source": source,
+                    # who asked, by Slack id (the gate compares the approver with it)
+                    "person": person_of(actor, console_users),
+                },
+                db=db,
+            )
         stored = self.batches.members(batch.id)
         if two or not yes or warned:
             # With consequences to read (R2.11, R5.3), --yes does not send: the button or `confirm` does.
-            return Reply.of(text.approval_message(batch, stored, source, list(self.decisions.approvers),
-                                                  irreversible=irreversible, warnings=warned,
-                                                  yes_held=yes and not two and bool(warned)))
+            return Reply.of(
+                text.approval_message(
+                    batch,
+                    stored,
+                    source,
+                    list(self.decisions.approvers),
+                    irreversible=irreversible,
+                    warnings=warned,
+                    yes_held=yes and not two and bool(warned),
+                )
+            )
         return self._confirm(batch, actor, channel, reporter)
 
-    def _warnings(self, decision: str, members: list[Candidate], *, reason: str, cause_fixed: str | None,
-                  repeated: Callable[[Candidate], int]) -> list[str]:
+    def _warnings(
+        self,
+        decision: str,
+        members: list[Candidate],
+        *,
+        reason: str,
+        cause_fixed: str | None,
+        repeated: Callable[[Candidate], int],
+    ) -> list[str]:
         """The single path's warnings before a send (what start_fresh drops, an incompatible
         checkpoint, a repeat: R2.11, R5.3, R5.4), said once per distinct kind of member."""
         kinds: dict[str, list[str]] = {}
         for c in members:
             said = self.decisions.warnings_before_send(
-                decision, c.facts, {"reason": reason, "cause_fixed": cause_fixed},
-                repeated=repeated(c), cause_fixed=cause_fixed)
+                decision,
+                c.facts,
+                {"reason": reason, "cause_fixed": cause_fixed},
+                repeated=repeated(c),
+                cause_fixed=cause_fixed,
+            )
             for warning in said:
                 kinds.setdefault(_kind_of(warning, c.facts), []).append(c.session_id)
         return [f"{w} — {len(ids)} member(s), e.g. {ids[0]}" for w, ids in kinds.items()]
 
-    def _dry(self, content: dict[str, Any], members: list[dict[str, Any]], policy: DecisionPolicy,
-             warned: list[str]) -> Reply:
+    def _dry(
+        self, content: dict[str, Any], members: list[dict[str, Any]], policy: DecisionPolicy, warned: list[str]
+    ) -> Reply:
         lines = [f"[!] {w}" for w in warned]
         if warned:
             lines.append("With these, `--yes` does not send it: the Confirm button or `/recover confirm bat_…` does.")
@@ -198,11 +265,19 @@ class BatchService:
             lines.append(f"  … {len(members) - 30} more")
         for e in content["excluded"][:30]:
             lines.append(f"  left out {e['session_id']}: {e['why']}" + (f" ({e['rule']})" if e.get("rule") else ""))
-        who = ("a second person's approval of the whole list" if content["policy"] == Policy.TWO_PERSON
-               else "your confirmation (--yes or the button)")
+        who = (
+            "a second person's approval of the whole list"
+            if content["policy"] == Policy.TWO_PERSON
+            else "your confirmation (--yes or the button)"
+        )
         lines.append(f"It would need {who}. Each POST carries its own Idempotency-Key, stored before the first send.")
-        return Reply.of(Message(headline=f"Dry run: batch `{content['decision']}` on {len(members)} session(s) "
-                                f"from {content['source']} (nothing sent)", lines=lines))
+        return Reply.of(
+            Message(
+                headline=f"Dry run: batch `{content['decision']}` on {len(members)} session(s) "
+                f"from {content['source']} (nothing sent)",
+                lines=lines,
+            )
+        )
 
     # == approval =================================================================================
 
@@ -211,8 +286,10 @@ class BatchService:
         if batch is None:
             return _refuse(f"no batch {batch_id!r}", "Copy the id from the batch request (bat_…).")
         if not self.decisions.channels.allows(channel):
-            return _refuse(f"batch approvals are refused outside the recovery channels ({self.decisions.channels.source})",
-                           self.decisions.channels.hint(channel))
+            return _refuse(
+                f"batch approvals are refused outside the recovery channels ({self.decisions.channels.source})",
+                self.decisions.channels.hint(channel),
+            )
         # The decisions' identity and approver rules, by Slack id (a console login through its mapping).
         console_users = self.decisions.console_users
         if batch.policy == Policy.CONFIRM:
@@ -223,9 +300,13 @@ class BatchService:
         if refusal is not None:
             self._step(batch.id, actor, Step.BATCH_APPROVE, refusal[0])
             return _refuse(refusal[1], *refusal[2])
-        evidence, problem = approval_evidence_of(actor, self.decisions.approvers, self.decisions.directory, console_users)
+        evidence, problem = approval_evidence_of(
+            actor, self.decisions.approvers, self.decisions.directory, console_users
+        )
         if evidence is None:
-            return _refuse(f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)", *([problem] if problem else []))
+            return _refuse(
+                f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)", *([problem] if problem else [])
+            )
         if batch.state == RequestState.APPROVED:
             return self.execute(batch.id, actor, reporter)
         return self._approve_cas(batch, actor, reporter, Step.BATCH_APPROVED, channel, evidence)
@@ -235,28 +316,44 @@ class BatchService:
             return self.execute(batch.id, actor, reporter)
         return self._approve_cas(batch, actor, reporter, Step.BATCH_CONFIRMED, channel)
 
-    def _approve_cas(self, batch: Batch, actor: str, reporter: Reporter, step: str, channel: str | None,
-                     evidence: dict[str, Any] | None = None) -> Reply:
+    def _approve_cas(
+        self,
+        batch: Batch,
+        actor: str,
+        reporter: Reporter,
+        step: str,
+        channel: str | None,
+        evidence: dict[str, Any] | None = None,
+    ) -> Reply:
         if batch.state != RequestState.REQUESTED:
             return _refuse(f"batch {batch.id} is already {batch.state}: nothing more to do")
         if tampered(self.store, self.batches, batch):
-            return _refuse(f"batch {batch.id} was changed after it was requested: approval refused",
-                           "Make a new batch, and check the step store with `recover-bot audit verify`.")
+            return _refuse(
+                f"batch {batch.id} was changed after it was requested: approval refused",
+                "Make a new batch, and check the step store with `recover-bot audit verify`.",
+            )
         expires = parse_time(batch.expires_at)
         if expires is not None and self.clock.now() >= expires:
             with self.store.write() as db:
                 self.batches.transition(db, batch.id, (RequestState.REQUESTED,), RequestState.EXPIRED, decided_by=actor)
             return _refuse(f"batch {batch.id} has expired: nothing was sent", "Make a new batch if it is still needed.")
         with self.store.write() as db:
-            won = self.batches.transition(db, batch.id, (RequestState.REQUESTED,), RequestState.APPROVED, approved_by=actor,
-                                          approved_at=isoformat(self.clock.now()))
+            won = self.batches.transition(
+                db,
+                batch.id,
+                (RequestState.REQUESTED,),
+                RequestState.APPROVED,
+                approved_by=actor,
+                approved_at=isoformat(self.clock.now()),
+            )
             if won:
                 # What the gate reads: the content approved, where, and what allowed the approver then.
                 inputs: dict[str, Any] = {"batch_id": batch.id, "content_hash": batch.content_hash, "channel": channel}
                 if evidence is not None:
                     inputs["allowed_by"] = evidence
-                self.store.record_step(None, actor, step, inputs, RequestState.APPROVED,
-                                       detail={"content_hash": batch.content_hash}, db=db)
+                self.store.record_step(
+                    None, actor, step, inputs, RequestState.APPROVED, detail={"content_hash": batch.content_hash}, db=db
+                )
         if not won:
             fresh = self.batches.get(batch.id)
             return _refuse(f"batch {batch.id} is already {fresh.state if fresh else 'gone'}: nothing more to do")
@@ -271,12 +368,15 @@ class BatchService:
         if batch is None:
             return _refuse(f"no batch {batch_id!r}")
         if not self.decisions.channels.allows(channel):
-            return _refuse(f"batch rejections are refused outside the recovery channels ({self.decisions.channels.source})",
-                           self.decisions.channels.hint(channel))
+            return _refuse(
+                f"batch rejections are refused outside the recovery channels ({self.decisions.channels.source})",
+                self.decisions.channels.hint(channel),
+            )
         state = RequestState.WITHDRAWN if self.is_requester(actor, batch) else RequestState.REJECTED
         if state == RequestState.REJECTED:
-            evidence, _ = approval_evidence_of(actor, self.decisions.approvers, self.decisions.directory,
-                                               self.decisions.console_users)
+            evidence, _ = approval_evidence_of(
+                actor, self.decisions.approvers, self.decisions.directory, self.decisions.console_users
+            )
             if evidence is None:
                 return _refuse(f"{ref(actor)} is not an allowed approver (RECOVER_APPROVERS)")
         with self.store.write() as db:
@@ -284,8 +384,15 @@ class BatchService:
         if not won:
             return _refuse(f"batch {batch.id} is already {batch.state}: nothing more to do")
         self._step(batch.id, actor, Step(f"batch_{state}"), state, reason=reason)
-        return Reply.of(Message(headline=f"Batch {batch.id} {state} by {ref(actor)}; nothing was sent", level="warn",
-                                kind="batch_request", ref=batch.id, session_id=batch.id))
+        return Reply.of(
+            Message(
+                headline=f"Batch {batch.id} {state} by {ref(actor)}; nothing was sent",
+                level="warn",
+                kind="batch_request",
+                ref=batch.id,
+                session_id=batch.id,
+            )
+        )
 
     # == execution ================================================================================
 
@@ -308,11 +415,15 @@ class BatchService:
             except NoAuthority as exc:
                 problem = exc.reason
                 self._step(batch_id, actor, Step.BATCH_REFUSED, "no_authority", why=problem)
-                return _refuse(f"batch {batch_id} is not sent: {problem}",
-                               "Nothing was sent. Check the step store with `recover-bot audit verify`.")
+                return _refuse(
+                    f"batch {batch_id} is not sent: {problem}",
+                    "Nothing was sent. Check the step store with `recover-bot audit verify`.",
+                )
         runner_id = f"{socket.gethostname()}:{os.getpid()}"
         with self.store.write() as db:
-            won = self.batches.transition(db, batch_id, (RequestState.APPROVED,), RequestState.SENDING, runner=runner_id)
+            won = self.batches.transition(
+                db, batch_id, (RequestState.APPROVED,), RequestState.SENDING, runner=runner_id
+            )
         batch = self.batches.get(batch_id)
         if batch is None or (not won and batch.state != RequestState.SENDING):
             return _refuse(f"batch {batch_id} is {batch.state if batch else 'unknown'}: nothing to send")
@@ -327,8 +438,14 @@ class BatchService:
 
         def progress() -> Message:
             fresh = self.batches.get(batch.id) or batch
-            return text.progress_message(fresh, self.batches.counts(batch.id), self.batches.codes(batch.id),
-                                         total, time.monotonic() - started, throttle.note())
+            return text.progress_message(
+                fresh,
+                self.batches.counts(batch.id),
+                self.batches.codes(batch.id),
+                total,
+                time.monotonic() - started,
+                throttle.note(),
+            )
 
         runner = Runner(self, batch.id, actor, lambda: throttle.update(progress))
         try:
@@ -351,15 +468,14 @@ class BatchService:
         states = self.verification.states(fresh)
         final = self.verification.settle(fresh, states)
         merged = dataclasses.replace(
-            sent, headline=f"{sent.headline} · {self.verification.phase(states)}",
+            sent,
+            headline=f"{sent.headline} · {self.verification.phase(states)}",
             lines=[*self.verification.lines(fresh, states), *sent.lines, self.verification.details_line(fresh)],
             level="error" if self.verification.level(states) == "error" else sent.level,
         )
         return Reply([merged, *([final] if final is not None else [])], ok=True)
 
-    def begin_members(
-        self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]
-    ) -> list[tuple[str, str]]:
+    def begin_members(self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]) -> list[tuple[str, str]]:
         """One commit: each member ``requested → sending`` with its idempotency record (the client's
         key rule: new key, exact body, stored before any send). Returns (session, key) for the members
         this process won."""
@@ -368,8 +484,9 @@ class BatchService:
             return won
         with self.store.write() as db:
             for session_id, method, path, body in ready:
-                if not self.batches.member_transition(db, batch.id, session_id, (RequestState.REQUESTED,), RequestState.SENDING,
-                                                      method=method, path=path):
+                if not self.batches.member_transition(
+                    db, batch.id, session_id, (RequestState.REQUESTED,), RequestState.SENDING, method=method, path=path
+                ):
                     continue
                 record = self.client.begin(method, path, body, PURPOSE_DECISION, session_id=session_id, db=db)
                 self.batches.member_set(db, batch.id, session_id, idem_key=record.key, body=record.body)
@@ -385,12 +502,16 @@ class BatchService:
                     continue
                 status, receipt_id = values.get("http_status"), values.get("receipt_id")
                 self.store.record_step(
-                    session_id, actor, Step(f"batch_member_{to}"),
-                    {"batch_id": batch.id, "decision": batch.decision}, str(values.get("code") or to),
+                    session_id,
+                    actor,
+                    Step(f"batch_member_{to}"),
+                    {"batch_id": batch.id, "decision": batch.decision},
+                    str(values.get("code") or to),
                     detail={k: v for k, v in values.items() if v is not None} or None,
                     http_status=status if isinstance(status, int) else None,
                     idempotency_key=key if isinstance(key, str) else None,
-                    receipt_id=receipt_id if isinstance(receipt_id, str) else None, db=db,
+                    receipt_id=receipt_id if isinstance(receipt_id, str) else None,
+                    db=db,
                 )
 
     def _write_csv(self, batch: Batch, members: list[Any]) -> str | None:
@@ -411,7 +532,9 @@ class BatchService:
             if batch.state == RequestState.SENDING and not _runner_gone(batch.runner):
                 continue
             with self.store.write() as db:
-                self.batches.transition(db, batch.id, (RequestState.APPROVED, RequestState.SENDING), RequestState.APPROVED)
+                self.batches.transition(
+                    db, batch.id, (RequestState.APPROVED, RequestState.SENDING), RequestState.APPROVED
+                )
             out.extend(self.execute(batch.id, BOT, reporter).messages)
         return out
 
@@ -423,15 +546,24 @@ class BatchService:
             return _refuse(f"no batch {batch_id!r}")
         if action == "stop":
             if not self.decisions.channels.allows(channel):
-                return _refuse(f"`batch … stop` is refused outside the recovery channels ({self.decisions.channels.source})",
-                           self.decisions.channels.hint(channel))
+                return _refuse(
+                    f"`batch … stop` is refused outside the recovery channels ({self.decisions.channels.source})",
+                    self.decisions.channels.hint(channel),
+                )
             if batch.state not in OPEN_STATES:
                 return _refuse(f"batch {batch.id} is already {batch.state}: nothing to stop")
             self.batches.set(batch.id, stop_requested=1)
             self._step(batch.id, actor, Step.BATCH_STOP, "stop_requested")
             if batch.state == RequestState.REQUESTED:
                 with self.store.write() as db:
-                    self.batches.transition(db, batch.id, (RequestState.REQUESTED,), RequestState.WITHDRAWN, decided_by=actor, note="stopped")
+                    self.batches.transition(
+                        db,
+                        batch.id,
+                        (RequestState.REQUESTED,),
+                        RequestState.WITHDRAWN,
+                        decided_by=actor,
+                        note="stopped",
+                    )
             batch = self.batches.get(batch.id) or batch
         return Reply.of(self.summary(batch))
 
@@ -442,9 +574,11 @@ class BatchService:
         return Message(
             session_id=batch.id,
             headline=f"Batch {batch.id}: `{batch.decision}` · {batch.state}{stop} · {total} member(s)",
-            lines=[text.counts_line(counts, codes, total),
-                   f"Requested by {ref(batch.requester)} · owner {ref(batch.owner) if batch.owner else 'none'}"
-                   f" · from {batch.source} · reason: {batch.reason}"],
+            lines=[
+                text.counts_line(counts, codes, total),
+                f"Requested by {ref(batch.requester)} · owner {ref(batch.owner) if batch.owner else 'none'}"
+                f" · from {batch.source} · reason: {batch.reason}",
+            ],
         )
 
     def take(self, actor: str, batch_id: str) -> Reply:
@@ -453,15 +587,22 @@ class BatchService:
             return _refuse(f"no batch {batch_id!r}")
         self.batches.set(batch.id, owner=actor)
         self._step(batch.id, actor, Step.BATCH_TAKE, "owner", previous=batch.owner)
-        return Reply.of(Message(headline=f"{ref(actor)} now owns batch {batch.id}", level="ok",
-                                lines=[self.summary(self.batches.get(batch.id) or batch).lines[0]]))
+        return Reply.of(
+            Message(
+                headline=f"{ref(actor)} now owns batch {batch.id}",
+                level="ok",
+                lines=[self.summary(self.batches.get(batch.id) or batch).lines[0]],
+            )
+        )
 
     def history(self, batch_id: str) -> Reply:
         steps = [s for s in self.store.steps() if (s.inputs or {}).get("batch_id") == batch_id]
         if not steps:
             return _refuse(f"no recorded step for batch {batch_id!r}")
-        lines = [f"{s.at} {s.actor} {s.step} → {s.outcome}" + (f" ({s.session_id})" if s.session_id else "")
-                 for s in steps[-60:]]
+        lines = [
+            f"{s.at} {s.actor} {s.step} → {s.outcome}" + (f" ({s.session_id})" if s.session_id else "")
+            for s in steps[-60:]
+        ]
         return Reply.of(Message(headline=f"History of batch {batch_id} ({len(steps)} steps)", lines=lines))
 
     def handoff_messages(self) -> list[Message]:

@@ -34,8 +34,18 @@ migrations = Migrations("batches")
 OPEN_STATES = (RequestState.REQUESTED, RequestState.APPROVED, RequestState.SENDING)
 # A value written into one column of a batch or member row (an id, a state, a note, a status, a flag).
 Column = str | int | None
-CONTENT = ("id", "requester", "channel", "decision", "reason", "cause_fixed", "source", "policy",
-           "created_at", "expires_at")
+CONTENT = (
+    "id",
+    "requester",
+    "channel",
+    "decision",
+    "reason",
+    "cause_fixed",
+    "source",
+    "policy",
+    "created_at",
+    "expires_at",
+)
 
 
 @migrations(name="0001_batches")
@@ -71,8 +81,6 @@ def _m0002(db: Database) -> None:
     # When the members' verification was settled and its one final message said (R5.1): until
     # then the sweep folds the members' verification news into the batch's message.
     db.execute("ALTER TABLE batches ADD COLUMN verified_at TEXT")
-
-
 
 
 @dataclass
@@ -158,9 +166,7 @@ class BatchStore:
     def now(self) -> str:
         return isoformat(self.store.clock.now()) or ""
 
-    def insert(
-        self, db: Database, batch: Mapping[str, Any], members: Sequence[Mapping[str, Any]]
-    ) -> Batch:
+    def insert(self, db: Database, batch: Mapping[str, Any], members: Sequence[Mapping[str, Any]]) -> Batch:
         row = {name: batch.get(name) for name in CONTENT}
         row.update(
             content_hash=content_hash(batch, members),
@@ -168,15 +174,24 @@ class BatchStore:
             state=RequestState.REQUESTED,
             updated_at=self.now(),
         )
-        _q(db, f"INSERT INTO batches ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",  # noqa: S608
-           list(row.values()))
+        _q(
+            db,
+            f"INSERT INTO batches ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",  # noqa: S608
+            list(row.values()),
+        )
         for i, m in enumerate(members):
             _q(
                 db,
                 "INSERT INTO batch_members (batch_id, ord, session_id, revision, facts, state, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, 'requested', ?)",
-                [row["id"], i, m["session_id"], m.get("revision"), canonical_json(m.get("facts") or {}),
-                 row["updated_at"]],
+                [
+                    row["id"],
+                    i,
+                    m["session_id"],
+                    m.get("revision"),
+                    canonical_json(m.get("facts") or {}),
+                    row["updated_at"],
+                ],
             )
         got = self.get(str(row["id"]), db=db)
         assert got is not None
@@ -207,28 +222,36 @@ class BatchStore:
 
     def member(self, batch_id: str, session_id: str) -> BatchMember | None:
         with self.store.read() as db:
-            row = _q(db, "SELECT * FROM batch_members WHERE batch_id = ? AND session_id = ?",
-                     [batch_id, session_id]).fetchone()
+            row = _q(
+                db, "SELECT * FROM batch_members WHERE batch_id = ? AND session_id = ?", [batch_id, session_id]
+            ).fetchone()
         return _member(row) if row else None
 
     def counts(self, batch_id: str) -> dict[str, int]:
         with self.store.read() as db:
-            rows = _q(db, "SELECT state, count(*) AS n FROM batch_members WHERE batch_id = ? GROUP BY state",
-                      [batch_id]).fetchall()
+            rows = _q(
+                db, "SELECT state, count(*) AS n FROM batch_members WHERE batch_id = ? GROUP BY state", [batch_id]
+            ).fetchall()
         return {r["state"]: r["n"] for r in rows}
 
     def codes(self, batch_id: str) -> dict[str, int]:
         with self.store.read() as db:
-            rows = _q(db, "SELECT code, count(*) AS n FROM batch_members WHERE batch_id = ? AND state = 'failed' "
-                      "GROUP BY code", [batch_id]).fetchall()
+            rows = _q(
+                db,
+                "SELECT code, count(*) AS n FROM batch_members WHERE batch_id = ? AND state = 'failed' GROUP BY code",
+                [batch_id],
+            ).fetchall()
         return {str(r["code"]): r["n"] for r in rows}
 
     def transition(self, db: Database, batch_id: str, from_states: Sequence[str], to: str, **values: Column) -> bool:
         """Compare-and-set the batch's state; False when another writer moved it first."""
         sets = ["state = ?", "updated_at = ?"] + [f"{k} = ?" for k in values]
         marks = ", ".join("?" for _ in from_states)
-        cur = _q(db, f"UPDATE batches SET {', '.join(sets)} WHERE id = ? AND state IN ({marks})",  # noqa: S608
-                 [to, self.now(), *values.values(), batch_id, *from_states])
+        cur = _q(
+            db,
+            f"UPDATE batches SET {', '.join(sets)} WHERE id = ? AND state IN ({marks})",  # noqa: S608
+            [to, self.now(), *values.values(), batch_id, *from_states],
+        )
         return cur.rowcount == 1
 
     def set(self, batch_id: str, **values: Column) -> None:
@@ -251,8 +274,11 @@ class BatchStore:
 
     def member_set(self, db: Database, batch_id: str, session_id: str, **values: Column) -> None:
         sets = ", ".join(f"{k} = ?" for k in values)
-        _q(db, f"UPDATE batch_members SET {sets} WHERE batch_id = ? AND session_id = ?",  # noqa: S608
-           [*values.values(), batch_id, session_id])
+        _q(
+            db,
+            f"UPDATE batch_members SET {sets} WHERE batch_id = ? AND session_id = ?",  # noqa: S608
+            [*values.values(), batch_id, session_id],
+        )
 
     def executed_count(self, session_id: str, decision: str, code: str | None) -> int:
         """R5.4: how often this decision was already applied to the session by a batch, same attention."""

@@ -61,8 +61,11 @@ class BatchVerification:
     def verify_members(self, batch: Batch, actor: str, workers: int) -> None:
         """Each accepted member not verified yet (after a crash too) gets the verification a single
         accepted decision gets (R5.1): its case shows *verifying* until recovery is observed."""
-        todo = [m for m in self.batches.members(batch.id, (RequestState.EXECUTED,))
-                if self._state(batch, m).state == ACCEPTED]
+        todo = [
+            m
+            for m in self.batches.members(batch.id, (RequestState.EXECUTED,))
+            if self._state(batch, m).state == ACCEPTED
+        ]
 
         def one(member: BatchMember) -> None:
             record = self.store.get_request(member.idem_key) if member.idem_key else None
@@ -70,8 +73,13 @@ class BatchVerification:
                 return
             receipt = Receipt.parse(record.response, http_status=record.http_status, idempotency_key=record.key)
             try:
-                self.decisions.verify_accepted(member.session_id, actor, batch.decision, receipt,
-                                               {"reason": batch.reason, "cause_fixed": batch.cause_fixed})
+                self.decisions.verify_accepted(
+                    member.session_id,
+                    actor,
+                    batch.decision,
+                    receipt,
+                    {"reason": batch.reason, "cause_fixed": batch.cause_fixed},
+                )
             except RecoverError:
                 return  # unread now: the member stays "accepted" and is named as such
 
@@ -86,11 +94,17 @@ class BatchVerification:
             shown = UNCERTAIN if member.state == RequestState.UNCERTAIN else NOT_SENT
             return MemberState(sid, shown, f"{member.state}" + (f" ({member.code})" if member.code else ""))
         steps = self.store.steps(session_id=sid)
-        start = max((i for i, s in enumerate(steps) if s.step == Step.BATCH_MEMBER_EXECUTED
-                     and (s.inputs or {}).get("batch_id") == batch.id), default=None)
+        start = max(
+            (
+                i
+                for i, s in enumerate(steps)
+                if s.step == Step.BATCH_MEMBER_EXECUTED and (s.inputs or {}).get("batch_id") == batch.id
+            ),
+            default=None,
+        )
         if start is None:
             return MemberState(sid, ACCEPTED, "accepted")
-        after = steps[start + 1:]
+        after = steps[start + 1 :]
         last = next((s for s in reversed(after) if s.step == Step.VERIFICATION), None)
         closed = next((s for s in reversed(after) if s.step == "case_closed"), None)
         if last is None:
@@ -112,8 +126,11 @@ class BatchVerification:
     def counts_line(self, states: Sequence[MemberState]) -> str:
         counts = Counter(s.state for s in states)
         accepted = sum(counts[k] for k in (ACCEPTED, VERIFYING, RECOVERED, FAILING))
-        return f"accepted {accepted} · " + " · ".join(f"{k} {counts[k]}" for k in SHOWN) + (
-            f" · {ACCEPTED} {counts[ACCEPTED]}" if counts[ACCEPTED] else "")
+        return (
+            f"accepted {accepted} · "
+            + " · ".join(f"{k} {counts[k]}" for k in SHOWN)
+            + (f" · {ACCEPTED} {counts[ACCEPTED]}" if counts[ACCEPTED] else "")
+        )
 
     def lines(self, batch: Batch, states: Sequence[MemberState]) -> list[str]:
         """Where the members stand: the counts, and who fails again (named, so nobody has to dig)."""
@@ -125,18 +142,26 @@ class BatchVerification:
         return lines
 
     def details_line(self, batch: Batch) -> str:
-        return (f"Each case closes only on observed recovery (R5.1); one line per member: "
-                f"`/recover details {batch.id}`.")
+        return f"Each case closes only on observed recovery (R5.1); one line per member: `/recover details {batch.id}`."
 
     def message(self, batch: Batch, states: Sequence[MemberState] | None = None) -> Message:
         """The batch's one message (the run's own, edited in place): the counts, and who fails again."""
         states = list(states if states is not None else self.states(batch))
         counts, codes = self.batches.counts(batch.id), self.batches.codes(batch.id)
-        lines = [*self.lines(batch, states), "Sent: " + text.counts_line(counts, codes, len(states)),
-                 self.details_line(batch)]
-        return Message(headline=f"Batch {batch.id}: `{batch.decision}` · {self.phase(states)} · "
-                       f"{len(states)} member(s)", level=self.level(states), lines=lines, kind="batch_progress",
-                       ref=batch.id, session_id=batch.id, rules=["R5.1"])
+        lines = [
+            *self.lines(batch, states),
+            "Sent: " + text.counts_line(counts, codes, len(states)),
+            self.details_line(batch),
+        ]
+        return Message(
+            headline=f"Batch {batch.id}: `{batch.decision}` · {self.phase(states)} · {len(states)} member(s)",
+            level=self.level(states),
+            lines=lines,
+            kind="batch_progress",
+            ref=batch.id,
+            session_id=batch.id,
+            rules=["R5.1"],
+        )
 
     @staticmethod
     def phase(states: Sequence[MemberState]) -> str:
@@ -153,23 +178,43 @@ class BatchVerification:
         if any(s.state in (VERIFYING, ACCEPTED) for s in states):
             return None
         with self.store.write() as db:
-            won = db.execute("UPDATE batches SET verified_at = ? WHERE id = ? AND verified_at IS NULL",
-                             [isoformat(self.store.clock.now()), batch.id]).rowcount == 1
+            won = (
+                db.execute(
+                    "UPDATE batches SET verified_at = ? WHERE id = ? AND verified_at IS NULL",
+                    [isoformat(self.store.clock.now()), batch.id],
+                ).rowcount
+                == 1
+            )
         if not won:
             return None
         recovered = [s for s in states if s.state == RECOVERED]
         others = [s for s in states if s.state != RECOVERED]
-        self.store.record_step(None, "recover-bot", Step.BATCH_VERIFIED, {"batch_id": batch.id},
-                               "settled", detail=dict(Counter(s.state for s in states)))
-        lines = [f"Not recovered ({len(others)}):", *(f"  {s.session_id}: {s.state} — {s.why}"
-                                                      for s in others[:LISTED])] if others else []
+        self.store.record_step(
+            None,
+            "recover-bot",
+            Step.BATCH_VERIFIED,
+            {"batch_id": batch.id},
+            "settled",
+            detail=dict(Counter(s.state for s in states)),
+        )
+        lines = (
+            [f"Not recovered ({len(others)}):", *(f"  {s.session_id}: {s.state} — {s.why}" for s in others[:LISTED])]
+            if others
+            else []
+        )
         if len(others) > LISTED:
             lines.append(f"  … {len(others) - LISTED} more: `/recover details {batch.id}`")
         level: Level = "ok" if not others else "warn"
         word = "closed" if batch.decision == Decision.CLOSE else "recovered"  # close ends, never recovers
-        return Message(headline=f"Batch {batch.id}: `{batch.decision}` settled · {len(recovered)}/{len(states)} "
-                       f"{word} (observed)", level=level, lines=lines, kind=FINAL_KIND, ref=batch.id,
-                       session_id=batch.id, rules=["R5.1"])
+        return Message(
+            headline=f"Batch {batch.id}: `{batch.decision}` settled · {len(recovered)}/{len(states)} {word} (observed)",
+            level=level,
+            lines=lines,
+            kind=FINAL_KIND,
+            ref=batch.id,
+            session_id=batch.id,
+            rules=["R5.1"],
+        )
 
     def report(self, batch: Batch) -> list[Message]:
         """The batch's message as it stands, and the final one if every member is settled now."""

@@ -45,7 +45,6 @@ CONSOLE_HELP = """Console commands:
   :quit                leave"""
 
 
-
 def render(message: Message, first_choice: int = 1, saved: Path | None = None) -> str:
     """A message as terminal text (its short form: the facts stay behind ``details``); buttons
     numbered from ``first_choice``. ``saved``: where the console wrote the message's attachment."""
@@ -320,9 +319,7 @@ class _Console:
         self.choices = []
         reporter = _ConsoleReporter(self)
         self._guard(
-            lambda: self.router.handle_text(
-                text or "help", actor=self.actor, channel=self.channel, reporter=reporter
-            )
+            lambda: self.router.handle_text(text or "help", actor=self.actor, channel=self.channel, reporter=reporter)
         )
 
     def choose(self, number: int) -> None:
@@ -457,7 +454,14 @@ def run_console(
     ``details`` command that shows it).
     """
     console = _Console(
-        router, users, allow_switch_user, stdin or sys.stdin, stdout or sys.stdout, channel, sandbox, history,
+        router,
+        users,
+        allow_switch_user,
+        stdin or sys.stdin,
+        stdout or sys.stdout,
+        channel,
+        sandbox,
+        history,
         files,
     )
     try:

@@ -61,8 +61,13 @@ class DemoClock:
             except Exception:  # noqa: BLE001 - a pass that failed is a pass that did not happen
                 log.warning("demo: the sandbox scheduler pass failed", exc_info=True)
                 return
-            log.info("demo wait of %.0f s: scheduler pass on %s confirmed gone %s, launched %s", seconds,
-                     host.url, result.get("confirmed_gone") or [], result.get("launched") or [])
+            log.info(
+                "demo wait of %.0f s: scheduler pass on %s confirmed gone %s, launched %s",
+                seconds,
+                host.url,
+                result.get("confirmed_gone") or [],
+                result.get("launched") or [],
+            )
         self.passes += 1
 
 
@@ -112,7 +117,12 @@ def run_demo(
                 out.write(render(message) + "\n")
             out.flush()
             return run_console(
-                router, users=users, allow_switch_user=True, stdin=stdin, stdout=out, sandbox=handle,
+                router,
+                users=users,
+                allow_switch_user=True,
+                stdin=stdin,
+                stdout=out,
+                sandbox=handle,
                 files=state_dir() / "files",
             )
         finally:
@@ -133,8 +143,12 @@ def _run_several(
         # Each installation lists the console's channel: an installation bound to no channel takes no
         # decision anywhere (bot/channels.py), and the demo is for deciding; the console names the
         # installation with --install.
-        write_installations(path, {n: h.url for n, h in hosts.items()}, {n: h.api_key for n, h in hosts.items()},
-                            channels=(CONSOLE_CHANNEL,))
+        write_installations(
+            path,
+            {n: h.url for n, h in hosts.items()},
+            {n: h.api_key for n, h in hosts.items()},
+            channels=(CONSOLE_CHANNEL,),
+        )
         several = _demo_settings(settings, Path(tmp)).model_copy(update={"installations_file": path})
         try:
             router = build_fleet_router(
@@ -144,12 +158,15 @@ def _run_several(
             print(redact(str(exc)), file=sys.stderr)
             return 2
         where = ", ".join(f"{name} on {h.url}" for name, h in hosts.items())
-        out.write(_banner(next(iter(hosts.values())), users, f"sandbox control hosts {where}, the same session ids on each"))
+        out.write(
+            _banner(next(iter(hosts.values())), users, f"sandbox control hosts {where}, the same session ids on each")
+        )
         out.flush()
         # No sandbox handle for :pass, :advance, :release and :stop: each acts on one control host, and
         # which one is the installation a command resolves to, never a first one by default.
-        return run_console(router, users=users, allow_switch_user=True, stdin=stdin, stdout=out,
-                           files=state_dir() / "files")
+        return run_console(
+            router, users=users, allow_switch_user=True, stdin=stdin, stdout=out, files=state_dir() / "files"
+        )
 
 
 def _banner(handle: object, users: tuple[str, ...], where: str | None = None) -> str:
@@ -197,5 +214,6 @@ def run_real_console(
     for message in router.unfinished_view():
         out.write(render(message) + "\n")
     out.flush()
-    return run_console(router, users=(user,), allow_switch_user=False, stdin=stdin, stdout=out,
-                       files=state_dir() / "files")
+    return run_console(
+        router, users=(user,), allow_switch_user=False, stdin=stdin, stdout=out, files=state_dir() / "files"
+    )

@@ -60,13 +60,20 @@ def stop_and_watch(
     scenarios = getattr(sandbox, "scenarios", {}) or {}
     session_id = scenarios[arg].session_id if arg in scenarios else arg
     if not session_id:
-        fail(":stop takes a scenario's session id, e.g. :stop " + next(
-            (s.session_id for s in scenarios.values()), "<session_id>"))
+        fail(
+            ":stop takes a scenario's session id, e.g. :stop "
+            + next((s.session_id for s in scenarios.values()), "<session_id>")
+        )
         return watcher
     services = getattr(router, "services", None)
     if watcher is None and services is not None:
-        watcher = build_watcher(services, ConsoleWatchPoster(show), channel="console", members=ConsoleMembers(),
-                                handoff=watch_handoff(services))
+        watcher = build_watcher(
+            services,
+            ConsoleWatchPoster(show),
+            channel="console",
+            members=ConsoleMembers(),
+            handoff=watch_handoff(services),
+        )
         if watcher is not None and services.bulk is not None:
             services.bulk.watcher = watcher  # `/recover watch` shows its state, as in Slack
     if watcher is None:

@@ -150,9 +150,7 @@ class ControlHostClient:
         data = self._get(self.paths.session.format(session_id=sid), what=f"reading session {sid}")
         return Session.parse(canonical("session", data, self.fields), fallback_id=sid)
 
-    def list_sessions_needing_operator(
-        self, cursor: str | None = None, *, limit: int | None = None
-    ) -> SessionPage:
+    def list_sessions_needing_operator(self, cursor: str | None = None, *, limit: int | None = None) -> SessionPage:
         """One page of sessions with ``admission_state=recovery_required`` (follow ``next``);
         ``limit`` asks for a page size (an API may ignore it)."""
         params: dict[str, Any] = {"admission_state": "recovery_required"}
@@ -190,14 +188,10 @@ class ControlHostClient:
                 params["status"] = status
             if cursor:
                 params["cursor"] = cursor
-            data = self._get(
-                self.paths.turns.format(session_id=sid), params=params, what=f"listing turns of {sid}"
-            )
+            data = self._get(self.paths.turns.format(session_id=sid), params=params, what=f"listing turns of {sid}")
             items = data.get("turns") if isinstance(data, dict) else None
             if isinstance(items, list):
-                turns.extend(
-                    Turn.parse(canonical("turn", t, self.fields)) for t in items if isinstance(t, dict)
-                )
+                turns.extend(Turn.parse(canonical("turn", t, self.fields)) for t in items if isinstance(t, dict))
             nxt = data.get("next") if isinstance(data, dict) else None
             if not isinstance(nxt, str) or not nxt or nxt == cursor:
                 break
@@ -207,9 +201,7 @@ class ControlHostClient:
     def get_turn(self, session_id: str, turn_id: str) -> Turn:
         sid = check_id(session_id, "session id")
         tid = check_id(turn_id, "turn id")
-        data = self._get(
-            self.paths.turn.format(session_id=sid, turn_id=tid), what=f"reading turn {tid} of {sid}"
-        )
+        data = self._get(self.paths.turn.format(session_id=sid, turn_id=tid), what=f"reading turn {tid} of {sid}")
         return Turn.parse(canonical("turn", data, self.fields), fallback_id=tid)
 
     def list_events(self, session_id: str, after: int | None = None) -> EventPage:
@@ -219,9 +211,7 @@ class ControlHostClient:
             if isinstance(after, bool) or not isinstance(after, int) or after < 0:
                 raise ValueError("after must be a non-negative event seq")
             params["after"] = after
-        data = self._get(
-            self.paths.events.format(session_id=sid), params=params, what=f"reading events of {sid}"
-        )
+        data = self._get(self.paths.events.format(session_id=sid), params=params, what=f"reading events of {sid}")
         if isinstance(data, dict) and isinstance(data.get("events"), list):
             data = {**data, "events": [canonical("event", e, self.fields) for e in data["events"]]}
         return EventPage.parse(data)

@@ -136,23 +136,36 @@ class DeadlineTransport(httpx.BaseTransport):
         self.pool: httpcore.ConnectionPool  # a proxy's pool is one too
         if proxy_url is None:
             self.pool = httpcore.ConnectionPool(
-                ssl_context=context, network_backend=backend, max_connections=MAX_CONNECTIONS,
-                max_keepalive_connections=MAX_KEEPALIVE, keepalive_expiry=KEEPALIVE_EXPIRY,
+                ssl_context=context,
+                network_backend=backend,
+                max_connections=MAX_CONNECTIONS,
+                max_keepalive_connections=MAX_KEEPALIVE,
+                keepalive_expiry=KEEPALIVE_EXPIRY,
             )
             return
         proxy = httpx.Proxy(proxy_url)
-        url = httpcore.URL(scheme=proxy.url.raw_scheme, host=proxy.url.raw_host, port=proxy.url.port,
-                           target=proxy.url.raw_path)
+        url = httpcore.URL(
+            scheme=proxy.url.raw_scheme, host=proxy.url.raw_host, port=proxy.url.port, target=proxy.url.raw_path
+        )
         if proxy.url.scheme in ("http", "https"):
             self.pool = httpcore.HTTPProxy(
-                url, proxy_auth=proxy.raw_auth, proxy_headers=proxy.headers.raw, ssl_context=context,
-                network_backend=backend, max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE,
+                url,
+                proxy_auth=proxy.raw_auth,
+                proxy_headers=proxy.headers.raw,
+                ssl_context=context,
+                network_backend=backend,
+                max_connections=MAX_CONNECTIONS,
+                max_keepalive_connections=MAX_KEEPALIVE,
                 keepalive_expiry=KEEPALIVE_EXPIRY,
             )
         elif proxy.url.scheme in ("socks5", "socks5h"):
             self.pool = httpcore.SOCKSProxy(
-                url, proxy_auth=proxy.raw_auth, ssl_context=context, network_backend=backend,
-                max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE,
+                url,
+                proxy_auth=proxy.raw_auth,
+                ssl_context=context,
+                network_backend=backend,
+                max_connections=MAX_CONNECTIONS,
+                max_keepalive_connections=MAX_KEEPALIVE,
                 keepalive_expiry=KEEPALIVE_EXPIRY,
             )
         else:
@@ -162,8 +175,12 @@ class DeadlineTransport(httpx.BaseTransport):
         assert isinstance(request.stream, httpx.SyncByteStream)
         core = httpcore.Request(
             method=request.method,
-            url=httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host, port=request.url.port,
-                             target=request.url.raw_path),
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
             headers=request.headers.raw,
             content=request.stream,
             extensions=request.extensions,
@@ -172,7 +189,9 @@ class DeadlineTransport(httpx.BaseTransport):
             answer = self.pool.handle_request(core)
         assert isinstance(answer.stream, typing.Iterable)
         return httpx.Response(
-            status_code=answer.status, headers=answer.headers, stream=_Body(answer.stream),
+            status_code=answer.status,
+            headers=answer.headers,
+            stream=_Body(answer.stream),
             extensions=answer.extensions,
         )
 

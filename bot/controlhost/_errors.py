@@ -33,8 +33,7 @@ _HINTS = {
         "re-read the session, then send a new decision."
     ),
     "CHECKPOINT_UNAVAILABLE": (
-        "No committed checkpoint covers that turn (R3.11): confirm_completed cannot be used; "
-        "consider abandon or close."
+        "No committed checkpoint covers that turn (R3.11): confirm_completed cannot be used; consider abandon or close."
     ),
     "BACKEND_UNAVAILABLE": (
         "A workspace reclamation is in progress (R4.2): the same request can be retried once it ends."

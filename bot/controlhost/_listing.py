@@ -62,7 +62,9 @@ class SessionListing:
                 fresh.append(session)
         if repeats:
             self.repeated += len(repeats)
-            shown = ", ".join(map(repr, repeats[:_NAMED]))  # repr: an id from the host cannot forge a log line + (f" and {len(repeats) - _NAMED} more" if len(repeats) > _NAMED else "")
+            # repr: an id from the host cannot forge a log line.
+            more = f" and {len(repeats) - _NAMED} more" if len(repeats) > _NAMED else ""
+            shown = ", ".join(map(repr, repeats[:_NAMED])) + more
             log.warning(
                 "control host listing: page %d repeated %d session(s) already listed (%s); each is counted once",
                 self.pages, len(repeats), shown,

@@ -95,9 +95,7 @@ class Execution:
     def parse(cls, data: object) -> Execution | None:
         if not isinstance(data, dict):
             return None
-        return cls(
-            state=_str(data, "state"), confirmed_gone_at=parse_time(data.get("confirmed_gone_at")), raw=data
-        )
+        return cls(state=_str(data, "state"), confirmed_gone_at=parse_time(data.get("confirmed_gone_at")), raw=data)
 
 
 @dataclass(frozen=True)
@@ -195,7 +193,8 @@ class Event:
             at=parse_time(d.get("at")),
             generation=_int(d, "generation"),
             checkpoint_id=_str(d, "checkpoint_id"),
-            names_checkpoint="checkpoint_id" in d and (d["checkpoint_id"] is None or _str(d, "checkpoint_id") is not None),
+            names_checkpoint="checkpoint_id" in d
+            and (d["checkpoint_id"] is None or _str(d, "checkpoint_id") is not None),
             raw=d,
         )
 
@@ -247,9 +246,7 @@ class Receipt:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def parse(
-        cls, data: object, *, http_status: int | None = None, idempotency_key: str | None = None
-    ) -> Receipt:
+    def parse(cls, data: object, *, http_status: int | None = None, idempotency_key: str | None = None) -> Receipt:
         d = _obj(data)
         return cls(
             id=_str(d, "id"),

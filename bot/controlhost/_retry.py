@@ -31,9 +31,7 @@ class RetryPolicy:
         if not 0 <= self.jitter <= 1:
             raise ValueError("RetryPolicy.jitter must be between 0 and 1")
 
-    def delay(
-        self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None
-    ) -> float:
+    def delay(self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
         if retry_after is not None:
             return max(0.0, min(retry_after, self.max_retry_after))

@@ -63,8 +63,14 @@ class ApprovalRoom:
             if req.state == RequestState.APPROVED:
                 # Approved but not executed (a crash, an unreadable API): an allowed person retries it.
                 return self.execution.execute(req.id, actor, reporter)
-            return self._grant(req, actor, Step.DECISION_APPROVED, {"channel": channel, "allowed_by": evidence},
-                               reporter, void_if_changed=True)
+            return self._grant(
+                req,
+                actor,
+                Step.DECISION_APPROVED,
+                {"channel": channel, "allowed_by": evidence},
+                reporter,
+                void_if_changed=True,
+            )
 
         return refusing(self.ctx, actor, Step.APPROVE, inputs, attempt)
 
@@ -155,7 +161,13 @@ class ApprovalRoom:
             ladder_rows.fence(self.ctx.store, self.ctx.clock, req.id)  # no ladder step after it ends
             with self.ctx.store.write() as db:
                 won = self.ctx.requests.transition(
-                    db, req.id, (RequestState.REQUESTED,), to_state, decided_by=actor, decided_at=self.ctx.iso(), note=reason
+                    db,
+                    req.id,
+                    (RequestState.REQUESTED,),
+                    to_state,
+                    decided_by=actor,
+                    decided_at=self.ctx.iso(),
+                    note=reason,
                 )
                 if won:
                     self.ctx.record(sid, actor, Step.DECISION_REJECTED, inputs, to_state, db=db)

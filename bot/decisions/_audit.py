@@ -32,9 +32,7 @@ _NEEDS_APPROVAL = ("approved", "waiting", "recheck", "sending", "executed", "unc
 
 def check_request_table(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> list[AuditProblem]:
     """Every ``decision_requests`` row against the chain: its content hash, its state, its approver."""
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'decision_requests'"
-    ).fetchone()
+    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'decision_requests'").fetchone()
     if not exists:
         return []
     made: dict[str, dict[str, Any]] = {}
@@ -130,5 +128,3 @@ def check_request_table(conn: sqlite3.Connection, rows: list[dict[str, Any]]) ->
                 )
             )
     return problems
-
-

@@ -125,7 +125,9 @@ class Gate:
         identity = self.ctx.client.identity
         why = binding.problem(self.ctx.store, identity.base_url, identity.key_sha256)
         if why is None and record is not None:
-            why = installation_problem(self.ctx.store, f"the stored request {record.key}", installation_of_id(record.key))
+            why = installation_problem(
+                self.ctx.store, f"the stored request {record.key}", installation_of_id(record.key)
+            )
         return why
 
     def _first_keyed(self) -> int | None:
@@ -147,7 +149,9 @@ class Gate:
         if record is not None:
             if record.purpose != PURPOSE_DECISION or record.session_id != req.session_id or record.key != req.idem_key:
                 raise NoAuthority(f"the stored request {record.key} is not the one request {req.id} is sent with")
-            step, inputs = sending_step(ctx.store, req.session_id, record.key, StepName.DECISION_SENDING, self._first_keyed())
+            step, inputs = sending_step(
+                ctx.store, req.session_id, record.key, StepName.DECISION_SENDING, self._first_keyed()
+            )
             if inputs.get("request_id") != req.id or step.seq < authority.approval_seq:
                 raise NoAuthority(f"the sending step {step.seq} does not follow the approval of {req.id}")
             self._vouched(record, step, inputs, req.decision, req.session_id)

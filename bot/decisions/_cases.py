@@ -62,9 +62,7 @@ class CaseBook:
     def history(self, session_id: str, actor: str | None = None) -> Reply:
         """Every recorded step of a session, in order (the look-up is recorded outside the session's case)."""
         steps = self.store.steps(session_id=session_id)
-        self.ctx.record(
-            None, actor or "recover-bot", "history", {"session_id": session_id}, f"{len(steps)} steps"
-        )
+        self.ctx.record(None, actor or "recover-bot", "history", {"session_id": session_id}, f"{len(steps)} steps")
         if not steps:
             return Reply.of(Message(headline=f"No recorded steps for `{session_id}`.", session_id=session_id))
         lines = [
@@ -127,7 +125,10 @@ class CaseBook:
             if exc.code != "NOT_FOUND":
                 return None
             return self.ctx.refuse(
-                actor, None, step, {"session_id": session_id},
+                actor,
+                None,
+                step,
+                {"session_id": session_id},
                 f"the control host has no session `{session_id}`: no case was opened",
                 "Check the id: copy it from the alert, or `/recover cases` lists the open ones.",
                 code="not_found",
@@ -207,12 +208,19 @@ class CaseBook:
             gone = tuple(r for r in expired if r.session_id == sid)
             failing = _verifying(steps, case.id)
             state = failing or _case_state(steps, open_reqs)
-            entries.append(HandoffEntry(
-                session_id=sid, group=_group(case.owner, steps, open_reqs, gone, failing), state=state,
-                owner=case.owner, opened_at=case.opened_at, requests=open_reqs, expired=gone,
-                next_step=_next_step(sid, steps, open_reqs),
-                thread=(case.channel, case.thread_ts) if case.channel and case.thread_ts else None,
-            ))
+            entries.append(
+                HandoffEntry(
+                    session_id=sid,
+                    group=_group(case.owner, steps, open_reqs, gone, failing),
+                    state=state,
+                    owner=case.owner,
+                    opened_at=case.opened_at,
+                    requests=open_reqs,
+                    expired=gone,
+                    next_step=_next_step(sid, steps, open_reqs),
+                    thread=(case.channel, case.thread_ts) if case.channel and case.thread_ts else None,
+                )
+            )
         listed = {e.session_id for e in entries}
         before_head = self.store.head_ref()
         self.ctx.record(
@@ -221,12 +229,14 @@ class CaseBook:
             "handoff",
             {"open_cases": len(open_cases)},
             "posted",
-            detail={"sessions": sorted(listed), "head_before": before_head,
-                    "expired": [r.id for r in expired]},
+            detail={"sessions": sorted(listed), "head_before": before_head, "expired": [r.id for r in expired]},
         )
         return HandoffDigest(
-            at=now, entries=entries, expired=[r for r in expired if r.session_id not in listed],
-            head_before=before_head, head=self.store.head_ref(),
+            at=now,
+            entries=entries,
+            expired=[r for r in expired if r.session_id not in listed],
+            head_before=before_head,
+            head=self.store.head_ref(),
         )
 
     def expired_since_handoff(self, now: datetime, *, before: datetime | None = None) -> list[DecisionRequest]:
@@ -234,7 +244,8 @@ class CaseBook:
         hand-off and ``pending --all`` list them until the next hand-off after their expiry."""
         last = self._last_handoff(before) if before is not None else self._last_handoff(now, inclusive=True)
         return [
-            r for r in self.requests.find(states=(RequestState.EXPIRED,))
+            r
+            for r in self.requests.find(states=(RequestState.EXPIRED,))
             if last is None or (parse_time(r.expires_at) or now) > last
         ]
 
@@ -243,8 +254,11 @@ class CaseBook:
         asked in the same instant counts). A shift change's claim, recorded ``posted_by_watch``, is not
         a digest: only the digest's own ``posted`` step counts."""
         times = [
-            t for s in self.store.steps_named("handoff")
-            if s.outcome == "posted" and (t := parse_time(s.at)) is not None and (t < before or inclusive and t == before)
+            t
+            for s in self.store.steps_named("handoff")
+            if s.outcome == "posted"
+            and (t := parse_time(s.at)) is not None
+            and (t < before or inclusive and t == before)
         ]
         return max(times, default=None)
 
@@ -343,7 +357,9 @@ def _case_state(steps: Sequence[Step], open_reqs: Sequence[DecisionRequest]) -> 
     member = [s for s in steps if s.step.startswith("batch_member_")]
     if member and (not verifs or member[-1].seq > verifs[-1].seq):
         m = member[-1]  # a batch's outcome for this member is the latest news of the case
-        return f"batch {m.inputs.get('batch_id')}: `{m.inputs.get('decision')}` {m.outcome}; verify with diagnose (R5.1)"
+        return (
+            f"batch {m.inputs.get('batch_id')}: `{m.inputs.get('decision')}` {m.outcome}; verify with diagnose (R5.1)"
+        )
     if verifs:
         d = verifs[-1].detail or {}
         return (
@@ -363,7 +379,7 @@ def _next_step(session_id: str, steps: Sequence[Step], open_reqs: Sequence[Decis
         if r.state == RequestState.RECHECK:
             return (
                 f"{who(r.requester)} or {who(r.approved_by)} re-checks the turn's external effects and runs "
-                f"`/recover confirm {r.id}` (a changed account: `--effects \"…\"`, a new request) before "
+                f'`/recover confirm {r.id}` (a changed account: `--effects "…"`, a new request) before '
                 f"{r.expires_at} (R3.10)"
             )
         if r.state == RequestState.UNCERTAIN:

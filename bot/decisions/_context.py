@@ -138,9 +138,7 @@ class DecisionContext:
                     turn_status = None
         return facts, turn_status
 
-    def verdict(
-        self, policy: DecisionPolicy, facts: Mapping[str, Any], flags: Mapping[str, Any]
-    ) -> DecisionVerdict:
+    def verdict(self, policy: DecisionPolicy, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> DecisionVerdict:
         """Would the API accept it? The runbook's preconditions, in the API's order (R2.10, R3.9, R3.11)."""
         return check_decision(self.runbooks, policy.name, facts, flags)
 

@@ -67,8 +67,15 @@ class DecideRoom:
             unmapped = requester_refusal(actor, policy.approval, self.ctx.console_users)
             if unmapped is not None:  # nobody could tell its approver from its requester
                 raise Refusal(*unmapped, session_id=session_id, code="not_mapped")
-            identity = {"session_id": session_id, "decision": decision, "requester": actor, "turn_id": turn,
-                        "evidence_ref": evidence, "effects": effects, "reason": reason}
+            identity = {
+                "session_id": session_id,
+                "decision": decision,
+                "requester": actor,
+                "turn_id": turn,
+                "evidence_ref": evidence,
+                "effects": effects,
+                "reason": reason,
+            }
             same = repeats(identical_open(self.ctx.requests, identity), yes=yes)
             if same is not None:
                 # a replay or a double submit: no second request
@@ -95,9 +102,18 @@ class DecideRoom:
             # R2.3, R2.8, R5.3: what a retry cannot cure needs --cause-fixed, as for a batch member.
             cause_fixed_given(decision, facts, cause_fixed, session_id)
             content = request_content(
-                self.ctx, policy, session_id=session_id, turn_id=turn, evidence_ref=evidence,
-                effects=effects, reason=reason, requester=actor, channel=channel, facts=facts,
-                turn_status=turn_status, repeated=self.repeats_to_flag(policy, session_id, facts),
+                self.ctx,
+                policy,
+                session_id=session_id,
+                turn_id=turn,
+                evidence_ref=evidence,
+                effects=effects,
+                reason=reason,
+                requester=actor,
+                channel=channel,
+                facts=facts,
+                turn_status=turn_status,
+                repeated=self.repeats_to_flag(policy, session_id, facts),
             )
             warned = bool(self.warnings(policy, facts, flags, content, cause_fixed))
             self._ensure_owner(session_id, actor, channel)
@@ -155,11 +171,7 @@ class DecideRoom:
         if policy.approval == Policy.CONFIRM and (not yes or consequences):
             # With consequences to read, only the button or `/recover confirm` sends it (not a typed --yes).
             command = typed_line("confirm", req.id) if consequences else decide_command(req, cause_fixed, yes=True)
-            first = (
-                ["`--yes` did not send it: read what it does below, then confirm. Nothing was sent."]
-                if yes
-                else []
-            )
+            first = ["`--yes` did not send it: read what it does below, then confirm. Nothing was sent."] if yes else []
             return Reply.of(
                 text.confirmation_message(
                     req,
@@ -211,9 +223,7 @@ class DecideRoom:
             raise Refusal(exc.message, *([exc.hint] if exc.hint else []), session_id=session_id) from None
         missing = [f"--{f}" for f in policy.required if not str(flags.get(f) or "").strip()]
         if missing:
-            raise Refusal(
-                f"`{decision}` needs {', '.join(missing)}", USAGE, session_id=session_id, rules=policy.rules
-            )
+            raise Refusal(f"`{decision}` needs {', '.join(missing)}", USAGE, session_id=session_id, rules=policy.rules)
         return policy
 
     def dryrun(
@@ -242,7 +252,11 @@ class DecideRoom:
             verdict = self.ctx.verdict(policy, facts, flags)
             method, path, body = policy.request(session_id, facts, flags)
             self.ctx.record(
-                session_id, actor, Step.DRYRUN_DECIDE, inputs, "shown",
+                session_id,
+                actor,
+                Step.DRYRUN_DECIDE,
+                inputs,
+                "shown",
                 detail={"method": method, "path": path, "body": body},
             )
             return Reply.of(
@@ -291,7 +305,12 @@ class DecideRoom:
         return lines
 
     def _before_send(
-        self, policy: DecisionPolicy, session_id: str, facts: Facts, flags: Mapping[str, object], cause_fixed: str | None
+        self,
+        policy: DecisionPolicy,
+        session_id: str,
+        facts: Facts,
+        flags: Mapping[str, object],
+        cause_fixed: str | None,
     ) -> list[str]:
         """What ``decide`` would ask for before sending: --cause-fixed (R2.3, R2.8), the consequences."""
         try:
@@ -301,7 +320,9 @@ class DecideRoom:
         over = self.repeats_to_flag(policy, session_id, facts)
         shown = self.warnings(policy, facts, flags, {"repeated": over}, cause_fixed)
         if shown and policy.approval == Policy.CONFIRM:
-            return [f"Shown before it is sent and confirmed by button or /recover confirm (not --yes): {'; '.join(shown)}"]
+            return [
+                f"Shown before it is sent and confirmed by button or /recover confirm (not --yes): {'; '.join(shown)}"
+            ]
         return []
 
     def repeats_to_flag(self, policy: DecisionPolicy, session_id: str, facts: Facts) -> int:

@@ -34,9 +34,7 @@ from bot.vocab import RequestState, Step
 class ExecutionRoom:
     """Send once: what the lifecycle rooms call once a request is approved (their ``Execution``)."""
 
-    def __init__(
-        self, ctx: DecisionContext, gate: Gate, outcomes: Outcomes, interruptible: Interruptible
-    ) -> None:
+    def __init__(self, ctx: DecisionContext, gate: Gate, outcomes: Outcomes, interruptible: Interruptible) -> None:
         self.ctx = ctx
         self.gate = gate
         self.outcomes = outcomes
@@ -48,9 +46,7 @@ class ExecutionRoom:
         with self.interruptible(request_id, actor):
             req = self.ctx.requests.get(request_id)
             if req is None or req.state != RequestState.APPROVED:
-                return Reply.of(
-                    text.refusal(text.state_text(req) if req else f"no request {request_id}"), ok=False
-                )
+                return Reply.of(text.refusal(text.state_text(req) if req else f"no request {request_id}"), ok=False)
             return self.send_fresh(
                 req,
                 actor,
@@ -59,9 +55,7 @@ class ExecutionRoom:
                 retry=f"`/recover approve {req.id}` retries; a restarted bot also finishes it.",
             )
 
-    def send_fresh(
-        self, req: DecisionRequest, actor: str, reporter: Reporter, *, from_state: str, retry: str
-    ) -> Reply:
+    def send_fresh(self, req: DecisionRequest, actor: str, reporter: Reporter, *, from_state: str, retry: str) -> Reply:
         """A fresh diagnosis, then check-and-send from ``from_state`` (the approval and the effects
         re-check both end here); an unreadable session sends nothing and says how to ``retry``."""
         sid = req.session_id
@@ -140,7 +134,13 @@ class ExecutionRoom:
             if from_state != RequestState.WAITING:
                 with ctx.store.write() as db:
                     ctx.requests.transition(
-                        db, req.id, (from_state,), RequestState.WAITING, actor=actor, error_code=WAITABLE, note=verdict.reason
+                        db,
+                        req.id,
+                        (from_state,),
+                        RequestState.WAITING,
+                        actor=actor,
+                        error_code=WAITABLE,
+                        note=verdict.reason,
                     )
             return Reply.of(
                 Message(
@@ -164,7 +164,13 @@ class ExecutionRoom:
         sid = req.session_id
         with ctx.store.write() as db:
             if ctx.requests.transition(
-                db, req.id, (from_state,), RequestState.VOID, decided_by=actor, decided_at=ctx.iso(), note="; ".join(why)
+                db,
+                req.id,
+                (from_state,),
+                RequestState.VOID,
+                decided_by=actor,
+                decided_at=ctx.iso(),
+                note="; ".join(why),
             ):
                 ctx.record(
                     sid,
@@ -190,7 +196,9 @@ class ExecutionRoom:
         """R3.9/R3.10: the worker is gone now; ask in the case thread for the effects re-check."""
         ctx = self.ctx
         with ctx.store.write() as db:
-            won = ctx.requests.transition(db, req.id, (from_state,), RequestState.RECHECK, actor=actor, note="effects re-check asked")
+            won = ctx.requests.transition(
+                db, req.id, (from_state,), RequestState.RECHECK, actor=actor, note="effects re-check asked"
+            )
             if won:
                 ctx.requests.mark(db, req.id, gone_seen_at=observation(facts))
         fresh = ctx.requests.get(req.id) or req

@@ -74,22 +74,29 @@ class BreakGlassRoom:
         ctx, sid = self.ctx, req.session_id
         in_recovery_channel(ctx, channel, "break-glass is", sid)
         if req.policy != Policy.TWO_PERSON:
-            raise Refusal(f"request {req.id} is a single-person `{req.decision}`: there is no glass to break",
-                          f"Its requester confirms it: `/recover confirm {req.id}`.", session_id=sid)
+            raise Refusal(
+                f"request {req.id} is a single-person `{req.decision}`: there is no glass to break",
+                f"Its requester confirms it: `/recover confirm {req.id}`.",
+                session_id=sid,
+            )
         in_state(req, RequestState.REQUESTED)
         unmapped = requester_refusal(actor, Policy.TWO_PERSON, ctx.console_users)
         if unmapped is not None:
             raise Refusal(unmapped[0], unmapped[1], session_id=sid, code="not_mapped")
         if not is_requester(ctx, actor, req):
-            raise Refusal(f"only {ref(req.requester)}, who asked for it, may break glass on {req.id}",
-                          f"As a second person, approve it instead: `/recover approve {req.id}`.", session_id=sid)
+            raise Refusal(
+                f"only {ref(req.requester)}, who asked for it, may break glass on {req.id}",
+                f"As a second person, approve it instead: `/recover approve {req.id}`.",
+                session_id=sid,
+            )
         open_review = self.reviews.open_of(actor)
         if open_review is not None:
             raise Refusal(
                 f"break-glass refused: your earlier break-glass use ({open_review.request_id}) is not reviewed yet",
                 f"Someone other than you signs it first: `/recover review {open_review.request_id} --ok` "
-                "(or --concern \"…\"). Until then ask a second person to approve.",
-                session_id=sid, code="review_open",
+                '(or --concern "…"). Until then ask a second person to approve.',
+                session_id=sid,
+                code="review_open",
             )
         untampered(ctx, req, actor)
         not_expired(ctx, req, actor, "Make a new request with `/recover decide …` if it is still needed.")
@@ -104,11 +111,14 @@ class BreakGlassRoom:
         )
         verdict = glass_verdict(spec, req.decision, requested_at, now, parse_time(req.expires_at), no_other)
         if verdict.problem is not None:
-            raise Refusal(f"break-glass refused: {verdict.problem}",
-                          "Break-glass is allowed, until the expiry and for the decisions the runbook names, once "
-                          "the escalation ladder has run to its end or when nobody but you may approve; until "
-                          f"then a second person approves (`/recover remind {req.id}` nudges them).",
-                          session_id=sid, code="not_allowed")
+            raise Refusal(
+                f"break-glass refused: {verdict.problem}",
+                "Break-glass is allowed, until the expiry and for the decisions the runbook names, once "
+                "the escalation ladder has run to its end or when nobody but you may approve; until "
+                f"then a second person approves (`/recover remind {req.id}` nudges them).",
+                session_id=sid,
+                code="not_allowed",
+            )
         # ``no_other`` is why someone else may approve (None: nobody else may): then the ladder's end is the
         # reason break-glass is allowed, and that end counts only for steps the approvers were shown.
         unsaid = unsaid_steps(ctx.store, req.id) if no_other is not None else []
@@ -116,11 +126,15 @@ class BreakGlassRoom:
             # Allowed by the ladder's end, by the clock; a ladder whose steps were not posted was seen by no
             # approver, so it has not run to its end: break-glass comes only after the approvers were asked.
             steps = ", ".join(f"{i + 1} ({spec.steps[i].kind})" if i < len(spec.steps) else str(i + 1) for i in unsaid)
-            raise Refusal(f"break-glass refused: the escalation ladder's step(s) {steps} were not posted in Slack, "
-                          "so no approver was asked",
-                          "The ladder tries them again every few seconds (check that the request's thread exists "
-                          f"and Slack answers); then break glass again, or ask a second person: "
-                          f"`/recover approve {req.id}`.", session_id=sid, code="not_allowed")
+            raise Refusal(
+                f"break-glass refused: the escalation ladder's step(s) {steps} were not posted in Slack, "
+                "so no approver was asked",
+                "The ladder tries them again every few seconds (check that the request's thread exists "
+                f"and Slack answers); then break glass again, or ask a second person: "
+                f"`/recover approve {req.id}`.",
+                session_id=sid,
+                code="not_allowed",
+            )
         return reading, verdict.why
 
     def _wire(self, req: DecisionRequest) -> list[str]:
@@ -138,31 +152,36 @@ class BreakGlassRoom:
         def attempt() -> Reply:
             req = load(self.ctx, request_id)
             if not incident.strip() or not reason.strip():
-                raise Refusal("break-glass needs --incident <ref> and --reason \"…\"",
-                              f'Type `/recover break-glass {request_id} --incident INC-… --reason "…"`.')
+                raise Refusal(
+                    'break-glass needs --incident <ref> and --reason "…"',
+                    f'Type `/recover break-glass {request_id} --incident INC-… --reason "…"`.',
+                )
             _, why = self._check(req, actor, channel)
             wire = self._wire(req)
-            self.ctx.record(req.session_id, actor, ASKED, {**inputs, "content_hash": req.content_hash}, "asked",
-                            opens_case=False)
+            self.ctx.record(
+                req.session_id, actor, ASKED, {**inputs, "content_hash": req.content_hash}, "asked", opens_case=False
+            )
             where = self._where(req, channel)
-            return Reply.of(Message(
-                headline=f"Break-glass: `{req.decision}` on `{req.session_id}` without a second person? "
-                         f"Type `/recover confirm {req.id}` to send it (request {req.id})",
-                level="warn",
-                lines=[
-                    f"Allowed because {why}. Incident: {incident}. Reason: {reason}.",
-                    "This will be sent:",
-                    *wire,
-                    "",
-                    f"On confirmation a loud notice goes first to {ref(where, '#') if where else 'the channel'} "
-                    "and to each eligible approver by DM; if it cannot be posted, nothing is sent.",
-                    "A review opens: until someone else signs it you cannot break glass again.",
-                    f"/recover confirm {req.id}",
-                ],
-                rules=["R3.10"],
-                session_id=req.session_id,
-                ref=req.id,
-            ))
+            return Reply.of(
+                Message(
+                    headline=f"Break-glass: `{req.decision}` on `{req.session_id}` without a second person? "
+                    f"Type `/recover confirm {req.id}` to send it (request {req.id})",
+                    level="warn",
+                    lines=[
+                        f"Allowed because {why}. Incident: {incident}. Reason: {reason}.",
+                        "This will be sent:",
+                        *wire,
+                        "",
+                        f"On confirmation a loud notice goes first to {ref(where, '#') if where else 'the channel'} "
+                        "and to each eligible approver by DM; if it cannot be posted, nothing is sent.",
+                        "A review opens: until someone else signs it you cannot break glass again.",
+                        f"/recover confirm {req.id}",
+                    ],
+                    rules=["R3.10"],
+                    session_id=req.session_id,
+                    ref=req.id,
+                )
+            )
 
         return refusing(self.ctx, actor, ASKED, inputs, attempt)
 
@@ -171,11 +190,17 @@ class BreakGlassRoom:
         req = self.ctx.requests.get(request_id) if request_id.startswith("req_") else None
         if req is None or req.state != RequestState.REQUESTED or not is_requester(self.ctx, actor, req):
             return None
-        mine = [s for s in self.ctx.store.steps(session_id=req.session_id)
-                if s.inputs.get("request_id") == req.id and s.step in (ASKED, BREAK_GLASS)]
+        mine = [
+            s
+            for s in self.ctx.store.steps(session_id=req.session_id)
+            if s.inputs.get("request_id") == req.id and s.step in (ASKED, BREAK_GLASS)
+        ]
         last = mine[-1] if mine else None
-        if last is None or last.step != ASKED or last.outcome != "asked" or not same_person(
-            last.actor, actor, self.ctx.console_users
+        if (
+            last is None
+            or last.step != ASKED
+            or last.outcome != "asked"
+            or not same_person(last.actor, actor, self.ctx.console_users)
         ):
             return None
         return dict(last.inputs)
@@ -198,29 +223,41 @@ class BreakGlassRoom:
             req = load(self.ctx, request_id)
             asked = self.asked(actor, request_id)
             if asked is None:
-                raise Refusal(f"no break-glass of {request_id} waits for your confirmation",
-                              f'Start with `/recover break-glass {request_id} --incident … --reason "…"`.')
+                raise Refusal(
+                    f"no break-glass of {request_id} waits for your confirmation",
+                    f'Start with `/recover break-glass {request_id} --incident … --reason "…"`.',
+                )
             reading, why = self._check(req, actor, channel)
             incident, reason = str(asked.get("incident")), str(asked.get("reason"))
             where = self._where(req, channel)
             if self.notice is None or where is None:
-                raise Refusal("break-glass refused: the loud notice cannot be posted from here; nothing was sent",
-                              "Break glass in Slack, where the notice reaches the channel and each approver.",
-                              session_id=req.session_id, code="no_notice")
+                raise Refusal(
+                    "break-glass refused: the loud notice cannot be posted from here; nothing was sent",
+                    "Break glass in Slack, where the notice reaches the channel and each approver.",
+                    session_id=req.session_id,
+                    code="no_notice",
+                )
             notice = self._notice(req, incident, reason, why)
             if self.notice.post(where, notice) is None:
-                raise Refusal(f"break-glass refused: the loud notice could not be posted in {ref(where, '#')}; "
-                              "nothing was sent", "Try again once Slack answers.", session_id=req.session_id,
-                              code="no_notice")
+                raise Refusal(
+                    f"break-glass refused: the loud notice could not be posted in {ref(where, '#')}; nothing was sent",
+                    "Try again once Slack answers.",
+                    session_id=req.session_id,
+                    code="no_notice",
+                )
             others = [str(u) for u in reading.get("others") or []]
             failed = [u for u in others if self.notice.post(u, notice) is None]
             if failed:
-                raise Refusal("break-glass refused: the notice could not reach " + ", ".join(ref(u) for u in failed)
-                              + " by DM; nothing was sent", "Try again, or ask them to approve.",
-                              session_id=req.session_id, code="no_notice")
+                raise Refusal(
+                    "break-glass refused: the notice could not reach "
+                    + ", ".join(ref(u) for u in failed)
+                    + " by DM; nothing was sent",
+                    "Try again, or ask them to approve.",
+                    session_id=req.session_id,
+                    code="no_notice",
+                )
             common = {"request_id": req.id, "content_hash": req.content_hash, "channel": channel}
-            self.ctx.record(req.session_id, actor, ANNOUNCED, {**common, "where": where, "notified": others},
-                            "posted")
+            self.ctx.record(req.session_id, actor, ANNOUNCED, {**common, "where": where, "notified": others}, "posted")
             glass = {"channel": channel, "incident": incident, "reason": reason, "reading": reading, "why": why}
             if not grant(self.ctx, req, actor, BREAK_GLASS, glass):
                 moved(self.ctx, req)
@@ -238,13 +275,12 @@ class BreakGlassRoom:
     def _notice(self, req: DecisionRequest, incident: str, reason: str, why: str) -> Message:
         return Message(
             headline=f"BREAK-GLASS: {ref(req.requester)} is sending `{req.decision}` on `{req.session_id}` "
-                     f"without a second person (request {req.id})",
+            f"without a second person (request {req.id})",
             level="error",
             lines=[
                 f"Incident: {incident}. Reason: {reason}.",
                 f"Allowed because {why}. Nothing is sent before this notice.",
-                f"Review it (anyone but {ref(req.requester)}): `/recover review {req.id} --ok` or "
-                "`--concern \"…\"`.",
+                f'Review it (anyone but {ref(req.requester)}): `/recover review {req.id} --ok` or `--concern "…"`.',
             ],
             session_id=req.session_id,
             kind="break_glass_notice",

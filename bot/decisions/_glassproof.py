@@ -4,7 +4,8 @@ Read from the chain alone, by :func:`bot.decisions._proof._prove` only when no a
 ``break_glass`` step is accepted when it is intact, by the requester (the one identity function), over
 the request's content hash, recorded before the expiry (the chain's own times), in an allowed channel,
 for a decision the runbook allows, with an incident ref and a reason, under one of the runbook's
-conditions (the ladder's end, or nobody else eligible: bot/decisions/_glassrule.py) — and an intact ``break_glass_announced`` step (the loud notice
+conditions (the ladder's end, or nobody else eligible: bot/decisions/_glassrule.py) — and an intact
+``break_glass_announced`` step (the loud notice
 posted) for the same request and content comes before it. Nothing else stands in for an approval.
 """
 
@@ -84,8 +85,10 @@ def _problem(
     # Who could have approved then: RECOVER_APPROVERS, what the ladder widened to before this step (the
     # gate's one reading of widening) and whom today's ladder would still widen to, judged against the
     # reading recorded with the step; then the one rule (bot/decisions/_glassrule.py).
-    widened = () if rule.escalation is None else widened_for(
-        rule.escalation, made, steps, at, before_seq=s.seq, intact=lambda w: intact(w) is None
+    widened = (
+        ()
+        if rule.escalation is None
+        else widened_for(rule.escalation, made, steps, at, before_seq=s.seq, intact=lambda w: intact(w) is None)
     )
     reach = ladder_reach(rule.escalation, widened)
     listed = list(dict.fromkeys([*approvers, *reach])) if approvers else []
@@ -118,4 +121,3 @@ def _announced_problem(
     if not before:
         return f"break-glass step {s.seq} has no announcement (break_glass_announced) before it"
     return None
-

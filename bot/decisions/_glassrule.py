@@ -75,7 +75,9 @@ def glass_verdict(
         return GlassVerdict(None, "the runbook has no escalation: section, so it allows no break-glass")
     if not spec.allows_break_glass(decision):
         allowed = ", ".join(spec.break_glass.decisions) or "none"
-        return GlassVerdict(None, f"the runbook allows no break-glass for `{decision}` (break_glass.decisions: {allowed})")
+        return GlassVerdict(
+            None, f"the runbook allows no break-glass for `{decision}` (break_glass.decisions: {allowed})"
+        )
     if expires is None or at > expires:
         return GlassVerdict(None, "the request has expired")
     when = spec.break_glass.when
@@ -92,8 +94,9 @@ def glass_verdict(
         why_not.append(str(no_other))
     if not why_not:
         return GlassVerdict(None, "the runbook names no break-glass condition (break_glass.when is empty)")
-    return GlassVerdict(None, f"none of the runbook's break-glass conditions holds ({', '.join(when)}): "
-                              + " and ".join(why_not))
+    return GlassVerdict(
+        None, f"none of the runbook's break-glass conditions holds ({', '.join(when)}): " + " and ".join(why_not)
+    )
 
 
 def window_opens(spec: EscalationSpec, requested_at: datetime) -> datetime:

@@ -52,9 +52,7 @@ class Refusal(Exception):
         self.code = code
 
 
-def refusing(
-    ctx: DecisionContext, actor: str, step: str, inputs: AttemptInputs, attempt: Callable[[], Reply]
-) -> Reply:
+def refusing(ctx: DecisionContext, actor: str, step: str, inputs: AttemptInputs, attempt: Callable[[], Reply]) -> Reply:
     """Run ``attempt``; a :class:`Refusal` from any check inside is recorded as ``step`` and answered."""
     try:
         return attempt()
@@ -75,9 +73,7 @@ def refusing(
 # -- before a request exists ------------------------------------------------------------------------
 
 
-def in_recovery_channel(
-    ctx: DecisionContext, channel: str | None, what: str, session_id: str | None = None
-) -> None:
+def in_recovery_channel(ctx: DecisionContext, channel: str | None, what: str, session_id: str | None = None) -> None:
     """The channel rule (bot/channels.py): decide, approve, confirm and reject only there."""
     if not ctx.channels.allows(channel):
         raise Refusal(
@@ -159,8 +155,7 @@ def untampered(ctx: DecisionContext, req: DecisionRequest, actor: str, *, void: 
         fresh = ctx.requests.get(req.id) or req
         extra.append(text.updated_request_message(fresh, "void: content changed", "error"))
     raise Refusal(
-        f"request {req.id} was changed after it was requested: "
-        + ("approval refused" if void else "nothing was sent"),
+        f"request {req.id} was changed after it was requested: " + ("approval refused" if void else "nothing was sent"),
         "Its stored content no longer matches the hash recorded when it was made. "
         "Make a new request, and check the step store with `recover-bot audit verify`.",
         session_id=req.session_id,
@@ -189,7 +184,9 @@ def expire_if_due(ctx: DecisionContext, req: DecisionRequest, actor: str) -> Mes
         if ctx.requests.transition(
             db, req.id, (req.state,), RequestState.EXPIRED, decided_by=actor, decided_at=ctx.iso(), note="expired"
         ):
-            ctx.record(req.session_id, actor, Step.DECISION_EXPIRED, {"request_id": req.id}, RequestState.EXPIRED, db=db)
+            ctx.record(
+                req.session_id, actor, Step.DECISION_EXPIRED, {"request_id": req.id}, RequestState.EXPIRED, db=db
+            )
     fresh = ctx.requests.get(req.id) or req
     if fresh.state != RequestState.EXPIRED:
         return None

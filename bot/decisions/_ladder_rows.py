@@ -100,12 +100,26 @@ def schedule(db: Database, store: Store, request: Any, steps: Sequence[tuple[str
     created = parse_time(request.created_at)
     assert created is not None
     rows: list[dict[str, Any]] = [
-        {"request_id": request.id, "idx": i, "session_id": request.session_id, "kind": kind,
-         "due_at": _iso(created + timedelta(seconds=after)), "state": DUE}
+        {
+            "request_id": request.id,
+            "idx": i,
+            "session_id": request.session_id,
+            "kind": kind,
+            "due_at": _iso(created + timedelta(seconds=after)),
+            "state": DUE,
+        }
         for i, (kind, after) in enumerate(steps)
     ]
-    rows.append({"request_id": request.id, "idx": EXPIRY_INDEX, "session_id": request.session_id,
-                 "kind": "expired", "due_at": expiry, "state": DUE})
+    rows.append(
+        {
+            "request_id": request.id,
+            "idx": EXPIRY_INDEX,
+            "session_id": request.session_id,
+            "kind": "expired",
+            "due_at": expiry,
+            "state": DUE,
+        }
+    )
     db.table(ROWS).insert_all(rows)
 
 
@@ -123,8 +137,18 @@ def fence(store: Store, clock: Clock, request_id: str, *, wait: float = LEASE_SE
             db.execute(
                 f"UPDATE {ROWS} SET state = ?, held_until = ? WHERE request_id = ? AND idx <> ? AND "  # noqa: S608
                 "(state IN (?, ?) OR (state = ? AND held_until < ?) OR (state = ? AND lease_until < ?))",
-                [HELD, _iso(now + timedelta(seconds=HOLD_SECONDS)), request_id, EXPIRY_INDEX, DUE, UNSAID, HELD,
-                 _iso(now), CLAIMED, _iso(now)],
+                [
+                    HELD,
+                    _iso(now + timedelta(seconds=HOLD_SECONDS)),
+                    request_id,
+                    EXPIRY_INDEX,
+                    DUE,
+                    UNSAID,
+                    HELD,
+                    _iso(now),
+                    CLAIMED,
+                    _iso(now),
+                ],
             )
             live = _in_flight(db, request_id, now)
         if not live or now >= deadline or time.monotonic() >= real_deadline:
@@ -184,10 +208,16 @@ def remember_message(store: Store, request_id: str, message: Message) -> None:
     if not enabled(store):
         return
     shown = {
-        "headline": message.headline, "level": message.level, "lines": [plain(x) for x in message.lines],
-        "facts": [list(f) for f in message.facts], "rules": list(message.rules), "mentions": list(message.mentions),
+        "headline": message.headline,
+        "level": message.level,
+        "lines": [plain(x) for x in message.lines],
+        "facts": [list(f) for f in message.facts],
+        "rules": list(message.rules),
+        "mentions": list(message.mentions),
         "buttons": [[b.label, b.action, b.value, b.command, b.style] for b in message.buttons],
-        "session_id": message.session_id, "kind": message.kind, "ref": message.ref,
+        "session_id": message.session_id,
+        "kind": message.kind,
+        "ref": message.ref,
     }
     with store.write() as db:
         db.execute(
@@ -205,8 +235,16 @@ def shown_message(store: Store, request_id: str) -> Message | None:
         return None
     d = json.loads(row[0])
     return Message(
-        headline=d["headline"], level=d["level"], lines=list(d["lines"]), facts=[(k, v) for k, v in d["facts"]],
-        rules=list(d["rules"]), mentions=list(d["mentions"]),
-        buttons=[Button(label, action, value, command=cmd, style=style) for label, action, value, cmd, style in d["buttons"]],
-        session_id=d["session_id"], kind=d["kind"], ref=d["ref"],
+        headline=d["headline"],
+        level=d["level"],
+        lines=list(d["lines"]),
+        facts=[(k, v) for k, v in d["facts"]],
+        rules=list(d["rules"]),
+        mentions=list(d["mentions"]),
+        buttons=[
+            Button(label, action, value, command=cmd, style=style) for label, action, value, cmd, style in d["buttons"]
+        ],
+        session_id=d["session_id"],
+        kind=d["kind"],
+        ref=d["ref"],
     )

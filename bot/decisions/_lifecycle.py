@@ -55,9 +55,7 @@ class Execution(Protocol):
         """``approved → sending``: facts re-checked, then sent exactly once."""
         ...
 
-    def send_fresh(
-        self, req: DecisionRequest, actor: str, reporter: Reporter, *, from_state: str, retry: str
-    ) -> Reply:
+    def send_fresh(self, req: DecisionRequest, actor: str, reporter: Reporter, *, from_state: str, retry: str) -> Reply:
         """A fresh diagnosis (or a refusal saying ``retry``), then check-and-send from ``from_state``."""
         ...
 
@@ -134,9 +132,7 @@ def make_request(
     return req
 
 
-def grant(
-    ctx: DecisionContext, req: DecisionRequest, actor: str, step: str, inputs: Mapping[str, Any]
-) -> bool:
+def grant(ctx: DecisionContext, req: DecisionRequest, actor: str, step: str, inputs: Mapping[str, Any]) -> bool:
     """``requested → approved`` (one winner across processes) and its ``step``: decision_approved by a
     second person (R3.10), decision_confirmed or break_glass by the requester. False: someone moved it
     first."""

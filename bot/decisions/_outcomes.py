@@ -71,9 +71,7 @@ class Outcomes:
         head = text.updated_request_message(fresh, f"executed ({by}); receipt {receipt.id}", "ok")
         if not won:
             return Reply.of(head)  # another process settled it and verified it
-        verification = self.verifier.verify(
-            req.session_id, actor, ctx.policy(req.decision), flags_of(req), receipt
-        )
+        verification = self.verifier.verify(req.session_id, actor, ctx.policy(req.decision), flags_of(req), receipt)
         return Reply([head, *verification.messages])
 
     def on_error(self, req: DecisionRequest, actor: str, exc: ControlHostError, reporter: Reporter) -> Reply:
@@ -104,8 +102,7 @@ class Outcomes:
                 lines.append(f"Now failing: {now.reason} ({now.code}).")
             elif now is not None:
                 lines.append(
-                    "The facts look valid again: the revision moved; decide anew for a fresh "
-                    "expected_revision."
+                    "The facts look valid again: the revision moved; decide anew for a fresh expected_revision."
                 )
         if exc.code == "CHECKPOINT_UNAVAILABLE":
             lines.append(

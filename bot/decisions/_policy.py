@@ -110,9 +110,7 @@ class DecisionPolicy:
             elif kind == "fact":
                 value = facts.get(name)
             else:
-                raise DecisionError(
-                    f"the runbook's request body for {self.name} has an unknown source {source!r}"
-                )
+                raise DecisionError(f"the runbook's request body for {self.name} has an unknown source {source!r}")
             if value in (None, "") and (field_name in req.optional or kind == "flag"):
                 continue
             body[field_name] = value
@@ -175,7 +173,8 @@ def decision_policy(runbooks: RunbookSet, name: str, limits: Limits) -> Decision
         approval=policy,
         # The one expiry rule (the ladder's expiry for a two-person decision); the request's
         # ``expires_at``, bound by its content hash, is made from it and the gate reads only that.
-        expiry_seconds=runbooks.approval_expiry(name) if approval is not None and approval.expires is not None
+        expiry_seconds=runbooks.approval_expiry(name)
+        if approval is not None and approval.expires is not None
         else limits.approval_expiry,
         required=tuple(runbooks.required_flags(name)),
         rules=tuple(spec.rules),

@@ -214,12 +214,11 @@ def _prove(
     chain_hash = (made.detail or {}).get("content_hash")
     if not chain_hash or claim.stored_hash != chain_hash or claim.row_hash != chain_hash:
         raise NoAuthority(
-            f"the stored {claim.what} {claim.ident} differs from the content hash recorded in the chain (step {made.seq})"
+            f"the stored {claim.what} {claim.ident} differs from the content hash recorded in the chain (step "
+            f"{made.seq})"
         )
     if made.actor != claim.requester or made.session_id != claim.session_id:
-        raise NoAuthority(
-            f"the chain's request step {made.seq} was made by someone else or on another session"
-        )
+        raise NoAuthority(f"the chain's request step {made.seq} was made by someone else or on another session")
     if _STRICTNESS.get(claim.policy, -1) < _STRICTNESS.get(runbook_policy, 2):
         raise NoAuthority(
             f"{claim.what} {claim.ident} records the policy {claim.policy!r}, weaker than the runbook's "
@@ -234,10 +233,17 @@ def _prove(
     name = names.approved if two_person else names.confirmed
     reasons: list[str] = []
     for s in (s for s in mine if s.step == name):
-        widened = widened_for(escalation, made, mine, parse_time(s.at), before_seq=s.seq,
-                              intact=lambda w: _intact(store, w, first_keyed) is None)
-        why = _approval_problem(s, made, claim, chain_hash, expires, two_person, approvers, channels, console_users,
-                                widened)
+        widened = widened_for(
+            escalation,
+            made,
+            mine,
+            parse_time(s.at),
+            before_seq=s.seq,
+            intact=lambda w: _intact(store, w, first_keyed) is None,
+        )
+        why = _approval_problem(
+            s, made, claim, chain_hash, expires, two_person, approvers, channels, console_users, widened
+        )
         why = why or _intact(store, s, first_keyed)
         if why is None:
             return Authority(
@@ -253,8 +259,15 @@ def _prove(
         reasons.append(why)
     if two_person and glass is not None:
         found, refused = glass_step(
-            mine, made, chain_hash, expires, glass, lambda s: _intact(store, s, first_keyed),
-            approvers=approvers, channels=channels, console_users=console_users,
+            mine,
+            made,
+            chain_hash,
+            expires,
+            glass,
+            lambda s: _intact(store, s, first_keyed),
+            approvers=approvers,
+            channels=channels,
+            console_users=console_users,
         )
         if found is not None:
             return Authority(
@@ -382,9 +395,7 @@ def _body_of(record: IdempotencyRecord) -> object:
         return None
 
 
-def record_problem(
-    record: IdempotencyRecord, method: object, path: object, body: object, *, where: str
-) -> str | None:
+def record_problem(record: IdempotencyRecord, method: object, path: object, body: object, *, where: str) -> str | None:
     """Is the stored record exactly the request the chain authorised (method, path, body)?"""
     if record.method != method or record.path != path or _body_of(record) != body:
         return (

@@ -47,7 +47,15 @@ WAITS = "decision_waits"
 
 # Content columns: fixed once the request exists (the approver approves exactly these).
 CONTENT_FIELDS = (
-    "id", "session_id", "decision", "turn_id", "evidence_ref", "effects", "reason", "requester", "channel",
+    "id",
+    "session_id",
+    "decision",
+    "turn_id",
+    "evidence_ref",
+    "effects",
+    "reason",
+    "requester",
+    "channel",
     "policy",
     "facts",
     "shown_facts",
@@ -94,8 +102,18 @@ _V1_STATES = (
 _V1_TO_V2 = {"pending": "requested", "executing": "sending"}
 # The states 0002 allows; a new state needs a new migration (SQLite rebuilds the table for a CHECK).
 _V2_STATES = (
-    "requested", "approved", "rejected", "expired", "withdrawn", "void",
-    "waiting", "recheck", "sending", "executed", "failed", "uncertain",
+    "requested",
+    "approved",
+    "rejected",
+    "expired",
+    "withdrawn",
+    "void",
+    "waiting",
+    "recheck",
+    "sending",
+    "executed",
+    "failed",
+    "uncertain",
 )
 
 
@@ -172,15 +190,13 @@ def _m0002(db: Database) -> None:
     """
     cols = [r[1] for r in db.execute("PRAGMA table_info(decision_requests)").fetchall()]
     states = ", ".join(f"'{s}'" for s in _V2_STATES)
-    create = db.execute(
-        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'decision_requests'"
-    ).fetchone()[0]
+    create = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'decision_requests'").fetchone()[
+        0
+    ]
     start = create.index("state TEXT NOT NULL")
     end = create.index(")),", start) + 3
     new_create = (
-        create[:start]
-        + f"state TEXT NOT NULL DEFAULT 'requested' CHECK (state IN ({states})),"
-        + create[end:]
+        create[:start] + f"state TEXT NOT NULL DEFAULT 'requested' CHECK (state IN ({states}))," + create[end:]
     ).replace("CREATE TABLE decision_requests", "CREATE TABLE decision_requests_v2", 1)
     names = ", ".join(cols)
     mapped = ", ".join(
@@ -337,9 +353,7 @@ class RequestStore:
         rows = db.table(REQUESTS).rows_where("id = ?", [request_id], limit=1)
         return next((_request(r) for r in rows), None)
 
-    def find(
-        self, *, states: Sequence[str] | None = None, session_id: str | None = None
-    ) -> list[DecisionRequest]:
+    def find(self, *, states: Sequence[str] | None = None, session_id: str | None = None) -> list[DecisionRequest]:
         clauses: list[str] = []
         params: list[str] = []
         if states:
@@ -349,9 +363,7 @@ class RequestStore:
             clauses.append("session_id = ?")
             params.append(session_id)
         with self.store.read() as db:
-            rows = db.table(REQUESTS).rows_where(
-                " AND ".join(clauses) or None, params, order_by="created_at, id"
-            )
+            rows = db.table(REQUESTS).rows_where(" AND ".join(clauses) or None, params, order_by="created_at, id")
             return [_request(r) for r in rows]
 
     def transition(
@@ -374,9 +386,7 @@ class RequestStore:
             raise RuntimeError("transition() needs a connection from Store.write()")
         if to_state not in STATES:
             raise ValueError(f"unknown request state {to_state!r}")
-        before = next(
-            db.table(REQUESTS).rows_where("id = ?", [request_id], select="session_id, state", limit=1), None
-        )
+        before = next(db.table(REQUESTS).rows_where("id = ?", [request_id], select="session_id, state", limit=1), None)
         if before is None or before["state"] not in from_states:
             return False
         if values.get("result") is not None:
@@ -425,8 +435,15 @@ class RequestStore:
         request_id: str | None = None,
         detail: str | None = None,
     ) -> int:
-        row = {"session_id": session_id, "request_id": request_id, "kind": kind, "actor": actor,
-               "started_at": self._now(), "deadline": deadline, "detail": detail}
+        row = {
+            "session_id": session_id,
+            "request_id": request_id,
+            "kind": kind,
+            "actor": actor,
+            "started_at": self._now(),
+            "deadline": deadline,
+            "detail": detail,
+        }
         with self.store.write() as db:
             return int(db.table(WAITS).insert(row).last_pk or 0)
 

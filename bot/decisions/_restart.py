@@ -48,10 +48,13 @@ class RestartRoom:
 
     def replay(self, actor: str, channel: str | None, reporter: Reporter) -> Reply:
         """The console's `/recover replay`: finish what earlier runs left (same keys, never anew)."""
+
         def attempt() -> Reply:
             if not self.ctx.channels.allows(channel):
-                raise Refusal(f"`replay` is refused outside the recovery channels ({self.ctx.channels.source})",
-                              self.ctx.channels.hint(channel))
+                raise Refusal(
+                    f"`replay` is refused outside the recovery channels ({self.ctx.channels.source})",
+                    self.ctx.channels.hint(channel),
+                )
             return self.recover(reporter, actor=actor)
 
         return refusing(self.ctx, actor, "replay", {"channel": channel}, attempt)
@@ -82,7 +85,12 @@ class RestartRoom:
             )
         if found:
             ctx.record(
-                None, who, Step.UNFINISHED_FOUND, {}, f"{len(found)} found", detail={"requests": [u.line() for u in found]}
+                None,
+                who,
+                Step.UNFINISHED_FOUND,
+                {},
+                f"{len(found)} found",
+                detail={"requests": [u.line() for u in found]},
             )
         # Stored requests whose answer never arrived are re-sent first, each with its own key and body,
         # when a step of the chain vouches for them (decisions: through their request, below).
@@ -91,9 +99,7 @@ class RestartRoom:
         ok = not refused
         if replayed:
             messages.append(
-                Message(
-                    headline=f"Re-sent {len(replayed)} unfinished request(s) with their original Idempotency-Keys"
-                )
+                Message(headline=f"Re-sent {len(replayed)} unfinished request(s) with their original Idempotency-Keys")
             )
         replies: list[Reply] = []
         for result in replayed:

@@ -90,9 +90,7 @@ class ResumeRoom:
         cap = advice.max_every if advice and advice.max_every else ctx.limits.resume_backoff_max
         total = advice.up_to if advice and advice.up_to else ctx.limits.resume_backoff_total
         try:
-            return self._send(
-                actor, session_id, record, policy, facts, flags, inputs, (initial, cap, total), reporter
-            )
+            return self._send(actor, session_id, record, policy, facts, flags, inputs, (initial, cap, total), reporter)
         except NoAuthority as exc:
             raise Refusal(
                 f"Resume of `{session_id}` was not sent: the step log does not vouch for its stored request",
@@ -104,9 +102,7 @@ class ResumeRoom:
         except Interrupted:
             raise
         except KeyboardInterrupt:
-            wait_id = next(
-                (w.id for w in ctx.requests.active_waits(session_id) if w.kind == "reclamation"), None
-            )
+            wait_id = next((w.id for w in ctx.requests.active_waits(session_id) if w.kind == "reclamation"), None)
             raise Interrupted(self.unfinished.resume_interrupted(actor, session_id, record, wait_id)) from None
 
     def _send(

@@ -38,7 +38,7 @@ class OpenReview:
         return (
             f"`{self.request_id}` break-glass on `{self.session_id}` by {ref(self.requester)} "
             f"(incident {self.incident}) · review open for {age(self.at, now)} · "
-            f"`/recover review {self.request_id} --ok` or `--concern \"…\"` (anyone but {ref(self.requester)})"
+            f'`/recover review {self.request_id} --ok` or `--concern "…"` (anyone but {ref(self.requester)})'
         )
 
 
@@ -71,9 +71,7 @@ class ReviewRoom:
 
     def open_of(self, actor: str) -> OpenReview | None:
         """The oldest unsigned review of a break-glass use by ``actor`` (the one identity function)."""
-        return next(
-            (r for r in self.open_reviews() if same_person(r.requester, actor, self.ctx.console_users)), None
-        )
+        return next((r for r in self.open_reviews() if same_person(r.requester, actor, self.ctx.console_users)), None)
 
     def message(self, now: datetime) -> Message | None:
         """The open reviews, one line each (``cases``, ``pending`` and ``handoff`` show it)."""
@@ -97,43 +95,67 @@ class ReviewRoom:
             in_recovery_channel(self.ctx, channel, "reviews are", sid)
             if ok == bool(concern):
                 raise Refusal(
-                    "a review is either --ok or --concern \"…\", exactly one of them",
+                    'a review is either --ok or --concern "…", exactly one of them',
                     f'Type `/recover review {req.id} --ok` or `/recover review {req.id} --concern "…"`.',
                     session_id=sid,
                 )
             uses, signed = self._uses()
             use = next((s for s in uses if s.inputs.get("request_id") == req.id), None)
             if use is None:
-                raise Refusal(f"request {req.id} was not sent by break-glass: there is nothing to review",
-                              "`/recover pending` lists the open reviews.", session_id=sid)
+                raise Refusal(
+                    f"request {req.id} was not sent by break-glass: there is nothing to review",
+                    "`/recover pending` lists the open reviews.",
+                    session_id=sid,
+                )
             if req.id in signed:
-                raise Refusal(f"the break-glass use of {req.id} is already reviewed",
-                              f"`/recover history {sid}` shows who signed it.", session_id=sid)
+                raise Refusal(
+                    f"the break-glass use of {req.id} is already reviewed",
+                    f"`/recover history {sid}` shows who signed it.",
+                    session_id=sid,
+                )
             if person_of(actor, self.ctx.console_users) is None:
                 raise Refusal(
                     f"console login {actor.removeprefix('console:')!r} is not mapped to a Slack user id "
                     "(RECOVER_CONSOLE_USERS): it cannot sign a review",
-                    "Map it in RECOVER_CONSOLE_USERS or sign in Slack.", session_id=sid, code="not_reviewer",
+                    "Map it in RECOVER_CONSOLE_USERS or sign in Slack.",
+                    session_id=sid,
+                    code="not_reviewer",
                 )
             if same_person(actor, use.actor, self.ctx.console_users):
                 raise Refusal(
                     "you cannot review your own break-glass use: someone else signs it",
                     f"Ask another on-call engineer to run `/recover review {req.id} --ok` (or --concern).",
-                    session_id=sid, code="self_review",
+                    session_id=sid,
+                    code="self_review",
                 )
             verdict = "ok" if ok else "concern"
             self.ctx.record(
-                sid, actor, REVIEWED,
-                {"request_id": req.id, "channel": channel, "verdict": verdict, "concern": concern,
-                 "glass_seq": use.seq},
-                verdict, opens_case=False,
+                sid,
+                actor,
+                REVIEWED,
+                {
+                    "request_id": req.id,
+                    "channel": channel,
+                    "verdict": verdict,
+                    "concern": concern,
+                    "glass_seq": use.seq,
+                },
+                verdict,
+                opens_case=False,
             )
             said = "signed it off (ok)" if ok else f"raised a concern: {concern}"
-            return Reply.of(Message(
-                headline=f"Break-glass review of {req.id} signed by {ref(actor)}: {ref(use.actor)} may break glass again",
-                level="ok" if ok else "warn",
-                lines=[f"{ref(actor)} {said}.", f"Incident {use.inputs.get('incident')}; reason: {use.inputs.get('reason')}"],
-                session_id=sid,
-            ))
+            return Reply.of(
+                Message(
+                    headline=(
+                        f"Break-glass review of {req.id} signed by {ref(actor)}: {ref(use.actor)} may break glass again"
+                    ),
+                    level="ok" if ok else "warn",
+                    lines=[
+                        f"{ref(actor)} {said}.",
+                        f"Incident {use.inputs.get('incident')}; reason: {use.inputs.get('reason')}",
+                    ],
+                    session_id=sid,
+                )
+            )
 
         return refusing(self.ctx, actor, Step.REVIEW, inputs, attempt)

@@ -73,9 +73,7 @@ def same_person(a: str, b: str, console_users: Mapping[str, str]) -> bool:
     return pa is not None and pa == pb
 
 
-def identity_refusal(
-    actor: str, requester: str, console_users: Mapping[str, str]
-) -> tuple[str, str, list[str]] | None:
+def identity_refusal(actor: str, requester: str, console_users: Mapping[str, str]) -> tuple[str, str, list[str]] | None:
     """The two-person rule's identity checks for approving ``requester``'s request as ``actor``.
 
     Returns None when ``actor`` is a second, identifiable person, else (code, headline, lines). People

@@ -129,8 +129,17 @@ class DecisionService:
     ) -> Reply:
         """Check a decision against a fresh diagnosis; then ask for approval, confirmation, or send it."""
         return self.deciding.decide(
-            actor, channel, session_id, decision, turn=turn, evidence=evidence, effects=effects,
-            reason=reason, yes=yes, reporter=reporter, cause_fixed=cause_fixed,
+            actor,
+            channel,
+            session_id,
+            decision,
+            turn=turn,
+            evidence=evidence,
+            effects=effects,
+            reason=reason,
+            yes=yes,
+            reporter=reporter,
+            cause_fixed=cause_fixed,
         )
 
     def dryrun_decide(
@@ -150,8 +159,16 @@ class DecisionService:
     ) -> Reply:
         """Show exactly what ``decide`` would send and what is expected back; send nothing."""
         return self.deciding.dryrun(
-            actor, channel, session_id, decision, turn=turn, evidence=evidence, effects=effects,
-            reason=reason, yes=yes, cause_fixed=cause_fixed,
+            actor,
+            channel,
+            session_id,
+            decision,
+            turn=turn,
+            evidence=evidence,
+            effects=effects,
+            reason=reason,
+            yes=yes,
+            cause_fixed=cause_fixed,
         )
 
     def approve(self, actor: str, channel: str | None, request_id: str, reporter: Reporter) -> Reply:
@@ -182,8 +199,13 @@ class DecisionService:
         return self.verifier.verify(session_id, actor, self.ctx.policy(decision), flags, receipt)
 
     def warnings_before_send(
-        self, decision: str, facts: Mapping[str, object], flags: Mapping[str, object], *,
-        repeated: int = 0, cause_fixed: str | None = None,
+        self,
+        decision: str,
+        facts: Mapping[str, object],
+        flags: Mapping[str, object],
+        *,
+        repeated: int = 0,
+        cause_fixed: str | None = None,
     ) -> list[str]:
         """What must be seen before a send beyond the standard question (R2.4, R2.11, R5.3, R5.4): the
         single path's own check, for a batch's members too."""

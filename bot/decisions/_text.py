@@ -133,7 +133,11 @@ def confirmation_message(
         rules=rules,
         buttons=[
             Button(
-                f"Confirm {req.decision}", "confirm", req.id, command=command, style="danger",
+                f"Confirm {req.decision}",
+                "confirm",
+                req.id,
+                command=command,
+                style="danger",
                 confirm=irreversible_click("Confirming", req.decision, req.session_id) if irreversible else None,
             )
         ],
@@ -156,7 +160,8 @@ def recheck_message(req: DecisionRequest, gone_at: object, *, irreversible: bool
         f"If the account still holds: the button, or {typed_line('confirm', req.id)}",
         f"If it changed: {typed_line('confirm', req.id, needs=('effects',))} (a new request; someone other than "
         "you approves it)",
-        f"By {ref(req.requester)} (requester) or {ref(req.approved_by or '?')} (approver). Unanswered, it lapses with the "
+        f"By {ref(req.requester)} (requester) or {ref(req.approved_by or '?')} (approver). Unanswered, it lapses "
+        f"with the "
         f"request at {req.expires_at}; nothing is sent before.",
     ]
     return Message(
@@ -167,7 +172,10 @@ def recheck_message(req: DecisionRequest, gone_at: object, *, irreversible: bool
         rules=["R3.9", "R3.10"],
         buttons=[
             Button(
-                "Effects re-checked: send", "confirm", req.id, command=typed_line("confirm", req.id),
+                "Effects re-checked: send",
+                "confirm",
+                req.id,
+                command=typed_line("confirm", req.id),
                 style=None if irreversible else "primary",
                 confirm=irreversible_click("Sending", req.decision, req.session_id) if irreversible else None,
             )
@@ -208,9 +216,5 @@ def state_text(req: DecisionRequest) -> str:
     return f"request {req.id} is already {req.state}{who} at {when}{note}: nothing more to do"
 
 
-def refusal(
-    headline: str, *lines: str, rules: list[str] | None = None, session_id: str | None = None
-) -> Message:
-    return Message(
-        headline=headline, level="error", lines=list(lines), rules=list(rules or []), session_id=session_id
-    )
+def refusal(headline: str, *lines: str, rules: list[str] | None = None, session_id: str | None = None) -> Message:
+    return Message(headline=headline, level="error", lines=list(lines), rules=list(rules or []), session_id=session_id)

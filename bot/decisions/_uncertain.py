@@ -87,9 +87,7 @@ class UncertainSends:
     the gate (bot/decisions/_authority.py), which proves and sends every attempt.
     """
 
-    def __init__(
-        self, ctx: DecisionContext, gate: Gate, on_accepted: Settle, on_error: SettleError
-    ) -> None:
+    def __init__(self, ctx: DecisionContext, gate: Gate, on_accepted: Settle, on_error: SettleError) -> None:
         self.ctx = ctx
         self.gate = gate
         self.on_accepted = on_accepted
@@ -133,7 +131,9 @@ class UncertainSends:
         sid = req.session_id
         return Reply.of(
             Message(
-                headline=f"`{req.decision}` on `{sid}`: no definite answer yet ({exc.code}) — finishing it in the background",
+                headline=(
+                    f"`{req.decision}` on `{sid}`: no definite answer yet ({exc.code}) — finishing it in the background"
+                ),
                 level="warn",
                 lines=[
                     f"Request {req.id} is uncertain: it may or may not have taken effect. The bot re-sends the same "

@@ -67,9 +67,7 @@ class UnfinishedRoom:
                 if req.policy == Policy.TWO_PERSON
                 else "waiting for confirmation",
                 RequestState.APPROVED: "approved, not sent",
-                RequestState.SENDING: "sent, no definite answer (uncertain)"
-                if uncertain
-                else "answered, not recorded",
+                RequestState.SENDING: "sent, no definite answer (uncertain)" if uncertain else "answered, not recorded",
                 RequestState.UNCERTAIN: "sent, no definite answer (uncertain)",
                 RequestState.WAITING: "waiting for the scheduler to confirm the worker gone (R3.9)",
                 RequestState.RECHECK: "waiting for the effects re-check (R3.10)",
@@ -114,9 +112,7 @@ class UnfinishedRoom:
             lines.append(
                 "Finishing the uncertain ones with their own Idempotency-Keys; each outcome goes to its case's thread."
             )
-        return Reply.of(
-            Message(headline=f"Found {len(found)} unfinished request(s)", level="warn", lines=lines)
-        )
+        return Reply.of(Message(headline=f"Found {len(found)} unfinished request(s)", level="warn", lines=lines))
 
     # == withdraw =================================================================================
 
@@ -191,9 +187,7 @@ class UnfinishedRoom:
                 self.ctx.requests.end_wait(wait.id, "withdrawn")
         if req.idem_key:
             self.ctx.store.withdraw_request(req.idem_key, actor, why)
-        return Reply.of(
-            text.updated_request_message(fresh, f"{why}; nothing was sent, it will never be", "warn")
-        )
+        return Reply.of(text.updated_request_message(fresh, f"{why}; nothing was sent, it will never be", "warn"))
 
     def withdraw_pending_of(self, actor: str, since: str) -> Reply:
         """Ctrl-C at the console: withdraw what ``actor`` requested since ``since`` and nothing was sent for."""
@@ -246,9 +240,7 @@ class UnfinishedRoom:
                 self.mark_uncertain(
                     req, actor, ControlHostError("interrupted (Ctrl-C) before the answer", code="INTERRUPTED")
                 )
-                return Reply.of(
-                    self.uncertain_message(req.session_id, f"`{req.decision}` ({req.id})"), ok=False
-                )
+                return Reply.of(self.uncertain_message(req.session_id, f"`{req.decision}` ({req.id})"), ok=False)
         return Reply.of(
             Message(
                 headline=f"Interrupted: request {req.id} is {req.state}",
@@ -259,9 +251,7 @@ class UnfinishedRoom:
             ok=False,
         )
 
-    def resume_interrupted(
-        self, actor: str, session_id: str, record: IdempotencyRecord, wait_id: int | None
-    ) -> Reply:
+    def resume_interrupted(self, actor: str, session_id: str, record: IdempotencyRecord, wait_id: int | None) -> Reply:
         """Ctrl-C during a resume (R4.2): withdrawn when every answer was a 503, else kept uncertain."""
         if wait_id is not None:
             self.ctx.requests.end_wait(wait_id, "withdrawn")
@@ -269,9 +259,7 @@ class UnfinishedRoom:
         current = self.ctx.store.get_request(record.key) or record
         if current.pending and not self.ctx.client.in_doubt(record.key):
             self.ctx.store.withdraw_request(record.key, actor, "interrupted (Ctrl-C)")
-            self.ctx.record(
-                session_id, actor, Step.RESUME_WITHDRAWN, inputs, "withdrawn", idempotency_key=record.key
-            )
+            self.ctx.record(session_id, actor, Step.RESUME_WITHDRAWN, inputs, "withdrawn", idempotency_key=record.key)
             return Reply.of(
                 Message(
                     headline=f"Resume of `{session_id}` withdrawn (interrupted)",
@@ -286,9 +274,7 @@ class UnfinishedRoom:
                 ok=False,
             )
         if current.pending:
-            self.ctx.record(
-                session_id, actor, Step.RESUME_UNCERTAIN, inputs, "uncertain", idempotency_key=record.key
-            )
+            self.ctx.record(session_id, actor, Step.RESUME_UNCERTAIN, inputs, "uncertain", idempotency_key=record.key)
             return Reply.of(self.uncertain_message(session_id, "resume"), ok=False)
         return Reply.of(
             Message(

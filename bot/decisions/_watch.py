@@ -141,17 +141,24 @@ def observe(watch: Watch, facts: Mapping[str, Any], now: datetime) -> Observatio
     code = facts.get("attention.code")
     failures = facts.get("attention.failures")
     if status == "closed" or admission == "closed":
-        return Observation(RECOVERED, "the session is closed", {"session.status": status, "session.admission_state": admission})
+        return Observation(
+            RECOVERED, "the session is closed", {"session.status": status, "session.admission_state": admission}
+        )
     if facts.get("unknown_turn.present") is True:
         turn = facts.get("unknown_turn.id") or "a turn"
-        return Observation(FAILED_AGAIN, f"turn {turn} ended outcome_unknown ({facts.get('unknown_turn.terminal_reason') or 'no terminal_reason'})")
+        return Observation(
+            FAILED_AGAIN,
+            f"turn {turn} ended outcome_unknown ({facts.get('unknown_turn.terminal_reason') or 'no terminal_reason'})",
+        )
     if code in _COUNTED and isinstance(failures, int) and failures > 0:
         reason = facts.get("attention.reason") or "no reason given"
         retry_at = facts.get("attention.retry_at")
         when = f", next attempt at {retry_at}" if retry_at else ", stopped (retry_at null)"
         return Observation(FAILED_AGAIN, f"{code} again ({reason}), failures {failures}{when}")
     if admission == "recovery_required" or status == "failed":
-        return Observation(FAILED_AGAIN, f"the session is {status}, admission {admission}" + (f", attention {code}" if code else ""))
+        return Observation(
+            FAILED_AGAIN, f"the session is {status}, admission {admission}" + (f", attention {code}" if code else "")
+        )
     ready = _ready_after(watch, facts)
     if ready is not None:
         evidence = _evidence(watch, facts, ready)
@@ -222,7 +229,11 @@ def _resumed(watch: Watch, facts: Mapping[str, Any], said: str, evidence: dict[s
         )
     restored = facts.get("events.ready_checkpoint_id")
     if wanted is not None and restored == wanted:
-        return Observation(RECOVERED, f"{said}, having restored checkpoint {wanted}, the one the resume continues from (R5.2)", evidence)
+        return Observation(
+            RECOVERED,
+            f"{said}, having restored checkpoint {wanted}, the one the resume continues from (R5.2)",
+            evidence,
+        )
     return Observation(
         FAILED_AGAIN,
         f"the worker reported ready without the checkpoint's context: it restored {restored or 'no checkpoint'}, "

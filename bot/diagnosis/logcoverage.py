@@ -321,9 +321,15 @@ class LogReadJob:
 # Facts the timeline and control.result lines above already say (or that are mere totals).
 _SAID_BY_THE_TIMELINE = frozenset(
     {
-        "logs.lines", "logs.missing_stages", "logs.late_sdk_interrupt_answered", "logs.engine_terminal_timeout",
-        "logs.capture_timeout", "logs.capture_failed", "logs.finalize_checkpoint_unavailable",
-        "logs.control_result_outcome", "logs.control_result_reason_code",
+        "logs.lines",
+        "logs.missing_stages",
+        "logs.late_sdk_interrupt_answered",
+        "logs.engine_terminal_timeout",
+        "logs.capture_timeout",
+        "logs.capture_failed",
+        "logs.finalize_checkpoint_unavailable",
+        "logs.control_result_outcome",
+        "logs.control_result_reason_code",
     }
 )
 

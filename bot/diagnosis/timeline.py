@@ -225,8 +225,7 @@ def select_timeline(
         return None
     if turn_id is not None:
         matching = [
-            t for t in timelines
-            if t.turn_id == turn_id and (control_id is None or t.control_id in (None, control_id))
+            t for t in timelines if t.turn_id == turn_id and (control_id is None or t.control_id in (None, control_id))
         ]
         return matching[-1] if matching else None
     dated = [t for t in timelines if t.last_at is not None]

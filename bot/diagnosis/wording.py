@@ -45,10 +45,7 @@ _DEFAULT_FACTS = (
 
 def bad_session_id(session_id: object) -> str:
     shown = redact(str(session_id))[:80]
-    return (
-        f"'{shown}' is not a session id: ids are letters, digits and _ . : - (up to 128 characters), "
-        "e.g. ses_01J9Z"
-    )
+    return f"'{shown}' is not a session id: ids are letters, digits and _ . : - (up to 128 characters), e.g. ses_01J9Z"
 
 
 def source_slow(budget_seconds: float) -> str:
@@ -139,15 +136,11 @@ def needs_said(decision: str, runbooks: RunbookSet, facts: Mapping[str, object])
     return "needs " + ", ".join(flags) + why
 
 
-def decision_button(
-    session_id: str, decision: str, runbooks: RunbookSet, facts: Mapping[str, object]
-) -> Button:
+def decision_button(session_id: str, decision: str, runbooks: RunbookSet, facts: Mapping[str, object]) -> Button:
     spec = runbooks.decisions.get(decision)
     command = decide_command(session_id, decision, runbooks, facts)
     if spec is not None and not spec.decidable:
-        return Button(
-            label=decision, action=RESUME_ACTION, value=session_id, command=command, style="primary"
-        )
+        return Button(label=decision, action=RESUME_ACTION, value=session_id, command=command, style="primary")
     return Button(
         label=decision,
         action=DECIDE_ACTION,
@@ -164,9 +157,7 @@ _READINGS = {
     tl.READ_ENGINE_TERMINAL_TIMEOUT: (
         "engine_terminal outcome=timeout: no SDK/engine terminal within the 5 s grace (R3.5)"
     ),
-    tl.READ_CAPTURE_FAILED: (
-        "capture_finished outcome=failed{reason}: the checkpoint capture itself failed (R3.5)"
-    ),
+    tl.READ_CAPTURE_FAILED: ("capture_finished outcome=failed{reason}: the checkpoint capture itself failed (R3.5)"),
     tl.READ_FINALIZE_CHECKPOINT_UNAVAILABLE: (
         "finalize_finished outcome=failed CHECKPOINT_UNAVAILABLE after a finished capture: the API "
         "refused the manifest or its ref — not a capture timeout and not an S3 failure (R3.5)"
@@ -190,8 +181,7 @@ def _ms(value: int | None) -> str:
 def timeline_lines(timeline: tl.InterruptTimeline) -> list[str]:
     """The R3.2 timeline for people: one stage a line with elapsed_ms, then missing, late and readings."""
     out = [
-        f"Interrupt timeline (R3.2) turn {format_value(timeline.turn_id)}, "
-        f"control {format_value(timeline.control_id)}:"
+        f"Interrupt timeline (R3.2) turn {format_value(timeline.turn_id)}, control {format_value(timeline.control_id)}:"
     ]
     for entry in timeline.stages:
         pairs = (("outcome", entry.outcome), ("reason", entry.reason), ("budget_ms", entry.budget_ms))
@@ -200,9 +190,7 @@ def timeline_lines(timeline: tl.InterruptTimeline) -> list[str]:
     if timeline.missing:
         out.append("  missing stages: " + ", ".join(timeline.missing))
     for entry in timeline.late:
-        out.append(
-            f"  late (R3.4, not in the sequence): late_sdk_interrupt_answered at {_ms(entry.elapsed_ms)}"
-        )
+        out.append(f"  late (R3.4, not in the sequence): late_sdk_interrupt_answered at {_ms(entry.elapsed_ms)}")
     for code, entry in timeline.readings():
         out.append("  reading: " + reading(code, entry))
     return out

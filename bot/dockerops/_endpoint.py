@@ -128,7 +128,9 @@ class DockerEndpoint:
         if self.tls:
             out.append(f"docker_host {self.host!r}{where}: TLS files apply to tcp:// only; ssh:// uses ssh's own keys")
         if shutil.which("ssh") is None:
-            out.append(f"docker_host {self.host!r}{where}: ssh:// needs the ssh client on this machine (openssh-client)")
+            out.append(
+                f"docker_host {self.host!r}{where}: ssh:// needs the ssh client on this machine (openssh-client)"
+            )
         if importlib.util.find_spec("paramiko") is None:
             out.append(
                 f"docker_host {self.host!r}{where}: the docker SDK's ssh transport needs paramiko: "
@@ -232,8 +234,14 @@ def tls_failure(exc: BaseException, endpoint: DockerEndpoint) -> DockerOpsError 
         )
     # The engine checks the bot's certificate after the bot has accepted the engine's (TLS 1.3): a
     # refusal arrives as an alert, or as the connection cut right after the handshake.
-    refused = ("alert bad certificate", "alert unknown ca", "certificate required", "alert certificate unknown",
-               "EOF occurred in violation of protocol", "Connection reset by peer")
+    refused = (
+        "alert bad certificate",
+        "alert unknown ca",
+        "certificate required",
+        "alert certificate unknown",
+        "EOF occurred in violation of protocol",
+        "Connection reset by peer",
+    )
     if endpoint.tls and any(r.lower() in text.lower() for r in refused):
         return DockerOpsError(
             f"The Docker engine at {host} did not accept the bot's client certificate {endpoint.tls_cert}.",

@@ -61,8 +61,7 @@ def unreachable_error(exc: BaseException, host: str) -> DockerOpsError:
     unnamed = host == f"unix://{DEFAULT_SOCKET}" and not os.environ.get("DOCKER_HOST")
     if unnamed and not os.path.exists(DEFAULT_SOCKET):
         return DockerOpsError(
-            "Docker is not configured for this bot: DOCKER_HOST is not set and there is no "
-            f"{DEFAULT_SOCKET}.",
+            f"Docker is not configured for this bot: DOCKER_HOST is not set and there is no {DEFAULT_SOCKET}.",
             hint=(
                 "Set DOCKER_HOST to the installation's socket proxy (e.g. tcp://socket-proxy:2375). "
                 "Reconciler commands and worker logs need it; the demo runs without Docker."

@@ -87,15 +87,10 @@ def run_exec(
     installed settings (R1.3) and only the given variables are set or overridden.
     """
     api = client.api
-    gone = (
-        f"The reconciler container {container} is gone (removed or recreated); "
-        "find it again and rerun the command."
-    )
+    gone = f"The reconciler container {container} is gone (removed or recreated); find it again and rerun the command."
     started = time.monotonic()
     with translate(f"Starting the exec in {container}", host, not_found=gone):
-        created = api.exec_create(
-            container, list(argv), stdout=True, stderr=True, environment=dict(environment)
-        )
+        created = api.exec_create(container, list(argv), stdout=True, stderr=True, environment=dict(environment))
         exec_id = str(created["Id"])
         stream = api.exec_start(exec_id, stream=True)
     reader = _Reader(stream, output_cap)

@@ -243,9 +243,7 @@ class DockerLogSource:
                 tty = bool((info.get("Config") or {}).get("Tty"))
                 backwards = not state.get("Running") and end is None and _focus_late(focus, state)
                 if backwards:
-                    yield from self._tail_segments(
-                        client, host, name, index, tty, session_id, start, on_bytes, stop
-                    )
+                    yield from self._tail_segments(client, host, name, index, tty, session_id, start, on_bytes, stop)
                 else:
                     coverage = Coverage(source=f"docker:{name}")
                     blocks = self._blocks(client, host, name, _window_params(start, end), tty=tty)
@@ -312,6 +310,7 @@ class DockerLogSource:
             stats=stats,
         )
         return LogSegment(rank=rank, scan=scan, coverage=coverage, label=label)
+
 
 def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -67,8 +67,7 @@ class DockerOps:
     def _project(self) -> str:
         if not self.installation:
             raise DockerOpsError(
-                "RECOVER_INSTALLATION is not set: the bot does not know which installation's reconciler "
-                "to use.",
+                "RECOVER_INSTALLATION is not set: the bot does not know which installation's reconciler to use.",
                 hint="Set it to the installation's compose project name (its compose project label).",
             )
         if not PROJECT_NAME.match(self.installation):
@@ -180,9 +179,7 @@ class DockerOps:
             "output_bytes": result.output_bytes,
         }
         if result.timed_out:
-            detail["note"] = (
-                f"still running after {cfg.exec_timeout_seconds:g} s; the Docker API cannot stop it (R1.6)"
-            )
+            detail["note"] = f"still running after {cfg.exec_timeout_seconds:g} s; the Docker API cannot stop it (R1.6)"
         if result.container_gone:
             detail["note"] = "the container went away during the exec"
         self.records.finish(table, row_id, outcome, result, actor, step, inputs, detail)

@@ -46,9 +46,7 @@ class PassLine:
     text: str
 
 
-def find_reconciler(
-    client: docker.DockerClient, host: str, cfg: ReconcilerConfig, project: str
-) -> ReconcilerTarget:
+def find_reconciler(client: docker.DockerClient, host: str, cfg: ReconcilerConfig, project: str) -> ReconcilerTarget:
     """Exactly one running container with the project and service labels (R1.3), else an error."""
     labels = cfg.labels(project)
     searched = f"labels {' and '.join(labels)}, status {cfg.status}"
@@ -158,8 +156,6 @@ def later(a: PassLine, b: PassLine) -> bool:
 def _name(container: dict[str, Any]) -> str:
     names = container.get("Names") or []
     return str(names[0]).lstrip("/") if names else str(container.get("Id", "?"))[:12]
-
-
 
 
 def _lines_of(chunks: Iterable[bytes]) -> Iterator[bytes]:

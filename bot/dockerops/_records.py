@@ -61,9 +61,7 @@ class ReconcilerRecords:
         assert text is not None
         return text
 
-    def start_dryrun(
-        self, dry_id: str, project: str, container: str, env: dict[str, str], actor: str
-    ) -> None:
+    def start_dryrun(self, dry_id: str, project: str, container: str, env: dict[str, str], actor: str) -> None:
         """The ``running`` row, written before the exec starts (R1.1)."""
         with self.store.write() as db:
             db.table("dryruns").insert(

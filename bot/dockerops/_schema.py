@@ -1,4 +1,5 @@
-"""The dockerops tables: reconciler dry runs and real passes (the "dockerops" migration set, passed to the store by whoever composes the app).
+"""The dockerops tables: reconciler dry runs and real passes (the "dockerops" migration set, passed to the store by
+whoever composes the app).
 
 A row is written *before* the exec starts (outcome ``running``) and completed after it, so a bot that
 dies mid-pass leaves a row that says a pass was started and its outcome never learnt.

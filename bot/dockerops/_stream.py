@@ -181,9 +181,7 @@ def _body(sock: socket.socket, rest: bytes, tty: bool) -> Iterator[bytes]:
         sock.close()
 
 
-def sdk_log_blocks(
-    client: docker.DockerClient, container: str, params: dict[str, Any]
-) -> Iterator[bytes]:
+def sdk_log_blocks(client: docker.DockerClient, container: str, params: dict[str, Any]) -> Iterator[bytes]:
     """The SDK's frame-per-line stream joined into larger blocks (for hosts not read raw)."""
     stream = client.api.logs(container, stream=True, follow=False, **params)
     try:

@@ -146,8 +146,7 @@ def dryrun_reply(
         )
         return Reply.of(message)
     message = Message(
-        headline=f"Reconciler dry run {dry_id} failed: exit {result.exit_code} in "
-        f"{run_time(result.duration_s)}",
+        headline=f"Reconciler dry run {dry_id} failed: exit {result.exit_code} in {run_time(result.duration_s)}",
         level="error",
         facts=facts,
         lines=[
@@ -177,9 +176,7 @@ def pass_reply(
     facts = exec_facts(cfg, pass_id, "Real pass", project, target, env, result)
     facts[1:1] = [("Reviewed dry run", dryrun_id), ("Reviewed by", reviewer)]
     if result.timed_out:
-        return Reply.of(
-            unknown_message(cfg, "Reconciler real pass", pass_id, target, result, facts), ok=False
-        )
+        return Reply.of(unknown_message(cfg, "Reconciler real pass", pass_id, target, result, facts), ok=False)
     text = redact(result.output.decode("utf-8", errors="replace"))
     shown, cut = summarise_output(text, cfg.summary_lines)
     ok = result.succeeded
@@ -187,8 +184,7 @@ def pass_reply(
         headline=(
             f"Reconciler real pass {pass_id}: exit 0 in {run_time(result.duration_s)}"
             if ok
-            else f"Reconciler real pass {pass_id} failed: exit {result.exit_code} in "
-            f"{run_time(result.duration_s)}"
+            else f"Reconciler real pass {pass_id} failed: exit {result.exit_code} in {run_time(result.duration_s)}"
         ),
         level="ok" if ok else "error",
         facts=facts,

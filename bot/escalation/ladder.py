@@ -116,9 +116,7 @@ def eligible_now(ctx: DecisionContext, request: DecisionRequest, now: datetime) 
     )
 
 
-def next_step(
-    ctx: DecisionContext, request: DecisionRequest
-) -> tuple[int, LadderStep, datetime | None] | None:
+def next_step(ctx: DecisionContext, request: DecisionRequest) -> tuple[int, LadderStep, datetime | None] | None:
     """The first ladder step the chain does not record yet, and when it is due; None at the end."""
     spec = spec_of(ctx, request)
     if spec is None:

@@ -28,40 +28,70 @@ def remind(runner: LadderRunner, actor: str, request_id: str) -> Reply:
         req = load(ctx, request_id)
         spec = spec_of(ctx, req)
         if spec is None:
-            raise Refusal(f"request {req.id} has no escalation ladder (only two-person requests do, "
-                          "when the runbook has an `escalation:` section)", session_id=req.session_id)
+            raise Refusal(
+                f"request {req.id} has no escalation ladder (only two-person requests do, "
+                "when the runbook has an `escalation:` section)",
+                session_id=req.session_id,
+            )
         if not is_requester(ctx, actor, req):
-            raise Refusal(f"only {ref(req.requester)}, who asked for it, reminds about request {req.id}",
-                          f"Approve or reject it instead: `/recover approve {req.id}`.", session_id=req.session_id)
+            raise Refusal(
+                f"only {ref(req.requester)}, who asked for it, reminds about request {req.id}",
+                f"Approve or reject it instead: `/recover approve {req.id}`.",
+                session_id=req.session_id,
+            )
         if req.state not in PENDING_STATES:
             raise Refusal(f"request {req.id} is {req.state}: nothing to remind anyone of", session_id=req.session_id)
         now = ctx.now()
         nxt = next_step(ctx, req)
         interval = spec.remind_interval_seconds
         if nxt is not None and nxt[1].kind != "widen":
-            got = runner.rows.claim(req.id, nxt[0], owner=runner.owner, now=now, lease=runner.lease,
-                                    inputs=runner.inputs_for(req, nxt[0], now), early_by=actor,
-                                    remind_interval=interval)
+            got = runner.rows.claim(
+                req.id,
+                nxt[0],
+                owner=runner.owner,
+                now=now,
+                lease=runner.lease,
+                inputs=runner.inputs_for(req, nxt[0], now),
+                early_by=actor,
+                remind_interval=interval,
+            )
         else:
             index = nxt[0] if nxt is not None else len(spec.steps)
-            recorded = runner.rows.record_instead(req.id, index, owner=runner.owner, by=actor, now=now,
-                                                  remind_interval=interval,
-                                                  inputs={"mentions": list(eligible_now(ctx, req, now).ids)})
-            got = recorded if isinstance(recorded, str) else Claim(req.id, index, "mention", req.session_id, now,
-                                                                   inputs=recorded)
+            recorded = runner.rows.record_instead(
+                req.id,
+                index,
+                owner=runner.owner,
+                by=actor,
+                now=now,
+                remind_interval=interval,
+                inputs={"mentions": list(eligible_now(ctx, req, now).ids)},
+            )
+            got = (
+                recorded
+                if isinstance(recorded, str)
+                else Claim(req.id, index, "mention", req.session_id, now, inputs=recorded)
+            )
         if isinstance(got, str):
             if got.startswith("early:"):
                 at = parse_time(got.removeprefix("early:"))
                 left = duration(max(0.0, ((at or now) - now).total_seconds()))
-                raise Refusal(f"`remind` ran for request {req.id} less than {duration(interval)} ago: "
-                              f"the next one is allowed in {left}", session_id=req.session_id, code="too_soon")
+                raise Refusal(
+                    f"`remind` ran for request {req.id} less than {duration(interval)} ago: "
+                    f"the next one is allowed in {left}",
+                    session_id=req.session_id,
+                    code="too_soon",
+                )
             raise Refusal(f"request {req.id}'s next ladder step is being posted right now", session_id=req.session_id)
         said = Pass()
         message = runner.say_now(got, said)
         what = "mentioned the eligible approvers" if got.kind == "mention" else f"ran the ladder's `{got.kind}` step"
         lines = [f"The next `remind` is allowed in {duration(interval)}."]
-        done = Message(headline=f"Reminded: {what} for request {req.id} now", lines=lines,
-                       session_id=req.session_id, kind=text.KIND)
+        done = Message(
+            headline=f"Reminded: {what} for request {req.id} now",
+            lines=lines,
+            session_id=req.session_id,
+            kind=text.KIND,
+        )
         return Reply([done] if message is None else [message, done])
 
     return refusing(ctx, actor, Step.REMIND, inputs, attempt)

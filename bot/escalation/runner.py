@@ -150,14 +150,18 @@ class LadderRunner:
             # Not claimed (no chain step each pass) and never marked posted: a step nobody saw does not
             # count towards the ladder's end, so it cannot open break-glass; the next pass retries.
             if self.rows.unsaid(request_id, index):
-                log.warning("escalation: step %s of request %s has nowhere to be posted (no thread of the "
-                            "request found); it is tried again every pass, and break-glass stays closed",
-                            index, request_id)
+                log.warning(
+                    "escalation: step %s of request %s has nowhere to be posted (no thread of the "
+                    "request found); it is tried again every pass, and break-glass stays closed",
+                    index,
+                    request_id,
+                )
             done.unsaid.append((request_id, index))
             return
         now = self.ctx.now()
-        claim = self.rows.claim(request_id, index, owner=self.owner, now=now, lease=self.lease,
-                                inputs=self.inputs_for(req, index, now))
+        claim = self.rows.claim(
+            request_id, index, owner=self.owner, now=now, lease=self.lease, inputs=self.inputs_for(req, index, now)
+        )
         if isinstance(claim, Claim):
             self._say(claim, done)
 
@@ -247,7 +251,9 @@ class LadderRunner:
                 continue
             if not self.rows.claim_live(req.id, now, spec.live_update_seconds):
                 continue
-            if self._edit(req.id, live_message(self.ctx, req, self._live_text(req, now)), interval=spec.live_update_seconds):
+            if self._edit(
+                req.id, live_message(self.ctx, req, self._live_text(req, now)), interval=spec.live_update_seconds
+            ):
                 done.edited.append(req.id)
 
     def _live_text(self, req: DecisionRequest, now: datetime) -> str:
@@ -283,4 +289,3 @@ class LadderRunner:
             except Exception:  # noqa: BLE001 - one bad pass must not end the ladder
                 log.exception("escalation: a pass failed")
             stop.wait(every)
-

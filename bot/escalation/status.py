@@ -114,8 +114,11 @@ def _ladder(ctx: DecisionContext, req: DecisionRequest, now: datetime) -> list[s
     _, no_other = others_reading(req.requester, ctx.approvers, reach, ctx.directory, ctx.console_users)
     verdict = glass_verdict(spec, req.decision, requested_at, now, parse_time(req.expires_at), no_other)
     if verdict.allowed_by is not None:
-        return [*parts, f"break-glass: possible now for {req.requester}, because {verdict.why} "
-                        f"(`/recover break-glass {req.id} --incident … --reason \"…\"`)"]
+        return [
+            *parts,
+            f"break-glass: possible now for {req.requester}, because {verdict.why} "
+            f'(`/recover break-glass {req.id} --incident … --reason "…"`)',
+        ]
     left = (window_opens(spec, requested_at) - now).total_seconds()
     if "ladder_ended" in spec.break_glass.when and left > 0 and verdict.problem != "the request has expired":
         not_now = f" (not now: {no_other})" if no_other else ""

@@ -113,14 +113,18 @@ class LadderStore:
             wanted = ("expired",) if index == EXPIRY_INDEX else PENDING
             if req_state not in wanted and state == CLAIMED and (lease_until or "") < n:
                 # Its owner died mid-post and the request has ended since: look in the thread only.
-                db.execute(f"UPDATE {ROWS} SET claimed_by = ?, lease_until = ? WHERE request_id = ? AND idx = ?",  # noqa: S608
-                           [owner, _iso(now + timedelta(seconds=lease)), request_id, index])
+                db.execute(
+                    f"UPDATE {ROWS} SET claimed_by = ?, lease_until = ? WHERE request_id = ? AND idx = ?",  # noqa: S608
+                    [owner, _iso(now + timedelta(seconds=lease)), request_id, index],
+                )
                 return Claim(request_id, index, str(kind), str(sid), now + timedelta(seconds=lease), True, ended=True)
             if req_state not in wanted:
                 if index != EXPIRY_INDEX or req_state not in PENDING:
                     # The request ended (or was decided before it expired): this step never comes.
-                    db.execute(f"UPDATE {ROWS} SET state = ? WHERE request_id = ? AND idx = ?",  # noqa: S608
-                               [CANCELLED, request_id, index])
+                    db.execute(
+                        f"UPDATE {ROWS} SET state = ? WHERE request_id = ? AND idx = ?",  # noqa: S608
+                        [CANCELLED, request_id, index],
+                    )
                     return "gone"
                 return "busy"  # the expiry is due but not yet recorded: expire it first
             if state == HELD and (held_until or "") >= n:
@@ -143,16 +147,30 @@ class LadderStore:
             if early_by is not None:
                 step_inputs.update({"early": True, "by": early_by})
             if taken_over:
-                self.store.record_step(sid, _actor(owner), _STEP_OF_KIND[kind], {"request_id": request_id, "step": index,
-                                       "kind": kind, "taken_over_from": previous_owner},
-                                       "taken_over", db=db, opens_case=False)
+                self.store.record_step(
+                    sid,
+                    _actor(owner),
+                    _STEP_OF_KIND[kind],
+                    {"request_id": request_id, "step": index, "kind": kind, "taken_over_from": previous_owner},
+                    "taken_over",
+                    db=db,
+                    opens_case=False,
+                )
             else:
-                self.store.record_step(sid, _actor(owner), _STEP_OF_KIND[kind], step_inputs, "claimed", db=db,
-                                       opens_case=False)
+                self.store.record_step(
+                    sid, _actor(owner), _STEP_OF_KIND[kind], step_inputs, "claimed", db=db, opens_case=False
+                )
         return Claim(request_id, index, str(kind), str(sid), until, taken_over, None if taken_over else step_inputs)
 
     def record_instead(
-        self, request_id: str, index: int, *, owner: str, by: str, now: datetime, remind_interval: float,
+        self,
+        request_id: str,
+        index: int,
+        *,
+        owner: str,
+        by: str,
+        now: datetime,
+        remind_interval: float,
         inputs: Mapping[str, Any],
     ) -> Mapping[str, Any] | str:
         """The requester's ``remind`` when the next step is a widening (its time stays the clock's: the
@@ -165,10 +183,19 @@ class LadderStore:
             last = self._last_early(request_id)
             if last is not None and last + timedelta(seconds=remind_interval) > now:
                 return "early:" + _iso(last + timedelta(seconds=remind_interval))
-            step_inputs = {"request_id": request_id, "step": index, "kind": "mention", "instead": True,
-                           "early": True, "by": by, "at": _iso(now), **inputs}
-            self.store.record_step(str(row[0]), _actor(owner), Step.ESCALATION_MENTIONED, step_inputs, "claimed",
-                                   db=db, opens_case=False)
+            step_inputs = {
+                "request_id": request_id,
+                "step": index,
+                "kind": "mention",
+                "instead": True,
+                "early": True,
+                "by": by,
+                "at": _iso(now),
+                **inputs,
+            }
+            self.store.record_step(
+                str(row[0]), _actor(owner), Step.ESCALATION_MENTIONED, step_inputs, "claimed", db=db, opens_case=False
+            )
         return step_inputs
 
     def early_allowed_at(self, request_id: str, remind_interval: float) -> datetime | None:
@@ -194,8 +221,12 @@ class LadderStore:
         """What the chain recorded when the step was first claimed (a take-over posts exactly that)."""
         sid = self._session(request_id)
         for s in self.store.steps(session_id=sid):
-            if (s.inputs.get("request_id") == request_id and s.inputs.get("step") == index
-                    and s.step in _STEP_OF_KIND.values() and s.outcome == "claimed"):
+            if (
+                s.inputs.get("request_id") == request_id
+                and s.inputs.get("step") == index
+                and s.step in _STEP_OF_KIND.values()
+                and s.outcome == "claimed"
+            ):
                 return dict(s.inputs)
         return {}
 

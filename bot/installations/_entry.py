@@ -74,9 +74,7 @@ class EntryCheck:
         return path if path.is_absolute() else self.base / path
 
 
-def _id_list(
-    ck: EntryCheck, key: str, setting: str, parse: Callable[[Any], tuple[str, ...]]
-) -> tuple[str, ...]:
+def _id_list(ck: EntryCheck, key: str, setting: str, parse: Callable[[Any], tuple[str, ...]]) -> tuple[str, ...]:
     value = ck.entry.get(key)
     if value is None:
         return ()
@@ -100,9 +98,7 @@ def _api_key(ck: EntryCheck) -> SecretStr | None:
         return None
     if file_text:
         path = ck.path(file_text)
-        value = ck.parsed(
-            "api_key_file", "api_key_file", lambda p: _parse.read_secret_file(p, "api_key_file"), path
-        )
+        value = ck.parsed("api_key_file", "api_key_file", lambda p: _parse.read_secret_file(p, "api_key_file"), path)
         if value is None:
             return None
         register_secret(value)  # masked wherever text leaves the process
@@ -113,16 +109,12 @@ def _api_key(ck: EntryCheck) -> SecretStr | None:
             return None
         value = (os.environ.get(env_name) or "").strip()
         if not value:
-            ck.problem(
-                "api_key_env", f"api_key_env: {env_name} is not set (or empty) in the bot's environment"
-            )
+            ck.problem("api_key_env", f"api_key_env: {env_name} is not set (or empty) in the bot's environment")
             return None
         register_secret(value)
         return SecretStr(value)
     if "api_key" not in ck.entry:
-        ck.problem(
-            None, "no API key: give api_key_file (a mounted secret) or api_key_env (a variable's name)"
-        )
+        ck.problem(None, "no API key: give api_key_file (a mounted secret) or api_key_env (a variable's name)")
     return None
 
 
@@ -152,7 +144,8 @@ def _docker(ck: EntryCheck) -> tuple[str | None, DockerTLS | None]:
             if key != "ca":
                 ck.problem(
                     "docker_tls",
-                    f"docker_tls.{key} is missing: the client's {'certificate' if key == 'cert' else 'private key'} file",
+                    f"docker_tls.{key} is missing: the client's {'certificate' if key == 'cert' else 'private key'} "
+                    f"file",
                 )
             continue
         where = ck.where("docker_tls", key)
@@ -169,9 +162,7 @@ def _docker(ck: EntryCheck) -> tuple[str | None, DockerTLS | None]:
     return host, DockerTLS(cert=files["cert"], key=files["key"], ca=files.get("ca"))
 
 
-def check_entry(
-    entry: object, index: int, lines: LineMap, base: Path
-) -> tuple[InstallationSpec | None, list[str]]:
+def check_entry(entry: object, index: int, lines: LineMap, base: Path) -> tuple[InstallationSpec | None, list[str]]:
     """One ``installations:`` item: the spec, or None with every problem found in it."""
     if not isinstance(entry, dict):
         return None, [
@@ -183,24 +174,16 @@ def check_entry(
             ck.problem(str(key), f"unknown key {key!r} (known: {', '.join(KEYS)})")
     name = ck.text("name", required=True)
     if name is not None and not NAME_PATTERN.match(name):
-        ck.problem(
-            "name", f"name {name!r}: lower-case letters, digits and '-', starting with a letter, at most 31"
-        )
+        ck.problem("name", f"name {name!r}: lower-case letters, digits and '-', starting with a letter, at most 31")
         name = None
     url_text = ck.text("control_host_url", required=True)
-    url = (
-        ck.parsed("control_host_url", "CONTROL_HOST_URL", _parse.control_host_url, url_text)
-        if url_text
-        else None
-    )
+    url = ck.parsed("control_host_url", "CONTROL_HOST_URL", _parse.control_host_url, url_text) if url_text else None
     api_key = _api_key(ck)
     compose_project = ck.text("compose_project")
     channels = _id_list(ck, "channels", "RECOVER_CHANNELS", _parse.channels)
     docker_host, docker_tls = _docker(ck)
     watch = ck.entry.get("watch_channel")
-    watch_channel = (
-        ck.parsed("watch_channel", "RECOVER_WATCH_CHANNEL", _parse.watch_channel, watch) if watch else None
-    )
+    watch_channel = ck.parsed("watch_channel", "RECOVER_WATCH_CHANNEL", _parse.watch_channel, watch) if watch else None
     approvers: tuple[str, ...] | None = None
     if "approvers" in entry:
         approvers = _id_list(ck, "approvers", "RECOVER_APPROVERS", _parse.approvers)

@@ -45,16 +45,20 @@ def reach(spec: InstallationSpec, store: Store, *, timeout: float = 10.0) -> str
     except RecoverError as exc:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         # The client speaks of the single-installation setting; here the key came from the entry.
-        return redact(
-            text.replace("CONTROL_HOST_API_KEY", "the installation's key (api_key_file or api_key_env)")
-        )
+        return redact(text.replace("CONTROL_HOST_API_KEY", "the installation's key (api_key_file or api_key_env)"))
     finally:
         client.close()
     return None
 
 
-def check(path: str, out: TextIO | None = None, err: TextIO | None = None, *, timeout: float = 10.0,
-          recover_channels: Sequence[str] = ()) -> int:
+def check(
+    path: str,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    *,
+    timeout: float = 10.0,
+    recover_channels: Sequence[str] = (),
+) -> int:
     """Validate the file (every problem, exit 1), then reach each host once (exit 1 if one fails).
     ``recover_channels``: RECOVER_CHANNELS, which the file's channels must lie within (as at start)."""
     out = out or sys.stdout

@@ -111,9 +111,7 @@ def _line(problem: str) -> int:
     return int(number) if number.isdigit() else 0
 
 
-def check_installations(
-    path: Path, recover_channels: Sequence[str] = ()
-) -> tuple[list[InstallationSpec], list[str]]:
+def check_installations(path: Path, recover_channels: Sequence[str] = ()) -> tuple[list[InstallationSpec], list[str]]:
     """Every installation of the file and every problem found (the file is usable when none).
     ``recover_channels``: the process's RECOVER_CHANNELS, which every installation channel must be in."""
     data, lines, problems = read_yaml_file(path)
@@ -123,9 +121,7 @@ def check_installations(
         return [], [f"{lines.where(())}: expected a mapping with an installations: list, e.g.\n{EXAMPLE}"]
     for key in data:
         if key != "installations":
-            problems.append(
-                f"{lines.where((str(key),))}: unknown key {key!r} (the file has one key: installations)"
-            )
+            problems.append(f"{lines.where((str(key),))}: unknown key {key!r} (the file has one key: installations)")
     entries = data["installations"]
     if not isinstance(entries, list) or not entries:
         return [], [*problems, f"{lines.where(('installations',))}: installations must be a non-empty list"]

@@ -27,6 +27,7 @@ class InstallationRefused(RecoverError):
 
 def installation_list(specs: Sequence[InstallationSpec]) -> str:
     """``eu-1 (#C0EU1), us-1 (no channel)``: what a refusal lists."""
+
     def one(spec: InstallationSpec) -> str:
         bound = ", ".join(ref(c, "#") for c in spec.channels) or "no channel"
         return f"{spec.name} ({bound})"
@@ -82,25 +83,31 @@ def resolve_installation(
         by_id.add(made_by)
     unknown = sorted(n for n in by_id if n not in names)
     if unknown:
-        raise InstallationRefused(f"This bot serves no installation `{unknown[0]}` (named by the id).",
-                                  hint=_how(specs))
+        raise InstallationRefused(
+            f"This bot serves no installation `{unknown[0]}` (named by the id).", hint=_how(specs)
+        )
     if len(by_id) > 1:
-        raise InstallationRefused(f"The ids name two installations ({', '.join(sorted(by_id))}).",
-                                  hint="One command acts on one installation.")
+        raise InstallationRefused(
+            f"The ids name two installations ({', '.join(sorted(by_id))}).",
+            hint="One command acts on one installation.",
+        )
     owner = next(iter(by_id), None)
     bound = channel_installation(specs, channel)
     if owner is not None and flag is not None and owner != flag:
         raise InstallationRefused(
             f"The id belongs to installation `{owner}`, not `{flag}`: refused.",
-            hint=f"Use `--install {owner}`, or leave --install out.")
+            hint=f"Use `--install {owner}`, or leave --install out.",
+        )
     if owner is not None and bound is not None and owner != bound:
         raise InstallationRefused(
             f"The id belongs to installation `{owner}`, but this channel is bound to `{bound}`: refused.",
-            hint=f"Act on `{owner}` in its own channel (`/recover installations` lists them).")
+            hint=f"Act on `{owner}` in its own channel (`/recover installations` lists them).",
+        )
     chosen = flag or owner or bound or (names[0] if len(names) == 1 else None)
     if chosen is None:
-        raise InstallationRefused(f"Which installation? This bot serves {len(names)}, and {what} names none.",
-                                  hint=_how(specs))
+        raise InstallationRefused(
+            f"Which installation? This bot serves {len(names)}, and {what} names none.", hint=_how(specs)
+        )
     return chosen
 
 

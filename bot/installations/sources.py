@@ -31,7 +31,8 @@ def installations_from_settings(settings: Settings) -> list[InstallationSpec]:
 def resolve_installations(settings: Settings) -> list[InstallationSpec]:
     """The installations the bot serves: the file's when ``RECOVER_INSTALLATIONS_FILE`` is set, else the
     settings' ``default``. Raises :class:`bot.installations.loader.InstallationsError` (every problem of
-    the file as ``FILE:LINE: …``, an installation channel outside RECOVER_CHANNELS among them) or :class:`SettingsError` (the file set beside CONTROL_HOST_URL)."""
+    the file as ``FILE:LINE: …``, an installation channel outside RECOVER_CHANNELS among them) or
+    :class:`SettingsError` (the file set beside CONTROL_HOST_URL)."""
     if settings.installations_file is None:
         return installations_from_settings(settings)
     problems = settings.problems_for(["control_host"])

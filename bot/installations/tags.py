@@ -38,8 +38,9 @@ def tag_message(message: Message, installation: str) -> Message:
     """The message as a reply shows it (:func:`bot.messages.brief`, so its Details button exists now)
     with every button tagged; a copy (the full message the router kept for ``details`` stays as it was)."""
     shown = brief(message)
-    return dataclasses.replace(shown, buttons=[_button(b, installation) for b in shown.buttons],
-                               installation=installation)
+    return dataclasses.replace(
+        shown, buttons=[_button(b, installation) for b in shown.buttons], installation=installation
+    )
 
 
 def name_lead(message: Message, installation: str) -> Message:
@@ -91,4 +92,14 @@ class TaggingNotice:
         return self.inner.post(where, name_lead(tag_message(message, self.installation), self.installation))
 
 
-__all__ = ["TAG", "NoticePoster", "TaggingNotice", "TaggingReporter", "name_lead", "tag_message", "tag_reply", "tag_value", "untag"]
+__all__ = [
+    "TAG",
+    "NoticePoster",
+    "TaggingNotice",
+    "TaggingReporter",
+    "name_lead",
+    "tag_message",
+    "tag_reply",
+    "tag_value",
+    "untag",
+]

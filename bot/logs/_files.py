@@ -125,11 +125,7 @@ class FileLogSource:
                     )
                 completed += 1
             except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                detail = (
-                    exc.strerror
-                    if isinstance(exc, OSError) and exc.strerror
-                    else str(exc) or type(exc).__name__
-                )
+                detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
                 stats.problems.append(f"{path}: {detail}")
             if stats.truncated:
                 return

@@ -89,7 +89,6 @@ class ScanStats:
     problems: list[str] = field(default_factory=list)
 
 
-
 class LogScan(Iterator[LogLine]):
     """An iterator of matching lines that also exposes the scan's :class:`ScanStats`.
 

@@ -27,9 +27,7 @@ _LEAD_TS = re.compile(
 _TS_KEYS = ("ts", "time", "timestamp", "@timestamp")
 _SESSION_KEYS = ("session_id", "sessionId", "session")
 _EVENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
-_LEVELS = frozenset(
-    {"trace", "debug", "info", "notice", "warn", "warning", "error", "err", "fatal", "critical"}
-)
+_LEVELS = frozenset({"trace", "debug", "info", "notice", "warn", "warning", "error", "err", "fatal", "critical"})
 # key=value, key="quoted \"value\"" (an unterminated quote runs to the end of the line), or a bare word.
 _TOKEN = re.compile(
     r'([A-Za-z_@][A-Za-z0-9_.@/-]*)=("(?:[^"\\]|\\.)*(?:"|\\?$)|[^\s]*)'

@@ -55,9 +55,7 @@ def _as_utc(value: datetime) -> datetime:
 class _Matcher:
     """Turns a candidate line (its bytes contain the id) into a LogLine of this session, or nothing."""
 
-    def __init__(
-        self, session_id: str, since: datetime, until: datetime | None, source: str, stats: ScanStats
-    ) -> None:
+    def __init__(self, session_id: str, since: datetime, until: datetime | None, source: str, stats: ScanStats) -> None:
         self.session_id = session_id
         self.needle = session_id.encode("utf-8")
         self.since = _as_utc(since)

@@ -164,8 +164,11 @@ class PagerDutyDirectory(OnCallDirectory):
             echoed = body.get("limit")
             step = echoed if isinstance(echoed, int) and echoed > 0 else limit
             if not oncalls or offset + step + limit > MAX_WINDOW:
-                raise _bad_answer("more on-calls than PagerDuty's paging reaches (offset + limit over 10,000)" if oncalls
-                                  else "an empty page said there were more")
+                raise _bad_answer(
+                    "more on-calls than PagerDuty's paging reaches (offset + limit over 10,000)"
+                    if oncalls
+                    else "an empty page said there were more"
+                )
             offset += step
 
     def _get(self, params: tuple[tuple[str, str | int], ...]) -> dict[str, Any]:

@@ -58,9 +58,7 @@ class Checker:
             if rule not in known:
                 self.at([*path, i], f"cites rule {rule!r}, which no loaded runbook defines (under 'rules:')")
 
-    def condition(
-        self, raw: object, path: Sequence[object], flags: Collection[str] | None = None
-    ) -> Cond | None:
+    def condition(self, raw: object, path: Sequence[object], flags: Collection[str] | None = None) -> Cond | None:
         return compile_condition(raw, path, self.at, flags)
 
     def template(
@@ -272,7 +270,9 @@ def check_decision(ck: Checker, rs: RunbookSet, decision: DecisionSpec, path: li
         limit_name = getattr(watch, field_name)
         limit = rs.limits.get(limit_name)
         if limit is None or limit.duration is None:
-            ck.at([*path, "verify", "watch", field_name], f"names {limit_name!r}, which is not a duration under 'limits:'")
+            ck.at(
+                [*path, "verify", "watch", field_name], f"names {limit_name!r}, which is not a duration under 'limits:'"
+            )
     for j, step in enumerate(decision.verify.next):
         spath = [*path, "verify", "next", j]
         if step.when is not None:

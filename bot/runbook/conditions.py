@@ -244,9 +244,7 @@ def compile_condition(
     """Compile one YAML condition, reporting every problem with its path; None when invalid."""
     path = list(path)
     if not isinstance(raw, Mapping) or not raw:
-        problem(
-            path, "a condition is a mapping: {all: […]}, {any: […]}, {not: …} or {fact: name, <op>: value}"
-        )
+        problem(path, "a condition is a mapping: {all: […]}, {any: […]}, {not: …} or {fact: name, <op>: value}")
         return None
     keys = set(raw)
     for combinator in ("all", "any"):
@@ -258,9 +256,7 @@ def compile_condition(
             if not isinstance(items, list) or not items:
                 problem([*path, combinator], f"'{combinator}' takes a non-empty list of conditions")
                 return None
-            compiled = [
-                compile_condition(x, [*path, combinator, i], problem, flags) for i, x in enumerate(items)
-            ]
+            compiled = [compile_condition(x, [*path, combinator, i], problem, flags) for i, x in enumerate(items)]
             if any(c is None for c in compiled):
                 return None
             parts = tuple(c for c in compiled if c is not None)
@@ -305,9 +301,7 @@ def compile_condition(
     value = raw[op]
     if op in FLAG_OPS:
         if not isinstance(value, bool) or (op in ("is_true", "is_false") and value is not True):
-            problem(
-                [*path, op], f"'{op}' takes " + ("true" if op in ("is_true", "is_false") else "true or false")
-            )
+            problem([*path, op], f"'{op}' takes " + ("true" if op in ("is_true", "is_false") else "true or false"))
             return None
         return Test(subject, op, value)
     if op in ("in", "not_in"):

@@ -71,8 +71,12 @@ class EscalationSpec(Model):
 
     steps: list[LadderStep] = Field(min_length=1)
     expiry: LimitSpec
-    remind_interval: LimitSpec = Field(default_factory=lambda: LimitSpec(duration=300.0, help="remind at most this often"))
-    live_update: LimitSpec = Field(default_factory=lambda: LimitSpec(duration=60.0, help="edit the live line at most this often"))
+    remind_interval: LimitSpec = Field(
+        default_factory=lambda: LimitSpec(duration=300.0, help="remind at most this often")
+    )
+    live_update: LimitSpec = Field(
+        default_factory=lambda: LimitSpec(duration=60.0, help="edit the live line at most this often")
+    )
     break_glass: BreakGlassSpec = Field(default_factory=BreakGlassSpec)
     rules: list[str] = Field(default_factory=list)
 

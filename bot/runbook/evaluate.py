@@ -85,9 +85,7 @@ class Evaluation:
         return "\n".join(lines)
 
 
-def _values(
-    facts: Mapping[str, object], flags: Mapping[str, object], decision: str = ""
-) -> dict[str, object]:
+def _values(facts: Mapping[str, object], flags: Mapping[str, object], decision: str = "") -> dict[str, object]:
     values: dict[str, object] = dict(facts)
     values.update({f"flag.{k}": v for k, v in flags.items()})
     if decision:
@@ -105,9 +103,7 @@ def _dedupe(items: Iterable[str]) -> list[str]:
 def _unknown_refs(cond: Cond | None, ctx: Context) -> list[str]:
     if cond is None:
         return []
-    return _dedupe(
-        (r.name if r.kind == "fact" else f"--{r.name}") for r in cond.refs() if r.resolve(ctx) is None
-    )
+    return _dedupe((r.name if r.kind == "fact" else f"--{r.name}") for r in cond.refs() if r.resolve(ctx) is None)
 
 
 def _clean_flags(flags: Mapping[str, object] | None) -> dict[str, object]:
@@ -159,9 +155,7 @@ def _check(
                 decision=name,
                 unknown=unknown,
             )
-        return DecisionVerdict(
-            ok=False, code=pre.code, status=pre.status, reason=reason, rules=rules, decision=name
-        )
+        return DecisionVerdict(ok=False, code=pre.code, status=pre.status, reason=reason, rules=rules, decision=name)
     return DecisionVerdict(
         ok=True, code=None, reason="the runbook's checks pass", rules=tuple(spec.rules), decision=name
     )
@@ -208,9 +202,7 @@ def select_branch(runbooks: RunbookSet, facts: Mapping[str, object]) -> tuple[Br
             return branch, _dedupe(unknown)
         if result is None:
             unknown.extend(_unknown_refs(cond, ctx))
-    raise RunbookError(
-        [f"{', '.join(runbooks.files_text()) or 'runbooks'}: no loaded runbook defines branches"]
-    )
+    raise RunbookError([f"{', '.join(runbooks.files_text()) or 'runbooks'}: no loaded runbook defines branches"])
 
 
 def evaluate(runbooks: RunbookSet, facts: Mapping[str, object]) -> Evaluation:
@@ -272,4 +264,3 @@ def _sort_rules(rules: list[str]) -> list[str]:
         return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else (99, 99)
 
     return sorted(rules, key=key)
-

@@ -40,9 +40,7 @@ def help_text(runbooks: RunbookSet, subcommand: str | None = None) -> str:
         if spec is None:
             raise CommandError(f"unknown subcommand {excerpt(subcommand)}", usage=short_help(runbooks))
         return _help_one(runbooks, spec)
-    width = max(
-        (len(c.usage.split(" [--")[0].split(" --")[0]) for c in runbooks.commands.values()), default=0
-    )
+    width = max((len(c.usage.split(" [--")[0].split(" --")[0]) for c in runbooks.commands.values()), default=0)
     width = min(width, 38)
     lines = [f"{PREFIX} <subcommand> … — recover stuck sessions by the runbook"]
     for spec in runbooks.commands.values():
@@ -50,9 +48,7 @@ def help_text(runbooks: RunbookSet, subcommand: str | None = None) -> str:
         lines.append(f"  {short.ljust(width)}  {spec.help.split('. ')[0].rstrip('.')}")
     if runbooks.id_help:
         lines.append(f"Ids: {runbooks.id_help}.")
-    lines.append(
-        f"Flags come in any order, as --flag value or --flag=value. {PREFIX} help <subcommand> explains one."
-    )
+    lines.append(f"Flags come in any order, as --flag value or --flag=value. {PREFIX} help <subcommand> explains one.")
     return "\n".join(lines)
 
 

@@ -85,9 +85,9 @@ class ApiSpec(Model):
     session: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}"
     sessions: Annotated[str, Field(pattern=_PLAIN_PATH)] = "/v1/sessions"
     turns: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}/turns"
-    turn: Annotated[
-        str, Field(pattern=r"^/.*\{session_id\}.*\{turn_id\}.*$|^/.*\{turn_id\}.*\{session_id\}.*$")
-    ] = "/v1/sessions/{session_id}/turns/{turn_id}"
+    turn: Annotated[str, Field(pattern=r"^/.*\{session_id\}.*\{turn_id\}.*$|^/.*\{turn_id\}.*\{session_id\}.*$")] = (
+        "/v1/sessions/{session_id}/turns/{turn_id}"
+    )
     events: Annotated[str, Field(pattern=_SESSION_PATH)] = "/v1/sessions/{session_id}/events"
     #: ``{object: {canonical field: the API's field}}``, only where the installation's names differ.
     fields: dict[str, dict[str, Text]] = Field(default_factory=dict)
@@ -162,10 +162,10 @@ WATCH_VALUES: dict[str, str] = {
 
 class WatchSectionSpec(Model):
     """The watcher (proactive detection): how often the listing is polled, how long a stop's key keeps
-    it from being posted again, how long a session that stops again updates its case's thread instead
-    of opening one, how many new stops within ``storm_window`` become one triage message, and how long
-a claimed stop stays its process's before a live watcher takes it over (``claim_lease``). Each
-    value is written like a limit (``{duration: 30s, help: …}``)."""
+        it from being posted again, how long a session that stops again updates its case's thread instead
+        of opening one, how many new stops within ``storm_window`` become one triage message, and how long
+    a claimed stop stays its process's before a live watcher takes it over (``claim_lease``). Each
+        value is written like a limit (``{duration: 30s, help: …}``)."""
 
     poll_interval: LimitSpec
     dedup_window: LimitSpec

@@ -114,8 +114,20 @@ def _identity(files: list[Path]) -> tuple[tuple[object, ...], ...] | None:
             link, target = os.lstat(path), os.stat(path)
         except OSError:
             return None
-        out.append((str(path), link.st_dev, link.st_ino, link.st_mtime_ns, link.st_size,
-                    target.st_dev, target.st_ino, target.st_mtime_ns, target.st_ctime_ns, target.st_size))
+        out.append(
+            (
+                str(path),
+                link.st_dev,
+                link.st_ino,
+                link.st_mtime_ns,
+                link.st_size,
+                target.st_dev,
+                target.st_ino,
+                target.st_mtime_ns,
+                target.st_ctime_ns,
+                target.st_size,
+            )
+        )
     return tuple(out)
 
 

@@ -303,9 +303,7 @@ class RunbookSet:
         try:
             return self.limits[name].value
         except KeyError:
-            raise KeyError(
-                f"no limit named {name!r} in the loaded runbooks ({', '.join(self.files_text())})"
-            ) from None
+            raise KeyError(f"no limit named {name!r} in the loaded runbooks ({', '.join(self.files_text())})") from None
 
     def limit_int(self, name: str) -> int:
         return int(self.limit(name))

@@ -1,4 +1,5 @@
-"""The ``/recover`` command parser (its help text: bot.runbook.helptext), one for Slack and the console (docs/commands.md).
+"""The ``/recover`` command parser (its help text: bot.runbook.helptext), one for Slack and the console
+(docs/commands.md).
 
 Every subcommand, argument pattern and flag comes from the runbook YAML; Python only knows the
 grammar: an optional leading ``/recover``, flags in any order as ``--flag value`` or ``--flag=value``,
@@ -77,6 +78,7 @@ class _Typo(CommandError):
         super().__init__(message)
         self.start, self.end, self.replacement = start, end, replacement
 
+
 class _Brief(CommandError):
     """An error whose message already lists the choices: shown with the usage line only, not the page."""
 
@@ -134,12 +136,7 @@ def tokenize(text: str) -> list[_Token]:
             j = i
             while j < n and not text[j].isspace():
                 j += 1
-                if (
-                    text[j - 1] == "="
-                    and j < n
-                    and text[j] in _DOUBLE_OPEN + _SINGLE_OPEN
-                    and _is_flag(text[i:j])
-                ):
+                if text[j - 1] == "=" and j < n and text[j] in _DOUBLE_OPEN + _SINGLE_OPEN and _is_flag(text[i:j]):
                     break
             word = text[i:j]
             if j >= n or text[j].isspace():
@@ -386,17 +383,13 @@ def _assign(runbooks: RunbookSet, spec: CommandSpec, positional: list[_Token]) -
             if value not in runbooks.decidable:
                 if token is not None:
                     _suggest_word(token, list(runbooks.decidable), "decision")
-                raise _Brief(
-                    f"unknown decision {_short(value)} (decisions: {', '.join(runbooks.decidable)})"
-                )
+                raise _Brief(f"unknown decision {_short(value)} (decisions: {', '.join(runbooks.decidable)})")
         elif arg.choices == "commands":
             value = " ".join(value.lower().split())
             if value not in runbooks.commands:
                 if token is not None:
                     _suggest_word(token, list(runbooks.commands), "subcommand")
-                raise CommandError(
-                    f"unknown subcommand {_short(value)} (subcommands: {', '.join(runbooks.commands)})"
-                )
+                raise CommandError(f"unknown subcommand {_short(value)} (subcommands: {', '.join(runbooks.commands)})")
         args[arg.name] = _check_value(runbooks, f"<{arg.name}>", value, arg)
     extra = positional[len(spec.args) :]
     if extra:

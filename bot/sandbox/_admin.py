@@ -33,9 +33,7 @@ class SandboxAdmin:
     """Drive the sandbox: clock, scheduler, faults, state-machine events, effects, logs."""
 
     def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
-        self._client = httpx.Client(
-            base_url=base_url.rstrip("/") + "/_sandbox", timeout=timeout, verify=_tls_context()
-        )
+        self._client = httpx.Client(base_url=base_url.rstrip("/") + "/_sandbox", timeout=timeout, verify=_tls_context())
 
     def close(self) -> None:
         self._client.close()
@@ -119,12 +117,19 @@ class SandboxAdmin:
         (5xx before the commit), ``error_after_commit`` (commit, then a 5xx, default 500),
         ``drop_after_commit``, ``dribble`` (the answer at ``rate`` bytes/s for
         ``seconds``), ``huge_body`` (the answer padded to ``size`` bytes, streamed; ``length=False``
-        sends no Content-Length) or ``repeat_sessions`` (a listing page names each session twice); ``path`` is an fnmatch pattern; ``for_seconds`` ends the fault after
+        sends no Content-Length) or ``repeat_sessions`` (a listing page names each session twice); ``path`` is an
+        fnmatch pattern; ``for_seconds`` ends the fault after
         that many real seconds (with ``times=None``: an outage of that length); ``probability`` (with
         ``seed``) applies it to that share of the matching requests, repeatably."""
         body: dict[str, Any] = {"kind": kind, "path": path, "method": method, "times": times}
-        for name, value in (("rate", rate), ("size", size), ("length", length), ("for_seconds", for_seconds),
-                            ("probability", probability), ("seed", seed)):
+        for name, value in (
+            ("rate", rate),
+            ("size", size),
+            ("length", length),
+            ("for_seconds", for_seconds),
+            ("probability", probability),
+            ("seed", seed),
+        ):
             if value is not None:
                 body[name] = value
         if seconds is not None:
@@ -167,21 +172,20 @@ class SandboxAdmin:
         return result
 
     def fail_restore(self, session_id: str, reason: str = "restore_refused") -> dict[str, Any]:
-        result: dict[str, Any] = self._call(
-            "POST", f"/sessions/{session_id}/fail-restore", {"reason": reason}
-        )
+        result: dict[str, Any] = self._call("POST", f"/sessions/{session_id}/fail-restore", {"reason": reason})
         return result
 
-    def fail_startup(
-        self, session_id: str, reason: str = "startup_failed", error: str | None = None
-    ) -> dict[str, Any]:
+    def fail_startup(self, session_id: str, reason: str = "startup_failed", error: str | None = None) -> dict[str, Any]:
         result: dict[str, Any] = self._call(
             "POST", f"/sessions/{session_id}/fail-startup", {"reason": reason, "error": error}
         )
         return result
 
     def stop(
-        self, session_id: str, code: str = "RESTORE_FAILED", reason: str | None = "restore_refused",
+        self,
+        session_id: str,
+        code: str = "RESTORE_FAILED",
+        reason: str | None = "restore_refused",
         failures: int | None = 3,
     ) -> dict[str, Any]:
         """Stop the session now (failed, recovery_required, retry_at null) with this attention."""

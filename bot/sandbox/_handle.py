@@ -64,9 +64,7 @@ def _resolve_scenarios(spec: ScenarioSpec) -> list[Scenario]:
                 raise ValueError(f"no builtin scenario {item!r}; known: {sorted(builtin)}")
             result.append(builtin[item])
         else:
-            raise TypeError(
-                f"scenario entries are Scenario, Path, file path or builtin id, not {type(item)!r}"
-            )
+            raise TypeError(f"scenario entries are Scenario, Path, file path or builtin id, not {type(item)!r}")
     return result
 
 
@@ -225,8 +223,11 @@ def serve_forever(
                 handle.state.schedule.add(handle.state, {"every": stop_every}, handle.state.now())
             every = handle.state.schedule.recurring
             assert every is not None
-            print(f"  stops: every {stop_every:g} s the next of {len(every.sessions)} sessions in turn "
-                  "(settled instead when it still is); GET /_sandbox/schedule shows what is planned", flush=True)
+            print(
+                f"  stops: every {stop_every:g} s the next of {len(every.sessions)} sessions in turn "
+                "(settled instead when it still is); GET /_sandbox/schedule shows what is planned",
+                flush=True,
+            )
         while not stop.wait(0.5):
             if handle.state.schedule.recurring is not None or handle.state.schedule.planned:
                 with handle.state.lock:  # due stops happen on time even while nobody asks

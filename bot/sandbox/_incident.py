@@ -113,8 +113,16 @@ def session_spec(index: int, cause: str, prefix: str, rng: random.Random, starte
 
     def claim(at: float, generation: int, restore: bool) -> None:
         logs.append(
-            {"at": at, "json": {"level": "info", "event": "worker.claimed", "session_id": sid,
-                                "generation": generation, "restore": restore}}
+            {
+                "at": at,
+                "json": {
+                    "level": "info",
+                    "event": "worker.claimed",
+                    "session_id": sid,
+                    "generation": generation,
+                    "restore": restore,
+                },
+            }
         )
 
     def failures(code: str, reason: str, times: list[float], stopped: bool, error: str) -> None:
@@ -127,22 +135,43 @@ def session_spec(index: int, cause: str, prefix: str, rng: random.Random, starte
             claim(at - 20, i, code == "RESTORE_FAILED")
             if code == "RESTORE_FAILED" and reason == "restore_unavailable":
                 logs.append(
-                    {"at": at - 1, "json": {"level": "warn", "event": "worker.checkpoint.restore_unavailable",
-                                            "session_id": sid, "attempt": 130,
-                                            "error": "connect ECONNREFUSED object-store:9000"}}
+                    {
+                        "at": at - 1,
+                        "json": {
+                            "level": "warn",
+                            "event": "worker.checkpoint.restore_unavailable",
+                            "session_id": sid,
+                            "attempt": 130,
+                            "error": "connect ECONNREFUSED object-store:9000",
+                        },
+                    }
                 )
             elif code == "RESTORE_FAILED" and reason == "execution_gone":
                 logs.append({"at": at - 1, "text": "Killed"})
             elif code == "RESTORE_FAILED":
                 logs.append(
-                    {"at": at - 1, "json": {"level": "error", "event": "worker.checkpoint.restore_refused",
-                                            "session_id": sid, "code": error, "checkpoint_id": checkpoint["id"]}}
+                    {
+                        "at": at - 1,
+                        "json": {
+                            "level": "error",
+                            "event": "worker.checkpoint.restore_refused",
+                            "session_id": sid,
+                            "code": error,
+                            "checkpoint_id": checkpoint["id"],
+                        },
+                    }
                 )
             else:
                 logs.append({"at": at - 1, "text": f'worker.stopping kind=failed session_id={sid} error="{error}"'})
-            logs.append({"at": at, "json": {"level": "error", "event": "worker.failed", "session_id": sid,
-                                            "error": reason}})
-        session["attention"] = {"code": code, "reason": reason, "failures": len(times), "retry_at": events[-1]["retry_at"]}
+            logs.append(
+                {"at": at, "json": {"level": "error", "event": "worker.failed", "session_id": sid, "error": reason}}
+            )
+        session["attention"] = {
+            "code": code,
+            "reason": reason,
+            "failures": len(times),
+            "retry_at": events[-1]["retry_at"],
+        }
 
     three = [first, first + 35, max(first + 100, last)]  # each after the previous backoff ended
     if cause == "transient":
@@ -160,26 +189,56 @@ def session_spec(index: int, cause: str, prefix: str, rng: random.Random, starte
     elif cause == "unknown":
         reason = rng.choice(["interrupt_unanswered", "interrupt_checkpoint_unavailable"])
         tid = f"turn_{sid}_2"
-        turns.append({"id": tid, "status": "outcome_unknown", "terminal_reason": reason,
-                      "control_id": f"ctl_{sid}", "started_at": last - 300, "ended_at": last})
+        turns.append(
+            {
+                "id": tid,
+                "status": "outcome_unknown",
+                "terminal_reason": reason,
+                "control_id": f"ctl_{sid}",
+                "started_at": last - 300,
+                "ended_at": last,
+            }
+        )
         session["attention"] = {"code": "OUTCOME_UNKNOWN", "reason": reason, "failures": None, "retry_at": None}
         if rng.random() < 0.25:  # not yet confirmed gone: abandon gets RECOVERY_REQUIRED until a pass (R3.9)
-            session["execution"] = {"state": "running" if reason == "interrupt_unanswered" else "draining",
-                                    "alive": False, "started_at": last - 600, "generation": 2}
+            session["execution"] = {
+                "state": "running" if reason == "interrupt_unanswered" else "draining",
+                "alive": False,
+                "started_at": last - 600,
+                "generation": 2,
+            }
         events.append({"name": "turn_outcome_unknown", "turn_id": tid, "terminal_reason": reason, "at": last})
-        logs.append({"at": last - 1, "text": f"turn {tid} gave no terminal within 5000ms of its interrupt "
-                                             f"session_id={sid}"})
-        logs.append({"at": last, "json": {"level": "warn", "event": "control.result", "session_id": sid,
-                                          "turn_id": tid, "operation": "interrupt", "outcome": "unknown",
-                                          "reason_code": "deadline_exceeded", "effect_ms": 6000,
-                                          "duration_ms": 6000}})
+        logs.append(
+            {"at": last - 1, "text": f"turn {tid} gave no terminal within 5000ms of its interrupt session_id={sid}"}
+        )
+        logs.append(
+            {
+                "at": last,
+                "json": {
+                    "level": "warn",
+                    "event": "control.result",
+                    "session_id": sid,
+                    "turn_id": tid,
+                    "operation": "interrupt",
+                    "outcome": "unknown",
+                    "reason_code": "deadline_exceeded",
+                    "effect_ms": 6000,
+                    "duration_ms": 6000,
+                },
+            }
+        )
     else:  # backoff: failing, not stopped; the scheduler relaunches it after retry_at
         restore = rng.random() < 0.6
         n = rng.choice([1, 2])
         t = -rng.uniform(1, 20)
         session.update({"status": "idle", "admission_state": "open"})
-        session["execution"] = {"state": "draining", "alive": False, "phase": "starting",
-                                "started_at": t - 10, "generation": n}
+        session["execution"] = {
+            "state": "draining",
+            "alive": False,
+            "phase": "starting",
+            "started_at": t - 10,
+            "generation": n,
+        }
         if not restore:
             session["checkpoint"] = None
             turns = []

@@ -79,9 +79,7 @@ def resolve_time(value: object, now: datetime) -> datetime | None:
         match = _REL_TIME.match(text)
         if match:
             seconds = float(match["num"]) * _UNIT_SECONDS[match["unit"]]
-            return (
-                now - timedelta(seconds=seconds) if match["sign"] == "-" else now + timedelta(seconds=seconds)
-            )
+            return now - timedelta(seconds=seconds) if match["sign"] == "-" else now + timedelta(seconds=seconds)
         parsed = parse_time(text)
         if parsed is not None:
             return parsed
@@ -171,9 +169,7 @@ def load_scenarios(path_or_dir: str | Path) -> list[Scenario]:
     sessions: dict[str, str] = {}
     for scenario in scenarios:
         if scenario.id in seen:
-            problems.append(
-                f"{scenario.source}: scenario id {scenario.id!r} also used in {seen[scenario.id]}"
-            )
+            problems.append(f"{scenario.source}: scenario id {scenario.id!r} also used in {seen[scenario.id]}")
         seen[scenario.id] = scenario.source
         if scenario.session_id in sessions:
             problems.append(
@@ -219,9 +215,7 @@ def scenario_from_mapping(data: object, *, source: Path | None = None) -> Scenar
     where = str(source) if source else "<scenario>"
     problems: list[str] = []
     if not isinstance(data, dict):
-        raise ScenarioError(
-            [f"{where}: a scenario is a mapping with id, title, description, branch, session"]
-        )
+        raise ScenarioError([f"{where}: a scenario is a mapping with id, title, description, branch, session"])
     for key in sorted(set(data) - _TOP_KEYS):
         problems.append(f"{where}: unknown key {key!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
     for key in ("id", "title", "description", "branch"):
@@ -303,9 +297,7 @@ def validate_session_spec(session: Mapping[str, Any], where: str) -> list[str]:
         if not isinstance(checkpoint, dict) or not ID_PATTERN.match(str(checkpoint.get("id", ""))):
             problems.append(f"{where}: session.checkpoint needs an id matching {ID_PATTERN.pattern}")
         else:
-            _check_time(
-                checkpoint.get("committed_at", "now"), f"{where}: session.checkpoint.committed_at", problems
-            )
+            _check_time(checkpoint.get("committed_at", "now"), f"{where}: session.checkpoint.committed_at", problems)
     execution = session.get("execution")
     if execution is not None:
         if not isinstance(execution, dict) or execution.get("state") not in EXECUTION_STATES:

@@ -49,8 +49,14 @@ class PlannedStop:
     failures: int | None = 3
 
     def to_json(self) -> dict[str, Any]:
-        return {"at": isoformat(self.at), "session": self.session_id, "scenario": self.scenario,
-                "code": self.code, "reason": self.reason, "failures": self.failures}
+        return {
+            "at": isoformat(self.at),
+            "session": self.session_id,
+            "scenario": self.scenario,
+            "code": self.code,
+            "reason": self.reason,
+            "failures": self.failures,
+        }
 
 
 @dataclass
@@ -77,8 +83,9 @@ class StopSchedule:
         every = self.recurring
         return {
             "planned": [p.to_json() for p in sorted(self.planned, key=lambda p: (p.at, p.session_id))],
-            "every": None if every is None else {"seconds": every.seconds, "sessions": every.sessions,
-                                                 "next_at": isoformat(every.next_at)},
+            "every": None
+            if every is None
+            else {"seconds": every.seconds, "sessions": every.sessions, "next_at": isoformat(every.next_at)},
             "fired": len(self.fired),
         }
 
@@ -110,7 +117,7 @@ class StopSchedule:
             raise ScheduleError(f"{where}: no scenario {scenario!r}; known: {sorted(state.scenarios)}")
         sid = item.get("session") or (state.scenarios[scenario].session.get("id") if scenario else None)
         if not isinstance(sid, str) or (scenario is None and sid not in state.sessions):
-            raise ScheduleError(f"{where}: give an existing \"session\" or a \"scenario\" to load")
+            raise ScheduleError(f'{where}: give an existing "session" or a "scenario" to load')
         return PlannedStop(_at(item.get("at", 0), now, where), sid, scenario, *_attention(item, where))
 
     def _burst(self, state: _State, body: dict[str, Any], now: datetime) -> list[PlannedStop]:
@@ -140,8 +147,9 @@ class StopSchedule:
         if unknown or not sessions:
             raise ScheduleError(f"every: no sessions to stop (unknown: {unknown[:3]})")
         code, reason, failures = _attention(body, "every")
-        self.recurring = Recurring(float(seconds), [str(s) for s in sessions],
-                                   now + timedelta(seconds=float(seconds)), code, reason, failures)
+        self.recurring = Recurring(
+            float(seconds), [str(s) for s in sessions], now + timedelta(seconds=float(seconds)), code, reason, failures
+        )
 
     # -- firing --------------------------------------------------------------------------------
 

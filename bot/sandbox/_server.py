@@ -38,7 +38,13 @@ log = logging.getLogger("bot.sandbox")
 RECOVER_SCOPE = "sessions:recover"
 MAX_BODY = 1 << 20
 FAULT_KINDS = (
-    "latency", "rate_limit", "server_error", "error_after_commit", "drop_after_commit", "dribble", "huge_body",
+    "latency",
+    "rate_limit",
+    "server_error",
+    "error_after_commit",
+    "drop_after_commit",
+    "dribble",
+    "huge_body",
     "repeat_sessions",
 )
 # How an answer can be sent badly (hostile-host tests): slowly, or far too big.
@@ -248,14 +254,26 @@ class SandboxApp:
             time.sleep(self.traffic.latency)  # outside the lock: other requests go on meanwhile
         if wait is not None:
             response = _err(
-                429, "RATE_LIMITED", "Too many requests from this client.", retryable=True,
+                429,
+                "RATE_LIMITED",
+                "Too many requests from this client.",
+                retryable=True,
                 headers=retry_after_headers(wait),
             )
             with self.state.lock:
                 self.requests.append(
-                    {"at": isoformat(datetime.now(UTC)), "clock": isoformat(self.state.now()), "method": method, "path": path, "query": query,
-                     "idempotency_key": headers.get("Idempotency-Key") or headers.get("idempotency-key"),
-                     "body": None, "status": 429, "dropped": False, "faults": ["traffic_rate_limit"]}
+                    {
+                        "at": isoformat(datetime.now(UTC)),
+                        "clock": isoformat(self.state.now()),
+                        "method": method,
+                        "path": path,
+                        "query": query,
+                        "idempotency_key": headers.get("Idempotency-Key") or headers.get("idempotency-key"),
+                        "body": None,
+                        "status": 429,
+                        "dropped": False,
+                        "faults": ["traffic_rate_limit"],
+                    }
                 )
             return response
         return self._public(method, path, query, headers, raw)
@@ -323,9 +341,7 @@ class SandboxApp:
         failing = next((f for f in faults if f.kind == "server_error"), None)
         if failing:
             # Before the commit: nothing changes, nothing is stored under the key.
-            return _err(
-                failing.status, "SERVER_ERROR", "Injected server error (before commit).", retryable=True
-            )
+            return _err(failing.status, "SERVER_ERROR", "Injected server error (before commit).", retryable=True)
         drop = any(f.kind == "drop_after_commit" for f in faults)
         after = next((f for f in faults if f.kind == "error_after_commit"), None)
         try:
@@ -382,12 +398,8 @@ class SandboxApp:
         key: str | None,
     ) -> Response:
         if not key or len(key) > 255:
-            raise ApiError(
-                400, "BAD_REQUEST", "Every POST needs an Idempotency-Key header (1-255 characters)."
-            )
-        content_type = (
-            (headers.get("Content-Type") or headers.get("content-type") or "").split(";")[0].strip()
-        )
+            raise ApiError(400, "BAD_REQUEST", "Every POST needs an Idempotency-Key header (1-255 characters).")
+        content_type = (headers.get("Content-Type") or headers.get("content-type") or "").split(";")[0].strip()
         if raw.strip() and content_type != "application/json":
             raise ApiError(400, "BAD_REQUEST", "Content-Type must be application/json.")
         try:
@@ -444,9 +456,7 @@ class SandboxApp:
         self.state.tick()
         return {"now": isoformat(self.state.now())}
 
-    def _admin_scheduler_pass(
-        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
-    ) -> Any:
+    def _admin_scheduler_pass(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         return self.state.scheduler_pass()
 
     def _admin_effects(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
@@ -524,9 +534,7 @@ class SandboxApp:
         items = [r for r in self.requests if sid is None or f"/sessions/{sid}" in r["path"]]
         return {"requests": items}
 
-    def _admin_clear_requests(
-        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
-    ) -> Any:
+    def _admin_clear_requests(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         self.requests.clear()
         return {"requests": []}
 
@@ -564,9 +572,7 @@ class SandboxApp:
             ]
         }
 
-    def _admin_load_scenario(
-        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
-    ) -> Any:
+    def _admin_load_scenario(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         session = self.state.load_scenario(unquote(params["scenario"]))
         return self.state.debug_session(session.id)
 
@@ -624,20 +630,14 @@ class SandboxApp:
             raise AdminError(400, "BAD_REQUEST", str(exc)) from None
         return self.traffic.to_json()
 
-    def _admin_admin_sessions(
-        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
-    ) -> Any:
+    def _admin_admin_sessions(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         return {"sessions": [self.state.debug_session(sid) for sid in sorted(self.state.sessions)]}
 
-    def _admin_create_session(
-        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
-    ) -> Any:
+    def _admin_create_session(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         session = self.state.create_session(body)
         return self.state.debug_session(session.id)
 
-    def _admin_admin_session(
-        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
-    ) -> Any:
+    def _admin_admin_session(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         return self.state.debug_session(params["sid"])
 
     def _admin_worker_logs(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
@@ -684,9 +684,7 @@ class SandboxApp:
         self.state.reclamation(params["sid"], _bool(body, "held"))
         return self.state.debug_session(params["sid"])
 
-    def _admin_stray_workers(
-        self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]
-    ) -> Any:
+    def _admin_stray_workers(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         count = body.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool):
             raise AdminError(400, "BAD_REQUEST", "count must be an integer")
@@ -800,9 +798,7 @@ class _Handler(BaseHTTPRequestHandler):
             length = -1
         if length < 0 or length > MAX_BODY:
             self.close_connection = True
-            self._write(
-                _err(413 if length > MAX_BODY else 400, "BAD_REQUEST", "Bad or too large Content-Length.")
-            )
+            self._write(_err(413 if length > MAX_BODY else 400, "BAD_REQUEST", "Bad or too large Content-Length."))
             return
         raw = self.rfile.read(length) if length else b""
         response = self.server.app.handle(

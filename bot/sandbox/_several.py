@@ -74,11 +74,7 @@ def start_installations(
     handles: dict[str, SandboxHandle] = {}
     try:
         for offset, name in enumerate(names):
-            keys = (
-                None
-                if api_key is None
-                else {installation_key(api_key, name): {"sessions:read", RECOVER_SCOPE}}
-            )
+            keys = None if api_key is None else {installation_key(api_key, name): {"sessions:read", RECOVER_SCOPE}}
             handles[name] = start_sandbox(
                 scenarios=scenarios,
                 clock=shared,

@@ -281,9 +281,7 @@ class SandboxState:
         """(Re)load one scenario's session from its file contents, replacing any current state."""
         scenario = self.scenarios.get(scenario_id)
         if scenario is None:
-            raise AdminError(
-                404, "NOT_FOUND", f"no scenario {scenario_id!r}; known: {sorted(self.scenarios)}"
-            )
+            raise AdminError(404, "NOT_FOUND", f"no scenario {scenario_id!r}; known: {sorted(self.scenarios)}")
         session = self.build_session(
             scenario.session, scenario.turns, scenario.events, scenario.worker_logs, scenario_id=scenario.id
         )
@@ -397,9 +395,7 @@ class SandboxState:
             raise ApiError(404, "NOT_FOUND", f"No session {session_id!r}.")
         return session
 
-    def _event(
-        self, session: Session, name: str, at: datetime, *, type_: str = "system", **fields: Any
-    ) -> Event:
+    def _event(self, session: Session, name: str, at: datetime, *, type_: str = "system", **fields: Any) -> Event:
         seq = session.events[-1].seq + 1 if session.events else 1
         event = Event(seq=seq, type=type_, name=name, at=at, fields=fields)
         session.events.append(event)
@@ -431,9 +427,7 @@ class SandboxState:
         )
         session.status = "running"
         self._event(session, "generation_launched", at, generation=generation, cause=reason)
-        self._log_json(
-            session, at, "worker.claimed", generation=generation, restore=session.checkpoint is not None
-        )
+        self._log_json(session, at, "worker.claimed", generation=generation, restore=session.checkpoint is not None)
         if session.incident_cause is not None and self.incident is not None:
             self._incident_workers.add(session.id)
             kind, _, _ = worker_plan(session.incident_cause, session.checkpoint is not None, at, self.incident)
@@ -445,11 +439,7 @@ class SandboxState:
 
     def _log_outage_line(self, session: Session, at: datetime, *, attempt: int) -> None:
         # R2.6: restoring → restore_unavailable; new generation without checkpoint → store_unavailable.
-        name = (
-            "worker.checkpoint.restore_unavailable"
-            if session.checkpoint
-            else "worker.checkpoint.store_unavailable"
-        )
+        name = "worker.checkpoint.restore_unavailable" if session.checkpoint else "worker.checkpoint.store_unavailable"
         self._log_json(
             session,
             at,
@@ -468,9 +458,7 @@ class SandboxState:
             execution.state = "draining"  # ended; the scheduler has not confirmed it gone yet (R1.5)
             execution.phase = "starting"
         previous = session.attention
-        counted = (
-            previous.failures if previous and previous.code in {"RESTORE_FAILED", "STARTUP_FAILED"} else 0
-        )
+        counted = previous.failures if previous and previous.code in {"RESTORE_FAILED", "STARTUP_FAILED"} else 0
         incompatible = code == "RESTORE_FAILED" and reason == "incompatible_checkpoint"
         # R2.3: an incompatible checkpoint is deterministic: it stops right after this launch with
         # failures 1 and retry_at null, whatever failures came before it.
@@ -557,9 +545,7 @@ class SandboxState:
                 execution.strays -= 1
                 execution.confirmed_gone_at = now
                 session.revision += 1
-                self._event(
-                    session, "execution_confirmed_gone", now, generation=execution.generation, stray=True
-                )
+                self._event(session, "execution_confirmed_gone", now, generation=execution.generation, stray=True)
                 confirmed.append(session.id)
             if (
                 session.relaunch
@@ -599,8 +585,7 @@ class SandboxState:
             raise AdminError(
                 409,
                 "NO_WORKER",
-                f"{what}: session {session.id} has no live worker "
-                "(in backoff? run a scheduler pass after retry_at)",
+                f"{what}: session {session.id} has no live worker (in backoff? run a scheduler pass after retry_at)",
             )
         return execution
 
@@ -610,9 +595,7 @@ class SandboxState:
         if execution.phase != "starting":
             raise AdminError(409, "NOT_STARTING", f"the worker of {session_id} already reported ready")
         if session.checkpoint is None:
-            raise AdminError(
-                409, "NO_CHECKPOINT", f"{session_id} has no checkpoint to restore (use fail_startup)"
-            )
+            raise AdminError(409, "NO_CHECKPOINT", f"{session_id} has no checkpoint to restore (use fail_startup)")
         now = self.now()
         if reason == "incompatible_checkpoint":
             self._log_json(
@@ -647,7 +630,9 @@ class SandboxState:
         session.admission_state = "recovery_required"
         session.resumable = False
         session.revision += 1
-        name = {"RESTORE_FAILED": "checkpoint_restore_failed", "STARTUP_FAILED": "startup_failed"}.get(code, "session_stopped")
+        name = {"RESTORE_FAILED": "checkpoint_restore_failed", "STARTUP_FAILED": "startup_failed"}.get(
+            code, "session_stopped"
+        )
         self._event(session, name, now, reason=reason, failures=failures, code=code)
         return session
 
@@ -677,13 +662,9 @@ class SandboxState:
         session = self.get(session_id)
         execution = self._alive_worker(session, "worker_ready")
         if self.ready_behaviour == NEVER_READY:
-            raise AdminError(
-                409, "NEVER_READY", f"{session_id}: this sandbox runs with ready_behaviour never_ready"
-            )
+            raise AdminError(409, "NEVER_READY", f"{session_id}: this sandbox runs with ready_behaviour never_ready")
         if session.store_outage and execution.phase == "starting":
-            raise AdminError(
-                409, "STORE_OUTAGE", f"{session_id}: the store is out; the worker keeps retrying (R2.6)"
-            )
+            raise AdminError(409, "STORE_OUTAGE", f"{session_id}: the store is out; the worker keeps retrying (R2.6)")
         self._ready(session, self.now())
         return session
 
@@ -768,9 +749,7 @@ class SandboxState:
         session = self.get(session_id)
         self._alive_worker(session, "start_turn")
         if session.unknown_turn():
-            raise AdminError(
-                409, "OUTCOME_UNKNOWN", f"{session_id}: an outcome_unknown turn heads the queue (R3.8)"
-            )
+            raise AdminError(409, "OUTCOME_UNKNOWN", f"{session_id}: an outcome_unknown turn heads the queue (R3.8)")
         tid = turn_id or f"turn_sbx{next(self._turns)}"
         if not ID_PATTERN.match(tid) or session.turn(tid):
             raise AdminError(400, "BAD_REQUEST", f"turn id {tid!r} is invalid or already used")
@@ -792,9 +771,7 @@ class SandboxState:
         session = self.get(session_id)
         execution = self._alive_worker(session, "interrupt")
         if terminal_reason is not None and terminal_reason not in TERMINAL_REASONS:
-            raise AdminError(
-                400, "BAD_REQUEST", f"terminal_reason must be one of {sorted(TERMINAL_REASONS)} or null"
-            )
+            raise AdminError(400, "BAD_REQUEST", f"terminal_reason must be one of {sorted(TERMINAL_REASONS)} or null")
         if terminal_reason is None and not checkpoint_committed:
             raise AdminError(
                 400,
@@ -991,7 +968,11 @@ class SandboxState:
             else:
                 code = "INCOMPATIBLE_CHECKPOINT" if reason == "incompatible_checkpoint" else "CHECKPOINT_UNAVAILABLE"
                 self._log_json(
-                    session, at, "worker.checkpoint.restore_refused", level="error", code=code,
+                    session,
+                    at,
+                    "worker.checkpoint.restore_refused",
+                    level="error",
+                    code=code,
                     checkpoint_id=session.checkpoint.id if session.checkpoint else None,
                 )
             self._worker_failed(session, "RESTORE_FAILED" if restoring else "STARTUP_FAILED", reason, at)
@@ -1018,9 +999,7 @@ class SandboxState:
             page.append(session)
         return {"sessions": [s.to_json() for s in page], "next": page[-1].id if more else None}
 
-    def list_turns(
-        self, session_id: str, status: str | None, cursor: str | None, limit: int
-    ) -> dict[str, Any]:
+    def list_turns(self, session_id: str, status: str | None, cursor: str | None, limit: int) -> dict[str, Any]:
         session = self.get(session_id)
         turns = list(reversed(session.turns))  # newest first
         if status:
@@ -1055,8 +1034,7 @@ class SandboxState:
             raise ApiError(
                 422,
                 "IDEMPOTENCY_KEY_REUSED",
-                "This Idempotency-Key was already used with a different request; "
-                "use a new key for a new request.",
+                "This Idempotency-Key was already used with a different request; use a new key for a new request.",
             )
         return record
 
@@ -1070,9 +1048,7 @@ class SandboxState:
         response: dict[str, Any],
         session_id: str,
     ) -> None:
-        self.idempotency[key] = IdempotencyRecord(
-            key, method, path, body, status, response, session_id, self.now()
-        )
+        self.idempotency[key] = IdempotencyRecord(key, method, path, body, status, response, session_id, self.now())
 
     def _effect(self, session: Session, kind: str, receipt_id: str, key: str, **detail: Any) -> None:
         self.effects.append(
@@ -1118,9 +1094,7 @@ class SandboxState:
         if decision == "confirm_completed" and not evidence:
             raise ApiError(400, "BAD_REQUEST", "confirm_completed needs evidence_ref.")
         if expected != session.revision:
-            raise ApiError(
-                409, "REQUEST_STALE", f"expected_revision {expected} is not current ({session.revision})."
-            )
+            raise ApiError(409, "REQUEST_STALE", f"expected_revision {expected} is not current ({session.revision}).")
         if session.status == "closed" or session.admission_state == "closed":
             raise ApiError(409, "REQUEST_STALE", "The session is closed.")
         if decision == "retry_restore":
@@ -1136,9 +1110,7 @@ class SandboxState:
                 raise ApiError(409, "REQUEST_STALE", f"Turn {turn.id} is {turn.status}, not outcome_unknown.")
             if session.execution is None or session.execution.state != "gone" or session.execution.strays:
                 # R3.9: a stray container of the session that no pass has removed yet also counts.
-                raise ApiError(
-                    409, "RECOVERY_REQUIRED", "The previous execution has not been confirmed gone."
-                )
+                raise ApiError(409, "RECOVERY_REQUIRED", "The previous execution has not been confirmed gone.")
             if decision == "confirm_completed" and (
                 session.checkpoint is None or session.checkpoint.covers_turn_id != turn.id
             ):
@@ -1245,9 +1217,7 @@ class SandboxState:
         if attention is not None and attention.code == "CONTEXT_GAP":
             raise self._stale("retry_restore refused: the session stopped with a context gap, not a restore.")
         if attention is not None and attention.code == "STARTUP_FAILED":
-            raise self._stale(
-                "retry_restore refused: STARTUP_FAILED without a restore; there is nothing to retry."
-            )
+            raise self._stale("retry_restore refused: STARTUP_FAILED without a restore; there is nothing to retry.")
         if not (
             attention is not None
             and attention.code == "RESTORE_FAILED"
@@ -1275,9 +1245,7 @@ class SandboxState:
                 "(abandon, confirm_completed or close)."
             )
         if attention is not None and attention.retry_at is not None:
-            raise self._stale(
-                f"start_fresh refused: the session is in backoff until {isoformat(attention.retry_at)}."
-            )
+            raise self._stale(f"start_fresh refused: the session is in backoff until {isoformat(attention.retry_at)}.")
         at_limit = (
             session.admission_state == "recovery_required"
             and attention is not None

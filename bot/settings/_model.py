@@ -52,17 +52,33 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "store": ("db_path",),
     "audit": ("audit_key", "audit_key_file"),
     "slack": (
-        "slack_bot_token", "slack_signing_secret", "slack_app_token", "slack_bot_token_file",
-        "slack_signing_secret_file", "slack_app_token_file", "slack_api_url", "slack_teams",
+        "slack_bot_token",
+        "slack_signing_secret",
+        "slack_app_token",
+        "slack_bot_token_file",
+        "slack_signing_secret_file",
+        "slack_app_token_file",
+        "slack_api_url",
+        "slack_teams",
     ),  # fmt: skip
     "people": ("approvers", "channels", "console_users"),
-    "docker": ("compose_project", "docker_host", "docker_tls_verify", "docker_cert_path", "docker_plain_tcp", "log_files"),
+    "docker": (
+        "compose_project",
+        "docker_host",
+        "docker_tls_verify",
+        "docker_cert_path",
+        "docker_plain_tcp",
+        "log_files",
+    ),
     "http": ("host", "port"),
     "runbooks": ("runbooks_dir",),
     "logging": ("log_level",),
     "watch": ("watch_channel", "watch_interval"),
     "oncall": (
-        "oncall_pagerduty_token", "oncall_pagerduty_token_file", "oncall_pagerduty_url", "oncall_pagerduty_policies",
+        "oncall_pagerduty_token",
+        "oncall_pagerduty_token_file",
+        "oncall_pagerduty_url",
+        "oncall_pagerduty_policies",
         "oncall_pagerduty_schedules",
     ),  # fmt: skip
 }

@@ -143,8 +143,7 @@ def teams(value: object) -> tuple[str, ...]:
     bad = [t for t in ids if not _TEAM_ID.match(t)]
     if bad:
         raise ValueError(
-            f"RECOVER_SLACK_TEAMS: {', '.join(map(repr, bad))} is not a Slack workspace id (T…) "
-            "or enterprise id (E…)"
+            f"RECOVER_SLACK_TEAMS: {', '.join(map(repr, bad))} is not a Slack workspace id (T…) or enterprise id (E…)"
         )
     return ids
 

@@ -176,9 +176,7 @@ class SlackBot:
         def call() -> Reply:
             # Which session the command is about decides the thread (parsing only, no I/O).
             origin.session_id = self.router.session_of(text)
-            return self.router.handle_text(
-                text, actor=origin.actor, channel=origin.channel, reporter=reporter
-            )
+            return self.router.handle_text(text, actor=origin.actor, channel=origin.channel, reporter=reporter)
 
         self._guarded(reporter, call)
 
@@ -222,9 +220,7 @@ class SlackBot:
             self.out.ephemeral(channel, actor, wording.modal_unavailable(choice.session_id, choice.decision))
 
     def run_decide(self, actor: str, form: kit.DecideForm, fields: dict[str, str]) -> None:
-        origin = Origin(
-            actor=actor, channel=form.channel, thread_ts=form.thread_ts, session_id=form.session_id
-        )
+        origin = Origin(actor=actor, channel=form.channel, thread_ts=form.thread_ts, session_id=form.session_id)
         reporter = self._reporter(origin)
         self._guarded(
             reporter,
@@ -327,8 +323,7 @@ def build_bot(
         process_before_response=True,  # listeners only queue and ack: see the module docstring
         raise_error_for_unhandled_request=False,
         ignoring_self_events_enabled=True,
-        listener_executor=listener_executor
-        or ThreadPoolExecutor(max_workers=16, thread_name_prefix="recover-ack"),
+        listener_executor=listener_executor or ThreadPoolExecutor(max_workers=16, thread_name_prefix="recover-ack"),
         logger=logging.getLogger("recover_bot.slack.bolt"),
     )
     app.use(tenancy_middleware(tenancy))  # before every listener: other workspaces and apps are refused

@@ -49,12 +49,11 @@ class BackgroundWork:
 
 
 def logged(job: Callable[[], R]) -> R | None:
-    # A background job has nobody to raise to: log (masked by the handlers' filter) instead of losing the error silently.
+    # A background job has nobody to raise to: log (masked by the handlers' filter) instead of losing the
+    # error silently.
     try:
         return job()
     except Exception:
         fn = job.func if isinstance(job, partial) else job
-        log.error(
-            "background job %s failed:\n%s", getattr(fn, "__name__", fn), traceback.format_exc()
-        )
+        log.error("background job %s failed:\n%s", getattr(fn, "__name__", fn), traceback.format_exc())
         return None

@@ -265,15 +265,11 @@ def message_blocks(message: Message, *, attachment_uploaded: bool = False) -> li
     blocks: list[Block] = []
     icon = _ICONS.get(message.level, "")
     blocks.append(
-        HeaderBlock(
-            text=PlainTextObject(text=truncate(header_text(message.headline) or " ", HEADER_TEXT), emoji=True)
-        )
+        HeaderBlock(text=PlainTextObject(text=truncate(header_text(message.headline) or " ", HEADER_TEXT), emoji=True))
     )
     if message.mentions:
         who = " ".join(mention(m) for m in message.mentions)
-        blocks.append(
-            ContextBlock(elements=[MarkdownTextObject(text=truncate(f"{icon} {who}", SECTION_TEXT))])
-        )
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=truncate(f"{icon} {who}", SECTION_TEXT))]))
     elif message.level in ("warn", "error", "ok", "progress"):
         blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"{icon} {_LEVEL_WORDS[message.level]}")]))
     blocks.extend(_lines_sections(message.lines))
@@ -284,9 +280,7 @@ def message_blocks(message: Message, *, attachment_uploaded: bool = False) -> li
     if message.attachment is not None:
         blocks.append(
             SectionBlock(
-                text=MarkdownTextObject(
-                    text=attachment_preview(message.attachment, uploaded=attachment_uploaded)
-                )
+                text=MarkdownTextObject(text=attachment_preview(message.attachment, uploaded=attachment_uploaded))
             )
         )
     printed = "\n".join(message.lines)
@@ -346,9 +340,7 @@ def _button_blocks(buttons: Sequence[Button], offset: int = 0, *, printed: str =
     if commands:
         out.append(
             ContextBlock(
-                elements=[
-                    MarkdownTextObject(text=truncate("Or type: " + "  ·  ".join(commands), SECTION_TEXT))
-                ]
+                elements=[MarkdownTextObject(text=truncate("Or type: " + "  ·  ".join(commands), SECTION_TEXT))]
             )
         )
     return out
@@ -362,9 +354,7 @@ def _fit(blocks: list[Block], limit: int, *, reserve_tail: int = 0) -> list[Bloc
     body = blocks[: len(blocks) - reserve_tail] if reserve_tail else blocks
     keep = limit - len(tail) - 1
     dropped = len(body) - keep
-    note = ContextBlock(
-        elements=[MarkdownTextObject(text=f"_… {dropped} more blocks not shown (Slack's limit)._")]
-    )
+    note = ContextBlock(elements=[MarkdownTextObject(text=f"_… {dropped} more blocks not shown (Slack's limit)._")])
     return [*body[:keep], note, *tail]
 
 
@@ -373,9 +363,7 @@ def _assign_block_ids(blocks: Iterable[Block]) -> None:
         block.block_id = f"b{i}"
 
 
-def check_blocks(
-    blocks: Sequence[Block | dict[str, Any]], limit: int = MAX_MESSAGE_BLOCKS
-) -> list[dict[str, Any]]:
+def check_blocks(blocks: Sequence[Block | dict[str, Any]], limit: int = MAX_MESSAGE_BLOCKS) -> list[dict[str, Any]]:
     """Serialise and check what ``slack_sdk`` does not: block count, unique block_id, action_id per block.
 
     Returns the dicts (``to_dict()`` also runs the library's own length checks).
@@ -421,6 +409,7 @@ def message_payload(message: Message, *, attachment_uploaded: bool = False) -> d
 
 # -- the decide modal ------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class DecideForm:
     """What the decide modal carries: the decision and where the click came from."""
@@ -449,16 +438,22 @@ class DecideForm:
         except (ValueError, TypeError, KeyError, AttributeError):
             s = d = c = t = None
         if not (isinstance(s, str) and isinstance(d, str) and all(v is None or isinstance(v, str) for v in (c, t))):
-            raise BadButtonValue("Refused a decision form this bot did not open; nothing was done. "
-                                 "Click the decision button again, or type the decide command.")
+            raise BadButtonValue(
+                "Refused a decision form this bot did not open; nothing was done. "
+                "Click the decision button again, or type the decide command."
+            )
         return cls(session_id=s, decision=d, channel=c, thread_ts=t)
 
 
 def refusal_view(text: str) -> View:
     """What a refused form submission shows in place of the form: the one line, and nothing was sent."""
     body = SectionBlock(block_id="b0", text=MarkdownTextObject(text=truncate(escape(text), SECTION_TEXT)))
-    return View(type="modal", title=PlainTextObject(text="Not done"), close=PlainTextObject(text="Close"),
-                blocks=check_blocks([body], MAX_VIEW_BLOCKS))
+    return View(
+        type="modal",
+        title=PlainTextObject(text="Not done"),
+        close=PlainTextObject(text="Close"),
+        blocks=check_blocks([body], MAX_VIEW_BLOCKS),
+    )
 
 
 def decide_modal(form: DecideForm, fields: Sequence[FormField]) -> View:

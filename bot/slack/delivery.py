@@ -162,9 +162,7 @@ class SlackReporter:
         uploaded = False
         if message.attachment is not None and where is not None:
             uploaded = self.out.upload(where, message.attachment)
-        if progress is not None and self.out.update(
-            progress[0], progress[1], message, attachment_uploaded=uploaded
-        ):
+        if progress is not None and self.out.update(progress[0], progress[1], message, attachment_uploaded=uploaded):
             ts: str | None = progress[1]
             channel = progress[0]
         elif where is not None:

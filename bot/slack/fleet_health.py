@@ -35,8 +35,12 @@ def snapshot(core: Any) -> dict[str, Any]:
     if core.bulk is not None:
         limiter = core.bulk.limiter
         paused = limiter.paused_for()
-        out["pacing"] = {"rate": round(limiter.rate, 1), "max_rate": limiter.max_rate,
-                         "throttled": limiter.throttled, "paused_for": round(paused, 1)}
+        out["pacing"] = {
+            "rate": round(limiter.rate, 1),
+            "max_rate": limiter.max_rate,
+            "throttled": limiter.throttled,
+            "paused_for": round(paused, 1),
+        }
     if core.settings.watch_channel:
         try:
             saved = WatchStore(core.store, core.settings.compose_project or "default")
@@ -64,8 +68,10 @@ def _line(name: str, item: dict[str, Any]) -> str:
         parts.append(f"pacing {pacing['rate']}/{pacing['max_rate']} per s, {pacing['throttled']} throttled{paused}")
     pool = item.get("pool") or {}
     if pool:
-        parts.append(f"diagnose pool {pool.get('running', 0)} running, {pool.get('queued', 0)} queued, "
-                     f"{pool.get('rejected', 0)} refused")
+        parts.append(
+            f"diagnose pool {pool.get('running', 0)} running, {pool.get('queued', 0)} queued, "
+            f"{pool.get('rejected', 0)} refused"
+        )
     watch = item.get("watch")
     if watch is not None:
         health, poll = watch.get("health") or {}, watch.get("poll") or {}

@@ -116,9 +116,7 @@ class SlackFront:
             text = raw.decode("utf-8")  # Slack signs and sends UTF-8; the verifier would raise on the rest
         except UnicodeDecodeError:
             raise Refused(400, "body is not UTF-8") from None
-        if not self.verifier.is_valid(
-            text, head.header("x-slack-request-timestamp"), head.header("x-slack-signature")
-        ):
+        if not self.verifier.is_valid(text, head.header("x-slack-request-timestamp"), head.header("x-slack-signature")):
             raise Refused(401, "signature does not match the body")
         return text
 

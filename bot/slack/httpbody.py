@@ -89,7 +89,9 @@ class BodyReader:
         self._sock.settimeout(remaining)
         try:
             if self._wire.they_are_waiting_for_100_continue:  # the body is wanted: go on
-                self._sock.sendall(self._wire.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")) or b"")
+                self._sock.sendall(
+                    self._wire.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")) or b""
+                )
             data = self._sock.recv(READ_SIZE)
         except TimeoutError:
             raise Refused(408, "body not received in time") from None

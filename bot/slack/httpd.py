@@ -226,7 +226,9 @@ class Reactor:
             deadline, _, conn = heapq.heappop(self._deadlines)
             if conn in self._waiting and conn.deadline == deadline:
                 if not conn.idle:
-                    log.info("closing a connection whose request head did not arrive within %.0f s", self.header_timeout)
+                    log.info(
+                        "closing a connection whose request head did not arrive within %.0f s", self.header_timeout
+                    )
                 self._close(conn)
 
     def _close(self, conn: _Conn) -> None:

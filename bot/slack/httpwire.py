@@ -113,9 +113,13 @@ def request_head(event: h11.Request, raw: bytes) -> RequestHead:
         raise Refused(400, "Content-Length is not a number this server reads")
     path, _, query = event.target.decode("ascii").partition("?")
     return RequestHead(
-        method=event.method.decode("ascii"), path=path, query=query,
-        version="HTTP/" + event.http_version.decode("ascii"), headers=headers,
-        length=int(length), chunked="transfer-encoding" in names,
+        method=event.method.decode("ascii"),
+        path=path,
+        query=query,
+        version="HTTP/" + event.http_version.decode("ascii"),
+        headers=headers,
+        length=int(length),
+        chunked="transfer-encoding" in names,
     )
 
 

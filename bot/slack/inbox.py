@@ -270,15 +270,18 @@ class Inbox:
         rows = self._conn().execute(_QUEUED_AFTER, [QUEUED, after, limit]).fetchall()
         return [_item(r) for r in rows]
 
-    def claim(self, worker: str, limit: int = 1, item_id: int | None = None,
-              ids: Sequence[int] | None = None) -> list[Item]:
+    def claim(
+        self, worker: str, limit: int = 1, item_id: int | None = None, ids: Sequence[int] | None = None
+    ) -> list[Item]:
         """queued → claimed by ``worker`` (the oldest first, the one ``item_id``, or those of ``ids``
         still queued); a compare-and-set."""
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
             if ids is not None:
-                rows = conn.execute(_CLAIM_IDS, [CLAIMED, worker, time.time(), json.dumps(list(ids)), QUEUED]).fetchall()
+                rows = conn.execute(
+                    _CLAIM_IDS, [CLAIMED, worker, time.time(), json.dumps(list(ids)), QUEUED]
+                ).fetchall()
             elif item_id is not None:
                 rows = conn.execute(_CLAIM_ONE, [CLAIMED, worker, time.time(), item_id, QUEUED]).fetchall()
             else:
@@ -299,7 +302,8 @@ class Inbox:
         )
         if item_id % 64 == 0:
             self._tx(
-                "DELETE FROM slack_inbox WHERE (state IN (?, ?) AND finished_at < ?) OR (state = ? AND finished_at < ?)",
+                "DELETE FROM slack_inbox WHERE (state IN (?, ?) AND finished_at < ?) OR (state = ? AND finished_at < "
+                "?)",
                 [DONE, INTERRUPTED, now - DONE_TTL_SECONDS, QUARANTINED, now - QUARANTINE_TTL_SECONDS],
             )
         return changed == 1
@@ -314,9 +318,9 @@ class Inbox:
 
     def quarantined(self) -> tuple[int, int | None]:
         """How many rows are quarantined, and the latest one's id (``/healthz``)."""
-        row = self._conn().execute(
-            "SELECT count(*), max(id) FROM slack_inbox WHERE state = ?", [QUARANTINED]
-        ).fetchone()
+        row = (
+            self._conn().execute("SELECT count(*), max(id) FROM slack_inbox WHERE state = ?", [QUARANTINED]).fetchone()
+        )
         return int(row[0]), (None if row[1] is None else int(row[1]))
 
     def beat(self, worker: str) -> None:
@@ -348,9 +352,11 @@ class Inbox:
 
     def claimed_by(self) -> dict[str, int]:
         """How many items each worker claimed (finished or not)."""
-        rows = self._conn().execute(
-            "SELECT claimed_by, count(*) FROM slack_inbox WHERE claimed_by IS NOT NULL GROUP BY claimed_by"
-        ).fetchall()
+        rows = (
+            self._conn()
+            .execute("SELECT claimed_by, count(*) FROM slack_inbox WHERE claimed_by IS NOT NULL GROUP BY claimed_by")
+            .fetchall()
+        )
         return {str(w): int(n) for w, n in rows}
 
     def states(self) -> dict[str, int]:

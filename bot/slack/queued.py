@@ -117,8 +117,9 @@ class Lanes(Protocol):
 
     def installation_of_text(self, text: str, channel: str | None) -> str | None: ...
 
-    def installation_of_action(self, action: str, value: str, channel: str | None,
-                               form: dict[str, str] | None = None) -> str | None: ...
+    def installation_of_action(
+        self, action: str, value: str, channel: str | None, form: dict[str, str] | None = None
+    ) -> str | None: ...
 
 
 def installation_of(item: Item, lanes: Lanes) -> str | None:
@@ -140,8 +141,9 @@ def installation_of(item: Item, lanes: Lanes) -> str | None:
     if item.kind == DECIDE:
         form = kit.DecideForm.from_metadata(str(p["form"]))
         choice = DecisionChoice(form.session_id, form.decision).encode()
-        return lanes.installation_of_action(Action.DECIDE, choice, form.channel,
-                                            {"session_id": form.session_id, "decision": form.decision})
+        return lanes.installation_of_action(
+            Action.DECIDE, choice, form.channel, {"session_id": form.session_id, "decision": form.decision}
+        )
     return None
 
 
@@ -154,9 +156,7 @@ def run_claimed(work: QueuedWork, inbox: Inbox, worker: str, item: Item) -> None
     except BadItem as exc:
         if inbox.quarantine(item.id, worker):
             who = _recipient(item)[2]
-            log.error(
-                "queued delivery %d quarantined, not run: %s (author: %s)", item.id, exc, who or "unknown"
-            )
+            log.error("queued delivery %d quarantined, not run: %s (author: %s)", item.id, exc, who or "unknown")
             tell_quarantined(work.out, item)
         return
     try:

@@ -261,8 +261,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
         front = SlackFront(bot.app, signing_secret=reveal(settings.slack_signing_secret), health=worker.health)
         server = HttpServer(front, settings.host, settings.port, sock=sock)
         print(
-            f"recover-bot listening on {server.url} "
-            f"(Slack request URL path {EVENTS_PATH}, health {HEALTH_PATH})",
+            f"recover-bot listening on {server.url} (Slack request URL path {EVENTS_PATH}, health {HEALTH_PATH})",
             file=out,
             flush=True,
         )

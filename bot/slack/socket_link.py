@@ -212,9 +212,9 @@ class SocketLink:
                 ack = {"envelope_id": envelope_id}
                 if response.status == 200 and response.body:
                     ctype = (response.headers.get("content-type") or [""])[0]
-                    ack["payload"] = json.loads(response.body) if ctype.startswith("application/json") else {
-                        "text": response.body
-                    }
+                    ack["payload"] = (
+                        json.loads(response.body) if ctype.startswith("application/json") else {"text": response.body}
+                    )
         except Exception as exc:  # noqa: BLE001 - ack anyway: Slack must not retry a broken payload forever
             log.warning("Socket Mode: envelope failed (%s)", redact(str(exc))[:200])
             ack = {"envelope_id": envelope_id}

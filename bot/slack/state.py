@@ -62,8 +62,6 @@ def _m0003(db: Database) -> None:
     db.execute("DROP TABLE IF EXISTS slack_events")
 
 
-
-
 class RecentDeliveries:
     """In-memory first check on the ack path: no I/O, so a replay costs nothing and waits for nothing.
 
@@ -198,7 +196,4 @@ class SlackState:
 
     def home_users(self) -> list[str]:
         with self.store.read() as db:
-            return [
-                r[0]
-                for r in db.execute("SELECT user_id FROM slack_home_users ORDER BY seen_at DESC").fetchall()
-            ]
+            return [r[0] for r in db.execute("SELECT user_id FROM slack_home_users ORDER BY seen_at DESC").fetchall()]

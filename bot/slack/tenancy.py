@@ -56,7 +56,9 @@ class Tenancy:
                 if auth.get("enterprise_id"):
                     log.info(
                         "serving workspace %s only; its Enterprise Grid org %s is served when RECOVER_SLACK_TEAMS "
-                        "names it", auth.get("team_id"), auth.get("enterprise_id"),
+                        "names it",
+                        auth.get("team_id"),
+                        auth.get("enterprise_id"),
                     )
         except (SlackClientError, OSError, ValueError) as exc:
             if not teams:

@@ -147,4 +147,3 @@ def attach_watches(bot: _Front, *, start: bool = True) -> list[Watcher]:
             threading.Thread(target=watcher.run, name=f"recover-watch-{core.installation}", daemon=True).start()
         watchers.append(watcher)
     return watchers
-

@@ -308,7 +308,8 @@ class SlackDirectory(OnCallDirectory):
             raise SlackDirectoryError(
                 f"Slack could not look up users by email: {code}",
                 hint="Add the users:read.email scope to the Slack app (the PagerDuty on-call source needs it)."
-                if code in ("missing_scope", "not_allowed_token_type") else "Try again shortly.",
+                if code in ("missing_scope", "not_allowed_token_type")
+                else "Try again shortly.",
             ) from exc
         user = response.get("user") or {}
         if not isinstance(user, dict) or not user.get("id") or user.get("deleted"):

@@ -34,8 +34,7 @@ def unexpected_error() -> tuple[Message, str]:
             level="error",
             lines=[
                 f"Reference `{ref}` is in the bot's log.",
-                "Check `/recover history <session_id>` before repeating the command:"
-                " a request may have been sent.",
+                "Check `/recover history <session_id>` before repeating the command: a request may have been sent.",
             ],
         ),
         ref,

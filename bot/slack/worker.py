@@ -76,8 +76,9 @@ class InboxRunner:
     only, see :func:`bot.slack.queued.installation_of`): no core runs and nothing is sent for it.
     """
 
-    def __init__(self, bot: SlackBot, inbox: Inbox, worker_id: str, *, slots: int = 8,
-                 lanes: queued.Lanes | None = None) -> None:
+    def __init__(
+        self, bot: SlackBot, inbox: Inbox, worker_id: str, *, slots: int = 8, lanes: queued.Lanes | None = None
+    ) -> None:
         self.bot = bot
         self.inbox = inbox
         self.worker_id = worker_id
@@ -201,8 +202,9 @@ def slack_fleet_router(settings: Settings, client: WebClient, *, clock: Clock | 
     from bot.slack.web import approver_directory
 
     ports = FrontPorts(notice=SlackNotice(SlackOut(client)))
-    return build_fleet_router(settings, directory=approver_directory(settings, client), clock=clock, ports=ports,
-                              startup=False)
+    return build_fleet_router(
+        settings, directory=approver_directory(settings, client), clock=clock, ports=ports, startup=False
+    )
 
 
 def worker_bot(settings: Settings, store: Store) -> SlackBot:

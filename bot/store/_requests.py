@@ -70,8 +70,7 @@ def finish(db: Database, key: str, http_status: int, response: object, now: str)
 def withdraw(db: Database, key: str, actor: str, why: str, now: str) -> bool:
     """Answer a still pending request as withdrawn; False when it already had an answer."""
     cur = db.execute(
-        "UPDATE idempotency SET state = 'answered', response = ?, answered_at = ? "
-        "WHERE key = ? AND state = 'pending'",
+        "UPDATE idempotency SET state = 'answered', response = ?, answered_at = ? WHERE key = ? AND state = 'pending'",
         [canonical_json({"withdrawn": {"by": actor, "why": why}}), now, key],
     )
     return cur.rowcount == 1

@@ -138,7 +138,12 @@ class Store:
         with self.write() as db:
             if keymark.needs_marker(db):
                 self._append(
-                    db, None, None, BOT_ACTOR, keymark.MARKER, keymark.marker_inputs(self._audit_key, "first keyed step"),
+                    db,
+                    None,
+                    None,
+                    BOT_ACTOR,
+                    keymark.MARKER,
+                    keymark.marker_inputs(self._audit_key, "first keyed step"),
                     "keyed",
                 )
 
@@ -244,9 +249,7 @@ class Store:
 
     # -- cases -----------------------------------------------------------------------------------
 
-    def open_case(
-        self, session_id: str, actor: str, channel: str | None = None, *, db: Database | None = None
-    ) -> Case:
+    def open_case(self, session_id: str, actor: str, channel: str | None = None, *, db: Database | None = None) -> Case:
         """Return the session's open case, or open one."""
         if db is None:
             with self.write() as wdb:
@@ -261,9 +264,7 @@ class Store:
         with self.read() as db:
             return _cases.listed_open(db)
 
-    def close_case(
-        self, case_id: int, actor: str, reason: str, *, evidence: Mapping[str, Any] | None = None
-    ) -> Case:
+    def close_case(self, case_id: int, actor: str, reason: str, *, evidence: Mapping[str, Any] | None = None) -> Case:
         """Close a case (verification found the session needs no operator, or it is closed).
 
         The closing is itself a step, so the audit trail shows who closed the case and why;
@@ -315,8 +316,17 @@ class Store:
         if db is None:
             with self.write() as wdb:
                 return self.record_step(
-                    session_id, actor, step, inputs, outcome, detail=detail, http_status=http_status,
-                    idempotency_key=idempotency_key, receipt_id=receipt_id, db=wdb, opens_case=opens_case,
+                    session_id,
+                    actor,
+                    step,
+                    inputs,
+                    outcome,
+                    detail=detail,
+                    http_status=http_status,
+                    idempotency_key=idempotency_key,
+                    receipt_id=receipt_id,
+                    db=wdb,
+                    opens_case=opens_case,
                 )
         self._joined(db, "record_step")
         case_id: int | None = None
@@ -326,8 +336,17 @@ class Store:
             found = _cases.find_open(db, session_id)
             case_id = found.id if found is not None else None
         return self._append(
-            db, session_id, case_id, actor, step, inputs, outcome, detail=detail, http_status=http_status,
-            idempotency_key=idempotency_key, receipt_id=receipt_id,
+            db,
+            session_id,
+            case_id,
+            actor,
+            step,
+            inputs,
+            outcome,
+            detail=detail,
+            http_status=http_status,
+            idempotency_key=idempotency_key,
+            receipt_id=receipt_id,
         )
 
     def _append(
@@ -346,9 +365,20 @@ class Store:
         receipt_id: str | None = None,
     ) -> Step:
         return _steps.append(
-            db, session_id=session_id, case_id=case_id, actor=actor, step=step, inputs=inputs,
-            outcome=outcome, detail=detail, http_status=http_status, idempotency_key=idempotency_key,
-            receipt_id=receipt_id, at=self._now(), key=self._audit_key, installation=self.installation,
+            db,
+            session_id=session_id,
+            case_id=case_id,
+            actor=actor,
+            step=step,
+            inputs=inputs,
+            outcome=outcome,
+            detail=detail,
+            http_status=http_status,
+            idempotency_key=idempotency_key,
+            receipt_id=receipt_id,
+            at=self._now(),
+            key=self._audit_key,
+            installation=self.installation,
         )
 
     def steps(self, session_id: str | None = None, case_id: int | None = None) -> list[Step]:

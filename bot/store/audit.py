@@ -113,16 +113,10 @@ class AuditReport:
             lines.append("No step is keyed yet: every step is plain sha256 (written before the key).")
         if self.published_head is not None and self.published_head_seq is not None:
             later = self.steps_after_head
-            lines.append(
-                f"The published head is step {self.published_head_seq}; {later} step(s) recorded since."
-            )
+            lines.append(f"The published head is step {self.published_head_seq}; {later} step(s) recorded since.")
             if self.unvouched:
-                lines.append(
-                    f"FLAGGED: {later} step(s) after the published head, which it does not vouch for:"
-                )
-                lines.extend(
-                    f"  step {seq}: {step} by {actor} at {at}" for seq, step, actor, at in self.unvouched
-                )
+                lines.append(f"FLAGGED: {later} step(s) after the published head, which it does not vouch for:")
+                lines.extend(f"  step {seq}: {step} by {actor} at {at}" for seq, step, actor, at in self.unvouched)
                 if later > len(self.unvouched):
                     lines.append(f"  … and {later - len(self.unvouched)} more")
         return "\n".join(lines)
@@ -147,7 +141,8 @@ def _select(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     # A store from before installations were recorded: every step is the default installation's (NULL).
     installation = ", installation" if "installation" in names else ""
     return [
-        dict(r) for r in conn.execute(f"SELECT {_COLUMNS}{version}{installation} FROM steps ORDER BY seq")  # noqa: S608
+        dict(r)
+        for r in conn.execute(f"SELECT {_COLUMNS}{version}{installation} FROM steps ORDER BY seq")  # noqa: S608
     ]
 
 
@@ -174,9 +169,7 @@ def verify(
             try:
                 problems.extend(check(conn, rows))
             except sqlite3.Error as exc:
-                problems.append(
-                    AuditProblem(None, "unreadable", f"{getattr(check, '__name__', check)}: {exc}")
-                )
+                problems.append(AuditProblem(None, "unreadable", f"{getattr(check, '__name__', check)}: {exc}"))
     finally:
         conn.close()
     keyed = [r for r in rows if step_version(r) == KEYED_VERSION]
@@ -313,7 +306,9 @@ def _check_head(report: AuditReport, rows: list[dict[str, Any]], head: str) -> N
         elif first is not None:
             what = f"the log was rewritten from step {first} on (or truncated)"
         else:
-            what = f"steps after it were removed (the log now ends at {f'step {last_seq}' if rows else 'no step at all'})"
+            what = (
+                f"steps after it were removed (the log now ends at {f'step {last_seq}' if rows else 'no step at all'})"
+            )
         report.problems.append(
             AuditProblem(None, "truncated", f"the published head {hash_[:16]}… is not in the log: {what}")
         )
@@ -340,8 +335,10 @@ def adoption_refusal(report: AuditReport, accepted: Iterable[int]) -> str | None
         return f"--accept-after {', '.join(map(str, strays))}: not a step after the published head"
     if unread:
         shown = ", ".join(map(str, unread[:10])) + (" …" if len(unread) > 10 else "")
-        return (f"{len(unread)} step(s) after the published head (steps {shown}), listed above: read each, "
-                "then pass --accept-after SEQ for every one you vouch for")
+        return (
+            f"{len(unread)} step(s) after the published head (steps {shown}), listed above: read each, "
+            "then pass --accept-after SEQ for every one you vouch for"
+        )
     return None
 
 

@@ -35,9 +35,7 @@ class Copied:
     steps: int | None
 
 
-def backup(
-    store: str | Path, dest: str | Path, *, companions: Iterable[Callable[[Path], Path]] = ()
-) -> list[Copied]:
+def backup(store: str | Path, dest: str | Path, *, companions: Iterable[Callable[[Path], Path]] = ()) -> list[Copied]:
     """Copy ``store`` to ``dest`` and each existing companion (``f(store)``) to ``f(dest)``.
 
     Raises :class:`StoreError` with one actionable line: no store, DEST (or a companion's) exists,

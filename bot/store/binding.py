@@ -89,7 +89,10 @@ def describe(base_url: str, key_sha256: str) -> str:
 def inputs(installation: str, base_url: str, key_sha256: str, why: str, previous: Binding | None) -> dict[str, Any]:
     """The binding step's inputs (the replaced binding named on a re-binding)."""
     values: dict[str, Any] = {
-        "installation": installation, "base_url": base_url, "key_sha256": key_sha256, "why": why,
+        "installation": installation,
+        "base_url": base_url,
+        "key_sha256": key_sha256,
+        "why": why,
     }
     if previous is not None:
         values["replaces"] = {"seq": previous.seq, "base_url": previous.base_url, "key_sha256": previous.key_sha256}
@@ -169,8 +172,12 @@ def _problem(store: Store, db: Database, base_url: str, key_sha256: str, *, host
 
 def _holds_another(store: Store, db: Database) -> str | None:
     """An unbound store with steps of another installation (one from before bindings, swapped in)."""
-    other = next(db.table("steps").rows_where(
-        "COALESCE(installation, ?) != ?", [DEFAULT_INSTALLATION, store.installation], limit=1), None)
+    other = next(
+        db.table("steps").rows_where(
+            "COALESCE(installation, ?) != ?", [DEFAULT_INSTALLATION, store.installation], limit=1
+        ),
+        None,
+    )
     if other is None:
         return None
     why = foreign(f"the step store {store.path} (step {other['seq']})", other["installation"], store.installation)
@@ -178,7 +185,12 @@ def _holds_another(store: Store, db: Database) -> str | None:
 
 
 def bind(
-    store: Store, base_url: str, key_sha256: str, *, actor: str = BOT_ACTOR, rebind: bool = False,
+    store: Store,
+    base_url: str,
+    key_sha256: str,
+    *,
+    actor: str = BOT_ACTOR,
+    rebind: bool = False,
     vouched: Mapping[str, Any] | None = None,
 ) -> Step | None:
     """At start: record the binding of a store that has none (None when it is bound so already).

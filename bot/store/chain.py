@@ -60,9 +60,7 @@ def step_version(row: Mapping[str, Any]) -> int:
     return int(v) if v is not None else PLAIN_VERSION
 
 
-def step_hash(
-    row: Mapping[str, Any], prev_hash: str, key: bytes | None = None, *, version: int | None = None
-) -> str:
+def step_hash(row: Mapping[str, Any], prev_hash: str, key: bytes | None = None, *, version: int | None = None) -> str:
     """Hash of one stored step row (``inputs``/``detail`` as their stored JSON text).
 
     ``version`` defaults to the row's own (``v``); version 2 needs ``key``.

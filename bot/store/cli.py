@@ -38,7 +38,8 @@ Exit status:
 _VERIFY_EXAMPLE = f"""\
 example:
   recover-bot audit verify --db ./recover.db --key-file /run/secrets/recover-audit-key
-  recover-bot audit verify --head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e   # SEQ:HASH, the head printed by an earlier `audit export`
+  # --head is SEQ:HASH, the head printed by an earlier `audit export`:
+  recover-bot audit verify --head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e
 
 {EXIT_CODES}"""
 
@@ -54,9 +55,7 @@ _DB_HELP = "SQLite step store (default: RECOVER_DB or ./recover.db)"
 _P = TypeVar("_P", bound=argparse.ArgumentParser)
 
 
-def register(
-    subparsers: argparse._SubParsersAction[_P], *, host_of: HostOf, checks: Iterable[CacheCheck] = ()
-) -> _P:
+def register(subparsers: argparse._SubParsersAction[_P], *, host_of: HostOf, checks: Iterable[CacheCheck] = ()) -> _P:
     """Add ``audit verify``, ``export``, ``adopt-key`` and ``rebind`` to an argparse subparsers object;
     ``verify`` also runs ``checks`` (the areas' checks of their tables against the chain) and ``rebind``
     binds to ``host_of``'s host, both passed by the composing CLI."""
@@ -65,7 +64,8 @@ def register(
         help="verify or export the tamper-evident step log",
         description="Verify or export the tamper-evident step log.",
         epilog="example:\n  recover-bot audit export --out steps.jsonl      # prints the head, SEQ:HASH\n"
-        "  recover-bot audit verify --head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e\n\n" + EXIT_CODES,
+        "  recover-bot audit verify --head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e\n\n"
+        + EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="audit_command", metavar="{verify,export,adopt-key,rebind}")
@@ -79,11 +79,12 @@ def register(
         epilog=_VERIFY_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    verify_p.add_argument("--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)")
     verify_p.add_argument(
-        "--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)"
-    )
-    verify_p.add_argument(
-        "--head", default=None, type=head_argument, metavar="SEQ:HASH",
+        "--head",
+        default=None,
+        type=head_argument,
+        metavar="SEQ:HASH",
         help="a head printed by `audit export` or a hand-off",
     )
     verify_p.add_argument(
@@ -101,9 +102,7 @@ def register(
         epilog=_EXPORT_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    export_p.add_argument(
-        "--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)"
-    )
+    export_p.add_argument("--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)")
     export_p.add_argument("--out", default=None, metavar="FILE", help="file to write (default: stdout)")
     export_p.set_defaults(handler=run_export, settings_uses=SETTINGS_USES)
     add_evidence_pack(sub, export_p)
@@ -118,7 +117,8 @@ def register(
         "you read each and pass --accept-after SEQ for it (recorded with the marker). Then a keyed marker "
         "step carrying the key's fingerprint is recorded, and every later step must be keyed.",
         epilog="example:\n  recover-bot audit adopt-key --db ./recover.db --key-file /run/secrets/recover-audit-key "
-        "--head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e\n  (and --accept-after 43 --accept-after 44 for steps after it you read and vouch for)",
+        "--head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e\n  (and --accept-after 43 "
+        "--accept-after 44 for steps after it you read and vouch for)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     adopt_p.add_argument("--db", default=None, help=_DB_HELP)
@@ -277,7 +277,9 @@ def add_evidence_pack(sub: argparse._SubParsersAction[_P], export_p: argparse.Ar
         "verify-pack",
         help="check a signed evidence pack offline (signature, every step's hash)",
         description="Check an evidence pack from `audit export --pack` without the database.",
-        epilog="example:\n  recover-bot audit verify-pack ses_7f3a.evidence.json --key-file /run/secrets/recover_audit_key",
+        epilog=(
+            "example:\n  recover-bot audit verify-pack ses_7f3a.evidence.json --key-file /run/secrets/recover_audit_key"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pack_p.add_argument("pack", metavar="FILE")
@@ -344,7 +346,10 @@ def run_adopt_key(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     accepted = vouched["accepted_after_head"]
-    print(f"adopted the audit key: keyed marker at step {step.seq} (checked against the published head "
-          f"{args.head[:24]}…" + (f", steps {accepted} accepted after it" if accepted else ", nothing after it")
-          + "); every later step is keyed")
+    print(
+        f"adopted the audit key: keyed marker at step {step.seq} (checked against the published head "
+        f"{args.head[:24]}…"
+        + (f", steps {accepted} accepted after it" if accepted else ", nothing after it")
+        + "); every later step is keyed"
+    )
     return 0

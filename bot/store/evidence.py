@@ -97,8 +97,11 @@ def verify_pack(path: str | Path, key: bytes) -> PackReport:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return PackReport(steps=0, head="unknown", problems=[f"not readable as a pack's JSON ({exc})"[:200]])
     if not isinstance(pack, dict) or pack.get("format") != FORMAT or not isinstance(pack.get("steps"), list):
-        return PackReport(steps=0, head="unknown", problems=[f"not a recover-bot evidence pack ({FORMAT}): "
-                                                              "its format, or its list of steps, is not there"])
+        return PackReport(
+            steps=0,
+            head="unknown",
+            problems=[f"not a recover-bot evidence pack ({FORMAT}): its format, or its list of steps, is not there"],
+        )
     steps: list[Any] = pack["steps"]
     report = PackReport(steps=len(steps), head=str(pack.get("store_head")))
     # Whatever the file holds, a malformed pack is TAMPERED (exit 1), never a crash: every value is

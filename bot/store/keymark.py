@@ -82,9 +82,7 @@ def problem(db: Database, key: bytes) -> str | None:
 
 def needs_marker(db: Database) -> bool:
     """An empty store, or one keyed before markers existed: the store writes its marker now."""
-    return marker_row(db) is None and (
-        _count(db, "1 = 1", []) == 0 or _count(db, "v = ?", [KEYED_VERSION]) > 0
-    )
+    return marker_row(db) is None and (_count(db, "1 = 1", []) == 0 or _count(db, "v = ?", [KEYED_VERSION]) > 0)
 
 
 def marker_inputs(key: bytes, why: str) -> dict[str, str]:

@@ -47,7 +47,8 @@ def add_rebind(sub: argparse._SubParsersAction[_P], host_of: HostOf, *, checks: 
         "with its tables, up to the head you published (--head), with nothing after it that you did not "
         "accept one by one (--accept-after SEQ).",
         epilog="example:\n  RECOVER_INSTALLATIONS_FILE=/etc/recover-bot/installations.yaml "
-        "recover-bot audit rebind --install eu-1 --head 42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e",
+        "recover-bot audit rebind --install eu-1 --head "
+        "42:17bd80171e3e0f61a26f8d61477086c461c3f29cba634673210f837c4835967e",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--install", default=DEFAULT_INSTALLATION, metavar="NAME", help="the installation")
@@ -71,8 +72,9 @@ def run_rebind(args: argparse.Namespace, settings: Settings) -> int:
             return 1
         store = Store(db, audit_key=settings.audit_key_bytes(), installation=name)
         login = pwd.getpwuid(os.getuid()).pw_name
-        step = binding.bind(store, *binding.identity_of(base_url, key),
-                            actor=f"console:{login}", rebind=True, vouched=vouched)
+        step = binding.bind(
+            store, *binding.identity_of(base_url, key), actor=f"console:{login}", rebind=True, vouched=vouched
+        )
     except RecoverError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -80,8 +82,10 @@ def run_rebind(args: argparse.Namespace, settings: Settings) -> int:
         print(f"installation {name!r} is bound to that host already: nothing recorded")
         return 0
     replaced = step.inputs.get("replaces")
-    print(f"installation {name!r} bound to {binding.describe(step.inputs['base_url'], step.inputs['key_sha256'])} "
-          f"(step {step.seq}" + (f", replacing step {replaced['seq']})" if replaced else ", its first binding)"))
+    print(
+        f"installation {name!r} bound to {binding.describe(step.inputs['base_url'], step.inputs['key_sha256'])} "
+        f"(step {step.seq}" + (f", replacing step {replaced['seq']})" if replaced else ", its first binding)")
+    )
     return 0
 
 

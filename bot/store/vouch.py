@@ -37,10 +37,21 @@ def accept_after_argument(text: str) -> int:
 
 def add_vouching(parser: argparse.ArgumentParser) -> None:
     """``--head`` (required) and ``--accept-after``: what a command that blesses the chain checks it against."""
-    parser.add_argument("--head", required=True, type=head_argument, metavar="SEQ:HASH",
-                        help="the head you last published (`audit export`): the chain must verify up to it")
-    parser.add_argument("--accept-after", action="append", default=[], type=accept_after_argument, metavar="SEQ",
-                        help="a step after that head you read and vouch for (once per step)")
+    parser.add_argument(
+        "--head",
+        required=True,
+        type=head_argument,
+        metavar="SEQ:HASH",
+        help="the head you last published (`audit export`): the chain must verify up to it",
+    )
+    parser.add_argument(
+        "--accept-after",
+        action="append",
+        default=[],
+        type=accept_after_argument,
+        metavar="SEQ",
+        help="a step after that head you read and vouch for (once per step)",
+    )
 
 
 def vouched_report(

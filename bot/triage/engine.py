@@ -214,8 +214,9 @@ class _Run:
         }
         wanted = [m.session_id for members in picked.values() for m in members]
         done: dict[str, Diagnosis] = {}
-        pool = cf.ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(wanted))),
-                                     thread_name_prefix="triage-example")
+        pool = cf.ThreadPoolExecutor(
+            max_workers=min(concurrency, max(1, len(wanted))), thread_name_prefix="triage-example"
+        )
         futures = {pool.submit(diagnoser.gather, sid): sid for sid in wanted}
         try:
             for future in cf.as_completed(futures, timeout=budget * 2):
@@ -264,7 +265,9 @@ class _Run:
             groups = self.grouper.ordered()
             notes = []
             if self.unreadable:
-                notes.append(f"[!] {self.unreadable} session(s) had turns or events unreadable: their facts are partly unknown.")
+                notes.append(
+                    f"[!] {self.unreadable} session(s) had turns or events unreadable: their facts are partly unknown."
+                )
             note = self.throttle.note()
             if note:
                 notes.append(note)

@@ -103,4 +103,3 @@ def with_logs(
         log_facts, _ = F.log_facts_from(scan, turn_id=turn if isinstance(turn, str) else None)
         out.update(log_facts)
     return out, evaluate(runbooks, out)
-

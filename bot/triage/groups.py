@@ -21,8 +21,16 @@ from bot.vocab import BATCH_DECISIONS
 
 MAX_GROUPS_SHOWN = 15
 #: The triage file's columns (people's sheets and scripts rely on this order).
-TRIAGE_COLUMNS = ("group", "session_id", "branch", "attention_code", "attention_reason", "revision",
-                  "last_failure", "valid")
+TRIAGE_COLUMNS = (
+    "group",
+    "session_id",
+    "branch",
+    "attention_code",
+    "attention_reason",
+    "revision",
+    "last_failure",
+    "valid",
+)
 
 
 @dataclass
@@ -160,9 +168,7 @@ def group_lines(group: Group, *, examples: int) -> list[str]:
     return [
         f"*{group.id}* · {len(group.members)} × {group.title} [{group.branch}] · {group.cause}"
         f" · failures {_time(first)} … {_time(last)}",
-        "    valid for every member: "
-        + (", ".join(said) or "none")
-        + f" · not: {_not_valid(group)}",
+        "    valid for every member: " + (", ".join(said) or "none") + f" · not: {_not_valid(group)}",
         third,
     ]
 

@@ -159,7 +159,10 @@ class Throttle:
         """The progress line's note about the chat's rate limit, if it slowed the updates."""
         if not self.slowed:
             return None
-        return f"Slack rate-limited the updates (429): this message now updates every {self.current:.0f} s; the work is not slowed."
+        return (
+            f"Slack rate-limited the updates (429): this message now updates every {self.current:.0f} s; the work is "
+            f"not slowed."
+        )
 
     def _run(self) -> None:
         last = 0.0

@@ -49,8 +49,6 @@ def _m0001(db: Database) -> None:
     )
 
 
-
-
 @dataclass
 class Member:
     """One session as the triage read it: what a batch binds."""

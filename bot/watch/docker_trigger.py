@@ -43,8 +43,13 @@ class DockerTrigger:
         self._timers: dict[float, threading.Timer] = {}
         self._lock = threading.Lock()
         self.follower = WorkerStopFollower(
-            docker_client_factory, installation, config=config, backoff=backoff,
-            on_stop=self._stopped, on_failure=self._failed, on_reconnect=watcher.wake,
+            docker_client_factory,
+            installation,
+            config=config,
+            backoff=backoff,
+            on_stop=self._stopped,
+            on_failure=self._failed,
+            on_reconnect=watcher.wake,
         )
 
     def start(self) -> None:

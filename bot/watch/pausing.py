@@ -59,32 +59,47 @@ def member_refusal(
     return Reply.of(Message(headline=head, level="error"), ok=False)
 
 
-def record_pause(
-    saved: WatchStore, store: Store, *, actor: str, seconds: float | None, now: datetime
-) -> Reply:
+def record_pause(saved: WatchStore, store: Store, *, actor: str, seconds: float | None, now: datetime) -> Reply:
     """The shared pause (every process reads it) and its ``watch`` step, committed together."""
     until = now + timedelta(seconds=seconds) if seconds else None
     with store.write() as db:
         saved.put("pause", {"paused": True, "until": isoformat(until), "by": actor, "at": isoformat(now)}, db=db)
-        store.record_step(None, actor, Step.WATCH, {"action": "pause", "seconds": seconds,
-                                                    "installation": saved.installation}, "paused", db=db)
+        store.record_step(
+            None,
+            actor,
+            Step.WATCH,
+            {"action": "pause", "seconds": seconds, "installation": saved.installation},
+            "paused",
+            db=db,
+        )
     when = f"until {isoformat(until)}" if until else "until `/recover watch resume`"
-    return Reply.of(Message(
-        headline=f"Watch paused {when}: new stops are held, not posted; at resume one digest names them.",
-        level="ok",
-        lines=["`/recover watch resume` to post again (each session still stuck then is posted as usual); "
-               "`/recover triage` shows every stopped session now."],
-    ))
+    return Reply.of(
+        Message(
+            headline=f"Watch paused {when}: new stops are held, not posted; at resume one digest names them.",
+            level="ok",
+            lines=[
+                "`/recover watch resume` to post again (each session still stuck then is posted as usual); "
+                "`/recover triage` shows every stopped session now."
+            ],
+        )
+    )
 
 
 def record_resume(saved: WatchStore, store: Store, *, actor: str, now: datetime) -> Reply:
     with store.write() as db:
         saved.put("pause", {"paused": False, "by": actor, "at": isoformat(now)}, db=db)
-        store.record_step(None, actor, Step.WATCH, {"action": "resume", "installation": saved.installation},
-                          "resumed", db=db)
+        store.record_step(
+            None, actor, Step.WATCH, {"action": "resume", "installation": saved.installation}, "resumed", db=db
+        )
     held = saved.counts().get(PAUSE_HELD, 0)
-    lines = [f"{held} stop(s) held during the pause: the next poll names them in one digest and posts each "
-             "session still stuck."] if held else []
+    lines = (
+        [
+            f"{held} stop(s) held during the pause: the next poll names them in one digest and posts each "
+            "session still stuck."
+        ]
+        if held
+        else []
+    )
     return Reply.of(Message(headline="Watch resumed: new stops are posted again.", level="ok", lines=lines))
 
 

@@ -42,10 +42,14 @@ def post_digest(saved: WatchStore, poster: Poster, channel: str, spec: WatchSect
     if len(held) > DIGEST_LINES:
         lines.append(f"… and {len(held) - DIGEST_LINES} more.")
     lines.append("`/recover diagnose <session_id>` for one, `/recover triage` for all of them grouped.")
-    poster.post(channel, Message(
-        headline=f"Quiet hours are over{window}: {len(held)} session(s) stopped meanwhile.",
-        level="warn", lines=lines,
-    ))
+    poster.post(
+        channel,
+        Message(
+            headline=f"Quiet hours are over{window}: {len(held)} session(s) stopped meanwhile.",
+            level="warn",
+            lines=lines,
+        ),
+    )
 
 
 def take_button(target: str) -> Button:
@@ -58,8 +62,11 @@ def with_take(message: Message) -> Message:
     target = message.ref or message.session_id
     if not target or any(b.value == f"take {target}" for b in message.buttons):
         return message
-    return dataclasses.replace(message, buttons=[*message.buttons, take_button(target)],
-                               lines=[*message.lines, f"Take it: `/recover take {target}`"])
+    return dataclasses.replace(
+        message,
+        buttons=[*message.buttons, take_button(target)],
+        lines=[*message.lines, f"Take it: `/recover take {target}`"],
+    )
 
 
 class HandoffSource(Protocol):
@@ -125,7 +132,8 @@ def say_handoff(
         changes = shift_changes(spec.times, spec.time_zone, change)
         seen = saved.seen_since(changes[-2]) if len(changes) > 1 else 0
         head = dataclasses.replace(
-            first, headline=f"Shift change {local} {spec.time_zone}: hand-off. {first.headline}",
+            first,
+            headline=f"Shift change {local} {spec.time_zone}: hand-off. {first.headline}",
             lines=[*first.lines, f"Watch saw {seen} new stop(s) during the shift that ended.", key_line(key)],
         )
         root = claim.thread_ts or (poster.find(channel, key_line(key)) if look else None)

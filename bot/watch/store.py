@@ -136,8 +136,7 @@ class WatchStore:
             if conn.execute("SELECT 1 FROM watch_stops WHERE key = ?", [stop.key]).fetchone():
                 return None
             same = conn.execute(
-                "SELECT 1 FROM watch_stops WHERE installation = ? AND session_id = ? AND signature = ? "
-                "AND active = 1",
+                "SELECT 1 FROM watch_stops WHERE installation = ? AND session_id = ? AND signature = ? AND active = 1",
                 [inst, stop.session_id, stop.signature],
             ).fetchone()
             if same:
@@ -185,8 +184,12 @@ class WatchStore:
                 Step.WATCH_STOP,
                 {"key": stop.key, "installation": inst, "revision": stop.revision},
                 state,
-                detail={"code": stop.code, "reason": stop.reason, "failures": stop.failures,
-                        "unknown_turn_id": stop.unknown_turn_id},
+                detail={
+                    "code": stop.code,
+                    "reason": stop.reason,
+                    "failures": stop.failures,
+                    "unknown_turn_id": stop.unknown_turn_id,
+                },
                 db=db,
             )
         return Claim(stop=stop, state=state, thread_ts=thread_ts)
@@ -212,15 +215,24 @@ class WatchStore:
                 stop = Stop(str(sid), code, reason, failures, turn, revision)
                 if state == HANDOFF:  # a shift change's post: on the chain outside any case
                     self.store.record_step(
-                        None, _step_actor(actor), Step.HANDOFF, {"shift_change": sid, "key": key},
-                        "taken_over", detail={"from": owner}, db=db,
+                        None,
+                        _step_actor(actor),
+                        Step.HANDOFF,
+                        {"shift_change": sid, "key": key},
+                        "taken_over",
+                        detail={"from": owner},
+                        db=db,
                     )
                     taken.append(Claim(stop=stop, state=HANDOFF, thread_ts=str(root_ts) if root_ts else None))
                     continue
                 self.store.record_step(
-                    stop.session_id, _step_actor(actor), Step.WATCH_STOP,
+                    stop.session_id,
+                    _step_actor(actor),
+                    Step.WATCH_STOP,
                     {"key": key, "installation": self.installation, "revision": revision},
-                    "taken_over", detail={"from": owner, "state": state}, db=db,
+                    "taken_over",
+                    detail={"from": owner, "state": state},
+                    db=db,
                 )
                 taken.append(Claim(stop=stop, state=str(state), thread_ts=str(root_ts) if root_ts else None))
         return taken
@@ -286,8 +298,15 @@ class WatchStore:
             if not rows:
                 return []
             db.conn.executemany("UPDATE watch_stops SET state = ? WHERE key = ?", [[DIGESTED, r[0]] for r in rows])
-            self.store.record_step(None, actor, Step.WATCH_DIGEST, {"installation": self.installation},
-                                   "taken", detail={"stops": len(rows)}, db=db)
+            self.store.record_step(
+                None,
+                actor,
+                Step.WATCH_DIGEST,
+                {"installation": self.installation},
+                "taken",
+                detail={"stops": len(rows)},
+                db=db,
+            )
         return [(str(sid), str(sig)) for _, sid, sig in rows]
 
     def take_pause_held(
@@ -315,9 +334,15 @@ class WatchStore:
                 [[state, actor, _iso(now + timedelta(seconds=lease)), r[0]] for r in stuck],
             )
             db.conn.executemany("UPDATE watch_stops SET state = ? WHERE key = ?", [[DIGESTED, r[0]] for r in over])
-            self.store.record_step(None, _step_actor(actor), Step.WATCH_DIGEST, {"installation": self.installation},
-                                   "pause_over", detail={"still_stuck": len(stuck), "recovered": len(over),
-                                                         "storm": storm}, db=db)
+            self.store.record_step(
+                None,
+                _step_actor(actor),
+                Step.WATCH_DIGEST,
+                {"installation": self.installation},
+                "pause_over",
+                detail={"still_stuck": len(stuck), "recovered": len(over), "storm": storm},
+                db=db,
+            )
         claims = []
         for _key, sid, signature, revision, _active in stuck:
             code, reason, failures, turn = json.loads(signature)
@@ -327,8 +352,7 @@ class WatchStore:
     def counts(self) -> dict[str, int]:
         with self.store.read() as db:
             rows = db.conn.execute(
-                "SELECT state, COUNT(*) FROM watch_stops WHERE installation = ? AND state NOT IN (?, ?) "
-                "GROUP BY state",
+                "SELECT state, COUNT(*) FROM watch_stops WHERE installation = ? AND state NOT IN (?, ?) GROUP BY state",
                 [self.installation, *NOT_STOPS],
             ).fetchall()
         return {str(state): int(n) for state, n in rows}
@@ -364,13 +388,28 @@ class WatchStore:
             ).fetchone()
             if legacy or conn.execute("SELECT 1 FROM watch_stops WHERE key = ?", [stop.key]).fetchone():
                 return None
-            db.table("watch_stops").insert({
-                "key": stop.key, "installation": self.installation, "session_id": name,
-                "signature": stop.signature, "revision": None, "first_seen_at": _iso(now), "active": 0,
-                "state": HANDOFF, "claimed_by": actor, "lease_until": _iso(now + timedelta(seconds=lease)),
-            })
-            self.store.record_step(None, _step_actor(actor), Step.HANDOFF,
-                                   {"shift_change": name.removeprefix("handoff:")}, "posted_by_watch", db=db)
+            db.table("watch_stops").insert(
+                {
+                    "key": stop.key,
+                    "installation": self.installation,
+                    "session_id": name,
+                    "signature": stop.signature,
+                    "revision": None,
+                    "first_seen_at": _iso(now),
+                    "active": 0,
+                    "state": HANDOFF,
+                    "claimed_by": actor,
+                    "lease_until": _iso(now + timedelta(seconds=lease)),
+                }
+            )
+            self.store.record_step(
+                None,
+                _step_actor(actor),
+                Step.HANDOFF,
+                {"shift_change": name.removeprefix("handoff:")},
+                "posted_by_watch",
+                db=db,
+            )
         return Claim(stop=stop, state=HANDOFF)
 
     def rooted(self, key: str, channel: str, ts: str) -> None:

@@ -154,8 +154,9 @@ class Watcher:
             result = self._read_and_claim(now)
             self._take_over(now)
             self._health(result, now)
-            self.saved.put("cursor", cursor_state(complete=result.complete, pages=result.pages, cursor=result.cursor,
-                                                  at=now))
+            self.saved.put(
+                "cursor", cursor_state(complete=result.complete, pages=result.pages, cursor=result.cursor, at=now)
+            )
             if result.complete:
                 self.seen = result.listed
                 self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
@@ -197,9 +198,16 @@ class Watcher:
         paused, quiet = self.paused(now), self.quiet(now)
         for stop in new:  # what was read before a failing page is said now, the rest next poll
             claim = self.saved.claim(
-                stop, actor=self.owner, lease=self.spec.seconds("claim_lease"), now=now,
-                flap_window=self.spec.seconds("flap_window"), storm_window=window, storm_threshold=threshold,
-                paused=paused, quiet=quiet, burst=burst,
+                stop,
+                actor=self.owner,
+                lease=self.spec.seconds("claim_lease"),
+                now=now,
+                flap_window=self.spec.seconds("flap_window"),
+                storm_window=window,
+                storm_threshold=threshold,
+                paused=paused,
+                quiet=quiet,
+                burst=burst,
             )
             if claim is not None:
                 # Claimed, then posted at once: a kill leaves this one to be taken over.
@@ -215,8 +223,11 @@ class Watcher:
         session still stuck said as usual (one storm message when they are many). After a complete
         listing only, so a session that recovered meanwhile is named as such, not posted."""
         stuck, recovered = self.saved.take_pause_held(
-            actor=self.owner, now=now, lease=self.spec.seconds("claim_lease"),
-            storm_window=self.spec.seconds("storm_window"), storm_threshold=int(self.spec.seconds("storm_threshold")),
+            actor=self.owner,
+            now=now,
+            lease=self.spec.seconds("claim_lease"),
+            storm_window=self.spec.seconds("storm_window"),
+            storm_threshold=int(self.spec.seconds("storm_threshold")),
         )
         if not stuck and not recovered:
             return
@@ -244,8 +255,17 @@ class Watcher:
         for claim in self.saved.take_over(actor=self.owner, now=now, lease=self.spec.seconds("claim_lease")):
             if claim.state == HANDOFF:  # a shift change's post: each missing part, looked for first
                 try:
-                    say_handoff(self.saved, self.poster, self.channel, self.runbooks, self.handoff, claim,
-                                self.leases, now, look=True)
+                    say_handoff(
+                        self.saved,
+                        self.poster,
+                        self.channel,
+                        self.runbooks,
+                        self.handoff,
+                        claim,
+                        self.leases,
+                        now,
+                        look=True,
+                    )
                 except Exception:  # noqa: BLE001 - never post blind: the lease runs out again
                     log.exception("watch: cannot finish the hand-off %s", claim.stop.session_id)
                     self.errors += 1
@@ -285,7 +305,9 @@ class Watcher:
         if claim.state == THREAD:
             assert claim.thread_ts is not None
             head = dataclasses.replace(
-                first, headline=f"Stopped again: {sid} ({claim.stop.describe()}). {first.headline}", session_id=sid,
+                first,
+                headline=f"Stopped again: {sid} ({claim.stop.describe()}). {first.headline}",
+                session_id=sid,
                 lines=[*first.lines, key_line(claim.stop.key)],
             )
             ts = self.poster.post(self.channel, head, claim.thread_ts)
@@ -294,7 +316,9 @@ class Watcher:
             self.saved.posted(claim.stop.key, self.channel, ts, root_ts=claim.thread_ts, now=now)
             return
         head = dataclasses.replace(
-            first, headline=f"Stopped: {sid} ({claim.stop.describe()}). {first.headline}", session_id=sid,
+            first,
+            headline=f"Stopped: {sid} ({claim.stop.describe()}). {first.headline}",
+            session_id=sid,
             lines=[*first.lines, key_line(claim.stop.key)],
         )
         ts = self.poster.post(self.channel, head)
@@ -326,22 +350,28 @@ class Watcher:
             self.consecutive += 1
             self.last_error = result.error
             if self.consecutive >= FAILING_AFTER and self._flip_health(failing=True, now=now):
-                self.poster.post(self.channel, Message(
-                    headline=f"Watch cannot read the session listing ({FAILING_AFTER} polls in a row failed): "
-                    "stops are not being posted. It keeps retrying.",
-                    level="warn",
-                    lines=[f"Last error: {result.error}", "Check the control host, or `/recover triage` by hand."],
-                ))
+                self.poster.post(
+                    self.channel,
+                    Message(
+                        headline=f"Watch cannot read the session listing ({FAILING_AFTER} polls in a row failed): "
+                        "stops are not being posted. It keeps retrying.",
+                        level="warn",
+                        lines=[f"Last error: {result.error}", "Check the control host, or `/recover triage` by hand."],
+                    ),
+                )
             return
         self.consecutive = 0
         health = self.saved.get("health")
         if health and health.get("failing") and self._flip_health(failing=False, now=now):
             since = health.get("since")
-            self.poster.post(self.channel, Message(
-                headline="Watch reads the session listing again; stops missed meanwhile are posted now.",
-                level="ok",
-                lines=[f"Failing since {since}."] if since else [],
-            ))
+            self.poster.post(
+                self.channel,
+                Message(
+                    headline="Watch reads the session listing again; stops missed meanwhile are posted now.",
+                    level="ok",
+                    lines=[f"Failing since {since}."] if since else [],
+                ),
+            )
 
     def _flip_health(self, *, failing: bool, now: datetime) -> bool:
         """Set the shared health; True for the one process that changed it (it says so, once)."""
@@ -354,8 +384,15 @@ class Watcher:
                 return False
             value = {"failing": failing, "since": isoformat(now), "error": self.last_error if failing else None}
             self.saved.put("health", value, db=db)
-            self.store.record_step(None, ACTOR, Step.WATCH_HEALTH, {"installation": self.installation},
-                                   "failing" if failing else "recovered", detail=value, db=db)
+            self.store.record_step(
+                None,
+                ACTOR,
+                Step.WATCH_HEALTH,
+                {"installation": self.installation},
+                "failing" if failing else "recovered",
+                detail=value,
+                db=db,
+            )
         return True
 
     # -- pause, resume, state ------------------------------------------------------------------
@@ -420,4 +457,3 @@ class Watcher:
             "last_poll": isoformat(st.last_poll),
             "errors": st.errors,
         }
-

@@ -69,17 +69,32 @@ def test_after_the_expiry_it_is_refused(world: World) -> None:
 
 
 def test_confirm_completed_never_breaks_glass(world: World) -> None:
-    world.sbx.admin.create_session({
-        "session": {"id": "ses_bg3", "status": "failed", "admission_state": "recovery_required", "revision": 7,
-                    "resumable": False, "attention": {"code": "OUTCOME_UNKNOWN", "reason": "interrupt_unanswered"},
-                    "execution": {"state": "gone", "alive": False},
-                    "checkpoint": {"id": "ckpt_1", "covers_turn_id": "turn_9"}},
-        "turns": [{"id": "turn_1", "status": "completed"},
-                  {"id": "turn_9", "status": "outcome_unknown", "terminal_reason": "interrupt_unanswered",
-                   "control_id": "ctl_1"}],
-    })
-    rid = world.request("ses_bg3", "confirm_completed",
-                        extra='--turn turn_9 --evidence "ci run 42" --effects "pushed branch fix-1"')
+    world.sbx.admin.create_session(
+        {
+            "session": {
+                "id": "ses_bg3",
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 7,
+                "resumable": False,
+                "attention": {"code": "OUTCOME_UNKNOWN", "reason": "interrupt_unanswered"},
+                "execution": {"state": "gone", "alive": False},
+                "checkpoint": {"id": "ckpt_1", "covers_turn_id": "turn_9"},
+            },
+            "turns": [
+                {"id": "turn_1", "status": "completed"},
+                {
+                    "id": "turn_9",
+                    "status": "outcome_unknown",
+                    "terminal_reason": "interrupt_unanswered",
+                    "control_id": "ctl_1",
+                },
+            ],
+        }
+    )
+    rid = world.request(
+        "ses_bg3", "confirm_completed", extra='--turn turn_9 --evidence "ci run 42" --effects "pushed branch fix-1"'
+    )
     world.clock.advance(LADDER_END + 5)
     refused = world.break_glass(rid)
     assert not refused.ok and "allows no break-glass for `confirm_completed`" in text(refused), text(refused)

@@ -40,20 +40,33 @@ def _req(world: World, sid: str) -> DecisionRequest:
     return req
 
 
-def _record_glass(world: World, req: DecisionRequest, *, content_hash: str, announce: bool = True,
-                  reading: dict[str, Any] | None = None) -> None:
+def _record_glass(
+    world: World,
+    req: DecisionRequest,
+    *,
+    content_hash: str,
+    announce: bool = True,
+    reading: dict[str, Any] | None = None,
+) -> None:
     """What a path that skips a check would write, through the store's own API (hashes and links valid)."""
     ctx = world.router.services.decisions.ctx
     common = {"request_id": req.id, "content_hash": content_hash, "channel": CHANNEL}
     if announce:
-        ctx.record(req.session_id, REQUESTER, "break_glass_announced", {**common, "where": CHANNEL, "notified": []},
-                   "posted")
+        ctx.record(
+            req.session_id, REQUESTER, "break_glass_announced", {**common, "where": CHANNEL, "notified": []}, "posted"
+        )
     with ctx.store.write() as db:
-        assert ctx.requests.transition(db, req.id, (RequestState.REQUESTED,), RequestState.APPROVED,
-                                       approved_by=REQUESTER, approved_at=ctx.iso())
-        ctx.record(req.session_id, REQUESTER, "break_glass",
-                   {**common, "incident": "INC-1", "reason": "x", "reading": reading or {"others": []}}, "approved",
-                   db=db)
+        assert ctx.requests.transition(
+            db, req.id, (RequestState.REQUESTED,), RequestState.APPROVED, approved_by=REQUESTER, approved_at=ctx.iso()
+        )
+        ctx.record(
+            req.session_id,
+            REQUESTER,
+            "break_glass",
+            {**common, "incident": "INC-1", "reason": "x", "reading": reading or {"others": []}},
+            "approved",
+            db=db,
+        )
 
 
 def _execute(world: World, req: DecisionRequest) -> str:
@@ -122,9 +135,16 @@ def test_a_forged_break_glass_in_a_keyed_store_sends_nothing(sbx, slack_api, tmp
     common = {"request_id": req.id, "content_hash": req.content_hash, "channel": CHANNEL}
     with sqlite3.connect(db, isolation_level=None) as conn:
         _forge(conn, "ses_at6", "break_glass_announced", str(at), {**common, "where": CHANNEL, "notified": []})
-        _forge(conn, "ses_at6", "break_glass", str(at),
-               {**common, "incident": "INC-1", "reason": "x", "reading": {"others": []}})
-        conn.execute("UPDATE decision_requests SET state = 'approved', approved_by = ? WHERE id = ?", [REQUESTER, req.id])
+        _forge(
+            conn,
+            "ses_at6",
+            "break_glass",
+            str(at),
+            {**common, "incident": "INC-1", "reason": "x", "reading": {"others": []}},
+        )
+        conn.execute(
+            "UPDATE decision_requests SET state = 'approved', approved_by = ? WHERE id = ?", [REQUESTER, req.id]
+        )
     world.run("/recover diagnose ses_at6", "UOTH000003")  # the bot writes on (keyed, linked to the forgery)
     restarted = make_world(sbx, slack_api, db, audit_key=SecretStr(KEY))
     restarted.clock.set(world.clock.now() + timedelta(seconds=LADDER_END + 10))

@@ -60,7 +60,11 @@ MOVES = (0, 60, 11 * 60, LADDER_END + 5, LADDER_END + 5, EXPIRY)
 DEFECTS = ("no_notice", "early", "not_requester", "other_content")
 _SHARED: dict[str, Any] = {}
 _IDS = itertools.count()
-SEEN: dict[str, set[str]] = {"approved": set(), "glass": set(), "widened": set()}  # requests sent each way, over all runs
+SEEN: dict[str, set[str]] = {
+    "approved": set(),
+    "glass": set(),
+    "widened": set(),
+}  # requests sent each way, over all runs
 
 
 def _shared() -> tuple[Any, SlackStandIn, Path]:
@@ -86,8 +90,9 @@ class GlassMachine(RuleBasedStateMachine):
         rules go on from there."""
         sbx, api, runbooks = _shared()
         db = Path(tempfile.mkdtemp(prefix="glass-prop-")) / "p.db"
-        self.world = make_world(sbx, api, db, console_users=dict(CONSOLE_USERS), channels=(CHANNEL, "console"),
-                                runbooks_dir=runbooks)
+        self.world = make_world(
+            sbx, api, db, console_users=dict(CONSOLE_USERS), channels=(CHANNEL, "console"), runbooks_dir=runbooks
+        )
         self.new_request(REQUESTER)
         if opening == "glass":
             self.to_the_ladder_end(0)
@@ -146,8 +151,11 @@ class GlassMachine(RuleBasedStateMachine):
     def approve(self, i: int, person: str) -> None:
         self.w().run(f"/recover approve {self._pick(i)}", person, self._channel(person))
 
-    @rule(i=st.integers(0, 9), person=st.sampled_from((REQUESTER, REQUESTER, *PEOPLE)),
-          confirm=st.sampled_from((True, True, False)))
+    @rule(
+        i=st.integers(0, 9),
+        person=st.sampled_from((REQUESTER, REQUESTER, *PEOPLE)),
+        confirm=st.sampled_from((True, True, False)),
+    )
     def break_glass(self, i: int, person: str, confirm: bool) -> None:
         rid, where = self._pick(i), self._channel(person)
         self.w().run(f'/recover break-glass {rid} --incident INC-{i} --reason "alone"', person, where)
@@ -180,11 +188,18 @@ class GlassMachine(RuleBasedStateMachine):
         if defect != "no_notice":
             ctx.record(req.session_id, actor, "break_glass_announced", {**common, "notified": []}, "posted")
         with ctx.store.write() as db:
-            if not ctx.requests.transition(db, req.id, (RequestState.REQUESTED,), RequestState.APPROVED,
-                                           approved_by=actor, approved_at=ctx.iso()):
+            if not ctx.requests.transition(
+                db, req.id, (RequestState.REQUESTED,), RequestState.APPROVED, approved_by=actor, approved_at=ctx.iso()
+            ):
                 return
-            ctx.record(req.session_id, actor, "break_glass",
-                       {**common, "incident": "INC-x", "reason": "x", "reading": {"others": []}}, "approved", db=db)
+            ctx.record(
+                req.session_id,
+                actor,
+                "break_glass",
+                {**common, "incident": "INC-x", "reason": "x", "reading": {"others": []}},
+                "approved",
+                db=db,
+            )
         d.execution.execute(req.id, actor, ListReporter())
 
     # -- the observer -------------------------------------------------------------------------------
@@ -194,8 +209,12 @@ class GlassMachine(RuleBasedStateMachine):
         """Who the ladder widened to before ``approval``, once the widening is due (20 minutes in)."""
         if (parse_time(approval.at) or start) < start + timedelta(minutes=20):
             return set()
-        return {str(g) for w in mine if w.step == "escalation_widened" and w.seq < approval.seq
-                for g in w.inputs.get("groups") or []}
+        return {
+            str(g)
+            for w in mine
+            if w.step == "escalation_widened" and w.seq < approval.seq
+            for g in w.inputs.get("groups") or []
+        }
 
     @invariant()
     def every_two_person_post_has_its_authority_and_the_notice_first(self) -> None:
@@ -217,12 +236,17 @@ class GlassMachine(RuleBasedStateMachine):
             start, expires = parse_time(made.at), parse_time(req.expires_at)
             assert start is not None and expires is not None
             approved = [
-                s for s in mine if s.step == "decision_approved"
+                s
+                for s in mine
+                if s.step == "decision_approved"
                 and person_of(s.actor, CONSOLE_USERS) in (ELIGIBLE | self._widened(mine, s, start)) - {requester}
             ]
             announced = [s.seq for s in mine if s.step == "break_glass_announced" and s.actor == made.actor]
             glass = [
-                s for s in mine if s.step == "break_glass" and s.actor == made.actor
+                s
+                for s in mine
+                if s.step == "break_glass"
+                and s.actor == made.actor
                 and s.inputs.get("content_hash") == req.content_hash
                 and start + timedelta(seconds=LADDER_END) <= (parse_time(s.at) or start) <= expires
                 and any(a < s.seq for a in announced)

@@ -40,8 +40,12 @@ def installations_file(folder: Path, hosts: dict[str, SandboxHandle]) -> Path:
     lines = ["installations:"]
     for name, handle in hosts.items():
         (folder / f"{name}.key").write_text(handle.api_key + "\n")
-        lines += [f"  - name: {name}", f"    control_host_url: {handle.url}", f"    api_key_file: {name}.key",
-                  f"    channels: [{CHANNELS[name]}]"]
+        lines += [
+            f"  - name: {name}",
+            f"    control_host_url: {handle.url}",
+            f"    api_key_file: {name}.key",
+            f"    channels: [{CHANNELS[name]}]",
+        ]
     path = folder / "installations.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -68,11 +72,16 @@ def posts(handle: SandboxHandle) -> list[dict[str, Any]]:
 def test_break_glass_confirmed_posts_its_notice_in_the_installations_channel_then_sends(
     hosts: dict[str, SandboxHandle], slack_api: SlackStandIn, slack_harness: Any, tmp_path: Path
 ) -> None:
-    settings = load_settings({}, dotenv=None).model_copy(update={
-        "db_path": tmp_path / "recover.db", "approvers": (APPROVER,), "channels": tuple(CHANNELS.values()),
-        "installations_file": installations_file(tmp_path, hosts),
-        "slack_bot_token": SecretStr(BOT_TOKEN), "slack_api_url": slack_api.base_url,
-    })
+    settings = load_settings({}, dotenv=None).model_copy(
+        update={
+            "db_path": tmp_path / "recover.db",
+            "approvers": (APPROVER,),
+            "channels": tuple(CHANNELS.values()),
+            "installations_file": installations_file(tmp_path, hosts),
+            "slack_bot_token": SecretStr(BOT_TOKEN),
+            "slack_api_url": slack_api.base_url,
+        }
+    )
     clock = ManualClock(datetime.now(UTC))
     router = slack_fleet_router(settings, make_client(settings), clock=clock)
     h = slack_harness(router)

@@ -36,11 +36,25 @@ def text(reply: Reply) -> str:
 
 def stopped(sbx: SandboxHandle, sid: str) -> None:
     """A session stopped at the restore-failure limit: `close` (two-person) is valid at once."""
-    sbx.admin.create_session({"session": {
-        "id": sid, "status": "failed", "admission_state": "recovery_required", "revision": 4, "resumable": False,
-        "attention": {"code": "RESTORE_FAILED", "reason": "restore_unavailable", "failures": 3, "retry_at": None},
-        "checkpoint": {"id": "ckpt_7", "covers_turn_id": None}, "execution": {"state": "gone", "alive": False},
-    }})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": sid,
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 4,
+                "resumable": False,
+                "attention": {
+                    "code": "RESTORE_FAILED",
+                    "reason": "restore_unavailable",
+                    "failures": 3,
+                    "retry_at": None,
+                },
+                "checkpoint": {"id": "ckpt_7", "covers_turn_id": None},
+                "execution": {"state": "gone", "alive": False},
+            }
+        }
+    )
 
 
 @dataclass
@@ -89,8 +103,11 @@ def post_times(posts: list[dict[str, Any]]) -> list[float]:
 
 def make_world(sbx: SandboxHandle, api: SlackStandIn, db: Path, **overrides: Any) -> World:
     values: dict[str, Any] = {
-        "db_path": db, "approvers": (APPROVER,), "channels": (CHANNEL,),
-        "slack_bot_token": SecretStr(BOT_TOKEN), "slack_api_url": api.base_url,
+        "db_path": db,
+        "approvers": (APPROVER,),
+        "channels": (CHANNEL,),
+        "slack_bot_token": SecretStr(BOT_TOKEN),
+        "slack_api_url": api.base_url,
     }
     values.update(overrides)
     settings = load_settings({}, dotenv=None).model_copy(update=values)

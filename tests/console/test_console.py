@@ -110,14 +110,23 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
     # A private tmux server (-L): a server already running would hand the demo its own environment.
     name = f"rbdemo-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "RECOVER_DB": str(tmp_path / "demo.db"), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-c", "import sys; from bot.settings import load_settings; from bot.console import run_demo;"
-           " sys.exit(run_demo(load_settings(dotenv=None)))"]
-    subprocess.run(["tmux", "-L", name, "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *cmd], check=True, env=env,
-                   cwd=str(tmp_path))
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from bot.settings import load_settings; from bot.console import run_demo;"
+        " sys.exit(run_demo(load_settings(dotenv=None)))",
+    ]
+    subprocess.run(
+        ["tmux", "-L", name, "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *cmd],
+        check=True,
+        env=env,
+        cwd=str(tmp_path),
+    )
 
     def screen() -> str:
-        return subprocess.run(["tmux", "-L", name, "capture-pane", "-p", "-S", "-3000", "-t", name], capture_output=True,
-                              text=True).stdout
+        return subprocess.run(
+            ["tmux", "-L", name, "capture-pane", "-p", "-S", "-3000", "-t", name], capture_output=True, text=True
+        ).stdout
 
     def wait_for(text: str, timeout: float = 30.0) -> str:
         def shown() -> str:
@@ -148,8 +157,13 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
         s = wait_for("Verified `ses_restore_transient`")
         assert "executed (approved by @console:bob)" in s
         type_line(":quit")
-        eventually(lambda: subprocess.run(["tmux", "-L", name, "has-session", "-t", name], capture_output=True).returncode != 0,
-                   15, "the demo to exit on :quit")
+        eventually(
+            lambda: (
+                subprocess.run(["tmux", "-L", name, "has-session", "-t", name], capture_output=True).returncode != 0
+            ),
+            15,
+            "the demo to exit on :quit",
+        )
     finally:
         subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 
@@ -157,14 +171,30 @@ def test_demo_in_tmux_as_two_users(tmp_path: Path) -> None:
 @pytest.mark.subprocess
 def test_demo_from_stdin_exit_status(tmp_path: Path) -> None:
     env = {**os.environ, "RECOVER_DB": str(tmp_path / "demo.db")}
-    code = ("import sys; from bot.settings import load_settings; from bot.console import run_demo;"
-            " sys.exit(run_demo(load_settings(dotenv=None)))")
-    ok = subprocess.run([sys.executable, "-c", code], input="/recover cases\n", capture_output=True, text=True,
-                        env=env, cwd=str(tmp_path), timeout=60)
+    code = (
+        "import sys; from bot.settings import load_settings; from bot.console import run_demo;"
+        " sys.exit(run_demo(load_settings(dotenv=None)))"
+    )
+    ok = subprocess.run(
+        [sys.executable, "-c", code],
+        input="/recover cases\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=60,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "ses_restore_transient" in ok.stdout  # the banner lists the scenario sessions
-    bad = subprocess.run([sys.executable, "-c", code], input="/recover cases\n/recover nope\n", capture_output=True,
-                         text=True, env=env, cwd=str(tmp_path), timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-c", code],
+        input="/recover cases\n/recover nope\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=60,
+    )
     assert bad.returncode == 1
 
 
@@ -204,10 +234,19 @@ def test_a_file_a_reply_names_exists(tmp_path: Path) -> None:
     """The demo (the console script's own code, from stdin) names the triage file by the path it wrote,
     with the whole text in it; no reply names a bare file name that nothing holds."""
     env = {**os.environ, "RECOVER_DB": str(tmp_path / "demo.db"), "XDG_STATE_HOME": str(tmp_path / "state")}
-    code = ("import sys; from bot.settings import load_settings; from bot.console import run_demo;"
-            " sys.exit(run_demo(load_settings(dotenv=None)))")
-    ran = subprocess.run([sys.executable, "-c", code], input="/recover triage\n", capture_output=True, text=True,
-                         env=env, cwd=str(tmp_path), timeout=60)
+    code = (
+        "import sys; from bot.settings import load_settings; from bot.console import run_demo;"
+        " sys.exit(run_demo(load_settings(dotenv=None)))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code],
+        input="/recover triage\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=60,
+    )
     assert ran.returncode == 0, ran.stderr
     named = [m for m in FULL_TEXT.finditer(ran.stdout)]
     assert named, ran.stdout

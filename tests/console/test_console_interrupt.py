@@ -29,18 +29,14 @@ def test_ctrl_c_withdraws_this_runs_pending_request_only(sandbox, tmp_path) -> N
 
     earlier = io.StringIO()
     assert (
-        run_console(
-            router(), stdin=io.StringIO('decide ses_restore_transient close --reason "old"\n'), stdout=earlier
-        )
+        run_console(router(), stdin=io.StringIO('decide ses_restore_transient close --reason "old"\n'), stdout=earlier)
         == 0
     )
     (old_rid,) = set(re.findall(r"req_[0-9a-f]{16}", earlier.getvalue()))
 
     sandbox.admin.advance(1)  # the second run starts later
     out = io.StringIO()
-    code = run_console(
-        router(), stdin=CtrlCAfter('decide ses_incompatible close --reason "new"\n'), stdout=out
-    )
+    code = run_console(router(), stdin=CtrlCAfter('decide ses_incompatible close --reason "new"\n'), stdout=out)
     text = out.getvalue()
     assert code == 130, text
     (new_rid,) = set(re.findall(r"req_[0-9a-f]{16}", text)) - {old_rid}

@@ -60,9 +60,7 @@ def _env(sandbox: Any, db: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _console(
-    sandbox: Any, db: Path, cwd: Path, script: str, *args: str, **env: str
-) -> subprocess.CompletedProcess:
+def _console(sandbox: Any, db: Path, cwd: Path, script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(SCRIPT), "console", *args],
         input=script,
@@ -188,9 +186,7 @@ def test_a_later_console_start_sends_nothing_unasked(sandbox, workdir, tmp_path)
     _stopped_resumable(sandbox, sid, claim=False)
     # An earlier run stored a resume, sent it, and died before its answer arrived.
     store = Store(db)
-    record = store.begin_request(
-        "POST", f"/v1/sessions/{sid}/resume", '{"reason":"r"}', "resume", session_id=sid
-    )
+    record = store.begin_request("POST", f"/v1/sessions/{sid}/resume", '{"reason":"r"}', "resume", session_id=sid)
     vouched = {"method": "POST", "path": f"/v1/sessions/{sid}/resume", "body": {"reason": "r"}}
     store.record_step(sid, f"console:{LOGIN}", "resume_requested", vouched, "sending", idempotency_key=record.key)
     store.note_attempt(record.key)

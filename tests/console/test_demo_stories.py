@@ -28,8 +28,13 @@ def demo_sandbox() -> Any:
 
 
 def _demo(sbx: SandboxHandle, tmp_path: Path, script: str) -> tuple[int, str]:
-    router = build_router(Settings(db_path=tmp_path / "demo.db"), sandbox=sbx, clock=DemoClock(sbx, pace=0),
-                          startup=False, console_users_map=DEMO_CONSOLE_USERS)
+    router = build_router(
+        Settings(db_path=tmp_path / "demo.db"),
+        sandbox=sbx,
+        clock=DemoClock(sbx, pace=0),
+        startup=False,
+        console_users_map=DEMO_CONSOLE_USERS,
+    )
     out = io.StringIO()
     code = run_console(router, stdin=io.StringIO(script), stdout=out, allow_switch_user=True, sandbox=sbx)
     return code, out.getvalue()
@@ -40,14 +45,16 @@ def test_an_approval_given_before_the_scheduler_pass_is_executed_once_after_it(
 ) -> None:
     sid = "ses_unknown_unanswered"
     assert demo_sandbox.admin.session(sid)["execution"]["state"] != "gone"  # the worker is not gone yet
-    script = "\n".join([
-        f'/recover decide {sid} abandon --turn turn_uu5 --effects "nothing outside" --reason "checked the tools"',
-        ":as bob",
-        "1",  # bob approves at once, before any :pass
-        "/recover pending",
-        "RECHECK",
-        "/recover pending",
-    ])
+    script = "\n".join(
+        [
+            f'/recover decide {sid} abandon --turn turn_uu5 --effects "nothing outside" --reason "checked the tools"',
+            ":as bob",
+            "1",  # bob approves at once, before any :pass
+            "/recover pending",
+            "RECHECK",
+            "/recover pending",
+        ]
+    )
     # The request id is only known once it is made: run in two halves on the same store.
     code, out = _demo(demo_sandbox, tmp_path, script.split("\nRECHECK")[0] + "\n")
     assert "waits for the scheduler to confirm the previous worker gone" in out
@@ -55,7 +62,9 @@ def test_an_approval_given_before_the_scheduler_pass_is_executed_once_after_it(
     assert out.count("[!] Effects re-check needed") == 1  # said once, not once per route it took
     assert demo_sandbox.admin.effect_counts() == {}  # nothing sent before the re-check (R3.10)
     request_id = out.split("/recover confirm ")[1].split()[0]
-    code, out = _demo(demo_sandbox, tmp_path, f":as bob\n/recover confirm {request_id}\n/recover confirm {request_id}\n")
+    code, out = _demo(
+        demo_sandbox, tmp_path, f":as bob\n/recover confirm {request_id}\n/recover confirm {request_id}\n"
+    )
     assert "executed" in out, out
     assert demo_sandbox.admin.effect_counts() == {sid: 1}  # executed exactly once
     assert demo_sandbox.admin.session(sid)["execution"]["state"] == "gone"
@@ -87,8 +96,10 @@ def test_stop_lets_a_person_watch_the_watcher_post_each_stop_once(demo_sandbox: 
     """`:stop <session>` stops it in the sandbox and the watcher polls once, posting to the console as
     to the watch channel; the same stop again is not posted twice (R2.1, R3.1)."""
     sid = "ses_resume_reclaiming"
-    script = (f":stop ses_closed\n:advance 600\n:stop {sid}\n:stop {sid}\n/recover watch\n"
-              "/recover watch pause --for 1h\n/recover watch resume\n")
+    script = (
+        f":stop ses_closed\n:advance 600\n:stop {sid}\n:stop {sid}\n/recover watch\n"
+        "/recover watch pause --for 1h\n/recover watch resume\n"
+    )
     code, out = _demo(demo_sandbox, tmp_path, script)
     # The console's user is a member of its channel (the console): pausing and resuming are allowed.
     assert "Watch paused until" in out and "Watch resumed" in out and "Only members of" not in out

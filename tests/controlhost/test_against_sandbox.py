@@ -165,27 +165,19 @@ def test_row_stale_revision(sbx: SandboxHandle, client: ControlHostClient) -> No
     assert "Re-read the session" in str(error)
 
 
-def test_row_close_accepted_in_any_state_then_closed_is_stale(
-    sbx: SandboxHandle, client: ControlHostClient
-) -> None:
+def test_row_close_accepted_in_any_state_then_closed_is_stale(sbx: SandboxHandle, client: ControlHostClient) -> None:
     sbx.admin.create_session(running("ses_a", revision=5))
     receipt = decide(client, "ses_a", "close")
     assert receipt.status == "accepted" and receipt.decision == "close" and receipt.http_status == 201
-    assert (
-        receipt.session is not None and receipt.session.revision == 6 and receipt.session.status == "closed"
-    )
+    assert receipt.session is not None and receipt.session.revision == 6 and receipt.session.status == "closed"
     session = client.get_session("ses_a")
-    assert (
-        session.status == "closed" and session.execution is not None and session.execution.state == "draining"
-    )
+    assert session.status == "closed" and session.execution is not None and session.execution.state == "draining"
     error = refused(lambda: decide(client, "ses_a", "close"))
     assert (error.code, error.status) == ("REQUEST_STALE", 409)
     assert len(sbx.admin.effects("ses_a")) == 1
 
 
-def test_restore_failures_backoff_limit_and_retry_restore_resets(
-    sbx: SandboxHandle, client: ControlHostClient
-) -> None:
+def test_restore_failures_backoff_limit_and_retry_restore_resets(sbx: SandboxHandle, client: ControlHostClient) -> None:
     """2nd failure → advance → 3rd failure → recovery_required → retry_restore resets → fails again."""
     sbx.admin.create_session(starting("ses_a"))
     sbx.admin.fail_restore("ses_a")
@@ -215,9 +207,7 @@ def test_restore_failures_backoff_limit_and_retry_restore_resets(
     assert after.admission_state == "open"
     sbx.admin.fail_restore("ses_a")  # the next worker fails again: the count started over (R2.9)
     again = client.get_session("ses_a")
-    assert (
-        again.attention is not None and again.attention.failures == 1 and again.attention.retry_at is not None
-    )
+    assert again.attention is not None and again.attention.failures == 1 and again.attention.retry_at is not None
 
 
 def test_incompatible_checkpoint_stops_at_once_and_retry_restore_is_accepted(
@@ -290,9 +280,7 @@ def test_confirm_completed_needs_a_covering_checkpoint(sbx: SandboxHandle, clien
     sbx.admin.create_session(running("ses_a"))
     turn = sbx.admin.interrupt("ses_a", "interrupt_checkpoint_unavailable")["turn"]["id"]
     sbx.admin.scheduler_pass()
-    error = refused(
-        lambda: decide(client, "ses_a", "confirm_completed", target_turn_id=turn, evidence_ref="log")
-    )
+    error = refused(lambda: decide(client, "ses_a", "confirm_completed", target_turn_id=turn, evidence_ref="log"))
     assert (error.code, error.status) == ("CHECKPOINT_UNAVAILABLE", 409)  # R3.11
 
     sbx.admin.create_session(running("ses_b"))
@@ -395,9 +383,7 @@ def test_post_reply_dropped_after_commit_is_replayed_not_redone(
     assert client.get_session("ses_a").revision == 6  # one effect: one revision step
 
 
-def test_post_timeout_is_retried_with_the_same_key(
-    sbx: SandboxHandle, store: Store, clock: ManualClock
-) -> None:
+def test_post_timeout_is_retried_with_the_same_key(sbx: SandboxHandle, store: Store, clock: ManualClock) -> None:
     sbx.admin.create_session(running("ses_a"))
     sbx.admin.fault("latency", DECISIONS_PATH, method="POST", seconds=1.0)
     quick = ControlHostClient(sbx.url, sbx.api_key, store=store, clock=clock, retry=FAST, timeout=0.3)

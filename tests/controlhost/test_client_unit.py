@@ -60,9 +60,7 @@ class Recorder:
         return answer
 
 
-def err(
-    status: int, code: str | None = None, retryable: bool | None = None, **headers: str
-) -> httpx.Response:
+def err(status: int, code: str | None = None, retryable: bool | None = None, **headers: str) -> httpx.Response:
     body: dict = {"error": {"message": f"{code} happened"}}
     if code:
         body["error"]["code"] = code
@@ -147,9 +145,7 @@ def test_auth_failure_is_reported_never_retried_and_never_shows_the_key(
 
 
 def test_error_message_from_server_is_redacted(store: Store, clock: ManualClock) -> None:
-    rec = Recorder(
-        [httpx.Response(409, json={"error": {"code": "REQUEST_STALE", "message": f"key {KEY} stale"}})]
-    )
+    rec = Recorder([httpx.Response(409, json={"error": {"code": "REQUEST_STALE", "message": f"key {KEY} stale"}})])
     with pytest.raises(ControlHostError) as info:
         make(store, clock, rec).get_session("ses_1")
     assert KEY not in str(info.value) and "REQUEST_STALE" in str(info.value)
@@ -216,9 +212,7 @@ def test_retry_after_parsing() -> None:
     policy = RetryPolicy(max_retry_after=20)
     assert policy.delay(1, retry_after=500) == 20
     rng = random.Random(0)
-    assert all(
-        2.0 <= RetryPolicy(base_delay=1, max_delay=4, jitter=0.5).delay(9, rng=rng) <= 4.0 for _ in range(50)
-    )
+    assert all(2.0 <= RetryPolicy(base_delay=1, max_delay=4, jitter=0.5).delay(9, rng=rng) <= 4.0 for _ in range(50))
     with pytest.raises(ValueError):
         RetryPolicy(attempts=0)
 

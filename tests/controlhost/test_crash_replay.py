@@ -66,9 +66,7 @@ def _env(sbx: SandboxHandle) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("moment", ["sleeping_before_retry", "mid_request"])
-def test_sigkilled_client_replays_with_stored_key_and_body(
-    sbx: SandboxHandle, tmp_path: Path, moment: str
-) -> None:
+def test_sigkilled_client_replays_with_stored_key_and_body(sbx: SandboxHandle, tmp_path: Path, moment: str) -> None:
     sbx.admin.create_session(running("ses_k", revision=5))
     sbx.admin.fault("drop_after_commit", "/v1/sessions/ses_k/recovery-decisions", method="POST")
     if moment == "mid_request":
@@ -87,8 +85,11 @@ def test_sigkilled_client_replays_with_stored_key_and_body(
     try:
         store = Store(db)
         # The record (key + exact body) is committed before the first send.
-        record = eventually(lambda: next((r for r in store.list_requests() if r.attempts >= 1), None), 15,
-                            "the request record, committed before the first send")
+        record = eventually(
+            lambda: next((r for r in store.list_requests() if r.attempts >= 1), None),
+            15,
+            "the request record, committed before the first send",
+        )
         assert record.pending and json.loads(record.body) == body
         if moment == "sleeping_before_retry":
             # The reply was dropped after the commit; the client is now sleeping 30 s before its retry.

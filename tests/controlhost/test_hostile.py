@@ -42,9 +42,7 @@ MB = 1024 * 1024
 def remote() -> Iterator[tuple[str, SandboxAdmin]]:
     """The sandbox control host in a child process (its threads and memory are not ours)."""
     code = f"from bot.sandbox import serve_forever; serve_forever('127.0.0.1', 0, api_key={KEY!r})"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -66,9 +64,7 @@ def remote() -> Iterator[tuple[str, SandboxAdmin]]:
 def services(remote: tuple[str, SandboxAdmin], tmp_path: Path) -> Iterator[Services]:
     url, admin = remote
     admin.reset()
-    built = build_services(
-        Settings(control_host_url=url, control_host_api_key=KEY, db_path=tmp_path / "hostile.db")
-    )
+    built = build_services(Settings(control_host_url=url, control_host_api_key=KEY, db_path=tmp_path / "hostile.db"))
     yield built
     built.client.close()
     admin.reset()
@@ -214,7 +210,15 @@ def test_a_huge_answer_to_a_post_keeps_the_request_pending_with_its_key(
     sbx: SandboxHandle = sandbox_factory(scenarios=["healthy"])
     sbx.admin.fault("huge_body", "/v1/sessions/*/recovery-decisions", size=50 * MB, times=1)
     with ControlHostClient(sbx.url, sbx.api_key, store=store, clock=clock, retry=FAST) as client:
-        receipt = post_decision(client, "ses_healthy", {"decision": "close", "reason": "hostile test", "expected_revision": sbx.admin.session("ses_healthy")["revision"]})
+        receipt = post_decision(
+            client,
+            "ses_healthy",
+            {
+                "decision": "close",
+                "reason": "hostile test",
+                "expected_revision": sbx.admin.session("ses_healthy")["revision"],
+            },
+        )
     assert receipt.status == "accepted"
     posts = [r for r in sbx.admin.requests("ses_healthy") if r["method"] == "POST"]
     assert len(posts) == 2 and posts[0]["idempotency_key"] == posts[1]["idempotency_key"]
@@ -228,7 +232,15 @@ def test_a_huge_answer_every_time_ends_pending_not_refused(
     sbx.admin.fault("huge_body", "/v1/sessions/*/recovery-decisions", size=20 * MB, times=None)
     with ControlHostClient(sbx.url, sbx.api_key, store=store, clock=clock, retry=FAST) as client:
         with pytest.raises(RequestPendingError) as info:
-            post_decision(client, "ses_healthy", {"decision": "close", "reason": "hostile test", "expected_revision": sbx.admin.session("ses_healthy")["revision"]})
+            post_decision(
+                client,
+                "ses_healthy",
+                {
+                    "decision": "close",
+                    "reason": "hostile test",
+                    "expected_revision": sbx.admin.session("ses_healthy")["revision"],
+                },
+            )
         assert info.value.code == "ANSWER_TOO_LARGE"
         record = store.get_request(info.value.idempotency_key)
         assert record is not None and record.pending

@@ -55,12 +55,12 @@ def odd_api() -> Iterator[str]:
     server.server_close()
 
 
-MAPPING = '''  events: "/v1/sessions/{session_id}/events"
+MAPPING = """  events: "/v1/sessions/{session_id}/events"
   fields:
     session: {status: state, revision: rev, execution: worker}
     attention: {code: kind}
     checkpoint: {covers_turn_id: covers_turn}
-    turn: {terminal_reason: why}'''
+    turn: {terminal_reason: why}"""
 
 
 def test_a_runbook_field_mapping_reads_an_api_that_names_fields_differently(odd_api: str, tmp_path: Path) -> None:

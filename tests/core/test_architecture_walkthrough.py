@@ -99,11 +99,30 @@ def test_every_module_and_code_name_cited_exists(walk: str) -> None:
 @pytest.mark.parametrize(
     ("walk", "order"),
     [
-        ("decide", ["bot/slack/front.py", "bot/router.py", "bot/decisions/_service.py", "bot/decisions/_decide.py",
-                    "bot/decisions/_requests.py", "bot/store/_store.py"]),
-        ("approve", ["bot/router.py", "bot/decisions/_service.py", "bot/decisions/_approvals.py",
-                     "bot/decisions/_lifecycle.py", "bot/decisions/_execution.py", "bot/controlhost/_client.py",
-                     "bot/decisions/_outcomes.py", "bot/decisions/_verify.py"]),
+        (
+            "decide",
+            [
+                "bot/slack/front.py",
+                "bot/router.py",
+                "bot/decisions/_service.py",
+                "bot/decisions/_decide.py",
+                "bot/decisions/_requests.py",
+                "bot/store/_store.py",
+            ],
+        ),
+        (
+            "approve",
+            [
+                "bot/router.py",
+                "bot/decisions/_service.py",
+                "bot/decisions/_approvals.py",
+                "bot/decisions/_lifecycle.py",
+                "bot/decisions/_execution.py",
+                "bot/controlhost/_client.py",
+                "bot/decisions/_outcomes.py",
+                "bot/decisions/_verify.py",
+            ],
+        ),
     ],
 )
 def test_the_rooms_come_in_the_order_the_code_runs(walk: str, order: list[str]) -> None:

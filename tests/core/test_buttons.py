@@ -78,10 +78,12 @@ def test_the_router_refuses_a_forged_decide_form_click(sandbox, tmp_path: Path) 
     assert isinstance(router, Router)
     store = router.services.store
     before = len(store.steps())
-    refused = router.handle_action("decide_form", "ses_restore_backoff|close|abandon", actor="UALICE",
-                                   channel="CINC", reporter=ListReporter())
+    refused = router.handle_action(
+        "decide_form", "ses_restore_backoff|close|abandon", actor="UALICE", channel="CINC", reporter=ListReporter()
+    )
     assert not refused.ok and "one session and one decision; nothing was done" in refused.messages[0].plain_text()
     assert len(store.steps()) == before
-    ok = router.handle_action("decide_form", "ses_restore_backoff|close", actor="UALICE", channel="CINC",
-                              reporter=ListReporter())
+    ok = router.handle_action(
+        "decide_form", "ses_restore_backoff|close", actor="UALICE", channel="CINC", reporter=ListReporter()
+    )
     assert ok.ok and "/recover decide ses_restore_backoff close" in ok.messages[0].plain_text()

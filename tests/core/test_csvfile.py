@@ -43,7 +43,12 @@ def test_hostile_cells_come_back_as_one_cell_each_neutralised_where_formula_like
 
 def test_neutral_cell_prefixes_only_what_begins_like_a_formula() -> None:
     assert [neutral_cell(c) for c in ("=1", "+1", "-1", "@a", "\t1", "\r1")] == [
-        "'=1", "'+1", "'-1", "'@a", "'\t1", "'\r1",
+        "'=1",
+        "'+1",
+        "'-1",
+        "'@a",
+        "'\t1",
+        "'\r1",
     ]
     assert [neutral_cell(c) for c in ("a=1", " =1", "'=1", 7, None)] == ["a=1", " =1", "'=1", "7", ""]
 
@@ -55,16 +60,44 @@ def test_the_batch_file_writes_the_control_hosts_words_through_the_same_writer()
     """A refusal's code and message come from the control host: one cell each, never a formula, in
     the batch file's own columns."""
     batch = Batch(
-        id="bat_1", requester="UALICE", channel=None, decision="close", reason="gone", cause_fixed=None,
-        source="t1.g1", policy="two_person", created_at="t", expires_at="t", content_hash="h",
+        id="bat_1",
+        requester="UALICE",
+        channel=None,
+        decision="close",
+        reason="gone",
+        cause_fixed=None,
+        source="t1.g1",
+        policy="two_person",
+        created_at="t",
+        expires_at="t",
+        content_hash="h",
         excluded=[{"session_id": "ses_b", "why": "@left out\nses_fake,accepted", "rule": "R3.10"}],
-        state="executed", approved_by="UBOB", approved_at="t", decided_by=None, note=None, owner=None,
-        stop_requested=0, runner=None, updated_at="t",
+        state="executed",
+        approved_by="UBOB",
+        approved_at="t",
+        decided_by=None,
+        note=None,
+        owner=None,
+        stop_requested=0,
+        runner=None,
+        updated_at="t",
     )
     member = BatchMember(
-        batch_id="bat_1", ord=0, session_id="ses_a", revision=5, facts={}, state="failed", idem_key="k",
-        method="POST", path="/p", body="{}", http_status=409, code="=CMD()", receipt_id=None,
-        detail=DETAIL, updated_at="t",
+        batch_id="bat_1",
+        ord=0,
+        session_id="ses_a",
+        revision=5,
+        facts={},
+        state="failed",
+        idem_key="k",
+        method="POST",
+        path="/p",
+        body="{}",
+        http_status=409,
+        code="=CMD()",
+        receipt_id=None,
+        detail=DETAIL,
+        updated_at="t",
     )
     rows = list(csv.reader(io.StringIO(members_csv(batch, [member]), newline="")))
     assert rows[0] == list(MEMBER_COLUMNS)

@@ -88,15 +88,23 @@ def not_yet_gone(sbx: SandboxHandle, sid: str = SID) -> None:
                 "admission_state": "recovery_required",
                 "revision": 20,
                 "resumable": False,
-                "attention": {"code": "OUTCOME_UNKNOWN", "reason": "interrupt_unanswered", "failures": None,
-                              "retry_at": None},
+                "attention": {
+                    "code": "OUTCOME_UNKNOWN",
+                    "reason": "interrupt_unanswered",
+                    "failures": None,
+                    "retry_at": None,
+                },
                 "checkpoint": {"id": "ckpt_r1", "covers_turn_id": "turn_r1"},
                 "execution": {"state": "running", "alive": False},
             },
             "turns": [
                 {"id": "turn_r1", "status": "completed"},
-                {"id": TURN, "status": "outcome_unknown", "terminal_reason": "interrupt_unanswered",
-                 "control_id": "ctl_r2"},
+                {
+                    "id": TURN,
+                    "status": "outcome_unknown",
+                    "terminal_reason": "interrupt_unanswered",
+                    "control_id": "ctl_r2",
+                },
             ],
         }
     )

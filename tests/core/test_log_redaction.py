@@ -84,7 +84,12 @@ def test_no_secret_or_token_shape_reaches_a_log_through_any_logger_or_path(tmp_p
     env.update(SECRETS)
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, ",".join(names), *SECRETS.values(), *SHAPES],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=True,
     )
     written = result.stderr
     leaked = [s for s in [*SECRETS.values(), *SHAPES] if s in written]
@@ -115,8 +120,8 @@ PROBE = r"""
 import logging, sys
 from bot.redact import RedactingFilter
 handlers = logging.getLogger().handlers
-print("handlers", len(handlers), "filtered", sum(any(isinstance(f, RedactingFilter) for f in h.filters) for h in handlers),
-      file=sys.stderr)
+filtered = sum(any(isinstance(f, RedactingFilter) for f in h.filters) for h in handlers)
+print("handlers", len(handlers), "filtered", filtered, file=sys.stderr)
 for s in sys.argv[1:]:
     logging.getLogger("recover_bot.probe").warning("after start [%s]", s)
     logging.getLogger("httpx").warning(f"library [{s}]")
@@ -129,12 +134,21 @@ def test_each_entry_point_sets_up_the_masking_filter_when_it_starts(entry: str, 
     """Behaviour, not source text: the real entry point runs its start in a fresh interpreter, then
     records carrying every secret go through its handlers. Each handler masks; nothing leaks."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "RECOVER_", "CONTROL_HOST"))}
-    env.update(SECRETS, RECOVER_DB=str(tmp_path / "recover.db"), CONTROL_HOST_URL="http://127.0.0.1:9",
-               SLACK_API_URL="http://127.0.0.1:9/api/")
+    env.update(
+        SECRETS,
+        RECOVER_DB=str(tmp_path / "recover.db"),
+        CONTROL_HOST_URL="http://127.0.0.1:9",
+        SLACK_API_URL="http://127.0.0.1:9/api/",
+    )
     secrets = [*SECRETS.values(), *SHAPES]
     result = subprocess.run(
         [sys.executable, "-c", START[entry] + PROBE, *secrets],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
     )
     written = result.stderr
     counts = re.search(r"handlers (\d+) filtered (\d+)", written)
@@ -157,9 +171,7 @@ def test_the_consoles_log_file_is_masked_too(tmp_path: Path) -> None:
     before = list(root.handlers), root.level
     try:
         log_to_file(tmp_path / "console.log")
-        assert root.handlers and all(
-            any(isinstance(f, RedactingFilter) for f in h.filters) for h in root.handlers
-        )
+        assert root.handlers and all(any(isinstance(f, RedactingFilter) for f in h.filters) for h in root.handlers)
     finally:
         for handler in list(root.handlers):
             if handler not in before[0]:

@@ -17,9 +17,24 @@ pytestmark = pytest.mark.subprocess
 
 def _collected(marker: str) -> list[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", marker, "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-p", "no:xdist", *FILES],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            marker,
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            *FILES,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     return [line for line in out.stdout.splitlines() if "::" in line]
@@ -27,7 +42,9 @@ def _collected(marker: str) -> list[str]:
 
 def test_subprocess_selects_the_process_tests_and_only_those() -> None:
     listed = _collected("subprocess")
-    assert "tests/console/test_console_script.py::test_ctrl_c_in_the_resume_wait_is_recorded_and_never_replayed" in listed
+    assert (
+        "tests/console/test_console_script.py::test_ctrl_c_in_the_resume_wait_is_recorded_and_never_replayed" in listed
+    )
     assert "tests/core/test_cli.py::test_an_unreadable_store_is_one_line" in listed
     assert "tests/core/test_cli.py::test_every_command_help_shows_an_example" not in listed  # in-process
     assert not [t for t in listed if "test_gate_property" in t]

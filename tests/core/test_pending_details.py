@@ -48,8 +48,9 @@ def _ref(reply: Reply, kind: str) -> str:
 def test_pending_lists_each_open_request_with_who_may_act_now(sbx: SandboxHandle, tmp_path: Path) -> None:
     router = _router(sbx, tmp_path)
     assert "Nothing is pending" in _text(_run(router, "pending"))
-    two = _ref(_run(router, f'decide {SESSION} abandon --turn {TURN} --effects "none" --reason "checked"'),
-               "approval_request")
+    two = _ref(
+        _run(router, f'decide {SESSION} abandon --turn {TURN} --effects "none" --reason "checked"'), "approval_request"
+    )
     one = _ref(_run(router, f'decide {FRESH} start_fresh --reason "repo back"'), "confirmation_request")
     lines = _run(router, "/recover pending").messages[0].plain_text().splitlines()
     assert lines[0] == "Pending: 2 request(s)"
@@ -77,17 +78,17 @@ def test_a_request_shows_its_facts_only_in_details(sbx: SandboxHandle, tmp_path:
     full = _text(_run(router, f"details {request.ref}"))
     for name, value in request.facts:
         assert f"{name}: {value}" in full
-    clicked = router.handle_action(details_button.action, details_button.value, actor="U2", channel="C1",
-                                   reporter=ListReporter())
+    clicked = router.handle_action(
+        details_button.action, details_button.value, actor="U2", channel="C1", reporter=ListReporter()
+    )
     assert _text(clicked) == full
 
 
-def test_details_reads_the_stores_when_this_process_did_not_give_the_reply(
-    sbx: SandboxHandle, tmp_path: Path
-) -> None:
+def test_details_reads_the_stores_when_this_process_did_not_give_the_reply(sbx: SandboxHandle, tmp_path: Path) -> None:
     router = _router(sbx, tmp_path)
-    request_id = _ref(_run(router, f'decide {SESSION} abandon --turn {TURN} --effects "none" --reason "x"'),
-                      "approval_request")
+    request_id = _ref(
+        _run(router, f'decide {SESSION} abandon --turn {TURN} --effects "none" --reason "x"'), "approval_request"
+    )
     _run(router, f"diagnose {FRESH}")
     other = _router(sbx, tmp_path)  # a second process on the same store: nothing kept in memory
     req = _text(_run(other, f"details {request_id}"))

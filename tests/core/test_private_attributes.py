@@ -40,8 +40,10 @@ def _own_names(trees: list[ast.AST]) -> set[str]:
             elif isinstance(node, ast.alias):
                 own.add(node.asname or node.name.split(".")[-1])
             elif (
-                isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-                and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls")
             ):
                 own.add(node.attr)
     return own
@@ -75,8 +77,12 @@ def foreign_private_uses(sources: dict[str, str]) -> list[str]:
                     continue
                 attr = node.attr
             elif (
-                isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _ATTR_CALLS
-                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in _ATTR_CALLS
+                and len(node.args) > 1
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
             ):
                 attr = node.args[1].value
             if attr is not None and _private(attr) and attr not in own:
@@ -87,7 +93,8 @@ def foreign_private_uses(sources: dict[str, str]) -> list[str]:
 def test_no_module_of_bot_uses_a_private_attribute_of_a_dependency() -> None:
     sources = {
         str(p.relative_to(BOT)): p.read_text(encoding="utf-8")
-        for p in sorted(BOT.rglob("*.py")) if "__pycache__" not in p.parts
+        for p in sorted(BOT.rglob("*.py"))
+        if "__pycache__" not in p.parts
     }
     assert foreign_private_uses(sources) == []
 
@@ -106,5 +113,7 @@ def test_the_checker_catches_a_private_attribute_of_a_dependency() -> None:
         "secret = getattr(app, '_signing_secret', None)\n"
     )
     assert foreign_private_uses({"m.py": source}) == [
-        "m.py:6 _pool", "m.py:7 _network_backend", "m.py:8 _signing_secret",
+        "m.py:6 _pool",
+        "m.py:7 _network_backend",
+        "m.py:8 _signing_secret",
     ]

@@ -45,7 +45,7 @@ def test_test_script_never_skips_docker_silently() -> None:
     script = (ROOT / "scripts" / "test.sh").read_text()
     assert "SKIPPED" in script  # the loud reason for a new user without root
     fixtures = (ROOT / "tests" / "fixtures" / "docker.py").read_text()
-    assert 'CI' in fixtures  # under CI=true a Docker test fails instead of skipping
+    assert "CI" in fixtures  # under CI=true a Docker test fails instead of skipping
 
 
 def test_the_readme_and_the_command_page_list_every_subcommand() -> None:

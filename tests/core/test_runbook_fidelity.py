@@ -101,8 +101,12 @@ def unknown_turn_over_restore_limit(sbx: SandboxHandle, sid: str) -> None:
             },
             "turns": [
                 {"id": "turn_1", "status": "completed"},
-                {"id": "turn_2", "status": "outcome_unknown", "terminal_reason": "interrupt_unanswered",
-                 "control_id": "ctl_2"},
+                {
+                    "id": "turn_2",
+                    "status": "outcome_unknown",
+                    "terminal_reason": "interrupt_unanswered",
+                    "control_id": "ctl_2",
+                },
             ],
         }
     )
@@ -130,7 +134,11 @@ def test_retry_restore_over_an_unknown_turn_is_refused_locally_with_the_reason(s
         assert "outcome_unknown turn (turn_2) heads the queue" in said and "Nothing was sent" in said
     # The button path ends in the same core.
     button = router.handle_action(
-        "decide", "", actor="alice", channel=CHANNEL, reporter=ListReporter(),
+        "decide",
+        "",
+        actor="alice",
+        channel=CHANNEL,
+        reporter=ListReporter(),
         form={"session_id": sid, "decision": "retry_restore", "reason": "proxy fixed", "yes": "1"},
     )
     assert not button.ok and "outcome_unknown turn (turn_2)" in text(button)
@@ -139,16 +147,39 @@ def test_retry_restore_over_an_unknown_turn_is_refused_locally_with_the_reason(s
 
 
 def test_retry_restore_refused_for_a_context_gap_and_for_startup_failures(sbx, router) -> None:
-    sbx.admin.create_session({"session": {
-        "id": "ses_fid_gap", "status": "stopped", "admission_state": "open", "revision": 3, "resumable": False,
-        "attention": {"code": "CONTEXT_GAP", "reason": "turn_after_checkpoint", "failures": None, "retry_at": None},
-        "checkpoint": {"id": "ckpt_1", "covers_turn_id": "turn_1"}, "execution": {"state": "gone", "alive": False},
-    }})
-    sbx.admin.create_session({"session": {
-        "id": "ses_fid_startup", "status": "failed", "admission_state": "recovery_required", "revision": 5,
-        "resumable": False, "checkpoint": None, "execution": {"state": "gone", "alive": False},
-        "attention": {"code": "STARTUP_FAILED", "reason": "git_clone_failed", "failures": 3, "retry_at": None},
-    }})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": "ses_fid_gap",
+                "status": "stopped",
+                "admission_state": "open",
+                "revision": 3,
+                "resumable": False,
+                "attention": {
+                    "code": "CONTEXT_GAP",
+                    "reason": "turn_after_checkpoint",
+                    "failures": None,
+                    "retry_at": None,
+                },
+                "checkpoint": {"id": "ckpt_1", "covers_turn_id": "turn_1"},
+                "execution": {"state": "gone", "alive": False},
+            }
+        }
+    )
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": "ses_fid_startup",
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 5,
+                "resumable": False,
+                "checkpoint": None,
+                "execution": {"state": "gone", "alive": False},
+                "attention": {"code": "STARTUP_FAILED", "reason": "git_clone_failed", "failures": 3, "retry_at": None},
+            }
+        }
+    )
     gap = say(router, '/recover decide ses_fid_gap retry_restore --reason "r" --yes')
     assert not gap.ok and "stopped for a context gap (CONTEXT_GAP)" in text(gap)
     startup = say(router, '/recover decide ses_fid_startup retry_restore --reason "r" --yes')
@@ -163,11 +194,19 @@ def test_a_relaunched_session_is_described_as_running_with_no_refused_next_step(
     sid = "ses_fid_relaunched"
     # Drive the sandbox's own state machine: a starting worker fails its restore once, the backoff
     # passes, the scheduler relaunches it (running, admission open, retry_at null, failures 1).
-    sbx.admin.create_session({"session": {
-        "id": sid, "status": "running", "admission_state": "open", "revision": 2, "resumable": False,
-        "checkpoint": {"id": "ckpt_5", "covers_turn_id": "turn_1"},
-        "execution": {"state": "running", "alive": True, "phase": "starting"},
-    }})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": sid,
+                "status": "running",
+                "admission_state": "open",
+                "revision": 2,
+                "resumable": False,
+                "checkpoint": {"id": "ckpt_5", "covers_turn_id": "turn_1"},
+                "execution": {"state": "running", "alive": True, "phase": "starting"},
+            }
+        }
+    )
     sbx.admin.fail_restore(sid, "restore_refused")
     sbx.admin.advance(31)
     launched = sbx.admin.scheduler_pass()
@@ -196,11 +235,19 @@ def test_a_relaunched_session_is_described_as_running_with_no_refused_next_step(
 def test_a_restore_stopped_at_the_limit_still_offers_retry_restore(sbx, router) -> None:
     sid = "ses_fid_incompatible"
     # R2.3: an incompatible checkpoint stops after ONE failure; the count is evidence, not a check.
-    sbx.admin.create_session({"session": {
-        "id": sid, "status": "running", "admission_state": "open", "revision": 2, "resumable": False,
-        "checkpoint": {"id": "ckpt_6", "covers_turn_id": "turn_1"},
-        "execution": {"state": "running", "alive": True, "phase": "starting"},
-    }})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": sid,
+                "status": "running",
+                "admission_state": "open",
+                "revision": 2,
+                "resumable": False,
+                "checkpoint": {"id": "ckpt_6", "covers_turn_id": "turn_1"},
+                "execution": {"state": "running", "alive": True, "phase": "starting"},
+            }
+        }
+    )
     sbx.admin.fail_restore(sid, "incompatible_checkpoint")
     reply = say(router, f"/recover diagnose {sid}")
     assert "Incompatible checkpoint" in text(reply)
@@ -210,7 +257,8 @@ def test_a_restore_stopped_at_the_limit_still_offers_retry_restore(sbx, router) 
     # R2.3/R5.3: without saying what changed it is refused, as for a batch member …
     assert "needs --cause-fixed" in text(refused) and posts(sbx, sid) == []
     confirm = say(
-        router, f'/recover decide {sid} retry_restore --cause-fixed "runtime pinned back" --reason "runtime pinned back" --yes'
+        router,
+        f'/recover decide {sid} retry_restore --cause-fixed "runtime pinned back" --reason "runtime pinned back" --yes',
     )
     # R2.4/R5.3: … and then the incompatible warning is shown before any send, --yes or not.
     assert "never succeeds on the same runtime/profile" in text(confirm)
@@ -219,11 +267,25 @@ def test_a_restore_stopped_at_the_limit_still_offers_retry_restore(sbx, router) 
 
 def test_retry_restore_after_a_store_outage_has_no_incompatible_warning(sbx, router) -> None:
     sid = "ses_fid_transient"
-    sbx.admin.create_session({"session": {
-        "id": sid, "status": "failed", "admission_state": "recovery_required", "revision": 8, "resumable": False,
-        "attention": {"code": "RESTORE_FAILED", "reason": "restore_unavailable", "failures": 3, "retry_at": None},
-        "checkpoint": {"id": "ckpt_7", "covers_turn_id": "turn_1"}, "execution": {"state": "gone", "alive": False},
-    }})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": sid,
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 8,
+                "resumable": False,
+                "attention": {
+                    "code": "RESTORE_FAILED",
+                    "reason": "restore_unavailable",
+                    "failures": 3,
+                    "retry_at": None,
+                },
+                "checkpoint": {"id": "ckpt_7", "covers_turn_id": "turn_1"},
+                "execution": {"state": "gone", "alive": False},
+            }
+        }
+    )
     reply = say(router, f'/recover decide {sid} retry_restore --reason "store back"')
     assert reply.ok
     # … and not to a transient outage (R2.6, R2.9): the wording follows the cause.
@@ -238,10 +300,20 @@ def test_retry_restore_after_a_store_outage_has_no_incompatible_warning(sbx, rou
 
 def test_start_fresh_is_accepted_and_sent_for_a_stopped_session_without_context_gap(sbx, router) -> None:
     sid = "ses_fid_stopped_plain"
-    sbx.admin.create_session({"session": {
-        "id": sid, "status": "stopped", "admission_state": "open", "revision": 4, "resumable": False,
-        "attention": None, "checkpoint": None, "execution": {"state": "gone", "alive": False},
-    }})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": sid,
+                "status": "stopped",
+                "admission_state": "open",
+                "revision": 4,
+                "resumable": False,
+                "attention": None,
+                "checkpoint": None,
+                "execution": {"state": "gone", "alive": False},
+            }
+        }
+    )
     reply = say(router, f"/recover diagnose {sid}")
     assert "Stopped, nothing to continue from" in text(reply)
     assert valid_line(reply).startswith("Valid now: start_fresh, close")
@@ -260,11 +332,25 @@ def test_start_fresh_is_accepted_and_sent_for_a_stopped_session_without_context_
 
 def test_start_fresh_after_startup_failures_loses_nothing(sbx, router) -> None:
     sid = "ses_fid_startup_fresh"
-    sbx.admin.create_session({"session": {
-        "id": sid, "status": "failed", "admission_state": "recovery_required", "revision": 5, "resumable": False,
-        "checkpoint": None, "execution": {"state": "gone", "alive": False},
-        "attention": {"code": "STARTUP_FAILED", "reason": "credentials_refused", "failures": 3, "retry_at": None},
-    }})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": sid,
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 5,
+                "resumable": False,
+                "checkpoint": None,
+                "execution": {"state": "gone", "alive": False},
+                "attention": {
+                    "code": "STARTUP_FAILED",
+                    "reason": "credentials_refused",
+                    "failures": 3,
+                    "retry_at": None,
+                },
+            }
+        }
+    )
     reply = say(router, f'/recover decide {sid} start_fresh --reason "credentials fixed"')
     assert reply.ok
     said = text(reply)
@@ -277,24 +363,44 @@ def test_start_fresh_after_startup_failures_loses_nothing(sbx, router) -> None:
 
 CLOSE_CASES = {
     "ses_fid_c_resumable": (
-        {"status": "stopped", "admission_state": "open", "resumable": True, "attention": None,
-         "checkpoint": {"id": "ckpt_2", "covers_turn_id": "turn_1"}, "execution": {"state": "gone", "alive": False}},
+        {
+            "status": "stopped",
+            "admission_state": "open",
+            "resumable": True,
+            "attention": None,
+            "checkpoint": {"id": "ckpt_2", "covers_turn_id": "turn_1"},
+            "execution": {"state": "gone", "alive": False},
+        },
         "it could simply be resumed",
     ),
     "ses_fid_c_healthy": (
-        {"status": "running", "admission_state": "open", "resumable": None, "attention": None,
-         "execution": {"state": "running", "alive": True}},
+        {
+            "status": "running",
+            "admission_state": "open",
+            "resumable": None,
+            "attention": None,
+            "execution": {"state": "running", "alive": True},
+        },
         "it is healthy and needs nothing",
     ),
     "ses_fid_c_backoff": (
-        {"status": "idle", "admission_state": "open", "resumable": False,
-         "attention": {"code": "RESTORE_FAILED", "reason": "restore_refused", "failures": 1, "retry_at": "+30s"},
-         "execution": {"state": "gone", "alive": False}},
+        {
+            "status": "idle",
+            "admission_state": "open",
+            "resumable": False,
+            "attention": {"code": "RESTORE_FAILED", "reason": "restore_refused", "failures": 1, "retry_at": "+30s"},
+            "execution": {"state": "gone", "alive": False},
+        },
         "ends the session for good",
     ),
     "ses_fid_c_odd": (  # no branch fits (failed, admission open, no attention): unclassified
-        {"status": "failed", "admission_state": "open", "resumable": None, "attention": None,
-         "execution": {"state": "gone", "alive": False}},
+        {
+            "status": "failed",
+            "admission_state": "open",
+            "resumable": None,
+            "attention": None,
+            "execution": {"state": "gone", "alive": False},
+        },
         "ends the session for good",
     ),
 }
@@ -313,8 +419,17 @@ def test_close_is_valid_wherever_the_session_is_not_closed(sbx, router, sid) -> 
 
 
 def test_close_is_not_valid_once_closed(sbx, router) -> None:
-    sbx.admin.create_session({"session": {"id": "ses_fid_closed", "status": "closed", "admission_state": "closed",
-                                          "revision": 9, "attention": None}})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": "ses_fid_closed",
+                "status": "closed",
+                "admission_state": "closed",
+                "revision": 9,
+                "attention": None,
+            }
+        }
+    )
     reply = say(router, "/recover diagnose ses_fid_closed")
     assert "close" not in valid_line(reply)
     assert "the session is closed" in text(reply)
@@ -325,11 +440,20 @@ def test_close_is_not_valid_once_closed(sbx, router) -> None:
 
 def test_a_backoff_end_in_the_past_is_said_to_have_passed(sbx, router) -> None:
     sid = "ses_fid_backoff_past"
-    sbx.admin.create_session({"session": {
-        "id": sid, "status": "idle", "admission_state": "open", "revision": 6, "resumable": False,
-        "attention": {"code": "RESTORE_FAILED", "reason": "restore_refused", "failures": 2, "retry_at": "+20s"},
-        "checkpoint": {"id": "ckpt_8", "covers_turn_id": "turn_1"}, "execution": {"state": "gone", "alive": False},
-    }})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": sid,
+                "status": "idle",
+                "admission_state": "open",
+                "revision": 6,
+                "resumable": False,
+                "attention": {"code": "RESTORE_FAILED", "reason": "restore_refused", "failures": 2, "retry_at": "+20s"},
+                "checkpoint": {"id": "ckpt_8", "covers_turn_id": "turn_1"},
+                "execution": {"state": "gone", "alive": False},
+            }
+        }
+    )
     before = not_valid(say(router, f"/recover diagnose {sid}"))["retry_restore"]
     assert before.startswith("409 REQUEST_STALE until the backoff ends at 10:00:20Z"), before
     sbx.clock.advance(25)  # 10:00:25Z: the scheduler has not run yet, retry_at still reads 10:00:20Z
@@ -340,9 +464,19 @@ def test_a_backoff_end_in_the_past_is_said_to_have_passed(sbx, router) -> None:
 
 def test_none_is_said_for_none_and_unknown_only_for_unread(sbx, router) -> None:
     sid = "ses_fid_none"
-    sbx.admin.create_session({"session": {"id": sid, "status": "failed", "admission_state": "open", "revision": 2,
-                                          "resumable": None, "attention": None,
-                                          "execution": {"state": "gone", "alive": False}}})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": sid,
+                "status": "failed",
+                "admission_state": "open",
+                "revision": 2,
+                "resumable": None,
+                "attention": None,
+                "execution": {"state": "gone", "alive": False},
+            }
+        }
+    )
     reply = say(router, f"/recover diagnose {sid}")
     said = text(reply)
     assert "attention none (reason none)" in said
@@ -354,24 +488,38 @@ def test_none_is_said_for_none_and_unknown_only_for_unread(sbx, router) -> None:
 
 def test_a_voided_approval_lists_every_fact_that_changed(sbx, router) -> None:
     sid = "ses_fid_void"
-    sbx.admin.create_session({"session": {
-        "id": sid, "status": "failed", "admission_state": "recovery_required", "revision": 4, "resumable": False,
-        "attention": {"code": "RESTORE_FAILED", "reason": "restore_refused", "failures": 3, "retry_at": None},
-        "checkpoint": {"id": "ckpt_v1", "covers_turn_id": "turn_1"}, "execution": {"state": "gone", "alive": False},
-    }})
+    sbx.admin.create_session(
+        {
+            "session": {
+                "id": sid,
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 4,
+                "resumable": False,
+                "attention": {"code": "RESTORE_FAILED", "reason": "restore_refused", "failures": 3, "retry_at": None},
+                "checkpoint": {"id": "ckpt_v1", "covers_turn_id": "turn_1"},
+                "execution": {"state": "gone", "alive": False},
+            }
+        }
+    )
     close = say(router, f'/recover decide {sid} close --reason "give up"')
     (asked,) = [m for m in close.messages if m.kind == "approval_request"]
     # Meanwhile carol's retry_restore clears the attention (R2.9): three decisive facts change.
     retry = say(
-        router, f'/recover decide {sid} retry_restore --cause-fixed "proxy replaced" --reason "proxy fixed"', actor="carol"
+        router,
+        f'/recover decide {sid} retry_restore --cause-fixed "proxy replaced" --reason "proxy fixed"',
+        actor="carol",
     )
     assert say(router, f"/recover confirm {confirmation_id(retry)}", actor="carol").ok
     sbx.admin.worker_ready(sid)  # the attention clears when the next worker is ready (R5.1)
     void = say(router, f"/recover approve {asked.ref}", actor="bob")
     assert not void.ok
     updated = void.messages[0].headline
-    for change in ("attention.code: RESTORE_FAILED → none", "attention.reason: restore_refused → none",
-                   "attention.failures: 3 → none"):
+    for change in (
+        "attention.code: RESTORE_FAILED → none",
+        "attention.reason: restore_refused → none",
+        "attention.failures: 3 → none",
+    ):
         assert change in updated, updated
     assert [e["decision"] for e in sbx.admin.effects(sid)] == ["retry_restore"]
 

@@ -69,21 +69,31 @@ def test_the_old_api_counting_is_said_in_a_restore_branch(sbx, tmp_path) -> None
     sbx.admin.create_session(
         {
             "session": {
-                "id": sid, "status": "failed", "admission_state": "recovery_required", "revision": 6,
-                "resumable": False, "checkpoint": {"id": "ckpt_o1", "covers_turn_id": "turn_1"},
+                "id": sid,
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 6,
+                "resumable": False,
+                "checkpoint": {"id": "ckpt_o1", "covers_turn_id": "turn_1"},
                 "attention": {"code": "RESTORE_FAILED", "reason": "execution_gone", "failures": 3, "retry_at": None},
                 "execution": {"state": "gone", "alive": False},
             },
             "worker_logs": [
-                {"at": "-90s", "json": {"level": "warn", "event": "worker.release.stop_kind_refused",
-                                        "session_id": sid, "status": 400, "code": "BAD_REQUEST"}},
+                {
+                    "at": "-90s",
+                    "json": {
+                        "level": "warn",
+                        "event": "worker.release.stop_kind_refused",
+                        "session_id": sid,
+                        "status": 400,
+                        "code": "BAD_REQUEST",
+                    },
+                },
             ],
         }
     )
     log = tmp_path / "worker.log"
-    log.write_text(
-        "\n".join(line["text"] for line in sbx.admin.worker_logs(sid)) + "\n", encoding="utf-8"
-    )
+    log.write_text("\n".join(line["text"] for line in sbx.admin.worker_logs(sid)) + "\n", encoding="utf-8")
     router = make_router(sbx, tmp_path, log_files=str(log))
     said = lines(say(router, f"/recover diagnose {sid}"))
     # R2.16: in the restore branch, the old API counts that ending as one failure (the claim carried a restore).
@@ -106,11 +116,18 @@ def test_the_worker_log_lines_really_are_read_from_the_file(sbx, tmp_path) -> No
     # Guards the R2.16 test above: without the file, the note is absent (it is evidence, not boilerplate).
     sid = "ses_old_api_nolog"
     sbx.admin.create_session(
-        {"session": {"id": sid, "status": "failed", "admission_state": "recovery_required", "revision": 6,
-                     "resumable": False, "checkpoint": {"id": "ckpt_o2", "covers_turn_id": "turn_1"},
-                     "attention": {"code": "RESTORE_FAILED", "reason": "execution_gone", "failures": 3,
-                                   "retry_at": None},
-                     "execution": {"state": "gone", "alive": False}}}
+        {
+            "session": {
+                "id": sid,
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 6,
+                "resumable": False,
+                "checkpoint": {"id": "ckpt_o2", "covers_turn_id": "turn_1"},
+                "attention": {"code": "RESTORE_FAILED", "reason": "execution_gone", "failures": 3, "retry_at": None},
+                "execution": {"state": "gone", "alive": False},
+            }
+        }
     )
     empty = tmp_path / "none.log"
     empty.write_text(json.dumps({"event": "worker.started", "session_id": sid}) + "\n", encoding="utf-8")

@@ -60,7 +60,7 @@ def test_surrogates_in_every_command_are_handled(name: str, sandbox, clock, tmp_
                 assert "internal error" not in text.lower(), (line, text)
     # Whatever was stored is valid text without NUL (SQLite would truncate or refuse it).
     with sqlite3.connect(tmp_path / "recover.db") as db:
-        for table, in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
             for row in db.execute(f'SELECT * FROM "{table}"').fetchall():  # noqa: S608 - our own table names
                 for value in row:
                     if isinstance(value, str):

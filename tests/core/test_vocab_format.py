@@ -55,4 +55,6 @@ def test_run_time_and_rough_age() -> None:
 def test_lenient_readers() -> None:
     assert as_int(3) == 3 and as_int(3.0) == 3 and as_int("-4") == -4
     assert as_int(True) is None and as_int(3.5) is None and as_int("3x") is None and as_int(None) is None
-    assert as_str("a") == "a" and as_str("") is None and as_str(7) == "7" and as_str(False) is None and as_str({}) is None
+    assert (
+        as_str("a") == "a" and as_str("") is None and as_str(7) == "7" and as_str(False) is None and as_str({}) is None
+    )

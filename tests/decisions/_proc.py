@@ -83,9 +83,7 @@ def main() -> int:
     )
     binding.bind(store, client.identity.base_url, client.identity.key_sha256)  # as every start does
     cls = HangingDiagnoser if hang == "after_approval" else Diagnoser
-    diagnoser = cls(
-        client=client, runbooks=runbooks, store=store, log_source=None, reconciler_status=None, clock=clock
-    )
+    diagnoser = cls(client=client, runbooks=runbooks, store=store, log_source=None, reconciler_status=None, clock=clock)
     svc = DecisionService(
         store=store, client=client, runbooks=runbooks, diagnoser=diagnoser, clock=clock, channels=(channel,)
     )

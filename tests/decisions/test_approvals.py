@@ -73,9 +73,7 @@ def test_self_approval_is_refused(decision_env):
     assert svc.requests.get(rid).state == "requested"
     assert env.posts("ses_ab1") == []
     # The refusal is on the record.
-    assert [s.outcome for s in env.store.steps(session_id="ses_ab1") if s.step == "approve"] == [
-        "self_approval"
-    ]
+    assert [s.outcome for s in env.store.steps(session_id="ses_ab1") if s.step == "approve"] == ["self_approval"]
 
 
 def test_non_approver_refused_and_group_member_allowed(decision_env):
@@ -208,11 +206,7 @@ def test_two_person_approval_executes_once_and_verifies(decision_env):
     again = svc.approve(OUTSIDER, CHANNEL, rid, env.reporter)
     assert not again.ok and len(env.effects("ses_ab1")) == 1
     steps = [s.step for s in env.store.steps(session_id="ses_ab1")]
-    assert (
-        steps.index("decision_requested")
-        < steps.index("decision_approved")
-        < steps.index("decision_executed")
-    )
+    assert steps.index("decision_requested") < steps.index("decision_approved") < steps.index("decision_executed")
     executed = [s for s in env.store.steps(session_id="ses_ab1") if s.step == "decision_executed"][0]
     assert executed.receipt_id == effects[0]["receipt_id"]
 
@@ -226,7 +220,13 @@ def test_changed_facts_void_the_approval(decision_env):
     # The session moves on: a retry_restore by someone else resets attention (R2.9) — a decisive change.
     env.sandbox.admin.create_session({"session": {"id": "ses_other", "status": "running"}})
     other = svc.decide(
-        OUTSIDER, CHANNEL, "ses_rf1", "retry_restore", reason="store fixed", yes=True, reporter=env.reporter,
+        OUTSIDER,
+        CHANNEL,
+        "ses_rf1",
+        "retry_restore",
+        reason="store fixed",
+        yes=True,
+        reporter=env.reporter,
         cause_fixed="store path corrected",  # restore_refused is permanent damage (R2.8)
     )
     assert other.ok, [m.plain_text() for m in other.messages]

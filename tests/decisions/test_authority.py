@@ -43,7 +43,9 @@ def test_an_approved_state_written_into_the_table_is_never_executed(decision_env
     env.outcome_unknown("ses_t1", covered=True)
     svc = env.service()
     rid = (
-        svc.decide(REQUESTER, CHANNEL, "ses_t1", "abandon", turn="turn_9", effects="none", reason="hung", reporter=env.reporter)
+        svc.decide(
+            REQUESTER, CHANNEL, "ses_t1", "abandon", turn="turn_9", effects="none", reason="hung", reporter=env.reporter
+        )
         .messages[0]
         .ref
     )
@@ -94,7 +96,12 @@ def test_a_pending_confirmation_turned_into_an_approved_close_is_never_sent(deci
         conn.execute("DROP TRIGGER decision_requests_content_fixed")
         row = dict(conn.execute("SELECT * FROM decision_requests WHERE id = ?", [rid]).fetchone())
         content = {k: row[k] for k in CONTENT_FIELDS}
-        content.update(decision="close", policy="two_person", facts=json.loads(row["facts"]), shown_facts=json.loads(row["shown_facts"]))
+        content.update(
+            decision="close",
+            policy="two_person",
+            facts=json.loads(row["facts"]),
+            shown_facts=json.loads(row["shown_facts"]),
+        )
         conn.execute(
             "UPDATE decision_requests SET decision = 'close', policy = 'two_person', content_hash = ?, "
             "state = 'approved', approved_by = ? WHERE id = ?",
@@ -118,7 +125,8 @@ def test_an_injected_idempotency_record_is_not_replayed(decision_env):
     with _raw(env.db_path) as conn:
         conn.execute(
             "INSERT INTO idempotency (key, method, path, body, purpose, session_id, created_at) "
-            "VALUES ('k-forged', 'POST', '/v1/sessions/ses_t3/recovery-decisions', ?, 'recovery_decision', 'ses_t3', 'now')",
+            "VALUES ('k-forged', 'POST', '/v1/sessions/ses_t3/recovery-decisions', ?, 'recovery_decision', 'ses_t3', "
+            "'now')",
             [body],
         )
         conn.execute(
@@ -140,7 +148,9 @@ def test_a_store_used_normally_has_no_request_table_findings(decision_env):
     assert svc.reject(APPROVER, CHANNEL, r1, "not yet").ok
     r2 = svc.decide(REQUESTER, CHANNEL, "ses_t4", "close", reason="gone", reporter=env.reporter).messages[0].ref
     assert svc.approve(APPROVER, CHANNEL, r2, env.reporter).ok
-    svc.decide(REQUESTER, CHANNEL, "ses_t5", "abandon", turn="turn_9", effects="none", reason="r", reporter=env.reporter)
+    svc.decide(
+        REQUESTER, CHANNEL, "ses_t5", "abandon", turn="turn_9", effects="none", reason="r", reporter=env.reporter
+    )
     env.clock.advance(3600)
     svc.expire_due()
     import bot.decisions  # noqa: F401

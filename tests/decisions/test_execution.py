@@ -219,9 +219,7 @@ def test_confirmation_of_single_person_decisions(decision_env):
     env = decision_env
     env.restore_failed("ses_sf1", reason="incompatible_checkpoint", failures=1)
     svc = env.service()
-    reply = svc.decide(
-        REQUESTER, CHANNEL, "ses_sf1", "start_fresh", reason="context may go", reporter=ListReporter()
-    )
+    reply = svc.decide(REQUESTER, CHANNEL, "ses_sf1", "start_fresh", reason="context may go", reporter=ListReporter())
     msg = reply.messages[0]
     assert msg.kind == "confirmation_request"
     # R2.11, R5.3: the confirmation names what is dropped.
@@ -382,7 +380,13 @@ def test_a_repeat_with_cause_fixed_needs_no_second_confirmation(make_decision_en
         admin.advance(61)
         admin.scheduler_pass()
     again = svc.decide(
-        REQUESTER, CHANNEL, "ses_rp2", "retry_restore", reason="r", yes=True, reporter=ListReporter(),
+        REQUESTER,
+        CHANNEL,
+        "ses_rp2",
+        "retry_restore",
+        reason="r",
+        yes=True,
+        reporter=ListReporter(),
         cause_fixed="object-store endpoint corrected",
     )
     assert again.ok, _text(again)

@@ -92,9 +92,7 @@ def test_the_button_path_refuses_the_same_person(sandbox, tmp_path):
     from bot.router import build_router
     from bot.settings import Settings
 
-    router = build_router(
-        Settings(db_path=tmp_path / "b.db"), sandbox=sandbox, startup=False, console_users_map=MAP
-    )
+    router = build_router(Settings(db_path=tmp_path / "b.db"), sandbox=sandbox, startup=False, console_users_map=MAP)
     made = router.handle_text(
         'decide ses_restore_transient close --reason "store gone"',
         actor=REQUESTER,
@@ -135,9 +133,7 @@ def test_the_terminal_login_is_the_account_not_the_environment():
 
 
 @pytest.mark.parametrize("mapping_at_restart", [MAP, {}])
-def test_a_forged_approval_by_the_requesters_other_login_is_refused_after_a_restart(
-    decision_env, mapping_at_restart
-):
+def test_a_forged_approval_by_the_requesters_other_login_is_refused_after_a_restart(decision_env, mapping_at_restart):
     """The restart path re-derives authority from the chain: the Slack ids recorded with the request and
     the approval (and today's mapping) make two logins of one person one person, even if the mapping
     was removed since."""

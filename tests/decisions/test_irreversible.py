@@ -22,7 +22,9 @@ def test_console_decide_and_repeat_say_close_is_irreversible(sandbox, tmp_path) 
 
     def decide(decision: str) -> str:
         reply = router.handle_text(
-            f'decide {SESSION} {decision} --reason "store gone"', actor="console:alice", channel="console",
+            f'decide {SESSION} {decision} --reason "store gone"',
+            actor="console:alice",
+            channel="console",
             reporter=ListReporter(),
         )
         assert reply.ok, reply.messages[0].plain_text()
@@ -46,4 +48,6 @@ def test_slack_approval_request_says_close_is_irreversible(slack_harness, sandbo
     approvals = [m for m in posted if any(a.startswith("rb:approve:") for a, _ in m.action_ids())]
     assert len(approvals) == 1, [m.all_text() for m in posted]
     text = approvals[0].all_text()
-    assert re.search(r"Irreversible: once the control host accepts `?close`?, it cannot be undone \(R5\.4\)", text), text
+    assert re.search(r"Irreversible: once the control host accepts `?close`?, it cannot be undone \(R5\.4\)", text), (
+        text
+    )

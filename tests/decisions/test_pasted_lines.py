@@ -17,8 +17,12 @@ from bot.messages import ListReporter
 from tests.fixtures.decisions import reply_text, say
 
 DAMAGED = "ses_restore_damaged"
-FILLED = {"cause-fixed": "the checkpoint was re-uploaded", "effects": "pushed nothing", "evidence": "ticket-9",
-          "reason": "pasted back"}
+FILLED = {
+    "cause-fixed": "the checkpoint was re-uploaded",
+    "effects": "pushed nothing",
+    "evidence": "ticket-9",
+    "reason": "pasted back",
+}
 
 
 @pytest.fixture

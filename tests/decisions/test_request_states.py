@@ -25,11 +25,12 @@ def test_a_first_schema_store_is_migrated_to_the_one_list_of_states(tmp_path):
         if m is not migrations:
             m.apply(db)
     migrations.apply(db, stop_before="0002_request_states")
-    cols = "id, session_id, decision, reason, requester, policy, facts, shown_facts, created_at, expires_at, content_hash, state, updated_at"
+    cols = (
+        "id, session_id, decision, reason, requester, policy, facts, shown_facts, created_at, expires_at, "
+        "content_hash, state, updated_at"
+    )
     for rid, state in (("req_a", "pending"), ("req_b", "executing"), ("req_c", "executed")):
-        conn.execute(
-            f"INSERT INTO decision_requests ({cols}) VALUES ({', '.join('?' * 13)})", _v1_row(rid, state)
-        )
+        conn.execute(f"INSERT INTO decision_requests ({cols}) VALUES ({', '.join('?' * 13)})", _v1_row(rid, state))
     conn.close()
 
     store = Store(path, migrations=MIGRATIONS)

@@ -91,12 +91,8 @@ class ApprovalMachine(RuleBasedStateMachine):
             )
         else:
             self.env.restore_failed(sid)
-            reply = self.svc.decide(
-                requester, CHANNEL, sid, kind, reason="r", yes=yes, reporter=NullReporter()
-            )
-        refs = [
-            m.ref for m in reply.messages if m.kind in ("approval_request", "confirmation_request") and m.ref
-        ]
+            reply = self.svc.decide(requester, CHANNEL, sid, kind, reason="r", yes=yes, reporter=NullReporter())
+        refs = [m.ref for m in reply.messages if m.kind in ("approval_request", "confirmation_request") and m.ref]
         return multiple(*refs[:1])
 
     @rule(rid=requests, actor=st.sampled_from(USERS), in_channel=st.booleans())

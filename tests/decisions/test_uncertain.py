@@ -49,8 +49,15 @@ def test_a_5xx_before_the_commit_is_finished_in_the_background(decision_env):
     assert svc.requests.get(rid).state == "executed"
     assert len(env.effects("ses_u2")) == 1 and len(_keys(env, "ses_u2")) == 1
     # Every transition is on the chain, the uncertain one included.
-    moves = [(s.inputs["from"], s.inputs["to"]) for s in env.store.steps(session_id="ses_u2") if s.step == "request_state"]
-    assert moves == [("requested", "approved"), ("approved", "sending"), ("sending", "uncertain"), ("uncertain", "executed")]
+    moves = [
+        (s.inputs["from"], s.inputs["to"]) for s in env.store.steps(session_id="ses_u2") if s.step == "request_state"
+    ]
+    assert moves == [
+        ("requested", "approved"),
+        ("approved", "sending"),
+        ("sending", "uncertain"),
+        ("uncertain", "executed"),
+    ]
 
 
 def test_past_the_runbook_limit_it_stays_uncertain_and_the_next_start_finishes_it(decision_env):

@@ -99,7 +99,9 @@ def test_running_past_the_startup_window_is_not_recovery(router, sandbox, clock)
     clock.advance(1801)
     said = [m for m in router.expire_due() if m.session_id == SID]
     assert len(said) == 1 and "recovery observed" not in said[0].headline
-    assert said[0].headline.startswith(f"`{SID}` is not recovered yet after `retry_restore`: no worker has reported ready")
+    assert said[0].headline.startswith(
+        f"`{SID}` is not recovered yet after `retry_restore`: no worker has reported ready"
+    )
     assert store.get_open_case(SID) is not None
     assert "no worker has reported ready within the start-up window" in reply_text(say(router, "cases"))
     clock.advance(60)

@@ -101,5 +101,8 @@ def test_the_one_incurable_check_lets_a_transient_reason_win_over_log_damage():
     assert incurable_cause(outage, damage=True) is None
     assert incurable(Candidate("ses_x", 3, outage, damage=True)) is None
     damaged = {"attention.reason": "checkpoint_unavailable"}
-    assert incurable_cause(damaged, damage=True) == ("permanent damage to the checkpoint: a restart does not cure it", "R2.8")
+    assert incurable_cause(damaged, damage=True) == (
+        "permanent damage to the checkpoint: a restart does not cure it",
+        "R2.8",
+    )
     assert incurable_cause({"attention.reason": "incompatible_checkpoint"})[1] == "R2.3"

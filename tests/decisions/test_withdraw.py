@@ -63,9 +63,7 @@ def test_the_requester_withdraws_a_pending_request_and_it_is_never_sent(decision
     assert stored.detail["why"] == f"only @{REQUESTER}, who asked for it, withdraws request {rid}"
     reply = svc.withdraw(REQUESTER, CHANNEL, rid)
     assert reply.ok and "withdrawn by its requester" in reply.messages[0].headline
-    assert (
-        reply.messages[0].ref == rid and not reply.messages[0].buttons
-    )  # the Slack message updated in place
+    assert reply.messages[0].ref == rid and not reply.messages[0].buttons  # the Slack message updated in place
     assert svc.requests.get(rid).state == "withdrawn"
     assert ("decision_withdrawn", "withdrawn") in _steps(env, "ses_wd1")
     late = svc.approve(APPROVER, CHANNEL, rid, ListReporter())
@@ -158,9 +156,7 @@ class InterruptedOnTheWire(httpx.BaseTransport):
         return response
 
 
-def test_ctrl_c_while_a_send_is_on_the_wire_keeps_it_uncertain_and_it_is_finished_with_its_key(
-    decision_env, tmp_path
-):
+def test_ctrl_c_while_a_send_is_on_the_wire_keeps_it_uncertain_and_it_is_finished_with_its_key(decision_env, tmp_path):
     from bot.controlhost import ControlHostClient
 
     env = decision_env
@@ -207,9 +203,7 @@ def test_unfinished_requests_are_named_and_nothing_is_sent_to_name_them(decision
     env.restore_failed("ses_un1")
     svc = env.service()
     rid = _close(env, svc, "ses_un1")
-    record = env.store.begin_request(
-        "POST", "/v1/sessions/ses_un2/resume", "{}", "resume", session_id="ses_un2"
-    )
+    record = env.store.begin_request("POST", "/v1/sessions/ses_un2/resume", "{}", "resume", session_id="ses_un2")
     env.store.note_attempt(record.key)  # an earlier run sent it and never heard back
     report = svc.unfinished_report(console=True).messages[0]
     text = report.plain_text()
@@ -230,12 +224,8 @@ def test_the_slack_start_up_finishes_an_uncertain_resume_and_reports_it_about_it
     env.store.note_attempt(record.key)
     reporter = ListReporter()
     reply = env.service().recover_after_restart(reporter)
-    assert any(
-        "Unfinished request found" in m.headline and m.session_id == "ses_sr1" for m in reporter.posted
-    )
-    finished = [
-        m for m in reply.messages if m.session_id == "ses_sr1" and "Finished the resume" in m.headline
-    ]
+    assert any("Unfinished request found" in m.headline and m.session_id == "ses_sr1" for m in reporter.posted)
+    finished = [m for m in reply.messages if m.session_id == "ses_sr1" and "Finished the resume" in m.headline]
     assert finished, [m.headline for m in reply.messages]
     assert ("resume_accepted", "accepted") in _steps(env, "ses_sr1")
     assert [p["idempotency_key"] for p in env.posts("ses_sr1")] == [record.key]

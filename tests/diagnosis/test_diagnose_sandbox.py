@@ -179,10 +179,13 @@ def test_context_gap(env):
     check_decisions(diagnosis, message, ["start_fresh", "close"])
 
 
-@pytest.mark.parametrize(("scenario", "session_id"), [
-    ("stopped_resumable", "ses_stopped_resumable"),
-    ("resume_reclaiming", "ses_resume_reclaiming"),
-])
+@pytest.mark.parametrize(
+    ("scenario", "session_id"),
+    [
+        ("stopped_resumable", "ses_stopped_resumable"),
+        ("resume_reclaiming", "ses_resume_reclaiming"),
+    ],
+)
 def test_stopped_and_resumable(env, scenario, session_id):
     diagnosis, message = run(env, scenario, session_id)
     assert diagnosis.evaluation.branch_id == "stopped_resumable"
@@ -191,7 +194,9 @@ def test_stopped_and_resumable(env, scenario, session_id):
     assert any("close (ends the session for good; it could simply be resumed)" in line for line in message.lines)
     button = message.buttons[1]
     assert (button.action, button.value, button.command) == (
-        "resume", session_id, f"/recover resume {session_id}",
+        "resume",
+        session_id,
+        f"/recover resume {session_id}",
     )
 
 

@@ -61,8 +61,9 @@ def test_unreachable_log_source(env):
 
 
 def test_unreachable_control_host_leaves_the_answer_unclassified(env):
-    env.sandbox.admin.fault("server_error", "/v1/sessions/ses_unknown_covered/turns*", method="GET", times=5,
-                            status=503)
+    env.sandbox.admin.fault(
+        "server_error", "/v1/sessions/ses_unknown_covered/turns*", method="GET", times=5, status=503
+    )
     env.write_worker_logs("ses_unknown_covered")
     diagnosis = env.diagnoser().gather("ses_unknown_covered")
     assert diagnosis.source("turns").state == "unreachable"
@@ -102,9 +103,7 @@ def test_yaml_edit_alone_changes_the_valid_decisions(env):
 
     def drop_start_fresh(text: str) -> str:
         head, sep, tail = text.partition("  - id: restore_incompatible\n")
-        tail = tail.replace(
-            "decisions: [retry_restore, start_fresh, close]", "decisions: [retry_restore, close]", 1
-        )
+        tail = tail.replace("decisions: [retry_restore, start_fresh, close]", "decisions: [retry_restore, close]", 1)
         return head + sep + tail
 
     edited = env.runbook_copy(drop_start_fresh)
@@ -122,7 +121,8 @@ def test_each_diagnose_is_a_step_of_the_session_case(env):
     diagnoser.diagnose(session_id, "U_TWO")
     steps = [s for s in env.store.steps(session_id) if s.step == "diagnose"]
     assert [(s.actor, s.outcome) for s in steps] == [
-        ("U_ONE", "outcome_unknown"), ("U_TWO", "outcome_unknown"),
+        ("U_ONE", "outcome_unknown"),
+        ("U_TWO", "outcome_unknown"),
     ]
     case = env.store.get_open_case(session_id)
     assert case is not None and {s.case_id for s in steps} == {case.id}

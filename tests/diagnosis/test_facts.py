@@ -39,10 +39,18 @@ def test_empty_facts_are_unknown_with_sources_not_configured():
 def test_session_in_backoff():
     # R2.1, R2.2, R2.10: retry_at set means the restore is still in backoff.
     session = {
-        "id": "ses_1", "status": "failed", "admission_state": "recovery_required", "revision": 7,
-        "resumable": False, "queued_inputs": 2,
-        "attention": {"code": "RESTORE_FAILED", "reason": "execution_gone", "failures": 2,
-                      "retry_at": "2026-11-29T10:04:30Z"},
+        "id": "ses_1",
+        "status": "failed",
+        "admission_state": "recovery_required",
+        "revision": 7,
+        "resumable": False,
+        "queued_inputs": 2,
+        "attention": {
+            "code": "RESTORE_FAILED",
+            "reason": "execution_gone",
+            "failures": 2,
+            "retry_at": "2026-11-29T10:04:30Z",
+        },
         "checkpoint": {"id": "ckpt_1", "covers_turn_id": "turn_8"},
         "execution": {"state": "gone", "confirmed_gone_at": "2026-11-29T10:00:00Z"},
     }
@@ -63,10 +71,15 @@ def test_session_with_missing_blocks_and_fields_never_crashes():
     assert facts["execution.state"] is None and facts["execution.confirmed_gone"] is None
     assert facts["session.revision"] is None and facts["session.resumable"] is None
     # stopped at the limit: attention present, retry_at null
-    stopped = F.session_facts(Session.parse({
-        "attention": {"code": "RESTORE_FAILED", "retry_at": None, "failures": "3"},
-        "execution": {"state": "draining"}, "revision": "x",
-    }))
+    stopped = F.session_facts(
+        Session.parse(
+            {
+                "attention": {"code": "RESTORE_FAILED", "retry_at": None, "failures": "3"},
+                "execution": {"state": "draining"},
+                "revision": "x",
+            }
+        )
+    )
     assert stopped["attention.in_backoff"] is False and stopped["attention.failures"] == 3
     assert stopped["execution.confirmed_gone"] is False
     assert stopped["session.revision"] is None
@@ -82,8 +95,10 @@ def test_unknown_turn_uses_the_turn_detail_and_the_oldest_head():
     detail = Turn.parse({"id": "turn_9", "terminal_reason": "interrupt_unanswered", "control_id": "ctl_3"})
     facts = F.turn_facts(head, detail)
     assert facts == {
-        "unknown_turn.present": True, "unknown_turn.id": "turn_9",
-        "unknown_turn.terminal_reason": "interrupt_unanswered", "unknown_turn.control_id": "ctl_3",
+        "unknown_turn.present": True,
+        "unknown_turn.id": "turn_9",
+        "unknown_turn.terminal_reason": "interrupt_unanswered",
+        "unknown_turn.control_id": "ctl_3",
     }
     assert F.turn_facts(None)["unknown_turn.present"] is False
     assert F.pick_unknown_turn([Turn.parse({"id": "t", "status": "completed"})]) is None
@@ -103,8 +118,13 @@ def test_covered_by_checkpoint_links_session_and_turn():
 
 
 def test_event_counts():
-    raw = [{"name": "checkpoint_restore_failed"}, {"type": "checkpoint_restore_failed"},
-           {"name": "startup_failed"}, {"name": "other"}, {}]
+    raw = [
+        {"name": "checkpoint_restore_failed"},
+        {"type": "checkpoint_restore_failed"},
+        {"name": "startup_failed"},
+        {"name": "other"},
+        {},
+    ]
     events = [Event.parse(e) for e in raw]
     facts = F.event_facts(events)
     assert {k: facts[k] for k in ("events.restore_failed", "events.startup_failed")} == {
@@ -132,13 +152,14 @@ def test_the_newest_ready_report_and_what_it_restored():
 
 def test_transient_store_outage_is_not_permanent_damage():
     # R2.6: restore_unavailable lines (even mentioning 503/404 paths) are transient.
-    facts, _ = F.log_facts(lines(
-        '{"event":"worker.checkpoint.restore_unavailable","session_id":"ses_1","status":503,"attempt":1}',
-        '{"event":"worker.checkpoint.restore_unavailable","session_id":"ses_1",'
-        '"error":"HTTP 404 from proxy"}',
-        '{"event":"worker.checkpoint.store_unavailable","session_id":"ses_1","error":"dns failure"}',
-        "worker.failed session_id=ses_1 error=startup_timeout",
-    ))
+    facts, _ = F.log_facts(
+        lines(
+            '{"event":"worker.checkpoint.restore_unavailable","session_id":"ses_1","status":503,"attempt":1}',
+            '{"event":"worker.checkpoint.restore_unavailable","session_id":"ses_1","error":"HTTP 404 from proxy"}',
+            '{"event":"worker.checkpoint.store_unavailable","session_id":"ses_1","error":"dns failure"}',
+            "worker.failed session_id=ses_1 error=startup_timeout",
+        )
+    )
     assert facts["logs.restore_unavailable"] == 2
     assert facts["logs.store_unavailable"] == 1
     assert facts["logs.worker_failed"] == 1
@@ -155,7 +176,7 @@ def test_permanent_damage_markers():
         '{"event":"worker.failed","session_id":"ses_1","error":"CHECKPOINT_UNAVAILABLE: manifest missing"}',
         '{"event":"worker.failed","session_id":"ses_1","error":"NoSuchKey: checkpoints/ckpt_1/part-3"}',
         '{"event":"worker.failed","session_id":"ses_1","status":403}',
-        "worker.failed session_id=ses_1 error=\"store answered HTTP 401\"",
+        'worker.failed session_id=ses_1 error="store answered HTTP 401"',
         '{"event":"worker.failed","session_id":"ses_1","error":"digest mismatch on part 2"}',
         "worker.failed session_id=ses_1 reason=checksum_mismatch",
     ]
@@ -167,12 +188,14 @@ def test_permanent_damage_markers():
 
 
 def test_finalize_checkpoint_unavailable_is_not_restore_damage():
-    facts, _ = F.log_facts(lines(
-        '{"event":"worker.turn.interrupt.stage","session_id":"ses_1","turn_id":"t","control_id":"c",'
-        '"stage":"capture_finished","outcome":"ok","elapsed_ms":800}',
-        '{"event":"worker.turn.interrupt.stage","session_id":"ses_1","turn_id":"t","control_id":"c",'
-        '"stage":"finalize_finished","outcome":"failed","reason":"CHECKPOINT_UNAVAILABLE","elapsed_ms":900}',
-    ))
+    facts, _ = F.log_facts(
+        lines(
+            '{"event":"worker.turn.interrupt.stage","session_id":"ses_1","turn_id":"t","control_id":"c",'
+            '"stage":"capture_finished","outcome":"ok","elapsed_ms":800}',
+            '{"event":"worker.turn.interrupt.stage","session_id":"ses_1","turn_id":"t","control_id":"c",'
+            '"stage":"finalize_finished","outcome":"failed","reason":"CHECKPOINT_UNAVAILABLE","elapsed_ms":900}',
+        )
+    )
     assert facts["logs.finalize_checkpoint_unavailable"] is True
     assert facts["logs.permanent_damage"] is False
     assert facts["logs.capture_timeout"] is False
@@ -180,45 +203,62 @@ def test_finalize_checkpoint_unavailable_is_not_restore_damage():
 
 def test_startup_failure_cause_and_stop_kind_refused():
     # R2.13: the likely cause is the error text of the last failing line; R2.16 counted apart.
-    facts, evidence = F.log_facts(lines(
-        "worker.stopping kind=drain session_id=ses_1",
-        '{"event":"worker.failed","session_id":"ses_1","error":"git fetch: repository not found"}',
-        "worker.stopping kind=failed session_id=ses_1 error=\"remote branch feature/x not found\"",
-        '{"event":"worker.release.stop_kind_refused","session_id":"ses_1","status":400}',
-    ))
+    facts, evidence = F.log_facts(
+        lines(
+            "worker.stopping kind=drain session_id=ses_1",
+            '{"event":"worker.failed","session_id":"ses_1","error":"git fetch: repository not found"}',
+            'worker.stopping kind=failed session_id=ses_1 error="remote branch feature/x not found"',
+            '{"event":"worker.release.stop_kind_refused","session_id":"ses_1","status":400}',
+        )
+    )
     assert facts["logs.stopping_failed"] == 1
     assert facts["logs.worker_failed"] == 1
     assert facts["logs.stop_kind_refused"] == 1
     assert facts["logs.likely_cause"] == "remote branch feature/x not found"
     # A drained stop (R2.15) is shown to people but never counted as a failure.
     assert [ln.event for ln in evidence.notable] == [
-        "worker.stopping", "worker.failed", "worker.stopping", "worker.release.stop_kind_refused",
+        "worker.stopping",
+        "worker.failed",
+        "worker.stopping",
+        "worker.release.stop_kind_refused",
     ]
 
 
 def test_likely_cause_is_redacted():
-    facts, _ = F.log_facts(lines(
-        '{"event":"worker.failed","session_id":"ses_1",'
-        '"error":"clone refused: Authorization: Bearer abc.def"}'
-    ))
+    facts, _ = F.log_facts(
+        lines('{"event":"worker.failed","session_id":"ses_1","error":"clone refused: Authorization: Bearer abc.def"}')
+    )
     assert "abc.def" not in facts["logs.likely_cause"]
 
 
 def test_interrupt_facts_from_the_unknown_turn_timeline():
     def st(stage, ms, turn="turn_9", **kw):
-        return json.dumps({"event": "worker.turn.interrupt.stage", "session_id": "ses_1", "turn_id": turn,
-                           "control_id": "ctl_3", "stage": stage, "elapsed_ms": ms, **kw})
-    facts, evidence = F.log_facts(lines(
-        st("control_received", 0),
-        st("sdk_interrupt_called", 2),
-        st("engine_terminal", 5003, outcome="timeout"),
-        st("control_received", 0, turn="turn_2"),
-        "turn turn_9 gave no terminal within 5000ms of its interrupt session_id=ses_1",
-        '{"event":"late_sdk_interrupt_answered","session_id":"ses_1","turn_id":"turn_9","control_id":"ctl_3",'
-        '"elapsed_ms":6400}',
-        "control.result session_id=ses_1 turn_id=turn_9 control_id=ctl_3 operation=interrupt outcome=unknown "
-        "reason_code=deadline_exceeded effect_ms=30000 duration_ms=30000",
-    ), turn_id="turn_9")
+        return json.dumps(
+            {
+                "event": "worker.turn.interrupt.stage",
+                "session_id": "ses_1",
+                "turn_id": turn,
+                "control_id": "ctl_3",
+                "stage": stage,
+                "elapsed_ms": ms,
+                **kw,
+            }
+        )
+
+    facts, evidence = F.log_facts(
+        lines(
+            st("control_received", 0),
+            st("sdk_interrupt_called", 2),
+            st("engine_terminal", 5003, outcome="timeout"),
+            st("control_received", 0, turn="turn_2"),
+            "turn turn_9 gave no terminal within 5000ms of its interrupt session_id=ses_1",
+            '{"event":"late_sdk_interrupt_answered","session_id":"ses_1","turn_id":"turn_9","control_id":"ctl_3",'
+            '"elapsed_ms":6400}',
+            "control.result session_id=ses_1 turn_id=turn_9 control_id=ctl_3 operation=interrupt outcome=unknown "
+            "reason_code=deadline_exceeded effect_ms=30000 duration_ms=30000",
+        ),
+        turn_id="turn_9",
+    )
     assert facts["logs.interrupt_unanswered"] is True
     assert facts["logs.engine_terminal_timeout"] is True
     assert facts["logs.late_sdk_interrupt_answered"] is True
@@ -236,17 +276,30 @@ def test_another_turns_interrupt_evidence_is_never_attributed_to_the_unknown_tur
     its deadline_exceeded control.result and an unanswered line naming it (or no turn) explain nothing."""
 
     def st(stage, ms, turn, **kw):
-        return json.dumps({"event": "worker.turn.interrupt.stage", "session_id": "ses_1", "turn_id": turn,
-                           "control_id": "ctl_old", "stage": stage, "elapsed_ms": ms, **kw})
+        return json.dumps(
+            {
+                "event": "worker.turn.interrupt.stage",
+                "session_id": "ses_1",
+                "turn_id": turn,
+                "control_id": "ctl_old",
+                "stage": stage,
+                "elapsed_ms": ms,
+                **kw,
+            }
+        )
 
-    facts, evidence = F.log_facts(lines(
-        st("control_received", 0, "turn_old"),
-        st("engine_terminal", 5003, "turn_old", outcome="timeout"),
-        "turn turn_old gave no terminal within 5000ms of its interrupt session_id=ses_1",
-        "gave no terminal within 5000ms of its interrupt session_id=ses_1",
-        "control.result session_id=ses_1 turn_id=turn_old control_id=ctl_old operation=interrupt outcome=unknown "
-        "reason_code=deadline_exceeded effect_ms=30000 duration_ms=30000",
-    ), turn_id="turn_new", control_id="ctl_new")
+    facts, evidence = F.log_facts(
+        lines(
+            st("control_received", 0, "turn_old"),
+            st("engine_terminal", 5003, "turn_old", outcome="timeout"),
+            "turn turn_old gave no terminal within 5000ms of its interrupt session_id=ses_1",
+            "gave no terminal within 5000ms of its interrupt session_id=ses_1",
+            "control.result session_id=ses_1 turn_id=turn_old control_id=ctl_old operation=interrupt outcome=unknown "
+            "reason_code=deadline_exceeded effect_ms=30000 duration_ms=30000",
+        ),
+        turn_id="turn_new",
+        control_id="ctl_new",
+    )
     assert evidence.timeline is None and evidence.control_result is None
     assert facts["logs.timeline_turn_id"] is None
     assert facts["logs.engine_terminal_timeout"] is False
@@ -262,7 +315,11 @@ def test_another_turns_interrupt_evidence_is_never_attributed_to_the_unknown_tur
     [
         ('{"event":"worker.failed","session_id":"ses_1","status":503,"error":"NoSuchKey while retrying"}', False),
         ('{"event":"worker.failed","session_id":"ses_1","status":404,"error":"not found"}', True),
-        ('{"event":"worker.failed","session_id":"ses_1","error":"object-store timeout","detail":"status 404 earlier"}', False),
+        (
+            '{"event":"worker.failed","session_id":"ses_1","error":"object-store timeout",'
+            '"detail":"status 404 earlier"}',
+            False,
+        ),
         ("worker.failed session_id=ses_1 NoSuchKey: the manifest is gone", True),
     ],
 )
@@ -284,7 +341,8 @@ def test_an_ongoing_outage_is_open_until_the_store_answers():
 
 def test_reconciler_facts():
     assert F.reconciler_facts("Completed", "2026-11-29T09:59:00Z") == {
-        "reconciler.last_pass": "completed", "reconciler.last_pass_at": "2026-11-29T09:59:00.000Z",
+        "reconciler.last_pass": "completed",
+        "reconciler.last_pass_at": "2026-11-29T09:59:00.000Z",
     }
     assert F.reconciler_facts(None, None) == {"reconciler.last_pass": None, "reconciler.last_pass_at": None}
 

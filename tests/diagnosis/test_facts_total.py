@@ -16,9 +16,29 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12,
 )
-keys = st.sampled_from(["id", "status", "admission_state", "revision", "resumable", "attention", "checkpoint",
-                        "execution", "queued_inputs", "code", "reason", "failures", "retry_at", "state",
-                        "covers_turn_id", "terminal_reason", "control_id", "started_at", "name"])
+keys = st.sampled_from(
+    [
+        "id",
+        "status",
+        "admission_state",
+        "revision",
+        "resumable",
+        "attention",
+        "checkpoint",
+        "execution",
+        "queued_inputs",
+        "code",
+        "reason",
+        "failures",
+        "retry_at",
+        "state",
+        "covers_turn_id",
+        "terminal_reason",
+        "control_id",
+        "started_at",
+        "name",
+    ]
+)
 objects = st.dictionaries(keys, json_values | st.dictionaries(keys, json_values, max_size=5), max_size=9)
 ALLOWED = (str, int, float, bool, type(None))
 
@@ -35,13 +55,21 @@ def test_any_api_shape_gives_plain_facts(session, turns, events):
     assert all(isinstance(v, ALLOWED) for v in facts.values())
 
 
-@given(st.lists(st.text(max_size=200) | st.sampled_from([
-    '{"event":"worker.turn.interrupt.stage","stage":"capture_finished","elapsed_ms":"x","outcome":7}',
-    "worker.stopping kind=failed error=",
-    '{"event":"control.result","effect_ms":null,"outcome":["a"]}',
-    '{"event":"late_sdk_interrupt_answered"}',
-    "worker.failed status=404",
-]), max_size=12))
+@given(
+    st.lists(
+        st.text(max_size=200)
+        | st.sampled_from(
+            [
+                '{"event":"worker.turn.interrupt.stage","stage":"capture_finished","elapsed_ms":"x","outcome":7}',
+                "worker.stopping kind=failed error=",
+                '{"event":"control.result","effect_ms":null,"outcome":["a"]}',
+                '{"event":"late_sdk_interrupt_answered"}',
+                "worker.failed status=404",
+            ]
+        ),
+        max_size=12,
+    )
+)
 def test_any_log_text_gives_plain_facts(texts):
     lines = [ln for ln in (parse_line(t) for t in texts) if ln is not None]
     facts, _ = F.log_facts(lines, turn_id="turn_1")

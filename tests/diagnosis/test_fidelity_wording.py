@@ -26,34 +26,72 @@ def _with_logs(sandbox: Any, tmp_path: Any, spec: dict[str, Any]) -> None:
 
 
 def _stage(sid: str, turn: str, control: str, stage: str, ms: int, **extra: Any) -> dict[str, Any]:
-    return {"at": "-50m", "json": {"level": "info", "event": "worker.turn.interrupt.stage", "session_id": sid,
-                                   "turn_id": turn, "control_id": control, "stage": stage, "elapsed_ms": ms, **extra}}
+    return {
+        "at": "-50m",
+        "json": {
+            "level": "info",
+            "event": "worker.turn.interrupt.stage",
+            "session_id": sid,
+            "turn_id": turn,
+            "control_id": control,
+            "stage": stage,
+            "elapsed_ms": ms,
+            **extra,
+        },
+    }
 
 
 def test_another_turns_interrupt_evidence_is_not_the_unknown_turns(router, sandbox, tmp_path):
     """R3.2: no stage lines for the checkpoint_unavailable turn; an older turn's timeout and
     deadline_exceeded must not make the bot say its worker ended as failed (that worker drains)."""
     sid = "ses_per_turn"
-    _with_logs(sandbox, tmp_path, {
-        "session": {"id": sid, "status": "failed", "admission_state": "recovery_required", "revision": 7,
-                    "resumable": False, "attention": {"code": "OUTCOME_UNKNOWN",
-                                                      "reason": "interrupt_checkpoint_unavailable"},
-                    "checkpoint": {"id": "ckpt_pt", "covers_turn_id": "turn_old"},
-                    "execution": {"state": "gone", "alive": False}},
-        "turns": [
-            {"id": "turn_old", "status": "interrupted", "control_id": "ctl_old"},
-            {"id": "turn_new", "status": "outcome_unknown", "terminal_reason": "interrupt_checkpoint_unavailable",
-             "control_id": "ctl_new"},
-        ],
-        "worker_logs": [
-            _stage(sid, "turn_old", "ctl_old", "control_received", 0),
-            _stage(sid, "turn_old", "ctl_old", "engine_terminal", 5003, outcome="timeout"),
-            {"at": "-50m", "text": f"turn turn_old gave no terminal within 5000ms of its interrupt session_id={sid}"},
-            {"at": "-50m", "json": {"event": "control.result", "session_id": sid, "turn_id": "turn_old",
-                                    "control_id": "ctl_old", "operation": "interrupt", "outcome": "unknown",
-                                    "reason_code": "deadline_exceeded", "effect_ms": 30000, "duration_ms": 30000}},
-        ],
-    })
+    _with_logs(
+        sandbox,
+        tmp_path,
+        {
+            "session": {
+                "id": sid,
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 7,
+                "resumable": False,
+                "attention": {"code": "OUTCOME_UNKNOWN", "reason": "interrupt_checkpoint_unavailable"},
+                "checkpoint": {"id": "ckpt_pt", "covers_turn_id": "turn_old"},
+                "execution": {"state": "gone", "alive": False},
+            },
+            "turns": [
+                {"id": "turn_old", "status": "interrupted", "control_id": "ctl_old"},
+                {
+                    "id": "turn_new",
+                    "status": "outcome_unknown",
+                    "terminal_reason": "interrupt_checkpoint_unavailable",
+                    "control_id": "ctl_new",
+                },
+            ],
+            "worker_logs": [
+                _stage(sid, "turn_old", "ctl_old", "control_received", 0),
+                _stage(sid, "turn_old", "ctl_old", "engine_terminal", 5003, outcome="timeout"),
+                {
+                    "at": "-50m",
+                    "text": f"turn turn_old gave no terminal within 5000ms of its interrupt session_id={sid}",
+                },
+                {
+                    "at": "-50m",
+                    "json": {
+                        "event": "control.result",
+                        "session_id": sid,
+                        "turn_id": "turn_old",
+                        "control_id": "ctl_old",
+                        "operation": "interrupt",
+                        "outcome": "unknown",
+                        "reason_code": "deadline_exceeded",
+                        "effect_ms": 30000,
+                        "duration_ms": 30000,
+                    },
+                },
+            ],
+        },
+    )
     said = reply_text(say(router, f"diagnose {sid}"))
     assert "Turn outcome unknown" in said
     assert "No interrupt stage line names turn turn_new (control ctl_new)" in said
@@ -64,11 +102,25 @@ def test_another_turns_interrupt_evidence_is_not_the_unknown_turns(router, sandb
 def test_start_fresh_on_a_startup_failed_session_with_a_checkpoint_says_what_it_drops(router, sandbox):
     """R2.14's "nothing is lost" holds only without a checkpoint: keyed on the checkpoint, not the code."""
     sid = "ses_startup_ckpt"
-    sandbox.admin.create_session({"session": {
-        "id": sid, "status": "failed", "admission_state": "recovery_required", "revision": 5, "resumable": False,
-        "attention": {"code": "STARTUP_FAILED", "reason": "git_credentials_refused", "failures": 3, "retry_at": None},
-        "checkpoint": {"id": "ckpt_sc", "covers_turn_id": None}, "execution": {"state": "gone", "alive": False},
-    }})
+    sandbox.admin.create_session(
+        {
+            "session": {
+                "id": sid,
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 5,
+                "resumable": False,
+                "attention": {
+                    "code": "STARTUP_FAILED",
+                    "reason": "git_credentials_refused",
+                    "failures": 3,
+                    "retry_at": None,
+                },
+                "checkpoint": {"id": "ckpt_sc", "covers_turn_id": None},
+                "execution": {"state": "gone", "alive": False},
+            }
+        }
+    )
     diagnosis = reply_text(say(router, f"diagnose {sid}"))
     assert "start_fresh drops its context" in diagnosis and "Nothing is lost" not in diagnosis
     asked = reply_text(say(router, f'decide {sid} start_fresh --reason "credentials fixed"'))
@@ -81,16 +133,33 @@ def test_start_fresh_on_a_startup_failed_session_with_a_checkpoint_says_what_it_
 def test_a_store_outage_in_progress_on_a_running_session_is_not_healthy(router, sandbox, tmp_path):
     sid = "ses_outage_now"
     outage = [
-        {"at": f"-{60 - i}s", "json": {"level": "warn", "event": "worker.checkpoint.restore_unavailable",
-                                      "session_id": sid, "status": 503, "attempt": i + 1}}
+        {
+            "at": f"-{60 - i}s",
+            "json": {
+                "level": "warn",
+                "event": "worker.checkpoint.restore_unavailable",
+                "session_id": sid,
+                "status": 503,
+                "attempt": i + 1,
+            },
+        }
         for i in range(6)
     ]
-    _with_logs(sandbox, tmp_path, {
-        "session": {"id": sid, "status": "running", "admission_state": "open", "revision": 3,
-                    "checkpoint": {"id": "ckpt_on", "covers_turn_id": None},
-                    "execution": {"state": "running", "alive": True, "phase": "starting"}},
-        "worker_logs": outage,
-    })
+    _with_logs(
+        sandbox,
+        tmp_path,
+        {
+            "session": {
+                "id": sid,
+                "status": "running",
+                "admission_state": "open",
+                "revision": 3,
+                "checkpoint": {"id": "ckpt_on", "covers_turn_id": None},
+                "execution": {"state": "running", "alive": True, "phase": "starting"},
+            },
+            "worker_logs": outage,
+        },
+    )
     said = reply_text(say(router, f"diagnose {sid}"))
     assert "Store outage in progress" in said and "looks healthy" not in said
     assert "WORKER_STARTUP_TIMEOUT_SEC" in said
@@ -100,20 +169,48 @@ def test_a_store_outage_in_progress_on_a_running_session_is_not_healthy(router, 
 def test_a_transient_reason_wins_over_a_loose_damage_word(router, sandbox, tmp_path):
     """R2.6 vs R2.8: a 503 line mentioning NoSuchKey and the API's reason restore_unavailable are an outage."""
     sid = "ses_loose_text"
-    _with_logs(sandbox, tmp_path, {
-        "session": {"id": sid, "status": "failed", "admission_state": "recovery_required", "revision": 9,
-                    "resumable": False,
-                    "attention": {"code": "RESTORE_FAILED", "reason": "restore_unavailable", "failures": 3,
-                                  "retry_at": None},
-                    "checkpoint": {"id": "ckpt_lt", "covers_turn_id": None},
-                    "execution": {"state": "gone", "alive": False}},
-        "worker_logs": [
-            {"at": "-2m", "json": {"level": "warn", "event": "worker.checkpoint.restore_unavailable",
-                                   "session_id": sid, "status": 503}},
-            {"at": "-1m", "json": {"level": "error", "event": "worker.failed", "session_id": sid, "status": 503,
-                                   "error": "store 503 while reading; earlier probe said NoSuchKey"}},
-        ],
-    })
+    _with_logs(
+        sandbox,
+        tmp_path,
+        {
+            "session": {
+                "id": sid,
+                "status": "failed",
+                "admission_state": "recovery_required",
+                "revision": 9,
+                "resumable": False,
+                "attention": {
+                    "code": "RESTORE_FAILED",
+                    "reason": "restore_unavailable",
+                    "failures": 3,
+                    "retry_at": None,
+                },
+                "checkpoint": {"id": "ckpt_lt", "covers_turn_id": None},
+                "execution": {"state": "gone", "alive": False},
+            },
+            "worker_logs": [
+                {
+                    "at": "-2m",
+                    "json": {
+                        "level": "warn",
+                        "event": "worker.checkpoint.restore_unavailable",
+                        "session_id": sid,
+                        "status": 503,
+                    },
+                },
+                {
+                    "at": "-1m",
+                    "json": {
+                        "level": "error",
+                        "event": "worker.failed",
+                        "session_id": sid,
+                        "status": 503,
+                        "error": "store 503 while reading; earlier probe said NoSuchKey",
+                    },
+                },
+            ],
+        },
+    )
     said = reply_text(say(router, f"diagnose {sid}"))
     assert f"{sid}: Restore stopped at the limit — store outage" in said
 
@@ -123,7 +220,9 @@ def test_wording_none_for_none_and_what_the_next_failure_does(router):
     verified = reply_text(say(router, 'decide ses_stopped_no_checkpoint start_fresh --reason "begin again" --yes'))
     assert "attention.code: none" in verified and "attention.code: unknown" not in verified
     relaunched = reply_text(say(router, "diagnose ses_relaunched"))  # RESTORE_FAILED, 2 failures, running
-    assert "the next failure is the 3rd and stops the session as recovery_required at once, with no backoff" in relaunched
+    assert (
+        "the next failure is the 3rd and stops the session as recovery_required at once, with no backoff" in relaunched
+    )
     assert "backs off, and stops" not in relaunched
 
 

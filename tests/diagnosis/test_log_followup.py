@@ -67,9 +67,7 @@ def console(router: Any, *commands: str) -> str:
 def test_buried_stages_are_posted_as_one_follow_up_before_the_console_prompt_returns(
     sandbox, tmp_path, docker_engine, worker_containers
 ) -> None:
-    ws = worker_containers(
-        "unknown_unanswered", other_sessions=0, filler_bytes=10 * MB, trailing_filler_bytes=10 * MB
-    )
+    ws = worker_containers("unknown_unanswered", other_sessions=0, filler_bytes=10 * MB, trailing_filler_bytes=10 * MB)
     router = docker_router(sandbox, tmp_path, docker_engine, ws.project)
     text = console(router, f"diagnose {SID}", f"history {SID}")
 
@@ -110,9 +108,7 @@ def test_no_follow_up_when_the_rest_of_the_log_adds_nothing(
 def test_slack_posts_the_follow_up_in_the_cases_thread_after_the_answer(
     sandbox, tmp_path, docker_engine, worker_containers, slack_harness
 ) -> None:
-    ws = worker_containers(
-        "unknown_unanswered", other_sessions=0, filler_bytes=10 * MB, trailing_filler_bytes=10 * MB
-    )
+    ws = worker_containers("unknown_unanswered", other_sessions=0, filler_bytes=10 * MB, trailing_filler_bytes=10 * MB)
     router = docker_router(sandbox, tmp_path, docker_engine, ws.project)
     h = slack_harness(router)
     assert h.send.command(f"diagnose {SID}", user="UALICE").status_code == 200

@@ -35,7 +35,10 @@ def test_stages_are_ordered_by_the_r3_2_sequence_not_by_log_order():
     ]
     (timeline,) = tl.build_timelines(lines)
     assert [s.stage for s in timeline.stages] == [
-        "control_received", "sdk_interrupt_called", "sdk_interrupt_answered", "engine_terminal",
+        "control_received",
+        "sdk_interrupt_called",
+        "sdk_interrupt_answered",
+        "engine_terminal",
         "capture_started",
     ]
     assert [s.elapsed_ms for s in timeline.stages] == [0, 3, 40, 5050, 5100]
@@ -75,9 +78,7 @@ def test_late_answer_as_a_stage_value_is_also_apart():
 
 def test_reading_engine_terminal_timeout():
     # R3.5: engine_terminal outcome=timeout = no terminal within the 5 s grace.
-    (timeline,) = tl.build_timelines(
-        [stage("control_received", 0), stage("engine_terminal", 5002, outcome="timeout")]
-    )
+    (timeline,) = tl.build_timelines([stage("control_received", 0), stage("engine_terminal", 5002, outcome="timeout")])
     assert timeline.engine_terminal_timeout
     assert not timeline.capture_timeout
     assert [code for code, _ in timeline.readings()] == [tl.READ_ENGINE_TERMINAL_TIMEOUT]
@@ -93,9 +94,7 @@ def test_reading_capture_budget_ran_out():
 
 
 def test_reading_capture_failed_with_reason():
-    (timeline,) = tl.build_timelines(
-        [stage("capture_finished", 900, outcome="failed", reason="store_request_failed")]
-    )
+    (timeline,) = tl.build_timelines([stage("capture_finished", 900, outcome="failed", reason="store_request_failed")])
     assert timeline.capture_failed and not timeline.capture_timeout
     ((code, entry),) = timeline.readings()
     assert code == tl.READ_CAPTURE_FAILED and entry.reason == "store_request_failed"

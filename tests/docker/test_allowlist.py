@@ -149,8 +149,14 @@ ALLOW_FLAG = re.compile(r"-allow([A-Z]+)=(.*)", re.S)
 RECONCILER = r"{project}-reconciler-[0-9]+"
 # Names the bot never execs in or reads files from: a worker, another service, another installation's
 # reconciler, a container id, look-alikes of the reconciler's name.
-NOT_THE_RECONCILER = ("{project}-worker-1", "db-1", "other-reconciler-1", "a" * 64, "{project}-reconciler-1x",
-                      "x{project}-reconciler-1")
+NOT_THE_RECONCILER = (
+    "{project}-worker-1",
+    "db-1",
+    "other-reconciler-1",
+    "a" * 64,
+    "{project}-reconciler-1x",
+    "x{project}-reconciler-1",
+)
 CONTAINER_CALL = re.compile(r"(?P<v>/v1\.[0-9]+)?/containers/(?P<name>[^/]+)/(?P<op>[a-z]+)")
 
 
@@ -241,7 +247,9 @@ def test_compose_flags_are_the_rendered_allowlist() -> None:
     assert compose_allow_flags() == compose_flags()
     out = subprocess.run(
         [sys.executable, "-m", "bot.dockerops.allowlist", "--format", "compose"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert [line.strip().removeprefix("- ").strip("'") for line in out.splitlines()] == compose_flags()
 
@@ -409,9 +417,12 @@ def test_record_the_bots_api_calls_behind_the_allowlist(
         try:
             assert follower.connected.wait(10)
             worker = docker_engine.client.containers.run(
-                docker_engine.worker_image, ["sleep", "60"], name=f"{RECORD_PROJECT}-worker-90", detach=True,
-                network_mode="none", labels={"recover-bot-test": "1", PROJECT_LABEL: RECORD_PROJECT,
-                                             "com.docker.compose.service": "worker"},
+                docker_engine.worker_image,
+                ["sleep", "60"],
+                name=f"{RECORD_PROJECT}-worker-90",
+                detach=True,
+                network_mode="none",
+                labels={"recover-bot-test": "1", PROJECT_LABEL: RECORD_PROJECT, "com.docker.compose.service": "worker"},
             )
             worker.kill()
             assert seen.wait(10) and stops[0].name == f"{RECORD_PROJECT}-worker-90"
@@ -432,9 +443,7 @@ def test_record_the_bots_api_calls_behind_the_allowlist(
             raw.api.exec_create(ws.containers[-1], ["sh", "-c", "id"])
         assert refused.value.status_code == 403
         raw.close()
-        assert (
-            docker_engine.client.api.containers(all=True, filters={"name": f"{RECORD_PROJECT}-evil-1"}) == []
-        )
+        assert docker_engine.client.api.containers(all=True, filters={"name": f"{RECORD_PROJECT}-evil-1"}) == []
 
         # A bot configured for another installation is refused exec by this proxy, with a clear message.
         other = reconciler_factory()

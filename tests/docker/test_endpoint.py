@@ -33,8 +33,9 @@ def tls(host: str, certs: TlsCerts, client: str = "client") -> DockerEndpoint:
     return DockerEndpoint(host, certs.path("ca"), certs.path(client), certs.key(client))
 
 
-@pytest.mark.parametrize("host", ["unix:///run/docker.sock", "tcp://127.0.0.1:2375", "tcp://localhost:2375",
-                                  "tcp://[::1]:2375", None])
+@pytest.mark.parametrize(
+    "host", ["unix:///run/docker.sock", "tcp://127.0.0.1:2375", "tcp://localhost:2375", "tcp://[::1]:2375", None]
+)
 def test_local_engines_need_nothing_more(host: str | None) -> None:
     assert DockerEndpoint(host).problems() == []
 
@@ -108,9 +109,11 @@ def test_ssh_is_parsed_and_its_transport_checked() -> None:
 def test_docker_cert_path_is_the_clis_folder(tmp_path: Path) -> None:
     ep = DockerEndpoint.from_environment("tcp://docker.eu-1:2376", tls_verify=True, cert_path=tmp_path)
     assert (ep.tls_ca, ep.tls_cert, ep.tls_key) == (tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem")
-    assert ep.problems() == [f"tls_ca {tmp_path / 'ca.pem'} (DOCKER_CERT_PATH): no such file",
-                             f"tls_cert {tmp_path / 'cert.pem'} (DOCKER_CERT_PATH): no such file",
-                             f"tls_key {tmp_path / 'key.pem'} (DOCKER_CERT_PATH): no such file"]
+    assert ep.problems() == [
+        f"tls_ca {tmp_path / 'ca.pem'} (DOCKER_CERT_PATH): no such file",
+        f"tls_cert {tmp_path / 'cert.pem'} (DOCKER_CERT_PATH): no such file",
+        f"tls_key {tmp_path / 'key.pem'} (DOCKER_CERT_PATH): no such file",
+    ]
     home = DockerEndpoint.from_environment("tcp://docker.eu-1:2376", tls_verify=True)
     assert home.tls_ca == Path.home() / ".docker" / "ca.pem"
     # A unix socket ignores the TLS variables, as the docker CLI does; no TLS: DOCKER_HOST as given.
@@ -126,8 +129,10 @@ def test_tls_files_given_as_text_are_paths(certs: TlsCerts) -> None:
 
 
 def test_the_settings_give_the_single_installation_its_endpoint(tmp_path: Path) -> None:
-    s = load_settings({"DOCKER_HOST": "tcp://docker.eu-1:2376", "DOCKER_TLS_VERIFY": "1",
-                       "DOCKER_CERT_PATH": str(tmp_path)}, dotenv=None)
+    s = load_settings(
+        {"DOCKER_HOST": "tcp://docker.eu-1:2376", "DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": str(tmp_path)},
+        dotenv=None,
+    )
     ep = docker_endpoint(s)
     assert ep.tls_ca == tmp_path / "ca.pem" and not ep.allow_plain_tcp
     assert load_settings({"RECOVER_DOCKER_PLAIN_TCP": "true"}, dotenv=None).docker_plain_tcp

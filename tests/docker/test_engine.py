@@ -20,8 +20,7 @@ from bot.store import Store
 from tests.fixtures.docker import DockerEngine
 
 ADVICE = [
-    "Deploy order (R2.17): first the control-host image (API_IMAGE, shared by api and scheduler), "
-    "then WORKER_IMAGE.",
+    "Deploy order (R2.17): first the control-host image (API_IMAGE, shared by api and scheduler), then WORKER_IMAGE.",
 ]
 
 

@@ -53,8 +53,9 @@ class Seen:
 
 
 def follower(factory: Any, project: str, seen: Seen, **kw: Any) -> WorkerStopFollower:
-    return WorkerStopFollower(factory, project, on_stop=seen.stop, on_failure=seen.failure,
-                              on_reconnect=seen.reconnect, **kw)
+    return WorkerStopFollower(
+        factory, project, on_stop=seen.stop, on_failure=seen.failure, on_reconnect=seen.reconnect, **kw
+    )
 
 
 def test_a_workers_stop_is_reported_and_nothing_else(docker_engine: DockerEngine, sleeping_worker: Any) -> None:

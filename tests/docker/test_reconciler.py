@@ -24,19 +24,13 @@ pytestmark = pytest.mark.docker
 INJECTIONS = ["; rm -rf /", "$(id)", "`id`", "a' && touch /tmp/pwned && echo 'b", "dry_abc; id", "dry_1\nid"]
 
 
-def make_ops(
-    engine: DockerEngine, store: Store, clock: ManualClock, project: str | None, **config: Any
-) -> DockerOps:
+def make_ops(engine: DockerEngine, store: Store, clock: ManualClock, project: str | None, **config: Any) -> DockerOps:
     cfg = ReconcilerConfig(exec_timeout_seconds=config.pop("exec_timeout_seconds", 60.0), **config)
-    return DockerOps(
-        store, installation=project, config=cfg, docker_client_factory=engine.factory(), clock=clock
-    )
+    return DockerOps(store, installation=project, config=cfg, docker_client_factory=engine.factory(), clock=clock)
 
 
 @pytest.fixture
-def ops(
-    docker_engine: DockerEngine, store: Store, clock: ManualClock, reconciler_container: ReconcilerContainer
-):
+def ops(docker_engine: DockerEngine, store: Store, clock: ManualClock, reconciler_container: ReconcilerContainer):
     return make_ops(docker_engine, store, clock, reconciler_container.project)
 
 
@@ -55,9 +49,7 @@ def printed_env(output: str, name: str) -> str:
 def exec_pass_lines(rc: ReconcilerContainer, mode: str) -> list[str]:
     """Pass lines in the container's log written by an exec'd pass (pid != 1: not the loop)."""
     return [
-        ln
-        for ln in rc.logs().splitlines()
-        if "Reconciler pass" in ln and f"mode={mode}" in ln and "pid=1 " not in ln
+        ln for ln in rc.logs().splitlines() if "Reconciler pass" in ln and f"mode={mode}" in ln and "pid=1 " not in ln
     ]
 
 
@@ -192,9 +184,7 @@ def test_the_person_who_ran_the_dry_run_may_review_it(
     assert ops.get_pass(reply.messages[0].ref or "")["reviewed_by"] == "U_ALICE"  # type: ignore[index]
 
 
-def test_real_pass_refused_without_a_dry_run(
-    ops: DockerOps, reconciler_container: ReconcilerContainer
-) -> None:
+def test_real_pass_refused_without_a_dry_run(ops: DockerOps, reconciler_container: ReconcilerContainer) -> None:
     with pytest.raises(ReconcileRefused, match="No dry run dry_0123456789ab"):
         ops.reconcile("U_ALICE", "dry_0123456789ab")
     assert exec_pass_lines(reconciler_container, "real") == []
@@ -205,9 +195,7 @@ def test_real_pass_refused_with_a_stale_dry_run(
 ) -> None:
     dry_id = ops.dryrun("U_ALICE").messages[0].ref or ""
     clock.advance(ops.config.review_window_seconds + 1)
-    with pytest.raises(
-        ReconcileRefused, match=r"finished 15 min ago; a real pass needs one from the last 15 min"
-    ):
+    with pytest.raises(ReconcileRefused, match=r"finished 15 min ago; a real pass needs one from the last 15 min"):
         ops.reconcile("U_ALICE", dry_id)
     assert exec_pass_lines(reconciler_container, "real") == []
     assert ops.passes_for(dry_id) == []
@@ -316,9 +304,7 @@ def test_status_shows_the_file_as_it_is_and_the_latest_pass_lines(
     assert msg.rules == ["R1.4", "R1.5"]
 
 
-def test_status_says_when_there_is_no_status_file(
-    ops: DockerOps, reconciler_container: ReconcilerContainer
-) -> None:
+def test_status_says_when_there_is_no_status_file(ops: DockerOps, reconciler_container: ReconcilerContainer) -> None:
     reconciler_container.remove_file("/tmp/reconciler-status.json")
     msg = ops.status().messages[0]
     assert "no status file yet" in "\n".join(msg.lines)
@@ -328,9 +314,7 @@ def test_status_says_when_there_is_no_status_file(
 # -- finding the reconciler (R1.3) ------------------------------------------------------------------
 
 
-def test_no_reconciler_names_the_labels_searched(
-    docker_engine: DockerEngine, store: Store, clock: ManualClock
-) -> None:
+def test_no_reconciler_names_the_labels_searched(docker_engine: DockerEngine, store: Store, clock: ManualClock) -> None:
     ops = make_ops(docker_engine, store, clock, "rbtnothinghere")
     with pytest.raises(DockerOpsError) as err:
         ops.dryrun("U_ALICE")
@@ -425,8 +409,11 @@ def test_container_gone_mid_exec_is_a_clear_error_and_outcome_unknown(
     t.start()
     # The exec is under way once its reconciler sleeps the 20 s put above (top's CMD column is cut short:
     # the reconciler's own arguments are not in it).
-    eventually(lambda: any(p[-1] == "sleep 20" for p in reconciler_container.container.top()["Processes"]), 15,
-               "the dry run's reconciler mid-exec")
+    eventually(
+        lambda: any(p[-1] == "sleep 20" for p in reconciler_container.container.top()["Processes"]),
+        15,
+        "the dry run's reconciler mid-exec",
+    )
     reconciler_container.container.remove(force=True)
     t.join(60)
     assert not t.is_alive()

@@ -57,12 +57,16 @@ def worker(tls_engine: TlsEngine) -> str:
     try:
         image = build_images(client).worker
         container = client.containers.create(
-            image, name=f"{PROJECT}-worker-1", network_mode="none",
+            image,
+            name=f"{PROJECT}-worker-1",
+            network_mode="none",
             labels={TEST_LABEL: "1", PROJECT_LABEL: PROJECT, SERVICE_LABEL: "worker", SESSION_LABEL: SESSION},
         )
         now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        line = (f'{{"ts":"{now}","level":"error","event":"worker.turn.failed",'
-                f'"session_id":"{SESSION}","turn_id":"turn_tls_1","message":"read over TLS"}}')
+        line = (
+            f'{{"ts":"{now}","level":"error","event":"worker.turn.failed",'
+            f'"session_id":"{SESSION}","turn_id":"turn_tls_1","message":"read over TLS"}}'
+        )
         put_file(container, "/worker/log.txt", line + "\n")
         container.start()
         container.wait(timeout=60)

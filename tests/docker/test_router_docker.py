@@ -35,7 +35,11 @@ def test_diagnose_dryrun_and_reviewed_pass_through_the_router(
     workers = worker_containers("restore_stopped_transient")
     reconciler = reconciler_factory(project=workers.project)
     settings = load_settings({}, dotenv=None).model_copy(
-        update={"db_path": tmp_path / "recover.db", "compose_project": workers.project, "docker_host": docker_engine.host}
+        update={
+            "db_path": tmp_path / "recover.db",
+            "compose_project": workers.project,
+            "docker_host": docker_engine.host,
+        }
     )
     router = build_router(settings, sandbox=sandbox)
     assert isinstance(router, Router)

@@ -63,9 +63,7 @@ def test_the_window_is_measured_on_the_docker_hosts_clock(
     # The scenario's first line is 5 minutes old, the others at most ~2 minutes: a 4-minute window
     # (from the daemon's "now") drops exactly the lines older than that.
     recent = list(
-        source_for(docker_engine, ws.project, window_seconds=240).lines_for_session(
-            ws.session_id, since=LONG_AGO
-        )
+        source_for(docker_engine, ws.project, window_seconds=240).lines_for_session(ws.session_id, since=LONG_AGO)
     )
     daemon_now = datetime.fromisoformat(docker_engine.client.info()["SystemTime"][:26] + "+00:00")
     expected = [ln for ln in all_lines if ln.ts is not None and ln.ts >= daemon_now - timedelta(seconds=240)]
@@ -73,9 +71,7 @@ def test_the_window_is_measured_on_the_docker_hosts_clock(
     assert 0 < len(recent) < len(all_lines)
     # An explicit since/until narrows further.
     until = min(ln.ts for ln in recent if ln.ts is not None) + timedelta(milliseconds=1)
-    narrowed = list(
-        source_for(docker_engine, ws.project).lines_for_session(ws.session_id, since=LONG_AGO, until=until)
-    )
+    narrowed = list(source_for(docker_engine, ws.project).lines_for_session(ws.session_id, since=LONG_AGO, until=until))
     assert narrowed and all(ln.ts is not None and ln.ts <= until for ln in narrowed)
     assert len(narrowed) < len(all_lines)
 
@@ -103,9 +99,7 @@ def test_the_byte_budget_stops_the_scan_and_says_so(
 ) -> None:
     ws = worker_containers("unknown_unanswered", other_sessions=0, filler_bytes=8 * 1024 * 1024)
     budget = 1024 * 1024
-    scan = source_for(docker_engine, ws.project).lines_for_session(
-        ws.session_id, since=LONG_AGO, byte_budget=budget
-    )
+    scan = source_for(docker_engine, ws.project).lines_for_session(ws.session_id, since=LONG_AGO, byte_budget=budget)
     lines = list(scan)
     assert scan.stats.truncated
     assert scan.stats.bytes_read <= budget
@@ -159,6 +153,8 @@ def test_segments_of_a_running_or_early_focus_worker_are_read_forwards(
     ws = worker_containers("unknown_unanswered", other_sessions=0, filler_bytes=1024 * 1024)
     source = source_for(docker_engine, ws.project)
     long_before = (LONG_AGO, LONG_AGO + timedelta(minutes=5))  # a focus long before the worker ran
-    segments = [(s, list(s.scan)) for s in source.segments_for_session(ws.session_id, since=LONG_AGO, focus=long_before)]
+    segments = [
+        (s, list(s.scan)) for s in source.segments_for_session(ws.session_id, since=LONG_AGO, focus=long_before)
+    ]
     assert [s.label for s, _ in segments] == ["forwards"]
     assert [payload(line.text) for line in segments[0][1]] == ws.expected_lines

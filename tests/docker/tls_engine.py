@@ -32,21 +32,69 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def _key_and_csr(cwd: Path, stem: str, cn: str) -> None:
-    _openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{stem}-key.pem", "-out", f"{stem}.csr", "-subj", f"/CN={cn}", cwd=cwd)
+    _openssl(
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{stem}-key.pem",
+        "-out",
+        f"{stem}.csr",
+        "-subj",
+        f"/CN={cn}",
+        cwd=cwd,
+    )
 
 
 def _ca(cwd: Path, stem: str) -> None:
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{stem}-key.pem", "-out", f"{stem}.pem", "-days", "2", "-subj", f"/CN={stem}",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign",
-             cwd=cwd)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{stem}-key.pem",
+        "-out",
+        f"{stem}.pem",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={stem}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+        cwd=cwd,
+    )
 
 
 def _sign(cwd: Path, ca: str, stem: str, ext: str) -> None:
     (cwd / f"{stem}.ext").write_text(ext)
-    _openssl("x509", "-req", "-in", f"{stem}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}-key.pem",
-             "-CAcreateserial", "-out", f"{stem}.pem", "-days", "2", "-extfile", f"{stem}.ext", cwd=cwd)
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{stem}.csr",
+        "-CA",
+        f"{ca}.pem",
+        "-CAkey",
+        f"{ca}-key.pem",
+        "-CAcreateserial",
+        "-out",
+        f"{stem}.pem",
+        "-days",
+        "2",
+        "-extfile",
+        f"{stem}.ext",
+        cwd=cwd,
+    )
 
 
 def _group_alive(pgid: int) -> bool:
@@ -137,16 +185,35 @@ class TlsEngine:
         log = (folder / "dockerd.log").open("wb")
         process = subprocess.Popen(
             [
-                "dockerd", "--data-root", str(folder / "data"), "--exec-root", str(folder / "exec"),
-                "--pidfile", str(folder / "d.pid"), "-H", f"unix://{folder / 'd.sock'}",
-                "--bridge=none", "--iptables=false",
-                "--tlsverify", "--tlscacert", str(certs.path("ca")), "--tlscert", str(certs.path("server")),
-                "--tlskey", str(certs.key("server")), "-H", f"tcp://127.0.0.1:{port}",
+                "dockerd",
+                "--data-root",
+                str(folder / "data"),
+                "--exec-root",
+                str(folder / "exec"),
+                "--pidfile",
+                str(folder / "d.pid"),
+                "-H",
+                f"unix://{folder / 'd.sock'}",
+                "--bridge=none",
+                "--iptables=false",
+                "--tlsverify",
+                "--tlscacert",
+                str(certs.path("ca")),
+                "--tlscert",
+                str(certs.path("server")),
+                "--tlskey",
+                str(certs.key("server")),
+                "-H",
+                f"tcp://127.0.0.1:{port}",
             ],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
         )
         engine = cls(folder, certs, port, process)
+
         def answers() -> bool:  # or ended: then nothing will answer
             if process.poll() is not None:
                 return True

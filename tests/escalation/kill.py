@@ -95,7 +95,13 @@ def _start(config: dict[str, Any]) -> subprocess.Popen[str]:
 
 
 def run_kill(
-    sandbox: Any, slack_api: SlackStandIn, folder: Path, *, requests: int, seed: int = 0, post_seconds: float = 0.3,
+    sandbox: Any,
+    slack_api: SlackStandIn,
+    folder: Path,
+    *,
+    requests: int,
+    seed: int = 0,
+    post_seconds: float = 0.3,
     wait: float = 60.0,
 ) -> KillResult:
     """One run in ``folder`` (its own store file and runbooks). The kill lands on a claim of process a
@@ -106,15 +112,29 @@ def run_kill(
     db = folder / "recover.db"
     env = DecisionEnv(sandbox, db, SystemClock(), load_runbooks(runbooks_dir))  # type: ignore[arg-type]
     env.store.migrate([slack_migrations])
-    settings = slack_settings(slack_api, db, runbooks_dir=runbooks_dir, control_host_url=sandbox.url,
-                              control_host_api_key=sandbox.api_key, approvers=(APPROVER,))
+    settings = slack_settings(
+        slack_api,
+        db,
+        runbooks_dir=runbooks_dir,
+        control_host_url=sandbox.url,
+        control_host_api_key=sandbox.api_key,
+        approvers=(APPROVER,),
+    )
     state, out = SlackState(env.store), SlackOut(make_client(settings))
     svc = env.service(approvers=(APPROVER,))
-    config = {"settings": {"slack_bot_token": BOT_TOKEN, "slack_signing_secret": SIGNING_SECRET,
-                           "slack_api_url": slack_api.base_url, "db_path": str(db), "runbooks_dir": str(runbooks_dir),
-                           "control_host_url": sandbox.url, "control_host_api_key": sandbox.api_key,
-                           "approvers": APPROVER},
-              "lease": 2.0}
+    config = {
+        "settings": {
+            "slack_bot_token": BOT_TOKEN,
+            "slack_signing_secret": SIGNING_SECRET,
+            "slack_api_url": slack_api.base_url,
+            "db_path": str(db),
+            "runbooks_dir": str(runbooks_dir),
+            "control_host_url": sandbox.url,
+            "control_host_api_key": sandbox.api_key,
+            "approvers": APPROVER,
+        },
+        "lease": 2.0,
+    }
     expected = STEPS_PER_REQUEST * requests
     a, b = _start(config), _start(config)
     c = None
@@ -130,8 +150,16 @@ def run_kill(
             roots[sid] = root
             state.remember_thread(ScopedId(DEFAULT_INSTALLATION, sid), Location(SLACK_CHANNEL, root))
             env.outcome_unknown(sid)
-            reply = svc.decide(REQUESTER, CHANNEL, sid, "abandon", turn="turn_9", effects="none outside",
-                               reason="hung", reporter=env.reporter)
+            reply = svc.decide(
+                REQUESTER,
+                CHANNEL,
+                sid,
+                "abandon",
+                turn="turn_9",
+                effects="none outside",
+                reason="hung",
+                reporter=env.reporter,
+            )
             assert reply.messages[0].ref is not None, reply.messages[0].plain_text()
         seen: set[tuple[str, int]] = set()
         for _ in range(skip + 1):
@@ -160,10 +188,22 @@ def run_kill(
         for m in slack_api.thread(SLACK_CHANNEL, root):
             said.update({line for line in m.all_text().splitlines() if line.startswith("ladder step ")})
     unsaid = [key for r, i in posted if (key := key_line(str(r), int(i))) not in said]
-    taken = {(s.inputs["request_id"], s.inputs["step"]) for s in env.store.steps()
-             if s.step.startswith("escalation_") and s.outcome == "taken_over"}
-    return KillResult(requests=requests, expected=expected, counts=rows.counts(), said=said, left=left,
-                      taken=taken, odd=[tuple(r) for r in odd], unsaid=unsaid, seconds=time.monotonic() - started)
+    taken = {
+        (s.inputs["request_id"], s.inputs["step"])
+        for s in env.store.steps()
+        if s.step.startswith("escalation_") and s.outcome == "taken_over"
+    }
+    return KillResult(
+        requests=requests,
+        expected=expected,
+        counts=rows.counts(),
+        said=said,
+        left=left,
+        taken=taken,
+        odd=[tuple(r) for r in odd],
+        unsaid=unsaid,
+        seconds=time.monotonic() - started,
+    )
 
 
 def _finished(counts: dict[str, int], expected: int) -> bool:

@@ -30,8 +30,16 @@ def requester(env: DecisionEnv, svc: Any, prefix: str) -> Any:
     def make(i: int) -> str:
         sid = f"ses_{prefix}_{i:04d}"
         env.outcome_unknown(sid)
-        reply = svc.decide(REQUESTER, CHANNEL, sid, "abandon", turn="turn_9", effects="none outside",
-                           reason="race", reporter=env.reporter)
+        reply = svc.decide(
+            REQUESTER,
+            CHANNEL,
+            sid,
+            "abandon",
+            turn="turn_9",
+            effects="none outside",
+            reason="race",
+            reporter=env.reporter,
+        )
         ref = reply.messages[0].ref
         assert ref is not None, reply.messages[0].plain_text()
         return str(ref)

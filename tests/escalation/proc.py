@@ -23,8 +23,9 @@ def main() -> int:
     services = build_services(settings)
     services.store.migrate([slack_migrations])
     client = WebClient(token="xoxb-test", base_url=settings.slack_api_url, timeout=2, retry_handlers=[])
-    runner = LadderRunner(services.decisions.ctx, SlackLadderPoster(client, SlackState(services.store)),
-                          lease=float(config["lease"]))
+    runner = LadderRunner(
+        services.decisions.ctx, SlackLadderPoster(client, SlackState(services.store)), lease=float(config["lease"])
+    )
     print("ready", flush=True)
     runner.run(every=0.05)
     return 0

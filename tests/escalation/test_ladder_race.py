@@ -12,7 +12,9 @@ from tests.escalation.ladder_env import decider, race_env, requester
 from tests.escalation.race import RaceResult, run_race
 
 
-def test_100_requests_with_decisions_racing_due_steps(decision_sandbox: Any, db_path: Path, short_runbooks: Any) -> None:
+def test_100_requests_with_decisions_racing_due_steps(
+    decision_sandbox: Any, db_path: Path, short_runbooks: Any
+) -> None:
     result = RaceResult()
     env, svc, runner = race_env(decision_sandbox, db_path, short_runbooks, result)
     try:

@@ -24,8 +24,9 @@ def env(decision_sandbox: Any, db_path: Any, short_runbooks: Any) -> Any:
 
 def _close(env: DecisionEnv, svc: Any, sid: str = "ses_l1") -> str:
     env.outcome_unknown(sid)
-    reply = svc.decide(REQUESTER, CHANNEL, sid, "abandon", turn="turn_9", effects="none outside",
-                       reason="hung", reporter=env.reporter)
+    reply = svc.decide(
+        REQUESTER, CHANNEL, sid, "abandon", turn="turn_9", effects="none outside", reason="hung", reporter=env.reporter
+    )
     msg = reply.messages[0]
     assert msg.kind == "approval_request", msg.plain_text()
     assert msg.ref is not None
@@ -37,8 +38,11 @@ def _svc(env: DecisionEnv) -> Any:
 
 
 def _ladder_steps(env: DecisionEnv, rid: str) -> list[tuple[str, int]]:
-    return [(s.step, s.inputs.get("step")) for s in env.store.steps()
-            if s.step.startswith("escalation_") and s.inputs.get("request_id") == rid]
+    return [
+        (s.step, s.inputs.get("step"))
+        for s in env.store.steps()
+        if s.step.startswith("escalation_") and s.inputs.get("request_id") == rid
+    ]
 
 
 def test_the_two_person_expiry_is_the_ladders(env: DecisionEnv) -> None:
@@ -75,8 +79,12 @@ def test_remind_mention_widen_then_the_announced_expiry_each_once(env: DecisionE
     assert "Expired" in poster.posts[3][1].headline
     runner.run_due()
     assert len(poster.posts) == 4
-    assert _ladder_steps(env, rid) == [("escalation_reminded", 0), ("escalation_mentioned", 1),
-                                       ("escalation_widened", 2), ("escalation_expired", -1)]
+    assert _ladder_steps(env, rid) == [
+        ("escalation_reminded", 0),
+        ("escalation_mentioned", 1),
+        ("escalation_widened", 2),
+        ("escalation_expired", -1),
+    ]
 
 
 def test_no_step_after_an_approval_and_the_rest_are_cancelled(env: DecisionEnv) -> None:
@@ -112,8 +120,9 @@ def test_a_widened_group_member_approves_only_after_the_widen_step(env: Decision
     assert svc.requests.get(rid).state == "executed"  # sent through the gate
 
 
-def test_widening_never_makes_the_requester_eligible(env: DecisionEnv, decision_sandbox: Any, db_path: Any,
-                                                     tmp_path: Any) -> None:
+def test_widening_never_makes_the_requester_eligible(
+    env: DecisionEnv, decision_sandbox: Any, db_path: Any, tmp_path: Any
+) -> None:
     from bot.runbook import load_runbooks
     from tests.fixtures.escalation import short_ladder_folder
 
@@ -173,7 +182,11 @@ def test_due_steps_survive_a_restart(env: DecisionEnv) -> None:
     runner.run_due()
     heads = [m.headline for _c, m, _t in again.posts]
     assert len(heads) == 2 and heads[0].startswith("Approval still needed") and heads[1].startswith("Now also eligible")
-    assert _ladder_steps(env, rid) == [("escalation_reminded", 0), ("escalation_mentioned", 1), ("escalation_widened", 2)]
+    assert _ladder_steps(env, rid) == [
+        ("escalation_reminded", 0),
+        ("escalation_mentioned", 1),
+        ("escalation_widened", 2),
+    ]
 
 
 class _NoThreadYet(RecordingPoster):

@@ -29,14 +29,17 @@ def test_the_shipped_ladder_counts_from_the_request_and_ends_before_the_expiry()
 
 
 def test_a_few_seconds_are_accepted_so_tests_can_shorten_the_ladder(tmp_path: Path) -> None:
-    folder = _with_escalation(tmp_path, """
+    folder = _with_escalation(
+        tmp_path,
+        """
 escalation:
   steps:
     - {kind: remind, after: {duration: 1s, help: r}}
     - {kind: mention, after: {duration: 2s, help: m}}
     - {kind: widen, after: {duration: 3s, help: w}, groups: [S0TIER2, U0BACKUP]}
   expiry: {duration: 5s, help: e}
-""")
+""",
+    )
     spec = load_runbooks(folder).escalation
     assert spec is not None and spec.expiry_seconds == 5
     assert spec.widened_groups(2.5) == () and spec.widened_groups(3) == ("S0TIER2", "U0BACKUP")

@@ -23,7 +23,9 @@ SESSION = "ses_restore_transient"
 
 def _request(h: SlackHarness) -> tuple[Any, Any, str]:
     (root,) = h.api.roots("CINC")
-    request = next(m for m in h.api.thread("CINC", root.ts) if any(a.startswith("rb:approve:") for a, _ in m.action_ids()))
+    request = next(
+        m for m in h.api.thread("CINC", root.ts) if any(a.startswith("rb:approve:") for a, _ in m.action_ids())
+    )
     found = re.search(r"req_[A-Za-z0-9]+", request.all_text())
     assert found is not None
     return root, request, found.group(0)

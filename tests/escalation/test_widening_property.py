@@ -27,8 +27,9 @@ membership = st.dictionaries(st.sampled_from(GROUPS), st.sets(st.sampled_from(US
 
 
 @given(approvers=ids, widened=ids, groups=membership, actor=st.sampled_from(USERS))
-def test_widened_evidence_allows_only_the_named(approvers: list[str], widened: list[str],
-                                                 groups: dict[str, set[str]], actor: str) -> None:
+def test_widened_evidence_allows_only_the_named(
+    approvers: list[str], widened: list[str], groups: dict[str, set[str]], actor: str
+) -> None:
     directory = Directory(groups)
     evidence, _problem = approval_evidence(actor, approvers, directory, widened)
     named = (
@@ -46,4 +47,3 @@ def test_widened_evidence_allows_only_the_named(approvers: list[str], widened: l
         assert evidence_problem(actor, evidence, approvers, ()) is not None  # not without the chain's widening
         other = next(u for u in USERS if u != actor)
         assert evidence_problem(other, evidence, approvers, widened) is not None  # nor for anyone else
-

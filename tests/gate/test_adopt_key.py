@@ -21,8 +21,9 @@ KEY = "adopt-key-test-key-0123456789"
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECOVER_")}
-    return subprocess.run([sys.executable, "-m", "bot.cli", "audit", *args], capture_output=True, text=True,
-                          timeout=60, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", "audit", *args], capture_output=True, text=True, timeout=60, cwd=cwd, env=env
+    )
 
 
 def test_adopting_the_key_is_an_explicit_recorded_command(tmp_path: Path) -> None:
@@ -45,7 +46,8 @@ def test_adopting_the_key_is_an_explicit_recorded_command(tmp_path: Path) -> Non
     store = Store(db, clock, audit_key=KEY.encode())  # served now
     marker = store.steps()[-1]
     assert (marker.step, marker.v, marker.actor.startswith("console:")) == ("audit_key_adopted", 2, True)
-    again = _cli("adopt-key", "--db", str(db), "--key-file", str(key_file), "--head", head,
-                 "--accept-after", "4", cwd=tmp_path)
+    again = _cli(
+        "adopt-key", "--db", str(db), "--key-file", str(key_file), "--head", head, "--accept-after", "4", cwd=tmp_path
+    )
     assert again.returncode == 2 and "already has its keyed marker" in again.stderr
     assert _cli("verify", "--db", str(db), "--key-file", str(key_file), cwd=tmp_path).returncode == 0

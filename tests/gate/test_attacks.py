@@ -95,8 +95,12 @@ def test_a_forged_batch_approval_in_a_keyed_store_sends_nothing_at_start(inciden
     batch_id = made.messages[0].ref
     with _raw(tmp_path / "recover.db") as conn:
         content = conn.execute("SELECT content_hash, created_at FROM batches WHERE id = ?", [batch_id]).fetchone()
-        forged = {"batch_id": batch_id, "content_hash": content["content_hash"], "channel": "C1",
-                  "allowed_by": {"kind": "any"}}
+        forged = {
+            "batch_id": batch_id,
+            "content_hash": content["content_hash"],
+            "channel": "C1",
+            "allowed_by": {"kind": "any"},
+        }
         _append_forged(conn, "batch_approved", "U0BOB0002", forged, {"content_hash": content["content_hash"]})
         forged_seq = conn.execute("SELECT MAX(seq) FROM steps").fetchone()[0]
         conn.execute("UPDATE batches SET state = 'approved', approved_by = 'U0BOB0002' WHERE id = ?", [batch_id])
@@ -123,13 +127,22 @@ class KeyedEnv(DecisionEnv):
 
         self.store = Store(self.db_path, self.clock, migrations=MIGRATIONS, audit_key=KEY.encode())
         self.client = ControlHostClient(
-            self.sandbox.url, self.sandbox.api_key, store=self.store, clock=self.clock,
+            self.sandbox.url,
+            self.sandbox.api_key,
+            store=self.store,
+            clock=self.clock,
             retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, jitter=0.0),
         )
         self._clients.append(self.client)
         bind(self.store, self.client)
-        self.diagnoser = Diagnoser(client=self.client, runbooks=self.runbooks, store=self.store, log_source=None,
-                                   reconciler_status=None, clock=self.clock)
+        self.diagnoser = Diagnoser(
+            client=self.client,
+            runbooks=self.runbooks,
+            store=self.store,
+            log_source=None,
+            reconciler_status=None,
+            clock=self.clock,
+        )
 
 
 @pytest.fixture
@@ -149,8 +162,9 @@ def test_an_edited_idempotency_row_of_an_uncertain_send_sends_nothing_after_a_re
     env.restore_failed("ses_g4b", reason="restore_unavailable")
     svc = env.service()
     env.sandbox.admin.fault("server_error", "/v1/sessions/ses_g4a/*", method="POST", times=None, status=503)
-    reply = svc.decide(REQUESTER, CHANNEL, "ses_g4a", "retry_restore", reason="transient", yes=True,
-                       reporter=ListReporter())
+    reply = svc.decide(
+        REQUESTER, CHANNEL, "ses_g4a", "retry_restore", reason="transient", yes=True, reporter=ListReporter()
+    )
     assert "no definite answer" in _text(reply), _text(reply)
     assert svc.wait_background(60)
     (req,) = svc.requests.find(session_id="ses_g4a")
@@ -159,8 +173,10 @@ def test_an_edited_idempotency_row_of_an_uncertain_send_sends_nothing_after_a_re
     with _raw(env.db_path) as conn:  # point the stored request at another session, as a close
         body = json.loads(conn.execute("SELECT body FROM idempotency WHERE key = ?", [req.idem_key]).fetchone()[0])
         body["decision"] = "close"
-        conn.execute("UPDATE idempotency SET path = ?, body = ?, session_id = ? WHERE key = ?",
-                     ["/v1/sessions/ses_g4b/decision", json.dumps(body), "ses_g4b", req.idem_key])
+        conn.execute(
+            "UPDATE idempotency SET path = ?, body = ?, session_id = ? WHERE key = ?",
+            ["/v1/sessions/ses_g4b/decision", json.dumps(body), "ses_g4b", req.idem_key],
+        )
     env.restart()
     reporter = ListReporter()
     after = env.service()
@@ -180,20 +196,36 @@ def strip_keys(conn: sqlite3.Connection) -> None:
         if prev is not None:
             row["prev_hash"] = prev
         prev = step_hash(row, row["prev_hash"], version=PLAIN_VERSION)
-        conn.execute("UPDATE steps SET prev_hash = ?, hash = ?, v = ? WHERE seq = ?",
-                     [row["prev_hash"], prev, PLAIN_VERSION, row["seq"]])
+        conn.execute(
+            "UPDATE steps SET prev_hash = ?, hash = ?, v = ? WHERE seq = ?",
+            [row["prev_hash"], prev, PLAIN_VERSION, row["seq"]],
+        )
 
 
 def _append_plain_approval(db: Path, rid: str, sid: str, content_hash: str) -> None:
     with _raw(db) as conn:
         last = conn.execute("SELECT seq, hash FROM steps ORDER BY seq DESC LIMIT 1").fetchone()
         case_id = conn.execute("SELECT case_id FROM steps WHERE session_id = ? LIMIT 1", [sid]).fetchone()[0]
-        row = {"seq": last["seq"] + 1, "case_id": case_id, "session_id": sid, "actor": APPROVER,
-               "at": "2026-01-01T00:00:01.000Z", "step": "decision_approved",
-               "inputs": json.dumps({"request_id": rid, "content_hash": content_hash, "channel": CHANNEL,
-                                     "allowed_by": {"kind": "any"}}, separators=(",", ":"), sort_keys=True),
-               "outcome": "approved", "detail": None, "http_status": None, "idempotency_key": None,
-               "receipt_id": None, "prev_hash": last["hash"], "v": PLAIN_VERSION}
+        row = {
+            "seq": last["seq"] + 1,
+            "case_id": case_id,
+            "session_id": sid,
+            "actor": APPROVER,
+            "at": "2026-01-01T00:00:01.000Z",
+            "step": "decision_approved",
+            "inputs": json.dumps(
+                {"request_id": rid, "content_hash": content_hash, "channel": CHANNEL, "allowed_by": {"kind": "any"}},
+                separators=(",", ":"),
+                sort_keys=True,
+            ),
+            "outcome": "approved",
+            "detail": None,
+            "http_status": None,
+            "idempotency_key": None,
+            "receipt_id": None,
+            "prev_hash": last["hash"],
+            "v": PLAIN_VERSION,
+        }
         row["hash"] = step_hash(row, last["hash"])
         conn.execute(f"INSERT INTO steps ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
         conn.execute("UPDATE decision_requests SET state = 'approved', approved_by = ? WHERE id = ?", [APPROVER, rid])
@@ -251,8 +283,9 @@ def test_an_unmapped_console_login_cannot_request_a_two_person_decision(sandbox,
     from bot.router import build_router
     from bot.settings import Settings
 
-    router = build_router(Settings(db_path=tmp_path / "g7.db", console_users={"root": "U0ALICE01"}),
-                          sandbox=sandbox, startup=False)
+    router = build_router(
+        Settings(db_path=tmp_path / "g7.db", console_users={"root": "U0ALICE01"}), sandbox=sandbox, startup=False
+    )
     made = _run(router, 'decide ses_restore_transient close --reason "store gone"', "console:deploy", "console")
     assert not made.ok and "never request or approve a two-person one" in made.messages[0].headline
     # Had it been requested, any Slack user would have counted as its second person: nothing exists to approve.

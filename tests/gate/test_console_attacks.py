@@ -36,19 +36,27 @@ def workdir(tmp_path: Path) -> Path:
     return empty
 
 
-def _console(installed: Any, sandbox: Any, db: Path, cwd: Path, script: str, **extra: str) -> subprocess.CompletedProcess:
+def _console(
+    installed: Any, sandbox: Any, db: Path, cwd: Path, script: str, **extra: str
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RECOVER_", "CONTROL_HOST_", "SLACK_"))}
     env.update(CONTROL_HOST_URL=sandbox.url, CONTROL_HOST_API_KEY=sandbox.api_key, RECOVER_DB=str(db), **extra)
-    return subprocess.run([str(installed.script), "console"], input=script, capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120)
+    return subprocess.run(
+        [str(installed.script), "console"], input=script, capture_output=True, text=True, cwd=cwd, env=env, timeout=120
+    )
 
 
 def test_a_console_batch_is_not_approved_by_its_requester_from_slack(installed, incident_sandbox, workdir, tmp_path):
     made = make_incident(incident_sandbox, {"startup_stopped": 2})["startup_stopped"]
     db = tmp_path / "recover.db"
-    asked = _console(installed, incident_sandbox, db, workdir,
-                     f'batch decide --sessions {",".join(made)} close --reason "store gone"\n',
-                     RECOVER_CONSOLE_USERS=f"{LOGIN}:{PERSON}")
+    asked = _console(
+        installed,
+        incident_sandbox,
+        db,
+        workdir,
+        f'batch decide --sessions {",".join(made)} close --reason "store gone"\n',
+        RECOVER_CONSOLE_USERS=f"{LOGIN}:{PERSON}",
+    )
     assert asked.returncode == 0, asked.stdout + asked.stderr
     (batch_id,) = set(re.findall(r"bat_[0-9a-f]{12}", asked.stdout))
     # The same person, in Slack (the router the Slack app calls, on the same file).
@@ -64,8 +72,12 @@ def test_an_unmapped_console_login_approves_no_batch_and_requests_no_two_person_
     made = make_incident(incident_sandbox, {"startup_stopped": 2})["startup_stopped"]
     db = tmp_path / "recover.db"
     slack = bulk_router(incident_sandbox, tmp_path)
-    requested = slack.handle_text(f'/recover batch decide --sessions {",".join(made)} close --reason "x"',
-                                  actor=PERSON, channel="C1", reporter=ListReporter())
+    requested = slack.handle_text(
+        f'/recover batch decide --sessions {",".join(made)} close --reason "x"',
+        actor=PERSON,
+        channel="C1",
+        reporter=ListReporter(),
+    )
     batch_id = requested.messages[0].ref
     approve = _console(installed, incident_sandbox, db, workdir, f"approve {batch_id}\n")  # RECOVER_APPROVERS empty
     assert "not mapped to a Slack user id" in approve.stdout, approve.stdout + approve.stderr

@@ -59,22 +59,43 @@ def _sandbox() -> Any:
     return _SANDBOX
 
 
-def _append_plain(conn: sqlite3.Connection, sid: str | None, step: str, actor: str, inputs: dict[str, Any],
-                  detail: dict[str, Any] | None, *, keyed: bool = False) -> None:
+def _append_plain(
+    conn: sqlite3.Connection,
+    sid: str | None,
+    step: str,
+    actor: str,
+    inputs: dict[str, Any],
+    detail: dict[str, Any] | None,
+    *,
+    keyed: bool = False,
+) -> None:
     """A step appended by hand, plain sha256 (no key), linked to the head: what a writer without the key can do."""
     last = conn.execute("SELECT seq, hash FROM steps ORDER BY seq DESC LIMIT 1").fetchone()
-    row = {"seq": last[0] + 1, "case_id": None, "session_id": sid, "actor": actor, "at": "2026-11-29T10:00:01.000Z",
-           "step": step, "inputs": json.dumps(inputs, sort_keys=True, separators=(",", ":")), "outcome": "approved",
-           "detail": json.dumps(detail, sort_keys=True, separators=(",", ":")) if detail is not None else None,
-           "http_status": None, "idempotency_key": None, "receipt_id": None, "prev_hash": last[1], "v": PLAIN_VERSION}
+    row = {
+        "seq": last[0] + 1,
+        "case_id": None,
+        "session_id": sid,
+        "actor": actor,
+        "at": "2026-11-29T10:00:01.000Z",
+        "step": step,
+        "inputs": json.dumps(inputs, sort_keys=True, separators=(",", ":")),
+        "outcome": "approved",
+        "detail": json.dumps(detail, sort_keys=True, separators=(",", ":")) if detail is not None else None,
+        "http_status": None,
+        "idempotency_key": None,
+        "receipt_id": None,
+        "prev_hash": last[1],
+        "v": PLAIN_VERSION,
+    }
     row["hash"] = step_hash(row, last[1])
     if keyed:  # looks keyed (version 2), but without the key its hash is made up
         row["v"], row["hash"] = 2, hashlib.sha256(row["hash"].encode()).hexdigest()
     conn.execute(f"INSERT INTO steps ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
 
 
-def _append_plain_approval(conn: sqlite3.Connection, rid: str, sid: str, content_hash: str, who: str, *,
-                           keyed: bool = False) -> None:
+def _append_plain_approval(
+    conn: sqlite3.Connection, rid: str, sid: str, content_hash: str, who: str, *, keyed: bool = False
+) -> None:
     inputs = {"request_id": rid, "content_hash": content_hash, "channel": CHANNEL, "allowed_by": {"kind": "any"}}
     _append_plain(conn, sid, "decision_approved", who, inputs, None, keyed=keyed)
     conn.execute("UPDATE decision_requests SET state = 'approved', approved_by = ? WHERE id = ?", [who, rid])
@@ -118,8 +139,13 @@ class GateMachine(RuleBasedStateMachine):
         from bot.batch.service import BatchService
 
         assert self.env is not None
-        return BatchService(store=self.env.store, client=self.env.client, runbooks=self.env.runbooks,
-                            clock=self.env.clock, decisions=self.svc())
+        return BatchService(
+            store=self.env.store,
+            client=self.env.client,
+            runbooks=self.env.runbooks,
+            clock=self.env.clock,
+            decisions=self.svc(),
+        )
 
     def _live(self) -> bool:
         return self.env is not None and not self.refused_store
@@ -144,19 +170,32 @@ class GateMachine(RuleBasedStateMachine):
         finally:
             self._outage(False)
 
-    @rule(decision=st.sampled_from(["close", "retry_restore"]), who=st.sampled_from(PEOPLE), i=st.integers(0, 2),
-          yes=st.booleans(), outage=st.sampled_from([True, True, False]))
+    @rule(
+        decision=st.sampled_from(["close", "retry_restore"]),
+        who=st.sampled_from(PEOPLE),
+        i=st.integers(0, 2),
+        yes=st.booleans(),
+        outage=st.sampled_from([True, True, False]),
+    )
     def request(self, decision: str, who: str, i: int, yes: bool, outage: bool) -> None:
         if not self._live():
             return
-        self._during(outage, lambda: self.svc().decide(
-            who, CHANNEL, self.sessions[i], decision, reason="prop", yes=yes, reporter=ListReporter()))
+        self._during(
+            outage,
+            lambda: self.svc().decide(
+                who, CHANNEL, self.sessions[i], decision, reason="prop", yes=yes, reporter=ListReporter()
+            ),
+        )
         for req in self.svc().requests.find(session_id=self.sessions[i]):
             if req.id not in self.requests:
                 self.requests.append(req.id)
 
-    @rule(who=st.sampled_from(PEOPLE), k=st.integers(0, 5), how=st.sampled_from(["approve", "confirm", "reject"]),
-          outage=st.booleans())
+    @rule(
+        who=st.sampled_from(PEOPLE),
+        k=st.integers(0, 5),
+        how=st.sampled_from(["approve", "confirm", "reject"]),
+        outage=st.booleans(),
+    )
     def act(self, who: str, k: int, how: str, outage: bool) -> None:
         if not self._live() or not self.requests:
             return
@@ -176,12 +215,20 @@ class GateMachine(RuleBasedStateMachine):
         conn.row_factory = sqlite3.Row
         for (trigger,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
             conn.execute(f"DROP TRIGGER {trigger}")
-        pool = [r[0] for r in conn.execute("SELECT id FROM decision_requests WHERE idem_key IS NOT NULL")] if flying else []
+        pool = (
+            [r[0] for r in conn.execute("SELECT id FROM decision_requests WHERE idem_key IS NOT NULL")]
+            if flying
+            else []
+        )
         pool = pool or self.requests
         return conn, conn.execute("SELECT * FROM decision_requests WHERE id = ?", [pool[k % len(pool)]]).fetchone()
 
-    @rule(k=st.integers(0, 5), edit=st.sampled_from(["approved", "policy"]), who=st.sampled_from(PEOPLE),
-          then=st.sampled_from(THEN))
+    @rule(
+        k=st.integers(0, 5),
+        edit=st.sampled_from(["approved", "policy"]),
+        who=st.sampled_from(PEOPLE),
+        then=st.sampled_from(THEN),
+    )
     def tamper_row(self, k: int, edit: str, who: str, then: str) -> None:
         """The request table is a cache: its state or its policy set by hand."""
         found = self._tampering(k)
@@ -190,7 +237,9 @@ class GateMachine(RuleBasedStateMachine):
         conn, req = found
         with conn:
             if edit == "approved":
-                conn.execute("UPDATE decision_requests SET state = 'approved', approved_by = ? WHERE id = ?", [who, req["id"]])
+                conn.execute(
+                    "UPDATE decision_requests SET state = 'approved', approved_by = ? WHERE id = ?", [who, req["id"]]
+                )
             else:
                 conn.execute("UPDATE decision_requests SET policy = 'confirm' WHERE id = ?", [req["id"]])
         conn.close()
@@ -207,16 +256,24 @@ class GateMachine(RuleBasedStateMachine):
         other = next(s for s in self.sessions if s != req["session_id"])
         with conn:
             if req["idem_key"] and edit == "path":
-                conn.execute("UPDATE idempotency SET path = ?, session_id = ? WHERE key = ?",
-                             [f"/v1/sessions/{other}/recovery-decisions", other, req["idem_key"]])
+                conn.execute(
+                    "UPDATE idempotency SET path = ?, session_id = ? WHERE key = ?",
+                    [f"/v1/sessions/{other}/recovery-decisions", other, req["idem_key"]],
+                )
             elif req["idem_key"]:
-                conn.execute("UPDATE idempotency SET body = ? WHERE key = ?",
-                             ['{"decision":"close","reason":"x"}', req["idem_key"]])
+                conn.execute(
+                    "UPDATE idempotency SET body = ? WHERE key = ?",
+                    ['{"decision":"close","reason":"x"}', req["idem_key"]],
+                )
         conn.close()
         self._then("restart")
 
-    @rule(k=st.integers(0, 5), how=st.sampled_from(["plain", "keyed", "strip"]), who=st.sampled_from(PEOPLE[:3]),
-          then=st.sampled_from(THEN[1:]))
+    @rule(
+        k=st.integers(0, 5),
+        how=st.sampled_from(["plain", "keyed", "strip"]),
+        who=st.sampled_from(PEOPLE[:3]),
+        then=st.sampled_from(THEN[1:]),
+    )
     def forge(self, k: int, how: str, who: str, then: str) -> None:
         """An approval step appended by hand (plain; or looking keyed with a made-up hash; or after turning
         every keyed step plain), the row set to approved; then a restart or an approval click."""
@@ -243,8 +300,18 @@ class GateMachine(RuleBasedStateMachine):
     def batch(self, decision: str, who: str, yes: bool) -> None:
         if not self._live():
             return
-        reply = self.batches().decide(who, CHANNEL, "", decision, sessions=",".join(self.sessions), reason="prop",
-                                      cause_fixed="yes", yes=yes, dry=False, reporter=ListReporter())
+        reply = self.batches().decide(
+            who,
+            CHANNEL,
+            "",
+            decision,
+            sessions=",".join(self.sessions),
+            reason="prop",
+            cause_fixed="yes",
+            yes=yes,
+            dry=False,
+            reporter=ListReporter(),
+        )
         ref = reply.messages[0].ref if reply.messages else None
         if ref and str(ref).startswith("bat_"):
             self.batch_ids.append(str(ref))
@@ -265,8 +332,12 @@ class GateMachine(RuleBasedStateMachine):
         with sqlite3.connect(self.env.db_path, isolation_level=None) as conn:
             conn.row_factory = sqlite3.Row
             row = conn.execute("SELECT content_hash FROM batches WHERE id = ?", [bid]).fetchone()
-            inputs = {"batch_id": bid, "content_hash": row["content_hash"], "channel": CHANNEL,
-                      "allowed_by": {"kind": "any"}}
+            inputs = {
+                "batch_id": bid,
+                "content_hash": row["content_hash"],
+                "channel": CHANNEL,
+                "allowed_by": {"kind": "any"},
+            }
             _append_plain(conn, None, "batch_approved", who, inputs, {"content_hash": row["content_hash"]}, keyed=keyed)
             conn.execute("UPDATE batches SET state = 'approved' WHERE id = ? AND state = 'requested'", [bid])
         self._then("restart")
@@ -310,27 +381,39 @@ class GateMachine(RuleBasedStateMachine):
         steps = [step_of(r) for r in rows]
         # Intact: its own hash (keyed under the key when the store is keyed), linked to the one before.
         intact = {
-            r["seq"] for i, r in enumerate(rows)
-            if hash_matches(r, key) is True and (not self.keyed or r["v"] == 2)
+            r["seq"]
+            for i, r in enumerate(rows)
+            if hash_matches(r, key) is True
+            and (not self.keyed or r["v"] == 2)
             and (i == 0 or rows[i - 1]["hash"] == r["prev_hash"])
         }
         for post in mine:
             CHECKED["posts"] += 1
-            sending = [s for s in steps if s.idempotency_key == post["idempotency_key"] and s.step == "decision_sending"]
+            sending = [
+                s for s in steps if s.idempotency_key == post["idempotency_key"] and s.step == "decision_sending"
+            ]
             if sending:
                 self._decision_authorised(post, sending, steps, intact)
             else:
                 self._member_authorised(post, steps, intact)
 
-    def _decision_authorised(self, post: dict[str, Any], sending: list[Step], steps: list[Step], intact: set[int]) -> None:
+    def _decision_authorised(
+        self, post: dict[str, Any], sending: list[Step], steps: list[Step], intact: set[int]
+    ) -> None:
         assert len(sending) == 1 and sending[0].seq in intact, post
         s = sending[0]
         assert (s.inputs["method"], s.inputs["path"], s.inputs["body"]) == (post["method"], post["path"], post["body"])
         rid = s.inputs["request_id"]
         made = [x for x in steps if x.step == "decision_requested" and (x.detail or {}).get("request_id") == rid]
         assert len(made) == 1 and made[0].seq in intact and made[0].session_id in post["path"], post
-        approvals = [x for x in steps if x.seq in intact and x.seq < s.seq and x.inputs.get("request_id") == rid
-                     and x.step in ("decision_approved", "decision_confirmed")]
+        approvals = [
+            x
+            for x in steps
+            if x.seq in intact
+            and x.seq < s.seq
+            and x.inputs.get("request_id") == rid
+            and x.step in ("decision_approved", "decision_confirmed")
+        ]
         self._people(made[0], approvals, "decision_approved", post)
 
     def _member_authorised(self, post: dict[str, Any], steps: list[Step], intact: set[int]) -> None:
@@ -342,13 +425,19 @@ class GateMachine(RuleBasedStateMachine):
         conn = sqlite3.connect(self.env.db_path)
         conn.row_factory = sqlite3.Row
         try:
-            found = conn.execute("SELECT batch_id FROM batch_members WHERE idem_key = ?", [post["idempotency_key"]]).fetchone()
+            found = conn.execute(
+                "SELECT batch_id FROM batch_members WHERE idem_key = ?", [post["idempotency_key"]]
+            ).fetchone()
             assert found is not None, ("a POST no step and no batch member records", post)
             batch = dict(conn.execute("SELECT * FROM batches WHERE id = ?", [found[0]]).fetchone())
-            members = [dict(r) for r in conn.execute("SELECT * FROM batch_members WHERE batch_id = ? ORDER BY ord", [found[0]])]
+            members = [
+                dict(r) for r in conn.execute("SELECT * FROM batch_members WHERE batch_id = ? ORDER BY ord", [found[0]])
+            ]
         finally:
             conn.close()
-        rows = [{"session_id": m["session_id"], "revision": m["revision"], "facts": json.loads(m["facts"])} for m in members]
+        rows = [
+            {"session_id": m["session_id"], "revision": m["revision"], "facts": json.loads(m["facts"])} for m in members
+        ]
         made = [x for x in steps if x.step == "batch_requested" and x.inputs.get("batch_id") == batch["id"]]
         assert len(made) == 1 and made[0].seq in intact, post
         assert content_hash(batch, rows) == made[0].detail["content_hash"], ("batch rows differ from the chain", post)
@@ -356,8 +445,13 @@ class GateMachine(RuleBasedStateMachine):
         facts = next(r["facts"] for r in rows if r["session_id"] == sid)
         policy = self.svc().ctx.policy(batch["decision"])
         assert policy.request(sid, facts, {"reason": batch["reason"]}) == (post["method"], post["path"], post["body"])
-        approvals = [x for x in steps if x.seq in intact and x.inputs.get("batch_id") == batch["id"]
-                     and x.step in ("batch_approved", "batch_confirmed")]
+        approvals = [
+            x
+            for x in steps
+            if x.seq in intact
+            and x.inputs.get("batch_id") == batch["id"]
+            and x.step in ("batch_approved", "batch_confirmed")
+        ]
         self._people(made[0], approvals, "batch_approved", post, two=batch["policy"] == "two_person")
 
     @staticmethod

@@ -44,10 +44,13 @@ OLD_STORE = Path(__file__).resolve().parents[1] / "fixtures" / "stores" / "befor
 
 def _core(tmp_path: Path, name: str, sbx: SandboxHandle, clock: ManualClock) -> Router:
     """One installation's core over its own store file, reaching its control host as `serve` does."""
-    settings = load_settings({}, dotenv=None).model_copy(update={
-        "db_path": tmp_path / "recover.db", "control_host_url": sbx.url,
-        "control_host_api_key": SecretStr(sbx.api_key),
-    })
+    settings = load_settings({}, dotenv=None).model_copy(
+        update={
+            "db_path": tmp_path / "recover.db",
+            "control_host_url": sbx.url,
+            "control_host_api_key": SecretStr(sbx.api_key),
+        }
+    )
     # Bound to the channel the commands come from: an installation bound to none decides nowhere.
     spec = InstallationSpec(name=name, control_host_url=sbx.url, api_key=SecretStr(sbx.api_key), channels=("C1",))
     return Router(build_services(settings, installation=spec, clock=clock))
@@ -104,8 +107,9 @@ def test_a_request_copied_from_eu1_into_us1s_store_is_never_sent_to_us1(tmp_path
     eu_db, us_db = store_path(tmp_path / "recover.db", "eu-1"), store_path(tmp_path / "recover.db", "us-1")
     with _raw(eu_db) as src, _raw(us_db) as dst:
         row = dict(src.execute("SELECT * FROM decision_requests WHERE id = ?", [request_id]).fetchone())
-        dst.execute(f"INSERT INTO decision_requests ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                    list(row.values()))
+        dst.execute(
+            f"INSERT INTO decision_requests ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+        )
         for step in [dict(r) for r in src.execute("SELECT * FROM steps WHERE session_id = ? ORDER BY seq", [SESSION])]:
             _append(dst, {k: v for k, v in step.items() if k not in ("seq", "prev_hash", "hash", "case_id")})
     # The copy is intact as a chain: only the installation tells it apart, and `audit verify` names it.
@@ -127,8 +131,11 @@ def test_a_request_copied_from_eu1_into_us1s_store_is_never_sent_to_us1(tmp_path
             dst.execute("UPDATE steps SET prev_hash = ?, hash = ? WHERE seq = ?", [prev, new, step["seq"]])
             prev = new
         # and the row's state put back (not content: no hash covers it), so the gate is asked again
-        dst.execute("UPDATE decision_requests SET state = 'requested', decided_by = NULL, decided_at = NULL, "
-                    "note = NULL WHERE id = ?", [request_id])
+        dst.execute(
+            "UPDATE decision_requests SET state = 'requested', decided_by = NULL, decided_at = NULL, "
+            "note = NULL WHERE id = ?",
+            [request_id],
+        )
     assert verify(us_db).ok
     relabelled = _run(us, f"approve {request_id}", BOB)
     assert "request " + request_id + " belongs to installation 'eu-1'" in _text(relabelled), _text(relabelled)
@@ -148,17 +155,34 @@ def test_an_approval_step_of_another_installation_authorises_nothing(tmp_path, c
     request_id = _request(us)
     us_db = store_path(tmp_path / "recover.db", "us-1")
     with _raw(us_db) as conn:
-        content_hash = conn.execute("SELECT content_hash FROM decision_requests WHERE id = ?",
-                                    [request_id]).fetchone()[0]
-        inputs = {"request_id": request_id, "content_hash": content_hash, "channel": "C1",
-                  "allowed_by": {"kind": "any"}}
-        _append(conn, {"session_id": SESSION, "actor": BOB, "at": "2026-11-29T10:00:01.000Z",
-                       "step": "decision_approved", "inputs": canonical_json(inputs), "outcome": "approved",
-                       "detail": None, "http_status": None, "idempotency_key": None, "receipt_id": None, "v": 1,
-                       "installation": "eu-1"})
+        content_hash = conn.execute("SELECT content_hash FROM decision_requests WHERE id = ?", [request_id]).fetchone()[
+            0
+        ]
+        inputs = {
+            "request_id": request_id,
+            "content_hash": content_hash,
+            "channel": "C1",
+            "allowed_by": {"kind": "any"},
+        }
+        _append(
+            conn,
+            {
+                "session_id": SESSION,
+                "actor": BOB,
+                "at": "2026-11-29T10:00:01.000Z",
+                "step": "decision_approved",
+                "inputs": canonical_json(inputs),
+                "outcome": "approved",
+                "detail": None,
+                "http_status": None,
+                "idempotency_key": None,
+                "receipt_id": None,
+                "v": 1,
+                "installation": "eu-1",
+            },
+        )
         conn.execute("DROP TRIGGER IF EXISTS decision_requests_no_state_change")
-        conn.execute("UPDATE decision_requests SET state = 'approved', approved_by = ? WHERE id = ?",
-                     [BOB, request_id])
+        conn.execute("UPDATE decision_requests SET state = 'approved', approved_by = ? WHERE id = ?", [BOB, request_id])
     gate = us.services.decisions.gate
     req = us.services.decisions.ctx.requests.get(request_id)
     with pytest.raises(Exception, match=r"step \d+ \(decision_approved\) belongs to installation 'eu-1'"):
@@ -177,9 +201,7 @@ def _swap(src: Path, dst: Path) -> None:
     shutil.copy(src, dst)
 
 
-def test_a_store_file_swapped_between_installations_is_refused_at_start_and_before_a_send(
-    tmp_path, clock, two
-) -> None:
+def test_a_store_file_swapped_between_installations_is_refused_at_start_and_before_a_send(tmp_path, clock, two) -> None:
     eu_sbx, us_sbx = two
     eu, us = _core(tmp_path, "eu-1", eu_sbx, clock), _core(tmp_path, "us-1", us_sbx, clock)
     request_id = _request(eu)
@@ -188,7 +210,9 @@ def test_a_store_file_swapped_between_installations_is_refused_at_start_and_befo
     refused = _run(us, f"approve {request_id}", BOB)
     assert not refused.ok and "it was copied or swapped" in _text(refused), _text(refused)
     assert _posts(us_sbx) == [] and _posts(eu_sbx) == []
-    with pytest.raises(StartupError, match=r"belongs to installation 'eu-1', not to 'us-1': it was copied or swapped") as info:
+    with pytest.raises(
+        StartupError, match=r"belongs to installation 'eu-1', not to 'us-1': it was copied or swapped"
+    ) as info:
         _core(tmp_path, "us-1", us_sbx, clock)  # the next start: refused in one line
     assert "\n" not in str(info.value)
     assert _run(eu, f"approve {request_id}", BOB).ok  # eu-1's own file still sends to eu-1
@@ -278,7 +302,9 @@ def test_a_control_host_that_really_moved_is_rebound_by_a_recorded_command_then_
     config = tmp_path / "etc" / "installations.yaml"
     write_installations(config, {"eu-1": new.url, "us-1": "http://127.0.0.1:9"}, {"eu-1": new.api_key, "us-1": "k"})
     monkeypatch.setenv("RECOVER_INSTALLATIONS_FILE", str(config))
-    assert main(["audit", "rebind", "--install", "ap-1", "--head", "0:" + "0" * 64]) == 2  # not in the file: refused, the names said
+    assert (
+        main(["audit", "rebind", "--install", "ap-1", "--head", "0:" + "0" * 64]) == 2
+    )  # not in the file: refused, the names said
     assert "'ap-1' is not configured here" in (err := capsys.readouterr().err) and "eu-1, us-1" in err
     assert main(["audit", "rebind", "--install", "us-1", "--head", "0:" + "0" * 64]) == 2  # no such store: nothing made
     assert "has no step store" in capsys.readouterr().err
@@ -328,8 +354,15 @@ def test_a_stored_record_whose_key_is_another_installations_is_not_sent(tmp_path
     method, path, body = "POST", f"/v1/sessions/{session}/resume", {"reason": "x"}
     with store.write() as db:
         record = store.begin_request(method, path, body, PURPOSE_RESUME, key="k-0001.us-1", session_id=session, db=db)
-        store.record_step(session, ALICE, StepName.RESUME_REQUESTED, {"method": method, "path": path, "body": body},
-                          "sending", idempotency_key=record.key, db=db)
+        store.record_step(
+            session,
+            ALICE,
+            StepName.RESUME_REQUESTED,
+            {"method": method, "path": path, "body": body},
+            "sending",
+            idempotency_key=record.key,
+            db=db,
+        )
     with pytest.raises(NoAuthority, match=r"the stored request k-0001.us-1 belongs to installation 'us-1'"):
         eu.services.decisions.gate.send_resume(record)
     assert _posts(eu_sbx) == []

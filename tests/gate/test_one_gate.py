@@ -16,7 +16,7 @@ from bot.store import IdempotencyRecord
 
 REPO = Path(__file__).resolve().parents[2]
 
-_BYPASS = '''\
+_BYPASS = """\
 from bot.controlhost import ControlHostClient, Permit, Receipt
 from bot.store import IdempotencyRecord
 
@@ -27,24 +27,38 @@ def send_without_the_gate(client: ControlHostClient, record: IdempotencyRecord) 
 
 def forge_a_permit(client: ControlHostClient, record: IdempotencyRecord) -> Receipt:
     return client.send(Permit(record, object()))
-'''
+"""
 
-_THROUGH_THE_TYPE = '''\
+_THROUGH_THE_TYPE = """\
 from bot.controlhost import ControlHostClient, Permit, Receipt
 
 
 def send_with_a_permit(client: ControlHostClient, permit: Permit) -> Receipt:
     return client.send(permit)
-'''
+"""
 
 
 def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     module = tmp_path / "elsewhere.py"
     module.write_text(source, encoding="utf-8")
     return subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"),
-         "--config-file", str(REPO / "pyproject.toml"), str(module)],
-        capture_output=True, text=True, cwd=REPO, check=False, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--config-file",
+            str(REPO / "pyproject.toml"),
+            str(module),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        timeout=240,
     )
 
 

@@ -91,8 +91,14 @@ def test_the_lock_holds_what_its_pins_require() -> None:
 @pytest.mark.parametrize(
     ("edit", "problem"),
     [
-        (lambda t: re.sub(r"^docker==[^ ]+", "docker==6.1.0", t, flags=re.M), "docker>=7.1: requirements.lock pins 6.1.0"),
-        (lambda t: re.sub(r"^websockets==[\s\S]*?(?=^\S)", "", t, flags=re.M), "websockets>=13: not in requirements.lock"),
+        (
+            lambda t: re.sub(r"^docker==[^ ]+", "docker==6.1.0", t, flags=re.M),
+            "docker>=7.1: requirements.lock pins 6.1.0",
+        ),
+        (
+            lambda t: re.sub(r"^websockets==[\s\S]*?(?=^\S)", "", t, flags=re.M),
+            "websockets>=13: not in requirements.lock",
+        ),
     ],
     ids=["too-old", "missing"],
 )

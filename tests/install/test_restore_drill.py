@@ -121,8 +121,11 @@ def test_the_store_survives_the_host_and_the_restored_bot_finishes_each_request_
         assert unfinished(live) == 2
         # Litestream ships WAL frames every second: wait until the replica holds both stored keys.
         probe = tmp_path / "probe"
-        eventually(lambda: unfinished(_restored(binary, config, replica, live, probe)) == 2, 30,
-                   "the replica to catch up (both stored keys)")
+        eventually(
+            lambda: unfinished(_restored(binary, config, replica, live, probe)) == 2,
+            30,
+            "the replica to catch up (both stored keys)",
+        )
     finally:
         # The host is lost: every process dies at once, nothing is flushed or closed.
         for proc in [*procs, replicating]:
@@ -210,7 +213,9 @@ def test_a_batch_in_flight_survives_the_host_each_member_once_with_its_key(
 
         def five_past_requested() -> bool:
             with sqlite3.connect(live) as conn:
-                seen["done"] = conn.execute("SELECT count(*) FROM batch_members WHERE state != 'requested'").fetchone()[0]
+                seen["done"] = conn.execute("SELECT count(*) FROM batch_members WHERE state != 'requested'").fetchone()[
+                    0
+                ]
             return seen["done"] >= 5
 
         with contextlib.suppress(pytest.fail.Exception):  # the child is killed either way; the assertion says why
@@ -222,8 +227,11 @@ def test_a_batch_in_flight_survives_the_host_each_member_once_with_its_key(
         assert len(incident_sandbox.admin.effects()) < 24
         written = step_count(live)
         probe = tmp_path / "probe"  # … and the host a moment later, once the replica holds what the bot committed
-        eventually(lambda: step_count(_restored(binary, config, replica, live, probe)) == written, 30,
-                   "the replica to catch up (every step the bot committed)")
+        eventually(
+            lambda: step_count(_restored(binary, config, replica, live, probe)) == written,
+            30,
+            "the replica to catch up (every step the bot committed)",
+        )
     finally:
         for proc in (child, replicating):
             if proc.poll() is None:

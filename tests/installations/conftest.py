@@ -47,7 +47,8 @@ def sandboxes() -> Iterator[Callable[[str], SandboxHandle]]:
 def make_fleet(sandboxes: Callable[..., SandboxHandle], tmp_path: Path) -> Callable[..., FleetRouter]:
     def make(*names: str, **overrides: Any) -> FleetRouter:
         settings = load_settings({}, dotenv=None).model_copy(
-            update={"db_path": tmp_path / "recover.db", "approvers": (), **overrides})
+            update={"db_path": tmp_path / "recover.db", "approvers": (), **overrides}
+        )
         specs = [spec_for(n, sandboxes(n)) for n in names]
         return build_fleet_router(settings, specs, startup=False)
 

@@ -18,8 +18,12 @@ def installations_file(folder: Path, hosts: dict[str, tuple[str, str, str]]) -> 
     lines = ["installations:"]
     for name, (url, key, channel) in hosts.items():
         (folder / f"{name}.key").write_text(key + "\n")
-        lines += [f"  - name: {name}", f"    control_host_url: {url}", f"    api_key_file: {name}.key",
-                  f"    channels: [{channel}]"]
+        lines += [
+            f"  - name: {name}",
+            f"    control_host_url: {url}",
+            f"    api_key_file: {name}.key",
+            f"    channels: [{channel}]",
+        ]
     path = folder / "installations.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path

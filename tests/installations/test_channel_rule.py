@@ -41,18 +41,28 @@ def installations_file(folder: Path, hosts: dict[str, SandboxHandle], channels: 
     lines = ["installations:"]
     for name, handle in hosts.items():
         (folder / f"{name}.key").write_text(handle.api_key + "\n")
-        lines += [f"  - name: {name}", f"    control_host_url: {handle.url}", f"    api_key_file: {name}.key",
-                  f"    channels: {channels[name]}"]
+        lines += [
+            f"  - name: {name}",
+            f"    control_host_url: {handle.url}",
+            f"    api_key_file: {name}.key",
+            f"    channels: {channels[name]}",
+        ]
     path = folder / "installations.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def settings_for(folder: Path, api: SlackStandIn, path: Path, recover_channels: tuple[str, ...]) -> Settings:
-    return load_settings({}, dotenv=None).model_copy(update={
-        "db_path": folder / "recover.db", "approvers": (APPROVER,), "channels": recover_channels,
-        "installations_file": path, "slack_bot_token": SecretStr(BOT_TOKEN), "slack_api_url": api.base_url,
-    })
+    return load_settings({}, dotenv=None).model_copy(
+        update={
+            "db_path": folder / "recover.db",
+            "approvers": (APPROVER,),
+            "channels": recover_channels,
+            "installations_file": path,
+            "slack_bot_token": SecretStr(BOT_TOKEN),
+            "slack_api_url": api.base_url,
+        }
+    )
 
 
 def posts(handle: SandboxHandle) -> list[dict[str, Any]]:
@@ -129,8 +139,12 @@ def test_the_console_decides_for_an_installation_that_lists_it_and_for_no_other(
     router = build_fleet_router(settings, startup=False)  # as the console composes it (run_real_console)
     for name in hosts:
         stopped(hosts[name], SESSION)
-        reply = router.handle_text(f'/recover decide {SESSION} start_fresh --reason "context may go" --install {name}',
-                                   actor="console:alice", channel="console", reporter=ListReporter())
+        reply = router.handle_text(
+            f'/recover decide {SESSION} start_fresh --reason "context may go" --install {name}',
+            actor="console:alice",
+            channel="console",
+            reporter=ListReporter(),
+        )
         text = "\n".join(m.plain_text() for m in reply.messages)
         if lists[name] == "[]":
             assert not reply.ok and "is bound to no channel" in text, text

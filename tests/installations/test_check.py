@@ -114,9 +114,7 @@ def test_the_cli_exit_status(
     (tmp_path / "bad.yaml").write_text("installations:\n  - name: eu-1\n    api_key: inline-key-value\n")
     assert main(["installations", "check", str(tmp_path / "bad.yaml")]) == 1
     captured = capsys.readouterr()
-    assert (
-        f"{tmp_path / 'bad.yaml'}:3: api_key: never inline; use api_key_file or api_key_env" in captured.err
-    )
+    assert f"{tmp_path / 'bad.yaml'}:3: api_key: never inline; use api_key_file or api_key_env" in captured.err
     assert "inline-key-value" not in captured.out + captured.err
 
 
@@ -128,7 +126,9 @@ def test_without_a_file_the_one_the_bot_loads(
     monkeypatch.chdir(tmp_path)  # no .env here
     monkeypatch.delenv("RECOVER_INSTALLATIONS_FILE", raising=False)
     assert main(["installations", "check"]) == 2
-    assert capsys.readouterr().err == "recover-bot installations check: name a FILE, or set RECOVER_INSTALLATIONS_FILE\n"
+    assert (
+        capsys.readouterr().err == "recover-bot installations check: name a FILE, or set RECOVER_INSTALLATIONS_FILE\n"
+    )
     monkeypatch.setenv("RECOVER_INSTALLATIONS_FILE", str(_file(tmp_path, [("eu-1", eu.url, EU_KEY)])))
     assert main(["installations", "check"]) == 0
     assert capsys.readouterr().out.startswith(f"eu-1: ok, {eu.url} answered\n")

@@ -165,9 +165,7 @@ def test_a_key_is_needed_and_only_one_form(folder: Path) -> None:
 
 def test_docker_tls_files_must_exist_and_suit_a_tcp_host(folder: Path) -> None:
     base = {"control_host_url": "https://c.example", "api_key_file": "eu-1.key"}
-    missing = _entry(
-        **base, docker_host="tcp://d:2376", docker_tls="{cert: tls/cert.pem, key: tls/nope.pem, x: 1}"
-    )
+    missing = _entry(**base, docker_host="tcp://d:2376", docker_tls="{cert: tls/cert.pem, key: tls/nope.pem, x: 1}")
     assert _problems(folder, missing) == [
         "6: unknown key docker_tls.x (known: ca, cert, key)",
         f"6: docker_tls.key: {folder / 'tls' / 'nope.pem'} is not a readable file",
@@ -185,9 +183,7 @@ def test_docker_tls_files_must_exist_and_suit_a_tcp_host(folder: Path) -> None:
 
 def test_ids_are_judged_like_the_settings(folder: Path) -> None:
     base = {"control_host_url": "https://c.example", "api_key_file": "eu-1.key"}
-    bad = _entry(
-        **base, channels="[C0EU1INCD, '#incidents']", approvers="[U012ABC, alice]", watch_channel="general"
-    )
+    bad = _entry(**base, channels="[C0EU1INCD, '#incidents']", approvers="[U012ABC, alice]", watch_channel="general")
     assert _problems(folder, bad) == [
         "5: channels: '#incidents' is not a Slack channel id (C…/G…) or `console`; use the id from the "
         "channel's details, not its #name",
@@ -205,13 +201,9 @@ def test_ids_are_judged_like_the_settings(folder: Path) -> None:
 def test_the_file_itself(folder: Path) -> None:
     assert _problems(folder, "installations: [\n")[0].startswith("2: invalid YAML")
     assert _problems(folder, "installations: []\n") == ["1: installations must be a non-empty list"]
-    assert _problems(folder, "- name: eu-1\n")[0].startswith(
-        "1: expected a mapping with an installations: list"
-    )
+    assert _problems(folder, "- name: eu-1\n")[0].startswith("1: expected a mapping with an installations: list")
     twice = _entry(control_host_url="https://a.example", api_key_file="eu-1.key") + "    name: eu-2\n"
-    assert _problems(folder, twice) == [
-        "5: duplicate key 'name' (YAML would silently keep only the last one)"
-    ]
+    assert _problems(folder, twice) == ["5: duplicate key 'name' (YAML would silently keep only the last one)"]
     specs, problems = check_installations(folder / "absent.yaml")
     assert specs == [] and problems[0].startswith(f"{folder / 'absent.yaml'}:1: cannot read the file")
 
@@ -253,9 +245,7 @@ def test_the_file_is_enough_for_serve_and_excludes_control_host_url(folder: Path
     assert settings.installations_file == path
     assert [s.name for s in resolve_installations(settings)] == ["eu-1", "us-1"]
     with pytest.raises(SettingsError) as caught:
-        load_settings(
-            {**env, "CONTROL_HOST_URL": "https://c.example"}, dotenv=None, requires=("control_host",)
-        )
+        load_settings({**env, "CONTROL_HOST_URL": "https://c.example"}, dotenv=None, requires=("control_host",))
     assert caught.value.problems == [
         "RECOVER_INSTALLATIONS_FILE and CONTROL_HOST_URL are both set: keep one (the file names each "
         "installation's control_host_url)"

@@ -33,28 +33,23 @@ def test_the_demo_clock_runs_a_scheduler_pass_on_every_installation() -> None:
 def test_the_single_core_refuses_an_installations_file_in_one_line(tmp_path: Path) -> None:
     with start_installations(["eu-1", "us-1"], clock=ManualClock()) as hosts:
         path = tmp_path / "conf" / "installations.yaml"
-        write_installations(
-            path, {n: h.url for n, h in hosts.items()}, {n: h.api_key for n, h in hosts.items()}
-        )
+        write_installations(path, {n: h.url for n, h in hosts.items()}, {n: h.api_key for n, h in hosts.items()})
         settings = Settings(db_path=tmp_path / "recover.db", installations_file=path)
         with pytest.raises(StartupError) as caught:
             build_router(settings, startup=False)
         assert str(caught.value).startswith(f"RECOVER_INSTALLATIONS_FILE ({path}: eu-1, us-1) is valid, but")
         for host in hosts.values():
             assert host.admin.requests() == []  # nothing reached either installation
-    (tmp_path / "bad.yaml").write_text(
-        "installations:\n  - name: eu-1\n    control_host_url: https://c.example\n"
-    )
+    (tmp_path / "bad.yaml").write_text("installations:\n  - name: eu-1\n    control_host_url: https://c.example\n")
     with pytest.raises(InstallationsError) as bad:
         build_router(settings.model_copy(update={"installations_file": tmp_path / "bad.yaml"}), startup=False)
     assert bad.value.problems == [
-        f"{tmp_path / 'bad.yaml'}:2: no API key: give api_key_file (a mounted secret) or api_key_env (a variable's name)"
+        f"{tmp_path / 'bad.yaml'}:2: no API key: give api_key_file (a mounted secret) or api_key_env (a variable's "
+        f"name)"
     ]
 
 
-def test_the_demo_with_two_installations_starts_their_hosts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_demo_with_two_installations_starts_their_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`demo --installations eu-1,us-1`: a control host each, the same session ids on both, the bot
     given their installations file; a command naming neither is refused, one naming us-1 answers as us-1."""
     out = io.StringIO()

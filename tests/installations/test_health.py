@@ -54,8 +54,9 @@ def test_healthz_over_http_lists_each_installation(
     settings = h.bot.settings.model_copy(update={"db_path": tmp_path / "recover.db"})
     fleet_health.publish(dict(router.fleet.cores), fleet_health.health_path(settings))
     supervisor = WorkerSupervisor(settings, Inbox(Store(tmp_path / "recover.db")))  # not started: "down"
-    server = HttpServer(SlackFront(h.bot.app, signing_secret=SIGNING_SECRET, health=supervisor.health),
-                        "127.0.0.1", 0).start()
+    server = HttpServer(
+        SlackFront(h.bot.app, signing_secret=SIGNING_SECRET, health=supervisor.health), "127.0.0.1", 0
+    ).start()
     try:
         body = httpx.get(server.url + "/healthz").text
     finally:

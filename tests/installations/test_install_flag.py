@@ -19,7 +19,7 @@ def test_every_subcommand_accepts_install(runbooks) -> None:  # type: ignore[no-
         line = spec.example.removeprefix("/recover ")
         if spec.args and spec.args[-1].rest and not spec.flags:
             head = name
-            line = f"{head} --install eu-1 {line[len(head):].strip()}".strip()
+            line = f"{head} --install eu-1 {line[len(head) :].strip()}".strip()
         else:
             line = f"{line} --install eu-1"
         parsed = parse_command(line, runbooks)

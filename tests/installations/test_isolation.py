@@ -30,8 +30,7 @@ def troubled(request: pytest.FixtureRequest) -> Iterator[TroubledHost]:
 
 def _fleet(troubled: TroubledHost, sandboxes: Callable[..., Any], tmp_path: Path) -> FleetRouter:
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
-    eu = InstallationSpec(name="eu-1", control_host_url=troubled.url, api_key=SecretStr("k-eu"),
-                          channels=("C0EU1",))
+    eu = InstallationSpec(name="eu-1", control_host_url=troubled.url, api_key=SecretStr("k-eu"), channels=("C0EU1",))
     return build_fleet_router(settings, [eu, spec_for("us-1", sandboxes("us-1"))], startup=False)
 
 
@@ -44,8 +43,10 @@ def test_one_installations_outage_leaves_anothers_diagnose_and_triage_answering(
 ) -> None:
     router = _fleet(troubled, sandboxes, tmp_path)
     eu_replies: list[Any] = []
-    eu_busy = [threading.Thread(target=lambda line=line: eu_replies.append(_say(router, line, "C0EU1")), daemon=True)
-               for line in (f"/recover diagnose {SESSION}", "/recover triage")]
+    eu_busy = [
+        threading.Thread(target=lambda line=line: eu_replies.append(_say(router, line, "C0EU1")), daemon=True)
+        for line in (f"/recover diagnose {SESSION}", "/recover triage")
+    ]
     for thread in eu_busy:
         thread.start()
     diagnosis = _say(router, f"/recover diagnose {SESSION}", "C0US1")

@@ -31,9 +31,14 @@ INSTALLS = pytest.mark.parametrize("names", [("eu-1",), ("eu-1", "us-1")], ids=[
 
 def _settings(tmp_path: Path, **overrides: Any) -> Any:
     folder = tmp_path / "runbooks"
-    return load_settings({}, dotenv=None).model_copy(update={
-        "db_path": tmp_path / "recover.db", "approvers": ("UBOB",),
-        "runbooks_dir": folder if folder.exists() else short_ladder_folder(tmp_path), **overrides})
+    return load_settings({}, dotenv=None).model_copy(
+        update={
+            "db_path": tmp_path / "recover.db",
+            "approvers": ("UBOB",),
+            "runbooks_dir": folder if folder.exists() else short_ladder_folder(tmp_path),
+            **overrides,
+        }
+    )
 
 
 def _fleet(tmp_path: Path, sandboxes: Callable[..., Any], clock: ManualClock, names: tuple[str, ...]) -> FleetRouter:
@@ -63,7 +68,8 @@ def _request(h: SlackHarness, channel: str) -> tuple[Any, Any, str]:
 
 def _said(h: SlackHarness, since: int = 0) -> str:
     return "\n".join(json.dumps(b) for _, b in h.api.responses[since:]) + "\n".join(
-        m.all_text() for m in h.api.messages.values())
+        m.all_text() for m in h.api.messages.values()
+    )
 
 
 @INSTALLS

@@ -46,8 +46,12 @@ def test_no_send_reaches_another_installation_and_ambiguity_is_always_refused(
     requests: list[str] = []
     bound = {channel: name for name, channel in CHANNELS.items()}
 
-    @settings(max_examples=40, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=40,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
     @given(st.lists(command, min_size=1, max_size=5))
     def run(commands: list[tuple[str | None, str | None, str | None, str]]) -> None:
         for line, install, channel, actor in commands:

@@ -84,7 +84,7 @@ def test_triage_all_reads_every_installation_grouped_by_installation(
     leads = [line for line in message.lines if line.startswith("*")]
     assert [lead.split(" · ", 1)[0] for lead in leads] == ["*eu-1*", "*us-1*"]
     assert all("Triage t" in lead for lead in leads)
-    eu_part = message.lines[message.lines.index(leads[0]) + 1:message.lines.index(leads[1])]
+    eu_part = message.lines[message.lines.index(leads[0]) + 1 : message.lines.index(leads[1])]
     assert any(line.strip().startswith("*t1.g") for line in eu_part)  # its groups, under its name
     # The rest is one click away: each installation's Details button, tagged with its installation.
     assert {b.value.rsplit("@", 1)[1] for b in message.buttons if b.value.startswith("details ")} == {"eu-1", "us-1"}
@@ -98,7 +98,9 @@ def test_each_installation_has_its_own_store_file(make_fleet: Callable[..., Flee
     assert router.fleet.core("eu-1").client is not router.fleet.core("us-1").client
 
 
-def test_one_default_installation_answers_exactly_as_before(make_fleet: Callable[..., FleetRouter], tmp_path: Path) -> None:
+def test_one_default_installation_answers_exactly_as_before(
+    make_fleet: Callable[..., FleetRouter], tmp_path: Path
+) -> None:
     from bot.fleet_router import build_fleet_router
     from bot.settings import load_settings
 
@@ -123,15 +125,20 @@ def test_the_fleet_of_one_default_answers_word_for_word_as_the_plain_router(tmp_
 
     lines = ("/recover help", "/recover cases", f"/recover diagnose {SESSION}", "/recover bogus", "/recover pending")
     with start_sandbox() as sbx:
-        plain = build_router(load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "a.db"}),
-                             sandbox=sbx, startup=False)
-        fleet = build_fleet_router(load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "b.db"}),
-                                   sandboxes={"default": sbx}, startup=False)
+        plain = build_router(
+            load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "a.db"}), sandbox=sbx, startup=False
+        )
+        fleet = build_fleet_router(
+            load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "b.db"}),
+            sandboxes={"default": sbx},
+            startup=False,
+        )
         for line in lines:
             assert text_of(_say(fleet, line, "C1")) == text_of(_say(plain, line, "C1")), line
         forged = fleet.handle_action("approve", "req_0123@eu-1", actor="bob", channel="C1", reporter=ListReporter())
         assert text_of(forged) == text_of(
-            plain.handle_action("approve", "req_0123@eu-1", actor="bob", channel="C1", reporter=ListReporter()))
+            plain.handle_action("approve", "req_0123@eu-1", actor="bob", channel="C1", reporter=ListReporter())
+        )
 
 
 def test_pending_all_answers_for_every_installation_grouped_by_installation(

@@ -9,8 +9,9 @@ from bot.installations.resolve import InstallationRefused, id_installation, reso
 
 
 def _spec(name: str, *channels: str, watch: str | None = None) -> InstallationSpec:
-    return InstallationSpec(name=name, control_host_url=f"https://{name}.example", api_key=None,
-                            channels=channels, watch_channel=watch)
+    return InstallationSpec(
+        name=name, control_host_url=f"https://{name}.example", api_key=None, channels=channels, watch_channel=watch
+    )
 
 
 SPECS = [_spec("eu-1", "C0EU1", watch="C0EU1W"), _spec("us-1", "C0US1"), _spec("staging")]

@@ -17,8 +17,9 @@ from bot.slack.inbox import Inbox
 from bot.slack.state import slack_migrations
 from bot.store import Store
 from tests.fixtures.slack import Posted, SlackStandIn
+from tests.fixtures.waiting import eventually
 from tests.installations.standin import TroubledHost, installations_env, installations_file
-from tests.slack.test_worker_process import _answers, _reply_path, _served, _wait
+from tests.slack.test_worker_process import _answers, _reply_path, _served
 
 SESSION = "ses_unknown_ckpt_unavailable"
 #: us-1's diagnose answers in about 1 s alone; behind eu-1's hanging commands it took 10 s (their
@@ -37,8 +38,9 @@ def test_a_hanging_installation_leaves_anothers_diagnose_answered_over_serve(
 ) -> None:
     eu = TroubledHost("hang", hang_seconds=60.0)  # accepts, reads, never answers
     us = sandbox_factory(scenarios="builtin", clock=None)
-    path = installations_file(tmp_path, {"eu-1": (eu.url, "k-eu-0123456789", "C0EU1"),
-                                         "us-1": (us.url, us.api_key, "C0US1")})
+    path = installations_file(
+        tmp_path, {"eu-1": (eu.url, "k-eu-0123456789", "C0EU1"), "us-1": (us.url, us.api_key, "C0US1")}
+    )
     db = tmp_path / "serve.db"
     try:
         with _served(slack_api, us, db, tmp_path, env_update=installations_env(path)) as (_, _, sender):
@@ -48,13 +50,13 @@ def test_a_hanging_installation_leaves_anothers_diagnose_answered_over_serve(
                 body = sender.command_body(f"diagnose {SESSION}", channel="C0EU1")
                 held.append(_reply_path(body))
                 assert sender.post(body, content_type="application/x-www-form-urlencoded").status_code == 200
-            _wait("eu-1's commands claimed", lambda: inbox.states().get("claimed", 0) >= 8)
-            _wait("eu-1's host holding them", lambda: eu.calls >= 8)
+            eventually(lambda: inbox.states().get("claimed", 0) >= 8, 60, "eu-1's commands claimed")
+            eventually(lambda: eu.calls >= 8, 60, "eu-1's host holding them")
 
             body = sender.command_body(f"diagnose {SESSION}", channel="C0US1")
             started = time.monotonic()
             assert sender.post(body, content_type="application/x-www-form-urlencoded").status_code == 200
-            _wait("us-1's diagnosis", lambda: bool(_diagnoses(slack_api, "C0US1")), timeout=60)
+            eventually(lambda: bool(_diagnoses(slack_api, "C0US1")), 60, "us-1's diagnosis")
             elapsed = time.monotonic() - started
 
             assert elapsed < BOUND_SECONDS, f"us-1's diagnose took {elapsed:.1f} s behind eu-1's hanging host"

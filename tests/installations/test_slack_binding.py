@@ -13,8 +13,9 @@ from tests.installations.conftest import posts
 
 SESSION = "ses_unknown_ckpt_unavailable"
 TURN = "turn_uc3"
-DECIDE = (f'decide {SESSION} abandon --turn {TURN} --effects "wrote nothing outside" '
-          '--reason "engine stopped, no checkpoint"')
+DECIDE = (
+    f'decide {SESSION} abandon --turn {TURN} --effects "wrote nothing outside" --reason "engine stopped, no checkpoint"'
+)
 
 
 def _approval(h: Any, channel: str) -> Any:
@@ -62,16 +63,16 @@ def test_a_replayed_approve_button_in_another_installations_channel_is_refused(
     assert [p for p in posts(eu) if SESSION in p["path"]] and posts(us) == []
 
 
-def test_app_home_groups_by_installation(
-    slack_harness: Any, make_fleet: Callable[..., FleetRouter]
-) -> None:
+def test_app_home_groups_by_installation(slack_harness: Any, make_fleet: Callable[..., FleetRouter]) -> None:
     router = make_fleet("eu-1", "us-1")
     h = slack_harness(router)
     h.send.command(DECIDE, user="UALICE", channel="C0EU1")
     h.settle()
     pending = router.pending_approvals_view()
-    assert [m.headline for m in pending if m.kind == "installation_header"] == ["Installation eu-1",
-                                                                                "Installation us-1"]
+    assert [m.headline for m in pending if m.kind == "installation_header"] == [
+        "Installation eu-1",
+        "Installation us-1",
+    ]
     (eu_request,) = [m for m in pending if m.kind == "approval_request_summary"]
     assert pending.index(eu_request) == 1
     handoff = router.handle_text("/recover handoff", actor="UALICE", channel="C0NONE", reporter=_Null())
@@ -93,18 +94,19 @@ def test_a_decide_form_from_one_installation_submitted_in_anothers_channel_is_re
     """The decide form keeps the button's installation with its session: the same session id exists
     in every installation, so without it a form opened from eu-1's message would decide on us-1's."""
     router = make_fleet("eu-1", "us-1")
-    diagnosis = router.handle_text("/recover diagnose ses_restore_transient", actor="UALICE", channel="C0EU1",
-                                   reporter=_Null())
+    diagnosis = router.handle_text(
+        "/recover diagnose ses_restore_transient", actor="UALICE", channel="C0EU1", reporter=_Null()
+    )
     value = next(b.value for m in diagnosis.messages for b in m.buttons if b.action == "decide_form")
     assert value.endswith("@eu-1")
     choice = router.decision_choice(value)
     form = {"session_id": choice.session_id, "decision": choice.decision, "reason": "store back", "yes": "1"}
-    refused = router.handle_action("decide", choice.encode(), actor="UALICE", channel="C0US1", reporter=_Null(),
-                                   form=form)
+    refused = router.handle_action(
+        "decide", choice.encode(), actor="UALICE", channel="C0US1", reporter=_Null(), form=form
+    )
     assert not refused.ok and "belongs to installation `eu-1`" in refused.messages[0].headline
     assert posts(sandboxes("us-1")) == [] and posts(sandboxes("eu-1")) == []
-    done = router.handle_action("decide", choice.encode(), actor="UALICE", channel="C0EU1", reporter=_Null(),
-                                form=form)
+    done = router.handle_action("decide", choice.encode(), actor="UALICE", channel="C0EU1", reporter=_Null(), form=form)
     assert done.ok and done.messages[0].headline.startswith("[eu-1] ")
     assert posts(sandboxes("eu-1")) and posts(sandboxes("us-1")) == []
 

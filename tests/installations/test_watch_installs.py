@@ -23,8 +23,10 @@ def test_each_installation_watches_its_own_host_and_channel(
     for handle in (eu, us):
         handle.admin.create_session(clone("healthy", "ses_w_001"))  # the same id in both
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
-    specs = [dataclasses.replace(spec_for("eu-1", eu), watch_channel="C0EU1W"),
-             dataclasses.replace(spec_for("us-1", us), watch_channel="C0US1W")]
+    specs = [
+        dataclasses.replace(spec_for("eu-1", eu), watch_channel="C0EU1W"),
+        dataclasses.replace(spec_for("us-1", us), watch_channel="C0US1W"),
+    ]
     router = build_fleet_router(settings, specs, startup=False)
     h = slack_harness(router)
     watchers = attach_watches(h.bot, start=False)

@@ -64,9 +64,7 @@ def test_time_window_on_parsed_timestamps(generated_log: GeneratedLog) -> None:
     timed = [ts for ts in gen.target_ts if ts is not None]
     since, until = timed[len(timed) // 3], timed[2 * len(timed) // 3]
     lines = list(
-        FileLogSource(str(gen.path)).lines_for_session(
-            gen.target, since=since, until=until, byte_budget=1 << 30
-        )
+        FileLogSource(str(gen.path)).lines_for_session(gen.target, since=since, until=until, byte_budget=1 << 30)
     )
     assert len(lines) == gen.expected_in_window(since, until) < gen.target_lines
     assert all(line.ts is None or since <= line.ts <= until for line in lines)
@@ -120,9 +118,7 @@ def test_budget_is_shared_across_files(tmp_path: Path) -> None:
     for name in ("a", "b", "c"):
         write_log_file(tmp_path / f"{name}.log", [f"worker.failed session_id=ses_1 file={name}"] * 10)
     size = (tmp_path / "a.log").stat().st_size
-    scan = FileLogSource(str(tmp_path / "*.log")).lines_for_session(
-        "ses_1", since=EPOCH, byte_budget=size + 1
-    )
+    scan = FileLogSource(str(tmp_path / "*.log")).lines_for_session("ses_1", since=EPOCH, byte_budget=size + 1)
     lines = list(scan)
     assert len(lines) == 10 and scan.stats.truncated is True and scan.stats.bytes_read == size + 1
 
@@ -138,9 +134,7 @@ def test_no_matching_file_is_an_actionable_error(tmp_path: Path) -> None:
 
 def test_corrupt_gz_is_reported_and_other_files_still_read(tmp_path: Path) -> None:
     write_log_file(tmp_path / "good.log", ["worker.failed session_id=ses_1"])
-    body = b"".join(
-        b"worker.failed session_id=ses_1 n=%s\n" % os.urandom(8).hex().encode() for _ in range(2000)
-    )
+    body = b"".join(b"worker.failed session_id=ses_1 n=%s\n" % os.urandom(8).hex().encode() for _ in range(2000))
     (tmp_path / "bad.log.gz").write_bytes(gzip.compress(body)[:5000])  # cut mid-stream
     scan = FileLogSource(str(tmp_path / "*")).lines_for_session("ses_1", since=EPOCH)
     lines = list(scan)

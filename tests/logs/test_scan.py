@@ -69,8 +69,7 @@ def test_longer_id_is_found_too() -> None:
 
 def test_time_window_is_inclusive_and_untimed_lines_are_kept() -> None:
     data = "\n".join(
-        [_json(_ts(i), f"e{i}", "ses_1") for i in range(10)]
-        + ["ses_1 gave no terminal within 5000ms of its interrupt"]
+        [_json(_ts(i), f"e{i}", "ses_1") for i in range(10)] + ["ses_1 gave no terminal within 5000ms of its interrupt"]
     ).encode()
     lines, stats = scan(data, since=T0 + timedelta(seconds=3), until=T0 + timedelta(seconds=6))
     assert [line.event for line in lines] == ["e3", "e4", "e5", "e6", None]
@@ -86,9 +85,7 @@ def test_naive_window_bounds_are_utc() -> None:
 
 
 def test_docker_timestamp_prefix_gives_the_time() -> None:
-    data = b"".join(
-        f'{_ts(i)[:-1]}.123456789Z {{"event":"e{i}","session_id":"ses_1"}}\n'.encode() for i in range(5)
-    )
+    data = b"".join(f'{_ts(i)[:-1]}.123456789Z {{"event":"e{i}","session_id":"ses_1"}}\n'.encode() for i in range(5))
     lines, _ = scan(data, since=T0 + timedelta(seconds=2), has_docker_timestamps=True)
     assert [line.event for line in lines] == ["e2", "e3", "e4"]
     assert lines[0].ts == T0 + timedelta(seconds=2, microseconds=123456)

@@ -131,7 +131,10 @@ def test_an_on_call_of_another_policy_in_the_answer_cannot_approve_a_close(
         refused = svc.approve(OUTSIDER, CHANNEL, rid, env.reporter)
     assert not refused.ok and "not an allowed approver" in refused.messages[-1].headline
     assert svc.requests.get(rid).state == "requested" and env.posts("ses_oc2") == []
-    assert "1 on-call(s) outside what was asked for (escalation policy PTWO: 1) when asked for escalation policy PTIER01" in caplog.text
+    assert (
+        "1 on-call(s) outside what was asked for (escalation policy PTWO: 1) when asked for escalation policy PTIER01"
+        in caplog.text
+    )
     assert PD_TOKEN not in caplog.text
     assert [r.values("escalation_policy_ids[]") for r in pagerduty_api.oncall_requests()] == [[POLICY]]
     # The one on call for the policy asked for still approves: the check drops, it does not refuse everyone.

@@ -170,7 +170,10 @@ def test_entries_of_another_policy_are_dropped_counted_and_logged(pagerduty_api,
     with caplog.at_level(logging.WARNING, logger="recover_bot.oncall"):
         found = _directory(pagerduty_api, slack_api, tmp_path).on_call(TIER)
     assert found.slack_ids == expected and found.dropped == 2
-    assert "2 on-call(s) outside what was asked for (escalation policy PTWO: 2) when asked for escalation policy PTIER01" in caplog.text
+    assert (
+        "2 on-call(s) outside what was asked for (escalation policy PTWO: 2) when asked for escalation policy PTIER01"
+        in caplog.text
+    )
     assert PD_TOKEN not in caplog.text
     assert slack_api.calls_to("users.lookupByEmail") and all(
         "other" not in str(c) for c in slack_api.calls_to("users.lookupByEmail")

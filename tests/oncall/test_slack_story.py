@@ -26,7 +26,9 @@ def test_the_pagerduty_on_call_user_approves_in_slack(slack_harness, sandbox, pa
     assert h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE").status_code == 200
     h.settle()
     (root,) = h.api.roots("CINC")
-    request = next(m for m in h.api.thread("CINC", root.ts) if any(a.startswith("rb:approve:") for a, _ in m.action_ids()))
+    request = next(
+        m for m in h.api.thread("CINC", root.ts) if any(a.startswith("rb:approve:") for a, _ in m.action_ids())
+    )
     request_id = re.search(r"req_[A-Za-z0-9]+", request.all_text()).group(0)
 
     h.send.command(f"approve {request_id}", user="UCAROL")  # in Slack, not on call in PagerDuty

@@ -37,9 +37,7 @@ def _stuck(**values: object) -> dict[str, object]:
 
 
 def _restore(**values: object) -> dict[str, object]:
-    base: dict[str, object] = dict(
-        attention__code="RESTORE_FAILED", attention__in_backoff=False, attention__failures=3
-    )
+    base: dict[str, object] = dict(attention__code="RESTORE_FAILED", attention__in_backoff=False, attention__failures=3)
     return _stuck(**{**base, **values})
 
 
@@ -92,9 +90,7 @@ def test_restore_in_backoff(runbooks: RunbookSet) -> None:
         ({"attention__reason": "worker_failed", "source__logs": "unreachable"}, "restore_stopped", "R2.5"),
     ],
 )
-def test_restore_stopped_at_the_limit(
-    runbooks: RunbookSet, extra: dict[str, object], branch: str, rule: str
-) -> None:
+def test_restore_stopped_at_the_limit(runbooks: RunbookSet, extra: dict[str, object], branch: str, rule: str) -> None:
     # R2.4, R2.9: fix the cause, then retry_restore / start_fresh / close.
     ev = evaluate(runbooks, _restore(**extra))
     assert ev.branch_id == branch
@@ -171,9 +167,7 @@ def _unknown_turn(**values: object) -> dict[str, object]:
 
 
 def test_outcome_unknown_without_covering_checkpoint(runbooks: RunbookSet) -> None:
-    ev = evaluate(
-        runbooks, _unknown_turn(logs__finalize_checkpoint_unavailable=True, logs__missing_stages="")
-    )
+    ev = evaluate(runbooks, _unknown_turn(logs__finalize_checkpoint_unavailable=True, logs__missing_stages=""))
     assert ev.branch_id == "outcome_unknown"
     assert ev.valid_decisions == ["abandon", "close"]
     reasons = _reasons(ev)
@@ -388,6 +382,10 @@ def test_a_set_without_branches_is_a_runbook_error(runbooks_dir) -> None:
     from bot.runbook import load_runbooks
 
     only_upgrade = load_runbooks(runbooks_dir / "isolation-upgrade.yaml")
-    assert only_upgrade.docker is not None and only_upgrade.docker.min_daemon_major == 28 and "preflight" in only_upgrade.commands
+    assert (
+        only_upgrade.docker is not None
+        and only_upgrade.docker.min_daemon_major == 28
+        and "preflight" in only_upgrade.commands
+    )
     with pytest.raises(RunbookError, match="no loaded runbook defines branches"):
         evaluate(only_upgrade, facts())

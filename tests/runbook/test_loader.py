@@ -135,35 +135,70 @@ BAD_CASES = {
     ),
     "bad daemon version": ("min_daemon_major: 28", "min_daemon_major: latest", ISOLATION, "valid integer", 1),
     "watch: a bad duration": (
-        "poll_interval: {duration: 30s,", "poll_interval: {duration: 30 seconds,", SESSION, "bad duration '30 seconds'", 1,
+        "poll_interval: {duration: 30s,",
+        "poll_interval: {duration: 30 seconds,",
+        SESSION,
+        "bad duration '30 seconds'",
+        1,
     ),
     "watch: a count where a duration is needed": (
-        "flap_window: {duration: 1h,", "flap_window: {count: 3,", SESSION, "must be a {duration: …} value", 1,
+        "flap_window: {duration: 1h,",
+        "flap_window: {count: 3,",
+        SESSION,
+        "must be a {duration: …} value",
+        1,
     ),
     "watch: a duration where a count is needed": (
-        "storm_threshold: {count: 10,", "storm_threshold: {duration: 10s,", SESSION, "must be a {count: …} value", 1,
+        "storm_threshold: {count: 10,",
+        "storm_threshold: {duration: 10s,",
+        SESSION,
+        "must be a {count: …} value",
+        1,
     ),
     "watch: an unknown time zone": (
-        QUIET_AFTER, QUIET_AFTER + '  quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Atlantis}\n',
-        SESSION, "unknown time zone 'Europe/Atlantis'", 1, "  quiet_hours:",
+        QUIET_AFTER,
+        QUIET_AFTER + '  quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Atlantis}\n',
+        SESSION,
+        "unknown time zone 'Europe/Atlantis'",
+        1,
+        "  quiet_hours:",
     ),
     "watch: a bad quiet-hours time": (
-        QUIET_AFTER, QUIET_AFTER + '  quiet_hours: {start: "11pm", end: "07:00", time_zone: Europe/Berlin}\n',
-        SESSION, "should match pattern", 1, "  quiet_hours:",
+        QUIET_AFTER,
+        QUIET_AFTER + '  quiet_hours: {start: "11pm", end: "07:00", time_zone: Europe/Berlin}\n',
+        SESSION,
+        "should match pattern",
+        1,
+        "  quiet_hours:",
     ),
     "watch: a misspelt value": ("  dedup_window: {", "  dedupe_window: {", SESSION, "unknown field 'dedupe_window'", 1),
     "a duration longer than the bot can schedule": (
-        "  expiry: {duration: 30m,", "  expiry: {duration: 999999999999d,", SESSION,
-        "bad duration '999999999999d': must be at most 366d (the longest the bot can schedule)", 1,
+        "  expiry: {duration: 30m,",
+        "  expiry: {duration: 999999999999d,",
+        SESSION,
+        "bad duration '999999999999d': must be at most 366d (the longest the bot can schedule)",
+        1,
     ),
     "a duration one second past the bound": (
-        "  expiry: {duration: 30m,", "  expiry: {duration: 31622401s,", SESSION, "must be at most 366d", 1,
+        "  expiry: {duration: 30m,",
+        "  expiry: {duration: 31622401s,",
+        SESSION,
+        "must be at most 366d",
+        1,
     ),
     "a number of seconds too large for a float": (
-        "  expiry: {duration: 30m,", "  expiry: {duration: 1" + "0" * 400 + ",", SESSION, "must be at most 366d", 1,
+        "  expiry: {duration: 30m,",
+        "  expiry: {duration: 1" + "0" * 400 + ",",
+        SESSION,
+        "must be at most 366d",
+        1,
     ),
     "a duration that is not a number": (
-        "  expiry: {duration: 30m,", "  expiry: {duration: .nan,", SESSION, "must be at most 366d", 1,
+        "  expiry: {duration: 30m,",
+        "  expiry: {duration: .nan,",
+        SESSION,
+        "must be at most 366d",
+        1,
     ),
     "bad rule id": ('  R2.17: "Deploy order', '  Rule2.17: "Deploy order', ISOLATION, "bad rule id", 1),
 }
@@ -193,7 +228,11 @@ def test_irreversible_decision_needs_two_people(tmp_path: Path) -> None:
         "approves what cannot be undone; or set 'irreversible: false' if it can be"
     ]
     # The same decision declared reversible loads (the flag, not the decision's name, carries the rule).
-    edit(directory, "    approval: {policy: confirm}\n    irreversible: true\n", "    approval: {policy: confirm}\n    irreversible: false\n")
+    edit(
+        directory,
+        "    approval: {policy: confirm}\n    irreversible: true\n",
+        "    approval: {policy: confirm}\n    irreversible: false\n",
+    )
     # (break-glass replaces a second person only, so it no longer names close either)
     edit(directory, "decisions: [close, abandon]", "decisions: [abandon]")
     assert load_runbooks(directory).decisions["close"].policy == "confirm"
@@ -208,8 +247,7 @@ def test_duplicate_subcommand_across_files(tmp_path: Path) -> None:
     )
     problems = _problems(directory)
     assert any(
-        p.startswith(f"{extra}:5:") and "duplicate subcommand 'diagnose'" in p and SESSION in p
-        for p in problems
+        p.startswith(f"{extra}:5:") and "duplicate subcommand 'diagnose'" in p and SESSION in p for p in problems
     ), problems
 
 
@@ -224,9 +262,7 @@ def test_branch_without_condition_is_rejected(tmp_path: Path) -> None:
     old = "    when: {fact: session.found, is_false: true}\n"
     path, line = edit(directory, old, "")
     problems = _problems(directory)
-    assert any(p.startswith(f"{path}:{line - 2}:") and "missing field 'when'" in p for p in problems), (
-        problems
-    )
+    assert any(p.startswith(f"{path}:{line - 2}:") and "missing field 'when'" in p for p in problems), problems
 
 
 def test_text_kind_needs_text(tmp_path: Path) -> None:
@@ -264,9 +300,7 @@ def test_check_command_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture
     path, line = edit(directory, "kind: handoff", "kind: nope")
     assert check([str(path), str(directory / ISOLATION)]) == 1
     err = capsys.readouterr().err
-    assert re.search(
-        rf"^{re.escape(str(path))}:{line}: commands\[\d+\]\.kind: unknown step kind 'nope'", err, re.M
-    )
+    assert re.search(rf"^{re.escape(str(path))}:{line}: commands\[\d+\]\.kind: unknown step kind 'nope'", err, re.M)
 
 
 def test_check_command_is_wired_with_an_example() -> None:

@@ -18,16 +18,10 @@ def test_decide_with_flags_in_any_order(runbooks: RunbookSet) -> None:
         '/recover decide ses_1 abandon --turn turn_9 --effects "pushed a branch" --reason "checked" --yes',
         runbooks,
     )
-    b = parse_command(
-        'decide ses_1 abandon --yes --reason=checked --effects="pushed a branch" --turn=turn_9', runbooks
-    )
+    b = parse_command('decide ses_1 abandon --yes --reason=checked --effects="pushed a branch" --turn=turn_9', runbooks)
     assert a.kind == b.kind == "decide" and a.channel_restricted
     assert a.args == b.args == {"session_id": "ses_1", "decision": "abandon"}
-    assert (
-        a.flags
-        == b.flags
-        == {"turn": "turn_9", "effects": "pushed a branch", "reason": "checked", "yes": True}
-    )
+    assert a.flags == b.flags == {"turn": "turn_9", "effects": "pushed a branch", "reason": "checked", "yes": True}
 
 
 @pytest.mark.parametrize(
@@ -236,9 +230,7 @@ def test_arbitrary_fragments_only_raise_command_error(text: str) -> None:
         assert parsed.name in runbooks.commands
         for arg in parsed.spec.args if parsed.spec else []:
             if arg.pattern == "{ids}" and arg.name in parsed.args:
-                assert runbooks.id_pattern is not None and runbooks.id_pattern.fullmatch(
-                    parsed.args[arg.name]
-                )
+                assert runbooks.id_pattern is not None and runbooks.id_pattern.fullmatch(parsed.args[arg.name])
 
 
 @given(st.text(max_size=400))

@@ -35,8 +35,10 @@ def _refusal(runbooks: RunbookSet, text: str) -> tuple[str, list[str]]:
         ("desicde ses_1 retry-restore --reasn x --yse", "/recover decide ses_1 retry_restore --reason x --yes"),
         ("dryrun decied ses_1 close --reason x", "/recover dryrun decide ses_1 close --reason x"),
         ("help diagnos", "/recover help diagnose"),
-        ("batch decide t1.g1 retry_restore --reason x --cause-fixd y",
-         "/recover batch decide t1.g1 retry_restore --reason x --cause-fixed y"),
+        (
+            "batch decide t1.g1 retry_restore --reason x --cause-fixd y",
+            "/recover batch decide t1.g1 retry_restore --reason x --cause-fixed y",
+        ),
     ],
 )
 def test_a_typo_gets_the_corrected_command_to_copy(runbooks: RunbookSet, typed: str, corrected: str) -> None:

@@ -41,15 +41,11 @@ def test_bad_request_rows(sandbox: SandboxHandle, sandbox_api: SandboxApi, body:
 
 
 def test_bad_request_is_checked_before_a_stale_revision(sandbox_api: SandboxApi) -> None:
-    response = sandbox_api.decide(
-        "ses_unknown_covered", "abandon", expected_revision=1
-    )  # stale AND no target
+    response = sandbox_api.decide("ses_unknown_covered", "abandon", expected_revision=1)  # stale AND no target
     assert (response.status_code, _code(response)) == (400, "BAD_REQUEST")
 
 
-def test_post_without_idempotency_key_or_json_is_refused(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_post_without_idempotency_key_or_json_is_refused(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     url = "/v1/sessions/ses_closed/recovery-decisions"
     no_key = sandbox_api.client.post(url, json={"decision": "close", "reason": "x"})
     assert (no_key.status_code, _code(no_key)) == (400, "BAD_REQUEST")
@@ -86,18 +82,14 @@ def test_revision_moves_on_a_scheduler_pass_so_an_old_revision_goes_stale(
     result = sandbox.admin.scheduler_pass()
     assert "ses_unknown_unanswered" in result["confirmed_gone"]
     assert sandbox_api.session("ses_unknown_unanswered")["revision"] == before + 1
-    stale = sandbox_api.decide(
-        "ses_unknown_unanswered", "abandon", expected_revision=before, target_turn_id="turn_uu5"
-    )
+    stale = sandbox_api.decide("ses_unknown_unanswered", "abandon", expected_revision=before, target_turn_id="turn_uu5")
     assert (stale.status_code, _code(stale)) == (409, "REQUEST_STALE")
 
 
 # ---------------------------------------------------------------- row 3: closed
 
 
-@pytest.mark.parametrize(
-    "decision", ["close", "retry_restore", "start_fresh", "abandon", "confirm_completed"]
-)
+@pytest.mark.parametrize("decision", ["close", "retry_restore", "start_fresh", "abandon", "confirm_completed"])
 def test_every_decision_on_a_closed_session_is_stale(
     sandbox: SandboxHandle, sandbox_api: SandboxApi, decision: str
 ) -> None:
@@ -199,9 +191,7 @@ def test_retry_restore_accepted_at_the_limit_and_launches_from_the_same_checkpoi
     assert after["revision"] == before["revision"] + 1
 
 
-def test_retry_restore_follows_the_state_machine_to_the_limit(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_retry_restore_follows_the_state_machine_to_the_limit(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     """Refused after the 1st and 2nd failure (backoff, then relaunched), accepted once stopped (R2.1)."""
     sid = "ses_relaunched"  # generation 3 is restoring, two failures counted
     assert _code(sandbox_api.decide(sid, "retry_restore")) == "REQUEST_STALE"
@@ -303,9 +293,7 @@ def test_start_fresh_accepted_when_stopped_or_context_gap(
     assert sandbox.admin.effect_count(session_id) == 1
 
 
-def test_start_fresh_after_an_abandon_that_left_a_context_gap(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_start_fresh_after_an_abandon_that_left_a_context_gap(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     """The state machine's own path to R3.12: abandon → stopped, not resumable → start_fresh accepted."""
     sid = "ses_unknown_over_limit"
     assert _code(sandbox_api.decide(sid, "start_fresh")) == "REQUEST_STALE"
@@ -322,13 +310,9 @@ def test_start_fresh_after_an_abandon_that_left_a_context_gap(
 
 @pytest.mark.parametrize("decision", ["abandon", "confirm_completed"])
 def test_target_turn_must_be_outcome_unknown(sandbox_api: SandboxApi, decision: str) -> None:
-    completed = sandbox_api.decide(
-        "ses_unknown_covered", decision, target_turn_id="turn_cv1", evidence_ref="PR-1"
-    )
+    completed = sandbox_api.decide("ses_unknown_covered", decision, target_turn_id="turn_cv1", evidence_ref="PR-1")
     assert (completed.status_code, _code(completed)) == (409, "REQUEST_STALE")
-    missing = sandbox_api.decide(
-        "ses_unknown_covered", decision, target_turn_id="turn_nope", evidence_ref="PR-1"
-    )
+    missing = sandbox_api.decide("ses_unknown_covered", decision, target_turn_id="turn_nope", evidence_ref="PR-1")
     assert (missing.status_code, _code(missing)) == (404, "NOT_FOUND")
 
 
@@ -389,9 +373,7 @@ def test_a_stray_container_gives_a_second_recovery_required_after_the_pass(
     assert sid not in sandbox.admin.scheduler_pass()["confirmed_gone"]  # nothing left to find
 
 
-def test_stray_workers_can_be_added_through_the_admin_api(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_stray_workers_can_be_added_through_the_admin_api(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     sid = "ses_unknown_unanswered"
     view = sandbox.admin.stray_workers(sid, 2)
     assert view["execution_internal"]["stray_workers"] == 2
@@ -406,9 +388,7 @@ def test_stray_workers_can_be_added_through_the_admin_api(
 # ---------------------------------------------------------------- row 9: confirm_completed needs a covering checkpoint
 
 
-def test_confirm_completed_without_covering_checkpoint(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_confirm_completed_without_covering_checkpoint(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     response = sandbox_api.decide(
         "ses_unknown_ckpt_unavailable", "confirm_completed", target_turn_id="turn_uc3", evidence_ref="PR-7"
     )
@@ -419,9 +399,7 @@ def test_confirm_completed_without_covering_checkpoint(
 # ---------------------------------------------------------------- row 10: accepted, revision + 1
 
 
-def test_confirm_completed_accepted_with_covering_checkpoint(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_confirm_completed_accepted_with_covering_checkpoint(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     before = sandbox_api.session("ses_unknown_covered")
     response = sandbox_api.decide(
         "ses_unknown_covered",

@@ -16,9 +16,7 @@ RECOVERER = "recoverer-key-0123456789"
 
 @pytest.fixture
 def scoped(sandbox_factory: Callable[..., SandboxHandle]) -> SandboxHandle:
-    return sandbox_factory(
-        api_keys={READER: {"sessions:read"}, RECOVERER: {"sessions:read", "sessions:recover"}}
-    )
+    return sandbox_factory(api_keys={READER: {"sessions:read"}, RECOVERER: {"sessions:read", "sessions:recover"}})
 
 
 def test_handle_key_is_the_one_with_the_recover_scope(scoped: SandboxHandle) -> None:

@@ -158,7 +158,9 @@ def test_repeat_sessions_names_each_listed_session_twice_and_nothing_else(
     sandbox: SandboxHandle, sandbox_api: SandboxApi
 ) -> None:
     def listed() -> list[str]:
-        return [s["id"] for s in sandbox_api.get("/v1/sessions", admission_state="recovery_required").json()["sessions"]]
+        return [
+            s["id"] for s in sandbox_api.get("/v1/sessions", admission_state="recovery_required").json()["sessions"]
+        ]
 
     once = listed()
     assert once and len(set(once)) == len(once)  # by default nothing is repeated

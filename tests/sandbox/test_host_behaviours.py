@@ -29,7 +29,11 @@ def _ready_events(api: SandboxApi, sid: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("behaviour", "attention"),
-    [(KEEP_ATTENTION, {"code": "RESTORE_FAILED", "failures": 0}), (CLEAR_ATTENTION, None), (NEVER_READY, {"code": "RESTORE_FAILED", "failures": 0})],
+    [
+        (KEEP_ATTENTION, {"code": "RESTORE_FAILED", "failures": 0}),
+        (CLEAR_ATTENTION, None),
+        (NEVER_READY, {"code": "RESTORE_FAILED", "failures": 0}),
+    ],
 )
 def test_the_answer_to_retry_restore_under_each_behaviour(
     sandbox_factory: Callable[..., Any], behaviour: str, attention: dict[str, Any] | None
@@ -76,7 +80,9 @@ def test_a_host_that_does_not_name_the_restored_checkpoint(sandbox_factory: Call
         api.close()
 
 
-def test_resume_without_a_committed_checkpoint_is_refused_even_when_resumable(sandbox: Any, sandbox_api: SandboxApi) -> None:
+def test_resume_without_a_committed_checkpoint_is_refused_even_when_resumable(
+    sandbox: Any, sandbox_api: SandboxApi
+) -> None:
     """R4.1: a stopped session with no committed checkpoint cannot be resumed, whatever ``resumable`` says."""
     sid = "ses_no_ckpt_resumable"
     sandbox.admin.create_session(

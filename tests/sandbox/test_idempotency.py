@@ -62,7 +62,11 @@ def test_errors_are_not_stored_under_the_key(sandbox: SandboxHandle, sandbox_api
     assert [r["key"] for r in sandbox.admin.idempotency_records(sid)] == ["key-c"]
     # A 400 with a key also stores nothing, so the key stays usable for a correct body.
     assert sandbox_api.post(URL, {"decision": "retry_restore"}, key="key-d").status_code == 400
-    close = {"decision": "close", "reason": "done", "expected_revision": sandbox_api.session("ses_incompatible")["revision"]}
+    close = {
+        "decision": "close",
+        "reason": "done",
+        "expected_revision": sandbox_api.session("ses_incompatible")["revision"],
+    }
     assert sandbox_api.post(URL, close, key="key-d").status_code == 201
 
 

@@ -56,7 +56,13 @@ def test_an_incident_has_every_cause_and_pages_through_the_operator_list(inciden
     sb, api, info = incident
     assert info["sessions"] == COUNT and info["outage_active"] is True
     assert set(info["by_cause"]) == {
-        "transient", "execution_gone", "permanent", "incompatible", "startup", "unknown", "backoff"
+        "transient",
+        "execution_gone",
+        "permanent",
+        "incompatible",
+        "startup",
+        "unknown",
+        "backoff",
     }
     assert sum(info["by_cause"].values()) == COUNT
     listed, pages = _needing_operator(api, limit=97)
@@ -260,7 +266,9 @@ def test_cli_sandbox_incident(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--incident takes 1 to 20000 sessions" in capsys.readouterr().err
     proc = subprocess.Popen(
         [sys.executable, "-m", "bot.cli", "sandbox", "--port", "0", "--incident", "120", "--outage-seconds", "30"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None
@@ -268,8 +276,10 @@ def test_cli_sandbox_incident(capsys: pytest.CaptureFixture[str]) -> None:
         url = lines[0].rsplit(" ", 1)[-1].strip()
         assert "incident: 120 sessions" in lines[4], lines
         page = httpx.get(
-            f"{url}/v1/sessions", params={"admission_state": "recovery_required", "limit": 1000},
-            headers={"Authorization": "Bearer sandbox-key"}, timeout=10,
+            f"{url}/v1/sessions",
+            params={"admission_state": "recovery_required", "limit": 1000},
+            headers={"Authorization": "Bearer sandbox-key"},
+            timeout=10,
         ).json()
         assert sum(s["id"].startswith("ses_inc_") for s in page["sessions"]) > 80
     finally:

@@ -115,9 +115,7 @@ def test_names_once_each() -> None:
 
 
 @contextlib.contextmanager
-def _sandbox_command(
-    folder: Path, key: str, *extra: str
-) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+def _sandbox_command(folder: Path, key: str, *extra: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
     """``recover-bot sandbox --installations eu-1,us-1`` of this checkout in a process of its own, and
     every line it printed (checked for the key once it stopped on Ctrl-C)."""
     code = "from bot.cli import main; import sys; sys.exit(main(sys.argv[1:]))"
@@ -147,15 +145,10 @@ def test_the_command_writes_a_file_serve_and_check_can_use(tmp_path: Path) -> No
         lines += [proc.stdout.readline() for _ in range(5)]
         assert re.match(r"Sandbox control host eu-1 listening on http://127\.0\.0\.1:\d+$", lines[0]), lines
         assert re.match(r"Sandbox control host us-1 listening on http://127\.0\.0\.1:\d+$", lines[1]), lines
-        assert (
-            lines[4].strip()
-            == f"installations file: {target} (keys beside it); RECOVER_INSTALLATIONS_FILE={target}"
-        )
+        assert lines[4].strip() == f"installations file: {target} (keys beside it); RECOVER_INSTALLATIONS_FILE={target}"
         eu, us = load_installations(target)
         assert (eu.name, us.name) == ("eu-1", "us-1")
-        assert eu.api_key is not None and eu.api_key.get_secret_value() == installation_key(
-            "sbx-cli-key-123", "eu-1"
-        )
+        assert eu.api_key is not None and eu.api_key.get_secret_value() == installation_key("sbx-cli-key-123", "eu-1")
         assert oct((target.parent / "eu-1.key").stat().st_mode & 0o777) == "0o600"
         assert check(str(target)) == 0
 

@@ -51,9 +51,7 @@ def test_sessions_needing_an_operator_paginate_with_a_cursor(sandbox_api: Sandbo
     cursor = None
     pages = 0
     while True:
-        page = sandbox_api.get(
-            "/v1/sessions", admission_state="recovery_required", limit=3, cursor=cursor
-        ).json()
+        page = sandbox_api.get("/v1/sessions", admission_state="recovery_required", limit=3, cursor=cursor).json()
         assert len(page["sessions"]) <= 3
         seen.extend(s["id"] for s in page["sessions"])
         assert all(s["admission_state"] == "recovery_required" for s in page["sessions"])

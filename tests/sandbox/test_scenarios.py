@@ -265,9 +265,7 @@ session: {id: ses_tiny, status: running, execution: {state: running}}
         ("!!python/object/apply:os.system ['true']\n", "not valid YAML"),
     ],
 )
-def test_invalid_scenarios_are_reported_with_file_and_problem(
-    tmp_path: Path, text: str, problem: str
-) -> None:
+def test_invalid_scenarios_are_reported_with_file_and_problem(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ScenarioError) as exc:
@@ -287,9 +285,7 @@ def test_duplicate_ids_in_a_folder(tmp_path: Path) -> None:
         load_scenarios(tmp_path / "empty")
 
 
-def test_custom_scenario_folder_and_reload(
-    tmp_path: Path, sandbox_factory: Callable[..., SandboxHandle]
-) -> None:
+def test_custom_scenario_folder_and_reload(tmp_path: Path, sandbox_factory: Callable[..., SandboxHandle]) -> None:
     (tmp_path / "tiny.yaml").write_text(GOOD, encoding="utf-8")
     sb = sandbox_factory(scenarios=tmp_path)
     api = SandboxApi(sb.url, sb.api_key)
@@ -308,9 +304,7 @@ def test_custom_scenario_folder_and_reload(
     assert exc.value.status == 404
 
 
-def test_reset_restores_every_scenario_and_clears_effects(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_reset_restores_every_scenario_and_clears_effects(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     sandbox_api.decide("ses_healthy", "close")
     sandbox.admin.create_session({"session": {"id": "ses_extra"}})
     sandbox.admin.fault("rate_limit", "*", times=None)

@@ -48,10 +48,20 @@ def _listed(sbx: SandboxHandle) -> list[str]:
 def test_planned_stops_happen_at_their_time_on_the_sandbox_clock(sbx: SandboxHandle, clock: ManualClock) -> None:
     for sid in ("ses_sc_a", "ses_sc_b"):
         sbx.admin.create_session(clone("healthy", sid))
-    answer = sbx.admin.schedule({"stops": [
-        {"at": 30, "session": "ses_sc_a"},
-        {"at": "2m", "session": "ses_sc_b", "code": "STARTUP_FAILED", "reason": "startup_failed", "failures": 3},
-    ]})
+    answer = sbx.admin.schedule(
+        {
+            "stops": [
+                {"at": 30, "session": "ses_sc_a"},
+                {
+                    "at": "2m",
+                    "session": "ses_sc_b",
+                    "code": "STARTUP_FAILED",
+                    "reason": "startup_failed",
+                    "failures": 3,
+                },
+            ]
+        }
+    )
     assert [p["session"] for p in answer["planned"]] == ["ses_sc_a", "ses_sc_b"]
     assert _listed(sbx) == []
     clock.advance(30)
@@ -97,14 +107,17 @@ def test_every_stops_the_next_session_in_turn_and_settles_it_on_its_next_turn(
     assert _listed(sbx) == ["ses_ev_a"]
 
 
-@pytest.mark.parametrize(("body", "said"), [
-    ({}, "nothing to plan"),
-    ({"stops": [{"at": 5, "session": "ses_nobody"}]}, 'give an existing "session"'),
-    ({"stops": [{"at": 5, "scenario": "no_such"}]}, "no scenario 'no_such'"),
-    ({"burst": 0}, "burst must be a whole number from 1 to 20000"),
-    ({"every": -1}, "every must be a number of seconds above 0"),
-    ({"stops": [{"at": "soon", "session": "ses_sc_a"}]}, "at:"),
-])
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ({}, "nothing to plan"),
+        ({"stops": [{"at": 5, "session": "ses_nobody"}]}, 'give an existing "session"'),
+        ({"stops": [{"at": 5, "scenario": "no_such"}]}, "no scenario 'no_such'"),
+        ({"burst": 0}, "burst must be a whole number from 1 to 20000"),
+        ({"every": -1}, "every must be a number of seconds above 0"),
+        ({"stops": [{"at": "soon", "session": "ses_sc_a"}]}, "at:"),
+    ],
+)
 def test_a_schedule_it_cannot_follow_is_refused_with_what_to_fix(
     sbx: SandboxHandle, body: dict[str, Any], said: str
 ) -> None:
@@ -119,9 +132,22 @@ def test_a_schedule_it_cannot_follow_is_refused_with_what_to_fix(
 def test_the_sandbox_command_stops_a_session_every_so_often(tmp_path: Path) -> None:
     """``recover-bot sandbox --stop-every 1s``: on the real clock, with nobody asking meanwhile."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bot.cli", "sandbox", "--port", "0", "--scenarios", str(_scenarios(tmp_path)),
-         "--stop-every", "1s"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "sandbox",
+            "--port",
+            "0",
+            "--scenarios",
+            str(_scenarios(tmp_path)),
+            "--stop-every",
+            "1s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.stdout is not None

@@ -41,7 +41,10 @@ def test_an_incompatible_checkpoint_stops_at_failures_1_even_after_earlier_failu
     sandbox.admin.fail_restore(sid, "incompatible_checkpoint")
     session = sandbox_api.session(sid)
     assert session["attention"] == {
-        "code": "RESTORE_FAILED", "reason": "incompatible_checkpoint", "failures": 1, "retry_at": None
+        "code": "RESTORE_FAILED",
+        "reason": "incompatible_checkpoint",
+        "failures": 1,
+        "retry_at": None,
     }
     assert (session["status"], session["admission_state"]) == ("failed", "recovery_required")
     event = _events(sandbox_api, sid, "checkpoint_restore_failed")[-1]
@@ -100,9 +103,7 @@ def test_an_old_api_counts_a_drained_restore_claim_as_one_failure(
     assert any("worker.release.stop_kind_refused" in line for line in logs)
 
 
-def test_an_old_api_does_not_count_a_drain_without_a_restore(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_an_old_api_does_not_count_a_drain_without_a_restore(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     sid = "ses_startup_backoff"  # no checkpoint: the claim carried no restore
     sandbox.admin.advance(45)
     sandbox.admin.scheduler_pass()
@@ -133,8 +134,11 @@ def test_a_stopped_workspace_expires_after_the_ttl_and_only_a_checkpoint_survive
         assert sb.admin.session(sid)["workspace_expired"] is True, sid
     api = SandboxApi(sb.url, sb.api_key)
     assert api.resume("ses_stopped_no_checkpoint").status_code == 409
-    expired = [e for e in api.get("/v1/sessions/ses_stopped_no_checkpoint/events?after=0").json()["events"]
-               if e["name"] == "workspace_expired"]
+    expired = [
+        e
+        for e in api.get("/v1/sessions/ses_stopped_no_checkpoint/events?after=0").json()["events"]
+        if e["name"] == "workspace_expired"
+    ]
     assert len(expired) == 1 and expired[0]["checkpoint_id"] is None
     assert api.resume("ses_stopped_resumable").status_code == 200  # the checkpoint outlives the volume
     api.close()

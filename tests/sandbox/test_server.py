@@ -30,9 +30,7 @@ def _read_response(sock: socket.socket) -> bytes:
         data += sock.recv(65536)
     head, _, body = data.partition(b"\r\n\r\n")
     length = int(
-        next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")).split(b":")[
-            1
-        ]
+        next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")).split(b":")[1]
     )
     while len(body) < length:
         body += sock.recv(65536)

@@ -88,7 +88,10 @@ def test_restore_failures_backoff_limit_and_retry_restore_resets_the_count(
     assert accepted.status_code == 201
     # R5.1: acceptance is not recovery: the attention stays, count 0, until the next worker is ready.
     assert sandbox_api.session(sid)["attention"] == {
-        "code": "RESTORE_FAILED", "reason": "restore_refused", "failures": 0, "retry_at": None
+        "code": "RESTORE_FAILED",
+        "reason": "restore_refused",
+        "failures": 0,
+        "retry_at": None,
     }
     sandbox.admin.fail_restore(sid, "restore_refused")
     again = sandbox_api.session(sid)["attention"]
@@ -97,9 +100,7 @@ def test_restore_failures_backoff_limit_and_retry_restore_resets_the_count(
     assert sandbox.admin.effect_count(sid) == 1
 
 
-def test_a_worker_that_reports_ready_resets_the_failures(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_a_worker_that_reports_ready_resets_the_failures(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     sid = "ses_restore_backoff"
     sandbox.admin.advance(20)
     sandbox.admin.scheduler_pass()
@@ -111,9 +112,7 @@ def test_a_worker_that_reports_ready_resets_the_failures(
     assert exc.value.code == "NOT_STARTING"
 
 
-def test_incompatible_checkpoint_stops_at_once_with_failures_1(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_incompatible_checkpoint_stops_at_once_with_failures_1(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     """R2.3: deterministic; no backoff even on a first failure. R2.4: retry_restore is allowed again."""
     sid = "ses_incompatible"
     assert sandbox_api.decide(sid, "retry_restore").status_code == 201
@@ -157,9 +156,7 @@ def test_store_outage_within_the_budget_counts_nothing_and_the_same_worker_goes_
     sandbox.admin.store_outage(sid, False)
     sandbox.admin.worker_ready(sid)
     after = sandbox_api.session(sid)
-    assert (
-        after["attention"] is None and after["execution"]["generation"] == before["execution"]["generation"]
-    )
+    assert after["attention"] is None and after["execution"]["generation"] == before["execution"]["generation"]
     lines = [line["text"] for line in sandbox.admin.worker_logs(sid)]
     assert any("worker.checkpoint.restore_unavailable" in line for line in lines)
     assert len(_events(sandbox_api, sid, "checkpoint_restore_failed")) == 1  # only the scenario's
@@ -195,9 +192,7 @@ def test_store_outage_beyond_the_budget_is_one_failure_each_time_with_backoff(
     assert sum("startup timeout after 3600s" in line for line in lines) == 3
 
 
-def test_store_outage_without_checkpoint_is_a_startup_failure(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_store_outage_without_checkpoint_is_a_startup_failure(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     sid = "ses_startup_backoff"
     sandbox.admin.advance(45)
     sandbox.admin.scheduler_pass()
@@ -275,9 +270,7 @@ def test_interrupt_makes_an_outcome_unknown_turn_and_waits_for_the_scheduler(
     if terminal_reason == "interrupt_unanswered":
         assert any("gave no terminal within 5000ms of its interrupt" in line for line in logs)
     else:
-        assert any(
-            '"stage":"finalize_finished"' in line and "CHECKPOINT_UNAVAILABLE" in line for line in stages
-        )
+        assert any('"stage":"finalize_finished"' in line and "CHECKPOINT_UNAVAILABLE" in line for line in stages)
 
 
 def test_clean_interrupt_needs_both_engine_answer_and_checkpoint(
@@ -294,9 +287,7 @@ def test_clean_interrupt_needs_both_engine_answer_and_checkpoint(
     assert session["admission_state"] == "open" and session["attention"] is None
 
 
-def test_unknown_turn_is_never_rerun_when_the_store_comes_back(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_unknown_turn_is_never_rerun_when_the_store_comes_back(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     """R0.3, R3.8: outages ending, time passing and scheduler passes leave the turn and queue alone."""
     sid = "ses_unknown_unanswered"
     sandbox.admin.store_outage(sid, True)
@@ -348,18 +339,14 @@ def test_abandon_after_the_last_checkpoint_leaves_a_context_gap(
     assert sandbox_api.decide(sid, "start_fresh").status_code == 201  # R3.12
 
 
-def test_abandon_of_a_turn_the_checkpoint_covers_is_resumable(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_abandon_of_a_turn_the_checkpoint_covers_is_resumable(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     response = sandbox_api.decide("ses_unknown_covered", "abandon", target_turn_id="turn_cv2")
     assert response.status_code == 201
     assert response.json()["result"] == {"resumable": True}
     assert sandbox_api.session("ses_unknown_covered")["attention"] is None
 
 
-def test_abandon_without_any_checkpoint_is_a_context_gap(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_abandon_without_any_checkpoint_is_a_context_gap(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     sandbox.admin.create_session(
         {
             "session": {"id": "ses_new_1", "status": "running", "execution": {"state": "running"}},
@@ -408,9 +395,7 @@ def test_resume_during_reclamation_is_503_with_no_record_then_the_same_request_s
     assert [r["key"] for r in sandbox.admin.idempotency_records(sid)] == ["resume-key-1"]
 
 
-def test_resume_is_refused_unless_stopped_and_resumable(
-    sandbox: SandboxHandle, sandbox_api: SandboxApi
-) -> None:
+def test_resume_is_refused_unless_stopped_and_resumable(sandbox: SandboxHandle, sandbox_api: SandboxApi) -> None:
     for sid in ("ses_healthy", "ses_context_gap", "ses_unknown_covered", "ses_restore_damaged", "ses_closed"):
         response = sandbox_api.resume(sid)
         assert (response.status_code, response.json()["error"]["code"]) == (409, "REQUEST_STALE"), sid

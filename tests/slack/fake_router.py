@@ -131,8 +131,13 @@ class FakeRouter:
                 self.executed.append(value)
             time.sleep(self.delay)
             return Reply.of(
-                Message(headline=f"Approved by {actor}", kind="approval_request", ref=value, level="ok",
-                        session_id=req["session"]),
+                Message(
+                    headline=f"Approved by {actor}",
+                    kind="approval_request",
+                    ref=value,
+                    level="ok",
+                    session_id=req["session"],
+                ),
                 Message(headline=f"Verified: {req['session']} accepted", level="ok", session_id=req["session"]),
             )
         raise CommandError(f"unknown action {action}")

@@ -67,12 +67,7 @@ def _check_reads(message: Posted) -> None:
 
 
 def _buttons(message: Posted) -> dict[str, dict[str, Any]]:
-    return {
-        e["action_id"].split(":")[1]: e
-        for b in message.blocks
-        if b["type"] == "actions"
-        for e in b["elements"]
-    }
+    return {e["action_id"].split(":")[1]: e for b in message.blocks if b["type"] == "actions" for e in b["elements"]}
 
 
 def test_every_kind_of_message_is_valid_block_kit_and_irreversible_clicks_ask_first(
@@ -97,7 +92,9 @@ def test_every_kind_of_message_is_valid_block_kit_and_irreversible_clicks_ask_fi
         h.settle()
     request = next(m for m in h.api.messages.values() if "Approval needed" in m.text and "close" in m.text)
     request_id = re.search(r"req_[A-Za-z0-9.]+", request.text).group(0)  # type: ignore[union-attr]
-    assert h.send.command(f'break-glass {request_id} --incident INC-7 --reason "night"', user="UALICE").status_code == 200
+    assert (
+        h.send.command(f'break-glass {request_id} --incident INC-7 --reason "night"', user="UALICE").status_code == 200
+    )
     h.settle()
     # The decide form behind a decision button (a modal).
     diag = next(m for m in h.api.messages.values() if any(a.startswith("rb:decide_form:") for a, _ in m.action_ids()))
@@ -107,10 +104,14 @@ def test_every_kind_of_message_is_valid_block_kit_and_irreversible_clicks_ask_fi
     # Every message as Slack got it: posts and updates (their latest form), replies to the command's
     # response_url, ephemerals.
     sent: list[Posted] = list(h.api.messages.values())
-    sent += [Posted("response", url, None, str(body.get("text", "")), body.get("blocks") or [])
-             for url, body in h.api.responses]
-    sent += [Posted("ephemeral", "", None, str(c.params.get("text", "")), c.params.get("blocks") or [])
-             for c in h.api.calls_to("chat.postEphemeral")]
+    sent += [
+        Posted("response", url, None, str(body.get("text", "")), body.get("blocks") or [])
+        for url, body in h.api.responses
+    ]
+    sent += [
+        Posted("ephemeral", "", None, str(c.params.get("text", "")), c.params.get("blocks") or [])
+        for c in h.api.calls_to("chat.postEphemeral")
+    ]
     kinds = {
         "approval request": [m for m in sent if "Approval needed" in m.text],
         "diagnose": [m for m in sent if any(a.startswith("rb:decide_form:") for a, _ in m.action_ids())],

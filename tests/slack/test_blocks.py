@@ -27,7 +27,8 @@ messages = st.builds(
     facts=st.lists(st.tuples(st.text(max_size=100), st.text(max_size=2500)), max_size=40),
     rules=st.lists(st.text(max_size=10), max_size=20),
     buttons=st.lists(buttons, max_size=30),
-    attachment=st.none() | st.builds(Attachment, filename=st.text(min_size=1, max_size=40), text=st.text(max_size=9000)),
+    attachment=st.none()
+    | st.builds(Attachment, filename=st.text(min_size=1, max_size=40), text=st.text(max_size=9000)),
     mentions=st.lists(st.sampled_from(["UBOB", "SONCALL", "alice"]), max_size=3),
 )
 
@@ -109,7 +110,9 @@ def test_decide_modal_asks_only_for_what_the_decision_uses(runbooks) -> None:
     view = kit.decide_modal(kit.DecideForm("ses_1", "confirm_completed", "C1", "1.0"), confirm).to_dict()
     # From the runbook's flags: every one required for confirm_completed (R3.10, R3.11).
     assert _inputs(view) == {"turn": False, "evidence": False, "effects": False, "reason": False}
-    assert kit.DecideForm.from_metadata(view["private_metadata"]) == kit.DecideForm("ses_1", "confirm_completed", "C1", "1.0")
+    assert kit.DecideForm.from_metadata(view["private_metadata"]) == kit.DecideForm(
+        "ses_1", "confirm_completed", "C1", "1.0"
+    )
     # close and retry_restore use the reason only: no turn, evidence or effects inputs to wonder about.
     for decision in ("close", "retry_restore", "start_fresh"):
         fields = decide_form(runbooks, decision)

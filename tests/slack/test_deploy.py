@@ -81,8 +81,14 @@ def compose() -> dict[str, Any]:
 
 def test_code_scan_finds_the_methods_we_know_we_call() -> None:
     found = _methods_called_by_code()
-    assert {"chat.postMessage", "chat.update", "views.open", "views.publish", "usergroups.users.list",
-            "files.getUploadURLExternal"} <= found
+    assert {
+        "chat.postMessage",
+        "chat.update",
+        "views.open",
+        "views.publish",
+        "usergroups.users.list",
+        "files.getUploadURLExternal",
+    } <= found
 
 
 def test_every_called_method_has_its_scope(manifest) -> None:
@@ -99,7 +105,11 @@ def test_the_manifest_asks_for_no_scope_the_code_does_not_use(manifest) -> None:
     assert scopes == needed  # chat:write.public is not asked for: the bot is invited where it posts
     # Every scope's comment names only methods the code calls.
     text = (DEPLOY / "slack-app-manifest.yaml").read_text()
-    named = set(re.findall(r"(?<![:\w])([a-z]+\.[a-zA-Z]+(?:\.[a-zA-Z]+)?)\b", text.split("oauth_config:")[1].split("settings:")[0]))
+    named = set(
+        re.findall(
+            r"(?<![:\w])([a-z]+\.[a-zA-Z]+(?:\.[a-zA-Z]+)?)\b", text.split("oauth_config:")[1].split("settings:")[0]
+        )
+    )
     assert named <= _methods_called_by_code() | {"chat.postEphemeral"}, named - _methods_called_by_code()
 
 
@@ -111,7 +121,11 @@ def test_manifest_command_interactivity_home_events_socket_mode(manifest) -> Non
     (command,) = manifest["features"]["slash_commands"]
     assert command["command"] == COMMAND == "/recover"
     settings = manifest["settings"]
-    for url in (command["url"], settings["interactivity"]["request_url"], settings["event_subscriptions"]["request_url"]):
+    for url in (
+        command["url"],
+        settings["interactivity"]["request_url"],
+        settings["event_subscriptions"]["request_url"],
+    ):
         assert urlparse(url).path == EVENTS_PATH == "/slack/events"
     assert settings["interactivity"]["is_enabled"] is True
     assert "app_home_opened" in settings["event_subscriptions"]["bot_events"]
@@ -136,8 +150,12 @@ def test_compose_bot_reaches_docker_only_through_the_proxy(compose) -> None:
     post = next(f for f in flags if f.startswith("-allowPOST="))
     pattern = re.compile(post.split("=", 1)[1].replace("${RECOVER_INSTALLATION}", "inst"))
     assert pattern.match("/v1.41/containers/inst-reconciler-1/exec")
-    for path in ("/v1.41/containers/create", "/v1.41/images/create", "/v1.41/containers/other/exec",
-                 "/v1.41/containers/inst-reconciler-1/kill"):
+    for path in (
+        "/v1.41/containers/create",
+        "/v1.41/images/create",
+        "/v1.41/containers/other/exec",
+        "/v1.41/containers/inst-reconciler-1/kill",
+    ):
         assert not pattern.match(path), path
 
 

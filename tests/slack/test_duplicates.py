@@ -57,8 +57,15 @@ def test_a_replayed_command_and_click_make_one_request_and_one_post(slack_harnes
     click_ts = f"{time.time():.6f}"
 
     def click() -> int:
-        return h.send.block_action(action_id, request_id, user="UBOB", channel="CINC", message_ts=request.ts,
-                                   thread_ts=request.thread_ts, action_ts=click_ts).status_code
+        return h.send.block_action(
+            action_id,
+            request_id,
+            user="UBOB",
+            channel="CINC",
+            message_ts=request.ts,
+            thread_ts=request.thread_ts,
+            action_ts=click_ts,
+        ).status_code
 
     # block_action builds a fresh trigger_id each time, but the click's identity is action_id + action_ts.
     with ThreadPoolExecutor(2) as pool:

@@ -14,7 +14,9 @@ def test_expired_request_is_updated_in_place_and_refused(slack_harness, sandbox)
     assert h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE").status_code == 200
     h.settle()
     (root,) = h.api.roots("CINC")
-    request = next(m for m in h.api.thread("CINC", root.ts) if any(a.startswith("rb:approve:") for a, _ in m.action_ids()))
+    request = next(
+        m for m in h.api.thread("CINC", root.ts) if any(a.startswith("rb:approve:") for a, _ in m.action_ids())
+    )
     request_id = re.search(r"req_[A-Za-z0-9]+", request.all_text()).group(0)
 
     assert h.bot.sweep_expired() == 0  # nothing due yet: nothing touched

@@ -36,8 +36,9 @@ def test_a_forged_decide_button_is_refused_privately_and_changes_nothing(
     steps_before = len(store.steps())
     posted_before = len(h.api.messages)
 
-    r = h.send.block_action(action_id, value, user="UMALLORY", channel="CINC", message_ts=diag.ts,
-                            thread_ts=diag.thread_ts)
+    r = h.send.block_action(
+        action_id, value, user="UMALLORY", channel="CINC", message_ts=diag.ts, thread_ts=diag.thread_ts
+    )
     assert r.status_code == 200  # acked: Slack shows no error, the refusal follows privately
     h.settle()
 

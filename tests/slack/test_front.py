@@ -136,7 +136,9 @@ def test_oversized_bodies_are_refused_unread(slack_harness) -> None:
 def test_a_dribbled_body_and_headers_time_out(slack_api, tmp_path) -> None:
     settings = slack_settings(slack_api, tmp_path / "t.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET, body_deadline=1.0), "127.0.0.1", 0, header_timeout=1.0).start()
+    server = HttpServer(
+        SlackFront(bot.app, signing_secret=SIGNING_SECRET, body_deadline=1.0), "127.0.0.1", 0, header_timeout=1.0
+    ).start()
     try:
         host, port = "127.0.0.1", server.port
         # Headers never finished: the server closes the socket after the header timeout.
@@ -178,7 +180,9 @@ def test_a_dribbled_body_and_headers_time_out(slack_api, tmp_path) -> None:
 def test_half_open_connections_beyond_the_cap_evict_the_oldest(slack_api, tmp_path) -> None:
     settings = slack_settings(slack_api, tmp_path / "e.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET), "127.0.0.1", 0, header_timeout=60, max_connections=50).start()
+    server = HttpServer(
+        SlackFront(bot.app, signing_secret=SIGNING_SECRET), "127.0.0.1", 0, header_timeout=60, max_connections=50
+    ).start()
     socks: list[socket.socket] = []
     try:
         for _ in range(200):
@@ -194,8 +198,11 @@ def test_half_open_connections_beyond_the_cap_evict_the_oldest(slack_api, tmp_pa
         assert server.evictions >= 150
         # The server's count of open connections is the kernel's (it decides when to evict), once the
         # reactor has read the end of the two clients that just closed.
-        eventually(lambda: server.reactor.open == _established(server.port), 5,
-                   "the server's count of open connections to be the kernel's")
+        eventually(
+            lambda: server.reactor.open == _established(server.port),
+            5,
+            "the server's count of open connections to be the kernel's",
+        )
         assert server.reactor.open == _established(server.port) <= 50
     finally:
         for s in socks:
@@ -256,8 +263,13 @@ def served(slack_api, sandbox, tmp_path) -> Iterator[Any]:
             "sys.exit(serve(load_settings(dotenv=None)))"
         )
         proc = subprocess.Popen(
-            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, cwd=str(tmp_path), preexec_fn=limit,
+            [sys.executable, "-c", code],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(tmp_path),
+            preexec_fn=limit,
         )
         procs.append(proc)
         assert proc.stdout is not None
@@ -288,8 +300,11 @@ def test_four_unsigned_one_gib_bodies_leave_rss_growth_under_50_mb(served) -> No
     sender.command("cases")  # warm up the request path
     base_hwm = _vm(pid, "VmHWM")
     ts = str(int(time.time()))
-    headers = {"x-slack-request-timestamp": ts, "x-slack-signature": "v0=" + "3" * 64,
-               "content-type": "application/json"}
+    headers = {
+        "x-slack-request-timestamp": ts,
+        "x-slack-signature": "v0=" + "3" * 64,
+        "content-type": "application/json",
+    }
     offered = [0]
     lock = threading.Lock()
 

@@ -48,8 +48,9 @@ def _ask(h: SlackHarness, user: str = "UBOB", command: str = "handoff") -> str:
 
 def _watched_request(incident_sandbox: SandboxHandle, slack_harness: Any, tmp_path: Path) -> tuple[Any, Any, Any, Any]:
     """A stop watch posted in its channel, and a two-person ``close`` asked there (the case's thread)."""
-    h: SlackHarness = slack_harness.real(incident_sandbox, watch_channel=WATCH, runbooks_dir=_runbooks(tmp_path),
-                                         approvers=("UBOB",))
+    h: SlackHarness = slack_harness.real(
+        incident_sandbox, watch_channel=WATCH, runbooks_dir=_runbooks(tmp_path), approvers=("UBOB",)
+    )
     watcher = attach_watch(h.bot, start=False)
     runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
     assert watcher is not None and runner is not None
@@ -57,8 +58,12 @@ def _watched_request(incident_sandbox: SandboxHandle, slack_harness: Any, tmp_pa
     incident_sandbox.admin.stop(SID)
     watcher.poll_once()  # its case, posted in the watch channel
     (post,) = [p for p in h.api.roots(WATCH) if f"Stopped: {SID} " in p.text]
-    assert h.send.command(f'decide {SID} close --reason "the customer cancelled"', user="UALICE",
-                          channel=WATCH).status_code == 200
+    assert (
+        h.send.command(
+            f'decide {SID} close --reason "the customer cancelled"', user="UALICE", channel=WATCH
+        ).status_code
+        == 200
+    )
     h.settle()
     (request,) = [r for r in h.bot.router.services.decisions.requests.find(session_id=SID) if r.is_open]
     return h, (watcher, runner), post, request
@@ -104,9 +109,12 @@ def test_an_expired_request_is_handed_off_once_with_who_asked_and_how_to_ask_aga
     listed = _ask(h, command="pending --all")
     assert f"Expired: `{request.id}` close on `{SID}` · asked by <@UALICE>" in listed and "ask again" in listed
     said = _ask(h)
-    expired = re.search(rf"Expired: `{request.id}` close on `{SID}` · asked by <@UALICE> · expired at "
-                        rf"{re.escape(request.expires_at)} \([^)]*\), nothing was sent · ask again: "
-                        rf"`/recover decide {SID} close --reason", said)
+    expired = re.search(
+        rf"Expired: `{request.id}` close on `{SID}` · asked by <@UALICE> · expired at "
+        rf"{re.escape(request.expires_at)} \([^)]*\), nothing was sent · ask again: "
+        rf"`/recover decide {SID} close --reason",
+        said,
+    )
     assert expired is not None, said
     again = _ask(h)  # the hand-off after the one that handed the expiry off
     assert f"Expired: `{request.id}`" not in again and f"`{SID}`" in again

@@ -94,7 +94,10 @@ def test_bad_signature_or_stale_timestamp_is_refused_and_changes_nothing(slack_h
     router = FakeRouter()
     h: SlackHarness = slack_harness(router)
     body = h.send.command_body("diagnose sess_x")
-    assert h.send.post(body, content_type="application/x-www-form-urlencoded", signature="v0=" + "0" * 64).status_code == 401
+    assert (
+        h.send.post(body, content_type="application/x-www-form-urlencoded", signature="v0=" + "0" * 64).status_code
+        == 401
+    )
     old = int(time.time()) - 6 * 60
     assert h.send.post(body, content_type="application/x-www-form-urlencoded", timestamp=old).status_code == 401
     time.sleep(0.3)
@@ -113,6 +116,7 @@ def test_ack_within_3s_while_work_takes_10s_and_20_commands_arrive(slack_harness
     router = FakeRouter(delay=10.0)
     h: SlackHarness = slack_harness(router, work_threads=24)
     with ThreadPoolExecutor(20) as pool:
+
         def one(i: int) -> tuple[int, float]:
             t0 = time.monotonic()
             r = h.send.command(f"slow sess_{i}")
@@ -123,7 +127,9 @@ def test_ack_within_3s_while_work_takes_10s_and_20_commands_arrive(slack_harness
     assert max(elapsed for _, elapsed in results) < 3.0, results
     # A button click arriving meanwhile is acked at once too.
     t0 = time.monotonic()
-    assert h.send.block_action("rb:approve:0", "req_x", user="UBOB", channel="CINC", message_ts="1.0").status_code == 200
+    assert (
+        h.send.block_action("rb:approve:0", "req_x", user="UBOB", channel="CINC", message_ts="1.0").status_code == 200
+    )
     assert time.monotonic() - t0 < 3.0
     h.settle(120)
 
@@ -202,7 +208,9 @@ def test_errors_reach_only_the_actor_and_commands_without_session_use_response_u
     h.send.command("frobnicate")
     h.send.command("cases")
     h.settle()
-    kinds = {json.dumps(body["blocks"]).count("unknown command") > 0: body["response_type"] for _, body in h.api.responses}
+    kinds = {
+        json.dumps(body["blocks"]).count("unknown command") > 0: body["response_type"] for _, body in h.api.responses
+    }
     assert kinds[True] == "ephemeral"
     assert any("no open case" in body["text"] for _, body in h.api.responses)
     assert h.api.roots() == []
@@ -216,8 +224,14 @@ def test_every_request_kind_is_acked_promptly(slack_harness) -> None:
         lambda: h.send.block_action("rb:approve:0", "req_none", user="UBOB", channel="CINC", message_ts="1.0"),
         lambda: h.send.block_action("someone_elses_button", "x", user="UBOB", channel="CINC", message_ts="1.0"),
         lambda: h.send.event("EvA", {"type": "app_home_opened", "user": "UALICE", "tab": "home"}),
-        lambda: h.send.submit_view({"type": "modal", "callback_id": "recover_decide", "private_metadata": json.dumps({"s": "s", "d": "close"})},
-                                   {"reason": "r"}),
+        lambda: h.send.submit_view(
+            {
+                "type": "modal",
+                "callback_id": "recover_decide",
+                "private_metadata": json.dumps({"s": "s", "d": "close"}),
+            },
+            {"reason": "r"},
+        ),
     ]
     for send in requests:
         t0 = time.monotonic()
@@ -231,8 +245,11 @@ def test_a_listener_that_never_acks_is_what_the_regression_guards(slack_api) -> 
     from slack_bolt import App, BoltRequest
     from slack_sdk import WebClient
 
-    app = App(client=WebClient(token="xoxb-x", base_url=slack_api.base_url), signing_secret="s",
-              request_verification_enabled=False)
+    app = App(
+        client=WebClient(token="xoxb-x", base_url=slack_api.base_url),
+        signing_secret="s",
+        request_verification_enabled=False,
+    )
 
     @app.command("/recover")
     def forgot(body):  # no ack()

@@ -112,7 +112,9 @@ def test_ambiguous_framing_is_refused_and_nothing_reaches_the_app(harness: Slack
     for chunked in ("zz\r\nabc\r\n0\r\n\r\n", "3\r\nabcXY0\r\n\r\n"):
         with _connect(harness.server.url) as sock:
             sock.sendall(
-                f"POST /slack/events HTTP/1.1\r\nHost: b\r\n{signed}Transfer-Encoding: chunked\r\n\r\n{chunked}".encode()
+                (
+                    f"POST /slack/events HTTP/1.1\r\nHost: b\r\n{signed}Transfer-Encoding: chunked\r\n\r\n{chunked}"
+                ).encode()
             )
             assert [s for s, _ in _responses(_read_all(sock))] == [400]
     harness.settle()
@@ -173,7 +175,9 @@ def test_requests_in_flight_beyond_the_cap_get_503_and_the_rest_is_served(slack_
     once (not a wait), and once their deadline has passed the server answers again."""
     settings = slack_settings(slack_api, tmp_path / "f.db")
     bot = build_bot(settings, FakeRouter(), store=Store(settings.db_path))
-    server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET, body_deadline=1.5), "127.0.0.1", 0, max_in_flight=2).start()
+    server = HttpServer(
+        SlackFront(bot.app, signing_secret=SIGNING_SECRET, body_deadline=1.5), "127.0.0.1", 0, max_in_flight=2
+    ).start()
     sender = SlackSender(server.url + "/slack/events", stand_in=slack_api)
     holders = []
     try:
@@ -231,6 +235,7 @@ def test_stop_closes_idle_connections_and_answers_the_request_in_flight(slack_ap
 def test_a_failure_while_answering_costs_one_connection_not_the_server(caplog) -> None:
     """A handler whose answer cannot even be written (a header that is not Latin-1) must not leave the
     connection open or the server stuck: the client sees the end of its stream, the next one is served."""
+
     class Broken:
         ready = threading.Event()
 

@@ -24,8 +24,9 @@ from tests.fixtures.slack import SlackHarness
 from tests.slack.fake_router import FakeRouter
 
 TOKEN = st.text(alphabet=string.ascii_letters + string.digits + "-", min_size=1, max_size=20)
-VALUE = st.text(alphabet=string.printable.replace("\r", "").replace("\n", "").replace("\x0b", "").replace("\x0c", ""),
-                max_size=40)
+VALUE = st.text(
+    alphabet=string.printable.replace("\r", "").replace("\n", "").replace("\x0b", "").replace("\x0c", ""), max_size=40
+)
 
 
 @given(
@@ -157,8 +158,25 @@ def test_only_http_1_0_and_1_1_are_served() -> None:
 
 CHUNKED_HEAD = b"POST /slack/events HTTP/1.1\r\nHost: b\r\nTransfer-Encoding: chunked\r\n\r\n"
 PIECES = st.sampled_from(
-    [b"\r\n", b"\r", b"\n", b" ", b"\t", b":", b";", b"=", b"a", b"0", b"5", b"f", b"10", b"\x00", b"\xff", b"xxxxx",
-     b"X-T: v"]
+    [
+        b"\r\n",
+        b"\r",
+        b"\n",
+        b" ",
+        b"\t",
+        b":",
+        b";",
+        b"=",
+        b"a",
+        b"0",
+        b"5",
+        b"f",
+        b"10",
+        b"\x00",
+        b"\xff",
+        b"xxxxx",
+        b"X-T: v",
+    ]
 )
 
 

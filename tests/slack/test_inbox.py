@@ -31,7 +31,12 @@ def test_concurrent_puts_each_commit_once_and_a_repeated_key_gets_no_row(tmp_pat
     assert inbox.states() == {"queued": 20}
     assert inbox.put("command", "command:T1:trig-3", {"body": {}}) is None  # still refused later
     # A fresh Inbox over the same file (another process, a restart) sees the same keys.
-    assert Inbox(Store(tmp_path / "inbox.db", migrations=[slack_migrations])).put("command", "command:T1:trig-3", {"body": {}}) is None
+    assert (
+        Inbox(Store(tmp_path / "inbox.db", migrations=[slack_migrations])).put(
+            "command", "command:T1:trig-3", {"body": {}}
+        )
+        is None
+    )
 
 
 def test_a_claim_is_a_compare_and_set_between_workers(tmp_path) -> None:
@@ -63,16 +68,26 @@ def test_a_row_that_is_not_a_delivery_is_marked_never_raised_also_as_an_orphan(t
     inbox = Inbox(Store(db, migrations=[slack_migrations]))
     inbox.put("command", "k-good-1", {"body": {"text": "help"}})
     with sqlite3.connect(inbox_path(db)) as conn:
-        for key, raw in [("k-utf8", b'{"body": {"user_id": "U1", "text": "\xff"}}'), ("k-json", b"{"),
-                         ("k-list", b"[1, 2]"), ("k-deep", b"[" * 100_000)]:
-            conn.execute("INSERT INTO slack_inbox (key, kind, payload, state, created_at) "
-                         "VALUES (?, 'command', CAST(? AS TEXT), 'queued', 0)", [key, raw])
+        for key, raw in [
+            ("k-utf8", b'{"body": {"user_id": "U1", "text": "\xff"}}'),
+            ("k-json", b"{"),
+            ("k-list", b"[1, 2]"),
+            ("k-deep", b"[" * 100_000),
+        ]:
+            conn.execute(
+                "INSERT INTO slack_inbox (key, kind, payload, state, created_at) "
+                "VALUES (?, 'command', CAST(? AS TEXT), 'queued', 0)",
+                [key, raw],
+            )
     inbox.put("command", "k-good-2", {"body": {"text": "help"}})
     items = inbox.claim("w1", limit=10)
     assert [i.damage is None for i in items] == [True, False, False, False, False, True]
     assert items[1].payload == {"body": {"user_id": "U1", "text": "\ufffd"}}  # enough to tell its author
-    assert [i.damage for i in items[2:5]] == ["its payload is not JSON", "its payload is a JSON list, not an object",
-                                              "its payload is not JSON"]
+    assert [i.damage for i in items[2:5]] == [
+        "its payload is not JSON",
+        "its payload is a JSON list, not an object",
+        "its payload is not JSON",
+    ]
     assert inbox.quarantine(items[1].id, "w2") is False  # only by the claimer
     assert inbox.quarantine(items[1].id, "w1") is True and inbox.quarantined() == (1, items[1].id)
     inbox.beat("w1")

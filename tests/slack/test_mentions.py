@@ -41,8 +41,13 @@ def _texts(h: SlackHarness) -> list[str]:
 
 def test_a_log_line_a_reason_and_a_note_with_mentions_post_no_live_mention(slack_harness, sandbox, tmp_path) -> None:
     logs = tmp_path / "worker.log"
-    line = {"ts": "2026-11-29T09:59:00Z", "level": "error", "event": "worker.restore.failed",
-            "session_id": SESSION, "msg": "restore failed <!channel> ping <@U0BADBAD> & <!here> <!subteam^S0BAD>"}
+    line = {
+        "ts": "2026-11-29T09:59:00Z",
+        "level": "error",
+        "event": "worker.restore.failed",
+        "session_id": SESSION,
+        "msg": "restore failed <!channel> ping <@U0BADBAD> & <!here> <!subteam^S0BAD>",
+    }
     logs.write_text(json.dumps(line) + "\n")
     h: SlackHarness = slack_harness.real(sandbox, log_files=str(logs))
     h.api.fail("files.getUploadURLExternal", "missing_scope", times=None)  # long output shown inline
@@ -50,8 +55,11 @@ def test_a_log_line_a_reason_and_a_note_with_mentions_post_no_live_mention(slack
     h.send.command(f"note {SESSION} paging <!channel> and <@U0BADBAD>", user="UALICE")
     h.settle()
     # Form fields reach the core exactly as typed (slash-command text is decoded by Slack first).
-    view = {"type": "modal", "callback_id": "recover_decide",
-            "private_metadata": json.dumps({"s": SESSION, "d": "close", "c": "CINC", "t": None})}
+    view = {
+        "type": "modal",
+        "callback_id": "recover_decide",
+        "private_metadata": json.dumps({"s": SESSION, "d": "close", "c": "CINC", "t": None}),
+    }
     h.send.submit_view(view, {"reason": "tell <!everyone> & <!here> about <@U0BADBAD>"}, user="UALICE")
     h.settle()
     texts = _texts(h)

@@ -71,8 +71,13 @@ def test_slack_request_approval_confirmation_and_rejection_fit_their_budget(slac
     asked2 = step('decide ses_restore_transient close --reason "store is gone for good"', "UALICE")
     other_id = re.search(r"req_[A-Za-z0-9]+", asked2[-1].all_text()).group(0)  # type: ignore[union-attr]
     rejected = step(f'reject {other_id} --reason "not yet"', "UBOB")
-    for what, messages in [("request", asked), ("approval", approved), ("confirmation request", confirm),
-                           ("confirmation", confirmed), ("rejection", rejected)]:
+    for what, messages in [
+        ("request", asked),
+        ("approval", approved),
+        ("confirmation request", confirm),
+        ("confirmation", confirmed),
+        ("rejection", rejected),
+    ]:
         assert messages, what
         for m in messages:
             assert slack_lines(m) <= REPLY_BUDGET, (what, slack_lines(m), m.all_text())
@@ -111,8 +116,14 @@ def test_console_request_approval_confirmation_and_rejection_fit_their_budget(ro
 
 @pytest.mark.parametrize(
     "session",
-    ["ses_unknown_unanswered", "ses_unknown_ckpt_unavailable", "ses_restore_damaged", "ses_startup_stopped",
-     "ses_restore_transient", "ses_incompatible"],
+    [
+        "ses_unknown_unanswered",
+        "ses_unknown_ckpt_unavailable",
+        "ses_restore_damaged",
+        "ses_startup_stopped",
+        "ses_restore_transient",
+        "ses_incompatible",
+    ],
 )
 def test_diagnose_fits_before_details_and_details_has_every_fact(router: Router, session: str) -> None:
     reply, posted = _say(router, f"diagnose {session}")
@@ -133,8 +144,10 @@ def test_a_triage_group_is_at_most_three_lines(router: Router) -> None:
     starts = [i for i, line in enumerate(text) if line.startswith("*t1.g")]
     assert len(starts) >= 3
     for i, start in enumerate(starts):
-        end = starts[i + 1] if i + 1 < len(starts) else next(
-            j for j in range(start + 1, len(text)) if not text[j].startswith("    ")
+        end = (
+            starts[i + 1]
+            if i + 1 < len(starts)
+            else next(j for j in range(start + 1, len(text)) if not text[j].startswith("    "))
         )
         assert end - start <= GROUP_BUDGET, text[start:end]
 
@@ -153,7 +166,10 @@ def _blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_slack_details_is_one_click_and_a_typo_gets_the_corrected_command(slack_harness: Any, sandbox: Any) -> None:
     h: SlackHarness = slack_harness.real(sandbox)
-    assert h.send.command('decide ses_startup_stopped close --reason "repository is gone"', user="UALICE").status_code == 200
+    assert (
+        h.send.command('decide ses_startup_stopped close --reason "repository is gone"', user="UALICE").status_code
+        == 200
+    )
     h.settle()
     request = next(m for m in h.api.messages.values() if any(a.startswith("rb:approve:") for a, _ in m.action_ids()))
     assert "attention.code" not in request.all_text()  # the fact list is not in the request

@@ -25,7 +25,9 @@ def test_restart_executes_an_approved_request_once_and_reports_in_the_thread(sla
     first.send.command(f'decide {SESSION} close --reason "store never came back"', user="UALICE")
     first.settle()
     (root,) = first.api.roots("CINC")
-    request = next(m for m in first.api.thread("CINC", root.ts) if any(a.startswith("rb:approve:") for a, _ in m.action_ids()))
+    request = next(
+        m for m in first.api.thread("CINC", root.ts) if any(a.startswith("rb:approve:") for a, _ in m.action_ids())
+    )
     request_id = re.search(r"req_[A-Za-z0-9]+", request.all_text()).group(0)
 
     # The approval's compare-and-set committed; the process died before executing.
@@ -40,7 +42,12 @@ def test_restart_executes_an_approved_request_once_and_reports_in_the_thread(sla
             SESSION,
             "UBOB",
             "decision_approved",
-            {"request_id": request_id, "content_hash": req.content_hash, "channel": "CINC", "allowed_by": {"kind": "any"}},
+            {
+                "request_id": request_id,
+                "content_hash": req.content_hash,
+                "channel": "CINC",
+                "allowed_by": {"kind": "any"},
+            },
             "approved",
             db=conn,
         )

@@ -29,9 +29,18 @@ def test_serve_http_mode_on_a_free_port(slack_api, sandbox, tmp_path) -> None:
         "PORT": "0",
     }
     env.pop("SLACK_APP_TOKEN", None)
-    code = "import sys; from bot.settings import load_settings; from bot.slack import serve; sys.exit(serve(load_settings(dotenv=None)))"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=str(tmp_path))
+    code = (
+        "import sys; from bot.settings import load_settings; from bot.slack import serve; "
+        "sys.exit(serve(load_settings(dotenv=None)))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+    )
     try:
         line = proc.stdout.readline()
         m = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", line)
@@ -41,9 +50,12 @@ def test_serve_http_mode_on_a_free_port(slack_api, sandbox, tmp_path) -> None:
         sender = SlackSender(url + "/slack/events", stand_in=slack_api)
         r = sender.command("diagnose ses_restore_transient")
         assert r.status_code == 200 and "received" in r.text
-        assert sender.post("x=1", content_type="application/x-www-form-urlencoded",
-                           signature="v0=bad").status_code == 401
-        eventually(lambda: any("ses_restore_transient" in m.text for m in slack_api.roots("CINC")), 30, "the case thread")
+        assert (
+            sender.post("x=1", content_type="application/x-www-form-urlencoded", signature="v0=bad").status_code == 401
+        )
+        eventually(
+            lambda: any("ses_restore_transient" in m.text for m in slack_api.roots("CINC")), 30, "the case thread"
+        )
         sender.close()
         assert SIGNING_SECRET not in line and BOT_TOKEN not in line
     finally:

@@ -3,7 +3,8 @@ a row it cannot read back, an inbox write-locked past the busy timeout, text fra
 not objects, a link that goes silent.
 
 Real parts: the serving process and its worker process, the sandbox control host over HTTP, the Slack
-Web API stand-in, signed HTTP requests, a `websockets` Socket Mode stand-in, the inbox's SQLite file (written and locked by a second
+Web API stand-in, signed HTTP requests, a `websockets` Socket Mode stand-in, the inbox's SQLite file (written and
+locked by a second
 connection, as another process or a damaged disk would). What is counted: answers on each command's
 own response_url, ephemeral posts, inbox rows, `/healthz`, the log.
 """
@@ -49,9 +50,7 @@ def _damaged_command(sender, user: str) -> bytes:
     return json.dumps({"body": body}).encode().replace(b"MARK", b"\xff\xfe")
 
 
-def test_an_unreadable_inbox_row_is_quarantined_and_reported_and_the_others_run(
-    slack_api, sandbox, tmp_path
-) -> None:
+def test_an_unreadable_inbox_row_is_quarantined_and_reported_and_the_others_run(slack_api, sandbox, tmp_path) -> None:
     db, log = tmp_path / "serve.db", tmp_path / "serve.log"
     with _served(slack_api, sandbox, db, tmp_path, log=log) as (_, url, sender):
         inbox = Inbox(Store(db, migrations=[slack_migrations]))
@@ -60,15 +59,19 @@ def test_an_unreadable_inbox_row_is_quarantined_and_reported_and_the_others_run(
         os.kill(pid, signal.SIGSTOP)  # the worker holds still: what follows is claimed in one batch
         try:
             with sqlite3.connect(inbox_path(db)) as conn:
-                rows = [("command", "command:T1:bad-utf8", _damaged_command(sender, "UCAROL")),
-                        ("command", "command:T1:bad-json", b'{"body": {"text": "help", "user_id": "UDAN"'),
-                        ("command", "command:T1:not-an-object", b'"just a string"'),
-                        ("command", "command:T1:bad-shape", b'{"body": "help"}'),
-                        ("telepathy", "telepathy:T1:1", b'{"body": {}}')]
+                rows = [
+                    ("command", "command:T1:bad-utf8", _damaged_command(sender, "UCAROL")),
+                    ("command", "command:T1:bad-json", b'{"body": {"text": "help", "user_id": "UDAN"'),
+                    ("command", "command:T1:not-an-object", b'"just a string"'),
+                    ("command", "command:T1:bad-shape", b'{"body": "help"}'),
+                    ("telepathy", "telepathy:T1:1", b'{"body": {}}'),
+                ]
                 for kind, key, raw in rows:
                     conn.execute(
                         "INSERT INTO slack_inbox (key, kind, payload, state, created_at) "
-                        "VALUES (?, ?, CAST(? AS TEXT), 'queued', ?)", [key, kind, raw, time.time()])
+                        "VALUES (?, ?, CAST(? AS TEXT), 'queued', ?)",
+                        [key, kind, raw, time.time()],
+                    )
             paths = []
             for i in range(5):
                 body = sender.command_body("help", user=f"UHELP{i}")
@@ -92,8 +95,13 @@ def test_an_unreadable_inbox_row_is_quarantined_and_reported_and_the_others_run(
         assert all(len(_answers(slack_api, p)) == 1 for p in paths)  # each run once
     written = log.read_text()
     assert written.count("quarantined, not run") == 5, written
-    for why in ["not UTF-8", "not JSON", "a JSON str, not an object", "command payload is not one this bot stores",
-                "kind 'telepathy' is not one this bot queues"]:
+    for why in [
+        "not UTF-8",
+        "not JSON",
+        "a JSON str, not an object",
+        "command payload is not one this bot stores",
+        "kind 'telepathy' is not one this bot queues",
+    ]:
         assert why in written, why
     assert "Traceback" not in written
 
@@ -123,8 +131,11 @@ def test_a_delivery_whose_commit_failed_is_not_seen_and_slacks_retry_is_queued(s
         assert retry.status_code == 200 and "received" in retry.text, (retry.status_code, retry.text)
         assert sender.event("Ev-locked-1", home, retry_num=1).status_code == 200
         eventually(lambda: bool(_answers(slack_api, _reply_path(body))), 30, "the retried command answered")
-        eventually(lambda: any(
-            c.params.get("user_id") == "UHOME" for c in slack_api.calls_to("views.publish")), 30, "the retried event's App Home")
+        eventually(
+            lambda: any(c.params.get("user_id") == "UHOME" for c in slack_api.calls_to("views.publish")),
+            30,
+            "the retried event's App Home",
+        )
         eventually(lambda: inbox.states() == {"done": 2}, 30, "both done")
         # Once committed, a repeat is refused as before (in memory, then by the inbox's key).
         again = sender.post(body, content_type="application/x-www-form-urlencoded")

@@ -74,10 +74,22 @@ class SocketStandIn:
             assert self.connected.wait_for(lambda: len(self.links) >= n, timeout), f"{len(self.links)} links"
 
     def envelope(self, envelope_id: str, text: str) -> float:
-        payload = {"command": "/recover", "text": text, "user_id": "UALICE", "channel_id": "CINC", "team_id": "T1",
-                   "api_app_id": "A1", "response_url": "http://127.0.0.1:9/none", "trigger_id": f"trig-{envelope_id}"}
-        msg = {"envelope_id": envelope_id, "type": "slash_commands", "accepts_response_payload": True,
-               "payload": payload}
+        payload = {
+            "command": "/recover",
+            "text": text,
+            "user_id": "UALICE",
+            "channel_id": "CINC",
+            "team_id": "T1",
+            "api_app_id": "A1",
+            "response_url": "http://127.0.0.1:9/none",
+            "trigger_id": f"trig-{envelope_id}",
+        }
+        msg = {
+            "envelope_id": envelope_id,
+            "type": "slash_commands",
+            "accepts_response_payload": True,
+            "payload": payload,
+        }
         self.call(self.links[-1].send(json.dumps(msg)))
         return time.monotonic()
 
@@ -91,7 +103,9 @@ class SocketStandIn:
         self.loop.call_soon_threadsafe(self.links[n].transport.pause_reading)
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(lambda: self._stop is not None and not self._stop.done() and self._stop.set_result(None))
+        self.loop.call_soon_threadsafe(
+            lambda: self._stop is not None and not self._stop.done() and self._stop.set_result(None)
+        )
         self.thread.join(10)
 
 
@@ -166,7 +180,9 @@ def test_healthz_reports_the_links_state(slack_api, tmp_path) -> None:
         assert httpx.post(server.url + "/slack/events", content=b"x").status_code == 404  # no HTTP events here
         slack_api.socket_url = None  # apps.connections.open now refuses: the link cannot come back
         stand_in.call(_drop(stand_in.links[0]))
-        eventually(lambda: httpx.get(server.url + "/healthz").status_code != 200, 5, "/healthz unhealthy without a link")
+        eventually(
+            lambda: httpx.get(server.url + "/healthz").status_code != 200, 5, "/healthz unhealthy without a link"
+        )
         assert "socket_mode: reconnecting" in httpx.get(server.url + "/healthz").text
     finally:
         server.stop()

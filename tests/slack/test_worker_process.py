@@ -37,7 +37,13 @@ from tests.fixtures.waiting import eventually
 
 
 def _start_serve(
-    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path, *, app_token: str | None = None, log: Path | None = None,
+    slack_api: SlackStandIn,
+    sandbox,
+    db: Path,
+    cwd: Path,
+    *,
+    app_token: str | None = None,
+    log: Path | None = None,
     env_update: dict[str, str | None] | None = None,
 ) -> subprocess.Popen[str]:
     """`recover-bot serve` as its own process: HTTP with the signing secret, or Socket Mode with ``app_token``.
@@ -69,15 +75,29 @@ def _start_serve(
             env[name] = value
     if log is not None:
         with log.open("w") as err:
-            return subprocess.Popen([str(Path(sys.executable).with_name("recover-bot")), "serve"], env=env,
-                                    stdout=subprocess.PIPE, stderr=err, text=True, cwd=str(cwd))
-    code = "import sys; from bot.settings import load_settings; from bot.slack import serve; sys.exit(serve(load_settings(dotenv=None)))"
+            return subprocess.Popen(
+                [str(Path(sys.executable).with_name("recover-bot")), "serve"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                cwd=str(cwd),
+            )
+    code = (
+        "import sys; from bot.settings import load_settings; from bot.slack import serve; "
+        "sys.exit(serve(load_settings(dotenv=None)))"
+    )
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True, cwd=str(cwd))
 
 
 @contextmanager
 def _served(
-    slack_api: SlackStandIn, sandbox, db: Path, cwd: Path, *, log: Path | None = None,
+    slack_api: SlackStandIn,
+    sandbox,
+    db: Path,
+    cwd: Path,
+    *,
+    log: Path | None = None,
     env_update: dict[str, str | None] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[str], str, SlackSender]]:
     """Serve over HTTP until a worker is healthy; yield the process, its URL and a signed sender; stop it."""
@@ -134,7 +154,9 @@ def _answers(slack_api: SlackStandIn, path: str) -> list[dict]:
 
 
 @pytest.mark.subprocess
-def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(slack_api, sandbox_factory, tmp_path) -> None:
+def test_sigkill_of_the_worker_loses_no_queued_command_and_runs_none_twice(
+    slack_api, sandbox_factory, tmp_path
+) -> None:
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
     db = tmp_path / "serve.db"
     with _served(slack_api, sandbox, db, tmp_path) as (proc, url, sender):
@@ -234,7 +256,9 @@ def test_two_workers_on_one_store_run_each_item_once(slack_api, sandbox, tmp_pat
 
 
 @pytest.mark.subprocess
-def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slack_api, sandbox_factory, tmp_path) -> None:
+def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(
+    slack_api, sandbox_factory, tmp_path
+) -> None:
     """views.open needs the click's trigger_id within 3 s: it is called from the acking process (the
     form's fields come from the runbook, no control host); the form's validation errors are the
     submission's synchronous answer; the decision itself goes through the inbox to the worker."""
@@ -261,10 +285,16 @@ def test_the_decision_form_opens_within_slacks_3_s_while_the_worker_is_busy(slac
         assert inbox.states().get("queued", 0) >= 1  # the decision waits for a free worker thread
         sandbox.admin.clear_faults()
         # close is two-person (R4): the worker posts the approval request into the case's thread.
-        eventually(lambda: any(
-            a.startswith("rb:approve:") for m in slack_api.messages.copy().values() for a, _ in m.action_ids()
-            if sid in m.all_text()
-        ), 90, "the approval request")
+        eventually(
+            lambda: any(
+                a.startswith("rb:approve:")
+                for m in slack_api.messages.copy().values()
+                for a, _ in m.action_ids()
+                if sid in m.all_text()
+            ),
+            90,
+            "the approval request",
+        )
 
 
 @pytest.mark.subprocess
@@ -287,7 +317,9 @@ def test_socket_mode_deliveries_go_through_the_same_inbox_to_the_worker(slack_ap
         sent = stand_in.envelope("env-serve-1", "diagnose ses_restore_transient")
         eventually(lambda: "env-serve-1" in stand_in.acks, 3.0, "the ack")
         assert stand_in.acks["env-serve-1"] - sent < 3.0
-        eventually(lambda: any("ses_restore_transient" in r.text for r in slack_api.roots("CINC")), 60, "the case thread")
+        eventually(
+            lambda: any("ses_restore_transient" in r.text for r in slack_api.roots("CINC")), 60, "the case thread"
+        )
         inbox = Inbox(Store(db, migrations=[slack_migrations]))
         eventually(lambda: inbox.states() == {"done": 1}, 60, "the item done")
         assert inbox.claimed_by() and all(not w.startswith("inline:") for w in inbox.claimed_by())

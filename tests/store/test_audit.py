@@ -220,9 +220,7 @@ def test_cli_reads_recover_db_and_stdout_export(filled: Store, tmp_path: Path) -
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize(
-    "argv", [["audit", "--help"], ["audit", "verify", "--help"], ["audit", "export", "--help"]]
-)
+@pytest.mark.parametrize("argv", [["audit", "--help"], ["audit", "verify", "--help"], ["audit", "export", "--help"]])
 def test_every_audit_help_shows_an_example(argv: list[str], tmp_path: Path) -> None:
     res = _cli(*argv, cwd=tmp_path)
     assert res.returncode == 0 and "example:" in res.stdout and "recover-bot audit" in res.stdout

@@ -28,8 +28,14 @@ KEY = "vouching-test-key-0123456789"
 
 def _cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("RECOVER_")}
-    return subprocess.run([sys.executable, "-m", "bot.cli", "audit", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**base, "RECOVER_AUDIT_KEY": "none", **env}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", "audit", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**base, "RECOVER_AUDIT_KEY": "none", **env},
+        timeout=120,
+    )
 
 
 def _published(db: Path, cwd: Path) -> str:
@@ -58,7 +64,9 @@ def _forge(db: Path) -> None:
 
 
 @pytest.mark.subprocess
-def test_verify_flags_steps_after_the_published_head_with_exit_1(unkeyed: tuple[Path, Path, str], tmp_path: Path) -> None:
+def test_verify_flags_steps_after_the_published_head_with_exit_1(
+    unkeyed: tuple[Path, Path, str], tmp_path: Path
+) -> None:
     db, _, head = unkeyed
     intact = _cli("verify", "--db", str(db), "--head", head, cwd=tmp_path)
     assert intact.returncode == 3 and "OK: 3 steps" in intact.stdout  # unkeyed, nothing after the head
@@ -241,23 +249,51 @@ def _forge_approval(db: Path, rid: str, approver: str) -> list[int]:
     req = dict(conn.execute("SELECT * FROM decision_requests WHERE id = ?", [rid]).fetchone())
     last = dict(conn.execute("SELECT * FROM steps ORDER BY seq DESC LIMIT 1").fetchone())
     forged = [
-        ("decision_approved", {"request_id": rid, "content_hash": req["content_hash"], "channel": "CRECOVER01",
-                               "allowed_by": "approvers"}, "approved", None),
-        ("request_state", {"request_id": rid, "from": "requested", "to": "approved"}, "approved",
-         {"approved_by": approver}),
+        (
+            "decision_approved",
+            {
+                "request_id": rid,
+                "content_hash": req["content_hash"],
+                "channel": "CRECOVER01",
+                "allowed_by": "approvers",
+            },
+            "approved",
+            None,
+        ),
+        (
+            "request_state",
+            {"request_id": rid, "from": "requested", "to": "approved"},
+            "approved",
+            {"approved_by": approver},
+        ),
     ]
     seqs = []
     for step, inputs, outcome, detail in forged:
-        row = {**last, "seq": last["seq"] + 1, "actor": approver, "step": step, "inputs": json.dumps(inputs),
-               "outcome": outcome, "detail": json.dumps(detail) if detail else None, "http_status": None,
-               "idempotency_key": None, "receipt_id": None, "prev_hash": last["hash"], "v": PLAIN_VERSION}
+        row = {
+            **last,
+            "seq": last["seq"] + 1,
+            "actor": approver,
+            "step": step,
+            "inputs": json.dumps(inputs),
+            "outcome": outcome,
+            "detail": json.dumps(detail) if detail else None,
+            "http_status": None,
+            "idempotency_key": None,
+            "receipt_id": None,
+            "prev_hash": last["hash"],
+            "v": PLAIN_VERSION,
+        }
         row["hash"] = step_hash(row, row["prev_hash"])
-        conn.execute(f"INSERT INTO steps ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",  # noqa: S608
-                     list(row.values()))
+        conn.execute(
+            f"INSERT INTO steps ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",  # noqa: S608
+            list(row.values()),
+        )
         seqs.append(row["seq"])
         last = row
-    conn.execute("UPDATE decision_requests SET state = 'approved', approved_by = ?, approved_at = ? WHERE id = ?",
-                 [approver, last["at"], rid])
+    conn.execute(
+        "UPDATE decision_requests SET state = 'approved', approved_by = ?, approved_at = ? WHERE id = ?",
+        [approver, last["at"], rid],
+    )
     conn.close()
     return seqs
 

@@ -92,7 +92,9 @@ def test_backup_never_overwrites_and_names_a_missing_store(tmp_path: Path) -> No
     (tmp_path / "taken.db").write_text("an earlier backup")
     res = _cli("backup", str(tmp_path / "taken.db"), "--db", str(store.path), cwd=tmp_path)
     assert res.returncode == 2
-    assert res.stderr.strip() == f"error: {tmp_path / 'taken.db'} exists: a backup never overwrites; give a new file name"
+    assert (
+        res.stderr.strip() == f"error: {tmp_path / 'taken.db'} exists: a backup never overwrites; give a new file name"
+    )
     assert (tmp_path / "taken.db").read_text() == "an earlier backup"
     res = _cli("backup", str(tmp_path / "x.db"), "--db", str(tmp_path / "none.db"), cwd=tmp_path)
     assert res.returncode == 2 and "no step store at" in res.stderr

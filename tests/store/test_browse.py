@@ -25,7 +25,9 @@ try:
 except ModuleNotFoundError:
     if os.environ.get("CI"):
         raise  # never skipped in CI: pip install -e '.[test]' installs it
-    pytest.skip("!!! Datasette is not installed (pip install -e '.[datasette]'): browse tests SKIPPED", allow_module_level=True)
+    pytest.skip(
+        "!!! Datasette is not installed (pip install -e '.[datasette]'): browse tests SKIPPED", allow_module_level=True
+    )
 
 
 def _abandon(env: DecisionEnv, svc: Any, sid: str) -> str:
@@ -51,8 +53,14 @@ def written(decision_env: DecisionEnv) -> tuple[DecisionEnv, dict[str, str]]:
     reply = svc.decide(REQUESTER, CHANNEL, "ses_browse_void", "close", reason="give up", reporter=NullReporter())
     ids["void"] = str(reply.messages[0].ref)
     other = svc.decide(
-        OUTSIDER, CHANNEL, "ses_browse_void", "retry_restore", reason="store fixed", yes=True,
-        cause_fixed="the checkpoint store was repaired", reporter=NullReporter(),
+        OUTSIDER,
+        CHANNEL,
+        "ses_browse_void",
+        "retry_restore",
+        reason="store fixed",
+        yes=True,
+        cause_fixed="the checkpoint store was repaired",
+        reporter=NullReporter(),
     )
     assert other.ok, [m.plain_text() for m in other.messages]
     assert not svc.approve(APPROVER, CHANNEL, ids["void"], NullReporter()).ok

@@ -56,9 +56,7 @@ def test_threads_writing_steps_keep_a_valid_chain(db_path: Path, clock: ManualCl
 def test_two_processes_writing_steps_keep_a_valid_chain(db_path: Path) -> None:
     # Both processes open (and migrate) the fresh file at the same moment.
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(db_path), name, "40"], stderr=subprocess.PIPE, text=True
-        )
+        subprocess.Popen([sys.executable, "-c", WRITER, str(db_path), name, "40"], stderr=subprocess.PIPE, text=True)
         for name in ("P1", "P2")
     ]
     for p in procs:

@@ -50,9 +50,18 @@ def test_each_step_records_its_installation_and_both_chains_verify(tmp_path: Pat
 
 def test_a_step_without_an_installation_hashes_byte_for_byte_as_before_the_column() -> None:
     row = {
-        "case_id": 1, "session_id": "ses_1", "actor": "U1", "at": "2026-01-01T00:00:00.000Z", "step": "x",
-        "inputs": "{}", "outcome": "ok", "detail": None, "http_status": None, "idempotency_key": None,
-        "receipt_id": None, "v": PLAIN_VERSION,
+        "case_id": 1,
+        "session_id": "ses_1",
+        "actor": "U1",
+        "at": "2026-01-01T00:00:00.000Z",
+        "step": "x",
+        "inputs": "{}",
+        "outcome": "ok",
+        "detail": None,
+        "http_status": None,
+        "idempotency_key": None,
+        "receipt_id": None,
+        "v": PLAIN_VERSION,
     }
     prev = "0" * 64
     # The formula every existing store was written with, spelled out.
@@ -130,7 +139,9 @@ def test_a_store_file_swapped_between_installations_is_refused_even_by_rebind(
     shutil.copy(eu.path, store_path(db, "us-1"))  # eu-1's file where us-1's belongs
     us = Store(store_path(db, "us-1"), clock=clock, installation="us-1")
     for rebind in (False, True):
-        with pytest.raises(StoreError, match=r"belongs to installation 'eu-1', not to 'us-1': it was copied or swapped"):
+        with pytest.raises(
+            StoreError, match=r"belongs to installation 'eu-1', not to 'us-1': it was copied or swapped"
+        ):
             binding.bind(us, *US, rebind=rebind)
     assert "copied or swapped" in str(binding.problem(us, *EU))
     # A store from before bindings (its steps the default installation's) where eu-1's belongs.
@@ -146,9 +157,7 @@ def test_a_binding_step_edited_in_place_is_refused(tmp_path: Path, clock: Manual
     binding.bind(store, *EU)
     with _raw(store.path) as conn:
         conn.execute("DROP TRIGGER steps_no_update")
-        conn.execute(
-            "UPDATE steps SET inputs = replace(inputs, ?, ?) WHERE step = ?", [EU[0], US[0], binding.BOUND]
-        )
+        conn.execute("UPDATE steps SET inputs = replace(inputs, ?, ?) WHERE step = ?", [EU[0], US[0], binding.BOUND])
     assert "does not match its hash" in str(binding.problem(store, US[0], EU[1]))
 
 

@@ -50,9 +50,7 @@ def _rehash_from(conn: sqlite3.Connection, seq: int, *, version: int | None = No
         except ValueError:  # keyed: the attacker has no key, so they write plain (version 1) hashes
             v = PLAIN_VERSION
             new = step_hash(row, prev, version=v)
-        conn.execute(
-            "UPDATE steps SET prev_hash = ?, hash = ?, v = ? WHERE seq = ?", [prev, new, v, row["seq"]]
-        )
+        conn.execute("UPDATE steps SET prev_hash = ?, hash = ?, v = ? WHERE seq = ?", [prev, new, v, row["seq"]])
         prev = new
 
 
@@ -158,9 +156,7 @@ def test_a_plain_store_keeps_verifying_after_a_key_is_configured(tmp_path: Path)
         conn.execute("UPDATE steps SET prev_hash = ?, hash = ? WHERE seq = ?", [prev, new, row["seq"]])
         prev = new
     conn.close()
-    assert [(p.seq, p.kind) for p in verify(tmp_path / "old_edit2.db", key=KEY).problems] == [
-        (4, "broken link")
-    ]
+    assert [(p.seq, p.kind) for p in verify(tmp_path / "old_edit2.db", key=KEY).problems] == [(4, "broken link")]
 
 
 def test_a_keyed_store_refuses_to_open_without_its_key_or_with_another(keyed) -> None:

@@ -148,9 +148,7 @@ def test_installation_wide_step_has_no_case(store: Store) -> None:
 
 
 def test_idempotency_record_lifecycle(store: Store, clock: ManualClock) -> None:
-    rec = store.begin_request(
-        "post", "/v1/sessions/ses_1/resume", {"reason": "ok"}, "resume", session_id="ses_1"
-    )
+    rec = store.begin_request("post", "/v1/sessions/ses_1/resume", {"reason": "ok"}, "resume", session_id="ses_1")
     assert rec.method == "POST" and rec.body == '{"reason":"ok"}' and rec.pending and rec.attempts == 0
     assert len(rec.key) == 36
     assert store.unfinished_requests() == [rec]
@@ -219,8 +217,19 @@ def test_the_app_composes_every_core_areas_tables(db_path: Path, clock: ManualCl
         applied = {r[0] for r in db.execute("SELECT migration_set FROM _sqlite_migrations")}
         tables = set(db.table_names())
     assert applied == {"core", "dockerops", "decisions", "triage", "batches", "watch", "escalation"}
-    assert {"cases", "steps", "idempotency", "dryruns", "decision_requests", "triages", "batches", "watch_stops",
-            "watch_state", "escalation_steps", "escalation_live"} <= tables
+    assert {
+        "cases",
+        "steps",
+        "idempotency",
+        "dryruns",
+        "decision_requests",
+        "triages",
+        "batches",
+        "watch_stops",
+        "watch_state",
+        "escalation_steps",
+        "escalation_live",
+    } <= tables
 
 
 def test_unreadable_path_is_a_store_error(tmp_path: Path) -> None:

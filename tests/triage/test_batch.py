@@ -69,9 +69,11 @@ def test_batch_binds_members_and_skips_a_changed_one(incident_sandbox: SandboxHa
     # One member changes after it was bound: someone closes it directly on the control host.
     changed = made[2]
     rev = incident_sandbox.admin.session(changed)["revision"]
-    httpx.post(f"{incident_sandbox.url}/v1/sessions/{changed}/recovery-decisions",
-               json={"decision": "close", "expected_revision": rev, "reason": "closed by hand"},
-               headers={"Authorization": f"Bearer {incident_sandbox.api_key}", "Idempotency-Key": "k-hand-1"})
+    httpx.post(
+        f"{incident_sandbox.url}/v1/sessions/{changed}/recovery-decisions",
+        json={"decision": "close", "expected_revision": rev, "reason": "closed by hand"},
+        headers={"Authorization": f"Bearer {incident_sandbox.api_key}", "Idempotency-Key": "k-hand-1"},
+    )
     done = _run(router, f"/recover approve {batch_id}")  # the requester confirms a single-person batch
     text = _text(done)
     assert "4/5 accepted" in text, text
@@ -92,8 +94,11 @@ def test_retry_restore_leaves_out_incurable_causes_unless_cause_fixed(
     refused = _run(router, f'/recover batch decide {group} retry_restore --reason "retry" --yes')
     assert not refused.ok and "incompatible checkpoint" in _text(refused) and "R2.3" not in refused.messages[0].headline
     assert not incident_sandbox.admin.effect_counts()
-    warned = _run(router, f'/recover batch decide {group} retry_restore --reason "retry" '
-                          '--cause-fixed "workers back on runtime 1.8" --yes')
+    warned = _run(
+        router,
+        f'/recover batch decide {group} retry_restore --reason "retry" '
+        '--cause-fixed "workers back on runtime 1.8" --yes',
+    )
     # The single path's R5.3 warning is read before any send: --yes does not send it, confirm does.
     assert "never succeeds on the same runtime/profile" in _text(warned) and not incident_sandbox.admin.effect_counts()
     ok = _run(router, f"/recover confirm {_batch_id(warned)}")
@@ -166,7 +171,8 @@ from bot.settings import load_settings
 settings = load_settings({"CONTROL_HOST_URL": sys.argv[1], "CONTROL_HOST_API_KEY": sys.argv[2],
                           "RECOVER_DB": sys.argv[3]}, dotenv=None)
 router = build_router(settings)
-print(router.handle_text(sys.argv[4], actor="alice", channel=None, reporter=ListReporter()).messages[0].headline, flush=True)
+reply = router.handle_text(sys.argv[4], actor="alice", channel=None, reporter=ListReporter())
+print(reply.messages[0].headline, flush=True)
 """
 
 
@@ -178,9 +184,19 @@ def test_sigkill_mid_batch_then_restart_every_member_ends_once_with_the_same_key
     db = tmp_path / "recover.db"
     incident_sandbox.admin.fault("latency", path="/v1/sessions/*/recovery-decisions", seconds=0.2, times=None)
     child = subprocess.Popen(  # noqa: S603 - our own interpreter and script
-        [sys.executable, "-c", _CHILD, incident_sandbox.url, incident_sandbox.api_key, str(db),
-         f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "x" --yes'],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            incident_sandbox.url,
+            incident_sandbox.api_key,
+            str(db),
+            f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "x" --yes',
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     seen: dict[str, Any] = {"done": 0, "batch_id": ""}
 

@@ -60,7 +60,9 @@ def test_the_handoff_names_an_open_batchs_requester_as_a_mention(
     made = make_incident(incident_sandbox, {"startup_stopped": 2})["startup_stopped"]
     router = bulk_router(incident_sandbox, tmp_path)
     batch_id = _run(router, f'/recover batch decide --sessions {",".join(made)} close --reason "x"').messages[0].ref
-    (batches,) = [m for m in _run(router, "/recover handoff", actor="bob").messages if m.headline.startswith("Open batches")]
+    (batches,) = [
+        m for m in _run(router, "/recover handoff", actor="bob").messages if m.headline.startswith("Open batches")
+    ]
     assert any(str(batch_id) in line for line in batches.lines)
     # The requester stays a structured mention (live in Slack, readable @alice at the console).
     assert Mention("@", "alice") in [p for line in batches.lines for p in pieces(line)]
@@ -80,15 +82,18 @@ def test_expired_batch_is_never_sent(incident_sandbox: SandboxHandle, tmp_path: 
 def test_channel_restrictions(incident_sandbox: SandboxHandle, tmp_path: Path) -> None:
     made = make_incident(incident_sandbox, {"startup_stopped": 2})["startup_stopped"]
     router = bulk_router(incident_sandbox, tmp_path, channels=("CRECOVER01",))
-    outside = _run(router, f'/recover batch decide --sessions {",".join(made)} close --reason "x"', channel="COTHER0001")
+    outside = _run(
+        router, f'/recover batch decide --sessions {",".join(made)} close --reason "x"', channel="COTHER0001"
+    )
     assert not outside.ok and "not allowed in this channel" in _text(outside)
     inside = _run(router, f'/recover batch decide --sessions {",".join(made)} close --reason "x"', channel="CRECOVER01")
     batch_id = inside.messages[0].ref
     assert _run(router, f"/recover batch {batch_id}", channel="COTHER0001").ok  # showing works anywhere
     stop = _run(router, f"/recover batch {batch_id} stop", channel="COTHER0001")
     assert not stop.ok and "recovery channels" in _text(stop)
-    assert _run(router, "/recover dryrun batch decide --sessions " + made[0] + ' close --reason "x"',
-                channel="COTHER0001").ok
+    assert _run(
+        router, "/recover dryrun batch decide --sessions " + made[0] + ' close --reason "x"', channel="COTHER0001"
+    ).ok
 
 
 def test_the_chain_is_the_authority_a_row_set_to_approved_by_hand_sends_nothing(
@@ -111,18 +116,28 @@ def runbooks():  # type: ignore[no-untyped-def]
 
 def _stopped(sid: str, reason: str, revision: int = 7) -> Candidate:
     facts = {
-        "session.found": True, "session.id": sid, "session.status": "failed",
-        "session.admission_state": "recovery_required", "session.revision": revision,
-        "attention.present": True, "attention.code": "RESTORE_FAILED", "attention.reason": reason,
-        "attention.failures": 3, "attention.retry_at": None, "attention.in_backoff": False,
+        "session.found": True,
+        "session.id": sid,
+        "session.status": "failed",
+        "session.admission_state": "recovery_required",
+        "session.revision": revision,
+        "attention.present": True,
+        "attention.code": "RESTORE_FAILED",
+        "attention.reason": reason,
+        "attention.failures": 3,
+        "attention.retry_at": None,
+        "attention.in_backoff": False,
         "unknown_turn.present": False,
     }
     return Candidate(sid, revision, facts, "restore_stopped")
 
 
 def test_plan_exclusions_and_cause_fixed(runbooks) -> None:  # type: ignore[no-untyped-def]
-    outage, incompatible, damage = (_stopped("s1", "restore_unavailable"),
-                                    _stopped("s2", "incompatible_checkpoint"), _stopped("s3", "restore_refused"))
+    outage, incompatible, damage = (
+        _stopped("s1", "restore_unavailable"),
+        _stopped("s2", "incompatible_checkpoint"),
+        _stopped("s3", "restore_refused"),
+    )
     repeated = _stopped("s4", "restore_unavailable")
     done = {"s4": 1}
     args = {"reason": "x", "repeated": lambda c: done.get(c.session_id, 0), "threshold": 2}

@@ -69,8 +69,9 @@ def test_the_batch_buttons_run_confirm_and_withdraw(incident_sandbox: SandboxHan
     assert buttons["Withdraw"].action == Action.WITHDRAW
     assert buttons["Withdraw"].command == f"/recover withdraw {buttons['Withdraw'].value}"
     assert buttons["Confirm"].command == f"/recover confirm {buttons['Confirm'].value}"
-    clicked = router.handle_action(Action.WITHDRAW, buttons["Withdraw"].value, actor="alice", channel="C1",
-                                   reporter=ListReporter())
+    clicked = router.handle_action(
+        Action.WITHDRAW, buttons["Withdraw"].value, actor="alice", channel="C1", reporter=ListReporter()
+    )
     assert clicked.ok and "withdrawn" in _text(clicked)
 
 
@@ -95,7 +96,9 @@ def test_the_requester_under_their_other_name_withdraws_and_does_not_reject(
     router = bulk_router(incident_sandbox, tmp_path, console_users={"root": "U0ALICE01"})
     reply = router.handle_text(
         f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "repo back"',
-        actor="console:root", channel="console", reporter=ListReporter(),
+        actor="console:root",
+        channel="console",
+        reporter=ListReporter(),
     )
     batch_id = next(m.ref for m in reply.messages if m.kind == "batch_request" and m.ref)
     by_slack = _run(router, f"/recover withdraw {batch_id}", actor="U0ALICE01")
@@ -113,7 +116,9 @@ def test_the_requester_confirms_under_their_other_name_and_the_gate_sends_it(
     router = bulk_router(incident_sandbox, tmp_path, console_users={"root": "U0ALICE01"})
     asked = router.handle_text(
         f'/recover decide {made[0]} start_fresh --reason "repo back"',
-        actor="console:root", channel="console", reporter=ListReporter(),
+        actor="console:root",
+        channel="console",
+        reporter=ListReporter(),
     )
     request_id = next(m.ref for m in asked.messages if m.ref and m.ref.startswith("req_"))
     confirmed = _run(router, f"/recover confirm {request_id}", actor="U0ALICE01")
@@ -121,7 +126,9 @@ def test_the_requester_confirms_under_their_other_name_and_the_gate_sends_it(
     assert router.services.decisions.requests.get(request_id).state == "executed", _text(confirmed)
     reply = router.handle_text(
         f'/recover batch decide --sessions {",".join(made[1:])} start_fresh --reason "repo back"',
-        actor="console:root", channel="console", reporter=ListReporter(),
+        actor="console:root",
+        channel="console",
+        reporter=ListReporter(),
     )
     batch_id = next(m.ref for m in reply.messages if m.kind == "batch_request" and m.ref)
     done = _run(router, f"/recover confirm {batch_id}", actor="U0ALICE01")

@@ -96,7 +96,9 @@ def test_a_start_fresh_yes_batch_shows_what_it_drops_once_and_does_not_send(
 ) -> None:
     made = make_incident(incident_sandbox, {"incompatible": 3})["incompatible"]
     router = bulk_router(incident_sandbox, tmp_path)
-    dry = _text(_run(router, f'/recover dryrun batch decide --sessions {",".join(made)} start_fresh --reason "drop it"'))
+    dry = _text(
+        _run(router, f'/recover dryrun batch decide --sessions {",".join(made)} start_fresh --reason "drop it"')
+    )
     assert "[!] the checkpoint's context" in dry and "3 member(s)" in dry  # R2.11, R5.3
     asked = _run(router, f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "drop it" --yes')
     said = _text(asked)
@@ -113,8 +115,11 @@ def test_an_incompatible_retry_with_cause_fixed_yes_batch_is_warned_before_any_s
 ) -> None:
     made = make_incident(incident_sandbox, {"incompatible": 2})["incompatible"]
     router = bulk_router(incident_sandbox, tmp_path)
-    asked = _run(router, f'/recover batch decide --sessions {",".join(made)} retry_restore --reason "retry" '
-                         '--cause-fixed "profile rolled back" --yes')
+    asked = _run(
+        router,
+        f'/recover batch decide --sessions {",".join(made)} retry_restore --reason "retry" '
+        '--cause-fixed "profile rolled back" --yes',
+    )
     said = _text(asked)
     assert said.count("never succeeds on the same runtime/profile") == 1 and "2 member(s)" in said, said
     assert _posts(incident_sandbox) == []

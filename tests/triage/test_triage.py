@@ -11,8 +11,13 @@ from bot.messages import ListReporter
 from bot.sandbox import SandboxHandle
 from tests.fixtures.triage import bulk_router, make_incident
 
-MIX = {"restore_stopped_transient": 6, "incompatible": 4, "startup_stopped": 3, "unknown_unanswered": 2,
-       "restore_stopped_damage": 2}
+MIX = {
+    "restore_stopped_transient": 6,
+    "incompatible": 4,
+    "startup_stopped": 3,
+    "unknown_unanswered": 2,
+    "restore_stopped_damage": 2,
+}
 
 
 def test_mixed_incident_grouped_by_branch_and_cause(incident_sandbox: SandboxHandle, tmp_path: Path) -> None:

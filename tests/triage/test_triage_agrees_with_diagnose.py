@@ -35,8 +35,9 @@ def test_every_scenario_is_classified_alike_by_triage_and_diagnose(tmp_path: Pat
         disagree = []
         for session_id, (branch, title) in sorted(by_session.items()):
             diagnosis = router.services.diagnoser.gather(session_id)
-            said = router.handle_text(f"/recover diagnose {session_id}", actor="alice", channel=None,
-                                      reporter=ListReporter())
+            said = router.handle_text(
+                f"/recover diagnose {session_id}", actor="alice", channel=None, reporter=ListReporter()
+            )
             headline = next(m.headline for m in said.messages if m.kind == "diagnosis")
             if diagnosis.evaluation.branch_id != branch or title not in headline:
                 disagree.append((session_id, branch, diagnosis.evaluation.branch_id, title, headline))

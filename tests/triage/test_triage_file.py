@@ -31,19 +31,27 @@ def test_a_hostile_attention_reason_stays_one_cell_of_its_own_row(
     for sid in ids:
         incident_sandbox.admin.create_session(clone("healthy", sid))
     incident_sandbox.admin.stop(ids[0], code="RESTORE_FAILED", reason=HOSTILE, failures=3)
-    incident_sandbox.admin.stop(ids[1], code="RESTORE_FAILED", reason="=HYPERLINK(\"https://e\",\"fix\")", failures=3)
+    incident_sandbox.admin.stop(ids[1], code="RESTORE_FAILED", reason='=HYPERLINK("https://e","fix")', failures=3)
     router = bulk_router(incident_sandbox, tmp_path)
     reply = router.handle_text("/recover triage", actor="alice", channel=None, reporter=ListReporter())
     assert reply.ok
     final = reply.messages[0]
     assert final.attachment is not None and final.attachment.filename == "triage-t1.csv"
     rows = triage_rows(final.attachment.text)
-    assert rows[0] == ["group", "session_id", "branch", "attention_code", "attention_reason", "revision",
-                       "last_failure", "valid"]  # the layout people rely on is kept
+    assert rows[0] == [
+        "group",
+        "session_id",
+        "branch",
+        "attention_code",
+        "attention_reason",
+        "revision",
+        "last_failure",
+        "valid",
+    ]  # the layout people rely on is kept
     body = rows[1:]
     assert sorted(r[1] for r in body) == ids  # exactly one row per real session: no ses_fake
     assert all(len(r) == len(rows[0]) for r in body)
     reasons = {r[1]: r[4] for r in body}
     assert reasons[ids[0]] == HOSTILE  # the whole reason, in its one cell (it begins with "x")
-    assert reasons[ids[1]] == "'=HYPERLINK(\"https://e\",\"fix\")"  # shown as text, never evaluated
+    assert reasons[ids[1]] == '\'=HYPERLINK("https://e","fix")'  # shown as text, never evaluated
     assert not any(cell.startswith(FORMULA_STARTS) for r in rows for cell in r)

@@ -33,4 +33,3 @@ def test_triage_progress_updates_in_place_and_a_429_slows_only_the_updates(
     final = str(updates[-1].params.get("text", "")) + str(updates[-1].params.get("blocks", ""))
     assert "40 session(s) need an operator" in final and "complete" in final
     assert "Slack rate-limited the updates (429)" in final
-

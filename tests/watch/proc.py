@@ -19,7 +19,9 @@ from bot.slack.web import SlackOut
 def main() -> int:
     settings = Settings(**json.loads(sys.stdin.readline()))
     services = build_services(settings)
-    watcher = build_watcher(services, SlackWatchPoster(SlackOut(make_client(settings))), handoff=watch_handoff(services))
+    watcher = build_watcher(
+        services, SlackWatchPoster(SlackOut(make_client(settings))), handoff=watch_handoff(services)
+    )
     assert watcher is not None
     print("ready", flush=True)
     watcher.run()

@@ -45,13 +45,17 @@ def _runbooks(tmp_path: Path) -> Path:
     other = local + timedelta(hours=12)
     return runbook_copy(
         tmp_path / "runbooks",
-        ('# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
-         f'handoff: {{times: ["{local:%H:%M}", "{other:%H:%M}"], time_zone: Europe/Berlin}}'),
+        (
+            '# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
+            f'handoff: {{times: ["{local:%H:%M}", "{other:%H:%M}"], time_zone: Europe/Berlin}}',
+        ),
         ("claim_lease: {duration: 2m,", "claim_lease: {duration: 2s,"),
     )
 
 
-def _serve(slack_api: SlackStandIn, sandbox: SandboxHandle, db: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+def _serve(
+    slack_api: SlackStandIn, sandbox: SandboxHandle, db: Path, tmp_path: Path
+) -> tuple[subprocess.Popen[str], str]:
     proc = _start_serve(slack_api, sandbox, db, tmp_path)
     assert proc.stdout is not None
     m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
@@ -67,21 +71,27 @@ def _posts(slack_api: SlackStandIn) -> list[str]:
 
 @pytest.mark.parametrize("held", [0, 2, 3], ids=["the-head", "a-case", "the-last-case"])
 def test_a_sigkill_while_slack_holds_a_hand_off_post_loses_no_part_and_says_none_twice(
-    held: int, slack_api: SlackStandIn, incident_sandbox: SandboxHandle, tmp_path: Path,
+    held: int,
+    slack_api: SlackStandIn,
+    incident_sandbox: SandboxHandle,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     runbooks, db = _runbooks(tmp_path), tmp_path / "serve.db"
-    for name, value in (("RECOVER_WATCH_CHANNEL", CHANNEL), ("RECOVER_WATCH_INTERVAL", "0.2"),
-                        ("RECOVER_RUNBOOKS", str(runbooks))):
+    for name, value in (
+        ("RECOVER_WATCH_CHANNEL", CHANNEL),
+        ("RECOVER_WATCH_INTERVAL", "0.2"),
+        ("RECOVER_RUNBOOKS", str(runbooks)),
+    ):
         monkeypatch.setenv(name, value)  # serve's own settings (_start_serve passes the environment on)
     ids = [f"ses_hk_{i:03d}" for i in range(CASES)]
-    settings = load_settings({}, dotenv=None).model_copy(
-        update={"db_path": db, "runbooks_dir": runbooks})
+    settings = load_settings({}, dotenv=None).model_copy(update={"db_path": db, "runbooks_dir": runbooks})
     router = build_router(settings, sandbox=incident_sandbox)
     for sid in ids:  # open cases, each with its owner, before the shift change is handed off
         incident_sandbox.admin.create_session(clone("healthy", sid))
-        assert router.handle_text(f"/recover note {sid} checked the worker", actor="UALICE", channel=None,
-                                  reporter=NullReporter()).ok
+        assert router.handle_text(
+            f"/recover note {sid} checked the worker", actor="UALICE", channel=None, reporter=NullReporter()
+        ).ok
     # Slack takes each post at once and answers it 3 s later: the kill lands inside that wait.
     slack_api.slow("chat.postMessage", 3.0)
     proc, url = _serve(slack_api, incident_sandbox, db, tmp_path)
@@ -98,10 +108,13 @@ def test_a_sigkill_while_slack_holds_a_hand_off_post_loses_no_part_and_says_none
     slack_api.slow("chat.postMessage", 0.0)
     again, url = _serve(slack_api, incident_sandbox, db, tmp_path)
     try:
+
         def done() -> bool:  # the restarted serve finished the claim (it looked for every part first)
             with sqlite3.connect(db) as conn:
                 return conn.execute("SELECT state FROM watch_stops WHERE state LIKE 'handoff%'").fetchall() == [
-                    ("handoff_posted",)]
+                    ("handoff_posted",)
+                ]
+
         eventually(done, 90, "the hand-off finished by the restarted serve")
         time.sleep(1.0)  # a few more polls: nothing is posted again
     finally:

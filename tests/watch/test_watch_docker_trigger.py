@@ -41,15 +41,17 @@ def posted_within(h: Any, session_id: str, timeout: float) -> float | None:
     return None
 
 
-def watched_worker(sandbox: SandboxHandle, slack_harness: Any, host: str, sleeping_worker: Any,
-                   sid: str) -> tuple[Any, Any, Watcher]:
+def watched_worker(
+    sandbox: SandboxHandle, slack_harness: Any, host: str, sleeping_worker: Any, sid: str
+) -> tuple[Any, Any, Watcher]:
     """A session, its sleeping worker of a fresh installation, and the bot's watcher running over Slack
     with the Docker trigger, after its first poll: (harness, worker container, watcher)."""
     project = new_project()
     sandbox.admin.create_session(clone("healthy", sid))
     worker = sleeping_worker(project, session=sid)
-    h = slack_harness.real(sandbox, watch_channel=CHANNEL, compose_project=project, docker_host=host,
-                           watch_interval=INTERVAL)
+    h = slack_harness.real(
+        sandbox, watch_channel=CHANNEL, compose_project=project, docker_host=host, watch_interval=INTERVAL
+    )
     watcher = attach_watch(h.bot)  # polls on its thread, as serve does
     assert watcher is not None and isinstance(watcher.trigger, DockerTrigger)
     assert watcher.trigger.follower.connected.wait(10), "the follower did not reach the engine"
@@ -69,8 +71,12 @@ def watched_worker(sandbox: SandboxHandle, slack_harness: Any, host: str, sleepi
     ids=["stop-then-die", "die-then-stop"],
 )
 def test_a_workers_stop_makes_the_watcher_post_at_once(
-    incident_sandbox: SandboxHandle, slack_harness: Any, docker_engine: DockerEngine, sleeping_worker: Any,
-    record_after: float | None, within: float,
+    incident_sandbox: SandboxHandle,
+    slack_harness: Any,
+    docker_engine: DockerEngine,
+    sleeping_worker: Any,
+    record_after: float | None,
+    within: float,
 ) -> None:
     sid = "ses_dtrig_001"
     h, worker, watcher = watched_worker(incident_sandbox, slack_harness, docker_engine.host, sleeping_worker, sid)

@@ -17,8 +17,11 @@ from tests.watch.test_watcher import CHANNEL, edited_runbooks
 
 def _shift_runbooks(tmp_path: Path) -> Path:
     # The sandbox clock reads 11:00 in Berlin: a shift changes now, and at 11:30.
-    return edited_runbooks(tmp_path, '# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
-                           'handoff: {times: ["11:00", "11:30"], time_zone: Europe/Berlin}')
+    return edited_runbooks(
+        tmp_path,
+        '# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
+        'handoff: {times: ["11:00", "11:30"], time_zone: Europe/Berlin}',
+    )
 
 
 def _handoffs(h: Any) -> list[Any]:

@@ -37,18 +37,22 @@ def _cases(h: Any, sid: str) -> int:
 def test_five_percent_of_listing_pages_failing_miss_no_stop_and_post_none_twice(
     incident_sandbox: SandboxHandle, slack_harness: Any, tmp_path: Path
 ) -> None:
-    runbooks = _runbooks(tmp_path, ("bulk_page_size: {count: 500,", "bulk_page_size: {count: 2,"),
-                         ("storm_threshold: {count: 10,", "storm_threshold: {count: 1000,"))
+    runbooks = _runbooks(
+        tmp_path,
+        ("bulk_page_size: {count: 500,", "bulk_page_size: {count: 2,"),
+        ("storm_threshold: {count: 10,", "storm_threshold: {count: 1000,"),
+    )
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, runbooks_dir=runbooks)
     watcher = attach_watch(h.bot, start=False)
     assert watcher is not None
     ids = [f"ses_wm_{i:03d}" for i in range(STOPS)]
     for sid in ids:
         incident_sandbox.admin.create_session(clone("healthy", sid))
-    fault = incident_sandbox.admin.fault("server_error", "/v1/sessions", method="GET", times=None,
-                                         probability=0.05, seed=7)
+    fault = incident_sandbox.admin.fault(
+        "server_error", "/v1/sessions", method="GET", times=None, probability=0.05, seed=7
+    )
     for start in range(0, STOPS, 8):  # stops arrive between polls; each poll reads up to 20 pages
-        for sid in ids[start:start + 8]:
+        for sid in ids[start : start + 8]:
             incident_sandbox.admin.stop(sid)
         watcher.poll_once()
     for _ in range(3):
@@ -64,12 +68,18 @@ def test_stops_during_quiet_hours_end_with_one_digest_at_the_window_end(
     incident_sandbox: SandboxHandle, slack_harness: Any, tmp_path: Path
 ) -> None:
     # The sandbox clock reads 11:00 in Berlin: quiet until 11:30.
-    runbooks = _runbooks(tmp_path, ('  # quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Berlin}',
-                                    '  quiet_hours: {start: "11:00", end: "11:30", time_zone: Europe/Berlin}'))
+    runbooks = _runbooks(
+        tmp_path,
+        (
+            '  # quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Berlin}',
+            '  quiet_hours: {start: "11:00", end: "11:30", time_zone: Europe/Berlin}',
+        ),
+    )
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, runbooks_dir=runbooks)
     a = attach_watch(h.bot, start=False)
-    second = slack_harness.real(incident_sandbox, db_path=tmp_path / "slack-real.db", watch_channel=CHANNEL,
-                                runbooks_dir=runbooks)
+    second = slack_harness.real(
+        incident_sandbox, db_path=tmp_path / "slack-real.db", watch_channel=CHANNEL, runbooks_dir=runbooks
+    )
     b = attach_watch(second.bot, start=False)  # a second bot on the same store
     assert a is not None and b is not None
     ids = [f"ses_wq_{i:03d}" for i in range(50)]

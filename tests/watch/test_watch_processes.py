@@ -52,9 +52,14 @@ def test_two_processes_and_a_sigkill_post_each_stop_exactly_once(
     rb.write_text(rb.read_text().replace("claim_lease: {duration: 2m,", "claim_lease: {duration: 3s,"))
     db = tmp_path / "recover.db"
     config: dict[str, object] = {
-        "control_host_url": incident_sandbox.url, "control_host_api_key": incident_sandbox.api_key,
-        "db_path": str(db), "slack_bot_token": BOT_TOKEN, "slack_signing_secret": SIGNING_SECRET,
-        "slack_api_url": slack_api.base_url, "watch_channel": CHANNEL, "watch_interval": 0.05,
+        "control_host_url": incident_sandbox.url,
+        "control_host_api_key": incident_sandbox.api_key,
+        "db_path": str(db),
+        "slack_bot_token": BOT_TOKEN,
+        "slack_signing_secret": SIGNING_SECRET,
+        "slack_api_url": slack_api.base_url,
+        "watch_channel": CHANNEL,
+        "watch_interval": 0.05,
         "runbooks_dir": str(runbooks),
     }
     ids = [f"ses_wp_{i:03d}" for i in range(STOPS)]

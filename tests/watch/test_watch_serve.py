@@ -28,24 +28,42 @@ def test_serve_runs_the_watcher_in_its_worker(
 ) -> None:
     slack_api.channel_members[CHANNEL] = ["UALICE"]
     env = {
-        **os.environ, "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-        "SLACK_API_URL": slack_api.base_url, "CONTROL_HOST_URL": incident_sandbox.url,
-        "CONTROL_HOST_API_KEY": incident_sandbox.api_key, "RECOVER_DB": str(tmp_path / "serve.db"),
-        "HOST": "127.0.0.1", "PORT": "0", "RECOVER_WATCH_CHANNEL": CHANNEL, "RECOVER_WATCH_INTERVAL": "0.2",
+        **os.environ,
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack_api.base_url,
+        "CONTROL_HOST_URL": incident_sandbox.url,
+        "CONTROL_HOST_API_KEY": incident_sandbox.api_key,
+        "RECOVER_DB": str(tmp_path / "serve.db"),
+        "HOST": "127.0.0.1",
+        "PORT": "0",
+        "RECOVER_WATCH_CHANNEL": CHANNEL,
+        "RECOVER_WATCH_INTERVAL": "0.2",
     }
     env.pop("SLACK_APP_TOKEN", None)
     sid = "ses_wsv_001"
     incident_sandbox.admin.create_session(clone("healthy", sid))
-    code = "import sys; from bot.settings import load_settings; from bot.slack import serve; sys.exit(serve(load_settings(dotenv=None)))"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=str(tmp_path))
+    code = (
+        "import sys; from bot.settings import load_settings; from bot.slack import serve; "
+        "sys.exit(serve(load_settings(dotenv=None)))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         m = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", line)
         assert m, line
         url = m.group(1)
-        eventually(lambda: "watch: on, last poll 20" in httpx.get(url + "/healthz").text, 60, "no watch line on /healthz")
+        eventually(
+            lambda: "watch: on, last poll 20" in httpx.get(url + "/healthz").text, 60, "no watch line on /healthz"
+        )
         incident_sandbox.admin.stop(sid)
         eventually(lambda: any(f"Stopped: {sid} " in p.text for p in slack_api.roots(CHANNEL)), 60, "stop not posted")
         sender = SlackSender(url + "/slack/events", stand_in=slack_api)

@@ -51,8 +51,9 @@ def make_watcher(sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path) ->
         )
         services: Services = build_services(settings, sandbox=sbx)
         out = SlackOut(make_client(slack_settings(slack_api, db)))
-        watcher = build_watcher(services, SlackWatchPoster(out), members=SlackChannelMembers(out.client),
-                                handoff=watch_handoff(services))
+        watcher = build_watcher(
+            services, SlackWatchPoster(out), members=SlackChannelMembers(out.client), handoff=watch_handoff(services)
+        )
         assert watcher is not None
         return watcher
 
@@ -135,8 +136,16 @@ def test_a_claim_killed_before_its_post_is_taken_over_once_its_lease_runs_out(
     sbx.admin.stop(sid)
     first = make_watcher()
     session = first.client.get_session(sid)
-    claim = first.saved.claim(first._stop_of(session), actor=first.owner, now=first.clock.now(), flap_window=3600,
-                              storm_window=300, storm_threshold=10, paused=False, lease=120)
+    claim = first.saved.claim(
+        first._stop_of(session),
+        actor=first.owner,
+        now=first.clock.now(),
+        flap_window=3600,
+        storm_window=300,
+        storm_threshold=10,
+        paused=False,
+        lease=120,
+    )
     assert claim is not None  # committed; the process "dies" before posting
     second, third = make_watcher(), make_watcher()
     second.poll_once()
@@ -354,7 +363,9 @@ def test_pause_holds_posts_and_resume_posts_again(
     w.pause("U0ALICE", None)
     w.resume("U0BOB")
     assert [(s.actor, s.outcome) for s in w.store.steps() if s.step == "watch"] == [
-        ("U0ALICE", "paused"), ("U0ALICE", "paused"), ("U0BOB", "resumed"),
+        ("U0ALICE", "paused"),
+        ("U0ALICE", "paused"),
+        ("U0BOB", "resumed"),
     ]
     text = w.status_reply().messages[0].plain_text()
     assert "last poll" in text and "next poll" in text and "posted: 2" in text
@@ -419,12 +430,18 @@ def test_watch_store_needs_its_migrations(tmp_path: Path) -> None:
 
 
 def test_quiet_hours_hold_posts_and_end_with_one_digest(
-    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock,
+    sbx: SandboxHandle,
+    make_watcher: Callable[..., Watcher],
+    slack_api: SlackStandIn,
+    clock: ManualClock,
     tmp_path: Path,
 ) -> None:
     # The test clock reads 11:00 in Berlin: quiet until 11:30.
-    runbooks = edited_runbooks(tmp_path, '  # quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Berlin}',
-        '  quiet_hours: {start: "11:00", end: "11:30", time_zone: Europe/Berlin}',)
+    runbooks = edited_runbooks(
+        tmp_path,
+        '  # quiet_hours: {start: "23:00", end: "07:00", time_zone: Europe/Berlin}',
+        '  quiet_hours: {start: "11:00", end: "11:30", time_zone: Europe/Berlin}',
+    )
     ids = _healthy(sbx, 4)
     a, b = make_watcher(runbooks_dir=runbooks), make_watcher(runbooks_dir=runbooks)
     for sid in ids[:3]:
@@ -445,12 +462,18 @@ def test_quiet_hours_hold_posts_and_end_with_one_digest(
 
 
 def test_each_shift_change_posts_one_hand_off_across_two_bots_and_a_restart(
-    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock,
+    sbx: SandboxHandle,
+    make_watcher: Callable[..., Watcher],
+    slack_api: SlackStandIn,
+    clock: ManualClock,
     tmp_path: Path,
 ) -> None:
     # The test clock reads 11:00 in Berlin: a shift changes now, and at 11:30.
-    runbooks = edited_runbooks(tmp_path, '# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
-        'handoff: {times: ["11:00", "11:30"], time_zone: Europe/Berlin}',)
+    runbooks = edited_runbooks(
+        tmp_path,
+        '# handoff: {times: ["07:00", "19:00"], time_zone: Europe/Berlin}',
+        'handoff: {times: ["11:00", "11:30"], time_zone: Europe/Berlin}',
+    )
     (sid,) = _healthy(sbx, 1)
     sbx.admin.stop(sid)
     a, b = make_watcher(runbooks_dir=runbooks), make_watcher(runbooks_dir=runbooks)
@@ -472,7 +495,6 @@ def test_each_shift_change_posts_one_hand_off_across_two_bots_and_a_restart(
     later = [t for t in _roots(slack_api) if "Shift change 11:30 Europe/Berlin" in t]
     assert len(later) == 1 and "Watch saw 1 new stop(s) during the shift that ended." in later[0]
     assert [s.outcome for s in a.store.steps() if s.step == "handoff"].count("posted_by_watch") == 2
-
 
 
 def test_a_failing_listing_of_many_pages_misses_nothing_and_posts_nothing_twice(
