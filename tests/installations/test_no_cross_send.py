@@ -63,12 +63,17 @@ def test_no_send_reaches_another_installation_and_ambiguity_is_always_refused(
             reply = router.handle_text(text, actor=actor, channel=channel, reporter=ListReporter())
             requests.extend(m.ref for m in reply.messages if m.kind == "approval_request" and m.ref)
             said = text_of(reply)
+            # A request id names its installation (`req_….ap-1`): the resolution's second source.
+            named = line.split()[1].rpartition(".")[2] if line.startswith("approve ") else None
+            against = [n for n in (install, bound.get(channel or "")) if n is not None]
             if install == "xx-9":
                 assert not reply.ok and "no installation `xx-9`" in said
-            elif install is None and channel not in bound:
+            elif named is not None and any(n != named for n in against):
+                assert not reply.ok and "refused" in said, said  # the id contradicts --install or the channel
+            elif install is None and named is None and channel not in bound:
                 assert not reply.ok and "Which installation?" in said, said
             else:
-                assert reply.messages[0].headline.startswith(f"[{install or bound[channel]}] ")
+                assert reply.messages[0].headline.startswith(f"[{install or named or bound[channel]}] "), said
         for name in NAMES:
             own = _keys(router, name)
             others = set().union(*(_keys(router, n) for n in NAMES if n != name))
