@@ -7,6 +7,7 @@ Each subcommand names the groups of settings it reads (``uses``) and those that 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -17,6 +18,7 @@ from bot import __version__
 from bot.errors import RecoverError, SettingsError
 from bot.logsetup import configure_logging
 from bot.redact import redact
+from bot.runbook.suggest import closest
 from bot.settings import ALL_GROUPS, Settings, load_settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
@@ -46,9 +48,16 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors in one line (argparse's usage block is what ``--help`` is for); exit 2."""
+    """Usage errors in one line (argparse's usage block is what ``--help`` is for); exit 2. A mistyped
+    subcommand gets the chat's own did-you-mean (bot.runbook.suggest.closest)."""
 
     def error(self, message: str) -> NoReturn:
+        typo = re.match(r"argument [^:]+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if typo:
+            choices = re.findall(r"'([^']*)'", typo.group(2))
+            near = closest(typo.group(1), choices)
+            hint = f"did you mean `{self.prog} {near}`?" if near else f"one of: {', '.join(choices)}"
+            self.exit(EXIT_USAGE, f"{self.prog}: no command {typo.group(1)!r}: {hint} (see {self.prog} --help)\n")
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -310,6 +319,9 @@ def _report_unexpected(exc: BaseException, debug: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else list(argv)):  # bare `recover-bot`: what it can do, not an error
+        parser.print_help()
+        return 0
     args = parser.parse_args(argv)  # a usage error exits 2 with argparse's one-line message
     settings: Settings | None = None
     try:

@@ -187,7 +187,7 @@ class UnfinishedRoom:
                 self.ctx.requests.end_wait(wait.id, "withdrawn")
         if req.idem_key:
             self.ctx.store.withdraw_request(req.idem_key, actor, why)
-        return Reply.of(text.updated_request_message(fresh, f"{why}; nothing was sent, it will never be", "warn"))
+        return Reply.of(text.updated_request_message(fresh, f"{why}; nothing was sent and it never will be", "warn"))
 
     def withdraw_pending_of(self, actor: str, since: str) -> Reply:
         """Ctrl-C at the console: withdraw what ``actor`` requested since ``since`` and nothing was sent for."""

@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction[_P], *, host_of: HostOf, che
         + EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="audit_command", metavar="{verify,export,adopt-key,rebind}")
+    sub = parser.add_subparsers(dest="audit_command", metavar="{verify,export,verify-pack,adopt-key,rebind}")
     sub.required = True
 
     verify_p = sub.add_parser(

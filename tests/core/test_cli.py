@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -186,3 +187,37 @@ def test_an_unexpected_error_is_one_line_exit_70(monkeypatch, capsys, tmp_path) 
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     assert cli.main(["runbook", "check"]) == 70
     assert "unexpected error (ZeroDivisionError: boom)" in _only_line(capsys.readouterr().err)
+
+
+def _console_script(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The installed ``recover-bot``, from a folder of its own, as a person types it."""
+    script = Path(sys.executable).parent / "recover-bot"
+    return subprocess.run([str(script), *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+def test_bare_recover_bot_prints_its_help_not_an_error(tmp_path: Path) -> None:
+    bare = _console_script(cwd=tmp_path)
+    assert bare.returncode == 0 and bare.stderr == "", bare.stderr
+    assert bare.stdout.startswith("usage: recover-bot") and "demo" in bare.stdout and "Exit status" in bare.stdout
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        (("dmeo",), "recover-bot demo"),
+        (("sandbx",), "recover-bot sandbox"),
+        (("audit", "verfy"), "recover-bot audit verify"),
+    ],
+)
+def test_a_mistyped_command_gets_did_you_mean(tmp_path: Path, typed: tuple[str, ...], meant: str) -> None:
+    wrong = _console_script(*typed, cwd=tmp_path)
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert _only_line(wrong.stderr) == (
+        f"{' '.join(('recover-bot', *typed[:-1]))}: no command {typed[-1]!r}: did you mean `{meant}`? "
+        f"(see {' '.join(('recover-bot', *typed[:-1]))} --help)"
+    )
+
+
+def test_a_command_far_from_any_lists_them_all(tmp_path: Path) -> None:
+    far = _console_script("zzzzzz", cwd=tmp_path)
+    assert far.returncode == 2 and "no command 'zzzzzz': one of: demo, console, serve" in far.stderr

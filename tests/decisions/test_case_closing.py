@@ -74,6 +74,7 @@ def test_done_refuses_while_a_request_is_open(router, sandbox):
     assert not reply.ok and rid in reply.messages[0].headline
     assert f"/recover withdraw {rid}" in reply.messages[0].plain_text()
     assert router.services.store.get_open_case("ses_restore_transient") is not None
-    assert _say(router, f"withdraw {rid}").ok
+    withdrawn = _say(router, f"withdraw {rid}")
+    assert withdrawn.ok and "nothing was sent and it never will be" in withdrawn.messages[0].plain_text()
     assert _say(router, "done ses_restore_transient").ok
     assert _posts(sandbox) == []
