@@ -8,7 +8,7 @@ always. With today's single ``default`` installation every call is the plain rou
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from bot.buttons import SEPARATOR, DecisionChoice
 from bot.clock import Clock
@@ -194,28 +194,25 @@ class FleetRouter:
         except Exception:  # noqa: BLE001 - `installations` lists them all the same
             return None
 
-    def _handoff_all(self, actor: str) -> Reply:
-        """The hand-off of every installation, grouped by installation (each section names it)."""
+    def _each(self, answer: Callable[[Router], Reply]) -> Reply:
+        """Every installation's answer, grouped by installation (each section names it); one
+        installation's failure is its own section, never the others' silence."""
         out = Reply()
         for name, router in self.routers.items():
             try:
-                reply = handoff_reply(router.services, actor)
+                reply = answer(router)
             except Exception as exc:  # noqa: BLE001 - one installation's problem is its section
                 reply = error_reply(exc)
             out.messages.extend(tag_reply(reply, name).messages)
         return out
 
+    def _handoff_all(self, actor: str) -> Reply:
+        """The hand-off of every installation."""
+        return self._each(lambda router: handoff_reply(router.services, actor))
+
     def _pending_all(self) -> Reply:
-        """``pending --all`` over several installations: each one's pending (expired requests included),
-        grouped by installation (each section names it)."""
-        out = Reply()
-        for name, router in self.routers.items():
-            try:
-                reply = router.pending(with_expired=True)
-            except Exception as exc:  # noqa: BLE001 - one installation's problem is its section
-                reply = error_reply(exc)
-            out.messages.extend(tag_reply(reply, name).messages)
-        return out
+        """``pending --all`` over several installations: each one's pending, expired requests included."""
+        return self._each(lambda router: router.pending(with_expired=True))
 
     # -- buttons ----------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from bot.slack.web import make_client
 from bot.slack.worker import slack_fleet_router
 from tests.breakglass.world import APPROVER, LADDER_END, REQUESTER, post_times, stopped
 from tests.fixtures.slack import BOT_TOKEN, SlackStandIn
+from tests.installations.standin import installations_file
 
 CHANNELS = {"eu-1": "C0EU1INCD", "us-1": "C0US1INCD"}
 SESSION = "ses_slk1"
@@ -34,21 +35,6 @@ def hosts(request: pytest.FixtureRequest) -> Iterator[dict[str, SandboxHandle]]:
     yield started
     for handle in started.values():
         handle.stop()
-
-
-def installations_file(folder: Path, hosts: dict[str, SandboxHandle]) -> Path:
-    lines = ["installations:"]
-    for name, handle in hosts.items():
-        (folder / f"{name}.key").write_text(handle.api_key + "\n")
-        lines += [
-            f"  - name: {name}",
-            f"    control_host_url: {handle.url}",
-            f"    api_key_file: {name}.key",
-            f"    channels: [{CHANNELS[name]}]",
-        ]
-    path = folder / "installations.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def notices(api: SlackStandIn, request_id: str) -> list[tuple[str, float, str]]:
@@ -77,7 +63,9 @@ def test_break_glass_confirmed_posts_its_notice_in_the_installations_channel_the
             "db_path": tmp_path / "recover.db",
             "approvers": (APPROVER,),
             "channels": tuple(CHANNELS.values()),
-            "installations_file": installations_file(tmp_path, hosts),
+            "installations_file": installations_file(
+                tmp_path, {n: (h.url, h.api_key, f"[{CHANNELS[n]}]") for n, h in hosts.items()}
+            ),
             "slack_bot_token": SecretStr(BOT_TOKEN),
             "slack_api_url": slack_api.base_url,
         }

@@ -14,15 +14,16 @@ Mode = Literal["503", "429", "hang"]
 
 
 def installations_file(folder: Path, hosts: dict[str, tuple[str, str, str]]) -> Path:
-    """The installations file (name → control host URL, API key, bound channel), keys in files beside it."""
+    """The installations file as an operator writes it (name → control host URL, API key, its channels as
+    YAML list text, e.g. ``[C0EU1]`` or ``[]``), each key in a file beside it."""
     lines = ["installations:"]
-    for name, (url, key, channel) in hosts.items():
+    for name, (url, key, channels) in hosts.items():
         (folder / f"{name}.key").write_text(key + "\n")
         lines += [
             f"  - name: {name}",
             f"    control_host_url: {url}",
             f"    api_key_file: {name}.key",
-            f"    channels: [{channel}]",
+            f"    channels: {channels}",
         ]
     path = folder / "installations.yaml"
     path.write_text("\n".join(lines) + "\n")

@@ -21,6 +21,7 @@ from bot.slack.worker import slack_fleet_router
 from bot.vocab import RequestState
 from tests.breakglass.world import APPROVER, REQUESTER, stopped
 from tests.fixtures.slack import BOT_TOKEN, SlackStandIn
+from tests.installations.standin import installations_file
 
 SESSION = "ses_chan1"
 INCIDENT = "C0INCIDNT"  # RECOVER_CHANNELS
@@ -36,20 +37,9 @@ def hosts(request: pytest.FixtureRequest) -> Iterator[dict[str, SandboxHandle]]:
         handle.stop()
 
 
-def installations_file(folder: Path, hosts: dict[str, SandboxHandle], channels: dict[str, str]) -> Path:
+def _file(folder: Path, hosts: dict[str, SandboxHandle], channels: dict[str, str]) -> Path:
     """The file as an operator writes it; ``channels`` maps a name to its YAML list text."""
-    lines = ["installations:"]
-    for name, handle in hosts.items():
-        (folder / f"{name}.key").write_text(handle.api_key + "\n")
-        lines += [
-            f"  - name: {name}",
-            f"    control_host_url: {handle.url}",
-            f"    api_key_file: {name}.key",
-            f"    channels: {channels[name]}",
-        ]
-    path = folder / "installations.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return installations_file(folder, {n: (h.url, h.api_key, channels[n]) for n, h in hosts.items()})
 
 
 def settings_for(folder: Path, api: SlackStandIn, path: Path, recover_channels: tuple[str, ...]) -> Settings:
@@ -79,7 +69,7 @@ def test_an_installation_bound_to_no_channel_takes_no_decision_in_any_channel(
     hosts: dict[str, SandboxHandle], slack_api: SlackStandIn, slack_harness: Any, tmp_path: Path
 ) -> None:
     lists = {"eu-1": "[]", "us-1": f"[{INCIDENT}]"}
-    settings = settings_for(tmp_path, slack_api, installations_file(tmp_path, hosts, lists), (INCIDENT,))
+    settings = settings_for(tmp_path, slack_api, _file(tmp_path, hosts, lists), (INCIDENT,))
     router = slack_fleet_router(settings, make_client(settings))
     h = slack_harness(router)
     eu = router.fleet.core("eu-1")
@@ -115,7 +105,7 @@ def test_a_file_channel_outside_recover_channels_is_refused_at_start_with_file_a
     hosts: dict[str, SandboxHandle], slack_api: SlackStandIn, tmp_path: Path
 ) -> None:
     lists = {"eu-1": "[C0EU1INCD]", "us-1": f"[{INCIDENT}]"}
-    path = installations_file(tmp_path, hosts, lists)
+    path = _file(tmp_path, hosts, lists)
     settings = settings_for(tmp_path, slack_api, path, (INCIDENT,))
     with pytest.raises(InstallationsError) as caught:
         slack_fleet_router(settings, make_client(settings))
@@ -135,7 +125,7 @@ def test_the_console_decides_for_an_installation_that_lists_it_and_for_no_other(
     from bot.messages import ListReporter
 
     lists = {"eu-1": "[console]", "us-1": "[console]"} if len(hosts) == 2 else {"eu-1": "[]"}
-    settings = settings_for(tmp_path, slack_api, installations_file(tmp_path, hosts, lists), ())
+    settings = settings_for(tmp_path, slack_api, _file(tmp_path, hosts, lists), ())
     router = build_fleet_router(settings, startup=False)  # as the console composes it (run_real_console)
     for name in hosts:
         stopped(hosts[name], SESSION)

@@ -39,7 +39,7 @@ def test_a_hanging_installation_leaves_anothers_diagnose_answered_over_serve(
     eu = TroubledHost("hang", hang_seconds=60.0)  # accepts, reads, never answers
     us = sandbox_factory(scenarios="builtin", clock=None)
     path = installations_file(
-        tmp_path, {"eu-1": (eu.url, "k-eu-0123456789", "C0EU1"), "us-1": (us.url, us.api_key, "C0US1")}
+        tmp_path, {"eu-1": (eu.url, "k-eu-0123456789", "[C0EU1]"), "us-1": (us.url, us.api_key, "[C0US1]")}
     )
     db = tmp_path / "serve.db"
     try:
