@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bot.sandbox._admin import SandboxAdmin, SandboxAdminError
 from bot.sandbox._handle import AdjustableClock, SandboxHandle, serve_forever, start_sandbox
+from bot.sandbox._lifecycle import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, READY_BEHAVIOURS
 from bot.sandbox._scenarios import (
     Scenario,
     ScenarioError,
@@ -23,7 +24,6 @@ from bot.sandbox._several import (
     serve_installations_forever,
     start_installations,
 )
-from bot.sandbox._state import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, READY_BEHAVIOURS
 
 __all__ = [
     "CLEAR_ATTENTION",

@@ -30,8 +30,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from bot.clock import isoformat
 from bot.sandbox._schedule import ScheduleError
-from bot.sandbox._state import AdminError, ApiError, SandboxState
+from bot.sandbox._state import SandboxState
 from bot.sandbox._traffic import Traffic, retry_after_headers
+from bot.sandbox._wire import AdminError, ApiError
 
 log = logging.getLogger("bot.sandbox")
 
@@ -460,12 +461,7 @@ class SandboxApp:
         return self.state.scheduler_pass()
 
     def _admin_effects(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
-        sid = query.get("session_id")
-        effects = [e for e in self.state.effects if sid is None or e["session_id"] == sid]
-        counts: dict[str, int] = {}
-        for effect in self.state.effects:
-            counts[effect["session_id"]] = counts.get(effect["session_id"], 0) + 1
-        return {"effects": effects, "counts": counts}
+        return self.state.effects.to_json(query.get("session_id"))
 
     def _admin_list_faults(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         return {"faults": [f.to_json() for f in self.faults]}
@@ -539,23 +535,7 @@ class SandboxApp:
         return {"requests": []}
 
     def _admin_idempotency(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
-        sid = query.get("session_id")
-        return {
-            "records": [
-                {
-                    "key": r.key,
-                    "method": r.method,
-                    "path": r.path,
-                    "body": json.loads(r.body),
-                    "status": r.status,
-                    "response": r.response,
-                    "session_id": r.session_id,
-                    "at": isoformat(r.at),
-                }
-                for r in self.state.idempotency.values()
-                if sid is None or r.session_id == sid
-            ]
-        }
+        return self.state.idempotency.to_json(query.get("session_id"))
 
     def _admin_scenarios(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         return {
