@@ -13,9 +13,10 @@ from typing import Any
 
 from bot.clock import Clock, ManualClock, SystemClock
 from bot.sandbox._admin import SandboxAdmin
+from bot.sandbox._app import RECOVER_SCOPE, SandboxApp
 from bot.sandbox._lifecycle import KEEP_ATTENTION, STOPPED_TTL_SECONDS
 from bot.sandbox._scenarios import Scenario, builtin_scenarios_dir, load_scenarios
-from bot.sandbox._server import RECOVER_SCOPE, SandboxApp, SandboxHTTPServer
+from bot.sandbox._server import SandboxHTTPServer
 from bot.sandbox._state import SandboxState
 from bot.sandbox._traffic import Traffic
 

@@ -16,8 +16,8 @@ from types import TracebackType
 from typing import Any
 
 from bot.clock import Clock, ManualClock, SystemClock
+from bot.sandbox._app import RECOVER_SCOPE
 from bot.sandbox._handle import AdjustableClock, SandboxHandle, ScenarioSpec, start_sandbox
-from bot.sandbox._server import RECOVER_SCOPE
 
 
 class SandboxSet(Mapping[str, SandboxHandle]):
