@@ -3,7 +3,7 @@
 When a checkpoint store or a repository host goes down, hundreds of sessions hit the restore or
 start-up limit together (R2.1, R2.7, R2.12), interrupts lose their answers (R3.1) and the rest wait in
 backoff. This module only *builds* such sessions (scenario-shaped specs, deterministic for a seed) and
-says how each cause's next workers behave; the state machine applies it (``SandboxState``).
+says how each cause's next workers behave; ``_incident_run`` applies it as the sandbox clock moves.
 
 Causes, and what a new worker of that session does (``worker_plan``):
 
