@@ -279,16 +279,24 @@ class SandboxAdmin:
         seed: int = 1,
         prefix: str = "ses_inc",
         started_seconds: float = 900,
+        causes: tuple[str, ...] = (),
     ) -> dict[str, Any]:
-        """Create a mass incident (replacing a previous one): ``{"sessions", "by_cause", "outage_until", …}``."""
+        """Create a mass incident (replacing a previous one): ``{"sessions", "by_cause", "outage_until", …}``.
+        ``causes`` narrows the mix (``("transient",)``: a checkpoint store's outage alone)."""
         body = {
             "count": count,
             "outage_seconds": outage_seconds,
             "seed": seed,
             "prefix": prefix,
             "started_seconds": started_seconds,
+            "causes": list(causes),
         }
         result: dict[str, Any] = self._call("POST", "/incident", body)["incident"]
+        return result
+
+    def end_outage(self) -> dict[str, Any]:
+        """The incident's outage ends now: its sessions' next workers come up."""
+        result: dict[str, Any] = self._call("POST", "/incident/end-outage")["incident"]
         return result
 
     def incident_info(self) -> dict[str, Any] | None:

@@ -40,6 +40,7 @@ ADMIN_ROUTES: list[Route] = [
     ("POST", re.compile(r"^/_sandbox/reset$"), "reset"),
     ("GET", re.compile(r"^/_sandbox/incident$"), "get_incident"),
     ("POST", re.compile(r"^/_sandbox/incident$"), "incident"),
+    ("POST", re.compile(r"^/_sandbox/incident/end-outage$"), "end_outage"),
     ("GET", re.compile(r"^/_sandbox/schedule$"), "get_schedule"),
     ("POST", re.compile(r"^/_sandbox/schedule$"), "schedule"),
     ("DELETE", re.compile(r"^/_sandbox/schedule$"), "clear_schedule"),
@@ -216,8 +217,12 @@ class AdminApi:
             seed=int(body.get("seed", 1)),
             prefix=str(body.get("prefix") or "ses_inc"),
             started_seconds=float(body.get("started_seconds", 900)),
+            causes=tuple(str(c) for c in body.get("causes") or ()),
         )
         return {"incident": incident.to_json(self.state.now())}
+
+    def _admin_end_outage(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
+        return {"incident": self.state.end_incident_outage().to_json(self.state.now())}
 
     def _admin_get_schedule(self, params: dict[str, str], query: dict[str, str], body: dict[str, Any]) -> Any:
         return self.state.schedule.to_json()

@@ -24,6 +24,7 @@ Causes, and what a new worker of that session does (``worker_plan``):
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -60,6 +61,10 @@ class Incident:
     def active(self, now: datetime) -> bool:
         return now < self.outage_until
 
+    def ended(self, now: datetime) -> Incident:
+        """The same incident, its outage over at ``now`` (the store answers again)."""
+        return dataclasses.replace(self, outage_until=min(self.outage_until, now))
+
     def to_json(self, now: datetime) -> dict[str, Any]:
         return {
             "started_at": isoformat(self.started_at),
@@ -71,17 +76,23 @@ class Incident:
         }
 
 
-def assign_causes(count: int, seed: int) -> list[str]:
+def assign_causes(count: int, seed: int, only: tuple[str, ...] = ()) -> list[str]:
     """``count`` causes in the :data:`MIX` proportions (rounded, every cause present when count >= 7),
-    shuffled deterministically by ``seed``."""
+    shuffled deterministically by ``seed``. ``only``: the mix narrowed to these causes (their shares
+    kept in proportion), e.g. ``("transient",)`` for a checkpoint store's outage and nothing else."""
     if not 1 <= count <= MAX_SESSIONS:
         raise ValueError(f"an incident has 1 to {MAX_SESSIONS} sessions")
+    unknown = [c for c in only if c not in CAUSES]
+    if unknown:
+        raise ValueError(f"unknown cause {unknown[0]!r}: one of {', '.join(CAUSES)}")
+    mix = [(name, share) for name, share in MIX if not only or name in only]
+    total = sum(share for _, share in mix)
     causes: list[str] = []
-    for name, share in MIX:
-        causes.extend([name] * max(1 if count >= len(MIX) else 0, round(count * share / 100)))
+    for name, share in mix:
+        causes.extend([name] * max(1 if count >= len(mix) else 0, round(count * share / total)))
     causes = causes[:count]
     while len(causes) < count:
-        causes.append(MIX[len(causes) % len(MIX)][0])
+        causes.append(mix[len(causes) % len(mix)][0])
     random.Random(seed).shuffle(causes)
     return causes
 

@@ -25,14 +25,17 @@ class IncidentRun:
         self._starting: set[str] = set()
 
     @staticmethod
-    def causes(count: int, *, outage_seconds: float, seed: int, prefix: str, started_seconds: float) -> list[str]:
-        """The causes of ``count`` sessions, or the admin's 400 for options the sandbox cannot follow."""
+    def causes(
+        count: int, *, outage_seconds: float, seed: int, prefix: str, started_seconds: float, only: tuple[str, ...] = ()
+    ) -> list[str]:
+        """The causes of ``count`` sessions (``only``: of those causes alone), or the admin's 400 for
+        options the sandbox cannot follow."""
         if not ID_PATTERN.match(f"{prefix}_00000") or outage_seconds < 0 or started_seconds < 300:
             raise AdminError(
                 400, "BAD_REQUEST", "prefix must make valid ids, outage_seconds >= 0, started_seconds >= 300"
             )
         try:
-            return assign_causes(count, seed)
+            return assign_causes(count, seed, only)
         except ValueError as exc:
             raise AdminError(400, "BAD_REQUEST", str(exc)) from None
 
@@ -66,6 +69,13 @@ class IncidentRun:
             counts=counts,
         )
         return sessions
+
+    def end_outage(self, now: datetime) -> Incident:
+        """The outage ends at ``now`` (the store answers again); 404 without an incident."""
+        if self.incident is None:
+            raise AdminError(404, "NOT_FOUND", "no incident in force")
+        self.incident = self.incident.ended(now)
+        return self.incident
 
     def clear(self) -> None:
         self.incident = None

@@ -156,11 +156,13 @@ class SandboxState:
         seed: int = 1,
         prefix: str = "ses_inc",
         started_seconds: float = 900.0,
+        causes: tuple[str, ...] = (),
     ) -> Incident:
-        """A mass incident: ``count`` stuck sessions with mixed causes (see ``_incident``); the outage
-        ends ``outage_seconds`` from now. A previous incident's sessions are replaced."""
-        causes = self.incidents.causes(
-            count, outage_seconds=outage_seconds, seed=seed, prefix=prefix, started_seconds=started_seconds
+        """A mass incident: ``count`` stuck sessions with mixed causes (see ``_incident``; ``causes``
+        narrows the mix); the outage ends ``outage_seconds`` from now. A previous incident's sessions
+        are replaced."""
+        mix = self.incidents.causes(
+            count, outage_seconds=outage_seconds, seed=seed, prefix=prefix, started_seconds=started_seconds, only=causes
         )
         if self.incidents.incident is not None:
             for sid in [k for k, v in self.sessions.items() if v.incident_cause is not None]:
@@ -171,12 +173,16 @@ class SandboxState:
             raise AdminError(409, "EXISTS", f"sessions with the prefix {prefix!r} exist already: {taken[0]}")
         now = self.now()
         started = self.incidents.start(
-            causes, now, outage_seconds=outage_seconds, seed=seed, prefix=prefix, started_seconds=started_seconds
+            mix, now, outage_seconds=outage_seconds, seed=seed, prefix=prefix, started_seconds=started_seconds
         )
         for session in started:
             self._put(session)
         assert self.incidents.incident is not None
         return self.incidents.incident
+
+    def end_incident_outage(self) -> Incident:
+        """The incident's outage ends now: its workers come up from here (``_incident.worker_plan``)."""
+        return self.incidents.end_outage(self.now())
 
     # ------------------------------------------------------------------ time
 
