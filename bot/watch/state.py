@@ -28,3 +28,5 @@ class WatchStatus:
     held: int = 0
     #: Where the last poll's paging stood (bot.watch.status.cursor_state), shared by every process.
     cursor: dict[str, Any] | None = None
+    #: What makes it poll when no loop runs it (the demo's console commands); None: its interval.
+    polls_on: str | None = None

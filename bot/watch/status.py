@@ -44,7 +44,7 @@ def status_reply(st: WatchStatus, channel: str) -> Reply:
         headline, level = f"Watch is on: posting new stops to {ref(channel, '#')}.", "ok"
     facts = [
         ("last poll", isoformat(st.last_poll) or "never"),
-        ("next poll", isoformat(st.next_poll) or "—"),
+        ("next poll", st.polls_on or isoformat(st.next_poll) or "—"),
         ("listing cursor", cursor_text(st.cursor)),
         ("seen (last poll)", str(st.seen)),
         ("posted", str(st.posted)),
@@ -55,6 +55,8 @@ def status_reply(st: WatchStatus, channel: str) -> Reply:
         facts.append(("held by the pause", str(st.held)))
     if st.counts.get("held"):
         facts.append(("held for the quiet-hours digest", str(st.counts["held"])))
+    if st.counts.get("known"):
+        facts.append(("already stuck when watching began (known, not posted)", str(st.counts["known"])))
     if st.counts.get("claimed"):
         facts.append(("claimed, post unconfirmed", str(st.counts["claimed"])))
     return Reply.of(Message(headline=headline, level=level, facts=facts))  # type: ignore[arg-type]

@@ -36,6 +36,9 @@ HELD, DIGESTED, PAUSE_HELD = "held", "digested", "pause_held"
 #: A shift change's hand-off, claimed with a lease like a stop (its row names no session and is never
 #: active); ``handoff_posted`` once every part of it is in the channel.
 HANDOFF, HANDOFF_POSTED = "handoff", "handoff_posted"
+#: A stop already listed when watching began (``Watcher.note_known``): known, not new, so never posted
+#: and never counted towards a storm; a later, different stop of the session is new as usual.
+KNOWN = "known"
 #: States of rows that are not stops: never counted as stops, never in a storm.
 NOT_STOPS = (HANDOFF, HANDOFF_POSTED)
 
@@ -88,8 +91,17 @@ class Claim:
 def _recent(db: Database, installation: str, now: datetime, window: float) -> int:
     row = db.conn.execute(
         "SELECT COUNT(*) FROM watch_stops WHERE installation = ? AND first_seen_at >= ? "
-        "AND state NOT IN (?, ?, ?, ?, ?, ?)",
-        [installation, _iso(now - timedelta(seconds=window)), SUPPRESSED, HELD, DIGESTED, PAUSE_HELD, *NOT_STOPS],
+        "AND state NOT IN (?, ?, ?, ?, ?, ?, ?)",
+        [
+            installation,
+            _iso(now - timedelta(seconds=window)),
+            SUPPRESSED,
+            HELD,
+            DIGESTED,
+            PAUSE_HELD,
+            KNOWN,
+            *NOT_STOPS,
+        ],
     ).fetchone()
     return int(row[0])
 
@@ -126,10 +138,12 @@ class WatchStore:
         quiet: bool = False,
         lease: float,
         burst: bool = False,
+        known: bool = False,
     ) -> Claim | None:
         """Commit the stop's key, its lease (``actor`` owns it for ``lease`` seconds) and its
         ``watch_stop`` step, or None when it was already seen. ``burst``: the poll found more new stops
-        than the threshold at once, so this one folds into the storm's triage message."""
+        than the threshold at once, so this one folds into the storm's triage message. ``known``: it was
+        listed when watching began, so it is recorded as known and never said."""
         inst = self.installation
         with self.store.write() as db:
             conn = db.conn
@@ -153,7 +167,9 @@ class WatchStore:
             ).fetchone()
             recent = _recent(db, inst, now, storm_window)
             thread_ts = None
-            if paused:
+            if known:
+                state = KNOWN
+            elif paused:
                 state = PAUSE_HELD  # nothing found during a pause dies unseen: said at resume
             elif quiet:
                 state = HELD

@@ -119,6 +119,8 @@ class Watcher:
         self._wake = threading.Event()  # wake(): poll now instead of at the end of the interval
         self.trigger: Trigger | None = None  # set by the wiring; runs while run() does
         self._lock = threading.Lock()  # one poll at a time per process
+        #: What makes it poll when no loop runs it (the demo: its console commands); None: every ``interval``.
+        self.polls_on: str | None = None
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -150,7 +152,7 @@ class Watcher:
         with self._lock:
             now = self.clock.now()
             self.last_poll = now
-            self.next_poll = now + timedelta(seconds=self.interval)
+            self.next_poll = None if self.polls_on else now + timedelta(seconds=self.interval)
             result = self._read_and_claim(now)
             self._take_over(now)
             self._health(result, now)
@@ -173,9 +175,21 @@ class Watcher:
                 self.errors += 1
             return result
 
-    def _read_and_claim(self, now: datetime) -> PollResult:
+    def note_known(self) -> PollResult:
+        """Every stop listed now recorded as known, nothing posted: the sessions already stuck when
+        watching began are not new stops (the demo's backlog at its start); each later stop is."""
+        with self._lock:
+            now = self.clock.now()
+            result = self._read_and_claim(now, baseline=True)
+            if result.complete:
+                self.seen, self.last_poll = result.listed, now
+                self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
+            return result
+
+    def _read_and_claim(self, now: datetime, *, baseline: bool = False) -> PollResult:
         """Every page first, then the new stops claimed and said: a burst is known before anything
-        is posted, so it is one triage message, not the first N cases and then the storm."""
+        is posted, so it is one triage message, not the first N cases and then the storm. ``baseline``:
+        what is listed is recorded as known when watching begins, and nothing is said."""
         result = PollResult(complete=False)
         listed: set[str] = set()
         known = self.saved.active()
@@ -208,6 +222,7 @@ class Watcher:
                 paused=paused,
                 quiet=quiet,
                 burst=burst,
+                known=baseline,
             )
             if claim is not None:
                 # Claimed, then posted at once: a kill leaves this one to be taken over.
@@ -443,6 +458,7 @@ class Watcher:
             failing_since=parse_time(health.get("since")) if health.get("failing") else None,
             last_error=self.last_error,
             counts=counts,
+            polls_on=self.polls_on,
         )
 
     def status_reply(self) -> Reply:
