@@ -157,6 +157,8 @@ class BreakGlassRoom:
                     f'Type `/recover break-glass {request_id} --incident INC-… --reason "…"`.',
                 )
             _, why = self._check(req, actor, channel)
+            # Said at once, before the preview: a break-glass that could never be confirmed here is no offer.
+            self._notice_place(req, channel)
             wire = self._wire(req)
             self.ctx.record(
                 req.session_id, actor, ASKED, {**inputs, "content_hash": req.content_hash}, "asked", opens_case=False
@@ -213,6 +215,19 @@ class BreakGlassRoom:
                 return where
         return None
 
+    def _notice_place(self, req: DecisionRequest, channel: str | None) -> tuple[str, Notice]:
+        """Where the loud notice goes and who posts it; refused (one wording, at ``break-glass`` and at
+        ``confirm``) where nobody would be told: the console posts no notice."""
+        where = self._where(req, channel)
+        if self.notice is None or where is None:
+            raise Refusal(
+                "break-glass refused: the loud notice cannot be posted from here; nothing was sent",
+                "Break glass in Slack, where the notice reaches the channel and each approver.",
+                session_id=req.session_id,
+                code="no_notice",
+            )
+        return where, self.notice
+
     # -- confirm <request_id> -------------------------------------------------------------------------
 
     def confirm(self, actor: str, channel: str | None, request_id: str, reporter: Reporter) -> Reply:
@@ -229,16 +244,9 @@ class BreakGlassRoom:
                 )
             reading, why = self._check(req, actor, channel)
             incident, reason = str(asked.get("incident")), str(asked.get("reason"))
-            where = self._where(req, channel)
-            if self.notice is None or where is None:
-                raise Refusal(
-                    "break-glass refused: the loud notice cannot be posted from here; nothing was sent",
-                    "Break glass in Slack, where the notice reaches the channel and each approver.",
-                    session_id=req.session_id,
-                    code="no_notice",
-                )
+            where, poster = self._notice_place(req, channel)
             notice = self._notice(req, incident, reason, why)
-            if self.notice.post(where, notice) is None:
+            if poster.post(where, notice) is None:
                 raise Refusal(
                     f"break-glass refused: the loud notice could not be posted in {ref(where, '#')}; nothing was sent",
                     "Try again once Slack answers.",
@@ -246,7 +254,7 @@ class BreakGlassRoom:
                     code="no_notice",
                 )
             others = [str(u) for u in reading.get("others") or []]
-            failed = [u for u in others if self.notice.post(u, notice) is None]
+            failed = [u for u in others if poster.post(u, notice) is None]
             if failed:
                 raise Refusal(
                     "break-glass refused: the notice could not reach "
