@@ -103,7 +103,11 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
         if args.user not in DEMO_USERS:
             raise RecoverError(f"--user: choose one of {', '.join(DEMO_USERS)} (the demo's users)")
         users = (args.user, *(u for u in DEMO_USERS if u != args.user))
-    return run_demo(settings, users=users, installations=tuple(args.installations or ()))
+    if args.incident is not None and not 1 <= args.incident <= 20_000:
+        raise RecoverError("--incident takes 1 to 20000 sessions, e.g. --incident 60")
+    if args.incident is not None and args.installations:
+        raise RecoverError("--incident goes with one installation's demo, not --installations")
+    return run_demo(settings, users=users, installations=tuple(args.installations or ()), incident=args.incident)
 
 
 def _console(args: argparse.Namespace, settings: Settings) -> int:
@@ -227,6 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--installations", type=installation_names, default=None, metavar="NAMES",
         help="a sandbox control host per installation, the same session ids on each, e.g. eu-1,us-1",
+    )  # fmt: skip
+    demo.add_argument(
+        "--incident", type=int, default=None, metavar="N",
+        help="start with a mass incident: a checkpoint-store outage stops N sessions, watch posts the storm",
     )  # fmt: skip
     console = _add(
         sub,

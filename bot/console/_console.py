@@ -17,9 +17,11 @@ from typing import Any, TextIO
 from bot.buttons import BadButtonValue, DecisionChoice
 from bot.console._files import save_attachment
 from bot.console._shell import LineEditor, SeenIds, line_editor, state_dir
-from bot.console.watching import stop_and_watch
+from bot.console.ladder import demo_ladder, shortened_line
+from bot.console.watching import demo_watcher, end_outage, incident_and_watch, stop_and_watch
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
+from bot.escalation.runner import LadderRunner
 from bot.messages import DETAILS_KIND, Attachment, Button, Message, Reply, brief, details_target
 from bot.redact import redact
 from bot.routing import Completions, RouterProtocol
@@ -41,6 +43,8 @@ CONSOLE_HELP = """Console commands:
   :advance <seconds>   move the sandbox clock forward (backoffs end, requests expire; demo only)
   :release [session]   end the workspace reclamation of a session (all when none is named; demo only)
   :stop <session>      stop a scenario's session now; watch mode polls once and posts it here (demo only)
+  :incident <count>    a checkpoint-store outage stops <count> sessions; watch posts the storm here (demo only)
+  :fix                 the checkpoint store answers again: the incident's outage is over (demo only)
   :help                this help and the /recover commands
   :quit                leave"""
 
@@ -112,10 +116,11 @@ class _Console:
         sandbox: Any = None,
         history: Path | None = None,
         files: Path | None = None,
+        incident: int | None = None,
     ) -> None:
+        self.incident = incident  # `demo --incident N`: the first thing the console does
         self.sandbox = sandbox
         self.files = files  # where attachments are written (the path a reply names), None: not written
-        self.watcher: Watcher | None = None  # built by the first :stop (the demo's watch channel is here)
         self.router = router
         self.users = list(users) or ["operator"]
         self.user = self.users[0]
@@ -138,6 +143,12 @@ class _Console:
         # Requests this run makes are withdrawn if Ctrl-C ends it while they wait (nothing was sent).
         now = getattr(router, "now", None)
         self.started_at: str | None = now() if now is not None else None
+        # The demo (its embedded sandbox): watch is on from the start with the console as its channel,
+        # and the escalation ladder runs at shortened times, both speaking here.
+        self.watcher: Watcher | None = demo_watcher(router, self.show) if sandbox is not None else None
+        ladder = demo_ladder(router, self.show) if sandbox is not None else None
+        self.ladder: LadderRunner | None = ladder[0] if ladder is not None else None
+        self.ladder_line = shortened_line(ladder[1]) if ladder is not None else None
 
     @property
     def actor(self) -> str:
@@ -198,6 +209,11 @@ class _Console:
                 f"recover-bot console. You are {self.user}. Type :help for help; Tab completes; "
                 "Ctrl-C cancels the line, twice (or Ctrl-D) leaves."
             )
+        if self.ladder_line:
+            self.write(self.ladder_line)
+        if self.incident:
+            self.write(f"(demo --incident {self.incident})")
+            incident_and_watch(self.sandbox, self.watcher, str(self.incident), self.write, self.fail)
         while True:
             try:
                 line = self.read(f"{self.user}> ")
@@ -223,6 +239,8 @@ class _Console:
                 self.choose(int(line))
             else:
                 self.command(line)
+            if self.ladder is not None:
+                self.ladder.run_due()  # a command's waits moved the demo's clock: due steps are said now
             if self.interrupted and not self.interactive:
                 return INTERRUPTED  # a script stops at Ctrl-C; a person gets the prompt back
             self.interrupted = False
@@ -250,7 +268,11 @@ class _Console:
         elif name in (":pass", ":advance", ":release"):
             self.drive_sandbox(name, arg)
         elif name == ":stop":
-            self.stop_and_watch(arg)
+            stop_and_watch(self.sandbox, self.watcher, arg, self.write, self.fail)
+        elif name == ":incident":
+            incident_and_watch(self.sandbox, self.watcher, arg, self.write, self.fail)
+        elif name == ":fix":
+            end_outage(self.sandbox, self.write, self.fail)
         else:
             self.fail(f"unknown console command {name!r}; type :help")
         return True
@@ -286,15 +308,14 @@ class _Console:
             return
         self.show_expired()
 
-    def stop_and_watch(self, arg: str) -> None:
-        """``:stop <session>``: see :func:`bot.console.watching.stop_and_watch`."""
-        self.watcher = stop_and_watch(self.sandbox, self.router, self.watcher, arg, self.show, self.write, self.fail)
-
     def show_expired(self) -> None:
-        """Approval requests that expired meanwhile, shown as their updated messages."""
+        """Approval requests that expired meanwhile, shown as their updated messages; in the demo, the
+        escalation ladder's steps that came due meanwhile, said here."""
         expire = getattr(self.router, "expire_due", None)
         for message in expire() if expire is not None else []:
             self.show(message)
+        if self.ladder is not None:
+            self.ladder.run_due()
 
     def switch_user(self, user: str) -> None:
         if not self.allow_switch_user:
@@ -446,12 +467,13 @@ def run_console(
     sandbox: Any = None,
     history: Path | None = None,
     files: Path | None = None,
+    incident: int | None = None,
 ) -> int:
     """Read commands (a terminal or, one a line, standard input); 0 when every command succeeded.
 
     ``sandbox`` (the demo's embedded sandbox handle) enables ``:pass`` and ``:advance``. ``files``:
     the folder each long text a reply names is written to (without it, the reply names the
-    ``details`` command that shows it).
+    ``details`` command that shows it). ``incident``: the demo starts with ``:incident <count>``.
     """
     console = _Console(
         router,
@@ -463,6 +485,7 @@ def run_console(
         sandbox,
         history,
         files,
+        incident,
     )
     try:
         return console.run()

@@ -85,11 +85,13 @@ def run_demo(
     stdout: TextIO | None = None,
     users: tuple[str, ...] = DEMO_USERS,
     installations: tuple[str, ...] = (),
+    incident: int | None = None,
 ) -> int:
     """Sandbox with its scenarios + the console against it (interactive on a TTY, else stdin).
 
     ``installations`` (``demo --installations eu-1,us-1``): a sandbox control host per name, the same
-    session ids on each, and the bot given their installations file, as ``serve`` would be."""
+    session ids on each, and the bot given their installations file, as ``serve`` would be.
+    ``incident`` (``demo --incident N``): the console starts with ``:incident N``."""
     out = stdout or sys.stdout
     log_file = log_to_file(state_dir() / "demo.log", settings.log_level)
     if installations:
@@ -124,6 +126,7 @@ def run_demo(
                 stdout=out,
                 sandbox=handle,
                 files=state_dir() / "files",
+                incident=incident,
             )
         finally:
             handle.stop()
@@ -184,6 +187,10 @@ def _banner(handle: object, users: tuple[str, ...], where: str | None = None) ->
         "The sandbox's clock moves when you wait (each wait step runs a scheduler pass) or with "
         "`:advance <seconds>`; `:pass` runs a scheduler pass now, `:release` ends a workspace reclamation, "
         "`:stop <session_id>` stops a session and lets watch mode post it here."
+    )
+    lines.append(
+        "Watch is on, posting here; the sessions above that are stuck already are known, not new. "
+        "`:incident <count>` starts a mass incident (a checkpoint-store outage), `:fix` ends it."
     )
     return "\n".join(lines) + "\n"
 

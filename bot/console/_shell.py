@@ -20,7 +20,7 @@ from bot.routing import Completions
 
 HISTORY_LINES = 2000
 KEPT_IDS = 200
-META_COMMANDS = (":help", ":quit", ":as", ":pass", ":advance", ":release", ":stop")
+META_COMMANDS = (":help", ":quit", ":as", ":pass", ":advance", ":release", ":stop", ":incident", ":fix")
 # Ids people copy from an answer: requests, batches, dry runs, turns, sessions, triage groups.
 _IDS = re.compile(r"(?<![\w/])(?:(?:req|bat|dry|turn|ses|sess)_[A-Za-z0-9_.:-]*[A-Za-z0-9]|t\d+\.g\d+)")
 

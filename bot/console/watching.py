@@ -42,21 +42,56 @@ class ConsoleWatchPoster:
         return None
 
 
+#: What makes the demo's watcher poll: no loop runs it, each of these commands polls it once.
+DEMO_POLLS_ON = "at the next `:stop` or `:incident` (the demo's watch polls on those, not on a timer)"
+#: The demo's mass incident: a checkpoint store's outage, the sessions stopped at the restore limit (R2.7).
+INCIDENT_CAUSES = ("transient",)
+INCIDENT_OUTAGE_SECONDS = 3600.0  # until `:fix` ends it
+
+
+def demo_watcher(router: Any, show: Callable[[Message], None]) -> Watcher | None:
+    """The demo's watcher, on from the start with the console as its channel (``/recover watch`` says
+    so): what was already stuck when the demo began is known, not new, so the first ``:stop`` posts
+    that one session, not the backlog."""
+    services = getattr(router, "services", None)
+    if services is None:
+        return None
+    watcher = build_watcher(
+        services,
+        ConsoleWatchPoster(show),
+        channel="console",
+        members=ConsoleMembers(),
+        handoff=watch_handoff(services),
+    )
+    if watcher is None:
+        return None
+    watcher.polls_on = DEMO_POLLS_ON
+    if services.bulk is not None:
+        services.bulk.watcher = watcher  # `/recover watch` shows its state, as in Slack
+    watcher.note_known()
+    return watcher
+
+
+def _poll(watcher: Watcher, write: Callable[[str], None], fail: Callable[[str], None]) -> None:
+    result = watcher.poll_once()
+    if not result.complete:
+        fail(f"Watch could not read the listing: {result.error}")
+    elif not result.claimed:
+        write("Watch posted nothing new: each stop is posted once (`/recover watch` shows its state).")
+
+
 def stop_and_watch(
     sandbox: Any,
-    router: Any,
     watcher: Watcher | None,
     arg: str,
-    show: Callable[[Message], None],
     write: Callable[[str], None],
     fail: Callable[[str], None],
-) -> Watcher | None:
+) -> None:
     """``:stop <session>``: the sandbox stops it (recovery_required), and the watcher polls once,
-    posting what is new to the console as it would to the watch channel (R2.1, R3.1). Returns the
-    watcher, built by the first call (the demo's watch channel is the console)."""
+    posting what is new to the console as it would to the watch channel (R2.1, R3.1)."""
     if sandbox is None:
         fail(":stop works only against the embedded sandbox (recover-bot demo).")
-        return watcher
+        return
     scenarios = getattr(sandbox, "scenarios", {}) or {}
     session_id = scenarios[arg].session_id if arg in scenarios else arg
     if not session_id:
@@ -64,30 +99,62 @@ def stop_and_watch(
             ":stop takes a scenario's session id, e.g. :stop "
             + next((s.session_id for s in scenarios.values()), "<session_id>")
         )
-        return watcher
-    services = getattr(router, "services", None)
-    if watcher is None and services is not None:
-        watcher = build_watcher(
-            services,
-            ConsoleWatchPoster(show),
-            channel="console",
-            members=ConsoleMembers(),
-            handoff=watch_handoff(services),
-        )
-        if watcher is not None and services.bulk is not None:
-            services.bulk.watcher = watcher  # `/recover watch` shows its state, as in Slack
+        return
     if watcher is None:
         fail(":stop needs the runbook's watch: section.")
-        return None
+        return
     try:
         sandbox.admin.stop(session_id)
     except Exception as exc:  # noqa: BLE001 - the sandbox's own error (an unknown session), shown
         fail(f":stop: {redact(str(exc))}")
-        return watcher
+        return
     write(f"Sandbox: {session_id} stopped (recovery_required). Watch polls once:")
-    result = watcher.poll_once()
-    if not result.complete:
-        fail(f"Watch could not read the listing: {result.error}")
-    elif not result.claimed:
-        write("Watch posted nothing new: each stop is posted once (`/recover watch` shows its state).")
-    return watcher
+    _poll(watcher, write, fail)
+
+
+def incident_and_watch(
+    sandbox: Any,
+    watcher: Watcher | None,
+    arg: str,
+    write: Callable[[str], None],
+    fail: Callable[[str], None],
+) -> None:
+    """``:incident <count>``: the sandbox's checkpoint store goes down and ``count`` sessions stop at
+    the restore limit (R2.7); the watcher polls once and posts the storm, one triage message."""
+    if sandbox is None:
+        fail(":incident works only against the embedded sandbox (recover-bot demo).")
+        return
+    if watcher is None:
+        fail(":incident needs the runbook's watch: section.")
+        return
+    try:
+        count = int(arg)
+    except ValueError:
+        fail(":incident takes a number of sessions, e.g. :incident 60")
+        return
+    try:
+        info = sandbox.admin.incident(count, outage_seconds=INCIDENT_OUTAGE_SECONDS, causes=INCIDENT_CAUSES)
+    except Exception as exc:  # noqa: BLE001 - the sandbox's own error (a count out of range), shown
+        fail(f":incident: {redact(str(exc))}")
+        return
+    write(
+        f"Sandbox: the checkpoint store is down; {info['sessions']} sessions ({info['prefix']}_…) stopped at "
+        "the restore limit. `:fix` brings the store back. Watch polls once:"
+    )
+    _poll(watcher, write, fail)
+
+
+def end_outage(sandbox: Any, write: Callable[[str], None], fail: Callable[[str], None]) -> None:
+    """``:fix``: the incident's checkpoint store answers again; a retry_restore now restores (R2.6)."""
+    if sandbox is None:
+        fail(":fix works only against the embedded sandbox (recover-bot demo).")
+        return
+    try:
+        info = sandbox.admin.end_outage()
+    except Exception as exc:  # noqa: BLE001 - the sandbox's own error (no incident), shown
+        fail(f":fix: {redact(str(exc))} (`:incident <count>` starts one)")
+        return
+    write(
+        f"Sandbox: the checkpoint store answers again (outage over at {info['outage_until']}). "
+        "The stopped sessions stay stopped until someone decides: `/recover batch decide <group> retry_restore …`."
+    )
