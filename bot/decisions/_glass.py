@@ -156,9 +156,10 @@ class BreakGlassRoom:
                     'break-glass needs --incident <ref> and --reason "…"',
                     f'Type `/recover break-glass {request_id} --incident INC-… --reason "…"`.',
                 )
-            _, why = self._check(req, actor, channel)
-            # Said at once, before the preview: a break-glass that could never be confirmed here is no offer.
+            # Said at once, before any other check and the preview: one that could never be confirmed
+            # here is no offer, whatever the ladder says.
             self._notice_place(req, channel)
+            _, why = self._check(req, actor, channel)
             wire = self._wire(req)
             self.ctx.record(
                 req.session_id, actor, ASKED, {**inputs, "content_hash": req.content_hash}, "asked", opens_case=False

@@ -104,7 +104,9 @@ def test_stop_lets_a_person_watch_the_watcher_post_each_stop_once(demo_sandbox: 
     # The console's user is a member of its channel (the console): pausing and resuming are allowed.
     assert "Watch paused until" in out and "Watch resumed" in out and "Only members of" not in out
     first, second, third = out.split("Watch polls once:")[1:]
-    assert "Many sessions stopped at once" in first  # the scenarios already stopped: more than the storm threshold
+    # The scenarios stuck already when the demo began are known, not new: the first stop is that one session.
+    assert first.count("Stopped: ") == 1 and "Stopped: ses_closed (" in first, first
+    assert "Many sessions stopped at once" not in out
     assert second.count(f"Stopped: {sid} (RESTORE_FAILED") == 1, second
     assert "Watch posted nothing new" in third and "Stopped:" not in third.split("alice> /recover watch")[0]
     assert "posted" in third.split("alice> /recover watch")[1]
