@@ -1,7 +1,12 @@
-"""The demo's watch channel: the console itself, so ``:stop <scenario>`` shows the watcher at work.
+"""The demo's watch channel: the console itself, so ``:stop <scenario>`` and ``:incident <count>`` show
+the watcher at work.
 
 A :class:`bot.watch.Poster` that prints what the watcher would post in Slack and remembers it, so a
-claim taken over later is found by its key here as in a Slack channel.
+claim taken over later is found by its key here as in a Slack channel. The demo's watcher is on from
+the console's start (``/recover watch`` says so); what is stuck then is known, not new (R2.1: a stop
+is posted once, when it happens). No loop runs it: ``:stop`` and ``:incident`` each poll it once.
+``:incident`` is a checkpoint store's outage in the sandbox (its incident machinery, one cause),
+``:fix`` ends it.
 """
 
 from __future__ import annotations

@@ -219,6 +219,31 @@ def test_a_new_incident_replaces_the_old_one_and_bad_input_is_refused(incident: 
     assert sb.admin.incident_info() is None and sb.admin.sessions() == []
 
 
+def test_an_incident_of_one_cause_and_its_outage_ended_now(sandbox_factory: Callable[..., SandboxHandle]) -> None:
+    """A checkpoint store's outage alone (the demo's `:incident`): every session of that one cause; ending
+    the outage now (the demo's `:fix`) lets a retried worker come up at once, not at the planned end."""
+    sb = sandbox_factory(scenarios=None)
+    api = SandboxApi(sb.url, sb.api_key)
+    info = sb.admin.incident(60, outage_seconds=3600, causes=("transient",))
+    assert info["by_cause"] == {"transient": 60} and info["outage_active"] is True
+    sid = "ses_inc_00001"
+    assert api.decide(sid, "retry_restore").status_code == 201
+    sb.admin.advance(5)
+    sb.admin.scheduler_pass()
+    assert sb.admin.session(sid)["execution_internal"]["phase"] == "starting"  # waits inside (R2.6)
+    assert sb.admin.end_outage()["outage_active"] is False
+    sb.admin.advance(2)
+    sb.admin.scheduler_pass()
+    assert sb.admin.session(sid)["execution_internal"]["phase"] == "ready"
+    with pytest.raises(SandboxAdminError) as info_bad:
+        sb.admin.incident(10, causes=("meteor",))
+    assert info_bad.value.status == 400
+    sb.admin.reset()
+    with pytest.raises(SandboxAdminError) as none:
+        sb.admin.end_outage()
+    assert none.value.status == 404
+
+
 def test_per_client_rate_limit_answers_429_with_retry_after(sandbox_factory: Callable[..., SandboxHandle]) -> None:
     sb = sandbox_factory(scenarios=["healthy"], api_keys={"key-a": {"sessions:recover"}, "key-b": {"sessions:recover"}})
     sb.admin.traffic(rate_limit=5, burst=5)
