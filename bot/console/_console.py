@@ -18,7 +18,7 @@ from bot.buttons import BadButtonValue, DecisionChoice
 from bot.console._files import save_attachment
 from bot.console._shell import LineEditor, SeenIds, line_editor, state_dir
 from bot.console.ladder import demo_ladder, shortened_line
-from bot.console.watching import demo_watcher, end_outage, incident_and_watch, stop_and_watch
+from bot.console.watching import DEMO_WATCH_LINE, demo_watcher, end_outage, incident_and_watch, stop_and_watch
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
 from bot.escalation.runner import LadderRunner
@@ -209,6 +209,8 @@ class _Console:
                 f"recover-bot console. You are {self.user}. Type :help for help; Tab completes; "
                 "Ctrl-C cancels the line, twice (or Ctrl-D) leaves."
             )
+        if self.watcher is not None:
+            self.write(DEMO_WATCH_LINE)
         if self.ladder_line:
             self.write(self.ladder_line)
         if self.incident:

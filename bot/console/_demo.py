@@ -188,10 +188,6 @@ def _banner(handle: object, users: tuple[str, ...], where: str | None = None) ->
         "`:advance <seconds>`; `:pass` runs a scheduler pass now, `:release` ends a workspace reclamation, "
         "`:stop <session_id>` stops a session and lets watch mode post it here."
     )
-    lines.append(
-        "Watch is on, posting here; the sessions above that are stuck already are known, not new. "
-        "`:incident <count>` starts a mass incident (a checkpoint-store outage), `:fix` ends it."
-    )
     return "\n".join(lines) + "\n"
 
 

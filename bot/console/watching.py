@@ -52,6 +52,11 @@ DEMO_POLLS_ON = "at the next `:stop` or `:incident` (the demo's watch polls on t
 #: The demo's mass incident: a checkpoint store's outage, the sessions stopped at the restore limit (R2.7).
 INCIDENT_CAUSES = ("transient",)
 INCIDENT_OUTAGE_SECONDS = 3600.0  # until `:fix` ends it
+#: What the demo says at its start about its watcher (only when it has one).
+DEMO_WATCH_LINE = (
+    "Watch is on, posting here; the sessions above that are stuck already are known, not new. "
+    "`:incident <count>` starts a mass incident (a checkpoint-store outage), `:fix` ends it."
+)
 
 
 def demo_watcher(router: Any, show: Callable[[Message], None]) -> Watcher | None:

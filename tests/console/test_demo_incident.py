@@ -98,6 +98,7 @@ def test_a_mass_incident_is_posted_once_approved_by_a_second_person_and_verified
 def test_watch_is_on_from_the_start_and_a_first_stop_posts_that_session_only(demo: Any) -> None:
     d = demo()
     state = d.say("/recover watch")
+    assert "Watch is on, posting here; the sessions above that are stuck already are known" in d.proc.output
     assert "Watch is on: posting new stops to #console." in state, state
     assert "at the next `:stop` or `:incident`" in state  # what makes it poll in the demo, not a timer
     stop = d.say(":stop ses_resume_reclaiming")
