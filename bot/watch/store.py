@@ -207,6 +207,7 @@ class WatchStore:
                     "unknown_turn_id": stop.unknown_turn_id,
                 },
                 db=db,
+                opens_case=state != KNOWN,  # known, not new: on the chain, no case nobody opened
             )
         return Claim(stop=stop, state=state, thread_ts=thread_ts)
 

@@ -101,6 +101,7 @@ def test_watch_is_on_from_the_start_and_a_first_stop_posts_that_session_only(dem
     assert "Watch is on, posting here; the sessions above that are stuck already are known" in d.proc.output
     assert "Watch is on: posting new stops to #console." in state, state
     assert "at the next `:stop` or `:incident`" in state  # what makes it poll in the demo, not a timer
+    assert "No open cases." in d.say("/recover cases")  # known stops open no case nobody asked for
     stop = d.say(":stop ses_resume_reclaiming")
     assert stop.count("Stopped: ") == 1 and "Stopped: ses_resume_reclaiming (" in stop, stop
     assert "Many sessions stopped at once" not in stop
