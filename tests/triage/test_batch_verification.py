@@ -7,10 +7,13 @@ router's own ``expire_due``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from bot.messages import ListReporter, Reply
-from bot.sandbox import SandboxHandle
+from bot.sandbox import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, SandboxHandle
 from tests.fixtures.triage import bulk_router, make_incident
 
 N = 6
@@ -123,3 +126,52 @@ def test_an_incompatible_retry_with_cause_fixed_yes_batch_is_warned_before_any_s
     said = _text(asked)
     assert said.count("never succeeds on the same runtime/profile") == 1 and "2 member(s)" in said, said
     assert _posts(incident_sandbox) == []
+
+
+def _sweep(router: object, clock: object, seconds: float, times: int = 1) -> list:
+    said: list = []
+    for _ in range(times):
+        clock.advance(seconds)  # type: ignore[attr-defined]
+        said.extend(router.expire_due())  # type: ignore[attr-defined]
+    return said
+
+
+@pytest.mark.parametrize("behaviour", [CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY])
+def test_batch_members_close_only_on_a_ready_report_whatever_the_host_answers(
+    sandbox_factory: Callable[..., SandboxHandle], clock: object, tmp_path: Path, behaviour: str
+) -> None:
+    """R5.1 on the batch path, against a host that clears the attention in its answer, one that keeps
+    it (the seed's reading, the default) and one whose workers never report ready: the members' cases
+    are judged by the single decisions' one rule, so no answer and no passing time closes them."""
+    sandbox = sandbox_factory(scenarios=None, ready_behaviour=behaviour)
+    made = make_incident(sandbox, {"restore_stopped_transient": 3})["restore_stopped_transient"]
+    router = bulk_router(sandbox, tmp_path)
+    store = router.services.store  # type: ignore[attr-defined]
+    done = _run(router, f'/recover batch decide --sessions {",".join(made)} retry_restore --reason "back" --yes')
+    assert "3/3 accepted" in _text(done) and "verifying 3" in _text(done), _text(done)
+    batch_id = next(m.ref for m in done.messages if m.kind == "batch_progress")
+    for sid in made:  # the answer: running, admission open; with clear_attention no attention at all
+        shown = sandbox.admin.session(sid)
+        assert shown["status"] == "running" and shown["admission_state"] == "open"
+        assert (shown["attention"] is None) == (behaviour == CLEAR_ATTENTION)
+    assert all(_last_verification(router, sid) == "verifying" for sid in made)
+    said = _sweep(router, clock, 30)
+    assert not [m for m in said if m.kind == "batch_verified"] and all(store.get_open_case(s) for s in made)
+    if behaviour == NEVER_READY:
+        said = _sweep(router, clock, 30, times=130)  # an hour past the start-up window
+        assert not [m for m in said if m.kind == "batch_verified" or m.session_id in made], [m.headline for m in said]
+        assert all(store.get_open_case(sid) is not None for sid in made)
+        assert not any(s.step == "case_closed" for sid in made for s in store.steps(session_id=sid))
+        edited = [m for m in said if m.kind == "batch_progress" and m.ref == batch_id]
+        assert len(edited) == 1, [m.plain_text() for m in edited]  # the window's end, said once, in the batch's
+        assert "verifying 3" in edited[0].plain_text() and "recovered 0" in edited[0].plain_text()
+        assert "no worker has reported ready within the start-up window (3)" in edited[0].plain_text()
+        return
+    for sid in made:
+        sandbox.admin.worker_ready(sid)
+    said = _sweep(router, clock, 30)
+    final = [m for m in said if m.kind == "batch_verified" and m.ref == batch_id]
+    assert len(final) == 1 and "3/3 recovered (observed)" in final[0].headline
+    for sid in made:
+        evidence = [s for s in store.steps(session_id=sid) if s.step == "case_closed"][-1].inputs["evidence"]
+        assert evidence["events.ready_seq"] > evidence["events.after_seq"]
