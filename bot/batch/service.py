@@ -28,6 +28,7 @@ from bot.batch.verifying import BatchVerification
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import PURPOSE_DECISION, ControlHostClient, Receipt
 from bot.decisions import (
+    EXECUTED_OVER,
     BatchGrant,
     DecisionPolicy,
     DecisionService,
@@ -154,9 +155,9 @@ class BatchService:
         console_users = self.decisions.console_users
 
         def repeated(c: Candidate) -> int:
-            code = c.facts.get("attention.code")
-            single: int = self.decisions.repeated(c.session_id, decision, c.facts)
-            return single + self.batches.executed_count(c.session_id, decision, code)
+            # R5.4: the decisions' one count, which reads single and batch executions alike.
+            done: int = self.decisions.repeated(c.session_id, decision, c.facts)
+            return done
 
         chosen = plan(
             self.runbooks,
@@ -494,18 +495,27 @@ class BatchService:
         return won
 
     def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome]) -> None:
-        """Members' outcomes and their steps in the sessions' cases, in one commit."""
+        """Members' outcomes and their steps in the sessions' cases, in one commit. An executed member's
+        step names the attention it was sent over: the decisions' R5.4 count reads it (``repeated``)."""
+        bound = (
+            {m.session_id: m.facts for m in self.batches.members(batch.id)}
+            if any(to == RequestState.EXECUTED for _, _, to, _ in outcomes)
+            else {}
+        )
         with self.store.write() as db:
             for session_id, from_states, to, values in outcomes:
                 key = values.pop("key", None)
                 if not self.batches.member_transition(db, batch.id, session_id, from_states, to, **values):
                     continue
                 status, receipt_id = values.get("http_status"), values.get("receipt_id")
+                inputs: dict[str, Any] = {"batch_id": batch.id, "decision": batch.decision}
+                if to == RequestState.EXECUTED:
+                    inputs[EXECUTED_OVER] = (bound.get(session_id) or {}).get("attention.code")
                 self.store.record_step(
                     session_id,
                     actor,
                     Step(f"batch_member_{to}"),
-                    {"batch_id": batch.id, "decision": batch.decision},
+                    inputs,
                     str(values.get("code") or to),
                     detail={k: v for k, v in values.items() if v is not None} or None,
                     http_status=status if isinstance(status, int) else None,

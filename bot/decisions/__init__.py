@@ -18,6 +18,7 @@ from bot.decisions._authority import (
     derive,
 )
 from bot.decisions._cases import IN_HAND, NO_ONE, NOW, HandoffDigest, HandoffEntry
+from bot.decisions._decide import EXECUTED_OVER
 from bot.decisions._glass import Notice
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy
 from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash, migrations
@@ -46,6 +47,7 @@ __all__ = [
     "CONSOLE_CHANNEL",
     "CONFIRM_KIND",
     "DECISIVE_FACTS",
+    "EXECUTED_OVER",
     "ApproverDirectory",
     "Authority",
     "BatchClaim",

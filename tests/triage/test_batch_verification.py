@@ -175,3 +175,40 @@ def test_batch_members_close_only_on_a_ready_report_whatever_the_host_answers(
     for sid in made:
         evidence = [s for s in store.steps(session_id=sid) if s.step == "case_closed"][-1].inputs["evidence"]
         assert evidence["events.ready_seq"] > evidence["events.after_seq"]
+
+
+def _stop_at_the_limit_again(sandbox: SandboxHandle, clock: object, sid: str) -> None:
+    """The relaunched worker dies at start-up three times: STARTUP_FAILED, stopped (R2.12)."""
+    for _ in range(3):
+        sandbox.admin.fail_startup(sid)
+        clock.advance(61)  # type: ignore[attr-defined]
+        sandbox.admin.scheduler_pass()
+    assert sandbox.admin.session(sid)["attention"]["retry_at"] is None
+
+
+def test_a_repeated_failure_is_warned_before_any_send_whichever_path_sent_the_first(
+    sandbox_factory: Callable[..., SandboxHandle], clock: object, tmp_path: Path
+) -> None:
+    """R5.4 (a repeat without fixing the cause) is one count for both paths: a start_fresh a batch sent
+    that failed again holds a later `decide … --yes` and a later `batch decide … --yes` alike, each
+    saying the repeat before any send; the failing again is told in the batch's message first."""
+    sandbox = sandbox_factory(scenarios=None)
+    made = make_incident(sandbox, {"startup_stopped": 3})["startup_stopped"]
+    router = bulk_router(sandbox, tmp_path)
+    first = _run(router, f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "repo" --yes')
+    assert "3/3 accepted" in _text(first), _text(first)  # nothing to drop, no repeat: --yes sends (R2.14)
+    for sid in made:
+        _stop_at_the_limit_again(sandbox, clock, sid)
+    clock.advance(30)  # type: ignore[attr-defined]
+    said = router.expire_due()  # type: ignore[attr-defined]
+    edited = [m for m in said if m.kind == "batch_progress"]
+    assert len(edited) == 1 and "failing again 3" in edited[0].plain_text(), [m.headline for m in said]
+    sent = len(_posts(sandbox))
+    single = _text(_run(router, f'/recover decide {made[0]} start_fresh --reason "repo" --yes'))
+    assert "already executed 1 time(s) on this session without fixing the cause (R5.4)" in single, single
+    assert len(_posts(sandbox)) == sent  # --yes did not send it
+    again = _run(router, f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "repo" --yes')
+    said_again = _text(again)
+    assert said_again.count("repeated 1 time(s) without fixing the cause (R5.4)") == 1, said_again
+    assert "3 member(s)" in said_again and "`--yes` did not send it" in said_again
+    assert len(_posts(sandbox)) == sent
