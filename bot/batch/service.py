@@ -50,7 +50,7 @@ from bot.triage.engine import runbook_limit
 from bot.triage.facts import gather
 from bot.triage.pace import Throttle
 from bot.triage.store import TriageStore
-from bot.vocab import BATCH_DECISIONS, PER_SESSION, Policy, RequestState, Step
+from bot.vocab import BATCH_DECISIONS, PER_SESSION, Action, Policy, RequestState, Step
 
 BOT = "recover-bot"
 
@@ -142,6 +142,13 @@ class BatchService:
                 f"`{decision}` is decided per session, never in a batch",
                 "Each turn's external effects must be checked on their own (R3.10): "
                 f"use `/recover decide <session_id> {decision} …`.",
+            )
+        if decision == Action.RESUME:  # not a Decision: its own command, with its own checks
+            return _refuse(
+                "`resume` is never made in a batch: each resume is its own `/recover resume <session_id>`",
+                "Its checks belong to the one resume path: a stopped session with no committed checkpoint is "
+                "refused before anything is sent (R4.1), and its case stays open until the resumed worker "
+                "shows it restored the checkpoint's context, or says that cannot be known (R5.2).",
             )
         if decision not in BATCH_DECISIONS:
             return _refuse(f"`batch decide` takes retry_restore, start_fresh or close, not {decision!r}")

@@ -212,3 +212,20 @@ def test_a_repeated_failure_is_warned_before_any_send_whichever_path_sent_the_fi
     assert said_again.count("repeated 1 time(s) without fixing the cause (R5.4)") == 1, said_again
     assert "3 member(s)" in said_again and "`--yes` did not send it" in said_again
     assert len(_posts(sandbox)) == sent
+
+
+def test_a_batch_never_resumes_the_one_resume_path_checks_r4_1_and_verifies_r5_2(
+    incident_sandbox: SandboxHandle, tmp_path: Path
+) -> None:
+    """R4.1, R5.2 on the batch path: there is no batch resume, so no resume skips the committed-checkpoint
+    check before the send (R4.1) or the context check after it (R5.2); nothing is sent."""
+    made = make_incident(incident_sandbox, {"stopped_resumable": 2, "stopped_no_checkpoint": 1})
+    ids = [*made["stopped_resumable"], *made["stopped_no_checkpoint"]]
+    router = bulk_router(incident_sandbox, tmp_path)
+    for line in (f"batch decide --sessions {','.join(ids)} resume", f"dryrun batch decide --sessions {ids[0]} resume"):
+        reply = _run(router, f'/recover {line} --reason "go on" --yes')
+        said = _text(reply)
+        assert not reply.ok and "`resume` is never made in a batch" in said, said
+        assert "(R4.1)" in said and "(R5.2)" in said and f"/recover resume <session_id>" in said
+    assert [r for r in incident_sandbox.admin.requests() if r["method"] == "POST"] == []
+    assert router.services.bulk.batches.batches.find(("requested",)) == []  # type: ignore[attr-defined]
