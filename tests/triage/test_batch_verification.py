@@ -226,6 +226,6 @@ def test_a_batch_never_resumes_the_one_resume_path_checks_r4_1_and_verifies_r5_2
         reply = _run(router, f'/recover {line} --reason "go on" --yes')
         said = _text(reply)
         assert not reply.ok and "`resume` is never made in a batch" in said, said
-        assert "(R4.1)" in said and "(R5.2)" in said and f"/recover resume <session_id>" in said
+        assert "(R4.1)" in said and "(R5.2)" in said and "/recover resume <session_id>" in said
     assert [r for r in incident_sandbox.admin.requests() if r["method"] == "POST"] == []
     assert router.services.bulk.batches.batches.find(("requested",)) == []  # type: ignore[attr-defined]
