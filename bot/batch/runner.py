@@ -23,8 +23,9 @@ from typing import Any, Protocol
 
 from bot.batch.store import Batch, BatchStore
 from bot.clock import Clock
-from bot.controlhost import ControlHostClient, Receipt, RequestPendingError, Session
+from bot.controlhost import ControlHostClient, Event, Receipt, RequestPendingError, Session
 from bot.decisions import BatchGrant, DecisionPolicy, NoAuthority
+from bot.diagnosis.facts import event_facts
 from bot.errors import ControlHostError
 from bot.store import IdempotencyRecord, Store
 from bot.triage.facts import BOUND_FACTS, session_only_facts
@@ -33,8 +34,11 @@ from bot.vocab import RequestState
 RECHECKED = tuple(f for f in BOUND_FACTS if not f.startswith("unknown_turn."))
 SMALL = 20  # up to this many members, each is re-read with its own GET
 SETTLE_EVERY = 0.05
+EVENT_PAGES = 50  # as a diagnosis reads: past it the stream's position is unknown
 
 Value = str | int | None
+#: An executed member's outcome value: its stream position before the send (kept in its step, not its row).
+BEFORE_SEQ = "before_seq"
 Outcome = tuple[str, tuple[str, ...], str, dict[str, Value]]
 
 
@@ -59,6 +63,25 @@ class BatchSending(Protocol):
     def send_member(self, grant: BatchGrant, session_id: str, record: IdempotencyRecord) -> Receipt: ...
 
     def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome]) -> None: ...
+
+
+def stream_position(client: ControlHostClient, session_id: str) -> int | None:
+    """Where the member's event stream stands just before its send (``events.last_seq``, the single
+    path's pre-send fact): a ready report after it is the verification's evidence (R5.1). None when
+    it cannot be read to its end: the verification's own later read stands in (never a false close)."""
+    events: list[Event] = []
+    after: int | None = None
+    for _ in range(EVENT_PAGES):
+        try:
+            page = client.list_events(session_id, after=after)
+        except ControlHostError:
+            return None
+        events.extend(page.events)
+        if not page.events or page.next is None or page.next == after:
+            seq = event_facts(events)["events.last_seq"]
+            return seq if isinstance(seq, int) else None
+        after = page.next
+    return None
 
 
 def changes(bound: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
@@ -151,6 +174,7 @@ class Runner:
         self.actor = actor
         self.on_change = on_change
         self.granted: BatchGrant | None = None
+        self.watched = False
 
     def _regrant(self) -> bool:
         """The gate's proof of the batch, re-read from the chain (before the run and each chunk)."""
@@ -168,6 +192,8 @@ class Runner:
         batch = self.s.batches.get(self.batch_id)
         assert batch is not None
         concurrency = max(1, concurrency)
+        # A decision the verification watches (R5.1): each member's stream position is read before its send.
+        self.watched = self.s.policy(batch.decision).spec.verify.watch is not None
         if not self._regrant():
             return  # nothing sent: the service said why before it started
         settler = Settler(self.s, batch, self.actor, self.on_change)
@@ -235,6 +261,7 @@ class Runner:
         if record is None:
             return
         values: dict[str, Value]
+        before = stream_position(self.s.client, session_id) if self.watched else None
         try:
             if self.granted is None:
                 raise NoAuthority("the batch has no authority in the chain")
@@ -250,7 +277,7 @@ class Runner:
                 to, values = RequestState.FAILED, {"code": exc.code, "http_status": exc.status, "detail": exc.message}
         else:
             to = RequestState.EXECUTED
-            values = {"receipt_id": receipt.id, "http_status": receipt.http_status or 200}
+            values = {"receipt_id": receipt.id, "http_status": receipt.http_status or 200, BEFORE_SEQ: before}
         settler.put(session_id, from_states, to, key=record.key, **values)
 
 

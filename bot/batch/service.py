@@ -22,12 +22,13 @@ from typing import Any
 from bot.batch import text
 from bot.batch.gating import approver_refusal, claim_of, tampered
 from bot.batch.plan import Candidate, plan
-from bot.batch.runner import Outcome, Runner
+from bot.batch.runner import BEFORE_SEQ, Outcome, Runner
 from bot.batch.store import OPEN_STATES, Batch, BatchStore, new_batch_id
 from bot.batch.verifying import BatchVerification
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import PURPOSE_DECISION, ControlHostClient, Receipt
 from bot.decisions import (
+    BEFORE,
     EXECUTED_OVER,
     BatchGrant,
     DecisionPolicy,
@@ -512,19 +513,24 @@ class BatchService:
         with self.store.write() as db:
             for session_id, from_states, to, values in outcomes:
                 key = values.pop("key", None)
+                before = values.pop(BEFORE_SEQ, None)
                 if not self.batches.member_transition(db, batch.id, session_id, from_states, to, **values):
                     continue
                 status, receipt_id = values.get("http_status"), values.get("receipt_id")
                 inputs: dict[str, Any] = {"batch_id": batch.id, "decision": batch.decision}
+                detail: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
                 if to == RequestState.EXECUTED:
                     inputs[EXECUTED_OVER] = (bound.get(session_id) or {}).get("attention.code")
+                    # Where its event stream stood before the send, as a single decision's sending step
+                    # keeps it: the verification tells a ready report after the send by it (R5.1).
+                    detail[BEFORE] = {"events.last_seq": before}
                 self.store.record_step(
                     session_id,
                     actor,
                     Step(f"batch_member_{to}"),
                     inputs,
                     str(values.get("code") or to),
-                    detail={k: v for k, v in values.items() if v is not None} or None,
+                    detail=detail or None,
                     http_status=status if isinstance(status, int) else None,
                     idempotency_key=key if isinstance(key, str) else None,
                     receipt_id=receipt_id if isinstance(receipt_id, str) else None,

@@ -35,6 +35,7 @@ from bot.decisions._rules import (
 )
 from bot.decisions._service import DecisionService
 from bot.decisions._text import APPROVAL_KIND, CONFIRM_KIND
+from bot.decisions._watch import BEFORE
 from bot.diagnosis.cure import incurable_cause
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "HandoffDigest",
     "HandoffEntry",
     "APPROVAL_KIND",
+    "BEFORE",
     "CONSOLE_CHANNEL",
     "CONFIRM_KIND",
     "DECISIVE_FACTS",

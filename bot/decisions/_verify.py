@@ -19,13 +19,15 @@ from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._policy import DecisionPolicy
 from bot.decisions._rules import settled_reason
-from bot.decisions._watch import FAILED_AGAIN, GAVE_UP, RECOVERED, VERIFYING, Watch, before_send, observe
+from bot.decisions._watch import BEFORE, FAILED_AGAIN, GAVE_UP, RECOVERED, VERIFYING, Watch, before_send, observe
 from bot.errors import RecoverError
 from bot.messages import Message, Reply
 from bot.vocab import Step
 
 # R5.1: always reported after a decision, besides what the runbook's verify.report adds.
 VERIFY_FACTS = ("session.revision", "session.status", "session.admission_state", "session.resumable")
+#: The steps that keep (as their detail's BEFORE) the read before their send.
+SENT_WITH_BEFORE = (Step.DECISION_SENDING, Step.RESUME_REQUESTED, Step.BATCH_MEMBER_EXECUTED)
 
 
 class Verifier:
@@ -126,12 +128,13 @@ class Verifier:
         )
 
     def _before(self, session_id: str, key: str | None) -> Mapping[str, Any] | None:
-        """What the sending step of the request ``key`` kept of the read before the send."""
+        """What the sending step of the request ``key`` kept of the read before the send (a batch
+        member's: its executed step, which keeps the stream position read just before its send)."""
         if key is None:
             return None
         for s in reversed(self.ctx.store.steps(session_id=session_id)):
-            if s.idempotency_key == key and s.step in (Step.DECISION_SENDING, Step.RESUME_REQUESTED):
-                before = (s.detail or {}).get("before")
+            if s.idempotency_key == key and s.step in SENT_WITH_BEFORE:
+                before = (s.detail or {}).get(BEFORE)
                 return before if isinstance(before, Mapping) else None
         return None
 

@@ -23,12 +23,13 @@ from bot.sandbox._several import (
     serve_installations_forever,
     start_installations,
 )
-from bot.sandbox._state import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, READY_BEHAVIOURS
+from bot.sandbox._state import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, READY_AT_ONCE, READY_BEHAVIOURS
 
 __all__ = [
     "CLEAR_ATTENTION",
     "KEEP_ATTENTION",
     "NEVER_READY",
+    "READY_AT_ONCE",
     "READY_BEHAVIOURS",
     "AdjustableClock",
     "SandboxAdmin",

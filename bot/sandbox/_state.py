@@ -49,7 +49,10 @@ _RESUME_FIELDS = {"reason"}
 KEEP_ATTENTION = "keep_attention"  # kept (failures 0) until the next worker reports ready (default)
 CLEAR_ATTENTION = "clear_attention"  # cleared in the decision's answer: the answer shows no attention
 NEVER_READY = "never_ready"  # workers start and never report ready (nor fail)
-READY_BEHAVIOURS = (KEEP_ATTENTION, CLEAR_ATTENTION, NEVER_READY)
+# A fast host: a worker a decision launches reports ready by the next request, before any re-read of
+# the bot's (attention kept until then, as keep_attention); a late re-read must still count it.
+READY_AT_ONCE = "ready_at_once"
+READY_BEHAVIOURS = (KEEP_ATTENTION, CLEAR_ATTENTION, NEVER_READY, READY_AT_ONCE)
 
 
 class ApiError(Exception):
@@ -258,6 +261,7 @@ class SandboxState:
         self.incident: Incident | None = None
         self._incident_workers: set[str] = set()  # incident sessions whose starting worker has a plan
         self._ids: list[str] | None = None  # sorted session ids (cache for the paginated list)
+        self._ready_next: set[str] = set()  # ready_at_once: launched by a decision, ready at the next tick
         self._receipts = itertools.count(1)
         self._effect_seq = itertools.count(1)
         self._controls = itertools.count(1)
@@ -427,6 +431,8 @@ class SandboxState:
         )
         session.status = "running"
         self._event(session, "generation_launched", at, generation=generation, cause=reason)
+        if self.ready_behaviour == READY_AT_ONCE and reason in ("retry_restore", "start_fresh", "resume"):
+            self._ready_next.add(session.id)
         self._log_json(session, at, "worker.claimed", generation=generation, restore=session.checkpoint is not None)
         if session.incident_cause is not None and self.incident is not None:
             self._incident_workers.add(session.id)
@@ -484,6 +490,7 @@ class SandboxState:
         now = self.now()
         self._tick_incident(now)
         self.schedule.fire(self, now)
+        self._tick_ready_at_once(now)
         for session in self.sessions.values():
             self._tick_workspace(session, now)
             execution = session.execution
@@ -656,6 +663,14 @@ class SandboxState:
         self._log_text(session, now, f'worker.stopping kind=failed session_id={session.id} error="{text}"')
         self._worker_failed(session, "STARTUP_FAILED", reason, now)
         return session
+
+    def _tick_ready_at_once(self, now: datetime) -> None:
+        for sid in sorted(self._ready_next):
+            self._ready_next.discard(sid)
+            session = self.sessions.get(sid)
+            execution = session.execution if session else None
+            if session and execution and execution.alive and execution.phase == "starting" and not session.store_outage:
+                self._ready(session, now)
 
     def worker_ready(self, session_id: str) -> Session:
         """The current worker restored / prepared its workspace and reported ready: failures reset."""

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bot.decisions._watch import FAILED_AGAIN, Watch, observe
-from bot.sandbox import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, SandboxAdminError
+from bot.sandbox import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, READY_AT_ONCE, SandboxAdminError
 from tests.fixtures.decisions import reply_text, say
 
 SID = "ses_restore_transient"
@@ -220,3 +220,13 @@ def test_a_diagnosis_after_failing_again_closes_the_case_only_on_a_ready_report(
     assert "recovery observed after `retry_restore`" in said and "reported ready after the send" in said
     closing = [s for s in store.steps(session_id=SID) if s.step == "case_closed"][-1]
     assert closing.inputs["evidence"]["events.ready_seq"] > closing.inputs["evidence"]["events.after_seq"]
+
+
+def test_a_worker_ready_before_the_first_re_read_closes_the_case_at_once(host, clock):
+    """R5.1, a fast host (ready_at_once): the worker reported ready after the send and before the bot's
+    first re-read; judged against the read made before the send, it is the evidence, and the case
+    closes with the verification."""
+    sandbox, router = host(ready_behaviour=READY_AT_ONCE)
+    said = _retry(router)
+    assert "Case closed: recovery observed" in said and "reported ready after the send" in said, said
+    assert router.services.store.get_open_case(SID) is None

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bot.messages import ListReporter, Reply
-from bot.sandbox import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, SandboxHandle
+from bot.sandbox import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, READY_AT_ONCE, SandboxHandle
 from tests.fixtures.triage import bulk_router, make_incident
 
 N = 6
@@ -229,3 +229,24 @@ def test_a_batch_never_resumes_the_one_resume_path_checks_r4_1_and_verifies_r5_2
         assert "(R4.1)" in said and "(R5.2)" in said and "/recover resume <session_id>" in said
     assert [r for r in incident_sandbox.admin.requests() if r["method"] == "POST"] == []
     assert router.services.bulk.batches.batches.find(("requested",)) == []  # type: ignore[attr-defined]
+
+
+def test_batch_members_whose_workers_report_ready_before_the_first_re_read_close_as_recovered(
+    sandbox_factory: Callable[..., SandboxHandle], clock: object, tmp_path: Path
+) -> None:
+    """R5.1, a fast host: each member's worker reports ready before the batch's verification re-reads
+    it. That report came after the member's send, so it is the evidence: judged against where the
+    member's event stream stood before its own send (as a single decision is), not against a later
+    read, which would leave every case verifying for ever."""
+    sandbox = sandbox_factory(scenarios=None, ready_behaviour=READY_AT_ONCE)
+    made = make_incident(sandbox, {"restore_stopped_transient": 3})["restore_stopped_transient"]
+    router = bulk_router(sandbox, tmp_path)
+    store = router.services.store  # type: ignore[attr-defined]
+    done = _run(router, f'/recover batch decide --sessions {",".join(made)} retry_restore --reason "back" --yes')
+    said = [*done.messages, *_sweep(router, clock, 30)]
+    final = [m for m in said if m.kind == "batch_verified"]
+    assert len(final) == 1 and "3/3 recovered (observed)" in final[0].headline, [m.headline for m in said]
+    for sid in made:
+        assert store.get_open_case(sid) is None
+        evidence = [s for s in store.steps(session_id=sid) if s.step == "case_closed"][-1].inputs["evidence"]
+        assert evidence["events.ready_seq"] > evidence["events.after_seq"]
