@@ -37,8 +37,6 @@ SETTLE_EVERY = 0.05
 EVENT_PAGES = 50  # as a diagnosis reads: past it the stream's position is unknown
 
 Value = str | int | None
-#: An executed member's outcome value: its stream position before the send (kept in its step, not its row).
-BEFORE_SEQ = "before_seq"
 Outcome = tuple[str, tuple[str, ...], str, dict[str, Value]]
 
 
@@ -55,7 +53,10 @@ class BatchSending(Protocol):
     def policy(self, decision: str) -> DecisionPolicy: ...
 
     def begin_members(
-        self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]
+        self,
+        batch: Batch,
+        ready: list[tuple[str, str, str, dict[str, Any]]],
+        positions: dict[str, int | None],
     ) -> list[tuple[str, str]]: ...
 
     def grant(self, batch_id: str) -> BatchGrant: ...
@@ -246,7 +247,11 @@ class Runner:
                 ready.append((member.session_id, method, path, body))
             for sid, why in void:
                 settler.put(sid, (RequestState.REQUESTED,), RequestState.VOID, code="FACTS_CHANGED", detail=why)
-            keys = self.s.begin_members(batch, ready)
+            # Where each member's event stream stands before its first send, kept with its sending step
+            # (R5.1: a ready report after it is the verification's evidence), read in parallel.
+            ids = [r[0] for r in ready] if self.watched else []
+            positions = dict(zip(ids, pool.map(lambda sid: stream_position(self.s.client, sid), ids), strict=True))
+            keys = self.s.begin_members(batch, ready, positions)
             for sid, key in keys:
                 inflight.add(pool.submit(self._send, settler, sid, key, (RequestState.SENDING,)))
             # At most two chunks in flight: a stop takes effect at once, and re-checks stay fresh.
@@ -261,7 +266,6 @@ class Runner:
         if record is None:
             return
         values: dict[str, Value]
-        before = stream_position(self.s.client, session_id) if self.watched else None
         try:
             if self.granted is None:
                 raise NoAuthority("the batch has no authority in the chain")
@@ -277,7 +281,7 @@ class Runner:
                 to, values = RequestState.FAILED, {"code": exc.code, "http_status": exc.status, "detail": exc.message}
         else:
             to = RequestState.EXECUTED
-            values = {"receipt_id": receipt.id, "http_status": receipt.http_status or 200, BEFORE_SEQ: before}
+            values = {"receipt_id": receipt.id, "http_status": receipt.http_status or 200}
         settler.put(session_id, from_states, to, key=record.key, **values)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from bot.batch import text
 from bot.batch.gating import approver_refusal, claim_of, tampered
 from bot.batch.plan import Candidate, plan
-from bot.batch.runner import BEFORE_SEQ, Outcome, Runner
+from bot.batch.runner import Outcome, Runner
 from bot.batch.store import OPEN_STATES, Batch, BatchStore, new_batch_id
 from bot.batch.verifying import BatchVerification
 from bot.clock import Clock, isoformat, parse_time
@@ -484,9 +484,17 @@ class BatchService:
         )
         return Reply([merged, *([final] if final is not None else [])], ok=True)
 
-    def begin_members(self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]) -> list[tuple[str, str]]:
+    def begin_members(
+        self,
+        batch: Batch,
+        ready: list[tuple[str, str, str, dict[str, Any]]],
+        positions: dict[str, int | None],
+    ) -> list[tuple[str, str]]:
         """One commit: each member ``requested → sending`` with its idempotency record (the client's
-        key rule: new key, exact body, stored before any send). Returns (session, key) for the members
+        key rule: new key, exact body, stored before any send) and its ``batch_member_sending`` step,
+        which keeps where its event stream stood before the send (``positions``), as a single
+        decision's sending step does: its verification judges a ready report against it (R5.1), on
+        every send of that key (a crash's, an uncertain one's). Returns (session, key) for the members
         this process won."""
         won: list[tuple[str, str]] = []
         if not ready:
@@ -499,6 +507,17 @@ class BatchService:
                     continue
                 record = self.client.begin(method, path, body, PURPOSE_DECISION, session_id=session_id, db=db)
                 self.batches.member_set(db, batch.id, session_id, idem_key=record.key, body=record.body)
+                if session_id in positions:
+                    self.store.record_step(
+                        session_id,
+                        BOT,
+                        Step.BATCH_MEMBER_SENDING,
+                        {"batch_id": batch.id, "decision": batch.decision},
+                        RequestState.SENDING,
+                        detail={BEFORE: {"events.last_seq": positions[session_id]}},
+                        idempotency_key=record.key,
+                        db=db,
+                    )
                 won.append((session_id, record.key))
         return won
 
@@ -513,24 +532,19 @@ class BatchService:
         with self.store.write() as db:
             for session_id, from_states, to, values in outcomes:
                 key = values.pop("key", None)
-                before = values.pop(BEFORE_SEQ, None)
                 if not self.batches.member_transition(db, batch.id, session_id, from_states, to, **values):
                     continue
                 status, receipt_id = values.get("http_status"), values.get("receipt_id")
                 inputs: dict[str, Any] = {"batch_id": batch.id, "decision": batch.decision}
-                detail: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
                 if to == RequestState.EXECUTED:
                     inputs[EXECUTED_OVER] = (bound.get(session_id) or {}).get("attention.code")
-                    # Where its event stream stood before the send, as a single decision's sending step
-                    # keeps it: the verification tells a ready report after the send by it (R5.1).
-                    detail[BEFORE] = {"events.last_seq": before}
                 self.store.record_step(
                     session_id,
                     actor,
                     Step(f"batch_member_{to}"),
                     inputs,
                     str(values.get("code") or to),
-                    detail=detail or None,
+                    detail={k: v for k, v in values.items() if v is not None} or None,
                     http_status=status if isinstance(status, int) else None,
                     idempotency_key=key if isinstance(key, str) else None,
                     receipt_id=receipt_id if isinstance(receipt_id, str) else None,

@@ -27,7 +27,7 @@ from bot.vocab import Step
 # R5.1: always reported after a decision, besides what the runbook's verify.report adds.
 VERIFY_FACTS = ("session.revision", "session.status", "session.admission_state", "session.resumable")
 #: The steps that keep (as their detail's BEFORE) the read before their send.
-SENT_WITH_BEFORE = (Step.DECISION_SENDING, Step.RESUME_REQUESTED, Step.BATCH_MEMBER_EXECUTED)
+SENT_WITH_BEFORE = (Step.DECISION_SENDING, Step.RESUME_REQUESTED, Step.BATCH_MEMBER_SENDING)
 
 
 class Verifier:
@@ -129,7 +129,7 @@ class Verifier:
 
     def _before(self, session_id: str, key: str | None) -> Mapping[str, Any] | None:
         """What the sending step of the request ``key`` kept of the read before the send (a batch
-        member's: its executed step, which keeps the stream position read just before its send)."""
+        member's: its ``batch_member_sending`` step, the stream position read before its first send)."""
         if key is None:
             return None
         for s in reversed(self.ctx.store.steps(session_id=session_id)):

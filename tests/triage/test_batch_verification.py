@@ -250,3 +250,26 @@ def test_batch_members_whose_workers_report_ready_before_the_first_re_read_close
         assert store.get_open_case(sid) is None
         evidence = [s for s in store.steps(session_id=sid) if s.step == "case_closed"][-1].inputs["evidence"]
         assert evidence["events.ready_seq"] > evidence["events.after_seq"]
+
+
+def test_a_member_answered_only_on_its_re_send_is_judged_against_the_stream_before_its_first_send(
+    sandbox_factory: Callable[..., SandboxHandle], clock: object, tmp_path: Path
+) -> None:
+    """R5.1, R0.3, a host that answers twice: the first send commits but its answer is a 500, the
+    re-send with the same key gets the stored answer. The worker that send launched reported ready in
+    between; judged against the position kept with the member's sending step (before the first
+    send), that report is the evidence and the case closes, the decision applied once."""
+    sandbox = sandbox_factory(scenarios=None, ready_behaviour=READY_AT_ONCE)
+    made = make_incident(sandbox, {"restore_stopped_transient": 2})["restore_stopped_transient"]
+    late = made[0]
+    sandbox.admin.fault("error_after_commit", f"/v1/sessions/{late}/recovery-decisions", method="POST")
+    router = bulk_router(sandbox, tmp_path)
+    done = _run(router, f'/recover batch decide --sessions {",".join(made)} retry_restore --reason "back" --yes')
+    said = [*done.messages, *_sweep(router, clock, 30)]
+    assert [f["hits"] for f in sandbox.admin.faults()] == [1]
+    assert sandbox.admin.effect_counts() == {sid: 1 for sid in made}
+    keys = {r["idempotency_key"] for r in sandbox.admin.requests(late) if r["method"] == "POST"}
+    assert len(keys) == 1 and len([r for r in sandbox.admin.requests(late) if r["method"] == "POST"]) == 2
+    final = [m for m in said if m.kind == "batch_verified"]
+    assert len(final) == 1 and "2/2 recovered (observed)" in final[0].headline, [m.plain_text() for m in said]
+    assert router.services.store.get_open_case(late) is None  # type: ignore[attr-defined]
