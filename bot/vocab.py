@@ -200,6 +200,7 @@ class Step(StrEnum):
     BATCH_FINISHED = "batch_finished"
     BATCH_VERIFIED = "batch_verified"  # every accepted member's verification settled, said once
     BATCH_MEMBER_VOID = "batch_member_void"  # facts changed: skipped, nothing sent
+    BATCH_MEMBER_SENDING = "batch_member_sending"  # its key stored; keeps the stream position before the send
     BATCH_MEMBER_EXECUTED = "batch_member_executed"
     BATCH_MEMBER_FAILED = "batch_member_failed"
     BATCH_MEMBER_UNCERTAIN = "batch_member_uncertain"

@@ -23,8 +23,9 @@ from typing import Any, Protocol
 
 from bot.batch.store import Batch, BatchStore
 from bot.clock import Clock
-from bot.controlhost import ControlHostClient, Receipt, RequestPendingError, Session
+from bot.controlhost import ControlHostClient, Event, Receipt, RequestPendingError, Session
 from bot.decisions import BatchGrant, DecisionPolicy, NoAuthority
+from bot.diagnosis.facts import event_facts
 from bot.errors import ControlHostError
 from bot.store import IdempotencyRecord, Store
 from bot.triage.facts import BOUND_FACTS, session_only_facts
@@ -33,6 +34,7 @@ from bot.vocab import RequestState
 RECHECKED = tuple(f for f in BOUND_FACTS if not f.startswith("unknown_turn."))
 SMALL = 20  # up to this many members, each is re-read with its own GET
 SETTLE_EVERY = 0.05
+EVENT_PAGES = 50  # as a diagnosis reads: past it the stream's position is unknown
 
 Value = str | int | None
 Outcome = tuple[str, tuple[str, ...], str, dict[str, Value]]
@@ -51,7 +53,10 @@ class BatchSending(Protocol):
     def policy(self, decision: str) -> DecisionPolicy: ...
 
     def begin_members(
-        self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]
+        self,
+        batch: Batch,
+        ready: list[tuple[str, str, str, dict[str, Any]]],
+        positions: dict[str, int | None],
     ) -> list[tuple[str, str]]: ...
 
     def grant(self, batch_id: str) -> BatchGrant: ...
@@ -59,6 +64,25 @@ class BatchSending(Protocol):
     def send_member(self, grant: BatchGrant, session_id: str, record: IdempotencyRecord) -> Receipt: ...
 
     def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome]) -> None: ...
+
+
+def stream_position(client: ControlHostClient, session_id: str) -> int | None:
+    """Where the member's event stream stands just before its send (``events.last_seq``, the single
+    path's pre-send fact): a ready report after it is the verification's evidence (R5.1). None when
+    it cannot be read to its end: the verification's own later read stands in (never a false close)."""
+    events: list[Event] = []
+    after: int | None = None
+    for _ in range(EVENT_PAGES):
+        try:
+            page = client.list_events(session_id, after=after)
+        except ControlHostError:
+            return None
+        events.extend(page.events)
+        if not page.events or page.next is None or page.next == after:
+            seq = event_facts(events)["events.last_seq"]
+            return seq if isinstance(seq, int) else None
+        after = page.next
+    return None
 
 
 def changes(bound: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
@@ -151,6 +175,7 @@ class Runner:
         self.actor = actor
         self.on_change = on_change
         self.granted: BatchGrant | None = None
+        self.watched = False
 
     def _regrant(self) -> bool:
         """The gate's proof of the batch, re-read from the chain (before the run and each chunk)."""
@@ -168,6 +193,8 @@ class Runner:
         batch = self.s.batches.get(self.batch_id)
         assert batch is not None
         concurrency = max(1, concurrency)
+        # A decision the verification watches (R5.1): each member's stream position is read before its send.
+        self.watched = self.s.policy(batch.decision).spec.verify.watch is not None
         if not self._regrant():
             return  # nothing sent: the service said why before it started
         settler = Settler(self.s, batch, self.actor, self.on_change)
@@ -220,7 +247,11 @@ class Runner:
                 ready.append((member.session_id, method, path, body))
             for sid, why in void:
                 settler.put(sid, (RequestState.REQUESTED,), RequestState.VOID, code="FACTS_CHANGED", detail=why)
-            keys = self.s.begin_members(batch, ready)
+            # Where each member's event stream stands before its first send, kept with its sending step
+            # (R5.1: a ready report after it is the verification's evidence), read in parallel.
+            ids = [r[0] for r in ready] if self.watched else []
+            positions = dict(zip(ids, pool.map(lambda sid: stream_position(self.s.client, sid), ids), strict=True))
+            keys = self.s.begin_members(batch, ready, positions)
             for sid, key in keys:
                 inflight.add(pool.submit(self._send, settler, sid, key, (RequestState.SENDING,)))
             # At most two chunks in flight: a stop takes effect at once, and re-checks stay fresh.

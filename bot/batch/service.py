@@ -28,6 +28,8 @@ from bot.batch.verifying import BatchVerification
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import PURPOSE_DECISION, ControlHostClient, Receipt
 from bot.decisions import (
+    BEFORE,
+    EXECUTED_OVER,
     BatchGrant,
     DecisionPolicy,
     DecisionService,
@@ -49,7 +51,7 @@ from bot.triage.engine import runbook_limit
 from bot.triage.facts import gather
 from bot.triage.pace import Throttle
 from bot.triage.store import TriageStore
-from bot.vocab import BATCH_DECISIONS, PER_SESSION, Policy, RequestState, Step
+from bot.vocab import BATCH_DECISIONS, PER_SESSION, Action, Policy, RequestState, Step
 
 BOT = "recover-bot"
 
@@ -142,6 +144,13 @@ class BatchService:
                 "Each turn's external effects must be checked on their own (R3.10): "
                 f"use `/recover decide <session_id> {decision} …`.",
             )
+        if decision == Action.RESUME:  # not a Decision: its own command, with its own checks
+            return _refuse(
+                "`resume` is never made in a batch: each resume is its own `/recover resume <session_id>`",
+                "Its checks belong to the one resume path: a stopped session with no committed checkpoint is "
+                "refused before anything is sent (R4.1), and its case stays open until the resumed worker "
+                "shows it restored the checkpoint's context, or says that cannot be known (R5.2).",
+            )
         if decision not in BATCH_DECISIONS:
             return _refuse(f"`batch decide` takes retry_restore, start_fresh or close, not {decision!r}")
         if not dry and not self.decisions.channels.allows(channel):
@@ -154,9 +163,9 @@ class BatchService:
         console_users = self.decisions.console_users
 
         def repeated(c: Candidate) -> int:
-            code = c.facts.get("attention.code")
-            single: int = self.decisions.repeated(c.session_id, decision, c.facts)
-            return single + self.batches.executed_count(c.session_id, decision, code)
+            # R5.4: the decisions' one count, which reads single and batch executions alike.
+            done: int = self.decisions.repeated(c.session_id, decision, c.facts)
+            return done
 
         chosen = plan(
             self.runbooks,
@@ -475,9 +484,17 @@ class BatchService:
         )
         return Reply([merged, *([final] if final is not None else [])], ok=True)
 
-    def begin_members(self, batch: Batch, ready: list[tuple[str, str, str, dict[str, Any]]]) -> list[tuple[str, str]]:
+    def begin_members(
+        self,
+        batch: Batch,
+        ready: list[tuple[str, str, str, dict[str, Any]]],
+        positions: dict[str, int | None],
+    ) -> list[tuple[str, str]]:
         """One commit: each member ``requested → sending`` with its idempotency record (the client's
-        key rule: new key, exact body, stored before any send). Returns (session, key) for the members
+        key rule: new key, exact body, stored before any send) and its ``batch_member_sending`` step,
+        which keeps where its event stream stood before the send (``positions``), as a single
+        decision's sending step does: its verification judges a ready report against it (R5.1), on
+        every send of that key (a crash's, an uncertain one's). Returns (session, key) for the members
         this process won."""
         won: list[tuple[str, str]] = []
         if not ready:
@@ -490,22 +507,42 @@ class BatchService:
                     continue
                 record = self.client.begin(method, path, body, PURPOSE_DECISION, session_id=session_id, db=db)
                 self.batches.member_set(db, batch.id, session_id, idem_key=record.key, body=record.body)
+                if session_id in positions:
+                    self.store.record_step(
+                        session_id,
+                        BOT,
+                        Step.BATCH_MEMBER_SENDING,
+                        {"batch_id": batch.id, "decision": batch.decision},
+                        RequestState.SENDING,
+                        detail={BEFORE: {"events.last_seq": positions[session_id]}},
+                        idempotency_key=record.key,
+                        db=db,
+                    )
                 won.append((session_id, record.key))
         return won
 
     def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome]) -> None:
-        """Members' outcomes and their steps in the sessions' cases, in one commit."""
+        """Members' outcomes and their steps in the sessions' cases, in one commit. An executed member's
+        step names the attention it was sent over: the decisions' R5.4 count reads it (``repeated``)."""
+        bound = (
+            {m.session_id: m.facts for m in self.batches.members(batch.id)}
+            if any(to == RequestState.EXECUTED for _, _, to, _ in outcomes)
+            else {}
+        )
         with self.store.write() as db:
             for session_id, from_states, to, values in outcomes:
                 key = values.pop("key", None)
                 if not self.batches.member_transition(db, batch.id, session_id, from_states, to, **values):
                     continue
                 status, receipt_id = values.get("http_status"), values.get("receipt_id")
+                inputs: dict[str, Any] = {"batch_id": batch.id, "decision": batch.decision}
+                if to == RequestState.EXECUTED:
+                    inputs[EXECUTED_OVER] = (bound.get(session_id) or {}).get("attention.code")
                 self.store.record_step(
                     session_id,
                     actor,
                     Step(f"batch_member_{to}"),
-                    {"batch_id": batch.id, "decision": batch.decision},
+                    inputs,
                     str(values.get("code") or to),
                     detail={k: v for k, v in values.items() if v is not None} or None,
                     http_status=status if isinstance(status, int) else None,

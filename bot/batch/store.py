@@ -279,14 +279,3 @@ class BatchStore:
             f"UPDATE batch_members SET {sets} WHERE batch_id = ? AND session_id = ?",  # noqa: S608
             [*values.values(), batch_id, session_id],
         )
-
-    def executed_count(self, session_id: str, decision: str, code: str | None) -> int:
-        """R5.4: how often this decision was already applied to the session by a batch, same attention."""
-        with self.store.read() as db:
-            rows = _q(
-                db,
-                "SELECT m.facts FROM batch_members m JOIN batches b ON b.id = m.batch_id "
-                "WHERE m.session_id = ? AND m.state = 'executed' AND b.decision = ?",
-                [session_id, decision],
-            ).fetchall()
-        return sum(1 for r in rows if json.loads(r["facts"]).get("attention.code") == code)

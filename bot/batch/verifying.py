@@ -46,6 +46,7 @@ class MemberState:
     session_id: str
     state: str
     why: str
+    overdue: bool = False  # verifying past the start-up window with no ready report (said, never recovery)
 
 
 class BatchVerification:
@@ -116,7 +117,9 @@ class BatchVerification:
             why = str((closed.inputs or {}).get("reason")) if closed is not None else "the case is still open"
         elif state == RECOVERED and closed is not None:
             why = str((closed.inputs or {}).get("reason") or why)
-        return MemberState(sid, state, why)
+        watch = (last.detail or {}).get("watch")
+        overdue = state == VERIFYING and isinstance(watch, dict) and watch.get("overdue_said") is True
+        return MemberState(sid, state, why, overdue)
 
     def states(self, batch: Batch) -> list[MemberState]:
         return [self._state(batch, m) for m in self.batches.members(batch.id)]
@@ -139,6 +142,14 @@ class BatchVerification:
         if failing:
             lines.append("Failing again (do not repeat the decision before the cause is fixed, R5.4):")
             lines.extend(f"  {s.session_id}: {s.why}" for s in failing[:LISTED])
+        late = [s for s in states if s.overdue]
+        if late:
+            # The single path says this once per case (R5.1: time passing is not recovery); here once per batch.
+            lines.append(
+                f"Still verifying: no worker has reported ready within the start-up window ({len(late)}); "
+                "their cases stay open until one does (R5.1):"
+            )
+            lines.extend(f"  {s.session_id}" for s in late[:LISTED])
         return lines
 
     def details_line(self, batch: Batch) -> str:

@@ -18,6 +18,7 @@ from bot.decisions._authority import (
     derive,
 )
 from bot.decisions._cases import IN_HAND, NO_ONE, NOW, HandoffDigest, HandoffEntry
+from bot.decisions._decide import EXECUTED_OVER
 from bot.decisions._glass import Notice
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy
 from bot.decisions._requests import DecisionRequest, RequestStore, Wait, content_hash, migrations
@@ -34,6 +35,7 @@ from bot.decisions._rules import (
 )
 from bot.decisions._service import DecisionService
 from bot.decisions._text import APPROVAL_KIND, CONFIRM_KIND
+from bot.decisions._watch import BEFORE
 from bot.diagnosis.cure import incurable_cause
 
 __all__ = [
@@ -43,9 +45,11 @@ __all__ = [
     "HandoffDigest",
     "HandoffEntry",
     "APPROVAL_KIND",
+    "BEFORE",
     "CONSOLE_CHANNEL",
     "CONFIRM_KIND",
     "DECISIVE_FACTS",
+    "EXECUTED_OVER",
     "ApproverDirectory",
     "Authority",
     "BatchClaim",

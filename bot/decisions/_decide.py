@@ -26,6 +26,9 @@ from bot.runbook.evaluate import DecisionVerdict
 from bot.runbook.usage import decide_line, typed_line
 from bot.vocab import Policy, RequestState, Step
 
+#: The input of a batch member's ``batch_member_executed`` step naming the attention it was sent over.
+EXECUTED_OVER = "attention_code"
+
 Facts = Mapping[str, object]
 USAGE = (
     "Usage: /recover decide <session_id> <decision> [--turn <turn_id>] [--evidence <ref>] "
@@ -331,15 +334,25 @@ class DecideRoom:
         return repeated if repeated > 0 and repeated + 1 >= policy.repeat_threshold else 0
 
     def repeated(self, session_id: str, decision: str, facts: Facts) -> int:
-        """R5.4: how often this decision already ran here without fixing the cause (same attention)."""
+        """R5.4: how often this decision already ran here without fixing the cause (same attention),
+        alone or as a batch's member (its ``batch_member_executed`` step names the attention it was
+        sent over): one count for both paths, so a repeat is warned whichever path made the first."""
         code = facts.get("attention.code")
         if code is None:
             return 0
-        return sum(
+        alone = sum(
             1
             for r in self.ctx.requests.find(states=(RequestState.EXECUTED,), session_id=session_id)
             if r.decision == decision and r.facts.get("attention.code") == code
         )
+        in_batches = sum(
+            1
+            for s in self.ctx.store.steps(session_id=session_id)
+            if s.step == Step.BATCH_MEMBER_EXECUTED
+            and (s.inputs or {}).get("decision") == decision
+            and (s.inputs or {}).get(EXECUTED_OVER) == code
+        )
+        return alone + in_batches
 
     def _ensure_owner(self, session_id: str, actor: str, channel: str | None) -> None:
         case = self.ctx.store.open_case(session_id, actor, channel)

@@ -24,7 +24,7 @@ from bot.decisions._policy import WAITABLE, flags_of
 from bot.decisions._requests import DecisionRequest
 from bot.decisions._rules import changed_facts, decisive_facts
 from bot.decisions._waits import Interruptible, WorkerGoneWait, observation
-from bot.decisions._watch import before_send
+from bot.decisions._watch import BEFORE, before_send
 from bot.errors import ControlHostError, RecoverError, StoreError
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord
@@ -250,7 +250,7 @@ class ExecutionRoom:
                     Step.DECISION_SENDING,
                     {"request_id": req.id, "method": method, "path": path, "body": dict(body)},
                     RequestState.SENDING,
-                    detail={"before": before_send(before)} if before is not None else None,
+                    detail={BEFORE: before_send(before)} if before is not None else None,
                     idempotency_key=record.key,
                     db=db,
                 )

@@ -21,7 +21,7 @@ from bot.decisions._rules import ID_RE
 from bot.decisions._unfinished import UnfinishedRoom
 from bot.decisions._verify import Verifier
 from bot.decisions._waits import ReclamationWait
-from bot.decisions._watch import before_send
+from bot.decisions._watch import BEFORE, before_send
 from bot.errors import ControlHostError, Interrupted
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord
@@ -81,7 +81,7 @@ class ResumeRoom:
                 Step.RESUME_REQUESTED,
                 vouched,
                 "sending",
-                detail={"before": before_send(facts)},  # what verification judges later reads against
+                detail={BEFORE: before_send(facts)},  # what verification judges later reads against
                 idempotency_key=record.key,
                 db=db,
             )

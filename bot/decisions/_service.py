@@ -248,9 +248,11 @@ class DecisionService:
     def close_if_settled(
         self, session_id: str, actor: str, facts: Mapping[str, object], found_by: str
     ) -> list[Message]:
-        if self.verifier.watching(session_id) is not None:
-            # A case being verified closes on observed recovery only, never on "looks healthy" (R5.1).
-            return self.verifier.look(session_id, actor, facts=facts)
+        # A case whose verification began closes on observed recovery only, never on "looks healthy"
+        # (R5.1), nor after the case said R5.2 cannot be known: the verifier's one rule decides.
+        verified = self.verifier.on_diagnosis(session_id, actor, facts)
+        if verified is not None:
+            return verified
         return self.casebook.close_if_settled(session_id, actor, facts, found_by)
 
     # == execution, resume, restart, withdrawal (the execution half's rooms) ==========================

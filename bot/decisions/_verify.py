@@ -19,13 +19,15 @@ from bot.decisions import _text as text
 from bot.decisions._context import DecisionContext
 from bot.decisions._policy import DecisionPolicy
 from bot.decisions._rules import settled_reason
-from bot.decisions._watch import FAILED_AGAIN, GAVE_UP, RECOVERED, VERIFYING, Watch, before_send, observe
+from bot.decisions._watch import BEFORE, FAILED_AGAIN, GAVE_UP, RECOVERED, VERIFYING, Watch, before_send, observe
 from bot.errors import RecoverError
 from bot.messages import Message, Reply
 from bot.vocab import Step
 
 # R5.1: always reported after a decision, besides what the runbook's verify.report adds.
 VERIFY_FACTS = ("session.revision", "session.status", "session.admission_state", "session.resumable")
+#: The steps that keep (as their detail's BEFORE) the read before their send.
+SENT_WITH_BEFORE = (Step.DECISION_SENDING, Step.RESUME_REQUESTED, Step.BATCH_MEMBER_SENDING)
 
 
 class Verifier:
@@ -75,8 +77,8 @@ class Verifier:
             evidence = seen.evidence
             if seen.evidence:
                 detail["evidence"] = seen.evidence
+            detail["watch"] = watch.to_json()
             if seen.state == VERIFYING:
-                detail["watch"] = watch.to_json()
                 lines.append(
                     f"The case stays open (verifying): the bot re-reads the session every "
                     f"{text.duration(watch.every)} and closes it only when it sees recovery — {seen.why}."
@@ -126,29 +128,49 @@ class Verifier:
         )
 
     def _before(self, session_id: str, key: str | None) -> Mapping[str, Any] | None:
-        """What the sending step of the request ``key`` kept of the read before the send."""
+        """What the sending step of the request ``key`` kept of the read before the send (a batch
+        member's: its ``batch_member_sending`` step, the stream position read before its first send)."""
         if key is None:
             return None
         for s in reversed(self.ctx.store.steps(session_id=session_id)):
-            if s.idempotency_key == key and s.step in (Step.DECISION_SENDING, Step.RESUME_REQUESTED):
-                before = (s.detail or {}).get("before")
+            if s.idempotency_key == key and s.step in SENT_WITH_BEFORE:
+                before = (s.detail or {}).get(BEFORE)
                 return before if isinstance(before, Mapping) else None
         return None
 
     # -- the watch: re-reads until recovery is observed (R5.1, R5.2) --------------------------------
 
-    def watching(self, session_id: str) -> Watch | None:
-        """The open case's verification in progress, if any (the last verification step says so)."""
+    def _last(self, session_id: str) -> tuple[str | None, Watch | None]:
+        """The open case's last verification outcome (None: none) and the last watch it was judged by."""
         case = self.ctx.store.get_open_case(session_id)
         if case is None:
-            return None
-        last = None
+            return None, None
+        outcome: str | None = None
+        watch: Watch | None = None
         for s in self.ctx.store.steps(session_id=session_id):
             if s.step == Step.VERIFICATION and s.case_id == case.id:
-                last = s
-        if last is None or last.outcome != VERIFYING:
+                outcome = s.outcome
+                watch = Watch.parse((s.detail or {}).get("watch")) or watch
+        return outcome, watch
+
+    def watching(self, session_id: str) -> Watch | None:
+        """The open case's verification in progress, if any (the last verification step says so)."""
+        outcome, watch = self._last(session_id)
+        return watch if outcome == VERIFYING else None
+
+    def on_diagnosis(self, session_id: str, actor: str, facts: Mapping[str, Any]) -> list[Message] | None:
+        """A diagnosis of a session whose case a verification began: only the recovery rule closes it,
+        never "it looks healthy" (R5.1). Verifying: one more look. Failing again: closed only if the
+        read shows a ready report after the send (the rule's evidence). Unconfirmed after a resume:
+        open until a person's ``done`` (R5.2), as the case said. None: no verification began here."""
+        outcome, watch = self._last(session_id)
+        if outcome not in (VERIFYING, FAILED_AGAIN, GAVE_UP) or watch is None:
             return None
-        return Watch.parse((last.detail or {}).get("watch"))
+        if outcome == VERIFYING:
+            return self.look(session_id, actor, watch, facts=facts)
+        if outcome == FAILED_AGAIN and observe(watch, facts, self.ctx.now()).state == RECOVERED:
+            return self.look(session_id, actor, watch, facts=facts)
+        return []
 
     def watch_due(self, actor: str = "recover-bot") -> list[Message]:
         """Re-read every verifying session whose interval has passed; say what changed in its thread."""
@@ -195,10 +217,9 @@ class Verifier:
         detail: dict[str, Any] = {**shown, "why": seen.why, "since": watch.since}
         if seen.evidence:
             detail["evidence"] = seen.evidence
-        if seen.state == VERIFYING:
-            # Past the start-up window with no ready report: said once; the watch goes on, and time
-            # passing is never taken as recovery (R5.1).
-            detail["watch"] = watch.said_overdue().to_json()
+        # Past the start-up window with no ready report: said once; the watch goes on, and time
+        # passing is never taken as recovery (R5.1). Kept with every outcome: what it was judged by.
+        detail["watch"] = (watch.said_overdue() if seen.state == VERIFYING else watch).to_json()
         ctx.record(session_id, actor, Step.VERIFICATION, {"decision": watch.decision}, seen.state, detail=detail)
         rules = ["R5.1", "R5.2"] if watch.decision == "resume" else ["R5.1"]
         if seen.state == VERIFYING:

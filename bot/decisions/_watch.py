@@ -28,6 +28,8 @@ GAVE_UP = "unconfirmed"  # R5.2 cannot be known from the host: the case stays op
 _COUNTED = ("RESTORE_FAILED", "STARTUP_FAILED")
 # What is kept of the read made just before a send: the evidence after it is judged against it.
 BEFORE_FACTS = ("events.last_seq", "session.revision", "checkpoint.id")
+#: The detail name under which a sending step keeps :func:`before_send` of its pre-send read.
+BEFORE = "before"
 
 
 def before_send(facts: Mapping[str, Any]) -> dict[str, Any]:

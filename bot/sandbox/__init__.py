@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bot.sandbox._admin import SandboxAdmin, SandboxAdminError
 from bot.sandbox._handle import AdjustableClock, SandboxHandle, serve_forever, start_sandbox
-from bot.sandbox._lifecycle import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, READY_BEHAVIOURS
+from bot.sandbox._lifecycle import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, READY_AT_ONCE, READY_BEHAVIOURS
 from bot.sandbox._scenarios import (
     Scenario,
     ScenarioError,
@@ -29,6 +29,7 @@ __all__ = [
     "CLEAR_ATTENTION",
     "KEEP_ATTENTION",
     "NEVER_READY",
+    "READY_AT_ONCE",
     "READY_BEHAVIOURS",
     "AdjustableClock",
     "SandboxAdmin",

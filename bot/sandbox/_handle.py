@@ -145,8 +145,9 @@ def start_sandbox(
     ``outage_seconds`` from now (see docs/sandbox.md). ``stopped_ttl``: seconds after which a stopped
     session's workspace volume expires (R4.1). ``ready_behaviour``: ``keep_attention`` (the default,
     the seed's reading: a retry_restore / start_fresh answer keeps the attention until the next worker
-    reports ready), ``clear_attention`` (the answer shows no attention) or ``never_ready`` (workers
-    never report ready) — so the bot's verification can be tested against each (R5.1).
+    reports ready), ``clear_attention`` (the answer shows no attention), ``never_ready`` (workers
+    never report ready) or ``ready_at_once`` (a worker a decision launches reports ready before the
+    next request is answered) — so the bot's verification can be tested against each (R5.1).
     ``ready_names_checkpoint``: False for a host whose ``worker_ready`` events do not name the
     checkpoint the worker restored (R5.2 cannot then be read from the host).
     """

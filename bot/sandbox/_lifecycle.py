@@ -29,7 +29,10 @@ STOPPED_TTL_SECONDS = 7 * 24 * 3600
 KEEP_ATTENTION = "keep_attention"  # kept (failures 0) until the next worker reports ready (default)
 CLEAR_ATTENTION = "clear_attention"  # cleared in the decision's answer: the answer shows no attention
 NEVER_READY = "never_ready"  # workers start and never report ready (nor fail)
-READY_BEHAVIOURS = (KEEP_ATTENTION, CLEAR_ATTENTION, NEVER_READY)
+# A fast host: a worker a decision launches reports ready by the next request, before any re-read of
+# the bot's (attention kept until then, as keep_attention); a late re-read must still count it.
+READY_AT_ONCE = "ready_at_once"
+READY_BEHAVIOURS = (KEEP_ATTENTION, CLEAR_ATTENTION, NEVER_READY, READY_AT_ONCE)
 _STARTUP_CODES = frozenset({"RESTORE_FAILED", "STARTUP_FAILED"})
 
 #: Called for every new worker generation, before its first log line (the mass incident plans it).
@@ -59,6 +62,7 @@ class Workers:
         self.ready_names_checkpoint = ready_names_checkpoint
         self.on_launch = on_launch
         self.scheduler_log: list[dict[str, Any]] = []
+        self._ready_next: set[str] = set()  # ready_at_once: launched by a decision, ready at the next tick
 
     def now(self) -> datetime:
         return self.clock.now()
@@ -87,6 +91,8 @@ class Workers:
         )
         session.status = "running"
         session.add_event("generation_launched", at, generation=generation, cause=reason)
+        if self.ready_behaviour == READY_AT_ONCE and reason in ("retry_restore", "start_fresh", "resume"):
+            self._ready_next.add(session.id)
         session.log_json(at, "worker.claimed", generation=generation, restore=session.checkpoint is not None)
         if self.on_launch is not None:
             self.on_launch(session, at)
@@ -195,6 +201,14 @@ class Workers:
                 self.failed(session, "RESTORE_FAILED", "restore_unavailable", deadline)
             else:
                 self.failed(session, "STARTUP_FAILED", "store_unavailable", deadline)
+
+    def _tick_ready_at_once(self, now: datetime) -> None:
+        for sid in sorted(self._ready_next):
+            self._ready_next.discard(sid)
+            session = self.sessions.get(sid)
+            execution = session.execution if session else None
+            if session and execution and execution.alive and execution.phase == "starting" and not session.store_outage:
+                self.ready(session, now)
 
     def _tick_workspace(self, session: Session, now: datetime) -> None:
         """R4.1: the stopped-TTL contract: a stopped session's volume expires; without a committed

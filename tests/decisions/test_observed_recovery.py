@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bot.decisions._watch import FAILED_AGAIN, Watch, observe
-from bot.sandbox import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, SandboxAdminError
+from bot.sandbox import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, READY_AT_ONCE, SandboxAdminError
 from tests.fixtures.decisions import reply_text, say
 
 SID = "ses_restore_transient"
@@ -134,6 +134,12 @@ def test_after_a_resume_a_host_that_does_not_name_the_restored_checkpoint_leaves
     assert "cannot be known from the control host" in reply_text(say(router, "cases"))
     clock.advance(60)
     assert _swept(router, RESUMABLE) == []  # said once; the case waits for a person
+    # A diagnosis of the running session does not close it as "needs no operator" either (R5.2):
+    # the case said a person checks the new turn, then `done`.
+    diagnosis = reply_text(say(router, f"diagnose {RESUMABLE}"))
+    assert store.get_open_case(RESUMABLE) is not None, diagnosis
+    assert "Case of" not in diagnosis
+    assert say(router, f"done {RESUMABLE}").ok and store.get_open_case(RESUMABLE) is None
 
 
 def test_a_ready_report_without_the_resumed_checkpoint_is_not_recovery() -> None:
@@ -190,3 +196,37 @@ def test_resume_without_a_committed_checkpoint_is_refused_before_anything_is_sen
     assert "Nothing was sent" in first.plain_text() and "start_fresh" in first.plain_text()
     assert [r for r in sandbox.admin.requests(sid) if r["method"] == "POST"] == []
     assert sandbox.admin.effects(sid) == []
+
+
+def test_a_diagnosis_after_failing_again_closes_the_case_only_on_a_ready_report(host, clock):
+    """R5.1: after "failing again" the watch has ended, but a diagnosis still judges by the one rule: the
+    session relaunched after its backoff, running, is not recovery; its worker's ready report after the
+    send is, and the case closes as recovery observed with that evidence recorded, not as "looks healthy"."""
+    sandbox, router = host(ready_behaviour=CLEAR_ATTENTION)
+    store = router.services.store
+    _retry(router)
+    sandbox.admin.fail_restore(SID, "checkpoint_unavailable")  # failures 1, in backoff
+    clock.advance(30)
+    assert "is failing again" in _swept(router)[0].headline
+    clock.advance(31)
+    sandbox.admin.scheduler_pass()  # the scheduler relaunches after the backoff
+    shown = sandbox.admin.session(SID)
+    assert shown["status"] == "running" and shown["admission_state"] == "open"
+    say(router, f"diagnose {SID}")
+    assert store.get_open_case(SID) is not None
+    sandbox.admin.worker_ready(SID)
+    said = reply_text(say(router, f"diagnose {SID}"))
+    assert store.get_open_case(SID) is None, said
+    assert "recovery observed after `retry_restore`" in said and "reported ready after the send" in said
+    closing = [s for s in store.steps(session_id=SID) if s.step == "case_closed"][-1]
+    assert closing.inputs["evidence"]["events.ready_seq"] > closing.inputs["evidence"]["events.after_seq"]
+
+
+def test_a_worker_ready_before_the_first_re_read_closes_the_case_at_once(host, clock):
+    """R5.1, a fast host (ready_at_once): the worker reported ready after the send and before the bot's
+    first re-read; judged against the read made before the send, it is the evidence, and the case
+    closes with the verification."""
+    sandbox, router = host(ready_behaviour=READY_AT_ONCE)
+    said = _retry(router)
+    assert "Case closed: recovery observed" in said and "reported ready after the send" in said, said
+    assert router.services.store.get_open_case(SID) is None

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bot.sandbox import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, SandboxAdminError
+from bot.sandbox import CLEAR_ATTENTION, KEEP_ATTENTION, NEVER_READY, READY_AT_ONCE, SandboxAdminError
 from tests.fixtures.sandbox import SandboxApi
 
 SID = "ses_restore_transient"
@@ -59,6 +59,22 @@ def test_the_answer_to_retry_restore_under_each_behaviour(
         ready = _ready_events(api, SID)
         assert len(ready) == 1 and ready[0]["generation"] == 2
         assert ready[0]["checkpoint_id"] == "ckpt_rt_7"  # the checkpoint this worker restored
+    finally:
+        api.close()
+
+
+def test_a_fast_host_reports_ready_before_the_next_answer(sandbox_factory: Callable[..., Any]) -> None:
+    """ready_at_once: the decision is accepted as under keep_attention; the very next request already
+    sees the new worker's ready report (attention cleared, a worker_ready event of generation 2)."""
+    sandbox = sandbox_factory(ready_behaviour=READY_AT_ONCE)
+    api = _api(sandbox)
+    try:
+        answer = api.decide(SID, "retry_restore")
+        assert answer.status_code == 201 and answer.json()["status"] == "accepted"
+        shown = api.session(SID)
+        assert shown["attention"] is None and shown["status"] == "running"
+        ready = _ready_events(api, SID)
+        assert len(ready) == 1 and ready[0]["generation"] == 2
     finally:
         api.close()
 
