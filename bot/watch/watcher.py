@@ -220,8 +220,8 @@ class Watcher:
         }
         if burst:  # folded into one message: committed a hundred a time, said after (each with its lease)
             result.claimed = self.saved.claim_many(new, **how)
-            for claim in result.claimed:
-                self._say(claim, now)
+            for taken in result.claimed:
+                self._say(taken, now)
         for stop in [] if burst else new:  # what was read before a failing page is said now, the rest next poll
             claim = self.saved.claim(stop, **how)
             if claim is not None:
