@@ -80,6 +80,9 @@ class BatchVerification:
                     batch.decision,
                     receipt,
                     {"reason": batch.reason, "cause_fixed": batch.cause_fixed},
+                    # What its send was bound to (expected_revision): a worker that reported ready
+                    # before this read, but after the send, still counts (R5.1).
+                    facts_before=member.facts,
                 )
             except RecoverError:
                 return  # unread now: the member stays "accepted" and is named as such

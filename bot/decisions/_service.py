@@ -191,12 +191,20 @@ class DecisionService:
         return [*self.approvals.expire_due(), *self.verifier.watch_due()]
 
     def verify_accepted(
-        self, session_id: str, actor: str, decision: str, receipt: Receipt, flags: Mapping[str, object]
+        self,
+        session_id: str,
+        actor: str,
+        decision: str,
+        receipt: Receipt,
+        flags: Mapping[str, object],
+        facts_before: Mapping[str, object] | None = None,
     ) -> Reply:
         """The verification an accepted decision gets (R5.1): the case shows *verifying* and the sweep
         closes it only on observed recovery. A batch member calls this too, so one rule decides
-        "recovered" for single and batch decisions alike."""
-        return self.verifier.verify(session_id, actor, self.ctx.policy(decision), flags, receipt)
+        "recovered" for single and batch decisions alike; ``facts_before``: the facts its send was
+        bound to (its ``expected_revision``), when no sending step of the request keeps them."""
+        policy = self.ctx.policy(decision)
+        return self.verifier.verify(session_id, actor, policy, flags, receipt, facts_before=facts_before)
 
     def warnings_before_send(
         self,

@@ -38,7 +38,14 @@ class Verifier:
         self._looked: dict[str, datetime] = {}  # session → last periodic re-read (this process)
 
     def verify(
-        self, session_id: str, actor: str, policy: DecisionPolicy, flags: Mapping[str, Any], receipt: Receipt
+        self,
+        session_id: str,
+        actor: str,
+        policy: DecisionPolicy,
+        flags: Mapping[str, Any],
+        receipt: Receipt,
+        *,
+        facts_before: Mapping[str, Any] | None = None,
     ) -> Reply:
         """R5.1/R3.12: re-read the session; report revision, status, admission, resumable and the next step.
 
@@ -55,7 +62,7 @@ class Verifier:
         names = list(dict.fromkeys([*VERIFY_FACTS, *policy.report()]))
         step = policy.next_step(facts, flags)
         next_text = step.say if step else f"Check it: `/recover diagnose {session_id}`."
-        watch = self._watch_for(session_id, policy, receipt, facts)
+        watch = self._watch_for(session_id, policy, receipt, facts, facts_before)
         detail: dict[str, Any] = {
             "decision": policy.name,
             "receipt_id": receipt.id,
@@ -106,16 +113,23 @@ class Verifier:
         )
 
     def _watch_for(
-        self, session_id: str, policy: DecisionPolicy, receipt: Receipt, facts: Mapping[str, Any]
+        self,
+        session_id: str,
+        policy: DecisionPolicy,
+        receipt: Receipt,
+        facts: Mapping[str, Any],
+        facts_before: Mapping[str, Any] | None = None,
     ) -> Watch | None:
         """The runbook's watch for this decision (None: it launches nothing to watch), judged against
-        the read made before the send (recorded with its sending step); without one, this read after
-        the answer stands in: a ready report made before it is then not counted (never a false close)."""
+        the read made before the send (recorded with its sending step, or given: a batch member's
+        facts its send was bound to); without one, this read after the answer stands in: a ready
+        report made before it is then not counted (never a false close)."""
         spec = policy.spec.verify.watch
         if spec is None:
             return None
         runbooks = self.ctx.runbooks
-        before = dict(self._before(session_id, receipt.idempotency_key) or before_send(facts))
+        given = before_send(facts_before) if facts_before and facts_before.get("events.last_seq") is not None else None
+        before = dict(self._before(session_id, receipt.idempotency_key) or given or before_send(facts))
         if before.get("events.last_seq") is None:
             before["events.last_seq"] = facts.get("events.last_seq")  # the events were unread before the send
         return Watch.start(

@@ -41,6 +41,8 @@ HANDOFF, HANDOFF_POSTED = "handoff", "handoff_posted"
 KNOWN = "known"
 #: States of rows that are not stops: never counted as stops, never in a storm.
 NOT_STOPS = (HANDOFF, HANDOFF_POSTED)
+#: A burst's stops committed per transaction (:meth:`WatchStore.claim_many`).
+CLAIM_CHUNK = 100
 
 
 @migrations(name="0001_watch_stops_state")
@@ -144,71 +146,115 @@ class WatchStore:
         ``watch_stop`` step, or None when it was already seen. ``burst``: the poll found more new stops
         than the threshold at once, so this one folds into the storm's triage message. ``known``: it was
         listed when watching began, so it is recorded as known and never said."""
-        inst = self.installation
         with self.store.write() as db:
-            conn = db.conn
-            if conn.execute("SELECT 1 FROM watch_stops WHERE key = ?", [stop.key]).fetchone():
-                return None
-            same = conn.execute(
-                "SELECT 1 FROM watch_stops WHERE installation = ? AND session_id = ? AND signature = ? AND active = 1",
-                [inst, stop.session_id, stop.signature],
-            ).fetchone()
-            if same:
-                return None  # the same stop, its revision moved on
-            # What stopped it changed: the earlier stop of this session is over.
-            conn.execute(
-                "UPDATE watch_stops SET active = 0 WHERE installation = ? AND session_id = ? AND active = 1",
-                [inst, stop.session_id],
+            return self._claim(
+                db,
+                stop,
+                actor=actor,
+                now=now,
+                flap_window=flap_window,
+                storm_window=storm_window,
+                storm_threshold=storm_threshold,
+                paused=paused,
+                quiet=quiet,
+                lease=lease,
+                burst=burst,
+                known=known,
             )
-            case = conn.execute(
-                "SELECT channel, root_ts FROM watch_stops WHERE installation = ? AND session_id = ? "
-                "AND root_ts IS NOT NULL AND first_seen_at >= ? ORDER BY first_seen_at DESC LIMIT 1",
-                [inst, stop.session_id, _iso(now - timedelta(seconds=flap_window))],
-            ).fetchone()
-            recent = _recent(db, inst, now, storm_window)
-            thread_ts = None
-            if known:
-                state = KNOWN
-            elif paused:
-                state = PAUSE_HELD  # nothing found during a pause dies unseen: said at resume
-            elif quiet:
-                state = HELD
-            elif case is not None:
-                state, thread_ts = THREAD, str(case[1])
-            elif burst or recent + 1 > storm_threshold:
-                state = STORM
-            else:
-                state = CLAIMED
-            db.table("watch_stops").insert(
-                {
-                    "key": stop.key,
-                    "installation": inst,
-                    "session_id": stop.session_id,
-                    "signature": stop.signature,
-                    "revision": stop.revision,
-                    "first_seen_at": _iso(now),
-                    "active": 1,
-                    "state": state,
-                    "claimed_by": actor,
-                    "root_ts": thread_ts,
-                    "lease_until": _iso(now + timedelta(seconds=lease)),
-                }
-            )
-            self.store.record_step(
-                stop.session_id,
-                _step_actor(actor),
-                Step.WATCH_STOP,
-                {"key": stop.key, "installation": inst, "revision": stop.revision},
-                state,
-                detail={
-                    "code": stop.code,
-                    "reason": stop.reason,
-                    "failures": stop.failures,
-                    "unknown_turn_id": stop.unknown_turn_id,
-                },
-                db=db,
-                opens_case=state != KNOWN,  # known, not new: on the chain, no case nobody opened
-            )
+
+    def claim_many(self, stops: list[Stop], *, chunk: int = CLAIM_CHUNK, **how: Any) -> list[Claim]:
+        """:meth:`claim` for each of a burst's stops, ``chunk`` of them per commit (each row still
+        committed with its step before anything is posted): a burst of 1,000 is a few commits, not
+        1,000, so its first word is not kept waiting on fsyncs."""
+        claims: list[Claim] = []
+        for start in range(0, len(stops), chunk):
+            with self.store.write() as db:
+                for stop in stops[start : start + chunk]:
+                    claim = self._claim(db, stop, **how)
+                    if claim is not None:
+                        claims.append(claim)
+        return claims
+
+    def _claim(
+        self,
+        db: Database,
+        stop: Stop,
+        *,
+        actor: str,
+        now: datetime,
+        flap_window: float,
+        storm_window: float,
+        storm_threshold: int,
+        paused: bool,
+        quiet: bool = False,
+        lease: float,
+        burst: bool = False,
+        known: bool = False,
+    ) -> Claim | None:
+        inst = self.installation
+        conn = db.conn
+        if conn.execute("SELECT 1 FROM watch_stops WHERE key = ?", [stop.key]).fetchone():
+            return None
+        same = conn.execute(
+            "SELECT 1 FROM watch_stops WHERE installation = ? AND session_id = ? AND signature = ? AND active = 1",
+            [inst, stop.session_id, stop.signature],
+        ).fetchone()
+        if same:
+            return None  # the same stop, its revision moved on
+        # What stopped it changed: the earlier stop of this session is over.
+        conn.execute(
+            "UPDATE watch_stops SET active = 0 WHERE installation = ? AND session_id = ? AND active = 1",
+            [inst, stop.session_id],
+        )
+        case = conn.execute(
+            "SELECT channel, root_ts FROM watch_stops WHERE installation = ? AND session_id = ? "
+            "AND root_ts IS NOT NULL AND first_seen_at >= ? ORDER BY first_seen_at DESC LIMIT 1",
+            [inst, stop.session_id, _iso(now - timedelta(seconds=flap_window))],
+        ).fetchone()
+        recent = _recent(db, inst, now, storm_window)
+        thread_ts = None
+        if known:
+            state = KNOWN
+        elif paused:
+            state = PAUSE_HELD  # nothing found during a pause dies unseen: said at resume
+        elif quiet:
+            state = HELD
+        elif case is not None:
+            state, thread_ts = THREAD, str(case[1])
+        elif burst or recent + 1 > storm_threshold:
+            state = STORM
+        else:
+            state = CLAIMED
+        db.table("watch_stops").insert(
+            {
+                "key": stop.key,
+                "installation": inst,
+                "session_id": stop.session_id,
+                "signature": stop.signature,
+                "revision": stop.revision,
+                "first_seen_at": _iso(now),
+                "active": 1,
+                "state": state,
+                "claimed_by": actor,
+                "root_ts": thread_ts,
+                "lease_until": _iso(now + timedelta(seconds=lease)),
+            }
+        )
+        self.store.record_step(
+            stop.session_id,
+            _step_actor(actor),
+            Step.WATCH_STOP,
+            {"key": stop.key, "installation": inst, "revision": stop.revision},
+            state,
+            detail={
+                "code": stop.code,
+                "reason": stop.reason,
+                "failures": stop.failures,
+                "unknown_turn_id": stop.unknown_turn_id,
+            },
+            db=db,
+            opens_case=state != KNOWN,  # known, not new: on the chain, no case nobody opened
+        )
         return Claim(stop=stop, state=state, thread_ts=thread_ts)
 
     def take_over(self, *, actor: str, now: datetime, lease: float) -> list[Claim]:

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from bot.clock import Clock, isoformat, parse_time
 from bot.controlhost import ControlHostClient, Session
@@ -45,8 +45,19 @@ from bot.watch.windows import within
 log = logging.getLogger(__name__)
 
 ACTOR = "watch"
+#: How the storm's message begins, from its first word to the triage it becomes.
+STORM_LEAD = "Many sessions stopped at once."
 #: Consecutive failed polls after which the channel is told, once, that the watcher cannot read.
 FAILING_AFTER = 3
+
+
+def storm_first_word(count: int) -> Message:
+    """The storm's first word, posted as soon as the poll has claimed it; the triage replaces it."""
+    return Message(
+        headline=f"{STORM_LEAD} {count} sessions stopped, triage running.",
+        level="warn",
+        lines=["This message becomes the triage (groups, and one batch command for each) when it completes."],
+    )
 
 
 class CaseDiagnoser(Protocol):
@@ -164,8 +175,9 @@ class Watcher:
                 self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
             if result.complete and not self.paused(now):
                 self._end_of_pause(now)
-            if any(c.state == STORM for c in result.claimed):
-                self._post_storm(now)
+            stormed = sum(c.state == STORM for c in result.claimed)
+            if stormed:
+                self._post_storm(now, stormed)
             if not self.quiet(now):
                 post_digest(self.saved, self.poster, self.channel, self.spec, ACTOR)
             try:
@@ -209,21 +221,24 @@ class Watcher:
         result.listed = len(listed)
         window, threshold = self.spec.seconds("storm_window"), int(self.spec.seconds("storm_threshold"))
         burst = len(new) + self.saved.recent(now=now, window=window) > threshold
-        paused, quiet = self.paused(now), self.quiet(now)
-        for stop in new:  # what was read before a failing page is said now, the rest next poll
-            claim = self.saved.claim(
-                stop,
-                actor=self.owner,
-                lease=self.spec.seconds("claim_lease"),
-                now=now,
-                flap_window=self.spec.seconds("flap_window"),
-                storm_window=window,
-                storm_threshold=threshold,
-                paused=paused,
-                quiet=quiet,
-                burst=burst,
-                known=baseline,
-            )
+        how: dict[str, Any] = {
+            "actor": self.owner,
+            "lease": self.spec.seconds("claim_lease"),
+            "now": now,
+            "flap_window": self.spec.seconds("flap_window"),
+            "storm_window": window,
+            "storm_threshold": threshold,
+            "paused": self.paused(now),
+            "quiet": self.quiet(now),
+            "burst": burst,
+            "known": baseline,
+        }
+        if burst:  # folded into one message: committed a hundred a time, said after (each with its lease)
+            result.claimed = self.saved.claim_many(new, **how)
+            for taken in result.claimed:
+                self._say(taken, now)
+        for stop in [] if burst else new:  # what was read before a failing page is said now, the rest next poll
+            claim = self.saved.claim(stop, **how)
             if claim is not None:
                 # Claimed, then posted at once: a kill leaves this one to be taken over.
                 result.claimed.append(claim)
@@ -253,8 +268,9 @@ class Watcher:
             self.errors += 1
         for claim in stuck:
             self._say(claim, now)
-        if any(c.state == STORM for c in stuck):
-            self._post_storm(now)
+        stormed = sum(c.state == STORM for c in stuck)
+        if stormed:
+            self._post_storm(now, stormed)
 
     def _stop_of(self, session: Session) -> Stop:
         """The stop's identity; an outcome_unknown stop is told apart by its unknown turn (R3.1)."""
@@ -341,17 +357,23 @@ class Watcher:
             self.poster.post(self.channel, message, ts)
         self.saved.posted(claim.stop.key, self.channel, ts, root_ts=ts, now=now)
 
-    def _post_storm(self, now: datetime) -> None:
-        """A burst: one triage message, posted by one process and updated in place after that."""
+    def _post_storm(self, now: datetime, count: int) -> None:
+        """A burst: one message, posted by one process and updated in place after that. The process
+        that opens the storm says its first word at once (``count`` sessions stopped, triage running),
+        then edits that same message into the triage when the triage completes."""
         if self.triage is None:
             return
         action, ts = self.saved.claim_storm(now=now, window=self.spec.seconds("storm_window"), actor=ACTOR)
         if action == "skip":
             return
+        if action == "post":
+            ts = self.poster.post(self.channel, storm_first_word(count))
+            if ts is not None:
+                self.saved.storm_posted(self.channel, ts)
         reply = self.triage.run(ACTOR, NullReporter())
         message = reply.messages[0] if reply.messages else Message(headline="Triage found nothing")
-        message = dataclasses.replace(message, headline=f"Many sessions stopped at once. {message.headline}")
-        if action == "update" and ts is not None and self.poster.update(self.channel, ts, message):
+        message = dataclasses.replace(message, headline=f"{STORM_LEAD} {message.headline}")
+        if ts is not None and self.poster.update(self.channel, ts, message):
             return
         new_ts = self.poster.post(self.channel, message)
         if new_ts is not None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import csv
 import html
 import io
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bot.clock import ManualClock
+from bot.clock import ManualClock, parse_time
 from bot.csvfile import FORMULA_STARTS
 from bot.handoff import watch_handoff
 from bot.sandbox import SandboxHandle
@@ -338,6 +339,37 @@ def test_a_burst_found_in_one_poll_is_one_post_not_the_first_cases_then_the_stor
     roots = _roots(slack_api)
     assert len(roots) == 1 and "Many sessions stopped at once" in roots[0], roots  # at most 3: here 1
     assert a.status().counts == {"storm": 120}
+
+
+def test_a_storms_first_word_is_posted_before_its_triage_and_edited_into_it(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    """120 sessions stop at once: the poll that sees them says "120 sessions stopped, triage running"
+    before the triage reads a single session, then edits that same message into the triage (one
+    chat.postMessage, then chat.update); a single stop afterwards is still its own case post."""
+    w = make_watcher()
+    sbx.admin.schedule({"burst": 120, "at": 10, "prefix": "ses_fw"})
+    _healthy(sbx, 1, prefix="ses_fw_single")
+    w.poll_once()
+    clock.advance(10)
+    w.poll_once()
+    (storm,) = slack_api.roots(CHANNEL)
+    posts = [c for c in slack_api.calls_to("chat.postMessage") if c.params.get("channel") == CHANNEL]
+    assert len(posts) == 1 and "120 sessions stopped, triage running" in str(posts[0].params.get("text"))
+    assert storm.history and "120 sessions stopped, triage running" in storm.history[0]
+    assert storm.updates >= 1 and "triage running" not in storm.all_text()  # now the triage itself
+    assert "Many sessions stopped at once" in storm.text and "t1.g1" in storm.all_text()
+    # Said before the triage read anything: the post came before the first per-session read.
+    offset = time.time() - time.monotonic()
+    reads = [parse_time(r["at"]) for r in sbx.admin.requests() if r["path"].endswith(("/events", "/turns"))]
+    first_read = min(r for r in reads if r is not None).timestamp()
+    assert posts[0].at + offset < first_read, (posts[0].at + offset, first_read)
+    sbx.admin.stop("ses_fw_single_000")
+    clock.advance(400)  # past the storm window: one stop is a case again
+    w.poll_once()
+    roots = _roots(slack_api)
+    assert len(roots) == 2 and "Stopped: ses_fw_single_000 " in roots[1], roots
+    assert not any("triage running" in t for t in roots)
 
 
 def test_pause_holds_posts_and_resume_posts_again(
