@@ -181,6 +181,7 @@ class Workers:
     def tick(self, now: datetime) -> None:
         """Worker-side time effects on every session: the stopped-TTL (R4.1) and a store outage that
         outlasts the startup budget (R2.7)."""
+        self._tick_ready_at_once(now)
         for session in self.sessions.values():
             self._tick_workspace(session, now)
             execution = session.execution
