@@ -70,7 +70,9 @@ def test_a_mass_incident_is_posted_once_approved_by_a_second_person_and_verified
     d.say(":help")  # the incident's post came before the first prompt
     start = d.proc.output
     assert "(demo --incident 60)" in start and "60 sessions (ses_inc_…) stopped" in start, start
-    assert start.count("Many sessions stopped at once.") == 1, start  # one triage, not 60 posts
+    # One storm, not 60 posts: its first word, then the triage it becomes (a terminal cannot edit a line).
+    assert start.count("sessions stopped, triage running.") == 1, start
+    assert start.count("Many sessions stopped at once. Triage t1:") == 1, start
     assert "Stopped: ses_" not in start  # nor the scenarios already stuck at the start
     group = re.search(r"\*(t\d+\.g\d+)\* · 61 × ", start)
     assert group, start  # the 60 and the scenario stuck in a store outage of its own: one group
