@@ -1,4 +1,4 @@
-"""The whole store-outage incident end to end over Slack HTTP (issue 33, item 4), at N sessions.
+"""The whole store-outage incident end to end over Slack HTTP, at N sessions.
 
 ``recover-bot serve`` as its own process (signed Slack HTTP in, the Slack Web API stand-in out, the
 watcher on with ``RECOVER_WATCH_CHANNEL``, polling at the runbook's 30 s unless ``--interval``), the

@@ -1,4 +1,4 @@
-"""The whole store-outage incident at N = 60 over the real deployment (issue 33, item 4).
+"""The whole store-outage incident at N = 60 over the real deployment.
 
 ``recover-bot serve`` as a process with the watch channel set, signed Slack HTTP in, the Slack Web
 API stand-in out, the sandbox control host over HTTP (20 ms a call, 100 requests/s), one SQLite file.
