@@ -21,7 +21,7 @@ from bot.fleet_router import FleetRouter, build_fleet_router
 from bot.settings import load_settings
 from bot.slack.ladder import attach_ladder
 from tests.fixtures.escalation import TIER2, short_ladder_folder
-from tests.fixtures.slack import SlackHarness
+from tests.fixtures.slack import SlackHarness, SlackStandIn, slack_settings
 from tests.installations.conftest import spec_for
 
 SESSION = "ses_restore_transient"  # the same id in every sandbox
@@ -41,9 +41,25 @@ def _settings(tmp_path: Path, **overrides: Any) -> Any:
     )
 
 
-def _fleet(tmp_path: Path, sandboxes: Callable[..., Any], clock: ManualClock, names: tuple[str, ...]) -> FleetRouter:
+def _fleet(
+    tmp_path: Path,
+    sandboxes: Callable[..., Any],
+    clock: ManualClock,
+    names: tuple[str, ...],
+    slack_api: SlackStandIn | None = None,
+) -> FleetRouter:
+    """The fleet as `serve` composes it; with ``slack_api``, break-glass's loud notice is posted through
+    a client of the Slack stand-in, as the Slack worker's ports hand it in (bot/slack/worker.py)."""
+    from bot.services import FrontPorts
+    from bot.slack.notice import SlackNotice
+    from bot.slack.web import SlackOut, make_client
+
     specs = [spec_for(n, sandboxes(n, clock=clock)) for n in names]
-    return build_fleet_router(_settings(tmp_path), specs, clock=clock, startup=False)
+    ports = None
+    if slack_api is not None:
+        client = make_client(slack_settings(slack_api, tmp_path / "recover.db"))
+        ports = FrontPorts(notice=SlackNotice(SlackOut(client)))
+    return build_fleet_router(_settings(tmp_path), specs, clock=clock, startup=False, ports=ports)
 
 
 def _front(slack_harness: Any, router: FleetRouter, tmp_path: Path) -> tuple[SlackHarness, dict[str, LadderRunner]]:
@@ -106,9 +122,14 @@ def test_ladder_steps_go_into_the_requests_thread_of_its_installation(
 
 @INSTALLS
 def test_break_glass_is_refused_while_the_ladders_steps_were_not_posted(
-    slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
+    slack_harness: Any,
+    slack_api: SlackStandIn,
+    sandboxes: Callable[..., Any],
+    clock: ManualClock,
+    tmp_path: Path,
+    names: tuple[str, ...],
 ) -> None:
-    router = _fleet(tmp_path, sandboxes, clock, names)
+    router = _fleet(tmp_path, sandboxes, clock, names, slack_api)
     h, runners = _front(slack_harness, router, tmp_path)
     h.send.command(DECIDE, user="UALICE", channel="C0EU1")
     h.settle()
