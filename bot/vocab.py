@@ -204,3 +204,5 @@ class Step(StrEnum):
     BATCH_MEMBER_EXECUTED = "batch_member_executed"
     BATCH_MEMBER_FAILED = "batch_member_failed"
     BATCH_MEMBER_UNCERTAIN = "batch_member_uncertain"
+    # re-sent with its key up to the runbook's uncertain_retry_for, no definite answer: the next start re-sends it
+    BATCH_MEMBER_STILL_UNCERTAIN = "batch_member_still_uncertain"

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from bot.batch.store import Batch, BatchStore
 from bot.clock import Clock
 from bot.controlhost import ControlHostClient, Event, Receipt, RequestPendingError, Session
-from bot.decisions import BatchGrant, DecisionPolicy, NoAuthority
+from bot.decisions import BatchGrant, DecisionPolicy, NoAuthority, is_uncertain
 from bot.diagnosis.facts import event_facts
 from bot.errors import ControlHostError
 from bot.store import IdempotencyRecord, Store
@@ -206,13 +206,8 @@ class Runner:
                 self._new_sends(batch, pool, settler, concurrency)
         finally:
             settler.close()
-        # Uncertain members: the same logical request again, same key and body (never a new one).
-        retry = Settler(self.s, batch, self.actor, self.on_change)
-        try:
-            for member in self.s.batches.members(self.batch_id, (RequestState.UNCERTAIN,)):
-                self._send(retry, member.session_id, member.idem_key, (RequestState.UNCERTAIN,))
-        finally:
-            retry.close()
+        # Uncertain members are finished after the run by the decisions' own finishing (the service
+        # hands them over): the same logical request again, same key and body, never a new one.
 
     def _new_sends(self, batch: Batch, pool: cf.ThreadPoolExecutor, settler: Settler, concurrency: int) -> None:
         pending = self.s.batches.members(batch.id, (RequestState.REQUESTED,))
@@ -272,10 +267,9 @@ class Runner:
             receipt = self.s.send_member(self.granted, session_id, record)  # through the gate
         except NoAuthority as exc:
             to, values = RequestState.VOID, {"code": "NO_AUTHORITY", "detail": exc.reason}
-        except RequestPendingError as exc:
-            to, values = RequestState.UNCERTAIN, {"code": exc.code}
         except ControlHostError as exc:
-            if exc.status is None or exc.status >= 500 or exc.status in (408, 429):
+            # The decisions' one reading of "no definite answer" (a single decision's send reads it too).
+            if isinstance(exc, RequestPendingError) or is_uncertain(exc):
                 to, values = RequestState.UNCERTAIN, {"code": exc.code}
             else:
                 to, values = RequestState.FAILED, {"code": exc.code, "http_status": exc.status, "detail": exc.message}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.batch import text
+from bot.batch.finishing import MemberSend
 from bot.batch.gating import approver_refusal, claim_of, tampered
 from bot.batch.plan import Candidate, plan
 from bot.batch.runner import Outcome, Runner
@@ -482,7 +483,17 @@ class BatchService:
             lines=[*self.verification.lines(fresh, states), *sent.lines, self.verification.details_line(fresh)],
             level="error" if self.verification.level(states) == "error" else sent.level,
         )
+        self.finish_uncertain(fresh, reporter)
         return Reply([merged, *([final] if final is not None else [])], ok=True)
+
+    def finish_uncertain(self, batch: Batch, reporter: Reporter) -> int:
+        """Each uncertain member handed to the decisions' one finishing of uncertain sends (R0.3): its
+        stored record re-sent with its own key in the background until an answer is recorded, then
+        verified, the batch's message edited in place. Returns how many were handed over now."""
+        started = 0
+        for member in self.batches.members(batch.id, (RequestState.UNCERTAIN,)):
+            started += self.decisions.finish_uncertain(MemberSend(self, batch.id, member.session_id, reporter))
+        return started
 
     def begin_members(
         self,
@@ -563,7 +574,8 @@ class BatchService:
             return None
 
     def resume_open(self, reporter: Reporter) -> list[Message]:
-        """At start-up: finish batches a previous process left approved or sending (same keys)."""
+        """At start-up: finish batches a previous process left approved or sending, and the uncertain
+        members of sent ones (same keys, never anew)."""
         out: list[Message] = []
         for batch in self.batches.find((RequestState.APPROVED, RequestState.SENDING)):
             if batch.state == RequestState.SENDING and not _runner_gone(batch.runner):
@@ -573,6 +585,10 @@ class BatchService:
                     db, batch.id, (RequestState.APPROVED, RequestState.SENDING), RequestState.APPROVED
                 )
             out.extend(self.execute(batch.id, BOT, reporter).messages)
+        for batch in self.batches.find((RequestState.EXECUTED,)):
+            # Sent, some answers never came: finished with their own keys (their run handed them over).
+            if self.finish_uncertain(batch, reporter):
+                out.append(self.verification.message(batch))
         return out
 
     # == views ====================================================================================

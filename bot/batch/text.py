@@ -188,7 +188,8 @@ def final_message(
         lines.extend(f"  {m.session_id}: {m.detail}" for m in skipped[:3])
     if counts.get(RequestState.UNCERTAIN):
         lines.append(
-            "Uncertain members keep their Idempotency-Key: a restart re-sends them with the same key and body."
+            "Uncertain members keep their Idempotency-Key: each is re-sent with it until answered "
+            "(and at the next start), never anew; this message says when they settle."
         )
     if csv_path:
         lines.append(f"Every member's outcome: {csv_path}")

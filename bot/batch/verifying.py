@@ -47,6 +47,11 @@ class MemberState:
     state: str
     why: str
     overdue: bool = False  # verifying past the start-up window with no ready report (said, never recovery)
+    finishing: bool = False  # uncertain, its stored send being re-sent with its key (not settled yet)
+
+    @property
+    def settled(self) -> bool:
+        return self.state not in (VERIFYING, ACCEPTED) and not self.finishing
 
 
 class BatchVerification:
@@ -94,9 +99,10 @@ class BatchVerification:
 
     def _state(self, batch: Batch, member: BatchMember) -> MemberState:
         sid = member.session_id
+        if member.state == RequestState.UNCERTAIN:
+            return self._uncertain(batch, member)
         if member.state != RequestState.EXECUTED:
-            shown = UNCERTAIN if member.state == RequestState.UNCERTAIN else NOT_SENT
-            return MemberState(sid, shown, f"{member.state}" + (f" ({member.code})" if member.code else ""))
+            return MemberState(sid, NOT_SENT, f"{member.state}" + (f" ({member.code})" if member.code else ""))
         steps = self.store.steps(session_id=sid)
         start = max(
             (
@@ -124,6 +130,26 @@ class BatchVerification:
         overdue = state == VERIFYING and isinstance(watch, dict) and watch.get("overdue_said") is True
         return MemberState(sid, state, why, overdue)
 
+    def _uncertain(self, batch: Batch, member: BatchMember) -> MemberState:
+        """Uncertain: being re-sent with its own key (not settled), or given up on past the runbook's
+        ``uncertain_retry_for`` (settled as uncertain; the next start re-sends it)."""
+        last = next(
+            (
+                s
+                for s in reversed(self.store.steps(session_id=member.session_id))
+                if s.step in (Step.BATCH_MEMBER_UNCERTAIN, Step.BATCH_MEMBER_STILL_UNCERTAIN)
+                and (s.inputs or {}).get("batch_id") == batch.id
+            ),
+            None,
+        )
+        code = f" ({member.code})" if member.code else ""
+        if last is not None and last.step == Step.BATCH_MEMBER_STILL_UNCERTAIN:
+            after = (last.detail or {}).get("after")
+            why = f"no definite answer{code} after {after} of re-sends; re-sent with the same key at the next start"
+            return MemberState(member.session_id, UNCERTAIN, why)
+        why = f"no definite answer yet{code}; re-sent with its own Idempotency-Key until answered (R0.3)"
+        return MemberState(member.session_id, UNCERTAIN, why, finishing=True)
+
     def states(self, batch: Batch) -> list[MemberState]:
         return [self._state(batch, m) for m in self.batches.members(batch.id)]
 
@@ -145,6 +171,13 @@ class BatchVerification:
         if failing:
             lines.append("Failing again (do not repeat the decision before the cause is fixed, R5.4):")
             lines.extend(f"  {s.session_id}: {s.why}" for s in failing[:LISTED])
+        finishing = [s for s in states if s.finishing]
+        if finishing:
+            lines.append(
+                f"Uncertain ({len(finishing)}): no definite answer yet; each is re-sent with its own "
+                "Idempotency-Key until answered, never anew (R0.3), then verified:"
+            )
+            lines.extend(f"  {s.session_id}" for s in finishing[:LISTED])
         late = [s for s in states if s.overdue]
         if late:
             # The single path says this once per case (R5.1: time passing is not recovery); here once per batch.
@@ -179,17 +212,17 @@ class BatchVerification:
 
     @staticmethod
     def phase(states: Sequence[MemberState]) -> str:
-        return "verifying" if any(s.state in (VERIFYING, ACCEPTED) for s in states) else "verified"
+        return "verified" if all(s.settled for s in states) else "verifying"
 
     @staticmethod
     def level(states: Sequence[MemberState]) -> Level:
         if any(s.state == FAILING for s in states):
             return "error"
-        return "progress" if any(s.state in (VERIFYING, ACCEPTED) for s in states) else "ok"
+        return "ok" if all(s.settled for s in states) else "progress"
 
     def settle(self, batch: Batch, states: Sequence[MemberState]) -> Message | None:
         """Once every member is settled: ONE final message (a compare-and-set: one process says it)."""
-        if any(s.state in (VERIFYING, ACCEPTED) for s in states):
+        if not all(s.settled for s in states):
             return None
         with self.store.write() as db:
             won = (

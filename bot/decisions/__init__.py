@@ -35,6 +35,7 @@ from bot.decisions._rules import (
 )
 from bot.decisions._service import DecisionService
 from bot.decisions._text import APPROVAL_KIND, CONFIRM_KIND
+from bot.decisions._uncertain import Unanswered, is_uncertain
 from bot.decisions._watch import BEFORE
 from bot.diagnosis.cure import incurable_cause
 
@@ -63,6 +64,7 @@ __all__ = [
     "NoAuthority",
     "Notice",
     "RequestStore",
+    "Unanswered",
     "Wait",
     "approval_evidence_of",
     "approver_allowed",
@@ -74,6 +76,7 @@ __all__ = [
     "derive",
     "identity_refusal",
     "incurable_cause",
+    "is_uncertain",
     "migrations",
     "person_of",
     "requester_refusal",

@@ -41,6 +41,7 @@ from bot.decisions._restart import RestartRoom
 from bot.decisions._resume import ResumeRoom
 from bot.decisions._reviews import ReviewRoom
 from bot.decisions._rules import ApproverDirectory
+from bot.decisions._uncertain import Unanswered
 from bot.decisions._unfinished import Unfinished, UnfinishedRoom
 from bot.decisions._verify import Verifier
 from bot.diagnosis import Diagnoser
@@ -292,6 +293,12 @@ class DecisionService:
     def withdraw_pending_of(self, actor: str, since: str) -> Reply:
         """Ctrl-C at the console: withdraw what ``actor`` requested since ``since`` and nothing was sent for."""
         return self.leftovers.withdraw_pending_of(actor, since)
+
+    def finish_uncertain(self, send: Unanswered) -> bool:
+        """A send with no definite answer, finished in the background by the one owner single decisions
+        use (R0.3): its stored record re-sent with its own key until answered, bounded by the runbook's
+        ``uncertain_retry_*``. A batch member goes here too. False when it is already being finished."""
+        return self.outcomes.uncertain.background(send)
 
     def wait_background(self, timeout: float = 30.0) -> bool:
         """Wait for uncertain sends being finished in the background (tests, shutdown)."""

@@ -7,6 +7,10 @@ control host applies it at most once — with a doubling wait, for as long as th
 ``uncertain_retry_for`` allows, and says each outcome in the case's thread. The chain's authority is
 re-derived before every re-send. After the limit the request stays ``uncertain`` and the next start
 re-sends it again. This only finishes delivering what a person decided; it never re-runs a turn (R0.3).
+
+A batch member whose send got no definite answer is finished by the same loop (:meth:`UncertainSends.run`
+over an :class:`Unanswered`): the batch says how a member is sent through the gate and settled, this
+module alone says when and how often it is re-sent.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Protocol
 
 from bot.controlhost import Receipt
 from bot.decisions import _text as text
@@ -25,6 +30,7 @@ from bot.decisions._poll import Pace, poll
 from bot.decisions._requests import DecisionRequest
 from bot.errors import ControlHostError
 from bot.messages import Message, Reply, Reporter
+from bot.store import IdempotencyRecord
 from bot.vocab import RequestState, Step
 
 log = logging.getLogger("bot.decisions")
@@ -149,66 +155,138 @@ class UncertainSends:
         )
 
     def finish(self, request_id: str, reporter: Reporter) -> None:
-        """Re-send the stored record (same key, same body) on the bounded poll until a definite answer."""
+        """Re-send the request's stored record (same key, same body) until a definite answer."""
+        self.run(_RequestSend(self, request_id, reporter))
+
+    def background(self, send: Unanswered) -> bool:
+        """Finish ``send`` in the background (False when it is already being finished)."""
+        return self.finisher.start(send.key, lambda: self.run(send))
+
+    def run(self, send: Unanswered) -> None:
+        """THE finishing of a send whose answer never came, a single decision's or a batch member's:
+        its stored record re-sent (same key, same body: applied at most once) on the bounded poll,
+        first after ``uncertain_retry_initial``, doubling to ``uncertain_retry_max``, for up to
+        ``uncertain_retry_for``; each attempt through the gate (``send.send``), which re-derives its
+        authority. Past the limit it stays uncertain, said so, and the next start re-sends it."""
         ctx = self.ctx
         every, cap, total = self.bounds()
-        start = ctx.now()
         attempts = 0
 
         def attempt() -> bool | None:
             nonlocal attempts
-            req = ctx.requests.get(request_id)
-            if req is None or req.state != RequestState.UNCERTAIN or not req.idem_key:
-                return True  # settled elsewhere (another process, a restart)
-            record = ctx.store.get_request(req.idem_key)
+            record = send.stored()
             if record is None:
-                return True
+                return True  # settled elsewhere (another process, a restart)
             attempts += 1
             try:
-                sent = self.gate.send_decision(req, BOT_ACTOR, record, reporter)
+                send.send(record)
             except ControlHostError as exc:
                 if not is_uncertain(exc):
-                    for message in self.on_error(req, BOT_ACTOR, exc, reporter).messages:
-                        reporter.post(message)
+                    send.refused(exc)
                     return True
-                ctx.record(
-                    req.session_id,
-                    BOT_ACTOR,
-                    Step.DECISION_UNCERTAIN,
-                    {"request_id": req.id, "attempt": attempts},
-                    exc.code,
-                    http_status=exc.status,
-                    idempotency_key=req.idem_key,
-                )
-                reporter.progress(
-                    Message(
-                        headline=f"`{req.decision}` on `{req.session_id}`: still no definite answer "
-                        f"({exc.code}); re-sending the same request again",
-                        level="progress",
-                        rules=["R0.3"],
-                        session_id=req.session_id,
-                    )
-                )
+                send.unanswered(exc, attempts)
                 return None
-            if isinstance(sent, Reply):
-                return True  # refused: voided, posted and logged by the gate
-            for message in self.on_accepted(req, BOT_ACTOR, sent).messages:
-                reporter.post(message)
             return True
 
-        until = start + timedelta(seconds=total)
+        until = ctx.now() + timedelta(seconds=total)
         if poll(ctx.clock, until, Pace(every, cap), attempt, attempt_first=False):
             return
-        req = ctx.requests.get(request_id)
-        if req is None or req.state != RequestState.UNCERTAIN:
+        if send.stored() is None:
             return
-        msg = text.refusal(
-            f"`{req.decision}` on `{req.session_id}` is still uncertain after {text.duration(total)}",
-            f"Request {req.id} got no definite answer by {ctx.iso(until)}; it stays uncertain and is re-sent "
-            "with the same key when the bot next starts.",
-            f"Check the control host, and the session with `/recover diagnose {req.session_id}`.",
-            rules=["R0.3"],
-            session_id=req.session_id,
+        log.warning("%s still uncertain after %.0f s", send.key, total)
+        send.gave_up(text.duration(total), ctx.iso(until))
+
+
+class Unanswered(Protocol):
+    """One stored send whose answer never came, as :meth:`UncertainSends.run` finishes it; its owner
+    (a decision request, a batch member) says how it is sent through the gate and settled."""
+
+    #: One background finishing per key (a request id, a batch member).
+    key: str
+
+    def stored(self) -> IdempotencyRecord | None:
+        """Its stored record while it is still uncertain; None once settled (anywhere)."""
+
+    def send(self, record: IdempotencyRecord) -> None:
+        """Send ``record`` through the gate and settle an answer or a refusal by the chain (said);
+        raises the ControlHostError of an attempt without a definite answer or with a refusal."""
+
+    def refused(self, exc: ControlHostError) -> None:
+        """The control host's definite refusal: settle it and say so."""
+
+    def unanswered(self, exc: ControlHostError, attempt: int) -> None:
+        """One more attempt without a definite answer: record it (it is re-sent again)."""
+
+    def gave_up(self, total: str, until: str | None) -> None:
+        """Still uncertain after ``total``: say so (it stays uncertain; the next start re-sends it)."""
+
+
+class _RequestSend:
+    """A single decision request as :meth:`UncertainSends.run` finishes it."""
+
+    def __init__(self, sends: UncertainSends, request_id: str, reporter: Reporter) -> None:
+        self.sends = sends
+        self.key = request_id
+        self.reporter = reporter
+
+    def _req(self) -> DecisionRequest | None:
+        req = self.sends.ctx.requests.get(self.key)
+        return req if req is not None and req.state == RequestState.UNCERTAIN and req.idem_key else None
+
+    def stored(self) -> IdempotencyRecord | None:
+        req = self._req()
+        return self.sends.ctx.store.get_request(req.idem_key) if req is not None and req.idem_key else None
+
+    def send(self, record: IdempotencyRecord) -> None:
+        req = self._req()
+        if req is None:
+            return
+        sent = self.sends.gate.send_decision(req, BOT_ACTOR, record, self.reporter)
+        if isinstance(sent, Reply):
+            return  # refused: voided, posted and logged by the gate
+        for message in self.sends.on_accepted(req, BOT_ACTOR, sent).messages:
+            self.reporter.post(message)
+
+    def refused(self, exc: ControlHostError) -> None:
+        req = self._req()
+        if req is not None:
+            for message in self.sends.on_error(req, BOT_ACTOR, exc, self.reporter).messages:
+                self.reporter.post(message)
+
+    def unanswered(self, exc: ControlHostError, attempt: int) -> None:
+        req = self._req()
+        if req is None:
+            return
+        self.sends.ctx.record(
+            req.session_id,
+            BOT_ACTOR,
+            Step.DECISION_UNCERTAIN,
+            {"request_id": req.id, "attempt": attempt},
+            exc.code,
+            http_status=exc.status,
+            idempotency_key=req.idem_key,
         )
-        log.warning("request %s still uncertain after %.0f s", req.id, total)
-        reporter.post(msg)
+        self.reporter.progress(
+            Message(
+                headline=f"`{req.decision}` on `{req.session_id}`: still no definite answer "
+                f"({exc.code}); re-sending the same request again",
+                level="progress",
+                rules=["R0.3"],
+                session_id=req.session_id,
+            )
+        )
+
+    def gave_up(self, total: str, until: str | None) -> None:
+        req = self._req()
+        if req is None:
+            return
+        self.reporter.post(
+            text.refusal(
+                f"`{req.decision}` on `{req.session_id}` is still uncertain after {total}",
+                f"Request {req.id} got no definite answer by {until}; it stays uncertain and is re-sent "
+                "with the same key when the bot next starts.",
+                f"Check the control host, and the session with `/recover diagnose {req.session_id}`.",
+                rules=["R0.3"],
+                session_id=req.session_id,
+            )
+        )
