@@ -14,7 +14,6 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -200,7 +199,7 @@ class BatchService:
             "excluded": chosen.excluded,
         }
         members = [{"session_id": c.session_id, "revision": c.revision, "facts": dict(c.facts)} for c in chosen.members]
-        warned = self._warnings(decision, chosen.members, reason=reason, cause_fixed=cause_fixed, repeated=repeated)
+        warned = self._warnings(decision, chosen.members, reason=reason, cause_fixed=cause_fixed)
         if dry:
             return self._dry(content, members, policy, warned)
         with self.store.write() as db:
@@ -244,17 +243,16 @@ class BatchService:
         *,
         reason: str,
         cause_fixed: str | None,
-        repeated: Callable[[Candidate], int],
     ) -> list[str]:
-        """The single path's warnings before a send (what start_fresh drops, an incompatible
-        checkpoint, a repeat: R2.11, R5.3, R5.4), said once per distinct kind of member."""
+        """The single path's warnings before a send, in its words (what start_fresh drops, an
+        incompatible checkpoint, a repeat: R2.11, R5.3, R5.4), said once per distinct kind of member."""
         kinds: dict[str, list[str]] = {}
         for c in members:
             said = self.decisions.warnings_before_send(
+                c.session_id,
                 decision,
                 c.facts,
                 {"reason": reason, "cause_fixed": cause_fixed},
-                repeated=repeated(c),
                 cause_fixed=cause_fixed,
             )
             for warning in said:

@@ -149,7 +149,7 @@ class DecideRoom:
         question would be shown; otherwise the reply shows them and waits for the button or
         ``/recover confirm``."""
         rules = list(verdict.rules or policy.rules)
-        notes = [f"[!] {n}" for n in (policy.warning(facts, flags),) if n]
+        notes = [f"[!] {n}" for n in text.consequences(policy.name, warning=policy.warning(facts, flags))]
         if cause_fixed:
             notes.append(f"Cause fixed (the requester's words, R5.3): {cause_fixed}")
         if verdict.code == WAITABLE:
@@ -165,7 +165,7 @@ class DecideRoom:
                 self.ctx.mentions(),
                 rules,
                 first=first if yes else (),
-                notes=[*notes, *([f"Drops: {drops}"] if drops else [])],
+                notes=[*notes, *(f"[!] {n}" for n in text.consequences(policy.name, drops=drops))],
                 irreversible=self.ctx.irreversible(req.decision),
             )
             ladder_rows.remember_message(self.ctx.store, req.id, asked)  # its live line edits exactly this
@@ -200,12 +200,15 @@ class DecideRoom:
         cause_fixed: str | None,
     ) -> list[str]:
         """The consequences beyond the standard question: the runbook's warning (R2.4, R5.3), what it
-        drops (R2.11), an R5.4 repeat without --cause-fixed. Any of them must be seen before a send."""
-        out = [w for w in (policy.warning(facts, flags), policy.drops(facts, flags)) if w]
+        drops (R2.11), an R5.4 repeat without --cause-fixed. Any of them must be seen before a send;
+        worded by ``text.consequences``, the one wording a batch's members are warned with too."""
         repeated = content.get("repeated")
-        if isinstance(repeated, int) and repeated > 0 and not (cause_fixed or "").strip():
-            out.append(f"repeated {repeated} time(s) without fixing the cause (R5.4)")
-        return out
+        return text.consequences(
+            policy.name,
+            warning=policy.warning(facts, flags),
+            drops=policy.drops(facts, flags),
+            repeated=repeated if isinstance(repeated, int) and not (cause_fixed or "").strip() else 0,
+        )
 
     def precheck(
         self, channel: str | None, session_id: str, decision: str, flags: Mapping[str, object], step: str
@@ -302,9 +305,7 @@ class DecideRoom:
             lines.append("It needs approval by a second person before it is sent.")
         elif policy.approval == Policy.CONFIRM:
             lines.append("It needs an explicit confirmation (button or --yes) before it is sent.")
-        drops = policy.drops(facts, flags)
-        if drops:
-            lines.append(f"Drops: {drops}")
+        lines.extend(f"[!] {n}" for n in text.consequences(policy.name, drops=policy.drops(facts, flags)))
         return lines
 
     def _before_send(

@@ -209,18 +209,18 @@ class DecisionService:
 
     def warnings_before_send(
         self,
+        session_id: str,
         decision: str,
         facts: Mapping[str, object],
         flags: Mapping[str, object],
         *,
-        repeated: int = 0,
         cause_fixed: str | None = None,
     ) -> list[str]:
-        """What must be seen before a send beyond the standard question (R2.4, R2.11, R5.3, R5.4): the
-        single path's own check, for a batch's members too."""
-        return self.deciding.warnings(
-            self.ctx.policy(decision), dict(facts), flags, {"repeated": repeated}, cause_fixed
-        )
+        """What must be seen before a send beyond the standard question (R2.4, R2.11, R5.3, R5.4), in
+        the single path's own words and with its own R5.4 count and threshold, for a batch's members."""
+        policy = self.ctx.policy(decision)
+        repeated = self.deciding.repeats_to_flag(policy, session_id, facts)
+        return self.deciding.warnings(policy, dict(facts), flags, {"repeated": repeated}, cause_fixed)
 
     def repeated(self, session_id: str, decision: str, facts: Mapping[str, object]) -> int:
         """R5.4: how often this decision already ran here without fixing the cause."""

@@ -50,13 +50,24 @@ def request_lines(req: DecisionRequest, notes: Sequence[str] = ()) -> list[str]:
     if req.effects is not None:
         # R3.10: what the turn did outside, as the requester accounts for it.
         lines.append(f"External effects (requester's account, R3.10): {req.effects}")
-    if req.repeated:
-        lines.append(
-            f"[!] `{req.decision}` was already executed {req.repeated} time(s) on this session without "
-            "fixing the cause (R5.4): fix the cause before repeating it."
-        )
+    lines.extend(f"[!] {w}" for w in consequences(req.decision, repeated=req.repeated))
     lines.append(f"Content hash: {req.content_hash[:16]}")
     return lines
+
+
+def consequences(
+    decision: str, *, warning: str | None = None, drops: str | None = None, repeated: int = 0
+) -> list[str]:
+    """Each warning a person reads before a send, worded here once for a single decision and a batch's
+    members alike (each shown as ``[!] …``): the runbook's warning for these facts (an incompatible
+    checkpoint, R2.4, R5.3), what the decision drops (R2.11), a repeat without fixing the cause (R5.4)."""
+    out = [w for w in (warning, f"This drops: {drops}" if drops else None) if w]
+    if repeated > 0:
+        out.append(
+            f"`{decision}` was already executed {repeated} time(s) on this session without fixing the cause "
+            "(R5.4): fix the cause before repeating it."
+        )
+    return out
 
 
 def wire_lines(method: str, path: str, body: Mapping[str, Any]) -> list[str]:
@@ -120,8 +131,7 @@ def confirmation_message(
 ) -> Message:
     """A single-person decision waits for its explicit confirmation (R2.11, R5.3)."""
     lines = [*([question] if question else []), *request_lines(req, notes)]
-    if drops:
-        lines.append(f"This drops: {drops}")
+    lines.extend(f"[!] {w}" for w in consequences(req.decision, drops=drops))
     if irreversible:
         lines.append(irreversible_line(req.decision))
     lines.append(f"Confirm with the button, or type: {command}")

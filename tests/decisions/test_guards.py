@@ -77,7 +77,7 @@ def test_approval_request_reads_in_order_notes_right_after_the_reason(decision_e
     assert lines[0].startswith("`--yes` does not apply")
     reason = lines.index("Reason: engine hung; effects checked")
     assert lines[reason + 1].startswith("[!] Check what the turn's tools did outside first")
-    assert lines[reason + 2].startswith("Drops: turn turn_9")
+    assert lines[reason + 2].startswith("[!] This drops: turn turn_9")
     assert lines[reason + 3].startswith("External effects (requester's account, R3.10)")
     assert lines.index(f"/recover approve {msg.ref}") > reason + 3
 

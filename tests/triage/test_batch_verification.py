@@ -7,6 +7,7 @@ router's own ``expire_due``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,10 +103,10 @@ def test_a_start_fresh_yes_batch_shows_what_it_drops_once_and_does_not_send(
     dry = _text(
         _run(router, f'/recover dryrun batch decide --sessions {",".join(made)} start_fresh --reason "drop it"')
     )
-    assert "[!] the checkpoint's context" in dry and "3 member(s)" in dry  # R2.11, R5.3
+    assert "[!] This drops: the checkpoint's context" in dry and "3 member(s)" in dry  # R2.11, R5.3
     asked = _run(router, f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "drop it" --yes')
     said = _text(asked)
-    assert said.count("[!] the checkpoint's context") == 1 and "3 member(s)" in said, said  # once per kind
+    assert said.count("[!] This drops: the checkpoint's context") == 1 and "3 member(s)" in said, said  # once per kind
     assert "`--yes` did not send it" in said and _posts(incident_sandbox) == []
     batch_id = asked.messages[0].ref
     sent = _run(router, f"/recover confirm {batch_id}")
@@ -205,11 +206,15 @@ def test_a_repeated_failure_is_warned_before_any_send_whichever_path_sent_the_fi
     assert len(edited) == 1 and "failing again 3" in edited[0].plain_text(), [m.headline for m in said]
     sent = len(_posts(sandbox))
     single = _text(_run(router, f'/recover decide {made[0]} start_fresh --reason "repo" --yes'))
-    assert "already executed 1 time(s) on this session without fixing the cause (R5.4)" in single, single
+    repeat = (
+        "[!] `start_fresh` was already executed 1 time(s) on this session without fixing the cause (R5.4): "
+        "fix the cause before repeating it."
+    )
+    assert repeat in single, single  # the one sentence, on both paths
     assert len(_posts(sandbox)) == sent  # --yes did not send it
     again = _run(router, f'/recover batch decide --sessions {",".join(made)} start_fresh --reason "repo" --yes')
     said_again = _text(again)
-    assert said_again.count("repeated 1 time(s) without fixing the cause (R5.4)") == 1, said_again
+    assert said_again.count(repeat) == 1, said_again
     assert "3 member(s)" in said_again and "`--yes` did not send it" in said_again
     assert len(_posts(sandbox)) == sent
 
@@ -273,3 +278,29 @@ def test_a_member_answered_only_on_its_re_send_is_judged_against_the_stream_befo
     final = [m for m in said if m.kind == "batch_verified"]
     assert len(final) == 1 and "2/2 recovered (observed)" in final[0].headline, [m.plain_text() for m in said]
     assert router.services.store.get_open_case(late) is None  # type: ignore[attr-defined]
+
+
+def _warned(reply: Reply) -> set[str]:
+    """The ``[!]`` lines of a reply's messages, a batch's "— n member(s), e.g. …" tail and ids left out."""
+    lines = [line.strip() for m in reply.messages for line in m.lines if line.strip().startswith("[!]")]
+    return {re.sub(r"\b(ckpt|ses|turn)_\w+", "…", line.split(" — ")[0]) for line in lines}
+
+
+@pytest.mark.parametrize(
+    ("decision", "flags"),
+    [("start_fresh", ""), ("retry_restore", ' --cause-fixed "profile rolled back"')],
+)
+def test_decide_and_batch_decide_warn_in_the_same_sentences(
+    incident_sandbox: SandboxHandle, tmp_path: Path, decision: str, flags: str
+) -> None:
+    """Each warning a person reads before a send (what start_fresh drops, an incompatible checkpoint)
+    is one sentence, whichever path asks: `decide` on one member and `batch decide` on the others say
+    the same ones (the batch once per kind of member); the repeat's sentence is checked above."""
+    made = make_incident(incident_sandbox, {"incompatible": 3})["incompatible"]
+    router = bulk_router(incident_sandbox, tmp_path)
+    single = _warned(_run(router, f'/recover decide {made[0]} {decision} --reason "go"{flags} --yes'))
+    batch = _warned(
+        _run(router, f'/recover batch decide --sessions {",".join(made[1:])} {decision} --reason "go"{flags} --yes')
+    )
+    assert single and single == batch, (single, batch)
+    assert _posts(incident_sandbox) == []
