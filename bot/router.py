@@ -221,7 +221,10 @@ class Router:
         if kind == StepKind.DONE:
             return s.decisions.done(actor, self._arg(cmd, "session_id"), cmd.flag_text("reason"))
         if kind == StepKind.REPLAY:
-            return s.decisions.replay(actor, channel, reporter)
+            replayed = s.decisions.replay(actor, channel, reporter)
+            if s.bulk is not None and s.decisions.channels.allows(channel):  # batches' unanswered members too
+                replayed.messages.extend(s.bulk.batches.resume_open(reporter))
+            return replayed
         if kind == StepKind.PENDING:
             return self.pending(with_expired=bool(cmd.flag("all")))
         if kind == StepKind.DETAILS:

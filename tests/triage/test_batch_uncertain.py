@@ -78,11 +78,13 @@ def test_an_uncertain_member_is_re_sent_with_its_key_until_answered_then_verifie
     assert store.get_open_case(late) is None
 
 
+@pytest.mark.parametrize("then", ["restart", "replay"])
 def test_a_member_still_uncertain_past_the_limit_settles_as_uncertain_and_the_next_start_finishes_it(
-    sandbox_factory: Callable[..., SandboxHandle], clock: object, tmp_path: Path
+    sandbox_factory: Callable[..., SandboxHandle], clock: object, tmp_path: Path, then: str
 ) -> None:
     """Past the runbook's ``uncertain_retry_for`` the member stays uncertain, the batch says so and
-    settles (its final message names it); the next start re-sends it with the same key."""
+    settles (its final message names it); the next start, or the console's ``/recover replay``,
+    re-sends it with the same key."""
     sandbox = sandbox_factory(scenarios=None)
     made = make_incident(sandbox, {"restore_stopped_transient": 2})["restore_stopped_transient"]
     late = made[0]
@@ -106,7 +108,12 @@ def test_a_member_still_uncertain_past_the_limit_settles_as_uncertain_and_the_ne
     assert sandbox.admin.effect_counts() == {made[1]: 1}
 
     sandbox.admin.clear_faults()
-    restarted = bulk_router(sandbox, tmp_path)
+    if then == "restart":
+        restarted = bulk_router(sandbox, tmp_path)
+    else:
+        restarted = router
+        replayed = router.handle_text("/recover replay", actor="alice", channel="C1", reporter=ListReporter())
+        assert any(m.kind == "batch_progress" and m.ref == batch_id for m in replayed.messages), replayed
     assert restarted.services.decisions.wait_background(60)
     assert sandbox.admin.effect_counts() == {sid: 1 for sid in made}
     keys = {r["idempotency_key"] for r in sandbox.admin.requests(late) if r["method"] == "POST"}
