@@ -50,9 +50,9 @@ def plan(
     reason: str,
     cause_fixed: str | None,
     repeated: Callable[[Candidate], int],
-    threshold: int,
 ) -> Plan:
-    """Split candidates into members and the ones left out, with the reason for each."""
+    """Split candidates into members and the ones left out, with the reason for each. ``repeated``:
+    the decisions' R5.4 count to flag (0 below the runbook's threshold), as a single decide reads it."""
     out = Plan()
     flags: Mapping[str, Any] = {"reason": reason, "yes": True}
     for c in candidates:
@@ -68,7 +68,7 @@ def plan(
                 continue
         if decision == Decision.RETRY_RESTORE and not cause_fixed:
             done = repeated(c)
-            if done > 0 and done + 1 >= threshold:
+            if done > 0:
                 out.leave_out(
                     c,
                     f"retry_restore already applied {done} time(s) with the same attention: the cause is not "

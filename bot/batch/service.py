@@ -163,8 +163,8 @@ class BatchService:
         console_users = self.decisions.console_users
 
         def repeated(c: Candidate) -> int:
-            # R5.4: the decisions' one count, which reads single and batch executions alike.
-            done: int = self.decisions.repeated(c.session_id, decision, c.facts)
+            # R5.4: the decisions' one count and threshold, which read single and batch executions alike.
+            done: int = self.decisions.repeats_to_flag(c.session_id, decision, c.facts)
             return done
 
         chosen = plan(
@@ -174,7 +174,6 @@ class BatchService:
             reason=reason,
             cause_fixed=cause_fixed,
             repeated=repeated,
-            threshold=policy.repeat_threshold,
         )
         if not chosen.members:
             lines = [f"{e['session_id']}: {e['why']}" for e in chosen.excluded[:15]]

@@ -222,9 +222,10 @@ class DecisionService:
         repeated = self.deciding.repeats_to_flag(policy, session_id, facts)
         return self.deciding.warnings(policy, dict(facts), flags, {"repeated": repeated}, cause_fixed)
 
-    def repeated(self, session_id: str, decision: str, facts: Mapping[str, object]) -> int:
-        """R5.4: how often this decision already ran here without fixing the cause."""
-        return self.deciding.repeated(session_id, decision, facts)
+    def repeats_to_flag(self, session_id: str, decision: str, facts: Mapping[str, object]) -> int:
+        """R5.4: how often this decision already ran here without fixing the cause, single or as a
+        batch's member; 0 below the runbook's threshold (the one count and threshold of both paths)."""
+        return self.deciding.repeats_to_flag(self.ctx.policy(decision), session_id, facts)
 
     # == cases and hand-offs =========================================================================
 

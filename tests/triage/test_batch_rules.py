@@ -140,7 +140,7 @@ def test_plan_exclusions_and_cause_fixed(runbooks) -> None:  # type: ignore[no-u
     )
     repeated = _stopped("s4", "restore_unavailable")
     done = {"s4": 1}
-    args = {"reason": "x", "repeated": lambda c: done.get(c.session_id, 0), "threshold": 2}
+    args = {"reason": "x", "repeated": lambda c: done.get(c.session_id, 0)}
     p = plan(runbooks, "retry_restore", [outage, incompatible, damage, repeated], cause_fixed=None, **args)
     assert [m.session_id for m in p.members] == ["s1"]
     rules = {e["session_id"]: e["rule"] for e in p.excluded}

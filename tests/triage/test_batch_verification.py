@@ -304,3 +304,23 @@ def test_decide_and_batch_decide_warn_in_the_same_sentences(
     )
     assert single and single == batch, (single, batch)
     assert _posts(incident_sandbox) == []
+
+
+def test_a_retry_decided_alone_that_failed_again_is_left_out_of_a_later_batch_by_the_same_count(
+    sandbox_factory: Callable[..., SandboxHandle], clock: object, tmp_path: Path
+) -> None:
+    """R5.4, one count and one threshold: a retry_restore `decide` sent that failed again with the same
+    attention is left out of a later `batch decide retry_restore` (which asks for --cause-fixed), while
+    the batch's other members go on."""
+    sandbox = sandbox_factory(scenarios=None)
+    made = make_incident(sandbox, {"restore_stopped_transient": 3})["restore_stopped_transient"]
+    router = bulk_router(sandbox, tmp_path)
+    again = made[0]
+    assert _run(router, f'/recover decide {again} retry_restore --reason "store back" --yes').ok
+    for _ in range(3):  # the cause was not fixed: it stops again at the third failure
+        sandbox.admin.fail_restore(again, "restore_unavailable")
+        clock.advance(61)  # type: ignore[attr-defined]
+        sandbox.admin.scheduler_pass()
+    dry = _text(_run(router, f'/recover dryrun batch decide --sessions {",".join(made)} retry_restore --reason "b"'))
+    assert f"left out {again}: retry_restore already applied 1 time(s)" in dry and "(R5.4)" in dry, dry
+    assert all(f"left out {sid}" not in dry for sid in made[1:])
