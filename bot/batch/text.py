@@ -186,11 +186,7 @@ def final_message(
     if skipped:
         lines.append("Skipped, never sent (facts changed since they were bound):")
         lines.extend(f"  {m.session_id}: {m.detail}" for m in skipped[:3])
-    if counts.get(RequestState.UNCERTAIN):
-        lines.append(
-            "Uncertain members keep their Idempotency-Key: each is re-sent with it until answered "
-            "(and at the next start), never anew; this message says when they settle."
-        )
+    # Uncertain members: the verification's lines say how they are finished (bot/batch/verifying.py).
     if csv_path:
         lines.append(f"Every member's outcome: {csv_path}")
     stopped = " (stopped)" if batch.stop_requested else ""
