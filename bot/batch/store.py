@@ -24,7 +24,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
-from bot.installation_ids import DEFAULT_INSTALLATION, qualified_id
+from bot.ids import DEFAULT_INSTALLATION, qualified_id
 from bot.store import Store
 from bot.store.chain import canonical_json
 from bot.vocab import RequestState

@@ -36,7 +36,7 @@ from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
 from bot.decisions import _ladder_rows as ladder_rows
-from bot.installation_ids import DEFAULT_INSTALLATION, qualified_id
+from bot.ids import DEFAULT_INSTALLATION, qualified_id
 from bot.store import Store
 from bot.store.chain import canonical_json
 from bot.vocab import Policy, RequestState

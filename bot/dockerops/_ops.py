@@ -37,7 +37,7 @@ from bot.dockerops._reconciler import (
 )
 from bot.dockerops._records import ReconcilerRecords, checked_dryrun_id
 from bot.errors import DockerOpsError
-from bot.installation_ids import qualified_id
+from bot.ids import qualified_id
 from bot.messages import Reply
 from bot.store import Store
 from bot.vocab import Step

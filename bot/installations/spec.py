@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from bot.installation_ids import (
+from bot.ids import (
     DEFAULT_INSTALLATION,
     ID_SUFFIX,
     NAME_PATTERN,

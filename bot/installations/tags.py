@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from bot.installation_ids import TAG, split_tag
+from bot.ids import TAG, split_tag
 from bot.messages import Button, Message, Reply, Reporter, brief
 
 

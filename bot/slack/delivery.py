@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.installation_ids import ScopedId
+from bot.ids import ScopedId
 from bot.messages import Message, Reply
 from bot.slack.blocks import escape, mention
 from bot.slack.state import Location, SlackState
