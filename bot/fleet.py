@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from bot.clock import Clock
 from bot.decisions import ApproverDirectory
 from bot.errors import SettingsError
-from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
+from bot.ids import DEFAULT_INSTALLATION
+from bot.installations import InstallationSpec
 from bot.installations.sources import resolve_installations
 from bot.installations.tags import TaggingNotice
 from bot.sandbox import SandboxHandle

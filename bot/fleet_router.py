@@ -17,6 +17,7 @@ from bot.errors import CommandError
 from bot.fleet import Fleet, build_fleet
 from bot.fleet_views import installations_reply, triage_all
 from bot.handoff import handoff_reply
+from bot.ids import is_batch_id
 from bot.installations import InstallationSpec
 from bot.installations.resolve import resolve_installation
 from bot.installations.tags import TaggingReporter, tag_message, tag_reply, tag_value, untag
@@ -40,7 +41,7 @@ def command_ids(cmd: ParsedCommand) -> list[str]:
     """The bot's ids a command names (session ids are the control host's and say nothing)."""
     ids = [v for v in (cmd.arg(a) for a in _ID_ARGS) if v]
     session = cmd.arg("session_id")
-    if session and session.startswith("bat_"):
+    if is_batch_id(session):
         ids.append(session)
     reviewed = cmd.flag_text("reviewed")
     if reviewed:

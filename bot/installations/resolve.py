@@ -1,7 +1,7 @@
 """Which installation a command is about: the ONE place that decides it (never a silent default).
 
 In order: ``--install <name>``; else the installation the command's own ids belong to (a request,
-batch, dry-run or triage-group id of a named installation carries ``.name``, see ``qualified_id``);
+batch, dry-run or triage-group id of a named installation carries ``.name``, bot/ids.py);
 else the installation the channel is bound to; else the only one served. Anything else is refused
 with the list of installations and how to choose. An id whose installation contradicts ``--install``
 or the channel's binding is refused too: an approval or a button can never cross installations.
@@ -9,16 +9,12 @@ or the channel's binding is refused too: an approval or a button can never cross
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from bot.errors import RecoverError
-from bot.installations.spec import DEFAULT_INSTALLATION, InstallationSpec
+from bot.ids import DEFAULT_INSTALLATION, parse_own_id
+from bot.installations.spec import InstallationSpec
 from bot.messages import ref
-
-#: The bot's own ids (requests, batches, dry runs, triage groups), with an installation's suffix.
-#: Session and turn ids are the control host's: the same id names a session in every installation.
-OWN_ID = re.compile(r"^(?:(?:req|bat|dry)_[0-9a-f]+|t\d+(?:\.g\d+)?)(?:\.([a-z][a-z0-9-]{0,30}))?$")
 
 
 class InstallationRefused(RecoverError):
@@ -46,12 +42,11 @@ def _how(specs: Sequence[InstallationSpec]) -> str:
 def id_installation(value: str, names: Sequence[str]) -> str | None:
     """The installation a bot id belongs to, None when the value is not one of the bot's ids or says
     nothing (an id without a suffix while ``default`` is not served: the core answers "unknown")."""
-    match = OWN_ID.match(value or "")
-    if match is None:
+    parsed = parse_own_id(value)
+    if parsed is None:
         return None
-    suffix = match.group(1)
-    if suffix is not None:
-        return suffix
+    if parsed.suffix is not None:
+        return parsed.suffix
     return DEFAULT_INSTALLATION if DEFAULT_INSTALLATION in names else None
 
 
@@ -112,7 +107,6 @@ def resolve_installation(
 
 
 __all__ = [
-    "OWN_ID",
     "InstallationRefused",
     "channel_installation",
     "id_installation",
