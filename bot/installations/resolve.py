@@ -39,15 +39,24 @@ def _how(specs: Sequence[InstallationSpec]) -> str:
     )
 
 
-def id_installation(value: str, names: Sequence[str]) -> str | None:
-    """The installation a bot id belongs to, None when the value is not one of the bot's ids or says
-    nothing (an id without a suffix while ``default`` is not served: the core answers "unknown")."""
+def id_installation(value: str) -> str | None:
+    """The installation a bot id belongs to (``default`` for one without a suffix: it was made before
+    the installations file, or by its ``default`` entry); None when the value is not one of the bot's ids."""
     parsed = parse_own_id(value)
-    if parsed is None:
-        return None
-    if parsed.suffix is not None:
-        return parsed.suffix
-    return DEFAULT_INSTALLATION if DEFAULT_INSTALLATION in names else None
+    return None if parsed is None else parsed.installation
+
+
+def _unserved(value: str, owner: str, specs: Sequence[InstallationSpec]) -> InstallationRefused:
+    names = ", ".join(s.name for s in specs)
+    if owner == DEFAULT_INSTALLATION:
+        # Never handed to another installation's core: its rows are not there, and a lookup there
+        # must not stand in for the default's (bot/store/leftover.py refuses its open rows at start).
+        return InstallationRefused(
+            f"`{value[:60]}` has no installation suffix: it is installation `default`'s, from before the "
+            f"installations file, and this bot serves {names} only.",
+            hint="Copy the id from a current message (it ends in `.name`), or add an entry named `default`.",
+        )
+    return InstallationRefused(f"This bot serves no installation `{owner}` (named by the id).", hint=_how(specs))
 
 
 def channel_installation(specs: Sequence[InstallationSpec], channel: str | None) -> str | None:
@@ -73,14 +82,14 @@ def resolve_installation(
     names = [s.name for s in specs]
     if flag is not None and flag not in names:
         raise InstallationRefused(f"There is no installation `{flag}`.", hint=_how(specs))
-    by_id = {n for n in (id_installation(i, names) for i in ids) if n is not None}
+    owners = {i: n for i, n in ((i, id_installation(i)) for i in ids) if n is not None}
+    by_id = set(owners.values())
     if made_by is not None:
         by_id.add(made_by)
-    unknown = sorted(n for n in by_id if n not in names)
+    claims = [(n, i) for i, n in owners.items()] + ([(made_by, "this button")] if made_by else [])
+    unknown = sorted((n, i) for n, i in claims if n not in names)
     if unknown:
-        raise InstallationRefused(
-            f"This bot serves no installation `{unknown[0]}` (named by the id).", hint=_how(specs)
-        )
+        raise _unserved(unknown[0][1], unknown[0][0], specs)
     if len(by_id) > 1:
         raise InstallationRefused(
             f"The ids name two installations ({', '.join(sorted(by_id))}).",
