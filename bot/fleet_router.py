@@ -17,7 +17,7 @@ from bot.errors import CommandError
 from bot.fleet import Fleet, build_fleet
 from bot.fleet_views import installations_reply, triage_all
 from bot.handoff import handoff_reply
-from bot.ids import is_batch_id
+from bot.ids import DEFAULT_INSTALLATION, is_batch_id
 from bot.installations import InstallationSpec
 from bot.installations.resolve import resolve_installation
 from bot.installations.tags import TaggingReporter, tag_message, tag_reply, tag_value, untag
@@ -251,6 +251,9 @@ class FleetRouter:
             session, _, decision = raw.partition(SEPARATOR)
             session, by_choice = untag(session)
             raw, made_by = f"{session}{SEPARATOR}{decision}", made_by or by_choice
+        # Every button of a fleet's messages carries its installation: one without was made before the
+        # installations file, by the one installation there was, and is never another installation's.
+        made_by = made_by or DEFAULT_INSTALLATION
         name = self.resolve(
             flag=None,
             channel=clean_optional(channel),

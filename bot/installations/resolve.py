@@ -46,15 +46,20 @@ def id_installation(value: str) -> str | None:
     return None if parsed is None else parsed.installation
 
 
+#: What ``made_by`` claims name in a refusal (a click's value is not an id people copy).
+BUTTON = ""
+
+
 def _unserved(value: str, owner: str, specs: Sequence[InstallationSpec]) -> InstallationRefused:
     names = ", ".join(s.name for s in specs)
     if owner == DEFAULT_INSTALLATION:
         # Never handed to another installation's core: its rows are not there, and a lookup there
         # must not stand in for the default's (bot/store/leftover.py refuses its open rows at start).
+        what = f"`{value[:60]}` has no installation suffix" if value else "This button names no installation"
         return InstallationRefused(
-            f"`{value[:60]}` has no installation suffix: it is installation `default`'s, from before the "
-            f"installations file, and this bot serves {names} only.",
-            hint="Copy the id from a current message (it ends in `.name`), or add an entry named `default`.",
+            f"{what}: it is installation `default`'s, from before the installations file, and this bot "
+            f"serves {names} only.",
+            hint="Use a current message or id (it names its installation), or add an entry named `default`.",
         )
     return InstallationRefused(f"This bot serves no installation `{owner}` (named by the id).", hint=_how(specs))
 
@@ -86,7 +91,7 @@ def resolve_installation(
     by_id = set(owners.values())
     if made_by is not None:
         by_id.add(made_by)
-    claims = [(n, i) for i, n in owners.items()] + ([(made_by, "this button")] if made_by else [])
+    claims = [(n, i) for i, n in owners.items()] + ([(made_by, BUTTON)] if made_by else [])
     unknown = sorted((n, i) for n, i in claims if n not in names)
     if unknown:
         raise _unserved(unknown[0][1], unknown[0][0], specs)

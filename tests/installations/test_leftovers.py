@@ -59,3 +59,18 @@ def test_an_old_untyped_id_is_refused_by_name_not_looked_up_in_another_installat
         assert not reply.ok and "installation `default`'s, from before the installations file" in said, said
     click = router.handle_action("approve", "req_00ff", actor="UBOB", channel="C0EU1", reporter=ListReporter())
     assert not click.ok and "installation `default`'s" in text_of(click)
+
+
+def test_a_button_of_a_message_from_before_the_installations_file_is_refused_not_routed_by_channel(
+    make_fleet: Callable[..., FleetRouter], sandboxes: Callable[..., SandboxHandle]
+) -> None:
+    """The same session id names a session in every installation: a decision button the bot posted
+    before the file (untagged, the default's) must not decide on the channel's installation's session."""
+    router = make_fleet("eu-1")
+    form = {"session_id": SESSION, "decision": "retry_restore", "reason": "store back", "yes": "1"}
+    click = router.handle_action(
+        "decide", f"{SESSION}|retry_restore", actor="UALICE", channel="C0EU1", reporter=ListReporter(), form=form
+    )
+    said = text_of(click)
+    assert not click.ok and "This button names no installation: it is installation `default`'s" in said, said
+    assert [r for r in sandboxes("eu-1").admin.requests() if r.get("method") == "POST"] == []
