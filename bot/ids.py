@@ -28,7 +28,8 @@ from typing import TypeGuard
 #: The name of the one installation today's single-installation settings describe.
 DEFAULT_INSTALLATION = "default"
 
-_NAME = r"[a-z][a-z0-9-]{0,30}"
+#: An installation's name as a pattern to build others from (unanchored).
+NAME_TEXT = _NAME = r"[a-z][a-z0-9-]{0,30}"
 
 #: An installation's name: short, lower case, safe inside ids, file names and Slack text.
 NAME_PATTERN = re.compile(rf"^{_NAME}$")
@@ -225,6 +226,7 @@ __all__ = [
     "DRYRUN_PREFIX",
     "ID_SUFFIX",
     "NAME_PATTERN",
+    "NAME_TEXT",
     "OWN_ID",
     "REQUEST_PREFIX",
     "TAG",

@@ -71,3 +71,12 @@ def test_tags_and_scoped_ids_share_one_text_form() -> None:
     assert split_tag("ses_1|restart@eu-1") == ("ses_1|restart", "eu-1")
     assert split_tag("ses_1@Not A Name") == ("ses_1@Not A Name", None)
     assert ScopedId.of("ses_1", None).key == "ses_1"
+
+
+def test_the_console_offers_a_named_installations_group_id_whole() -> None:
+    from bot.console._shell import SeenIds
+    from bot.messages import Message
+
+    seen = SeenIds()
+    seen.note(Message(headline="Triage t1.eu-1"), "*t1.g2.eu-1* 3 sessions; t1.g3. then req_00ff.eu-1")
+    assert seen.all() == ["req_00ff.eu-1", "t1.g3", "t1.g2.eu-1"]  # newest first, each as typed back
