@@ -28,6 +28,11 @@ from typing import TypeGuard
 #: The name of the one installation today's single-installation settings describe.
 DEFAULT_INSTALLATION = "default"
 
+#: The control host's session and turn ids (docs/control-host-api.md): opaque, from this alphabet.
+#: Never suffixed (the same id names a session in every installation), only tagged (``ses_1@eu-1``).
+HOST_ID_TEXT = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"
+HOST_ID = re.compile(rf"^{HOST_ID_TEXT}$")
+
 #: An installation's name as a pattern to build others from (unanchored).
 NAME_TEXT = _NAME = r"[a-z][a-z0-9-]{0,30}"
 
@@ -224,6 +229,8 @@ __all__ = [
     "DEFAULT_INSTALLATION",
     "DRYRUN_ID",
     "DRYRUN_PREFIX",
+    "HOST_ID",
+    "HOST_ID_TEXT",
     "ID_SUFFIX",
     "NAME_PATTERN",
     "NAME_TEXT",
