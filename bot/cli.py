@@ -177,7 +177,7 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
 
 def installation_names(text: str) -> list[str]:
     """``--installations eu-1,us-1``: names as an installations file takes them, each once."""
-    from bot.installations import NAME_PATTERN
+    from bot.ids import NAME_PATTERN
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     bad = [n for n in names if not NAME_PATTERN.match(n)]

@@ -13,13 +13,15 @@ from dataclasses import dataclass
 
 from bot.clock import Clock
 from bot.decisions import ApproverDirectory
-from bot.errors import SettingsError
-from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
+from bot.errors import SettingsError, StartupError
+from bot.ids import DEFAULT_INSTALLATION
+from bot.installations import InstallationSpec
 from bot.installations.sources import resolve_installations
 from bot.installations.tags import TaggingNotice
 from bot.sandbox import SandboxHandle
 from bot.services import FrontPorts, Services, build_services
 from bot.settings import Settings
+from bot.store.leftover import default_leftovers
 
 
 @dataclass
@@ -61,6 +63,10 @@ def build_fleet(
     names = [s.name for s in specs]
     if not specs or len(set(names)) != len(names):
         raise SettingsError([f"installations: each needs a unique name (got {', '.join(names) or 'none'})"])
+    if not from_settings and DEFAULT_INSTALLATION not in names:
+        leftover = default_leftovers(settings.db_path, names)  # rows nothing would serve any more
+        if leftover:
+            raise StartupError(leftover)
     cores: dict[str, Services] = {}
     single = names == [DEFAULT_INSTALLATION]  # today's bot: its messages name no installation
     for spec in specs:

@@ -17,6 +17,7 @@ from bot.errors import CommandError
 from bot.fleet import Fleet, build_fleet
 from bot.fleet_views import installations_reply, triage_all
 from bot.handoff import handoff_reply
+from bot.ids import DEFAULT_INSTALLATION, is_batch_id
 from bot.installations import InstallationSpec
 from bot.installations.resolve import resolve_installation
 from bot.installations.tags import TaggingReporter, tag_message, tag_reply, tag_value, untag
@@ -40,7 +41,7 @@ def command_ids(cmd: ParsedCommand) -> list[str]:
     """The bot's ids a command names (session ids are the control host's and say nothing)."""
     ids = [v for v in (cmd.arg(a) for a in _ID_ARGS) if v]
     session = cmd.arg("session_id")
-    if session and session.startswith("bat_"):
+    if is_batch_id(session):
         ids.append(session)
     reviewed = cmd.flag_text("reviewed")
     if reviewed:
@@ -250,6 +251,9 @@ class FleetRouter:
             session, _, decision = raw.partition(SEPARATOR)
             session, by_choice = untag(session)
             raw, made_by = f"{session}{SEPARATOR}{decision}", made_by or by_choice
+        # Every button of a fleet's messages carries its installation: one without was made before the
+        # installations file, by the one installation there was, and is never another installation's.
+        made_by = made_by or DEFAULT_INSTALLATION
         name = self.resolve(
             flag=None,
             channel=clean_optional(channel),

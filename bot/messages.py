@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from bot.ids import split_tag
 from bot.runbook.usage import typed_line
 from bot.vocab import Action
 
@@ -327,7 +328,7 @@ def brief(message: Message) -> Message:
         return message
     buttons = list(message.buttons)
     # A fleet's button carries its installation after an ``@`` (no id holds one): still this one.
-    if not any(b.value.split("@", 1)[0] == f"details {target}" for b in buttons):
+    if not any(split_tag(b.value)[0] == f"details {target}" for b in buttons):
         buttons.append(details_button(target))
     return dataclasses.replace(message, lines=lines, facts=[], buttons=buttons)
 

@@ -21,6 +21,7 @@ from bot.escalation.runner import LadderRunner
 from bot.escalation.status import pending_line
 from bot.glass_routes import glass_dispatch, glass_route
 from bot.handoff import handoff_reply
+from bot.ids import is_batch_id
 from bot.messages import Message, Reply, Reporter
 from bot.pending import pending_of
 from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
@@ -48,7 +49,7 @@ def _batch_id(cmd: ParsedCommand) -> bool:
         StepKind.TAKE,
         StepKind.HISTORY,
     )
-    return cmd.kind in batch_kinds and value.startswith("bat_")
+    return cmd.kind in batch_kinds and is_batch_id(value)
 
 
 def _remind(services: Services, cmd: ParsedCommand, actor: str) -> Reply:
@@ -83,7 +84,7 @@ class Router:
             if bulk is not None:  # batches a killed process left half-sent (same keys)
                 resumed = bulk.batches.resume_open(reporter)
                 self.startup_reply.messages.extend(resumed)
-                for batch_id in {m.ref for m in resumed if m.ref and m.ref.startswith("bat_")}:
+                for batch_id in {m.ref for m in resumed if is_batch_id(m.ref)}:
                     self.startup_reply.messages.extend(
                         settle_member_cases(bulk, self.services.decisions, batch_id, BOT_ACTOR)
                     )
@@ -311,7 +312,7 @@ class Router:
         d = self.services.decisions
         batch_action = action in (Action.APPROVE, Action.REJECT, Action.CONFIRM, Action.WITHDRAW)
         bulk = self.services.bulk
-        if batch_action and value.startswith("bat_") and bulk:
+        if batch_action and is_batch_id(value) and bulk:
             self._check_channel(action, True, channel)
             if action == Action.REJECT:
                 return bulk.batches.reject(actor, channel, value, form.get("reason") or None)

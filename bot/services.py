@@ -36,7 +36,8 @@ from bot.dockerops import (
 from bot.dockerops import migrations as dockerops_migrations
 from bot.errors import StartupError, StoreError
 from bot.escalation.store import migrations as escalation_migrations
-from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
+from bot.ids import DEFAULT_INSTALLATION
+from bot.installations import InstallationSpec
 from bot.installations.scoped import recovery_channels, scoped_settings
 from bot.installations.sources import refuse_file_in_single_core
 from bot.logs import FileLogSource

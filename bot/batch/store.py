@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
-from bot.installation_ids import DEFAULT_INSTALLATION, qualified_id
+from bot.ids import DEFAULT_INSTALLATION, IdKind, new_id
 from bot.store import Store
 from bot.store.chain import canonical_json
 from bot.vocab import RequestState
@@ -136,8 +135,8 @@ def content_hash(batch: Mapping[str, Any], members: Sequence[Mapping[str, Any]])
 
 
 def new_batch_id(installation: str = DEFAULT_INSTALLATION) -> str:
-    """``bat_…``, with a named installation's name after a dot (``qualified_id``)."""
-    return qualified_id("bat_" + uuid.uuid4().hex[:12], installation)
+    """``bat_…``, with a named installation's name after a dot (bot/ids.py)."""
+    return new_id(IdKind.BATCH, installation)
 
 
 def _q(db: Database, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:

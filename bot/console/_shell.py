@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from bot.ids import NAME_TEXT
 from bot.messages import Message
 from bot.routing import Completions
 
@@ -22,7 +23,10 @@ HISTORY_LINES = 2000
 KEPT_IDS = 200
 META_COMMANDS = (":help", ":quit", ":as", ":pass", ":advance", ":release", ":stop", ":incident", ":fix")
 # Ids people copy from an answer: requests, batches, dry runs, turns, sessions, triage groups.
-_IDS = re.compile(r"(?<![\w/])(?:(?:req|bat|dry|turn|ses|sess)_[A-Za-z0-9_.:-]*[A-Za-z0-9]|t\d+\.g\d+)")
+# A named installation's group ends in its name (bot/ids.py): ``t1.g2.eu-1``, offered whole.
+_IDS = re.compile(
+    rf"(?<![\w/])(?:(?:req|bat|dry|turn|ses|sess)_[A-Za-z0-9_.:-]*[A-Za-z0-9]|t\d+\.g\d+(?:\.{NAME_TEXT}\b)?)"
+)
 
 
 def state_dir(environ: Mapping[str, str] | None = None) -> Path:

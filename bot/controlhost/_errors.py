@@ -6,12 +6,12 @@ All wording lives here so it stays consistent. Text quoted from the control host
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import httpx
 
 from bot.errors import CommandError, ControlHostAuthError, ControlHostError
+from bot.ids import HOST_ID
 from bot.redact import redact
 
 # R0.1 and the API's error table: 401 is a wrong or expired key, 403 a key without the scope.
@@ -20,7 +20,7 @@ SCOPE_MESSAGE = "the API key lacks the sessions:recover scope"
 AUTH_MESSAGES = {401: WRONG_KEY_MESSAGE, 403: SCOPE_MESSAGE}
 AUTH_MESSAGE = SCOPE_MESSAGE
 
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+ID_PATTERN = HOST_ID
 
 _HINTS = {
     "NOT_FOUND": "Check the id: the control host has no such session or turn.",

@@ -67,7 +67,7 @@ from bot.decisions._proof import (
 )
 from bot.decisions._requests import OPEN_STATES, DecisionRequest
 from bot.errors import ControlHostError
-from bot.installation_ids import installation_of_id
+from bot.ids import installation_of_id
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord, Step, binding
 from bot.vocab import RequestState

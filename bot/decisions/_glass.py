@@ -42,6 +42,7 @@ from bot.decisions._requests import DecisionRequest
 from bot.decisions._reviews import ReviewRoom
 from bot.decisions._rules import CONSOLE_CHANNEL, requester_refusal, same_person
 from bot.decisions._widening import widened_now
+from bot.ids import is_request_id
 from bot.messages import Message, Reply, Reporter, ref
 from bot.vocab import Policy, RequestState, Step
 
@@ -190,7 +191,7 @@ class BreakGlassRoom:
 
     def asked(self, actor: str, request_id: str) -> dict[str, Any] | None:
         """The requester's latest ``break-glass`` of this still-pending request, awaiting its confirm."""
-        req = self.ctx.requests.get(request_id) if request_id.startswith("req_") else None
+        req = self.ctx.requests.get(request_id) if is_request_id(request_id) else None
         if req is None or req.state != RequestState.REQUESTED or not is_requester(self.ctx, actor, req):
             return None
         mine = [

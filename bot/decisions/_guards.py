@@ -25,6 +25,7 @@ from bot.decisions._rules import (
 )
 from bot.decisions._widening import widened_now
 from bot.diagnosis.cure import cause_fixed_line, session_cure
+from bot.ids import is_request_id
 from bot.messages import Message, Reply, ref
 from bot.vocab import RequestState, Step
 
@@ -117,7 +118,7 @@ def cause_fixed_given(decision: str, facts: Mapping[str, Any], cause_fixed: str 
 
 def load(ctx: DecisionContext, request_id: str) -> DecisionRequest:
     """The stored request named by ``request_id`` (req_…)."""
-    req = ctx.requests.get(request_id) if request_id.startswith("req_") else None
+    req = ctx.requests.get(request_id) if is_request_id(request_id) else None
     if req is None:
         raise Refusal(f"no decision request {request_id!r}", "Copy the id from the request's message (req_…).")
     return req

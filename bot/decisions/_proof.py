@@ -32,7 +32,7 @@ from bot.decisions._rules import (
     same_person,
 )
 from bot.decisions._widening import widened_for
-from bot.installation_ids import DEFAULT_INSTALLATION, installation_of_id
+from bot.ids import DEFAULT_INSTALLATION, installation_of_id
 from bot.messages import Mention
 from bot.runbook.escalation import EscalationSpec
 from bot.store import IdempotencyRecord, Step, Store, binding

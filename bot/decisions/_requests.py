@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
 from bot.decisions import _ladder_rows as ladder_rows
-from bot.installation_ids import DEFAULT_INSTALLATION, qualified_id
+from bot.ids import DEFAULT_INSTALLATION, IdKind, new_id
 from bot.store import Store
 from bot.store.chain import canonical_json
 from bot.vocab import Policy, RequestState
@@ -308,8 +307,8 @@ def content_hash(content: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(values).encode("utf-8")).hexdigest()
 
 
-def new_request_id(installation: str = DEFAULT_INSTALLATION) -> str:  # req_…, req_….eu-1 (qualified_id)
-    return qualified_id("req_" + uuid.uuid4().hex[:16], installation)
+def new_request_id(installation: str = DEFAULT_INSTALLATION) -> str:  # req_…, req_….eu-1 (bot/ids.py)
+    return new_id(IdKind.REQUEST, installation)
 
 
 def _request(row: Mapping[str, Any]) -> DecisionRequest:

@@ -6,15 +6,15 @@ They live in the core so that no front end can skip them: the Slack button, the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from bot.channels import CONSOLE_CHANNEL as _CONSOLE_CHANNEL
 from bot.errors import RecoverError
+from bot.ids import HOST_ID
 from bot.redact import redact
 
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+ID_RE = HOST_ID  # session and turn ids as the control host spells them (bot/ids.py)
 
 # The facts whose change voids an approval: what the second person looked at when approving
 # (attention code/reason/failures, the turn's status, the checkpoint). The revision is not one of

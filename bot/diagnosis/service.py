@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from bot.diagnosis.model import (
     SourceStatus,
 )
 from bot.errors import CommandError, ControlHostAuthError, ControlHostError, RecoverError
+from bot.ids import HOST_ID
 from bot.messages import Reply, Reporter
 from bot.runbook.evaluate import evaluate as runbook_evaluate
 from bot.runbook.model import RunbookSet
@@ -41,7 +41,6 @@ from bot.workpool import PoolBusy, WorkPool
 
 DEFAULT_BUDGET_SECONDS = 10.0
 DEFAULT_LOG_WINDOW_SECONDS = 24 * 3600.0
-_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 _EVENT_PAGES = 50  # bound on event pages read per diagnose (each page is one GET)
 # Sources read at once across every diagnose in the process, and how many may wait for a worker.
 POOL_WORKERS = 16
@@ -129,7 +128,7 @@ class Diagnoser:
     # -- gathering -----------------------------------------------------------------------------------
 
     def _check_id(self, session_id: str) -> None:
-        regex = self.runbooks.id_pattern or re.compile(_ID)
+        regex = self.runbooks.id_pattern or HOST_ID
         if not isinstance(session_id, str) or not regex.match(session_id):
             raise CommandError(wording.bad_session_id(session_id), usage="/recover diagnose <session_id>")
 

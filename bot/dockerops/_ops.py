@@ -37,7 +37,7 @@ from bot.dockerops._reconciler import (
 )
 from bot.dockerops._records import ReconcilerRecords, checked_dryrun_id
 from bot.errors import DockerOpsError
-from bot.installation_ids import qualified_id
+from bot.ids import IdKind, new_id
 from bot.messages import Reply
 from bot.store import Store
 from bot.vocab import Step
@@ -99,7 +99,7 @@ class DockerOps:
         env = {cfg.dry_run_env: cfg.dry_value}
         with self._client() as (client, host):
             target = self.find_reconciler(client, host)
-            dry_id = qualified_id(f"dry_{secrets.token_hex(6)}", self.store.installation)
+            dry_id = new_id(IdKind.DRYRUN, self.store.installation)
             self.records.start_dryrun(dry_id, project, target.name, env, actor)
             result = self._exec(client, host, target, env, table="dryruns", row_id=dry_id, actor=actor)
         return _wording.dryrun_reply(cfg, dry_id, project, target, env, result)

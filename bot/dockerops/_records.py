@@ -11,7 +11,6 @@ Why it looks like this:
 from __future__ import annotations
 
 import json
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -24,12 +23,10 @@ from bot.dockerops._exec import ExecResult
 from bot.dockerops._schema import migrations
 from bot.errors import DockerOpsError
 from bot.format import rough_age
+from bot.ids import DRYRUN_ID
 from bot.redact import redact
 from bot.store import Store
 from bot.vocab import Step
-
-# A named installation's dry runs carry its name after a dot (bot/installations/spec.py, ``qualified_id``).
-DRYRUN_ID = re.compile(r"^dry_[a-z0-9]{4,40}(\.[a-z][a-z0-9-]{0,30})?$")
 
 
 class ReconcileRefused(DockerOpsError):

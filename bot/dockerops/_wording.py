@@ -16,6 +16,7 @@ from bot.dockerops._config import ReconcilerConfig
 from bot.dockerops._exec import ExecResult
 from bot.dockerops._reconciler import PassLine, ReconcilerTarget, later
 from bot.format import rough_age, run_time
+from bot.ids import IdKind, is_kind
 from bot.messages import Attachment, Button, Message, Reply
 from bot.redact import redact
 from bot.vocab import Action
@@ -95,7 +96,7 @@ def unknown_message(
         ],
         rules=["R1.6"],
         attachment=Attachment(f"{row_id}.txt", text) if cut else None,
-        kind="reconciler_dryrun" if row_id.startswith("dry_") else "reconciler_pass",
+        kind="reconciler_dryrun" if is_kind(row_id, IdKind.DRYRUN) else "reconciler_pass",
         ref=row_id,
     )
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from bot.installations.spec import NAME_PATTERN, DockerTLS, InstallationSpec
+from bot.ids import NAME_PATTERN
+from bot.installations.spec import DockerTLS, InstallationSpec
 from bot.redact import register_secret
 from bot.runbook.yamlio import LineMap
 from bot.settings import _parse

@@ -6,8 +6,8 @@ settings for ``default``), never to a URL typed beside it."""
 from __future__ import annotations
 
 from bot.errors import SettingsError
+from bot.ids import DEFAULT_INSTALLATION
 from bot.installations.sources import resolve_installations
-from bot.installations.spec import DEFAULT_INSTALLATION
 from bot.settings import Settings, reveal
 
 

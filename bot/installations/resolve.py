@@ -1,7 +1,7 @@
 """Which installation a command is about: the ONE place that decides it (never a silent default).
 
 In order: ``--install <name>``; else the installation the command's own ids belong to (a request,
-batch, dry-run or triage-group id of a named installation carries ``.name``, see ``qualified_id``);
+batch, dry-run or triage-group id of a named installation carries ``.name``, bot/ids.py);
 else the installation the channel is bound to; else the only one served. Anything else is refused
 with the list of installations and how to choose. An id whose installation contradicts ``--install``
 or the channel's binding is refused too: an approval or a button can never cross installations.
@@ -9,16 +9,12 @@ or the channel's binding is refused too: an approval or a button can never cross
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from bot.errors import RecoverError
-from bot.installations.spec import DEFAULT_INSTALLATION, InstallationSpec
+from bot.ids import DEFAULT_INSTALLATION, parse_own_id
+from bot.installations.spec import InstallationSpec
 from bot.messages import ref
-
-#: The bot's own ids (requests, batches, dry runs, triage groups), with an installation's suffix.
-#: Session and turn ids are the control host's: the same id names a session in every installation.
-OWN_ID = re.compile(r"^(?:(?:req|bat|dry)_[0-9a-f]+|t\d+(?:\.g\d+)?)(?:\.([a-z][a-z0-9-]{0,30}))?$")
 
 
 class InstallationRefused(RecoverError):
@@ -43,16 +39,29 @@ def _how(specs: Sequence[InstallationSpec]) -> str:
     )
 
 
-def id_installation(value: str, names: Sequence[str]) -> str | None:
-    """The installation a bot id belongs to, None when the value is not one of the bot's ids or says
-    nothing (an id without a suffix while ``default`` is not served: the core answers "unknown")."""
-    match = OWN_ID.match(value or "")
-    if match is None:
-        return None
-    suffix = match.group(1)
-    if suffix is not None:
-        return suffix
-    return DEFAULT_INSTALLATION if DEFAULT_INSTALLATION in names else None
+def id_installation(value: str) -> str | None:
+    """The installation a bot id belongs to (``default`` for one without a suffix: it was made before
+    the installations file, or by its ``default`` entry); None when the value is not one of the bot's ids."""
+    parsed = parse_own_id(value)
+    return None if parsed is None else parsed.installation
+
+
+#: What ``made_by`` claims name in a refusal (a click's value is not an id people copy).
+BUTTON = ""
+
+
+def _unserved(value: str, owner: str, specs: Sequence[InstallationSpec]) -> InstallationRefused:
+    names = ", ".join(s.name for s in specs)
+    if owner == DEFAULT_INSTALLATION:
+        # Never handed to another installation's core: its rows are not there, and a lookup there
+        # must not stand in for the default's (bot/store/leftover.py refuses its open rows at start).
+        what = f"`{value[:60]}` has no installation suffix" if value else "This button names no installation"
+        return InstallationRefused(
+            f"{what}: it is installation `default`'s, from before the installations file, and this bot "
+            f"serves {names} only.",
+            hint="Use a current message or id (it names its installation), or add an entry named `default`.",
+        )
+    return InstallationRefused(f"This bot serves no installation `{owner}` (named by the id).", hint=_how(specs))
 
 
 def channel_installation(specs: Sequence[InstallationSpec], channel: str | None) -> str | None:
@@ -78,14 +87,14 @@ def resolve_installation(
     names = [s.name for s in specs]
     if flag is not None and flag not in names:
         raise InstallationRefused(f"There is no installation `{flag}`.", hint=_how(specs))
-    by_id = {n for n in (id_installation(i, names) for i in ids) if n is not None}
+    owners = {i: n for i, n in ((i, id_installation(i)) for i in ids) if n is not None}
+    by_id = set(owners.values())
     if made_by is not None:
         by_id.add(made_by)
-    unknown = sorted(n for n in by_id if n not in names)
+    claims = [(n, i) for i, n in owners.items()] + ([(made_by, BUTTON)] if made_by else [])
+    unknown = sorted((n, i) for n, i in claims if n not in names)
     if unknown:
-        raise InstallationRefused(
-            f"This bot serves no installation `{unknown[0]}` (named by the id).", hint=_how(specs)
-        )
+        raise _unserved(unknown[0][1], unknown[0][0], specs)
     if len(by_id) > 1:
         raise InstallationRefused(
             f"The ids name two installations ({', '.join(sorted(by_id))}).",
@@ -112,7 +121,6 @@ def resolve_installation(
 
 
 __all__ = [
-    "OWN_ID",
     "InstallationRefused",
     "channel_installation",
     "id_installation",

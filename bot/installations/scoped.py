@@ -10,7 +10,8 @@ installation's ``channels`` narrow it through :func:`recovery_channels` (bot/cha
 from __future__ import annotations
 
 from bot.channels import RecoveryChannels
-from bot.installations.spec import InstallationSpec, store_path
+from bot.ids import store_path
+from bot.installations.spec import InstallationSpec
 from bot.settings import Settings
 
 

@@ -8,8 +8,9 @@ by the settings); without it, CONTROL_HOST_URL and its companions are one instal
 from __future__ import annotations
 
 from bot.errors import SettingsError, StartupError
+from bot.ids import DEFAULT_INSTALLATION
 from bot.installations.loader import load_installations
-from bot.installations.spec import DEFAULT_INSTALLATION, InstallationSpec
+from bot.installations.spec import InstallationSpec
 from bot.settings import Settings
 
 

@@ -12,14 +12,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from bot.installation_ids import (
-    DEFAULT_INSTALLATION,
-    ID_SUFFIX,
-    NAME_PATTERN,
-    installation_of_id,
-    qualified_id,
-    store_path,
-)
+from bot.ids import DEFAULT_INSTALLATION
 
 
 @dataclass(frozen=True)
@@ -55,13 +48,4 @@ class InstallationSpec:
         return self.name == DEFAULT_INSTALLATION
 
 
-__all__ = [
-    "DEFAULT_INSTALLATION",
-    "ID_SUFFIX",
-    "DockerTLS",
-    "NAME_PATTERN",
-    "InstallationSpec",
-    "installation_of_id",
-    "qualified_id",
-    "store_path",
-]
+__all__ = ["DockerTLS", "InstallationSpec"]

@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from bot.installation_ids import TAG, split_tag
+from bot.ids import TAG, split_tag, tagged
 from bot.messages import Button, Message, Reply, Reporter, brief
 
 
 def tag_value(value: str, installation: str) -> str:
-    return f"{value}{TAG}{installation}"
+    return tagged(value, installation)
 
 
 def untag(value: str) -> tuple[str, str | None]:

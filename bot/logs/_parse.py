@@ -13,13 +13,14 @@ import math
 import re
 from datetime import UTC, datetime
 
+from bot.ids import HOST_ID_TEXT
 from bot.logs._model import FieldValue, LogLine
 
 #: A line's ``text`` is capped so one huge line cannot flood a Slack message or the step store.
 MAX_TEXT_CHARS = 8192
 
-#: The control host's id syntax (docs/control-host-api.md): opaque, but from this alphabet.
-ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"
+#: The control host's id syntax (bot/ids.py, unanchored).
+ID_PATTERN = HOST_ID_TEXT
 
 _LEAD_TS = re.compile(
     r"\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:[Zz]|[+-]\d{2}:?\d{2})?)\]?(?:\s+|$)"

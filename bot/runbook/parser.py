@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from bot.errors import CommandError
+from bot.ids import NAME_PATTERN
 from bot.runbook.helptext import PREFIX, command_usage, help_text, short_help
 from bot.runbook.helptext import excerpt as _short
 from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
@@ -31,7 +32,7 @@ _SINGLE_OPEN = "'‘"
 _SINGLE_CLOSE = "'’‘"
 #: ``--install <name>`` is accepted on every subcommand: which installation it is about (resolved by
 #: bot/installations/resolve.py, the one owner; a bot of one installation needs it never).
-INSTALL_FLAG = FlagSpec(name="install", pattern="^[a-z][a-z0-9-]{0,30}$", help="the installation (its name)")
+INSTALL_FLAG = FlagSpec(name="install", pattern=NAME_PATTERN.pattern, help="the installation (its name)")
 # Phones and macOS turn "--" into a dash; accept what people's keyboards produce.
 _DASHES = ("--", "—", "–")
 

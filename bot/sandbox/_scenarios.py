@@ -21,8 +21,9 @@ import yaml
 
 from bot.clock import isoformat, parse_time
 from bot.errors import RecoverError
+from bot.ids import HOST_ID
 
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+ID_PATTERN = HOST_ID
 
 SESSION_STATUSES = {"running", "idle", "stopped", "failed", "closed"}
 ADMISSION_STATES = {"open", "recovery_required", "closed"}

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.installation_ids import ScopedId
+from bot.ids import ScopedId, is_batch_id
 from bot.messages import Message, Reply
 from bot.slack.blocks import escape, mention
 from bot.slack.state import Location, SlackState
@@ -42,7 +42,7 @@ class ThreadBook:
             if found is not None or channel is None:
                 return found
             who = f" · started by {mention(actor)}" if actor else ""
-            what = "Batch" if session.id.startswith("bat_") else "Recovery case for session"
+            what = "Batch" if is_batch_id(session.id) else "Recovery case for session"
             # The root names the installation with the key (``ses_1@eu-1``): two installations' cases of one
             # session id in one channel are two threads a reader tells apart.
             root = self.out.post_text(Location(channel), f":toolbox: *{what} `{escape(session.key)}`*{who}")

@@ -21,7 +21,7 @@ from bot.decisions import DecisionRequest
 from bot.decisions._text import APPROVAL_KIND
 from bot.escalation.runner import LadderRunner
 from bot.fleet_router import FleetRouter
-from bot.installation_ids import DEFAULT_INSTALLATION, ScopedId
+from bot.ids import DEFAULT_INSTALLATION, ScopedId
 from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
 from bot.slack.blocks import message_payload
@@ -52,7 +52,7 @@ def _retry_after(exc: SlackApiError) -> float:
 class SlackLadderPoster:
     """The runner's :class:`bot.escalation.runner.LadderPoster` over Slack, for one installation's core:
     its threads and messages are looked up by the same installation-qualified keys the front wrote
-    them under (:class:`bot.installation_ids.ScopedId`), and with ``named`` (a fleet that is not the
+    them under (:class:`bot.ids.ScopedId`), and with ``named`` (a fleet that is not the
     single default) what it says names the installation and its buttons carry it, as the replies do."""
 
     def __init__(

@@ -3,7 +3,7 @@
 - ``slack_threads``: the thread of each session's case (the case row also gets ``set_thread``).
 - ``slack_refs``: where a message that is updated in place lives (an approval request, by its id).
 
-Both are keyed by :class:`bot.installation_ids.ScopedId` (its ``key``: ``ses_1`` for the default
+Both are keyed by :class:`bot.ids.ScopedId` (its ``key``: ``ses_1`` for the default
 installation, ``ses_1@eu-1`` for eu-1), the one key the delivery that writes them and the ladder that
 reads them share: a named installation's lookup never reaches the default's rows or another's.
 - ``slack_events``, ``slack_deliveries``: dropped. Deliveries are de-duplicated by Slack's own key in
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-from bot.installation_ids import ScopedId
+from bot.ids import ScopedId
 from bot.store import Store
 
 slack_migrations = Migrations("slack")
@@ -129,7 +129,7 @@ class SlackState:
         """The case's thread: the open case's own record first, then ours (until a new case opens).
 
         Only the default installation's cases live in this store (a named installation's are in its own
-        file, bot/installation_ids.py ``store_path``), so only its lookup consults them."""
+        file, bot/ids.py ``store_path``), so only its lookup consults them."""
         case = self.store.get_open_case(session.id) if session.is_default else None
         if case is not None and case.channel and case.thread_ts:
             return Location(case.channel, case.thread_ts)

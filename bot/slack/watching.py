@@ -10,7 +10,7 @@ from slack_sdk import WebClient
 
 from bot.fleet_router import FleetRouter
 from bot.handoff import watch_handoff
-from bot.installation_ids import ScopedId
+from bot.ids import ScopedId
 from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
 from bot.router import Router

@@ -32,7 +32,7 @@ from sqlite_utils.migrations import Migrations
 
 from bot.clock import Clock, SystemClock, isoformat
 from bot.errors import StoreError
-from bot.installation_ids import DEFAULT_INSTALLATION, qualified_id
+from bot.ids import DEFAULT_INSTALLATION, qualified_id
 from bot.store import _cases, _requests, _steps, keymark, schema
 from bot.store._rows import Case, IdempotencyRecord, Step
 from bot.store.chain import canonical_json, hash_matches, head_ref

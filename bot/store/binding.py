@@ -26,7 +26,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from bot.errors import StoreError
-from bot.installation_ids import DEFAULT_INSTALLATION
+from bot.ids import DEFAULT_INSTALLATION
 from bot.store._rows import Step, step_of
 from bot.store._store import BOT_ACTOR, Store
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bot.errors import RecoverError, StoreError
-from bot.installation_ids import DEFAULT_INSTALLATION, NAME_PATTERN, store_path
+from bot.ids import DEFAULT_INSTALLATION, NAME_PATTERN, store_path
 from bot.settings import Settings
 from bot.store import binding
 from bot.store._store import Store

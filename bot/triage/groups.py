@@ -14,6 +14,7 @@ from typing import Any
 
 from bot.csvfile import Cell, csv_text
 from bot.diagnosis.cure import incurable_cause
+from bot.ids import group_id
 from bot.messages import Attachment, Message
 from bot.runbook.evaluate import Evaluation, _sort_rules
 from bot.triage.store import Member
@@ -111,7 +112,7 @@ class Grouper:
         group = self.groups.get(key)
         if group is None:
             group = Group(
-                id=f"{self.triage_id}.g{len(self.groups) + 1}",
+                id=group_id(self.triage_id, len(self.groups) + 1),
                 branch=evaluation.branch_id,
                 title=evaluation.title,
                 code=key[1],

@@ -18,6 +18,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
+from bot.ids import triage_id, triage_number
 from bot.store import Store
 from bot.store.chain import canonical_json
 
@@ -109,18 +110,18 @@ class TriageStore:
         store.require(migrations)
 
     def new(self, actor: str) -> str:
-        """A new triage's id, ``t<n>``."""
+        """A new triage's id, ``t<n>`` (a named installation's ``t<n>.eu-1``, bot/ids.py)."""
         with self.store.write() as db:
             cur = _q(
                 db,
                 "INSERT INTO triages (actor, created_at, state) VALUES (?, ?, 'running')",
                 [actor, isoformat(self.store.clock.now())],
             )
-            return f"t{cur.lastrowid}"
+            return triage_id(int(cur.lastrowid or 0), self.store.installation)
 
-    def save_groups(self, triage_id: str, groups: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    def save_groups(self, triage: str, groups: list[dict[str, Any]], summary: dict[str, Any]) -> None:
         """Replace the triage's groups (the summary grows as sessions are read) and its summary."""
-        num = int(triage_id[1:])
+        num = triage_number(triage)
         with self.store.write() as db:
             _q(db, "DELETE FROM triage_groups WHERE triage_num = ?", [num])
             for i, group in enumerate(groups):
@@ -140,4 +141,4 @@ class TriageStore:
             row = _q(db, "SELECT * FROM triage_groups WHERE id = ?", [group_id]).fetchone()
         if row is None:
             return None
-        return StoredGroup(row["id"], f"t{row['triage_num']}", json.loads(row["data"]))
+        return StoredGroup(row["id"], triage_id(row["triage_num"], self.store.installation), json.loads(row["data"]))

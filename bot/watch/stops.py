@@ -5,6 +5,11 @@ the revision it was first seen at). The first four are the stop's *signature*: w
 listed with the same signature it is the same stop, whatever its revision moved to since. Once the
 session leaves the listing, the same signature seen again later is a new stop (a new first revision),
 hence a new key (R2.1, R2.12, R3.1).
+
+The key is also the installation's: the session as that installation's (bot/ids.py ``ScopedId``
+text form, the bare id for ``default``, so its keys are as they always were), because a watcher
+taking over a dead owner's claim looks for the key in the channel, and two installations may post in
+one watch channel about the same session id.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 from dataclasses import dataclass
 
 from bot.controlhost import Session
+from bot.ids import DEFAULT_INSTALLATION, tagged
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,7 @@ class Stop:
     failures: int | None
     unknown_turn_id: str | None
     revision: int | None
+    installation: str = DEFAULT_INSTALLATION
 
     @property
     def signature(self) -> str:
@@ -33,7 +40,10 @@ class Stop:
     @property
     def key(self) -> str:
         """The dedup key committed before anything is posted (the first revision makes a recurrence new)."""
-        text = json.dumps([self.session_id, self.signature, self.revision], separators=(",", ":"))
+        session = (
+            self.session_id if self.installation == DEFAULT_INSTALLATION else tagged(self.session_id, self.installation)
+        )
+        text = json.dumps([session, self.signature, self.revision], separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def describe(self) -> str:
@@ -51,7 +61,7 @@ def described(signature: str) -> str:
     return Stop("", code, reason, failures, turn, None).describe()
 
 
-def stop_of(session: Session, unknown_turn_id: str | None = None) -> Stop:
+def stop_of(session: Session, unknown_turn_id: str | None = None, installation: str = DEFAULT_INSTALLATION) -> Stop:
     attention = session.attention
     return Stop(
         session_id=session.id,
@@ -60,4 +70,5 @@ def stop_of(session: Session, unknown_turn_id: str | None = None) -> Stop:
         failures=attention.failures if attention else None,
         unknown_turn_id=unknown_turn_id,
         revision=session.revision,
+        installation=installation,
     )

@@ -11,6 +11,7 @@ for the stop's key in the channel before it posts, so it is neither missed nor s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +21,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
+from bot.ids import DEFAULT_INSTALLATION
 from bot.store import Store
 from bot.vocab import Step
 from bot.watch.stops import Stop
@@ -126,6 +128,13 @@ class WatchStore:
         store.require(migrations)
         self.store = store
         self.installation = installation
+
+    def _stop(self, key: str, session_id: object, signature: str, revision: int | None) -> Stop:
+        """The stop a row records, as this store's installation's (its key is the row's): a row of a
+        named installation claimed before keys named the installation keeps its key as it was."""
+        code, reason, failures, turn = json.loads(signature)
+        stop = Stop(str(session_id), code, reason, failures, turn, revision, self.store.installation)
+        return stop if stop.key == key else dataclasses.replace(stop, installation=DEFAULT_INSTALLATION)
 
     def claim(
         self,
@@ -274,8 +283,7 @@ class WatchStore:
                     "UPDATE watch_stops SET claimed_by = ?, lease_until = ? WHERE key = ?",
                     [actor, _iso(now + timedelta(seconds=lease)), key],
                 )
-                code, reason, failures, turn = json.loads(signature)
-                stop = Stop(str(sid), code, reason, failures, turn, revision)
+                stop = self._stop(key, sid, signature, revision)
                 if state == HANDOFF:  # a shift change's post: on the chain outside any case
                     self.store.record_step(
                         None,
@@ -407,9 +415,8 @@ class WatchStore:
                 db=db,
             )
         claims = []
-        for _key, sid, signature, revision, _active in stuck:
-            code, reason, failures, turn = json.loads(signature)
-            claims.append(Claim(stop=Stop(str(sid), code, reason, failures, turn, revision), state=state))
+        for key, sid, signature, revision, _active in stuck:
+            claims.append(Claim(stop=self._stop(key, sid, signature, revision), state=state))
         return claims, [(str(r[1]), str(r[2])) for r in over]
 
     def counts(self) -> dict[str, int]:
@@ -443,7 +450,7 @@ class WatchStore:
         a stop is claimed: the row and its ``handoff`` step in one commit before anything is posted,
         so one process posts it; if that process dies before every part is posted, the claim is taken
         over (:meth:`take_over`) once its lease runs out. None when it was claimed already."""
-        stop = Stop(name, None, None, None, None, None)
+        stop = Stop(name, None, None, None, None, None, self.store.installation)
         with self.store.write() as db:
             conn = db.conn
             legacy = conn.execute(  # a change claimed before hand-offs had a lease

@@ -278,7 +278,7 @@ class Watcher:
         if session.attention is not None and session.attention.code == "OUTCOME_UNKNOWN":
             turns = self.client.list_turns(session.id, status="outcome_unknown")
             turn_id = turns[0].id if turns else None
-        return stop_of(session, turn_id)
+        return stop_of(session, turn_id, self.store.installation)
 
     def _take_over(self, now: datetime) -> None:
         """Claims left unposted past their lease (the owner was killed): look for each in the channel

@@ -240,7 +240,7 @@ def test_the_dry_run_never_prints_409_none(router, sandbox):
 
 
 def test_help_reconcile_gives_an_id_the_bot_accepts(router):
-    from bot.dockerops._records import DRYRUN_ID
+    from bot.ids import DRYRUN_ID
 
     said = reply_text(say(router, "help reconcile"))
     example = next(w for w in said.split() if w.startswith("dry_"))

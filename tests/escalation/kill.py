@@ -22,7 +22,7 @@ import pytest
 from bot.clock import SystemClock
 from bot.escalation.store import EXPIRY_INDEX, LadderStore
 from bot.escalation.text import key_line
-from bot.installation_ids import DEFAULT_INSTALLATION, ScopedId
+from bot.ids import DEFAULT_INSTALLATION, ScopedId
 from bot.runbook import load_runbooks
 from bot.slack import make_client
 from bot.slack.state import Location, SlackState, slack_migrations

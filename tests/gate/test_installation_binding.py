@@ -26,7 +26,8 @@ from pydantic import SecretStr
 from bot.clock import ManualClock
 from bot.decisions import check_request_table
 from bot.errors import StartupError
-from bot.installations import InstallationSpec, store_path
+from bot.ids import store_path
+from bot.installations import InstallationSpec
 from bot.installations.render import write_installations
 from bot.messages import ListReporter, Reply
 from bot.router import Router

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bot.errors import SettingsError
+from bot.ids import DEFAULT_INSTALLATION
 from bot.installations import (
-    DEFAULT_INSTALLATION,
     DockerTLS,
     InstallationsError,
     check_installations,

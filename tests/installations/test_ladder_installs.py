@@ -16,6 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 from bot.clock import ManualClock
+from bot.errors import StartupError
 from bot.escalation.runner import LadderRunner
 from bot.fleet_router import FleetRouter, build_fleet_router
 from bot.settings import load_settings
@@ -165,7 +166,12 @@ def test_after_moving_to_an_installations_file_steps_never_go_to_the_old_default
     (old_root,) = h_old.api.roots("C0OLD")
     old_seen = len(h_old.api.thread("C0OLD", old_root.ts))
 
-    router = _fleet(tmp_path, sandboxes, clock, ("us-1",))  # the same RECOVER_DB, now with a file
+    # The same RECOVER_DB, now with a file: without `default` its open request would be served by
+    # nothing, so that start is refused by name; served beside us-1, its thread stays its own.
+    with pytest.raises(StartupError, match=r"installation `default`'s open work .*1 open request"):
+        _fleet(tmp_path, sandboxes, clock, ("us-1",))
+    specs = [spec_for("default", old, channels=("C0OLD",)), spec_for("us-1", sandboxes("us-1", clock=clock))]
+    router = build_fleet_router(_settings(tmp_path), specs, clock=clock, startup=False)
     h, runners = _front(slack_harness, router, tmp_path)
     h.send.command(DECIDE, user="UALICE", channel="C0US1")
     h.settle()

@@ -3,12 +3,15 @@ anything else refused with the list (never a silent default). Real sandboxes ove
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
-from bot.fleet_router import FleetRouter
+from bot.fleet_router import FleetRouter, build_fleet_router
 from bot.messages import ListReporter
-from tests.installations.conftest import posts, text_of
+from bot.sandbox import SandboxHandle
+from bot.settings import load_settings
+from tests.installations.conftest import posts, spec_for, text_of
 
 SESSION = "ses_unknown_ckpt_unavailable"
 
@@ -150,3 +153,22 @@ def test_pending_all_answers_for_every_installation_grouped_by_installation(
     reply = _say(router, "/recover pending --all", "C0NONE")
     assert reply.ok, text_of(reply)
     assert [m.headline.split(" ", 1)[0] for m in reply.messages] == ["[eu-1]", "[us-1]"]
+
+
+def test_a_typed_group_id_of_a_named_installation_never_resolves_to_the_defaults_group(
+    sandboxes: Callable[..., SandboxHandle], tmp_path: Path
+) -> None:
+    # The default installation (its store is RECOVER_DB, from before the installations file) served
+    # beside eu-1: both triage the same sessions, so both stores hold a group of the same number.
+    settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db", "approvers": ()})
+    specs = [spec_for("default", sandboxes("default"), channels=("C0DEF",)), spec_for("eu-1", sandboxes("eu-1"))]
+    router = build_fleet_router(settings, specs, startup=False)
+    assert _say(router, "/recover triage", "C0DEF").ok
+    eu_triage = _say(router, "/recover triage", "C0EU1")
+    assert eu_triage.ok, text_of(eu_triage)
+    # The group id as people copy it from eu-1's triage reply.
+    group = re.findall(r"\bt\d+\.g\d+(?:\.[a-z][a-z0-9-]*)?", text_of(eu_triage))[0]
+    line = f'/recover dryrun batch decide {group} retry_restore --reason "store back"'
+    assert router.installation_of_text(line, "C0NONE") == "eu-1"
+    reply = _say(router, line, "C0NONE")
+    assert reply.messages[0].headline.startswith("[eu-1] "), text_of(reply)

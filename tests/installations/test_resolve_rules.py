@@ -26,7 +26,7 @@ SPECS = [_spec("eu-1", "C0EU1", watch="C0EU1W"), _spec("us-1", "C0US1"), _spec("
         ({"flag": None, "channel": None, "ids": ["t7.g1.staging"]}, "staging"),
         ({"flag": None, "channel": "C0US1"}, "us-1"),
         ({"flag": None, "channel": "C0EU1W"}, "eu-1"),  # the watch channel binds too
-        ({"flag": None, "channel": "C0US1", "ids": ["ses_1.eu-1", "req_00ff"]}, "us-1"),  # session ids say nothing
+        ({"flag": None, "channel": "C0US1", "ids": ["ses_1.eu-1", "ses_2"]}, "us-1"),  # session ids say nothing
     ],
 )
 def test_the_order(kw: dict, chosen: str) -> None:
@@ -57,6 +57,14 @@ def test_refusals_list_the_installations(kw: dict, says: str) -> None:
 def test_one_installation_needs_no_choice_and_default_ids_stay_unsuffixed() -> None:
     only = [_spec("default")]
     assert resolve_installation(only, flag=None, channel=None, ids=["req_00ff"]) == "default"
-    assert id_installation("req_00ff", ["default"]) == "default"
-    assert id_installation("req_00ff", ["eu-1"]) is None  # says nothing: the core answers "unknown"
-    assert id_installation("ses_01J9ZK3", ["default"]) is None
+    assert id_installation("req_00ff") == "default"
+    assert id_installation("ses_01J9ZK3") is None
+
+
+def test_an_unsuffixed_id_is_the_defaults_and_refused_by_name_when_default_is_not_served() -> None:
+    # Never handed to the channel's or the only installation's core: a lookup there is not the default's.
+    for specs, channel in (([_spec("eu-1")], None), (SPECS, "C0EU1")):
+        with pytest.raises(InstallationRefused) as refused:
+            resolve_installation(specs, flag=None, channel=channel, ids=["req_00ff"])
+        said = str(refused.value)
+        assert "`req_00ff`" in said and "installation `default`'s" in said and "before the installations file" in said

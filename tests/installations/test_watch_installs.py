@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bot.clock import ManualClock
 from bot.fleet_router import build_fleet_router
 from bot.settings import load_settings
 from bot.slack import fleet_health
@@ -46,3 +47,41 @@ def test_each_installation_watches_its_own_host_and_channel(
     lines = fleet_health.health_lines(settings)
     assert [line.split(":")[0] for line in lines] == ["installation eu-1", "installation us-1"]
     assert all("watch: on, last poll" in line for line in lines)
+
+
+def test_two_installations_sharing_a_watch_channel_never_take_the_others_post_for_their_own(
+    slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path
+) -> None:
+    """A watcher taking over a dead owner's claim looks for the stop's key in the channel first: the
+    same session id stopped the same way in two installations is two stops, two keys, two posts."""
+    eu, us = (sandboxes(name, scenarios=None, clock=clock) for name in ("eu-1", "us-1"))
+    for handle in (eu, us):
+        handle.admin.create_session(clone("healthy", "ses_w_001"))  # the same id in both
+    settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
+    specs = [dataclasses.replace(spec_for(n, s), watch_channel="C0WATCH") for n, s in (("eu-1", eu), ("us-1", us))]
+    router = build_fleet_router(settings, specs, clock=clock, startup=False)
+    h = slack_harness(router)
+    eu_watch, us_watch = attach_watches(h.bot, start=False)
+    for watcher in (eu_watch, us_watch):
+        watcher.poll_once()
+    eu.admin.stop("ses_w_001")
+    us.admin.stop("ses_w_001")
+    # eu-1's process dies between its claim's commit and its post; us-1 then posts its own stop.
+    stop = eu_watch._stop_of(eu_watch.client.get_session("ses_w_001"))
+    claimed = eu_watch.saved.claim(
+        stop,
+        actor="watch:dead",
+        now=clock.now(),
+        flap_window=3600,
+        storm_window=300,
+        storm_threshold=10,
+        paused=False,
+        lease=120,
+    )
+    assert claimed is not None
+    us_watch.poll_once()
+    clock.advance(121)
+    eu_watch.poll_once()  # takes the claim over: looks in the channel first, finds nothing of its own
+    roots = [r.all_text() for r in h.api.roots("C0WATCH") if "ses_w_001" in r.all_text()]
+    assert len(roots) == 2 and [n for n in ("eu-1", "us-1") if any(f"[{n}] " in t for t in roots)] == ["eu-1", "us-1"]
+    assert eu_watch.status().counts == {"posted": 1}

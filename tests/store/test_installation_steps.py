@@ -13,7 +13,7 @@ import pytest
 
 from bot.clock import ManualClock
 from bot.errors import StoreError
-from bot.installations import store_path
+from bot.ids import store_path
 from bot.store import Store, binding
 from bot.store.audit import verify
 from bot.store.chain import PLAIN_VERSION, canonical_json, step_hash
