@@ -43,9 +43,11 @@ class ThreadBook:
                 return found
             who = f" · started by {mention(actor)}" if actor else ""
             what = "Batch" if is_batch_id(session.id) else "Recovery case for session"
-            # The root names the installation with the key (``ses_1@eu-1``): two installations' cases of one
-            # session id in one channel are two threads a reader tells apart.
-            root = self.out.post_text(Location(channel), f":toolbox: *{what} `{escape(session.key)}`*{who}")
+            # The root names the installation as every reply does (``[eu-1]``) and the id as a person types
+            # it: two installations' cases of one session id in one channel are two threads a reader tells
+            # apart, and no internal key (``ses_1@eu-1``) is shown.
+            named = "" if session.is_default else f"[{session.installation}] "
+            root = self.out.post_text(Location(channel), f":toolbox: *{named}{what} `{escape(session.id)}`*{who}")
             if root is None:
                 return None
             where = Location(channel, root)

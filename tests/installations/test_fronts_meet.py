@@ -74,6 +74,8 @@ def test_a_batch_is_asked_approved_and_sent_in_its_own_installation_only(
     assert batch_id.endswith(".eu-1")  # the id names its installation, with one as with two
     assert all(v.endswith("@eu-1") for _, v in message.action_ids() if v)  # and so do its buttons
     assert posts(sandboxes("eu-1")) == []  # two-person: nothing sent before the approval
+    root = h.api.messages[message.thread_ts or message.ts]
+    assert f"[eu-1] Batch `{batch_id}`" in root.text and "@" not in root.text.split("started by")[0]  # no inner key
 
     if "us-1" in names:  # approved from another installation's channel: a contradiction, nothing sent
         refused = _say(h, f"approve {batch_id}", user="UBOB", channel="C0US1")
