@@ -321,6 +321,7 @@ class GateMachine(RuleBasedStateMachine):
         if not self._live() or not self.batch_ids:
             return
         self.batches().approve(who, CHANNEL, self.batch_ids[k % len(self.batch_ids)], ListReporter())
+        self.svc().wait_background(30)  # its uncertain members' re-sends, if any, end before the next rule
 
     @rule(k=st.integers(0, 3), who=st.sampled_from(PEOPLE), keyed=st.booleans())
     def batch_tamper(self, k: int, who: str, keyed: bool) -> None:
@@ -357,6 +358,7 @@ class GateMachine(RuleBasedStateMachine):
         svc.recover_after_restart(ListReporter())
         svc.wait_background(30)
         self.batches().resume_open(ListReporter())
+        svc.wait_background(30)  # a batch's uncertain members are finished in the background too
 
     # -- the property --------------------------------------------------------------------------
 
