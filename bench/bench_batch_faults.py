@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = """
 import sys
 from bot.messages import ListReporter
-from bot.router import build_router
+from bot.app.router import build_router
 from bot.settings import load_settings
 settings = load_settings({"CONTROL_HOST_URL": sys.argv[1], "CONTROL_HOST_API_KEY": sys.argv[2],
                           "RECOVER_DB": sys.argv[3]}, dotenv=None)

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bot.app.router import build_router
 from bot.messages import ListReporter, Message
-from bot.router import build_router
 from bot.sandbox import start_sandbox
 from bot.settings import load_settings
 from tests.fixtures.triage import clone

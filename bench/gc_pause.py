@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 def measure(requests: int, freeze: bool) -> dict[str, Any]:
     """One process's run: build, optionally freeze, send, and time every collection."""
-    from bot.router import build_router
+    from bot.app.router import build_router
     from bot.slack import HttpServer, SlackFront, build_bot
     from bot.slack.server import freeze_startup_heap
     from bot.store import Store

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from bot.fleet_router import build_fleet_router
+from bot.app.fleet_router import build_fleet_router
 from bot.installations import InstallationSpec
 from bot.messages import ListReporter
 from bot.sandbox import start_sandbox

@@ -44,7 +44,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.router import build_router  # noqa: E402
+from bot.app.router import build_router  # noqa: E402
 from bot.sandbox import builtin_scenarios_dir, start_sandbox  # noqa: E402
 from bot.slack import HttpServer, SlackDirectory, SlackFront, build_bot, make_client  # noqa: E402
 from bot.store import Store  # noqa: E402

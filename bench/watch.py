@@ -33,9 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bot.app.services import build_services, build_watcher
 from bot.clock import ManualClock, SystemClock
 from bot.sandbox import AdjustableClock, SandboxHandle, start_sandbox
-from bot.services import build_services, build_watcher
 from bot.settings import load_settings
 from bot.slack import make_client
 from bot.slack.watching import SlackChannelMembers, SlackWatchPoster

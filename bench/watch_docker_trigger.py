@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 import docker  # noqa: E402
 
+from bot.app.services import build_services, build_watcher  # noqa: E402
 from bot.messages import Message  # noqa: E402
 from bot.sandbox import start_sandbox  # noqa: E402
-from bot.services import build_services, build_watcher  # noqa: E402
 from bot.settings import load_settings  # noqa: E402
 from bot.watch.docker_trigger import DockerTrigger  # noqa: E402
 from tests.docker.images.build import build_images  # noqa: E402

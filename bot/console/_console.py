@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from bot.app.routing import Completions, RouterProtocol
 from bot.buttons import BadButtonValue, DecisionChoice
 from bot.console._files import save_attachment
 from bot.console._shell import LineEditor, SeenIds, line_editor, state_dir
@@ -24,7 +25,6 @@ from bot.errors import Interrupted, RecoverError
 from bot.escalation.runner import LadderRunner
 from bot.messages import DETAILS_KIND, Attachment, Button, Message, Reply, brief, details_target
 from bot.redact import redact
-from bot.routing import Completions, RouterProtocol
 from bot.vocab import Action
 from bot.watch import Watcher
 

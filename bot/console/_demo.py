@@ -96,7 +96,7 @@ def run_demo(
     log_file = log_to_file(state_dir() / "demo.log", settings.log_level)
     if installations:
         return _run_several(settings, installations, users=users, stdin=stdin, out=out)
-    from bot.fleet_router import build_fleet_router
+    from bot.app.fleet_router import build_fleet_router
     from bot.sandbox import start_sandbox
 
     with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp:
@@ -137,7 +137,7 @@ def _run_several(
 ) -> int:
     """The demo over several installations: their file (keys beside it, in the demo's folder) is the
     bot's RECOVER_INSTALLATIONS_FILE, so the bot reaches each sandbox exactly as it reaches real hosts."""
-    from bot.fleet_router import build_fleet_router
+    from bot.app.fleet_router import build_fleet_router
     from bot.installations.render import write_installations
     from bot.sandbox import start_installations
 
@@ -203,7 +203,7 @@ def run_real_console(
     Nothing is sent at start: what earlier runs left unfinished is listed, and finished only on
     ``/recover replay``.
     """
-    from bot.fleet_router import build_fleet_router
+    from bot.app.fleet_router import build_fleet_router
 
     out = stdout or sys.stdout
     user = login or terminal_login()

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from bot.app.routing import Completions
 from bot.messages import Message
-from bot.routing import Completions
 
 HISTORY_LINES = 2000
 KEPT_IDS = 200

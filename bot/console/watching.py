@@ -15,10 +15,10 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from bot.handoff import watch_handoff
+from bot.app.handoff import watch_handoff
+from bot.app.services import build_watcher
 from bot.messages import Message
 from bot.redact import redact
-from bot.services import build_watcher
 from bot.watch import ConsoleMembers, Watcher
 
 

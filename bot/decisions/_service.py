@@ -250,7 +250,7 @@ class DecisionService:
         return self.casebook.done(actor, session_id, reason)
 
     def handoff(self, actor: str, *, before: datetime | None = None) -> HandoffDigest:
-        """The hand-off as data (bot/handoff.py words it, with the open reviews and batches)."""
+        """The hand-off as data (bot/app/handoff.py words it, with the open reviews and batches)."""
         return self.casebook.handoff(actor, before=before)
 
     def close_if_settled(

@@ -33,10 +33,10 @@ from typing import Any
 from slack_bolt import Ack, App, BoltResponse
 from slack_sdk import WebClient
 
+from bot.app.routing import RouterProtocol
 from bot.buttons import BadButtonValue, DecisionChoice
 from bot.errors import RecoverError
 from bot.messages import Reply
-from bot.routing import RouterProtocol
 from bot.settings import Settings, reveal
 from bot.slack import blocks as kit
 from bot.slack import queued, wording

@@ -16,11 +16,11 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot.app.fleet_router import FleetRouter
 from bot.controlhost import parse_retry_after
 from bot.decisions import DecisionRequest
 from bot.decisions._text import APPROVAL_KIND
 from bot.escalation.runner import LadderRunner
-from bot.fleet_router import FleetRouter
 from bot.installation_ids import DEFAULT_INSTALLATION, ScopedId
 from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message

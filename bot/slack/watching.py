@@ -8,13 +8,13 @@ from typing import Any, Protocol
 
 from slack_sdk import WebClient
 
-from bot.fleet_router import FleetRouter
-from bot.handoff import watch_handoff
+from bot.app.fleet_router import FleetRouter
+from bot.app.handoff import watch_handoff
+from bot.app.router import Router
+from bot.app.services import Services, build_watcher
 from bot.installation_ids import ScopedId
 from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
-from bot.router import Router
-from bot.services import Services, build_watcher
 from bot.slack.state import Location, SlackState
 from bot.slack.web import SlackOut
 from bot.watch import Watcher

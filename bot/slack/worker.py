@@ -43,8 +43,8 @@ from bot.store import Store
 if TYPE_CHECKING:
     from slack_sdk import WebClient
 
+    from bot.app.fleet_router import FleetRouter
     from bot.clock import Clock
-    from bot.fleet_router import FleetRouter
 
 log = logging.getLogger("recover_bot.slack.worker")
 
@@ -196,8 +196,8 @@ def slack_fleet_router(settings: Settings, client: WebClient, *, clock: Clock | 
     """The core as the Slack front composes it: one core per installation (today's settings: the one
     installation `default`), approvers read through Slack, and the front's ports handed in as each core
     is built (break-glass's loud notice posted through this client, in every installation)."""
-    from bot.fleet_router import build_fleet_router  # the core: only the worker needs it at start
-    from bot.services import FrontPorts
+    from bot.app.fleet_router import build_fleet_router  # the core: only the worker needs it at start
+    from bot.app.services import FrontPorts
     from bot.slack.notice import SlackNotice
     from bot.slack.web import approver_directory
 
@@ -232,7 +232,7 @@ def worker_bot(settings: Settings, store: Store) -> SlackBot:
 def _lanes(bot: SlackBot) -> queued.Lanes | None:
     """The router's resolution for the lanes when it serves several installations; None for one
     (its work and the shared work are one lane of ``slots``, as before installations)."""
-    from bot.fleet_router import FleetRouter
+    from bot.app.fleet_router import FleetRouter
 
     router = bot.router
     return router if isinstance(router, FleetRouter) and len(router.routers) > 1 else None

@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from bot.app.router import Router, build_router
+from bot.app.services import FrontPorts
 from bot.clock import ManualClock, parse_time
 from bot.messages import ListReporter, Reply
-from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle
-from bot.services import FrontPorts
 from bot.settings import load_settings
 from bot.slack.notice import SlackNotice
 from bot.slack.web import SlackOut, make_client

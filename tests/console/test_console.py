@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.router import build_router
 from bot.console import DEMO_CONSOLE_USERS, render, run_console
 from bot.messages import Button, Message, ref
-from bot.router import build_router
 from bot.settings import Settings
 from tests.fixtures.waiting import eventually
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from bot.app.router import build_router
 from bot.console import DEMO_CONSOLE_USERS
 from bot.errors import SettingsError
 from bot.messages import ListReporter
-from bot.router import build_router
 from bot.settings import load_settings
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 import re
 
+from bot.app.router import build_router
 from bot.console import DEMO_CONSOLE_USERS, run_console
-from bot.router import build_router
 from bot.settings import Settings
 
 

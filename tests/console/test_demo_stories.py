@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from bot.app.router import build_router
 from bot.console import DEMO_CONSOLE_USERS, DemoClock, run_console
-from bot.router import build_router
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import Settings
 

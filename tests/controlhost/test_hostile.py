@@ -20,11 +20,11 @@ import httpcore
 import httpx
 import pytest
 
+from bot.app.services import Services, build_services
 from bot.clock import ManualClock
 from bot.controlhost import ControlHostClient, ControlHostError, RequestPendingError, deadline_in
 from bot.controlhost._deadline import DeadlineBackend, DeadlineTransport, deadline_transport
 from bot.sandbox import SandboxAdmin, SandboxHandle
-from bot.services import Services, build_services
 from bot.settings import Settings
 from bot.store import Store
 from bot.workpool import snapshot

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.services import build_services
 from bot.errors import RunbookError
 from bot.runbook import load_runbooks
-from bot.services import build_services
 from bot.settings import load_settings
 from tests.runbook.helpers import copy_runbooks, edit
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bot.app.router import Router, build_router
 from bot.buttons import SEPARATOR, BadButtonValue, DecisionChoice
 from bot.errors import CommandError
 from bot.messages import ListReporter
-from bot.router import Router, build_router
 from bot.runbook import load_runbooks
 from bot.settings import load_settings
 from tests.fixtures.runbook import REPO_RUNBOOKS

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.router import Router, build_router
 from bot.messages import ListReporter, Reply, brief
-from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle
 from bot.settings import load_settings
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.router import Router, build_router
 from bot.messages import ListReporter, Message, Reply
-from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import load_settings
 

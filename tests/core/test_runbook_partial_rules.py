@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.router import Router, build_router
 from bot.clock import ManualClock
 from bot.messages import ListReporter, Reply
-from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import load_settings
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bot.app.router import build_router
 from bot.messages import ListReporter, Reply
-from bot.router import build_router
 from bot.runbook import load_runbooks
 from bot.settings import load_settings
 from bot.textclean import clean_text

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from bot.app.router import build_router
 from bot.messages import ListReporter
-from bot.router import build_router
 from bot.settings import Settings
 
 ME = "console:alice"

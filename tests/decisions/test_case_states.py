@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from bot.app.router import build_router
 from bot.messages import ListReporter, Reply
-from bot.router import build_router
 from bot.sandbox import SandboxHandle
 from bot.settings import Settings
 from tests.fixtures.triage import bulk_router, make_incident

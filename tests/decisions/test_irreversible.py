@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
+from bot.app.router import build_router
 from bot.console import DEMO_CONSOLE_USERS
 from bot.messages import ListReporter
-from bot.router import build_router
 from bot.settings import load_settings
 from tests.fixtures.slack import SlackHarness
 

@@ -28,7 +28,7 @@ FILLED = {
 @pytest.fixture
 def console_router(sandbox: Any, tmp_path: Path) -> Any:
     """The console's router over the builtin sandbox, its login mapped (a two-person request is allowed)."""
-    from bot.router import build_router
+    from bot.app.router import build_router
     from bot.settings import Settings
 
     settings = Settings(db_path=tmp_path / "console.db", console_users={"alice": "U0ALICE01", "bob": "U0BOB0001"})

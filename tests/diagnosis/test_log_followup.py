@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from bot.app.router import build_router
+from bot.app.services import worker_log_config
 from bot.console import run_console
 from bot.dockerops import DockerLogSource
-from bot.router import build_router
-from bot.services import worker_log_config
 from bot.settings import Settings
 from tests.fixtures.docker import DockerEngine
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.router import Router, build_router
 from bot.messages import ListReporter, Reply
-from bot.router import Router, build_router
 from bot.settings import load_settings
 
 pytestmark = pytest.mark.docker

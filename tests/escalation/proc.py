@@ -10,8 +10,8 @@ import sys
 
 from slack_sdk import WebClient
 
+from bot.app.services import build_services
 from bot.escalation.runner import LadderRunner
-from bot.services import build_services
 from bot.settings import Settings
 from bot.slack.ladder import SlackLadderPoster
 from bot.slack.state import SlackState, slack_migrations

@@ -23,15 +23,15 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from bot.app.router import Router
+from bot.app.services import build_services
 from bot.clock import ManualClock
 from bot.decisions import check_request_table
 from bot.errors import StartupError
 from bot.installations import InstallationSpec, store_path
 from bot.installations.render import write_installations
 from bot.messages import ListReporter, Reply
-from bot.router import Router
 from bot.sandbox import SandboxHandle
-from bot.services import build_services
 from bot.settings import load_settings
 from bot.store import Store, binding
 from bot.store.audit import verify

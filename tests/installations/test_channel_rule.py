@@ -121,7 +121,7 @@ def test_the_console_decides_for_an_installation_that_lists_it_and_for_no_other(
 ) -> None:
     """The console is the channel `console` (docs/commands.md): listed in an installation's channels
     (several may list it), the console decides for it with --install; bound to none, it does not."""
-    from bot.fleet_router import build_fleet_router
+    from bot.app.fleet_router import build_fleet_router
     from bot.messages import ListReporter
 
     lists = {"eu-1": "[console]", "us-1": "[console]"} if len(hosts) == 2 else {"eu-1": "[]"}

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.router import build_router
 from bot.cli import main
 from bot.clock import ManualClock
 from bot.console import DemoClock, run_demo
 from bot.errors import StartupError
 from bot.installations import InstallationsError
 from bot.installations.render import write_installations
-from bot.router import build_router
 from bot.sandbox import start_installations
 from bot.settings import Settings
 

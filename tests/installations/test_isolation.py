@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from bot.fleet_router import FleetRouter, build_fleet_router
+from bot.app.fleet_router import FleetRouter, build_fleet_router
 from bot.installations import InstallationSpec
 from bot.messages import ListReporter
 from bot.settings import load_settings

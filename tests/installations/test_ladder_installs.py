@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from bot.app.fleet_router import FleetRouter, build_fleet_router
 from bot.clock import ManualClock
 from bot.escalation.runner import LadderRunner
-from bot.fleet_router import FleetRouter, build_fleet_router
 from bot.settings import load_settings
 from bot.slack.ladder import attach_ladder
 from tests.fixtures.escalation import TIER2, short_ladder_folder
@@ -50,7 +50,7 @@ def _fleet(
 ) -> FleetRouter:
     """The fleet as `serve` composes it; with ``slack_api``, break-glass's loud notice is posted through
     a client of the Slack stand-in, as the Slack worker's ports hand it in (bot/slack/worker.py)."""
-    from bot.services import FrontPorts
+    from bot.app.services import FrontPorts
     from bot.slack.notice import SlackNotice
     from bot.slack.web import SlackOut, make_client
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from bot.fleet_router import FleetRouter
+from bot.app.fleet_router import FleetRouter
 from bot.messages import ListReporter
 from tests.installations.conftest import posts, text_of
 
@@ -101,7 +101,7 @@ def test_each_installation_has_its_own_store_file(make_fleet: Callable[..., Flee
 def test_one_default_installation_answers_exactly_as_before(
     make_fleet: Callable[..., FleetRouter], tmp_path: Path
 ) -> None:
-    from bot.fleet_router import build_fleet_router
+    from bot.app.fleet_router import build_fleet_router
     from bot.settings import load_settings
 
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "one.db"})
@@ -118,8 +118,8 @@ def test_one_default_installation_answers_exactly_as_before(
 
 
 def test_the_fleet_of_one_default_answers_word_for_word_as_the_plain_router(tmp_path: Path) -> None:
-    from bot.fleet_router import build_fleet_router
-    from bot.router import build_router
+    from bot.app.fleet_router import build_fleet_router
+    from bot.app.router import build_router
     from bot.sandbox import start_sandbox
     from bot.settings import load_settings
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.fleet_router import build_fleet_router
+from bot.app.fleet_router import build_fleet_router
 from bot.settings import load_settings
 from bot.slack import fleet_health
 from bot.slack.watching import attach_watches

@@ -27,7 +27,7 @@ from tests.fixtures.triage import clone
 WATCH = "C0WATCH"  # where the cases began (watch posts them there)
 ASKED = "C0HANDOFF"  # where the next shift asks
 SID = "ses_hd_001"
-LISTED = 20  # entries the digest lists one per line (bot/handoff.py LISTED)
+LISTED = 20  # entries the digest lists one per line (bot/app/handoff.py LISTED)
 
 
 def _runbooks(tmp_path: Path) -> Path:

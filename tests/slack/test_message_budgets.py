@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from bot.app.router import Router, build_router
 from bot.console import render
 from bot.messages import ListReporter, Message, Reply
-from bot.router import Router, build_router
 from bot.settings import load_settings
 from tests.fixtures.slack import Posted, SlackHarness
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bot.app.router import Router, build_router
 from bot.messages import ListReporter
-from bot.router import Router, build_router
 from bot.sandbox import start_sandbox
 from bot.settings import load_settings
 

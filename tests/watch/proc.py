@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
-from bot.handoff import watch_handoff
-from bot.services import build_services, build_watcher
+from bot.app.handoff import watch_handoff
+from bot.app.services import build_services, build_watcher
 from bot.settings import Settings
 from bot.slack import make_client
 from bot.slack.watching import SlackWatchPoster

@@ -23,8 +23,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from bot.app.router import build_router
 from bot.messages import NullReporter
-from bot.router import build_router
 from bot.sandbox import SandboxHandle
 from bot.settings import load_settings
 from tests.fixtures.slack import SlackStandIn

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from bot.app.services import build_services, build_watcher
 from bot.clock import SystemClock
 from bot.sandbox import AdjustableClock, SandboxHandle
-from bot.services import build_services, build_watcher
 from bot.settings import load_settings
 from bot.slack import make_client
 from bot.slack.watching import SlackWatchPoster

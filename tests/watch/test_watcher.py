@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from bot.app.handoff import watch_handoff
+from bot.app.services import Services, build_services, build_watcher
 from bot.clock import ManualClock, parse_time
 from bot.csvfile import FORMULA_STARTS
-from bot.handoff import watch_handoff
 from bot.sandbox import SandboxHandle
-from bot.services import Services, build_services, build_watcher
 from bot.settings import load_settings
 from bot.slack import make_client
 from bot.slack.watching import SlackChannelMembers, SlackWatchPoster

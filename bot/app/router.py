@@ -10,25 +10,25 @@ from __future__ import annotations
 
 import logging
 
-from bot.bulk_routes import BULK_KINDS, batch_verb, dispatch, fold_sweep, settle_member_cases
+from bot.app.bulk_routes import BULK_KINDS, batch_verb, dispatch, fold_sweep, settle_member_cases
+from bot.app.details import FullMessages, details_reply
+from bot.app.glass_routes import glass_dispatch, glass_route
+from bot.app.handoff import handoff_reply
+from bot.app.pending import pending_of
+from bot.app.replies import KeepingReporter, completions_of, docker_notice, error_reply
+from bot.app.routing import Completions
+from bot.app.services import FrontPorts, LoggingReporter, Services, build_services
 from bot.buttons import DecisionChoice
 from bot.clock import Clock, isoformat
 from bot.decisions import ApproverDirectory
-from bot.details import FullMessages, details_reply
 from bot.errors import CommandError, RecoverError
 from bot.escalation.remind import remind
 from bot.escalation.runner import LadderRunner
 from bot.escalation.status import pending_line
-from bot.glass_routes import glass_dispatch, glass_route
-from bot.handoff import handoff_reply
 from bot.messages import Message, Reply, Reporter
-from bot.pending import pending_of
-from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
-from bot.routing import Completions
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
 from bot.sandbox import SandboxHandle
-from bot.services import FrontPorts, LoggingReporter, Services, build_services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, RequestState, StepKind

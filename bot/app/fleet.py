@@ -1,4 +1,4 @@
-"""Several installations from one bot: one core (:class:`bot.services.Services`) per installation.
+"""Several installations from one bot: one core (:class:`bot.app.services.Services`) per installation.
 
 Each core has its own store file, control-host client, paced bulk client, Docker factory, diagnoser,
 decisions and watcher, so one installation's pacing, pools, deadlines and outages never reach another
@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from bot.app.services import FrontPorts, Services, build_services
 from bot.clock import Clock
 from bot.decisions import ApproverDirectory
 from bot.errors import SettingsError
@@ -18,7 +19,6 @@ from bot.installations import DEFAULT_INSTALLATION, InstallationSpec
 from bot.installations.sources import resolve_installations
 from bot.installations.tags import TaggingNotice
 from bot.sandbox import SandboxHandle
-from bot.services import FrontPorts, Services, build_services
 from bot.settings import Settings
 
 

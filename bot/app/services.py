@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlite_utils.migrations import Migrations
 
+from bot.app.bulk import Bulk
 from bot.batch.store import migrations as batch_migrations
-from bot.bulk import Bulk
 from bot.clock import Clock, SystemClock, isoformat
 from bot.controlhost import ApiPaths, ControlHostClient
 from bot.decisions import ApproverDirectory, DecisionService, Notice
@@ -375,7 +375,7 @@ def build_watcher(
         channel=channel,
         installation=settings.compose_project or "default",
         interval=settings.watch_interval,
-        handoff=handoff,  # bot/handoff.py's parts (it sits above this wiring): passed by the front
+        handoff=handoff,  # bot/app/handoff.py's parts (it sits above this wiring): passed by the front
         members=members,
         console_users=services.decisions.console_users,
     )

@@ -2,7 +2,7 @@
 
 Resolution is :func:`bot.installations.resolve.resolve_installation` (the one owner); this module only
 gathers its inputs (``--install``, the command's own ids, a button's tag, the channel) and hands the
-text or click, unchanged, to the installation's :class:`bot.router.Router`, whose rules run as
+text or click, unchanged, to the installation's :class:`bot.app.router.Router`, whose rules run as
 always. With today's single ``default`` installation every call is the plain router's, word for word.
 """
 
@@ -10,24 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from bot.app.fleet import Fleet, build_fleet
+from bot.app.fleet_views import installations_reply, triage_all
+from bot.app.handoff import handoff_reply
+from bot.app.replies import error_reply
+from bot.app.router import Router
+from bot.app.routing import Completions
+from bot.app.services import FrontPorts, LoggingReporter, Services
 from bot.buttons import SEPARATOR, DecisionChoice
 from bot.clock import Clock
 from bot.decisions import ApproverDirectory
 from bot.errors import CommandError
-from bot.fleet import Fleet, build_fleet
-from bot.fleet_views import installations_reply, triage_all
-from bot.handoff import handoff_reply
 from bot.installations import InstallationSpec
 from bot.installations.resolve import resolve_installation
 from bot.installations.tags import TaggingReporter, tag_message, tag_reply, tag_value, untag
 from bot.messages import Message, Reply, Reporter
-from bot.replies import error_reply
-from bot.router import Router
-from bot.routing import Completions
 from bot.runbook import ParsedCommand
 from bot.runbook.usage import FormField
 from bot.sandbox import SandboxHandle
-from bot.services import FrontPorts, LoggingReporter, Services
 from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, StepKind
@@ -49,7 +49,7 @@ def command_ids(cmd: ParsedCommand) -> list[str]:
 
 
 class FleetRouter:
-    """:class:`bot.routing.RouterProtocol` over one :class:`Router` per installation."""
+    """:class:`bot.app.routing.RouterProtocol` over one :class:`Router` per installation."""
 
     def __init__(self, fleet: Fleet, routers: dict[str, Router]) -> None:
         self.fleet = fleet
@@ -322,7 +322,7 @@ def build_fleet_router(
     ports: FrontPorts | None = None,
 ) -> FleetRouter:
     """One core and router per installation (``specs``; None: today's settings, ``default``), behind
-    one router. ``startup`` as :func:`bot.router.build_router`'s; ``ports``: what the front can do
+    one router. ``startup`` as :func:`bot.app.router.build_router`'s; ``ports``: what the front can do
     for every core (the Slack front's break-glass notice poster), passed in as each core is built."""
     fleet = build_fleet(
         settings,

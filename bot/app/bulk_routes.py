@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.bulk import Bulk
+from bot.app.bulk import Bulk
 from bot.decisions import DecisionService
 from bot.errors import CommandError, ControlHostError
 from bot.messages import Message, Reply, Reporter, ref

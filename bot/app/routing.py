@@ -1,4 +1,4 @@
-"""What a front end needs of the router (``bot.router.Router`` satisfies it).
+"""What a front end needs of the router (``bot.app.router.Router`` satisfies it).
 
 Declared in the core, beside the router and apart from it, so both front ends type-check against one
 interface without importing each other or the router's dependencies, and tests can drive them with
