@@ -17,10 +17,9 @@ from bot.app.handoff import handoff_reply
 from bot.app.pending import pending_of
 from bot.app.replies import KeepingReporter, completions_of, docker_notice, error_reply
 from bot.app.routing import Completions
-from bot.app.services import FrontPorts, LoggingReporter, Services, build_services
+from bot.app.services import Services
 from bot.buttons import DecisionChoice
-from bot.clock import Clock, isoformat
-from bot.decisions import ApproverDirectory
+from bot.clock import isoformat
 from bot.errors import CommandError, RecoverError
 from bot.escalation.remind import remind
 from bot.escalation.runner import LadderRunner
@@ -28,10 +27,9 @@ from bot.escalation.status import pending_line
 from bot.messages import Message, Reply, Reporter
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
-from bot.sandbox import SandboxHandle
-from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, RequestState, StepKind
+from bot.watch import Watcher
 
 log = logging.getLogger(__name__)
 BOT_ACTOR = "recover-bot"  # the actor of what the bot finishes by itself at start (as the core records it)
@@ -51,22 +49,24 @@ def _batch_id(cmd: ParsedCommand) -> bool:
     return cmd.kind in batch_kinds and value.startswith("bat_")
 
 
-def _remind(services: Services, cmd: ParsedCommand, actor: str) -> Reply:
-    """``/recover remind <request_id>``: the ladder's next step now, through the runner the front
-    composed (it posts in Slack), or one that answers in the reply (the console)."""
+def _remind(ladder: LadderRunner, cmd: ParsedCommand, actor: str) -> Reply:
+    """``/recover remind <request_id>``: the ladder's next step now, through the installation's runner
+    (it posts where the front can, Slack; else it answers in the reply, the console)."""
     request_id = cmd.arg("request_id")
     if not request_id:
         raise CommandError("`remind` needs <request_id>.", usage=cmd.spec.usage if cmd.spec else None)
-    attached = services.decisions.ladder
-    runner = attached if isinstance(attached, LadderRunner) else LadderRunner(services.decisions.ctx, None)
-    return remind(runner, actor, request_id)
+    return remind(ladder, actor, request_id)
 
 
 class Router:
     """Dispatches parsed commands by their runbook step kind, and button actions, to the core."""
 
-    def __init__(self, services: Services, *, demo: bool = False) -> None:
+    def __init__(
+        self, services: Services, *, watcher: Watcher | None, ladder: LadderRunner, demo: bool = False
+    ) -> None:
         self.services = services
+        self.watcher = watcher  # `/recover watch` shows and steers it (None: watch mode is off here)
+        self.ladder = ladder  # `/recover remind` runs the ladder's next step through it
         self.demo = demo  # over the embedded sandbox: Docker-only commands explain what they need
         self.runbooks = services.runbooks
         self.startup_reply: Reply = Reply()
@@ -190,7 +190,7 @@ class Router:
                 cause_fixed=cmd.flag_text("cause-fixed"),
             )
         if kind in BULK_KINDS or _batch_id(cmd):
-            reply = dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
+            reply = dispatch(s.bulk, cmd, watcher=self.watcher, actor=actor, channel=channel, reporter=reporter)
             if s.bulk is not None and kind in (StepKind.APPROVE, StepKind.CONFIRM) and _batch_id(cmd):
                 reply.messages.extend(settle_member_cases(s.bulk, s.decisions, self._arg(cmd, "request_id"), actor))
             return reply
@@ -229,7 +229,7 @@ class Router:
         if kind == StepKind.TEXT:
             return self._text(cmd)
         if kind == StepKind.REMIND:
-            return _remind(s, cmd, actor)
+            return _remind(self.ladder, cmd, actor)
         raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
 
     @staticmethod
@@ -437,34 +437,3 @@ class Router:
             )
             for request in d.requests.find(states=(RequestState.REQUESTED,))
         ]
-
-
-def build_router(
-    settings: Settings,
-    *,
-    sandbox: SandboxHandle | None = None,
-    directory: ApproverDirectory | None = None,
-    clock: Clock | None = None,
-    reporter: Reporter | None = None,
-    startup: bool = True,
-    console_users_map: dict[str, str] | None = None,
-    ports: FrontPorts | None = None,
-) -> Router:
-    """Build the services and the router over them.
-
-    With ``startup`` (the console), what a previous run left half-done is finished before this
-    returns; a server passes ``startup=False`` and calls ``router.startup`` in the background, since
-    a resumed wait may last minutes and must not delay readiness.
-    """
-    services = build_services(
-        settings,
-        sandbox=sandbox,
-        directory=directory,
-        clock=clock,
-        console_users_map=console_users_map,
-        ports=ports,
-    )
-    router = Router(services, demo=sandbox is not None)
-    if startup:
-        router.startup(reporter or LoggingReporter())
-    return router

@@ -107,8 +107,6 @@ class DecisionService:
         # Break-glass and its reviews (docs/requests.md); ``notice``: the front's loud-notice poster.
         self.reviews = ReviewRoom(ctx)
         self.glass = BreakGlassRoom(ctx, self.execution, self.reviews, notice)
-        # The escalation ladder's runner (bot/escalation), set by the front that posts its steps.
-        self.ladder: object | None = None
 
     # == the lifecycle: decide, the two-person rule, expiry ========================================
 

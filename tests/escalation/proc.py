@@ -10,7 +10,7 @@ import sys
 
 from slack_sdk import WebClient
 
-from bot.app.services import build_services
+from bot.app.compose import FrontPorts, compose
 from bot.escalation.runner import LadderRunner
 from bot.settings import Settings
 from bot.slack.ladder import SlackLadderPoster
@@ -20,7 +20,7 @@ from bot.slack.state import SlackState, slack_migrations
 def main() -> int:
     config = json.loads(sys.stdin.readline())
     settings = Settings(**config["settings"])
-    services = build_services(settings)
+    services = compose(settings, ports=FrontPorts(), startup=False).core()
     services.store.migrate([slack_migrations])
     client = WebClient(token="xoxb-test", base_url=settings.slack_api_url, timeout=2, retry_handlers=[])
     runner = LadderRunner(

@@ -280,10 +280,10 @@ def test_another_workspace_of_the_tokens_grid_org_is_refused(slack_harness, slac
 
 
 def test_an_unmapped_console_login_cannot_request_a_two_person_decision(sandbox, tmp_path) -> None:
-    from bot.app.router import build_router
     from bot.settings import Settings
+    from tests.fixtures.composing import default_router
 
-    router = build_router(
+    router = default_router(
         Settings(db_path=tmp_path / "g7.db", console_users={"root": "U0ALICE01"}), sandbox=sandbox, startup=False
     )
     made = _run(router, 'decide ses_restore_transient close --reason "store gone"', "console:deploy", "console")

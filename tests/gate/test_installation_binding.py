@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from bot.app.compose import FrontPorts, compose
 from bot.app.router import Router
-from bot.app.services import build_services
 from bot.clock import ManualClock
 from bot.decisions import check_request_table
 from bot.errors import StartupError
@@ -53,7 +53,7 @@ def _core(tmp_path: Path, name: str, sbx: SandboxHandle, clock: ManualClock) -> 
     )
     # Bound to the channel the commands come from: an installation bound to none decides nowhere.
     spec = InstallationSpec(name=name, control_host_url=sbx.url, api_key=SecretStr(sbx.api_key), channels=("C1",))
-    return Router(build_services(settings, installation=spec, clock=clock))
+    return compose(settings, [spec], ports=FrontPorts(), clock=clock, startup=False).router.routers[name]
 
 
 def _run(router: Router, line: str, actor: str) -> Reply:
