@@ -9,6 +9,8 @@ stack trace and never a secret.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from bot.app.bulk_routes import BULK_KINDS, batch_verb, dispatch, fold_sweep, settle_member_cases
 from bot.app.details import FullMessages, details_reply
@@ -58,6 +60,25 @@ def _remind(ladder: LadderRunner, cmd: ParsedCommand, actor: str) -> Reply:
     return remind(ladder, actor, request_id)
 
 
+#: Docker-only step kinds: over the demo's sandbox each explains what it needs instead of running.
+_DOCKER_KINDS = (
+    StepKind.RECONCILER_STATUS,
+    StepKind.RECONCILER_DRYRUN,
+    StepKind.RECONCILER_REAL_PASS,
+    StepKind.PREFLIGHT,
+)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One parsed command and who, where and to whom it reports: what each verb's handler gets."""
+
+    cmd: ParsedCommand
+    actor: str
+    channel: str | None
+    reporter: Reporter
+
+
 class Router:
     """Dispatches parsed commands by their runbook step kind, and button actions, to the core."""
 
@@ -71,6 +92,7 @@ class Router:
         self.runbooks = services.runbooks
         self.startup_reply: Reply = Reply()
         self.full = FullMessages()  # what `details <id>` shows: the last full messages given out
+        self._verbs = self._verb_table()  # verb → handler: the dispatch of every text command
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -145,50 +167,14 @@ class Router:
             raise RecoverError(f"`/recover {name}` is not allowed in this channel.", hint=allowed.hint(channel))
 
     def _dispatch(self, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+        """The command's handler: the demo's Docker notice, the bulk tools (a batch id included) and
+        break-glass first (they take some verbs of their own), then the verb table."""
         s = self.services
         kind = cmd.kind
-        if kind == StepKind.HELP:
-            return Reply.of(
-                Message(headline="recover-bot commands", lines=[help_text(self.runbooks, cmd.arg("subcommand"))])
-            )
-        if kind == StepKind.DIAGNOSE:
-            session_id = self._arg(cmd, "session_id")
-            diagnosis, reply = s.diagnoser.diagnose_and_record(session_id, actor, reporter)
-            reply.messages.extend(s.decisions.close_if_settled(session_id, actor, diagnosis.facts, "diagnosis"))
-            return reply
-        docker_kinds = (
-            StepKind.RECONCILER_STATUS,
-            StepKind.RECONCILER_DRYRUN,
-            StepKind.RECONCILER_REAL_PASS,
-            StepKind.PREFLIGHT,
-        )
-        if kind in docker_kinds and self.demo:
+        if kind in _DOCKER_KINDS and self.demo:
             needs = docker_notice(s.settings, cmd.name, installation=kind != StepKind.PREFLIGHT)
             if needs is not None:
                 return needs
-        if kind == StepKind.RECONCILER_STATUS:
-            return s.dockerops.status()
-        if kind == StepKind.RECONCILER_DRYRUN:
-            return s.dockerops.dryrun(actor)
-        if kind == StepKind.RECONCILER_REAL_PASS:
-            return s.dockerops.reconcile(actor, self._flag(cmd, "reviewed"))
-        if kind == StepKind.PREFLIGHT:
-            return self._preflight()
-        if kind in (StepKind.DECIDE, StepKind.DRYRUN_DECIDE):
-            call = s.decisions.decide if kind == StepKind.DECIDE else s.decisions.dryrun_decide
-            return call(
-                actor,
-                channel,
-                self._arg(cmd, "session_id"),
-                self._arg(cmd, "decision"),
-                turn=cmd.flag_text("turn"),
-                evidence=cmd.flag_text("evidence"),
-                effects=cmd.flag_text("effects"),
-                reason=cmd.flag_text("reason") or "",
-                yes=bool(cmd.flag("yes")),
-                reporter=reporter,
-                cause_fixed=cmd.flag_text("cause-fixed"),
-            )
         if kind in BULK_KINDS or _batch_id(cmd):
             reply = dispatch(s.bulk, cmd, watcher=self.watcher, actor=actor, channel=channel, reporter=reporter)
             if s.bulk is not None and kind in (StepKind.APPROVE, StepKind.CONFIRM) and _batch_id(cmd):
@@ -196,41 +182,69 @@ class Router:
             return reply
         if glass_route(s, cmd, actor):  # break-glass, review, and the confirm a break-glass waits for
             return glass_dispatch(s, cmd, actor=actor, channel=channel, reporter=reporter)
-        if kind == StepKind.APPROVE:
-            return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
-        if kind == StepKind.CONFIRM:
-            return s.decisions.confirm(
-                actor, channel, self._arg(cmd, "request_id"), reporter, effects=cmd.flag_text("effects")
-            )
-        if kind == StepKind.REJECT:
-            return s.decisions.reject(actor, channel, self._arg(cmd, "request_id"), cmd.flag_text("reason"))
-        if kind == StepKind.RESUME:
-            return s.decisions.resume(actor, channel, self._arg(cmd, "session_id"), reporter)
-        if kind == StepKind.CASES:
-            return s.decisions.cases(actor=actor)
-        if kind == StepKind.HISTORY:
-            return s.decisions.history(self._arg(cmd, "session_id"), actor=actor)
-        if kind == StepKind.TAKE:
-            return s.decisions.take(actor, self._arg(cmd, "session_id"))
-        if kind == StepKind.NOTE:
-            return s.decisions.note(actor, self._arg(cmd, "session_id"), self._arg(cmd, "text"))
-        if kind == StepKind.HANDOFF:
-            return handoff_reply(s, actor)
-        if kind == StepKind.WITHDRAW:
-            return s.decisions.withdraw(actor, channel, self._arg(cmd, "request_id"))
-        if kind == StepKind.DONE:
-            return s.decisions.done(actor, self._arg(cmd, "session_id"), cmd.flag_text("reason"))
-        if kind == StepKind.REPLAY:
-            return s.decisions.replay(actor, channel, reporter)
-        if kind == StepKind.PENDING:
-            return self.pending(with_expired=bool(cmd.flag("all")))
-        if kind == StepKind.DETAILS:
-            return self.details(self._arg(cmd, "target_id"))
-        if kind == StepKind.TEXT:
-            return self._text(cmd)
-        if kind == StepKind.REMIND:
-            return _remind(self.ladder, cmd, actor)
-        raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
+        handler = self._verbs.get(kind)
+        if handler is None:
+            raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
+        return handler(Call(cmd, actor, channel, reporter))
+
+    def _verb_table(self) -> dict[StepKind, Callable[[Call], Reply]]:
+        """Each runbook step kind's handler (one line each: the core call it is)."""
+        s, d = self.services, self.services.decisions
+        return {
+            StepKind.HELP: lambda c: Reply.of(
+                Message(headline="recover-bot commands", lines=[help_text(self.runbooks, c.cmd.arg("subcommand"))])
+            ),
+            StepKind.DIAGNOSE: self._diagnose,
+            StepKind.RECONCILER_STATUS: lambda c: s.dockerops.status(),
+            StepKind.RECONCILER_DRYRUN: lambda c: s.dockerops.dryrun(c.actor),
+            StepKind.RECONCILER_REAL_PASS: lambda c: s.dockerops.reconcile(c.actor, self._flag(c.cmd, "reviewed")),
+            StepKind.PREFLIGHT: lambda c: self._preflight(),
+            StepKind.DECIDE: lambda c: self._decide(d.decide, c),
+            StepKind.DRYRUN_DECIDE: lambda c: self._decide(d.dryrun_decide, c),
+            StepKind.APPROVE: lambda c: d.approve(c.actor, c.channel, self._arg(c.cmd, "request_id"), c.reporter),
+            StepKind.CONFIRM: lambda c: d.confirm(
+                c.actor, c.channel, self._arg(c.cmd, "request_id"), c.reporter, effects=c.cmd.flag_text("effects")
+            ),
+            StepKind.REJECT: lambda c: d.reject(
+                c.actor, c.channel, self._arg(c.cmd, "request_id"), c.cmd.flag_text("reason")
+            ),
+            StepKind.RESUME: lambda c: d.resume(c.actor, c.channel, self._arg(c.cmd, "session_id"), c.reporter),
+            StepKind.CASES: lambda c: d.cases(actor=c.actor),
+            StepKind.HISTORY: lambda c: d.history(self._arg(c.cmd, "session_id"), actor=c.actor),
+            StepKind.TAKE: lambda c: d.take(c.actor, self._arg(c.cmd, "session_id")),
+            StepKind.NOTE: lambda c: d.note(c.actor, self._arg(c.cmd, "session_id"), self._arg(c.cmd, "text")),
+            StepKind.HANDOFF: lambda c: handoff_reply(s, c.actor),
+            StepKind.WITHDRAW: lambda c: d.withdraw(c.actor, c.channel, self._arg(c.cmd, "request_id")),
+            StepKind.DONE: lambda c: d.done(c.actor, self._arg(c.cmd, "session_id"), c.cmd.flag_text("reason")),
+            StepKind.REPLAY: lambda c: d.replay(c.actor, c.channel, c.reporter),
+            StepKind.PENDING: lambda c: self.pending(with_expired=bool(c.cmd.flag("all"))),
+            StepKind.DETAILS: lambda c: self.details(self._arg(c.cmd, "target_id")),
+            StepKind.TEXT: lambda c: self._text(c.cmd),
+            StepKind.REMIND: lambda c: _remind(self.ladder, c.cmd, c.actor),
+        }
+
+    def _diagnose(self, c: Call) -> Reply:
+        session_id = self._arg(c.cmd, "session_id")
+        diagnosis, reply = self.services.diagnoser.diagnose_and_record(session_id, c.actor, c.reporter)
+        decisions = self.services.decisions
+        reply.messages.extend(decisions.close_if_settled(session_id, c.actor, diagnosis.facts, "diagnosis"))
+        return reply
+
+    def _decide(self, call: Callable[..., Reply], c: Call) -> Reply:
+        cmd = c.cmd
+        return call(
+            c.actor,
+            c.channel,
+            self._arg(cmd, "session_id"),
+            self._arg(cmd, "decision"),
+            turn=cmd.flag_text("turn"),
+            evidence=cmd.flag_text("evidence"),
+            effects=cmd.flag_text("effects"),
+            reason=cmd.flag_text("reason") or "",
+            yes=bool(cmd.flag("yes")),
+            reporter=c.reporter,
+            cause_fixed=cmd.flag_text("cause-fixed"),
+        )
 
     @staticmethod
     def _arg(cmd: ParsedCommand, name: str) -> str:
