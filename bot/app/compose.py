@@ -102,7 +102,8 @@ class Composed:
     cores: dict[str, Services]
     watchers: dict[str, Watcher] = field(default_factory=dict)
     ladders: dict[str, LadderRunner] = field(default_factory=dict)
-    _threads: list[threading.Thread] = field(default_factory=list, compare=False, repr=False)
+    #: The daemon threads :meth:`start` began (none until then).
+    threads: list[threading.Thread] = field(default_factory=list, compare=False, repr=False)
 
     def core(self, name: str = DEFAULT_INSTALLATION) -> Services:
         """One installation's core (the tests' and benches' way in; fronts go through the router)."""
@@ -119,7 +120,7 @@ class Composed:
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
-        self._threads.append(thread)
+        self.threads.append(thread)
 
     def stop(self) -> None:
         """Ask every background part to end (they are daemon threads: nothing waits on them)."""
