@@ -33,11 +33,11 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = """
 import sys
 from bot.messages import ListReporter
-from bot.router import build_router
+from tests.fixtures.composing import default_router
 from bot.settings import load_settings
 settings = load_settings({"CONTROL_HOST_URL": sys.argv[1], "CONTROL_HOST_API_KEY": sys.argv[2],
                           "RECOVER_DB": sys.argv[3]}, dotenv=None)
-router = build_router(settings)
+router = default_router(settings)
 for line in sys.argv[5:]:
     reply = router.handle_text(line, actor=sys.argv[4], channel=None, reporter=ListReporter())
 print(reply.messages[0].ref or "", reply.messages[0].headline, flush=True)

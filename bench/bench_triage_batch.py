@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.messages import ListReporter, Message
-from bot.router import build_router
 from bot.sandbox import start_sandbox
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 from tests.fixtures.triage import clone
 
 
@@ -41,7 +41,7 @@ class TimedReporter(ListReporter):
 
 def router_for(sbx: Any) -> Any:
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": Path(tempfile.mkdtemp()) / "r.db"})
-    return build_router(settings, sandbox=sbx)
+    return default_router(settings, sandbox=sbx)
 
 
 def triage(n: int, latency: float, rate: float) -> None:

@@ -27,13 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bot.app.services import MIGRATIONS  # noqa: E402
 from bot.clock import ManualClock  # noqa: E402
 from bot.controlhost import ControlHostClient, RetryPolicy  # noqa: E402
 from bot.diagnosis import Diagnoser, ReconcilerStatus  # noqa: E402
 from bot.logs import FileLogSource  # noqa: E402
 from bot.runbook import load_runbooks  # noqa: E402
 from bot.sandbox import start_sandbox  # noqa: E402
-from bot.services import MIGRATIONS  # noqa: E402
 from bot.store import Store  # noqa: E402
 
 

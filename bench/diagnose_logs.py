@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 import docker  # noqa: E402
 
+from bot.app.services import MIGRATIONS, worker_log_config  # noqa: E402
 from bot.clock import ManualClock  # noqa: E402
 from bot.controlhost import ControlHostClient  # noqa: E402
 from bot.diagnosis import Diagnoser  # noqa: E402
@@ -49,7 +50,6 @@ from bot.dockerops import DockerLogSource, client_factory  # noqa: E402
 from bot.messages import ListReporter  # noqa: E402
 from bot.runbook import load_runbooks  # noqa: E402
 from bot.sandbox import builtin_scenarios_dir, load_scenarios, start_sandbox  # noqa: E402
-from bot.services import MIGRATIONS, worker_log_config  # noqa: E402
 from bot.store import Store  # noqa: E402
 from tests.docker.images.build import build_images  # noqa: E402
 

@@ -53,8 +53,8 @@ _worker: dict[str, Any] = {}
 
 def _migrated_template(folder: Path) -> Path:
     """A store file with every migration applied and no binding (each worker binds its own sandbox)."""
+    from bot.app.services import MIGRATIONS
     from bot.clock import ManualClock
-    from bot.services import MIGRATIONS
     from bot.store import Store
 
     path = folder / "template.db"

@@ -31,17 +31,17 @@ sys.path.insert(0, str(ROOT))
 
 def measure(requests: int, freeze: bool) -> dict[str, Any]:
     """One process's run: build, optionally freeze, send, and time every collection."""
-    from bot.router import build_router
     from bot.slack import HttpServer, SlackFront, build_bot
     from bot.slack.server import freeze_startup_heap
     from bot.store import Store
+    from tests.fixtures.composing import default_router
     from tests.fixtures.slack import SIGNING_SECRET, SlackSender, SlackStandIn, slack_settings
 
     logging.getLogger("recover_bot").setLevel(logging.CRITICAL)
     api = SlackStandIn()
     db = Path(tempfile.mkdtemp(prefix="recover-gc-")) / "gc.db"
     settings = slack_settings(api, db, control_host_url="http://127.0.0.1:9", control_host_api_key="k")
-    bot = build_bot(settings, build_router(settings, startup=False), store=Store(db))
+    bot = build_bot(settings, default_router(settings, startup=False), store=Store(db))
     bot.handoff = lambda item_id: None  # the acking side only: nothing runs the queued work here
     server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET)).start()
     long_lived = len(gc.get_objects())

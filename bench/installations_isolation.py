@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from bot.fleet_router import build_fleet_router
+from bot.app.compose import FrontPorts, compose
 from bot.installations import InstallationSpec
 from bot.messages import ListReporter
 from bot.sandbox import start_sandbox
@@ -85,7 +85,7 @@ def main() -> None:
                 name="us-1", control_host_url=sbx.url, api_key=SecretStr(sbx.api_key), channels=("C0US1",)
             ),
         ]
-        router = build_fleet_router(settings, specs, startup=False)
+        router = compose(settings, specs, ports=FrontPorts(), startup=False).router
         solo = min(_triage(router) for _ in range(args.runs))
         stop, counts = threading.Event(), [0]
         hammers = [threading.Thread(target=_hammer, args=(router, stop, counts), daemon=True) for _ in range(2)]

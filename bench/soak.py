@@ -44,10 +44,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.router import build_router  # noqa: E402
+from bot.app.compose import FrontPorts  # noqa: E402
 from bot.sandbox import builtin_scenarios_dir, start_sandbox  # noqa: E402
 from bot.slack import HttpServer, SlackDirectory, SlackFront, build_bot, make_client  # noqa: E402
 from bot.store import Store  # noqa: E402
+from tests.fixtures.composing import default_router  # noqa: E402
 from tests.fixtures.slack import SIGNING_SECRET, SlackSender, SlackStandIn, slack_settings  # noqa: E402
 
 DECISION_PATH = "/v1/sessions/*/recovery-decisions"
@@ -108,7 +109,8 @@ class Soak:
         db = Path(tmp.name) / "soak.db"
         settings = slack_settings(api, db)
         client = make_client(settings)
-        router = build_router(settings, sandbox=sandbox, directory=SlackDirectory(client), startup=False)
+        ports = FrontPorts(directory=SlackDirectory(client))
+        router = default_router(settings, sandbox=sandbox, ports=ports, startup=False)
         bot = build_bot(settings, router, client=client, store=Store(db), work_threads=8)
         server = HttpServer(SlackFront(bot.app, signing_secret=SIGNING_SECRET), "127.0.0.1", 0).start()
         url = server.url + "/slack/events"

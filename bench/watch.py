@@ -33,9 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bot.app.compose import FrontPorts
 from bot.clock import ManualClock, SystemClock
 from bot.sandbox import AdjustableClock, SandboxHandle, start_sandbox
-from bot.services import build_services, build_watcher
 from bot.settings import load_settings
 from bot.slack import make_client
 from bot.slack.watching import SlackChannelMembers, SlackWatchPoster
@@ -43,6 +43,7 @@ from bot.slack.web import SlackOut
 from bot.store import Store
 from bot.watch import Watcher, WatchStore
 from bot.watch import migrations as watch_migrations
+from tests.fixtures.composing import composed
 from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, SlackStandIn, slack_settings
 from tests.fixtures.triage import clone
 from tests.fixtures.watch import runbook_copy, start_watcher_process
@@ -65,11 +66,11 @@ def watcher(sbx: SandboxHandle, api: SlackStandIn, db: Path, rb: Path, **overrid
     settings = load_settings({}, dotenv=None).model_copy(
         update={"db_path": db, "watch_channel": CHANNEL, "runbooks_dir": rb, **overrides}
     )
-    services = build_services(settings, sandbox=sbx)
     out = SlackOut(make_client(slack_settings(api, db)))
-    w = build_watcher(services, SlackWatchPoster(out), members=SlackChannelMembers(out.client))
-    assert w is not None
-    return w
+    ports = FrontPorts(
+        watch_poster=lambda installation, named: SlackWatchPoster(out), members=SlackChannelMembers(out.client)
+    )
+    return composed(settings, sandbox=sbx, ports=ports, startup=False).watchers["default"]
 
 
 def healthy(sbx: SandboxHandle, prefix: str, n: int) -> list[str]:

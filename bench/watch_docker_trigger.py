@@ -1,7 +1,7 @@
 """Watch mode with the Docker trigger: a worker's stop → its case posted, against the real engine.
 
-The sandbox control host (20 ms per call by default), the real core and watcher (build_services /
-build_watcher, the watch interval set to 5 minutes so only the trigger can be fast), the Docker engine
+The sandbox control host (20 ms per call by default), the real core and watcher (composed by
+bot.app.compose, the watch interval set to 5 minutes so only the trigger can be fast), the Docker engine
 at DOCKER_HOST. Each run: a container named and labelled like a worker of the bench's installation
 (``<project>-worker-<n>``) sleeps; it is killed (the engine's die/stop), and ``--record-delay`` later
 the sandbox marks its session stopped (the control host notices a worker's death a moment after it);
@@ -33,12 +33,13 @@ sys.path.insert(0, str(ROOT))
 
 import docker  # noqa: E402
 
+from bot.app.compose import FrontPorts  # noqa: E402
 from bot.messages import Message  # noqa: E402
 from bot.sandbox import start_sandbox  # noqa: E402
-from bot.services import build_services, build_watcher  # noqa: E402
 from bot.settings import load_settings  # noqa: E402
 from bot.watch.docker_trigger import DockerTrigger  # noqa: E402
 from tests.docker.images.build import build_images  # noqa: E402
+from tests.fixtures.composing import composed  # noqa: E402
 from tests.fixtures.triage import clone  # noqa: E402
 
 TARGET_P95 = 3.0
@@ -111,10 +112,10 @@ def main() -> int:
                     "watch_interval": 300.0,
                 }
             )
-            services = build_services(settings, sandbox=sandbox)
             poster = TimedPoster()
-            watcher = build_watcher(services, poster)
-            assert watcher is not None and isinstance(watcher.trigger, DockerTrigger), "no Docker trigger"
+            ports = FrontPorts(watch_poster=lambda installation, named: poster)
+            watcher = composed(settings, sandbox=sandbox, ports=ports, startup=False).watchers["default"]
+            assert isinstance(watcher.trigger, DockerTrigger), "no Docker trigger"
             containers: list[Any] = []
             for n in range(1, args.runs + 1):
                 sid = f"ses_bench_{n:03d}"

@@ -14,17 +14,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from bot.app.routing import RouterProtocol
 from bot.buttons import BadButtonValue, DecisionChoice
 from bot.console._files import save_attachment
 from bot.console._shell import LineEditor, SeenIds, line_editor, state_dir
-from bot.console.ladder import demo_ladder, shortened_line
-from bot.console.watching import DEMO_WATCH_LINE, demo_watcher, end_outage, incident_and_watch, stop_and_watch
+from bot.console.ports import DemoParts
+from bot.console.watching import DEMO_WATCH_LINE, end_outage, incident_and_watch, stop_and_watch
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import Interrupted, RecoverError
 from bot.escalation.runner import LadderRunner
 from bot.messages import DETAILS_KIND, Attachment, Button, Message, Reply, brief, details_target
 from bot.redact import redact
-from bot.routing import Completions, RouterProtocol
 from bot.vocab import Action
 from bot.watch import Watcher
 
@@ -117,6 +117,7 @@ class _Console:
         history: Path | None = None,
         files: Path | None = None,
         incident: int | None = None,
+        demo: DemoParts | None = None,
     ) -> None:
         self.incident = incident  # `demo --incident N`: the first thing the console does
         self.sandbox = sandbox
@@ -137,18 +138,16 @@ class _Console:
         self.seen = SeenIds()
         self.editor: LineEditor | None = None
         if self.interactive and stdin is sys.stdin and stdout is sys.stdout:
-            completions = getattr(router, "completions", None)
-            words = completions() if completions is not None else Completions()
-            self.editor = line_editor(words, self.seen, history or state_dir() / "history")
+            self.editor = line_editor(router.completions(), self.seen, history or state_dir() / "history")
         # Requests this run makes are withdrawn if Ctrl-C ends it while they wait (nothing was sent).
-        now = getattr(router, "now", None)
-        self.started_at: str | None = now() if now is not None else None
-        # The demo (its embedded sandbox): watch is on from the start with the console as its channel,
-        # and the escalation ladder runs at shortened times, both speaking here.
-        self.watcher: Watcher | None = demo_watcher(router, self.show) if sandbox is not None else None
-        ladder = demo_ladder(router, self.show) if sandbox is not None else None
-        self.ladder: LadderRunner | None = ladder[0] if ladder is not None else None
-        self.ladder_line = shortened_line(ladder[1]) if ladder is not None else None
+        self.started_at: str = router.now()
+        # The demo (composed with the console's ports): watch is on from the start with the console as
+        # its channel, and the escalation ladder runs at shortened times, both speaking here.
+        self.watcher: Watcher | None = demo.watcher if demo is not None else None
+        self.ladder: LadderRunner | None = demo.ladder if demo is not None else None
+        self.ladder_line = demo.ladder_line if demo is not None else None
+        if demo is not None:
+            demo.says.to(self.show)
 
     @property
     def actor(self) -> str:
@@ -249,10 +248,7 @@ class _Console:
 
     def withdraw_on_interrupt(self) -> None:
         """Ctrl-C ended the console: what it requested in this run and is still waiting is withdrawn."""
-        withdraw = getattr(self.router, "withdraw_interrupted", None)
-        if withdraw is None or self.started_at is None:
-            return
-        for message in withdraw(self.actor, self.started_at):
+        for message in self.router.withdraw_interrupted(self.actor, self.started_at):
             self.show(message)
 
     def meta(self, line: str) -> bool:
@@ -312,8 +308,7 @@ class _Console:
     def show_expired(self) -> None:
         """Approval requests that expired meanwhile, shown as their updated messages; in the demo, the
         escalation ladder's steps that came due meanwhile, said here."""
-        expire = getattr(self.router, "expire_due", None)
-        for message in expire() if expire is not None else []:
+        for message in self.router.expire_due():
             self.show(message)
         self.run_ladder()
 
@@ -478,12 +473,14 @@ def run_console(
     history: Path | None = None,
     files: Path | None = None,
     incident: int | None = None,
+    demo: DemoParts | None = None,
 ) -> int:
     """Read commands (a terminal or, one a line, standard input); 0 when every command succeeded.
 
     ``sandbox`` (the demo's embedded sandbox handle) enables ``:pass`` and ``:advance``. ``files``:
     the folder each long text a reply names is written to (without it, the reply names the
     ``details`` command that shows it). ``incident``: the demo starts with ``:incident <count>``.
+    ``demo``: the demo's composed watcher and ladder (see :func:`bot.console.compose_demo`).
     """
     console = _Console(
         router,
@@ -496,6 +493,7 @@ def run_console(
         history,
         files,
         incident,
+        demo,
     )
     try:
         return console.run()

@@ -16,13 +16,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from bot.app.compose import Composed, FrontPorts, compose
+from bot.clock import Clock
 from bot.console._console import DEMO_CONSOLE_USERS, DEMO_USERS, render, run_console
 from bot.console._shell import state_dir
 from bot.console.identity import terminal_login
+from bot.console.ladder import shortened_line
+from bot.console.ports import ConsoleSays, DemoParts, demo_ports
 from bot.decisions import CONSOLE_CHANNEL, console_actor
 from bot.errors import RecoverError
+from bot.ids import DEFAULT_INSTALLATION
 from bot.logsetup import log_to_file
 from bot.redact import redact
+from bot.sandbox import SandboxHandle
 from bot.settings import Settings
 
 _DEFAULT_DB = Path("./recover.db")
@@ -78,6 +84,35 @@ def _demo_settings(settings: Settings, workdir: Path) -> Settings:
     return settings
 
 
+def compose_demo(
+    settings: Settings,
+    sandbox: SandboxHandle,
+    *,
+    clock: Clock | None = None,
+    console_users_map: dict[str, str] | None = None,
+    startup: bool = False,
+) -> tuple[Composed, DemoParts]:
+    """The demo's core over one sandbox, composed with the console's ports (watch and the ladder speak
+    in the console, the ladder at shortened times), and the parts the console drives. What was already
+    stuck when the demo began is known, not new: the first ``:stop`` posts that one session."""
+    says = ConsoleSays()
+    composed = compose(
+        settings,
+        ports=demo_ports(says),
+        sandboxes={DEFAULT_INSTALLATION: sandbox},
+        clock=clock,
+        console_users_map=DEMO_CONSOLE_USERS if console_users_map is None else console_users_map,
+        startup=startup,
+    )
+    watcher = composed.watchers.get(DEFAULT_INSTALLATION)
+    if watcher is not None:
+        watcher.note_known()
+    ladder = composed.ladders.get(DEFAULT_INSTALLATION)
+    spec = composed.core().runbooks.escalation
+    line = shortened_line(spec) if ladder is not None and spec is not None else None
+    return composed, DemoParts(says=says, watcher=watcher, ladder=ladder, ladder_line=line)
+
+
 def run_demo(
     settings: Settings,
     *,
@@ -96,30 +131,23 @@ def run_demo(
     log_file = log_to_file(state_dir() / "demo.log", settings.log_level)
     if installations:
         return _run_several(settings, installations, users=users, stdin=stdin, out=out)
-    from bot.fleet_router import build_fleet_router
     from bot.sandbox import start_sandbox
 
     with tempfile.TemporaryDirectory(prefix="recover-demo-") as tmp:
         handle = start_sandbox()
         try:
             try:
-                router = build_fleet_router(
-                    _demo_settings(settings, Path(tmp)),
-                    sandboxes={"default": handle},
-                    clock=DemoClock(handle),
-                    startup=False,
-                    console_users_map=DEMO_CONSOLE_USERS,
-                )
+                composed, demo = compose_demo(_demo_settings(settings, Path(tmp)), handle, clock=DemoClock(handle))
             except RecoverError as exc:
                 print(redact(str(exc)), file=sys.stderr)
                 return 2
             out.write(_banner(handle, users))
             out.write(f"Log records: {log_file} (the terminal shows only warnings to act on).\n")
-            for message in router.unfinished_view():
+            for message in composed.router.unfinished_view():
                 out.write(render(message) + "\n")
             out.flush()
             return run_console(
-                router,
+                composed.router,
                 users=users,
                 allow_switch_user=True,
                 stdin=stdin,
@@ -127,6 +155,7 @@ def run_demo(
                 sandbox=handle,
                 files=state_dir() / "files",
                 incident=incident,
+                demo=demo,
             )
         finally:
             handle.stop()
@@ -137,7 +166,6 @@ def _run_several(
 ) -> int:
     """The demo over several installations: their file (keys beside it, in the demo's folder) is the
     bot's RECOVER_INSTALLATIONS_FILE, so the bot reaches each sandbox exactly as it reaches real hosts."""
-    from bot.fleet_router import build_fleet_router
     from bot.installations.render import write_installations
     from bot.sandbox import start_installations
 
@@ -154,9 +182,10 @@ def _run_several(
         )
         several = _demo_settings(settings, Path(tmp)).model_copy(update={"installations_file": path})
         try:
-            router = build_fleet_router(
-                several, clock=DemoClock(hosts), startup=False, console_users_map=DEMO_CONSOLE_USERS
-            )
+            # No watch or ladder voices: each speaks for one installation, and the console is all of them.
+            router = compose(
+                several, ports=FrontPorts(), clock=DemoClock(hosts), startup=False, console_users_map=DEMO_CONSOLE_USERS
+            ).router
         except RecoverError as exc:
             print(redact(str(exc)), file=sys.stderr)
             return 2
@@ -203,12 +232,11 @@ def run_real_console(
     Nothing is sent at start: what earlier runs left unfinished is listed, and finished only on
     ``/recover replay``.
     """
-    from bot.fleet_router import build_fleet_router
-
     out = stdout or sys.stdout
     user = login or terminal_login()
     log_file = log_to_file(state_dir() / "console.log", settings.log_level)
-    router = build_fleet_router(settings, startup=False)  # one router per installation, one parser
+    # One router per installation, one parser; the console hands in no ports (nothing posts for it).
+    router = compose(settings, ports=FrontPorts(), startup=False).router
     out.write(
         f"recover-bot console against {router.against()}. You are {user} "
         f"(recorded as {console_actor(user)}; fixed for this run).\n"

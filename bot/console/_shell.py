@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from bot.app.routing import Completions
 from bot.ids import NAME_TEXT
 from bot.messages import Message
-from bot.routing import Completions
 
 HISTORY_LINES = 2000
 KEPT_IDS = 200

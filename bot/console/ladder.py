@@ -10,32 +10,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
 
 from bot.decisions import CONSOLE_CHANNEL
-from bot.escalation.runner import LadderRunner
 from bot.format import duration
 from bot.messages import Message
 from bot.runbook.escalation import EscalationSpec
 
 #: The demo's ladder runs this many times faster than the runbook says (10 min → 1 min).
 DEMO_LADDER_SPEEDUP = 10
-
-
-def _scaled(spec: EscalationSpec, factor: float) -> EscalationSpec:
-    """The same ladder with every time divided by ``factor`` (steps, expiry, remind interval)."""
-
-    def limit(value: Any) -> Any:
-        return value.model_copy(update={"duration": float(value.duration) / factor})
-
-    steps = [step.model_copy(update={"after": limit(step.after)}) for step in spec.steps]
-    return spec.model_copy(
-        update={
-            "steps": steps,
-            "expiry": limit(spec.expiry),
-            "remind_interval": limit(spec.remind_interval),
-        }
-    )
 
 
 def shortened_line(spec: EscalationSpec) -> str:
@@ -74,16 +56,3 @@ class ConsoleLadderPoster:
 
     def update(self, channel: str, ts: str, message: Message) -> float | None:
         return None
-
-
-def demo_ladder(router: Any, show: Callable[[Message], None]) -> tuple[LadderRunner, EscalationSpec] | None:
-    """Shorten the demo's ladder (before any request is made, so every request gets the short times)
-    and give it a runner that speaks in the console; None without a ladder in the runbooks."""
-    services = getattr(router, "services", None)
-    runbooks = getattr(services, "runbooks", None)
-    if services is None or runbooks is None or runbooks.escalation is None:
-        return None
-    spec = runbooks.escalation = _scaled(runbooks.escalation, DEMO_LADDER_SPEEDUP)
-    runner = LadderRunner(services.decisions.ctx, ConsoleLadderPoster(show))
-    services.decisions.ladder = runner  # `/recover remind` runs its next step through it, said here
-    return runner, spec

@@ -15,11 +15,9 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from bot.handoff import watch_handoff
 from bot.messages import Message
 from bot.redact import redact
-from bot.services import build_watcher
-from bot.watch import ConsoleMembers, Watcher
+from bot.watch import Watcher
 
 
 class ConsoleWatchPoster:
@@ -57,29 +55,6 @@ DEMO_WATCH_LINE = (
     "Watch is on, posting here; the sessions above that are stuck already are known, not new. "
     "`:incident <count>` starts a mass incident (a checkpoint-store outage), `:fix` ends it."
 )
-
-
-def demo_watcher(router: Any, show: Callable[[Message], None]) -> Watcher | None:
-    """The demo's watcher, on from the start with the console as its channel (``/recover watch`` says
-    so): what was already stuck when the demo began is known, not new, so the first ``:stop`` posts
-    that one session, not the backlog."""
-    services = getattr(router, "services", None)
-    if services is None:
-        return None
-    watcher = build_watcher(
-        services,
-        ConsoleWatchPoster(show),
-        channel="console",
-        members=ConsoleMembers(),
-        handoff=watch_handoff(services),
-    )
-    if watcher is None:
-        return None
-    watcher.polls_on = DEMO_POLLS_ON
-    if services.bulk is not None:
-        services.bulk.watcher = watcher  # `/recover watch` shows its state, as in Slack
-    watcher.note_known()
-    return watcher
 
 
 def _poll(watcher: Watcher, write: Callable[[str], None], fail: Callable[[str], None]) -> None:

@@ -285,7 +285,7 @@ class HandoffEntry:
 
 @dataclass
 class HandoffDigest:
-    """The hand-off as data; each front end's words are :mod:`bot.handoff`'s."""
+    """The hand-off as data; each front end's words are :mod:`bot.app.handoff`'s."""
 
     at: datetime
     entries: list[HandoffEntry]

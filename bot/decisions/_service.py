@@ -108,8 +108,6 @@ class DecisionService:
         # Break-glass and its reviews (docs/requests.md); ``notice``: the front's loud-notice poster.
         self.reviews = ReviewRoom(ctx)
         self.glass = BreakGlassRoom(ctx, self.execution, self.reviews, notice)
-        # The escalation ladder's runner (bot/escalation), set by the front that posts its steps.
-        self.ladder: object | None = None
 
     # == the lifecycle: decide, the two-person rule, expiry ========================================
 
@@ -252,7 +250,7 @@ class DecisionService:
         return self.casebook.done(actor, session_id, reason)
 
     def handoff(self, actor: str, *, before: datetime | None = None) -> HandoffDigest:
-        """The hand-off as data (bot/handoff.py words it, with the open reviews and batches)."""
+        """The hand-off as data (bot/app/handoff.py words it, with the open reviews and batches)."""
         return self.casebook.handoff(actor, before=before)
 
     def close_if_settled(

@@ -1,6 +1,6 @@
 """One installation's view of the settings: the single-installation settings every core part reads.
 
-Each core (bot/services.py) is built from settings; for an installation of a fleet those settings are
+Each core (bot/app/services.py) is built from settings; for an installation of a fleet those settings are
 the process's own with the installation's control host, key, compose project, Docker engine, watch
 channel, approvers and store file put in, so no core part learns a second way to read its
 configuration. Its channels are not put in: ``RECOVER_CHANNELS`` stays the process's, and the

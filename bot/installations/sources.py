@@ -7,7 +7,7 @@ by the settings); without it, CONTROL_HOST_URL and its companions are one instal
 
 from __future__ import annotations
 
-from bot.errors import SettingsError, StartupError
+from bot.errors import SettingsError
 from bot.ids import DEFAULT_INSTALLATION
 from bot.installations.loader import load_installations
 from bot.installations.spec import InstallationSpec
@@ -41,17 +41,3 @@ def resolve_installations(settings: Settings) -> list[InstallationSpec]:
         raise SettingsError(problems)
     # RECOVER_CHANNELS beside the file: each installation's channels must lie within it (bot/channels.py).
     return load_installations(settings.installations_file, settings.channels)
-
-
-def refuse_file_in_single_core(settings: Settings) -> None:
-    """The single core (one control host, one store) serves the single-installation settings only.
-    Given an installations file it checks the file (every ``FILE:LINE`` problem) and then refuses in
-    one line, rather than serve one of the file's installations by guess."""
-    if settings.installations_file is None:
-        return
-    names = ", ".join(spec.name for spec in resolve_installations(settings))
-    raise StartupError(
-        f"RECOVER_INSTALLATIONS_FILE ({settings.installations_file}: {names}) is valid, but this bot's core "
-        "serves one installation from CONTROL_HOST_URL and its companions: unset RECOVER_INSTALLATIONS_FILE "
-        "and set CONTROL_HOST_URL, or run one bot per installation"
-    )

@@ -1,6 +1,6 @@
 """One installation the bot serves: a control host, its compose project and Docker engine, its channels.
 
-The plain value every part is built from (bot/services.py builds one core per installation). Today's
+The plain value every part is built from (bot/app/services.py builds one core per installation). Today's
 single-installation settings (CONTROL_HOST_URL, RECOVER_INSTALLATION, DOCKER_HOST, RECOVER_CHANNELS, …)
 are one installation named ``default``; ``RECOVER_INSTALLATIONS_FILE`` names several.
 """

@@ -33,10 +33,10 @@ from typing import Any
 from slack_bolt import Ack, App, BoltResponse
 from slack_sdk import WebClient
 
+from bot.app.routing import RouterProtocol
 from bot.buttons import BadButtonValue, DecisionChoice
 from bot.errors import RecoverError
 from bot.messages import Reply
-from bot.routing import RouterProtocol
 from bot.settings import Settings, reveal
 from bot.slack import blocks as kit
 from bot.slack import queued, wording
@@ -99,20 +99,14 @@ class SlackBot:
     def run_startup(self) -> None:
         """Finish what a previous process left half-done (replays, approved requests), reporting into
         the cases' threads. Runs in the background: a resumed wait must not delay readiness."""
-        startup = getattr(self.router, "startup", None)
-        if startup is None:
-            return
         reporter = self._reporter(Origin(actor="recover-bot", channel=None))
-        self._guarded(reporter, lambda: startup(reporter))
+        self._guarded(reporter, lambda: self.router.startup(reporter))
 
     # -- expiry ---------------------------------------------------------------------------------------
 
     def sweep_expired(self) -> int:
         """Expire due approval requests and update their messages in place (where they were posted)."""
-        expire = getattr(self.router, "expire_due", None)
-        if expire is None:
-            return 0
-        messages = expire()
+        messages = self.router.expire_due()
         if messages:
             reporter = self._reporter(Origin(actor="recover-bot", channel=None))
             for message in messages:

@@ -28,7 +28,7 @@ def health_path(settings: Settings) -> Path:
 
 
 def snapshot(core: Any) -> dict[str, Any]:
-    """One installation's figures (a :class:`bot.services.Services`; read, never changed)."""
+    """One installation's figures (a :class:`bot.app.services.Services`; read, never changed)."""
     from bot.watch.store import WatchStore
 
     out: dict[str, Any] = {"pool": core.diagnoser.pool.stats()}

@@ -9,7 +9,6 @@ front's client; nothing here waits for them or makes them wait.
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,14 +18,12 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from bot.controlhost import parse_retry_after
 from bot.decisions import DecisionRequest
 from bot.decisions._text import APPROVAL_KIND
-from bot.escalation.runner import LadderRunner
-from bot.fleet_router import FleetRouter
 from bot.ids import DEFAULT_INSTALLATION, ScopedId
 from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
 from bot.slack.blocks import message_payload
 from bot.slack.state import SlackState
-from bot.slack.watching import cores_of, find_message
+from bot.slack.watching import find_message
 from bot.slack.web import SlackOut
 
 log = logging.getLogger("recover_bot.slack.ladder")
@@ -116,24 +113,4 @@ class SlackLadderPoster:
         return find_message(self.client, channel, text, thread_ts)
 
 
-def attach_ladder(router: object, out: SlackOut, state: SlackState, *, start: bool = True) -> LadderRunner | None:
-    """The ladder's runner for each core the router runs whose runbook has ``escalation:`` (one per
-    installation of a fleet: its own store and requests); with ``start`` each runs a pass every few
-    seconds on a daemon thread (every worker may: leases decide). Returns the first runner."""
-    runners: list[LadderRunner] = []
-    cores = cores_of(router)
-    named = isinstance(router, FleetRouter) and not router.fleet.single_default  # as its replies are tagged
-    for core in cores:
-        if core.runbooks.escalation is None:
-            continue
-        poster = SlackLadderPoster.beside(out, state, core.installation, named=named)
-        runner = LadderRunner(core.decisions.ctx, poster)
-        core.decisions.ladder = runner  # `/recover remind` posts through it
-        if start:
-            name = f"recover-ladder-{core.installation}"
-            threading.Thread(target=runner.run, name=name, daemon=True).start()
-        runners.append(runner)
-    return runners[0] if runners else None
-
-
-__all__ = ["SlackLadderPoster", "attach_ladder"]
+__all__ = ["SlackLadderPoster"]

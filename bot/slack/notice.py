@@ -1,7 +1,7 @@
 """Break-glass's loud notice in Slack: chat.postMessage to the channel, and to each approver's user id
 (Slack opens the DM itself). A post that fails reads as None, and the core then sends nothing.
 
-The poster is handed INTO composition (``bot.services.FrontPorts``, built by the Slack worker), so
+The poster is handed INTO composition (``bot.app.compose.FrontPorts``, built by ``bot.slack.ports``), so
 every installation's core has it from the start, however many installations there are."""
 
 from __future__ import annotations

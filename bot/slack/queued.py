@@ -113,7 +113,7 @@ def _call(item: Item) -> Callable[[QueuedWork], None]:
 
 class Lanes(Protocol):
     """Which installation a delivery's work acts on, by the router's own rule, without running it
-    (implemented by :class:`bot.fleet_router.FleetRouter`)."""
+    (implemented by :class:`bot.app.fleet_router.FleetRouter`)."""
 
     def installation_of_text(self, text: str, channel: str | None) -> str | None: ...
 

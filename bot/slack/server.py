@@ -208,8 +208,8 @@ def _quiet_start() -> Iterator[None]:
 def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     """``recover-bot serve``: Socket Mode when SLACK_APP_TOKEN is set, otherwise HTTP on HOST:PORT."""
     from bot.slack.app import build_bot
+    from bot.slack.ports import slack_compose
     from bot.slack.web import make_client
-    from bot.slack.worker import slack_fleet_router
 
     out = out or sys.stdout
     sock: socket.socket | None = None
@@ -222,7 +222,7 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
             except OSError as exc:
                 raise listen_error(settings.host, settings.port, exc, host_name="HOST", port_name="PORT") from None
         client = make_client(settings)
-        router = slack_fleet_router(settings, client)  # as the worker composes it: one path for the front
+        router = slack_compose(settings, client).router  # as the worker composes it, without its voices
         try:
             with _quiet_start():
                 bot = build_bot(settings, router, client=client)  # Bolt calls auth.test here

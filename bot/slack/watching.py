@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import threading
-from typing import Any, Protocol
+from typing import Any
 
 from slack_sdk import WebClient
 
-from bot.fleet_router import FleetRouter
-from bot.handoff import watch_handoff
 from bot.ids import ScopedId
 from bot.installations.tags import name_lead, tag_message
 from bot.messages import Message
-from bot.router import Router
-from bot.services import Services, build_watcher
 from bot.slack.state import Location, SlackState
 from bot.slack.web import SlackOut
-from bot.watch import Watcher
 
 #: Pages of 200 messages read back when looking for a dead owner's post (its lease is minutes old).
 FIND_PAGES = 10
@@ -98,52 +92,4 @@ class SlackChannelMembers:
         return False
 
 
-class _Front(Protocol):
-    """The Slack front's parts watch mode uses (bot.slack.app.SlackBot)."""
-
-    @property
-    def router(self) -> object: ...
-
-    @property
-    def out(self) -> SlackOut: ...
-
-    @property
-    def state(self) -> SlackState: ...
-
-
-def cores_of(router: object) -> list[Services]:
-    """The cores a router runs: one, or one per installation of a fleet (none for a stand-in)."""
-    if isinstance(router, Router):
-        return [router.services]
-    if isinstance(router, FleetRouter):
-        return list(router.fleet.cores.values())
-    return []
-
-
-def attach_watch(bot: _Front, *, start: bool = True) -> Watcher | None:
-    """Build the watcher for a Slack front whose router runs the core (RECOVER_WATCH_CHANNEL set, a
-    runbook ``watch:`` section), attach it so ``/recover watch`` reaches it, and poll on a daemon thread.
-    A fleet gets one watcher per installation that has a watch channel (the first is returned)."""
-    watchers = attach_watches(bot, start=start)
-    return watchers[0] if watchers else None
-
-
-def attach_watches(bot: _Front, *, start: bool = True) -> list[Watcher]:
-    """Each installation's own watcher (its client, triage, store and watch channel)."""
-    router, out = bot.router, bot.out
-    watchers: list[Watcher] = []
-    for core in cores_of(router):
-        if core.bulk is None:
-            continue
-        named = isinstance(router, FleetRouter) and not router.fleet.single_default
-        # The case-thread memory is the default installation's only: a named installation's session id
-        # may be another's too, and its cases live in its own store.
-        poster = SlackWatchPoster(out, None if named else bot.state, core.installation if named else None)
-        watcher = build_watcher(core, poster, members=SlackChannelMembers(out.client), handoff=watch_handoff(core))
-        if watcher is None:
-            continue
-        core.bulk.watcher = watcher
-        if start:
-            threading.Thread(target=watcher.run, name=f"recover-watch-{core.installation}", daemon=True).start()
-        watchers.append(watcher)
-    return watchers
+__all__ = ["SlackChannelMembers", "SlackWatchPoster", "find_message"]

@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 from collections import Counter, deque
+from collections.abc import Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
@@ -34,17 +35,13 @@ from bot.slack.app import SlackBot
 from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
-from bot.slack.ladder import attach_ladder
 from bot.slack.state import SlackState, slack_migrations
-from bot.slack.watching import attach_watches, cores_of
 from bot.slack.web import SlackOut
 from bot.store import Store
 
 if TYPE_CHECKING:
-    from slack_sdk import WebClient
-
-    from bot.clock import Clock
-    from bot.fleet_router import FleetRouter
+    from bot.app.compose import Composed
+    from bot.app.services import Services
 
 log = logging.getLogger("recover_bot.slack.worker")
 
@@ -77,9 +74,17 @@ class InboxRunner:
     """
 
     def __init__(
-        self, bot: SlackBot, inbox: Inbox, worker_id: str, *, slots: int = 8, lanes: queued.Lanes | None = None
+        self,
+        bot: SlackBot,
+        inbox: Inbox,
+        worker_id: str,
+        *,
+        slots: int = 8,
+        lanes: queued.Lanes | None = None,
+        cores: Mapping[str, Services] | None = None,
     ) -> None:
         self.bot = bot
+        self.cores = dict(cores or {})  # each installation's, for ``/healthz`` (none for a stand-in)
         self.inbox = inbox
         self.worker_id = worker_id
         self.slots = slots
@@ -173,7 +178,7 @@ class InboxRunner:
                 self.take_orphans()
             except Exception as exc:  # noqa: BLE001 - a busy store now and then: beat again later
                 log.warning("worker heartbeat failed: %s", type(exc).__name__)
-            publish_health(self.bot)
+            publish_health(self.cores, self.bot.settings)
 
     def take_orphans(self) -> list[Item]:
         """Items a dead worker was running: marked interrupted (not re-run), their people told."""
@@ -184,41 +189,28 @@ class InboxRunner:
         return orphans
 
 
-def publish_health(bot: SlackBot) -> None:
+def publish_health(cores: Mapping[str, Services], settings: Settings) -> None:
     """Each installation's figures for ``/healthz`` (the serving process reads them)."""
     try:
-        fleet_health.publish({c.installation: c for c in cores_of(bot.router)}, fleet_health.health_path(bot.settings))
+        fleet_health.publish(dict(cores), fleet_health.health_path(settings))
     except Exception as exc:  # noqa: BLE001 - figures are best effort: the next beat writes them again
         log.warning("installation health not written: %s", type(exc).__name__)
 
 
-def slack_fleet_router(settings: Settings, client: WebClient, *, clock: Clock | None = None) -> FleetRouter:
-    """The core as the Slack front composes it: one core per installation (today's settings: the one
-    installation `default`), approvers read through Slack, and the front's ports handed in as each core
-    is built (break-glass's loud notice posted through this client, in every installation)."""
-    from bot.fleet_router import build_fleet_router  # the core: only the worker needs it at start
-    from bot.services import FrontPorts
-    from bot.slack.notice import SlackNotice
-    from bot.slack.web import approver_directory
-
-    ports = FrontPorts(notice=SlackNotice(SlackOut(client)))
-    return build_fleet_router(
-        settings, directory=approver_directory(settings, client), clock=clock, ports=ports, startup=False
-    )
-
-
-def worker_bot(settings: Settings, store: Store) -> SlackBot:
-    """The Slack front end's work side: the real router, the Web API client, no Bolt app."""
+def worker_bot(settings: Settings, store: Store) -> tuple[SlackBot, Composed]:
+    """The Slack front end's work side: the core composed with the Slack ports (the ladder and watch
+    mode speak through this process's Web API client), and the bot over its router; no Bolt app."""
+    from bot.slack.ports import slack_compose  # the core: only the worker needs it at start
     from bot.slack.web import make_client
 
     client = make_client(settings)
-    router = slack_fleet_router(settings, client)
     store.migrate([slack_migrations])  # the Slack front's own tables, beside the core's
     out = SlackOut(client)
     state = SlackState(store)
-    return SlackBot(
+    composed = slack_compose(settings, client, out=out, state=state)
+    bot = SlackBot(
         settings=settings,
-        router=router,
+        router=composed.router,
         client=client,
         out=out,
         state=state,
@@ -227,15 +219,13 @@ def worker_bot(settings: Settings, store: Store) -> SlackBot:
         ui=BackgroundWork(4, "recover-ui"),
         inbox=Inbox(store),
     )
+    return bot, composed
 
 
-def _lanes(bot: SlackBot) -> queued.Lanes | None:
+def _lanes(composed: Composed) -> queued.Lanes | None:
     """The router's resolution for the lanes when it serves several installations; None for one
     (its work and the shared work are one lane of ``slots``, as before installations)."""
-    from bot.fleet_router import FleetRouter
-
-    router = bot.router
-    return router if isinstance(router, FleetRouter) and len(router.routers) > 1 else None
+    return composed.router if len(composed.cores) > 1 else None
 
 
 def _watch_input(stream: TextIO, runner: InboxRunner, stop: threading.Event) -> None:
@@ -258,10 +248,10 @@ def main(stream: TextIO | None = None) -> int:
         return 2
     configure_logging(settings.log_level)
     store = Store(settings.db_path, audit_key=settings.audit_key_bytes())
-    bot = worker_bot(settings, store)
+    bot, composed = worker_bot(settings, store)
     assert bot.inbox is not None
     # Each installation's items on their own slots: one installation's hanging host holds only its own.
-    runner = InboxRunner(bot, bot.inbox, str(config["worker"]), slots=8, lanes=_lanes(bot))
+    runner = InboxRunner(bot, bot.inbox, str(config["worker"]), slots=8, lanes=_lanes(composed), cores=composed.cores)
     stop = threading.Event()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
@@ -273,15 +263,11 @@ def main(stream: TextIO | None = None) -> int:
     threading.Thread(target=_watch_input, args=(stream, runner, stop), name="recover-wake", daemon=True).start()
     bot.start_sweeper()
     bot.work.submit(bot.run_startup)
-    watchers = attach_watches(bot)  # each installation's watch channel: watch mode here
-    ladder = attach_ladder(bot.router, bot.out, bot.state)  # the escalation ladder's due steps
+    composed.start()  # each installation's watch mode and escalation ladder: they run here
     try:
         runner.run(stop)
     finally:
-        for watcher in watchers:
-            watcher.stop()
-        if ladder is not None:
-            ladder.stopping.set()
+        composed.stop()
         runner.close()
         bot.close()  # waits for the items already running
     return 0

@@ -8,7 +8,7 @@ Why it looks like this:
   with a plain ``BEGIN`` can fail with SQLITE_BUSY at once, whatever the busy timeout. Appending a
   step reads the chain's head and writes the next link, so it must hold the write lock throughout.
 - The schema is the store's own migration set plus the sets it is given: whoever composes the app
-  (bot/services.py, a front's builder, a test's fixture) names the areas whose tables it needs.
+  (bot/app/services.py, a front's builder, a test's fixture) names the areas whose tables it needs.
 - One store file per installation (bot/installations/spec.py): every step records ``installation``,
   and the store's binding to its installation and control host is bot/store/binding.py.
 - The tables' SQL lives in one module per table (``_cases``, ``_steps``, ``_requests``); this class

@@ -7,7 +7,7 @@ the keyed marker (bot/store/keymark.py), the store records an ``installation_bou
 start: the installation's name, the control host's base URL and the sha256 fingerprint of its API key
 (never the key). The newest such step is the store's binding:
 
-- at start (bot/services.py) a store without one gets it; a store bound to another installation or
+- at start (bot/app/services.py) a store without one gets it; a store bound to another installation or
   another host is refused with one line;
 - before every send the gate (bot/decisions/_authority.py) checks it again against the client it
   sends through;

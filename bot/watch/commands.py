@@ -1,4 +1,4 @@
-"""``/recover watch [pause [--for <duration>] | resume]``: parsed command → the attached watcher."""
+"""``/recover watch [pause [--for <duration>] | resume]``: parsed command → the installation's composed watcher."""
 
 from __future__ import annotations
 

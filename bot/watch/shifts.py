@@ -70,7 +70,7 @@ def with_take(message: Message) -> Message:
 
 
 class HandoffSource(Protocol):
-    """The ``handoff`` command's own parts (bot/handoff.py): its head, then (key, message) per listed
+    """The ``handoff`` command's own parts (bot/app/handoff.py): its head, then (key, message) per listed
     entry; the requests expired since the last hand-off before ``before`` are in them."""
 
     def __call__(self, actor: str, before: datetime, /) -> tuple[Message, list[tuple[str, Message]]]: ...

@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -82,6 +82,16 @@ class PollResult:
     cursor: str | None = None  # the cursor of the page read last (None: the first page)
 
 
+@dataclass(frozen=True)
+class Wakes:
+    """What makes a watcher poll besides its interval, given when it is built: a trigger built over it
+    (Docker events wake it at once), or, where no loop runs it, what polls it (the demo's console
+    commands; ``/recover watch`` says so)."""
+
+    trigger: Callable[[Watcher], Trigger] | None = None
+    polls_on: str | None = None
+
+
 class Watcher:
     def __init__(
         self,
@@ -99,6 +109,7 @@ class Watcher:
         handoff: HandoffSource | None = None,
         members: ChannelMembers | None = None,
         console_users: Mapping[str, str] | None = None,
+        wakes: Wakes | None = None,
     ) -> None:
         if runbooks.watch is None:
             raise ValueError("watch mode needs a 'watch:' section in the runbooks (docs/runbook-format.md)")
@@ -128,10 +139,12 @@ class Watcher:
         self.last_error: str | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()  # wake(): poll now instead of at the end of the interval
-        self.trigger: Trigger | None = None  # set by the wiring; runs while run() does
+        # What else wakes it (Docker events), built over this watcher; runs while run() does.
+        wakes = wakes or Wakes()
+        self.trigger: Trigger | None = wakes.trigger(self) if wakes.trigger is not None else None
         self._lock = threading.Lock()  # one poll at a time per process
         #: What makes it poll when no loop runs it (the demo: its console commands); None: every ``interval``.
-        self.polls_on: str | None = None
+        self.polls_on: str | None = wakes.polls_on
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Break-glass over signed Slack HTTP, composed as production composes the Slack front
-(``slack_fleet_router``: the installations file, one core per installation, the front's notice poster
+(``bot.slack.ports.slack_compose``: the installations file, one core per installation, the front's notice poster
 handed in as each core is built), over ONE and TWO installations: the real Bolt app, the Slack stand-in,
 a sandbox control host per installation over HTTP. The loud notice (the installation's channel, and a
 DM to the approver) is received by Slack before that installation's control host receives the
@@ -19,8 +19,8 @@ from pydantic import SecretStr
 from bot.clock import ManualClock
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import load_settings
+from bot.slack.ports import slack_compose
 from bot.slack.web import make_client
-from bot.slack.worker import slack_fleet_router
 from tests.breakglass.world import APPROVER, LADDER_END, REQUESTER, post_times, stopped
 from tests.fixtures.slack import BOT_TOKEN, SlackStandIn
 from tests.installations.standin import installations_file
@@ -71,7 +71,7 @@ def test_break_glass_confirmed_posts_its_notice_in_the_installations_channel_the
         }
     )
     clock = ManualClock(datetime.now(UTC))
-    router = slack_fleet_router(settings, make_client(settings), clock=clock)
+    router = slack_compose(settings, make_client(settings), clock=clock).router
     h = slack_harness(router)
     name = list(hosts)[-1]  # with two, the second: its notice must not land in the first's channel
     channel, host = CHANNELS[name], hosts[name]

@@ -12,14 +12,15 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from bot.app.compose import FrontPorts
+from bot.app.router import Router
 from bot.clock import ManualClock, parse_time
 from bot.messages import ListReporter, Reply
-from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle
-from bot.services import FrontPorts
 from bot.settings import load_settings
 from bot.slack.notice import SlackNotice
 from bot.slack.web import SlackOut, make_client
+from tests.fixtures.composing import default_router
 from tests.fixtures.slack import BOT_TOKEN, SlackStandIn
 
 REQUESTER = "UREQ000001"
@@ -114,5 +115,5 @@ def make_world(sbx: SandboxHandle, api: SlackStandIn, db: Path, **overrides: Any
     clock = ManualClock(datetime.now(UTC))
     # The Slack front's notice poster, handed in at composition as the Slack worker does.
     ports = FrontPorts(notice=SlackNotice(SlackOut(make_client(settings))))
-    router = build_router(settings, sandbox=sbx, clock=clock, startup=False, ports=ports)
+    router = default_router(settings, sandbox=sbx, clock=clock, startup=False, ports=ports)
     return World(sbx, api, router, clock, db)

@@ -16,14 +16,14 @@ import pytest
 
 from bot.console import DEMO_CONSOLE_USERS, render, run_console
 from bot.messages import Button, Message, ref
-from bot.router import build_router
 from bot.settings import Settings
+from tests.fixtures.composing import default_router
 from tests.fixtures.waiting import eventually
 
 
 @pytest.fixture
 def router(sandbox, tmp_path):
-    return build_router(
+    return default_router(
         Settings(db_path=tmp_path / "console.db"), sandbox=sandbox, console_users_map=DEMO_CONSOLE_USERS
     )
 

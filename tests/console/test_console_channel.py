@@ -7,8 +7,8 @@ import pytest
 from bot.console import DEMO_CONSOLE_USERS
 from bot.errors import SettingsError
 from bot.messages import ListReporter
-from bot.router import build_router
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 
 
 def test_recover_channels_accepts_console_next_to_slack_ids() -> None:
@@ -23,7 +23,7 @@ def test_recover_channels_accepts_console_next_to_slack_ids() -> None:
 @pytest.mark.parametrize(("channels", "allowed"), [("C0INCIDENT", False), ("C0INCIDENT,console", True)])
 def test_the_console_decides_only_when_listed(sandbox, tmp_path, channels, allowed) -> None:
     settings = load_settings({"RECOVER_CHANNELS": channels, "RECOVER_DB": str(tmp_path / "c.db")}, dotenv=None)
-    router = build_router(settings, sandbox=sandbox, startup=False, console_users_map=DEMO_CONSOLE_USERS)
+    router = default_router(settings, sandbox=sandbox, startup=False, console_users_map=DEMO_CONSOLE_USERS)
     reply = router.handle_text(
         'decide ses_restore_transient close --reason "store gone"',
         actor="console:alice",

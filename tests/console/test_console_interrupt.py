@@ -7,8 +7,8 @@ import io
 import re
 
 from bot.console import DEMO_CONSOLE_USERS, run_console
-from bot.router import build_router
 from bot.settings import Settings
+from tests.fixtures.composing import default_router
 
 
 class CtrlCAfter(io.StringIO):
@@ -25,7 +25,7 @@ def test_ctrl_c_withdraws_this_runs_pending_request_only(sandbox, tmp_path) -> N
     settings = Settings(db_path=tmp_path / "c.db")
 
     def router():
-        return build_router(settings, sandbox=sandbox, startup=False, console_users_map=DEMO_CONSOLE_USERS)
+        return default_router(settings, sandbox=sandbox, startup=False, console_users_map=DEMO_CONSOLE_USERS)
 
     earlier = io.StringIO()
     assert (

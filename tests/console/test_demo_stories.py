@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from bot.console import DEMO_CONSOLE_USERS, DemoClock, run_console
-from bot.router import build_router
+from bot.console import DemoClock, compose_demo, run_console
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import Settings
 
@@ -28,15 +27,12 @@ def demo_sandbox() -> Any:
 
 
 def _demo(sbx: SandboxHandle, tmp_path: Path, script: str) -> tuple[int, str]:
-    router = build_router(
-        Settings(db_path=tmp_path / "demo.db"),
-        sandbox=sbx,
-        clock=DemoClock(sbx, pace=0),
-        startup=False,
-        console_users_map=DEMO_CONSOLE_USERS,
-    )
+    # As `recover-bot demo` composes it: the console's ports, watch and the ladder speaking here.
+    composed, demo = compose_demo(Settings(db_path=tmp_path / "demo.db"), sbx, clock=DemoClock(sbx, pace=0))
     out = io.StringIO()
-    code = run_console(router, stdin=io.StringIO(script), stdout=out, allow_switch_user=True, sandbox=sbx)
+    code = run_console(
+        composed.router, stdin=io.StringIO(script), stdout=out, allow_switch_user=True, sandbox=sbx, demo=demo
+    )
     return code, out.getvalue()
 
 

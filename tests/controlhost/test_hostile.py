@@ -20,14 +20,15 @@ import httpcore
 import httpx
 import pytest
 
+from bot.app.services import Services
 from bot.clock import ManualClock
 from bot.controlhost import ControlHostClient, ControlHostError, RequestPendingError, deadline_in
 from bot.controlhost._deadline import DeadlineBackend, DeadlineTransport, deadline_transport
 from bot.sandbox import SandboxAdmin, SandboxHandle
-from bot.services import Services, build_services
 from bot.settings import Settings
 from bot.store import Store
 from bot.workpool import snapshot
+from tests.fixtures.composing import composed
 from tests.fixtures.controlhost import post_decision
 from tests.fixtures.waiting import eventually
 
@@ -64,7 +65,8 @@ def remote() -> Iterator[tuple[str, SandboxAdmin]]:
 def services(remote: tuple[str, SandboxAdmin], tmp_path: Path) -> Iterator[Services]:
     url, admin = remote
     admin.reset()
-    built = build_services(Settings(control_host_url=url, control_host_api_key=KEY, db_path=tmp_path / "hostile.db"))
+    settings = Settings(control_host_url=url, control_host_api_key=KEY, db_path=tmp_path / "hostile.db")
+    built = composed(settings, startup=False).core()
     yield built
     built.client.close()
     admin.reset()

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.services import api_paths
 from bot.controlhost import ControlHostClient
 from bot.errors import RunbookError
 from bot.runbook import load_runbooks
-from bot.services import api_paths
 from bot.store import Store
 from tests.runbook.helpers import copy_runbooks, edit
 

@@ -8,8 +8,8 @@ import pytest
 
 from bot.errors import RunbookError
 from bot.runbook import load_runbooks
-from bot.services import build_services
 from bot.settings import load_settings
+from tests.fixtures.composing import composed
 from tests.runbook.helpers import copy_runbooks, edit
 
 SESSION = "ses_restore_transient"
@@ -21,7 +21,7 @@ def test_an_edited_events_path_is_the_one_requested(sandbox, tmp_path: Path) -> 
     settings = load_settings({}, dotenv=None).model_copy(
         update={"db_path": tmp_path / "recover.db", "runbooks_dir": directory}
     )
-    services = build_services(settings, sandbox=sandbox)
+    services = composed(settings, sandbox=sandbox, startup=False).core()
     diagnosis = services.diagnoser.gather(SESSION)
     paths = [r["path"] for r in sandbox.admin.requests(SESSION)]
     assert f"/v1/sessions/{SESSION}/event-log" in paths

@@ -103,7 +103,7 @@ def test_every_module_and_code_name_cited_exists(walk: str) -> None:
             "decide",
             [
                 "bot/slack/front.py",
-                "bot/router.py",
+                "bot/app/router.py",
                 "bot/decisions/_service.py",
                 "bot/decisions/_decide.py",
                 "bot/decisions/_requests.py",
@@ -113,7 +113,7 @@ def test_every_module_and_code_name_cited_exists(walk: str) -> None:
         (
             "approve",
             [
-                "bot/router.py",
+                "bot/app/router.py",
                 "bot/decisions/_service.py",
                 "bot/decisions/_approvals.py",
                 "bot/decisions/_lifecycle.py",

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bot.app.router import Router
 from bot.buttons import SEPARATOR, BadButtonValue, DecisionChoice
 from bot.errors import CommandError
 from bot.messages import ListReporter
-from bot.router import Router, build_router
 from bot.runbook import load_runbooks
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 from tests.fixtures.runbook import REPO_RUNBOOKS
 
 
@@ -74,7 +75,7 @@ def test_only_a_value_with_one_separator_can_parse(value: str, decision: str) ->
 def test_the_router_refuses_a_forged_decide_form_click(sandbox, tmp_path: Path) -> None:
     """The router's own decide_form action parses with the same parser: a refusal, nothing recorded."""
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
-    router = build_router(settings, sandbox=sandbox, startup=False)
+    router = default_router(settings, sandbox=sandbox, startup=False)
     assert isinstance(router, Router)
     store = router.services.store
     before = len(store.steps())

@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
+from bot.app.router import Router
 from bot.clock import ManualClock
 from bot.messages import ListReporter, Mention, Message, Reply, pieces
-from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 
 CHANNEL = "C1"
 SID = "ses_recheck"
@@ -56,7 +57,7 @@ def sbx(clock: PassClock) -> Iterator[SandboxHandle]:
 @pytest.fixture
 def router(sbx: SandboxHandle, tmp_path: Path) -> Router:
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
-    built = build_router(settings, sandbox=sbx)
+    built = default_router(settings, sandbox=sbx)
     assert isinstance(built, Router)
     return built
 

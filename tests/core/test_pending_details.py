@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.router import Router
 from bot.messages import ListReporter, Reply, brief
-from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 
 SESSION = "ses_unknown_ckpt_unavailable"
 TURN = "turn_uc3"
@@ -28,7 +29,7 @@ def _router(sbx: SandboxHandle, tmp_path: Path) -> Router:
     settings = load_settings({}, dotenv=None).model_copy(
         update={"db_path": tmp_path / "recover.db", "approvers": ("U2", "U3")}
     )
-    router = build_router(settings, sandbox=sbx)
+    router = default_router(settings, sandbox=sbx)
     assert isinstance(router, Router)
     return router
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.router import Router
 from bot.messages import ListReporter, Message, Reply
-from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 
 SESSION = "ses_unknown_ckpt_unavailable"
 TURN = "turn_uc3"
@@ -27,7 +28,7 @@ def sbx() -> Iterator[SandboxHandle]:
 
 def _router(sbx: SandboxHandle, tmp_path: Path, **overrides: object) -> Router:
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db", **overrides})
-    router = build_router(settings, sandbox=sbx)
+    router = default_router(settings, sandbox=sbx)
     assert isinstance(router, Router)
     return router
 

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
+from bot.app.router import Router
 from bot.clock import ManualClock
 from bot.messages import ListReporter, Reply
-from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 
 CHANNEL = "C1"
 
@@ -31,7 +32,7 @@ def sbx() -> Iterator[SandboxHandle]:
 @pytest.fixture
 def router(sbx: SandboxHandle, tmp_path: Path) -> Router:
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
-    built = build_router(settings, sandbox=sbx)
+    built = default_router(settings, sandbox=sbx)
     assert isinstance(built, Router)
     return built
 
@@ -537,7 +538,7 @@ def test_the_sandbox_scenarios_read_as_the_runbook_says(tmp_path, sid) -> None:
     title, refused = BUILTIN[sid]
     with start_sandbox(clock=ManualClock()) as builtin:
         settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
-        router = build_router(settings, sandbox=builtin)
+        router = default_router(settings, sandbox=builtin)
         reply = say(router, f"/recover diagnose {sid}")
         assert title in text(reply)
         assert refused <= set(not_valid(reply)), not_valid(reply)

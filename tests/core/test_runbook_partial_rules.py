@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.router import Router
 from bot.clock import ManualClock
 from bot.messages import ListReporter, Reply
-from bot.router import Router, build_router
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def sbx() -> Iterator[SandboxHandle]:
 
 def make_router(sbx: SandboxHandle, tmp_path: Path, **update: object) -> Router:
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db", **update})
-    built = build_router(settings, sandbox=sbx)
+    built = default_router(settings, sandbox=sbx)
     assert isinstance(built, Router)
     return built
 

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.messages import ListReporter, Reply
-from bot.router import build_router
 from bot.runbook import load_runbooks
 from bot.settings import load_settings
 from bot.textclean import clean_text
+from tests.fixtures.composing import default_router
 
 RUNBOOKS = load_runbooks(Path(__file__).resolve().parents[2] / "runbooks")
 DIRT = "\ud83d\x00\x1b[31m\u202e\udfff\r"
@@ -47,7 +47,7 @@ def _dirty_lines(example: str) -> list[str]:
 @pytest.mark.parametrize("name", sorted(RUNBOOKS.commands))
 def test_surrogates_in_every_command_are_handled(name: str, sandbox, clock, tmp_path) -> None:
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
-    router = build_router(settings, sandbox=sandbox, clock=clock)
+    router = default_router(settings, sandbox=sandbox, clock=clock)
     spec = RUNBOOKS.commands[name]
     for line in _dirty_lines(spec.example):
         for actor in ("alice", "bob\ud800"):
@@ -70,7 +70,7 @@ def test_surrogates_in_every_command_are_handled(name: str, sandbox, clock, tmp_
 
 def test_a_note_with_surrogates_is_stored_with_replacement_characters(sandbox, clock, tmp_path) -> None:
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
-    router = build_router(settings, sandbox=sandbox, clock=clock)
+    router = default_router(settings, sandbox=sandbox, clock=clock)
     reply = router.handle_text(
         f"/recover note {SESSION} store team\ud800 on it\x00 now", actor="alice", channel=None, reporter=ListReporter()
     )

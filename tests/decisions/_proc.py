@@ -20,13 +20,13 @@ from pathlib import Path
 
 import httpx
 
+from bot.app.services import MIGRATIONS
 from bot.clock import ManualClock
 from bot.controlhost import ControlHostClient, RetryPolicy
 from bot.decisions import DecisionService
 from bot.diagnosis import Diagnoser
 from bot.messages import NullReporter
 from bot.runbook import load_runbooks
-from bot.services import MIGRATIONS
 from bot.store import Store, binding
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from bot.messages import ListReporter
-from bot.router import build_router
 from bot.settings import Settings
+from tests.fixtures.composing import default_router
 
 ME = "console:alice"
 
@@ -18,7 +18,7 @@ ME = "console:alice"
 def router(sandbox, tmp_path) -> Any:
     # alice is mapped: a two-person request from an unmapped login is refused (docs/commands.md)
     settings = Settings(db_path=tmp_path / "cases.db", console_users={"alice": "UALICE0001"})
-    return build_router(settings, sandbox=sandbox, startup=False)
+    return default_router(settings, sandbox=sandbox, startup=False)
 
 
 def _say(router: Any, text: str) -> Any:

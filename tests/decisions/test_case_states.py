@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 
 from bot.messages import ListReporter, Reply
-from bot.router import build_router
 from bot.sandbox import SandboxHandle
 from bot.settings import Settings
+from tests.fixtures.composing import default_router
 from tests.fixtures.triage import bulk_router, make_incident
 
 
 @pytest.fixture
 def router(sandbox: SandboxHandle, tmp_path: Path) -> Any:
-    return build_router(Settings(db_path=tmp_path / "cases.db"), sandbox=sandbox, startup=False)
+    return default_router(Settings(db_path=tmp_path / "cases.db"), sandbox=sandbox, startup=False)
 
 
 def _say(router: Any, text: str, actor: str = "U1") -> Reply:

@@ -89,10 +89,10 @@ def test_a_mapped_login_passes_the_approver_rules_by_its_slack_id(decision_env):
 
 
 def test_the_button_path_refuses_the_same_person(sandbox, tmp_path):
-    from bot.router import build_router
     from bot.settings import Settings
+    from tests.fixtures.composing import default_router
 
-    router = build_router(Settings(db_path=tmp_path / "b.db"), sandbox=sandbox, startup=False, console_users_map=MAP)
+    router = default_router(Settings(db_path=tmp_path / "b.db"), sandbox=sandbox, startup=False, console_users_map=MAP)
     made = router.handle_text(
         'decide ses_restore_transient close --reason "store gone"',
         actor=REQUESTER,

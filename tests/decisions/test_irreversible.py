@@ -7,8 +7,8 @@ import re
 
 from bot.console import DEMO_CONSOLE_USERS
 from bot.messages import ListReporter
-from bot.router import build_router
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 from tests.fixtures.slack import SlackHarness
 
 SESSION = "ses_restore_transient"
@@ -18,7 +18,7 @@ FORM = "application/x-www-form-urlencoded"
 
 def test_console_decide_and_repeat_say_close_is_irreversible(sandbox, tmp_path) -> None:
     settings = load_settings({"RECOVER_CHANNELS": "console", "RECOVER_DB": str(tmp_path / "c.db")}, dotenv=None)
-    router = build_router(settings, sandbox=sandbox, startup=False, console_users_map=DEMO_CONSOLE_USERS)
+    router = default_router(settings, sandbox=sandbox, startup=False, console_users_map=DEMO_CONSOLE_USERS)
 
     def decide(decision: str) -> str:
         reply = router.handle_text(

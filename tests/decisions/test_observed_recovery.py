@@ -26,10 +26,10 @@ RESUMABLE = "ses_stopped_resumable"
 
 def _router(sandbox: Any, tmp_path: Path) -> Any:
     """The real router wired to ``sandbox`` over HTTP, as the ``console_router`` fixture builds it."""
-    from bot.router import build_router
     from bot.settings import Settings
+    from tests.fixtures.composing import default_router
 
-    return build_router(Settings(db_path=tmp_path / "console.db"), sandbox=sandbox, startup=False)
+    return default_router(Settings(db_path=tmp_path / "console.db"), sandbox=sandbox, startup=False)
 
 
 @pytest.fixture

@@ -28,11 +28,11 @@ FILLED = {
 @pytest.fixture
 def console_router(sandbox: Any, tmp_path: Path) -> Any:
     """The console's router over the builtin sandbox, its login mapped (a two-person request is allowed)."""
-    from bot.router import build_router
     from bot.settings import Settings
+    from tests.fixtures.composing import default_router
 
     settings = Settings(db_path=tmp_path / "console.db", console_users={"alice": "U0ALICE01", "bob": "U0BOB0001"})
-    return build_router(settings, sandbox=sandbox, startup=False)
+    return default_router(settings, sandbox=sandbox, startup=False)
 
 
 def _fill(line: str) -> str:

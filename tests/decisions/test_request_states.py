@@ -7,8 +7,8 @@ import sqlite3
 
 from sqlite_utils import Database
 
+from bot.app.services import MIGRATIONS
 from bot.decisions._requests import STATES, migrations
-from bot.services import MIGRATIONS
 from bot.store import Store, schema
 from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.services import MIGRATIONS
 from bot.clock import ManualClock
 from bot.controlhost import ControlHostClient, RetryPolicy
 from bot.diagnosis import Diagnoser, ReconcilerStatus
 from bot.logs import FileLogSource
 from bot.runbook import RunbookSet, load_runbooks
 from bot.sandbox import SandboxHandle, start_sandbox
-from bot.services import MIGRATIONS
 from bot.store import Store
 
 REPO = Path(__file__).resolve().parents[2]

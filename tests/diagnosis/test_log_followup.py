@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from bot.app.services import worker_log_config
 from bot.console import run_console
 from bot.dockerops import DockerLogSource
-from bot.router import build_router
-from bot.services import worker_log_config
 from bot.settings import Settings
+from tests.fixtures.composing import default_router
 from tests.fixtures.docker import DockerEngine
 
 pytestmark = pytest.mark.docker
@@ -45,7 +45,7 @@ def small_budget_runbooks(tmp_path: Path) -> Path:
 
 def docker_router(sandbox: Any, tmp_path: Path, engine: DockerEngine, project: str) -> Any:
     settings = Settings(db_path=tmp_path / "recover.db", runbooks_dir=small_budget_runbooks(tmp_path))
-    router = build_router(settings, sandbox=sandbox, startup=False)
+    router = default_router(settings, sandbox=sandbox, startup=False)
     services = router.services
     # The worker logs come from the installation's Docker workers (the demo's file source otherwise).
     services.diagnoser.log_source = DockerLogSource(

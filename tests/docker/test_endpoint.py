@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from bot.app.services import docker_endpoint
 from bot.dockerops import DockerEndpoint, client_factory
 from bot.dockerops._engine import connect
 from bot.errors import DockerOpsError, SettingsError
-from bot.services import docker_endpoint
 from bot.settings import load_settings
 from tests.docker.tls_engine import TlsCerts
 

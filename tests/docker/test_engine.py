@@ -125,7 +125,7 @@ def test_permission_denied_on_the_socket(tmp_path: Path) -> None:
         f"""
         from bot.dockerops import DockerOps, client_factory
         from bot.errors import DockerOpsError
-        from bot.services import MIGRATIONS
+        from bot.app.services import MIGRATIONS
         from bot.store import Store
         ops = DockerOps(Store({str(tmp_path / "r.db")!r}, migrations=MIGRATIONS), installation="rbtx",
                         docker_client_factory=client_factory("unix://{path}"))

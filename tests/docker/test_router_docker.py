@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.router import Router
 from bot.messages import ListReporter, Reply
-from bot.router import Router, build_router
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 
 pytestmark = pytest.mark.docker
 
@@ -41,7 +42,7 @@ def test_diagnose_dryrun_and_reviewed_pass_through_the_router(
             "docker_host": docker_engine.host,
         }
     )
-    router = build_router(settings, sandbox=sandbox)
+    router = default_router(settings, sandbox=sandbox)
     assert isinstance(router, Router)
     services = router.services
     assert services.diagnoser.log_source is not None and services.diagnoser.log_source.name != "file"
@@ -85,7 +86,7 @@ def test_preflight_through_the_router_fails_on_this_old_daemon(docker_engine, sa
     settings = load_settings({}, dotenv=None).model_copy(
         update={"db_path": tmp_path / "recover.db", "docker_host": docker_engine.host}
     )
-    router = build_router(settings, sandbox=sandbox)
+    router = default_router(settings, sandbox=sandbox)
     reply = router.handle_text("/recover preflight", actor="alice", channel=None, reporter=ListReporter())
     assert not reply.ok  # 20.10 < 28 (R1.7)
     text = _text(reply)

@@ -10,8 +10,8 @@ import sys
 
 from slack_sdk import WebClient
 
+from bot.app.compose import FrontPorts, compose
 from bot.escalation.runner import LadderRunner
-from bot.services import build_services
 from bot.settings import Settings
 from bot.slack.ladder import SlackLadderPoster
 from bot.slack.state import SlackState, slack_migrations
@@ -20,7 +20,7 @@ from bot.slack.state import SlackState, slack_migrations
 def main() -> int:
     config = json.loads(sys.stdin.readline())
     settings = Settings(**config["settings"])
-    services = build_services(settings)
+    services = compose(settings, ports=FrontPorts(), startup=False).core()
     services.store.migrate([slack_migrations])
     client = WebClient(token="xoxb-test", base_url=settings.slack_api_url, timeout=2, retry_handlers=[])
     runner = LadderRunner(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.messages import Message
-from bot.slack.ladder import UNREADABLE_WAIT, SlackLadderPoster, attach_ladder
+from bot.slack.ladder import UNREADABLE_WAIT, SlackLadderPoster
 from tests.fixtures.escalation import BACKUP, TIER2, short_ladder_folder
 from tests.fixtures.slack import SlackHarness
 
@@ -39,7 +39,7 @@ def test_reminder_mention_widen_and_the_announced_expiry_over_slack(
     slack_harness: Any, sandbox: Any, tmp_path: Path
 ) -> None:
     h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
-    runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    runner = h.composed.ladders.get("default")
     assert runner is not None
     assert h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE").status_code == 200
     h.settle()
@@ -69,7 +69,7 @@ def test_reminder_mention_widen_and_the_announced_expiry_over_slack(
     runner.run_due()
     (expired,) = _new(h, root, seen + 3)
     assert "Expired" in expired.all_text() and rid in expired.all_text()
-    steps = [s.step for s in h.bot.router.services.store.steps(session_id=SESSION) if s.step.startswith("escalation_")]
+    steps = [s.step for s in h.composed.core().store.steps(session_id=SESSION) if s.step.startswith("escalation_")]
     assert steps == ["escalation_reminded", "escalation_mentioned", "escalation_widened", "escalation_expired"]
 
     h.send.command("handoff", user="UBOB")
@@ -84,19 +84,19 @@ def test_a_widened_group_member_approves_over_slack_and_it_is_sent(
 ) -> None:
     h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
     h.api.groups[TIER2] = ["UCAROL"]
-    runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    runner = h.composed.ladders.get("default")
     assert runner is not None
     h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE")
     h.settle()
     _root, _request_msg, rid = _request(h)
     h.send.command(f"approve {rid}", user="UCAROL")  # before the widening: refused
     h.settle()
-    assert h.bot.router.services.decisions.requests.get(rid).state == "requested"
+    assert h.composed.core().decisions.requests.get(rid).state == "requested"
     sandbox.clock.advance(6)
     runner.run_due()
     h.send.command(f"approve {rid}", user="UCAROL")
     h.settle()
-    assert h.bot.router.services.decisions.requests.get(rid).state == "executed"
+    assert h.composed.core().decisions.requests.get(rid).state == "executed"
     assert [r for r in sandbox.admin.requests(SESSION) if "decision" in str(r.get("path", ""))]
 
 
@@ -104,7 +104,7 @@ def test_remind_by_the_requester_runs_the_next_step_once_per_interval_and_nobody
     slack_harness: Any, sandbox: Any, tmp_path: Path
 ) -> None:
     h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
-    runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    runner = h.composed.ladders.get("default")
     assert runner is not None
     h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE")
     h.settle()
@@ -155,7 +155,7 @@ def test_remind_by_the_requester_runs_the_next_step_once_per_interval_and_nobody
 
 def test_a_429_on_the_live_line_delays_that_edit_only(slack_harness: Any, sandbox: Any, tmp_path: Path) -> None:
     h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
-    runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    runner = h.composed.ladders.get("default")
     assert runner is not None
     h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE")
     h.settle()
@@ -170,7 +170,7 @@ def test_a_429_on_the_live_line_delays_that_edit_only(slack_harness: Any, sandbo
     assert done.edited == [] and len(done.posted) == 2  # the steps were not slowed
     h.send.command(f"approve {rid}", user="UBOB")  # nor the decision
     h.settle()
-    assert h.bot.router.services.decisions.requests.get(rid).state == "executed"
+    assert h.composed.core().decisions.requests.get(rid).state == "executed"
 
 
 def test_the_live_lines_429_reads_retry_after_as_seconds_an_http_date_or_not_at_all(

@@ -120,9 +120,9 @@ class KeyedEnv(DecisionEnv):
     """A DecisionEnv whose store holds the audit key (each build is a restarted bot process)."""
 
     def build(self) -> None:
+        from bot.app.services import MIGRATIONS
         from bot.controlhost import ControlHostClient, RetryPolicy
         from bot.diagnosis import Diagnoser
-        from bot.services import MIGRATIONS
         from bot.store import Store
 
         self.store = Store(self.db_path, self.clock, migrations=MIGRATIONS, audit_key=KEY.encode())
@@ -280,10 +280,10 @@ def test_another_workspace_of_the_tokens_grid_org_is_refused(slack_harness, slac
 
 
 def test_an_unmapped_console_login_cannot_request_a_two_person_decision(sandbox, tmp_path) -> None:
-    from bot.router import build_router
     from bot.settings import Settings
+    from tests.fixtures.composing import default_router
 
-    router = build_router(
+    router = default_router(
         Settings(db_path=tmp_path / "g7.db", console_users={"root": "U0ALICE01"}), sandbox=sandbox, startup=False
     )
     made = _run(router, 'decide ses_restore_transient close --reason "store gone"', "console:deploy", "console")

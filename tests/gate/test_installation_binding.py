@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from bot.app.compose import FrontPorts, compose
+from bot.app.router import Router
 from bot.clock import ManualClock
 from bot.decisions import check_request_table
 from bot.errors import StartupError
@@ -30,9 +32,7 @@ from bot.ids import store_path
 from bot.installations import InstallationSpec
 from bot.installations.render import write_installations
 from bot.messages import ListReporter, Reply
-from bot.router import Router
 from bot.sandbox import SandboxHandle
-from bot.services import build_services
 from bot.settings import load_settings
 from bot.store import Store, binding
 from bot.store.audit import verify
@@ -54,7 +54,7 @@ def _core(tmp_path: Path, name: str, sbx: SandboxHandle, clock: ManualClock) -> 
     )
     # Bound to the channel the commands come from: an installation bound to none decides nowhere.
     spec = InstallationSpec(name=name, control_host_url=sbx.url, api_key=SecretStr(sbx.api_key), channels=("C1",))
-    return Router(build_services(settings, installation=spec, clock=clock))
+    return compose(settings, [spec], ports=FrontPorts(), clock=clock, startup=False).router.routers[name]
 
 
 def _run(router: Router, line: str, actor: str) -> Reply:

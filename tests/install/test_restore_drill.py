@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.services import MIGRATIONS
 from bot.clock import ManualClock
 from bot.messages import NullReporter
 from bot.sandbox import SandboxHandle
-from bot.services import MIGRATIONS
 from bot.slack.inbox import Inbox, inbox_path
 from bot.store import Store
 from bot.store.backup import step_count

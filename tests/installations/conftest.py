@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from bot.fleet_router import FleetRouter, build_fleet_router
+from bot.app.compose import FrontPorts, compose
+from bot.app.fleet_router import FleetRouter
 from bot.installations import InstallationSpec
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import load_settings
@@ -50,7 +51,7 @@ def make_fleet(sandboxes: Callable[..., SandboxHandle], tmp_path: Path) -> Calla
             update={"db_path": tmp_path / "recover.db", "approvers": (), **overrides}
         )
         specs = [spec_for(n, sandboxes(n)) for n in names]
-        return build_fleet_router(settings, specs, startup=False)
+        return compose(settings, specs, startup=False, ports=FrontPorts()).router
 
     return make
 

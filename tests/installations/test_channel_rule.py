@@ -1,5 +1,5 @@
 """The channel rule with an installations file, over signed Slack HTTP, composed as production composes
-the Slack front (``slack_fleet_router`` over RECOVER_INSTALLATIONS_FILE) for ONE and TWO installations:
+the Slack front (``slack_compose`` over RECOVER_INSTALLATIONS_FILE) for ONE and TWO installations:
 an installation's ``channels`` narrow RECOVER_CHANNELS and never widen it; ``channels: []`` binds it to
 no channel, so a two-person ``close`` is neither requested nor approved anywhere for it and nothing is
 sent; a file whose channel RECOVER_CHANNELS does not list is refused at start with FILE:LINE."""
@@ -16,8 +16,8 @@ from pydantic import SecretStr
 from bot.installations import InstallationsError
 from bot.sandbox import SandboxHandle, start_sandbox
 from bot.settings import Settings, load_settings
+from bot.slack.ports import slack_compose
 from bot.slack.web import make_client
-from bot.slack.worker import slack_fleet_router
 from bot.vocab import RequestState
 from tests.breakglass.world import APPROVER, REQUESTER, stopped
 from tests.fixtures.slack import BOT_TOKEN, SlackStandIn
@@ -70,7 +70,7 @@ def test_an_installation_bound_to_no_channel_takes_no_decision_in_any_channel(
 ) -> None:
     lists = {"eu-1": "[]", "us-1": f"[{INCIDENT}]"}
     settings = settings_for(tmp_path, slack_api, _file(tmp_path, hosts, lists), (INCIDENT,))
-    router = slack_fleet_router(settings, make_client(settings))
+    router = slack_compose(settings, make_client(settings)).router
     h = slack_harness(router)
     eu = router.fleet.core("eu-1")
     stopped(hosts["eu-1"], SESSION)
@@ -108,7 +108,7 @@ def test_a_file_channel_outside_recover_channels_is_refused_at_start_with_file_a
     path = _file(tmp_path, hosts, lists)
     settings = settings_for(tmp_path, slack_api, path, (INCIDENT,))
     with pytest.raises(InstallationsError) as caught:
-        slack_fleet_router(settings, make_client(settings))
+        slack_compose(settings, make_client(settings)).router
     assert caught.value.problems == [
         f"{path}:5: channel C0EU1INCD is not in RECOVER_CHANNELS ({INCIDENT}): an installation's channels narrow "
         "RECOVER_CHANNELS, never widen it; add it to RECOVER_CHANNELS or remove it here"
@@ -121,12 +121,12 @@ def test_the_console_decides_for_an_installation_that_lists_it_and_for_no_other(
 ) -> None:
     """The console is the channel `console` (docs/commands.md): listed in an installation's channels
     (several may list it), the console decides for it with --install; bound to none, it does not."""
-    from bot.fleet_router import build_fleet_router
+    from bot.app.compose import FrontPorts, compose
     from bot.messages import ListReporter
 
     lists = {"eu-1": "[console]", "us-1": "[console]"} if len(hosts) == 2 else {"eu-1": "[]"}
     settings = settings_for(tmp_path, slack_api, _file(tmp_path, hosts, lists), ())
-    router = build_fleet_router(settings, startup=False)  # as the console composes it (run_real_console)
+    router = compose(settings, ports=FrontPorts(), startup=False).router  # as run_real_console composes it
     for name in hosts:
         stopped(hosts[name], SESSION)
         reply = router.handle_text(

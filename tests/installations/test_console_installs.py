@@ -7,8 +7,8 @@ import io
 from collections.abc import Callable
 from typing import Any
 
+from bot.app.fleet_router import FleetRouter
 from bot.console import run_console
-from bot.fleet_router import FleetRouter
 
 SESSION = "ses_restore_transient"
 

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.compose import FrontPorts, compose
 from bot.cli import main
 from bot.clock import ManualClock
 from bot.console import DemoClock, run_demo
-from bot.errors import StartupError
 from bot.installations import InstallationsError
 from bot.installations.render import write_installations
-from bot.router import build_router
 from bot.sandbox import start_installations
 from bot.settings import Settings
 
@@ -30,19 +29,21 @@ def test_the_demo_clock_runs_a_scheduler_pass_on_every_installation() -> None:
             assert host.admin.now() == clock.now()  # one clock for every installation
 
 
-def test_the_single_core_refuses_an_installations_file_in_one_line(tmp_path: Path) -> None:
+def test_an_installations_file_is_composed_as_its_installations_or_refused_with_file_and_line(tmp_path: Path) -> None:
+    """The one composition root reads the file: a core per installation (never one of them by guess, and
+    nothing sent while composing), or every ``FILE:LINE`` problem."""
     with start_installations(["eu-1", "us-1"], clock=ManualClock()) as hosts:
         path = tmp_path / "conf" / "installations.yaml"
         write_installations(path, {n: h.url for n, h in hosts.items()}, {n: h.api_key for n, h in hosts.items()})
         settings = Settings(db_path=tmp_path / "recover.db", installations_file=path)
-        with pytest.raises(StartupError) as caught:
-            build_router(settings, startup=False)
-        assert str(caught.value).startswith(f"RECOVER_INSTALLATIONS_FILE ({path}: eu-1, us-1) is valid, but")
+        assert list(compose(settings, ports=FrontPorts(), startup=False).cores) == ["eu-1", "us-1"]
         for host in hosts.values():
             assert host.admin.requests() == []  # nothing reached either installation
     (tmp_path / "bad.yaml").write_text("installations:\n  - name: eu-1\n    control_host_url: https://c.example\n")
     with pytest.raises(InstallationsError) as bad:
-        build_router(settings.model_copy(update={"installations_file": tmp_path / "bad.yaml"}), startup=False)
+        compose(
+            settings.model_copy(update={"installations_file": tmp_path / "bad.yaml"}), ports=FrontPorts(), startup=False
+        )
     assert bad.value.problems == [
         f"{tmp_path / 'bad.yaml'}:2: no API key: give api_key_file (a mounted secret) or api_key_env (a variable's "
         f"name)"

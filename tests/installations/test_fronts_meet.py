@@ -1,5 +1,5 @@
 """Batches, the hand-off and pending where they meet installations: with one installation and with two,
-over signed Slack HTTP through the real Bolt app, composed as `serve` composes the fleet. Sandboxes with
+over signed Slack HTTP through the real Bolt app, composed as `serve`'s worker composes the fleet. Sandboxes with
 identical session ids (so an answer that reached the wrong host would look right), real SQLite, the
 sandboxes' request logs as the ground truth for what was sent.
 """
@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 
 from bot.clock import ManualClock
-from bot.fleet_router import FleetRouter, build_fleet_router
-from bot.settings import load_settings
 from tests.fixtures.slack import Posted, SlackHarness
 from tests.installations.conftest import posts, spec_for
 
@@ -26,16 +24,14 @@ BATCH = f'batch decide --sessions {",".join(MEMBERS)} close --reason "the reposi
 ALONE = 'decide ses_startup_stopped close --reason "the customer ended it"'
 
 
-def _fleet(tmp_path: Path, sandboxes: Callable[..., Any], clock: ManualClock, names: tuple[str, ...]) -> FleetRouter:
-    settings = load_settings({}, dotenv=None).model_copy(
-        update={"db_path": tmp_path / "recover.db", "approvers": ("UBOB", "UCAROL")}
-    )
+def _front(
+    slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
+) -> SlackHarness:
+    """The fleet as `serve`'s worker composes it (bot/slack/ports.py), the Bolt app over its router."""
     specs = [spec_for(n, sandboxes(n, clock=clock)) for n in names]
-    return build_fleet_router(settings, specs, clock=clock, startup=False)
-
-
-def _front(slack_harness: Any, router: FleetRouter, tmp_path: Path) -> SlackHarness:
-    harness: SlackHarness = slack_harness(router, db_path=tmp_path / "recover.db")
+    harness: SlackHarness = slack_harness.composed(
+        specs=specs, clock=clock, db_path=tmp_path / "recover.db", approvers=("UBOB", "UCAROL")
+    )
     return harness
 
 
@@ -67,8 +63,7 @@ def _keys(requests: list[dict[str, Any]]) -> list[str]:
 def test_a_batch_is_asked_approved_and_sent_in_its_own_installation_only(
     slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
 ) -> None:
-    router = _fleet(tmp_path, sandboxes, clock, names)
-    h = _front(slack_harness, router, tmp_path)
+    h = _front(slack_harness, sandboxes, clock, tmp_path, names)
     _say(h, BATCH, user="UALICE", channel="C0EU1")
     message, batch_id = _batch_message(h, "C0EU1")
     assert batch_id.endswith(".eu-1")  # the id names its installation, with one as with two
@@ -106,8 +101,7 @@ def test_a_batch_is_asked_approved_and_sent_in_its_own_installation_only(
 def test_pending_lists_its_own_installations_requests_and_all_groups_them(
     slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
 ) -> None:
-    router = _fleet(tmp_path, sandboxes, clock, names)
-    h = _front(slack_harness, router, tmp_path)
+    h = _front(slack_harness, sandboxes, clock, tmp_path, names)
     _say(h, ALONE, user="UALICE", channel="C0EU1")
     _say(h, BATCH, user="UALICE", channel="C0EU1")
     if "us-1" in names:
@@ -133,8 +127,7 @@ def test_pending_lists_its_own_installations_requests_and_all_groups_them(
 def test_the_handoff_names_each_installations_open_requests_under_it(
     slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
 ) -> None:
-    router = _fleet(tmp_path, sandboxes, clock, names)
-    h = _front(slack_harness, router, tmp_path)
+    h = _front(slack_harness, sandboxes, clock, tmp_path, names)
     _say(h, ALONE, user="UALICE", channel="C0EU1")
     _say(h, BATCH, user="UALICE", channel="C0EU1")
     if "us-1" in names:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.fleet_router import FleetRouter
+from bot.app.fleet_router import FleetRouter
 from bot.messages import ListReporter
 from bot.slack import fleet_health
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from bot.fleet_router import FleetRouter, build_fleet_router
+from bot.app.compose import FrontPorts, compose
+from bot.app.fleet_router import FleetRouter
 from bot.installations import InstallationSpec
 from bot.messages import ListReporter
 from bot.settings import load_settings
@@ -31,7 +32,7 @@ def troubled(request: pytest.FixtureRequest) -> Iterator[TroubledHost]:
 def _fleet(troubled: TroubledHost, sandboxes: Callable[..., Any], tmp_path: Path) -> FleetRouter:
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
     eu = InstallationSpec(name="eu-1", control_host_url=troubled.url, api_key=SecretStr("k-eu"), channels=("C0EU1",))
-    return build_fleet_router(settings, [eu, spec_for("us-1", sandboxes("us-1"))], startup=False)
+    return compose(settings, [eu, spec_for("us-1", sandboxes("us-1"))], startup=False, ports=FrontPorts()).router
 
 
 def _say(router: FleetRouter, line: str, channel: str) -> Any:

@@ -1,5 +1,5 @@
-"""The escalation ladder of a named installation, composed as `serve` composes it (build_fleet_router,
-the Slack front's attach_ladder) over signed Slack HTTP, with one installation and with two: its steps
+"""The escalation ladder of a named installation, composed as `serve` composes it (compose with the
+Slack worker's ports, bot/slack/ports.py) over signed Slack HTTP, with one installation and with two: its steps
 go into the request's own thread in that installation's channel, never into another installation's or
 an older default case's thread, and break-glass is not opened by a ladder whose steps were not said.
 The real Bolt app, the Slack Web API stand-in, sandboxes with identical session ids, real SQLite."""
@@ -18,11 +18,8 @@ from pydantic import SecretStr
 from bot.clock import ManualClock
 from bot.errors import StartupError
 from bot.escalation.runner import LadderRunner
-from bot.fleet_router import FleetRouter, build_fleet_router
-from bot.settings import load_settings
-from bot.slack.ladder import attach_ladder
 from tests.fixtures.escalation import TIER2, short_ladder_folder
-from tests.fixtures.slack import SlackHarness, SlackStandIn, slack_settings
+from tests.fixtures.slack import SlackHarness, SlackStandIn
 from tests.installations.conftest import spec_for
 
 SESSION = "ses_restore_transient"  # the same id in every sandbox
@@ -30,45 +27,26 @@ DECIDE = f'decide {SESSION} close --reason "end it"'
 INSTALLS = pytest.mark.parametrize("names", [("eu-1",), ("eu-1", "us-1")], ids=["one", "two"])
 
 
-def _settings(tmp_path: Path, **overrides: Any) -> Any:
+def _overrides(tmp_path: Path) -> dict[str, Any]:
     folder = tmp_path / "runbooks"
-    return load_settings({}, dotenv=None).model_copy(
-        update={
-            "db_path": tmp_path / "recover.db",
-            "approvers": ("UBOB",),
-            "runbooks_dir": folder if folder.exists() else short_ladder_folder(tmp_path),
-            **overrides,
-        }
-    )
+    return {
+        "approvers": ("UBOB",),
+        "runbooks_dir": folder if folder.exists() else short_ladder_folder(tmp_path),
+    }
 
 
-def _fleet(
-    tmp_path: Path,
-    sandboxes: Callable[..., Any],
-    clock: ManualClock,
-    names: tuple[str, ...],
-    slack_api: SlackStandIn | None = None,
-) -> FleetRouter:
-    """The fleet as `serve` composes it; with ``slack_api``, break-glass's loud notice is posted through
-    a client of the Slack stand-in, as the Slack worker's ports hand it in (bot/slack/worker.py)."""
-    from bot.services import FrontPorts
-    from bot.slack.notice import SlackNotice
-    from bot.slack.web import SlackOut, make_client
-
+def _front(
+    slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, names: tuple[str, ...], tmp_path: Path
+) -> tuple[SlackHarness, dict[str, LadderRunner]]:
+    """The fleet as `serve`'s worker composes it (bot/slack/ports.py: break-glass's loud notice and the
+    ladder's Slack voice of each installation), the Slack front over RECOVER_DB (its own tables live
+    there, as in `serve`), and each installation's ladder runner."""
     specs = [spec_for(n, sandboxes(n, clock=clock)) for n in names]
-    ports = None
-    if slack_api is not None:
-        client = make_client(slack_settings(slack_api, tmp_path / "recover.db"))
-        ports = FrontPorts(notice=SlackNotice(SlackOut(client)))
-    return build_fleet_router(_settings(tmp_path), specs, clock=clock, startup=False, ports=ports)
-
-
-def _front(slack_harness: Any, router: FleetRouter, tmp_path: Path) -> tuple[SlackHarness, dict[str, LadderRunner]]:
-    """The Slack front over RECOVER_DB (its own tables live there, as in `serve`) and each core's runner."""
-    h: SlackHarness = slack_harness(router, db_path=tmp_path / "recover.db")
-    attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
-    runners = {name: core.decisions.ladder for name, core in router.fleet.cores.items()}
-    assert all(isinstance(r, LadderRunner) for r in runners.values())
+    h: SlackHarness = slack_harness.composed(
+        specs=specs, clock=clock, db_path=tmp_path / "recover.db", **_overrides(tmp_path)
+    )
+    runners = dict(h.composed.ladders)
+    assert set(runners) == set(names)
     return h, runners
 
 
@@ -93,8 +71,7 @@ def _said(h: SlackHarness, since: int = 0) -> str:
 def test_ladder_steps_go_into_the_requests_thread_of_its_installation(
     slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
 ) -> None:
-    router = _fleet(tmp_path, sandboxes, clock, names)
-    h, runners = _front(slack_harness, router, tmp_path)
+    h, runners = _front(slack_harness, sandboxes, clock, names, tmp_path)
     if "us-1" in names:  # the same session has a case in us-1 too: its thread is not eu-1's
         h.send.command(DECIDE, user="UALICE", channel="C0US1")
     h.send.command(DECIDE, user="UALICE", channel="C0EU1")
@@ -130,8 +107,7 @@ def test_break_glass_is_refused_while_the_ladders_steps_were_not_posted(
     tmp_path: Path,
     names: tuple[str, ...],
 ) -> None:
-    router = _fleet(tmp_path, sandboxes, clock, names, slack_api)
-    h, runners = _front(slack_harness, router, tmp_path)
+    h, runners = _front(slack_harness, sandboxes, clock, names, tmp_path)
     h.send.command(DECIDE, user="UALICE", channel="C0EU1")
     h.settle()
     root, _request_msg, rid = _request(h, "C0EU1")
@@ -159,8 +135,13 @@ def test_after_moving_to_an_installations_file_steps_never_go_to_the_old_default
     slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path
 ) -> None:
     old = sandboxes("default", clock=clock)
-    single = _settings(tmp_path, control_host_url=old.url, control_host_api_key=SecretStr(old.api_key))
-    h_old = slack_harness(build_fleet_router(single, clock=clock, startup=False), db_path=tmp_path / "recover.db")
+    h_old = slack_harness.composed(
+        clock=clock,
+        db_path=tmp_path / "recover.db",
+        control_host_url=old.url,
+        control_host_api_key=SecretStr(old.api_key),
+        **_overrides(tmp_path),
+    )
     h_old.send.command(DECIDE, user="UALICE", channel="C0OLD")  # a default case's thread, RECOVER_DB's rows
     h_old.settle()
     (old_root,) = h_old.api.roots("C0OLD")
@@ -169,10 +150,10 @@ def test_after_moving_to_an_installations_file_steps_never_go_to_the_old_default
     # The same RECOVER_DB, now with a file: without `default` its open request would be served by
     # nothing, so that start is refused by name; served beside us-1, its thread stays its own.
     with pytest.raises(StartupError, match=r"installation `default`'s open work .*1 open request"):
-        _fleet(tmp_path, sandboxes, clock, ("us-1",))
+        _front(slack_harness, sandboxes, clock, ("us-1",), tmp_path)
     specs = [spec_for("default", old, channels=("C0OLD",)), spec_for("us-1", sandboxes("us-1", clock=clock))]
-    router = build_fleet_router(_settings(tmp_path), specs, clock=clock, startup=False)
-    h, runners = _front(slack_harness, router, tmp_path)
+    h = slack_harness.composed(specs=specs, clock=clock, db_path=tmp_path / "recover.db", **_overrides(tmp_path))
+    runners = dict(h.composed.ladders)
     h.send.command(DECIDE, user="UALICE", channel="C0US1")
     h.settle()
     root, _request_msg, rid = _request(h, "C0US1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bot.fleet_router import FleetRouter
+from bot.app.fleet_router import FleetRouter
 from bot.slack import blocks as kit
 from bot.slack import queued
 from bot.slack.inbox import Item

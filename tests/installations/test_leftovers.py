@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.compose import FrontPorts, compose
+from bot.app.fleet_router import FleetRouter
 from bot.errors import StartupError
-from bot.fleet_router import FleetRouter, build_fleet_router
 from bot.messages import ListReporter
 from bot.sandbox import SandboxHandle
 from bot.settings import load_settings
@@ -30,7 +31,7 @@ def test_a_fleet_without_default_refuses_to_start_over_the_defaults_open_request
     def default() -> object:
         return spec_for("default", sandboxes("default"), channels=("C0DEF",))
 
-    before = build_fleet_router(settings, [default()], startup=False)  # the bot before the file
+    before = compose(settings, [default()], startup=False, ports=FrontPorts()).router  # the bot before the file
     asked = before.handle_text(
         f'/recover decide {SESSION} close --reason "end it"', actor="UALICE", channel="C0DEF", reporter=ListReporter()
     )
@@ -39,13 +40,13 @@ def test_a_fleet_without_default_refuses_to_start_over_the_defaults_open_request
     request_id = found.group(0)
 
     with pytest.raises(StartupError) as refused:
-        build_fleet_router(settings, [spec_for("eu-1", sandboxes("eu-1"))], startup=False)
+        compose(settings, [spec_for("eu-1", sandboxes("eu-1"))], startup=False, ports=FrontPorts()).router
     said = str(refused.value)
     assert "\n" not in said
     assert request_id in said and SESSION in said and "`default`" in said and "serves eu-1 only" in said
 
     # Served again beside eu-1, the default's request is its own again (and nothing is refused).
-    both = build_fleet_router(settings, [default(), spec_for("eu-1", sandboxes("eu-1"))], startup=False)
+    both = compose(settings, [default(), spec_for("eu-1", sandboxes("eu-1"))], startup=False, ports=FrontPorts()).router
     assert both.routers["default"].services.decisions.requests.get(request_id) is not None
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.fleet_router import FleetRouter
+from bot.app.fleet_router import FleetRouter
 from bot.messages import ListReporter
 from tests.installations.conftest import CHANNELS, posts, text_of
 

@@ -7,7 +7,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from bot.fleet_router import FleetRouter, build_fleet_router
+from bot.app.compose import FrontPorts, compose
+from bot.app.fleet_router import FleetRouter
 from bot.messages import ListReporter
 from bot.sandbox import SandboxHandle
 from bot.settings import load_settings
@@ -104,14 +105,14 @@ def test_each_installation_has_its_own_store_file(make_fleet: Callable[..., Flee
 def test_one_default_installation_answers_exactly_as_before(
     make_fleet: Callable[..., FleetRouter], tmp_path: Path
 ) -> None:
-    from bot.fleet_router import build_fleet_router
+    from bot.app.compose import FrontPorts, compose
     from bot.settings import load_settings
 
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "one.db"})
     from bot.sandbox import start_sandbox
 
     with start_sandbox() as sbx:
-        router = build_fleet_router(settings, sandboxes={"default": sbx}, startup=False)
+        router = compose(settings, sandboxes={"default": sbx}, startup=False, ports=FrontPorts()).router
         reply = _say(router, f"/recover diagnose {SESSION}", "C0NONE")
         assert reply.ok and not reply.messages[0].headline.startswith("[")
         assert _say(router, f"/recover diagnose {SESSION} --install default", None).ok
@@ -121,21 +122,22 @@ def test_one_default_installation_answers_exactly_as_before(
 
 
 def test_the_fleet_of_one_default_answers_word_for_word_as_the_plain_router(tmp_path: Path) -> None:
-    from bot.fleet_router import build_fleet_router
-    from bot.router import build_router
+    from bot.app.compose import FrontPorts, compose
     from bot.sandbox import start_sandbox
     from bot.settings import load_settings
+    from tests.fixtures.composing import default_router
 
     lines = ("/recover help", "/recover cases", f"/recover diagnose {SESSION}", "/recover bogus", "/recover pending")
     with start_sandbox() as sbx:
-        plain = build_router(
+        plain = default_router(
             load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "a.db"}), sandbox=sbx, startup=False
         )
-        fleet = build_fleet_router(
+        fleet = compose(
             load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "b.db"}),
             sandboxes={"default": sbx},
+            ports=FrontPorts(),
             startup=False,
-        )
+        ).router
         for line in lines:
             assert text_of(_say(fleet, line, "C1")) == text_of(_say(plain, line, "C1")), line
         forged = fleet.handle_action("approve", "req_0123@eu-1", actor="bob", channel="C1", reporter=ListReporter())
@@ -162,7 +164,7 @@ def test_a_typed_group_id_of_a_named_installation_never_resolves_to_the_defaults
     # beside eu-1: both triage the same sessions, so both stores hold a group of the same number.
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db", "approvers": ()})
     specs = [spec_for("default", sandboxes("default"), channels=("C0DEF",)), spec_for("eu-1", sandboxes("eu-1"))]
-    router = build_fleet_router(settings, specs, startup=False)
+    router = compose(settings, specs, startup=False, ports=FrontPorts()).router
     assert _say(router, "/recover triage", "C0DEF").ok
     eu_triage = _say(router, "/recover triage", "C0EU1")
     assert eu_triage.ok, text_of(eu_triage)

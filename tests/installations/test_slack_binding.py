@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.fleet_router import FleetRouter
+from bot.app.fleet_router import FleetRouter
 from bot.vocab import RequestState
 from tests.installations.conftest import posts
 

@@ -9,10 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.clock import ManualClock
-from bot.fleet_router import build_fleet_router
-from bot.settings import load_settings
 from bot.slack import fleet_health
-from bot.slack.watching import attach_watches
 from tests.fixtures.triage import clone
 from tests.installations.conftest import spec_for
 
@@ -23,14 +20,13 @@ def test_each_installation_watches_its_own_host_and_channel(
     eu, us = sandboxes("eu-1", scenarios=None), sandboxes("us-1", scenarios=None)
     for handle in (eu, us):
         handle.admin.create_session(clone("healthy", "ses_w_001"))  # the same id in both
-    settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
     specs = [
         dataclasses.replace(spec_for("eu-1", eu), watch_channel="C0EU1W"),
         dataclasses.replace(spec_for("us-1", us), watch_channel="C0US1W"),
     ]
-    router = build_fleet_router(settings, specs, startup=False)
-    h = slack_harness(router)
-    watchers = attach_watches(h.bot, start=False)
+    h = slack_harness.composed(specs=specs, db_path=tmp_path / "recover.db")  # as serve's worker composes it
+    router, settings = h.composed.router, h.bot.settings
+    watchers = list(h.composed.watchers.values())
     assert [w.channel for w in watchers] == ["C0EU1W", "C0US1W"]
     for watcher in watchers:
         watcher.poll_once()
@@ -57,11 +53,9 @@ def test_two_installations_sharing_a_watch_channel_never_take_the_others_post_fo
     eu, us = (sandboxes(name, scenarios=None, clock=clock) for name in ("eu-1", "us-1"))
     for handle in (eu, us):
         handle.admin.create_session(clone("healthy", "ses_w_001"))  # the same id in both
-    settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "recover.db"})
     specs = [dataclasses.replace(spec_for(n, s), watch_channel="C0WATCH") for n, s in (("eu-1", eu), ("us-1", us))]
-    router = build_fleet_router(settings, specs, clock=clock, startup=False)
-    h = slack_harness(router)
-    eu_watch, us_watch = attach_watches(h.bot, start=False)
+    h = slack_harness.composed(specs=specs, clock=clock, db_path=tmp_path / "recover.db")  # as serve's worker
+    eu_watch, us_watch = (h.composed.watchers[n] for n in ("eu-1", "us-1"))
     for watcher in (eu_watch, us_watch):
         watcher.poll_once()
     eu.admin.stop("ses_w_001")

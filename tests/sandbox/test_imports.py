@@ -12,7 +12,7 @@ from pathlib import Path
 
 import bot
 
-FORBIDDEN = ("bot.diagnosis", "bot.decisions", "bot.runbook", "bot.router")
+FORBIDDEN = ("bot.diagnosis", "bot.decisions", "bot.runbook", "bot.app.router")
 BOT_ROOT = Path(bot.__file__).resolve().parent
 
 
@@ -108,6 +108,8 @@ def test_the_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     names = _imports(sample)
     assert "bot.clock" in names
     fake = tmp_path / "mod.py"
-    fake.write_text("from bot import decisions\nfrom ..runbook.model import X\nimport bot.router\n", encoding="utf-8")
+    fake.write_text(
+        "from bot import decisions\nfrom ..runbook.model import X\nimport bot.app.router\n", encoding="utf-8"
+    )
     found = _imports(fake, package="bot.sandbox")
-    assert {"bot.decisions", "bot.runbook.model", "bot.router"} <= found
+    assert {"bot.decisions", "bot.runbook.model", "bot.app.router"} <= found

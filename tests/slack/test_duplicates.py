@@ -21,7 +21,7 @@ def _decision_posts(sandbox) -> list[dict]:
 
 
 def _requests(h: SlackHarness) -> list:
-    return h.bot.router.services.decisions.requests.find(session_id=SESSION)
+    return h.composed.core().decisions.requests.find(session_id=SESSION)
 
 
 def _approval(h: SlackHarness) -> tuple[Posted, str]:

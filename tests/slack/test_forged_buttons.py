@@ -32,7 +32,7 @@ def test_a_forged_decide_button_is_refused_privately_and_changes_nothing(
     (root,) = h.api.roots("CINC")
     diag = h.api.thread("CINC", root.ts)[-1]
     action_id = next(a for a, _ in diag.action_ids() if a.startswith("rb:decide_form:"))
-    store = h.bot.router.services.store
+    store = h.composed.core().store
     steps_before = len(store.steps())
     posted_before = len(h.api.messages)
 
@@ -89,7 +89,7 @@ def test_a_forged_decision_form_sends_nothing(slack_harness, sandbox, metadata: 
 def test_a_decision_form_the_bot_did_not_open_is_refused_in_place(slack_harness, sandbox, metadata: str) -> None:
     """Malformed private metadata: one line in place of the form (not an HTTP 500), nothing queued."""
     h: SlackHarness = slack_harness.real(sandbox)
-    store = h.bot.router.services.store
+    store = h.composed.core().store
     view = {"type": "modal", "callback_id": "recover_decide", "private_metadata": metadata}
     r = h.send.submit_view(view, {"reason": "forged"}, user="UMALLORY")
     assert r.status_code == 200 and r.json()["response_action"] == "update"

@@ -18,8 +18,6 @@ from typing import Any
 
 from bot.messages import NullReporter
 from bot.sandbox import SandboxHandle
-from bot.slack.ladder import attach_ladder
-from bot.slack.watching import attach_watch
 from tests.fixtures.escalation import short_ladder_folder
 from tests.fixtures.slack import PERMALINK_BASE, SlackHarness
 from tests.fixtures.triage import clone
@@ -27,7 +25,7 @@ from tests.fixtures.triage import clone
 WATCH = "C0WATCH"  # where the cases began (watch posts them there)
 ASKED = "C0HANDOFF"  # where the next shift asks
 SID = "ses_hd_001"
-LISTED = 20  # entries the digest lists one per line (bot/handoff.py LISTED)
+LISTED = 20  # entries the digest lists one per line (bot/app/handoff.py LISTED)
 
 
 def _runbooks(tmp_path: Path) -> Path:
@@ -51,8 +49,8 @@ def _watched_request(incident_sandbox: SandboxHandle, slack_harness: Any, tmp_pa
     h: SlackHarness = slack_harness.real(
         incident_sandbox, watch_channel=WATCH, runbooks_dir=_runbooks(tmp_path), approvers=("UBOB",)
     )
-    watcher = attach_watch(h.bot, start=False)
-    runner = attach_ladder(h.bot.router, h.bot.out, h.bot.state, start=False)
+    watcher = h.composed.watchers.get("default")
+    runner = h.composed.ladders.get("default")
     assert watcher is not None and runner is not None
     incident_sandbox.admin.create_session(clone("healthy", SID))
     incident_sandbox.admin.stop(SID)
@@ -65,7 +63,7 @@ def _watched_request(incident_sandbox: SandboxHandle, slack_harness: Any, tmp_pa
         == 200
     )
     h.settle()
-    (request,) = [r for r in h.bot.router.services.decisions.requests.find(session_id=SID) if r.is_open]
+    (request,) = [r for r in h.composed.core().decisions.requests.find(session_id=SID) if r.is_open]
     return h, (watcher, runner), post, request
 
 
@@ -103,7 +101,7 @@ def test_an_expired_request_is_handed_off_once_with_who_asked_and_how_to_ask_aga
     incident_sandbox.clock.advance(11)  # the request expires (announced in its thread)
     runner.run_due()
     runner.run_due()
-    assert h.bot.router.services.decisions.requests.get(request.id).state == "expired"
+    assert h.composed.core().decisions.requests.get(request.id).state == "expired"
     # `pending` lists open requests only; `pending --all` also the expired one, in the hand-off's words.
     assert f"`{request.id}`" not in _ask(h, command="pending")
     listed = _ask(h, command="pending --all")

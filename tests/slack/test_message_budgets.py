@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
+from bot.app.router import Router
 from bot.console import render
 from bot.messages import ListReporter, Message, Reply
-from bot.router import Router, build_router
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 from tests.fixtures.slack import Posted, SlackHarness
 
 REPLY_BUDGET = 12
@@ -86,7 +87,7 @@ def test_slack_request_approval_confirmation_and_rejection_fit_their_budget(slac
 @pytest.fixture
 def router(sandbox: Any, tmp_path: Path) -> Router:
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "budget.db"})
-    made = build_router(settings, sandbox=sandbox, startup=False)
+    made = default_router(settings, sandbox=sandbox, startup=False)
     assert isinstance(made, Router)
     return made
 

@@ -31,7 +31,7 @@ def test_restart_executes_an_approved_request_once_and_reports_in_the_thread(sla
     request_id = re.search(r"req_[A-Za-z0-9]+", request.all_text()).group(0)
 
     # The approval's compare-and-set committed; the process died before executing.
-    services = first.bot.router.services
+    services = first.composed.core()
     req = services.decisions.requests.get(request_id)
     with services.store.write() as conn:
         assert services.decisions.requests.transition(

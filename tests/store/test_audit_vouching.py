@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.app.services import MIGRATIONS
 from bot.clock import ManualClock
 from bot.errors import StoreError
-from bot.services import MIGRATIONS
 from bot.store import Store
 from bot.store.evidence import PackFilter, build_pack, verify_pack
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from sqlite_utils.migrations import Migrations
 
+from bot.app.services import MIGRATIONS
 from bot.clock import ManualClock
 from bot.errors import StoreError
-from bot.services import MIGRATIONS
 from bot.store import GENESIS_HASH, Store
 from bot.store.chain import step_hash
 

@@ -166,11 +166,11 @@ def test_stop_lets_in_flight_members_finish_and_sends_no_new_one(
 _CHILD = """
 import sys
 from bot.messages import ListReporter
-from bot.router import build_router
+from tests.fixtures.composing import default_router
 from bot.settings import load_settings
 settings = load_settings({"CONTROL_HOST_URL": sys.argv[1], "CONTROL_HOST_API_KEY": sys.argv[2],
                           "RECOVER_DB": sys.argv[3]}, dotenv=None)
-router = build_router(settings)
+router = default_router(settings)
 reply = router.handle_text(sys.argv[4], actor="alice", channel=None, reporter=ListReporter())
 print(reply.messages[0].headline, flush=True)
 """

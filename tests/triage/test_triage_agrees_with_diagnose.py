@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bot.app.router import Router
 from bot.messages import ListReporter
-from bot.router import Router, build_router
 from bot.sandbox import start_sandbox
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 
 
 def test_every_scenario_is_classified_alike_by_triage_and_diagnose(tmp_path: Path) -> None:
     with start_sandbox() as sbx:
         settings = load_settings({}, dotenv=None).model_copy(update={"db_path": tmp_path / "agree.db"})
-        router = build_router(settings, sandbox=sbx, startup=False)
+        router = default_router(settings, sandbox=sbx, startup=False)
         assert isinstance(router, Router)
         reply = router.handle_text("/recover triage", actor="alice", channel=None, reporter=ListReporter())
         assert reply.ok

@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from bot.handoff import watch_handoff
-from bot.services import build_services, build_watcher
+from bot.app.compose import FrontPorts, compose
 from bot.settings import Settings
 from bot.slack import make_client
 from bot.slack.watching import SlackWatchPoster
@@ -18,11 +17,9 @@ from bot.slack.web import SlackOut
 
 def main() -> int:
     settings = Settings(**json.loads(sys.stdin.readline()))
-    services = build_services(settings)
-    watcher = build_watcher(
-        services, SlackWatchPoster(SlackOut(make_client(settings))), handoff=watch_handoff(services)
-    )
-    assert watcher is not None
+    poster = SlackWatchPoster(SlackOut(make_client(settings)))
+    ports = FrontPorts(watch_poster=lambda installation, named: poster)
+    watcher = compose(settings, ports=ports, startup=False).watchers["default"]
     print("ready", flush=True)
     watcher.run()
     return 0

@@ -24,9 +24,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.messages import NullReporter
-from bot.router import build_router
 from bot.sandbox import SandboxHandle
 from bot.settings import load_settings
+from tests.fixtures.composing import default_router
 from tests.fixtures.slack import SlackStandIn
 from tests.fixtures.triage import clone
 from tests.fixtures.waiting import eventually
@@ -86,7 +86,7 @@ def test_a_sigkill_while_slack_holds_a_hand_off_post_loses_no_part_and_says_none
         monkeypatch.setenv(name, value)  # serve's own settings (_start_serve passes the environment on)
     ids = [f"ses_hk_{i:03d}" for i in range(CASES)]
     settings = load_settings({}, dotenv=None).model_copy(update={"db_path": db, "runbooks_dir": runbooks})
-    router = build_router(settings, sandbox=incident_sandbox)
+    router = default_router(settings, sandbox=incident_sandbox)
     for sid in ids:  # open cases, each with its owner, before the shift change is handed off
         incident_sandbox.admin.create_session(clone("healthy", sid))
         assert router.handle_text(

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from bot.sandbox import SandboxHandle
-from bot.slack.watching import attach_watch
 from bot.watch import Watcher
 from bot.watch.docker_trigger import DockerTrigger
 from tests.fixtures.docker import DockerEngine, new_project
@@ -52,7 +51,8 @@ def watched_worker(
     h = slack_harness.real(
         sandbox, watch_channel=CHANNEL, compose_project=project, docker_host=host, watch_interval=INTERVAL
     )
-    watcher = attach_watch(h.bot)  # polls on its thread, as serve does
+    watcher = h.composed.watchers["default"]
+    threading.Thread(target=watcher.run, name="recover-watch-default", daemon=True).start()  # as serve's is
     assert watcher is not None and isinstance(watcher.trigger, DockerTrigger)
     assert watcher.trigger.follower.connected.wait(10), "the follower did not reach the engine"
     # the first poll (the one at start) is done before the stop
@@ -103,13 +103,13 @@ def test_a_workers_stop_makes_the_watcher_post_at_once(
 
 def test_without_the_docker_engine_there_is_no_trigger(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, docker_host=None)
-    watcher = attach_watch(h.bot, start=False)
+    watcher = h.composed.watchers.get("default")
     assert watcher is not None and watcher.trigger is None  # no RECOVER_INSTALLATION: no worker to follow
 
 
 def test_wake_ends_the_wait_and_stop_ends_the_loop(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, watch_interval=INTERVAL)
-    watcher = attach_watch(h.bot, start=False)
+    watcher = h.composed.watchers.get("default")
     assert watcher is not None
     thread = threading.Thread(target=watcher.run, daemon=True)
     thread.start()

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from bot.sandbox import SandboxHandle
-from bot.slack.watching import attach_watch
 from tests.fixtures.triage import clone
 from tests.watch.test_watcher import CHANNEL, edited_runbooks
 
@@ -33,7 +32,7 @@ def test_a_person_takes_a_case_from_the_hand_off_post_and_each_change_posts_once
 ) -> None:
     runbooks, db = _shift_runbooks(tmp_path), tmp_path / "recover.db"
     h = slack_harness.real(incident_sandbox, db_path=db, watch_channel=CHANNEL, runbooks_dir=runbooks)
-    watcher = attach_watch(h.bot, start=False)
+    watcher = h.composed.watchers.get("default")
     assert watcher is not None
     sid = "ses_wh_001"
     incident_sandbox.admin.create_session(clone("healthy", sid))
@@ -53,7 +52,7 @@ def test_a_person_takes_a_case_from_the_hand_off_post_and_each_change_posts_once
     watcher.stop()
     incident_sandbox.clock.advance(600)
     again = slack_harness.real(incident_sandbox, db_path=db, watch_channel=CHANNEL, runbooks_dir=runbooks)
-    restarted = attach_watch(again.bot, start=False)
+    restarted = again.composed.watchers.get("default")
     assert restarted is not None
     restarted.poll_once()
     assert len(_handoffs(h)) == 1
@@ -70,7 +69,7 @@ def test_a_hand_off_part_slack_refused_is_posted_by_the_take_over_and_nothing_tw
     incident_sandbox: SandboxHandle, slack_harness: Any, tmp_path: Path
 ) -> None:
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, runbooks_dir=_shift_runbooks(tmp_path))
-    watcher = attach_watch(h.bot, start=False)
+    watcher = h.composed.watchers.get("default")
     assert watcher is not None
     ids = ["ses_wh_f0", "ses_wh_f1"]
     for sid in ids:
@@ -98,7 +97,7 @@ def test_a_two_person_decision_asked_from_a_watched_case_is_an_ordinary_request_
     incident_sandbox: SandboxHandle, slack_harness: Any
 ) -> None:
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL)
-    watcher = attach_watch(h.bot, start=False)
+    watcher = h.composed.watchers.get("default")
     assert watcher is not None
     sid = "ses_wh_002"
     incident_sandbox.admin.create_session(clone("healthy", sid))
@@ -111,7 +110,7 @@ def test_a_two_person_decision_asked_from_a_watched_case_is_an_ordinary_request_
     view = h.api.calls_to("views.open")[-1].params["view"]
     assert h.send.submit_view(view, {"reason": "the customer cancelled"}, user="UALICE").status_code == 200
     h.settle()
-    (request,) = [r for r in h.bot.router.services.decisions.requests.find(session_id=sid) if r.is_open]
+    (request,) = [r for r in h.composed.core().decisions.requests.find(session_id=sid) if r.is_open]
     assert request.decision == "close" and request.requester == "UALICE" and request.policy == "two_person"
     asked = [p for p in h.api.messages.values() if p.channel == CHANNEL and request.id in p.all_text()]
     assert asked and all(p.thread_ts == post.ts for p in asked)  # said in the watched case's thread
@@ -123,4 +122,4 @@ def test_a_two_person_decision_asked_from_a_watched_case_is_an_ordinary_request_
     # The same approval path: the requester cannot approve it; a second person can.
     h.send.command(f"approve {request.id}", user="UALICE")
     h.settle()
-    assert h.bot.router.services.decisions.requests.get(request.id).state == "requested"
+    assert h.composed.core().decisions.requests.get(request.id).state == "requested"

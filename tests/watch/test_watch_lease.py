@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
+from bot.app.compose import FrontPorts
 from bot.clock import SystemClock
 from bot.sandbox import AdjustableClock, SandboxHandle
-from bot.services import build_services, build_watcher
 from bot.settings import load_settings
 from bot.slack import make_client
 from bot.slack.watching import SlackWatchPoster
 from bot.slack.web import SlackOut
 from bot.watch import Watcher
+from tests.fixtures.composing import composed
 from tests.fixtures.slack import SlackStandIn, slack_settings
 from tests.fixtures.triage import clone
 from tests.fixtures.waiting import eventually
@@ -35,10 +36,9 @@ def _watcher(sbx: SandboxHandle, api: SlackStandIn, db: Path, runbooks: Path) ->
     settings = load_settings({}, dotenv=None).model_copy(
         update={"db_path": db, "watch_channel": CHANNEL, "runbooks_dir": runbooks}
     )
-    services = build_services(settings, sandbox=sbx)
-    watcher = build_watcher(services, SlackWatchPoster(SlackOut(make_client(slack_settings(api, db)))))
-    assert watcher is not None
-    return watcher
+    poster = SlackWatchPoster(SlackOut(make_client(slack_settings(api, db))))
+    ports = FrontPorts(watch_poster=lambda installation, named: poster)
+    return composed(settings, sandbox=sbx, ports=ports, startup=False).watchers["default"]
 
 
 def _two_on_one_stop(sbx: SandboxHandle, api: SlackStandIn, tmp_path: Path, sid: str) -> tuple[Watcher, Watcher]:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from bot.sandbox import SandboxHandle
-from bot.slack.watching import attach_watch
 from tests.fixtures.triage import clone
 from tests.fixtures.watch import runbook_copy
 from tests.watch.test_watcher import CHANNEL
@@ -43,7 +42,7 @@ def test_five_percent_of_listing_pages_failing_miss_no_stop_and_post_none_twice(
         ("storm_threshold: {count: 10,", "storm_threshold: {count: 1000,"),
     )
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, runbooks_dir=runbooks)
-    watcher = attach_watch(h.bot, start=False)
+    watcher = h.composed.watchers.get("default")
     assert watcher is not None
     ids = [f"ses_wm_{i:03d}" for i in range(STOPS)]
     for sid in ids:
@@ -76,11 +75,11 @@ def test_stops_during_quiet_hours_end_with_one_digest_at_the_window_end(
         ),
     )
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL, runbooks_dir=runbooks)
-    a = attach_watch(h.bot, start=False)
+    a = h.composed.watchers.get("default")
     second = slack_harness.real(
         incident_sandbox, db_path=tmp_path / "slack-real.db", watch_channel=CHANNEL, runbooks_dir=runbooks
     )
-    b = attach_watch(second.bot, start=False)  # a second bot on the same store
+    b = second.composed.watchers.get("default")  # a second bot on the same store
     assert a is not None and b is not None
     ids = [f"ses_wq_{i:03d}" for i in range(50)]
     for i, sid in enumerate(ids):

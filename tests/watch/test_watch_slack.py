@@ -8,7 +8,6 @@ from typing import Any
 
 from bot.sandbox import SandboxHandle
 from bot.slack.watch_health import watch_health_lines
-from bot.slack.watching import attach_watch
 from tests.fixtures.triage import clone
 
 CHANNEL = "C0WATCH"
@@ -22,7 +21,7 @@ def test_watch_state_pause_and_resume_over_slack(incident_sandbox: SandboxHandle
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL)
     # The watch channel's members, three pages of conversations.members: UBOB on the last one.
     h.api.channel_members[CHANNEL] = ["UALICE", *(f"UFILL{i:03d}" for i in range(420)), "UBOB"]
-    watcher = attach_watch(h.bot, start=False)
+    watcher = h.composed.watchers.get("default")
     assert watcher is not None
     incident_sandbox.admin.create_session(clone("healthy", "ses_ws_001"))
     watcher.poll_once()
@@ -84,7 +83,7 @@ def test_healthz_line_says_the_listing_fails_and_when_it_reads_again(
     incident_sandbox: SandboxHandle, slack_harness: Any
 ) -> None:
     h = slack_harness.real(incident_sandbox, watch_channel=CHANNEL)
-    watcher = attach_watch(h.bot, start=False)
+    watcher = h.composed.watchers.get("default")
     assert watcher is not None
     settings = h.bot.settings
     incident_sandbox.admin.fault("server_error", "/v1/sessions", method="GET", times=None, status=503)
@@ -100,7 +99,7 @@ def test_healthz_line_says_the_listing_fails_and_when_it_reads_again(
 
 def test_watch_is_off_without_a_channel(incident_sandbox: SandboxHandle, slack_harness: Any) -> None:
     h = slack_harness.real(incident_sandbox)
-    assert attach_watch(h.bot, start=False) is None
+    assert h.composed.watchers.get("default") is None
     before = len(h.api.responses)
     h.send.command("watch")
     h.settle()

@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
+from bot.app.compose import FrontPorts
 from bot.clock import ManualClock, parse_time
 from bot.csvfile import FORMULA_STARTS
-from bot.handoff import watch_handoff
 from bot.sandbox import SandboxHandle
-from bot.services import Services, build_services, build_watcher
 from bot.settings import load_settings
 from bot.slack import make_client
 from bot.slack.watching import SlackChannelMembers, SlackWatchPoster
 from bot.slack.web import SlackOut
 from bot.watch import Watcher, WatchStore
 from bot.watch.stops import Stop
+from tests.fixtures.composing import composed
 from tests.fixtures.slack import SlackStandIn, slack_settings
 from tests.fixtures.triage import clone
 from tests.fixtures.watch import runbook_copy
@@ -50,13 +50,11 @@ def make_watcher(sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path) ->
         settings = load_settings({}, dotenv=None).model_copy(
             update={"db_path": db, "watch_channel": CHANNEL, **overrides}
         )
-        services: Services = build_services(settings, sandbox=sbx)
         out = SlackOut(make_client(slack_settings(slack_api, db)))
-        watcher = build_watcher(
-            services, SlackWatchPoster(out), members=SlackChannelMembers(out.client), handoff=watch_handoff(services)
+        ports = FrontPorts(
+            watch_poster=lambda installation, named: SlackWatchPoster(out), members=SlackChannelMembers(out.client)
         )
-        assert watcher is not None
-        return watcher
+        return composed(settings, sandbox=sbx, ports=ports, startup=False).watchers["default"]
 
     yield make
 

@@ -1,4 +1,4 @@
-"""What a front end needs of the router (``bot.router.Router`` satisfies it).
+"""What a front end needs of the router (``bot.app.fleet_router.FleetRouter`` satisfies it).
 
 Declared in the core, beside the router and apart from it, so both front ends type-check against one
 interface without importing each other or the router's dependencies, and tests can drive them with
@@ -28,6 +28,10 @@ class Completions:
 class RouterProtocol(Protocol):
     """One entry point for text commands and button actions; every rule is enforced behind it."""
 
+    def startup(self, reporter: Reporter) -> Reply:
+        """Finish what a previous run left half-done (replays, approved requests)."""
+        ...
+
     def handle_text(self, text: str, *, actor: str, channel: str | None, reporter: Reporter) -> Reply: ...
 
     def handle_action(
@@ -56,3 +60,11 @@ class RouterProtocol(Protocol):
     def pending_approvals_view(self) -> list[Message]: ...
 
     def expire_due(self) -> list[Message]: ...
+
+    def completions(self) -> Completions: ...
+
+    def now(self) -> str:
+        """The core's clock, as the store writes times."""
+        ...
+
+    def withdraw_interrupted(self, actor: str, since: str) -> list[Message]: ...

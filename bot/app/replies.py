@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import logging
 
-from bot.details import FullMessages
+from bot.app.details import FullMessages
+from bot.app.routing import Completions
 from bot.dockerops import DockerEndpoint
 from bot.errors import CommandError, ControlHostError, RecoverError
 from bot.messages import Message, Reply, Reporter
 from bot.redact import redact
-from bot.routing import Completions
 from bot.runbook import RunbookSet
 from bot.settings import Settings
 
-log = logging.getLogger("bot.router")
+log = logging.getLogger("bot.app.router")
 
 
 def error_reply(exc: BaseException) -> Reply:

@@ -7,10 +7,10 @@ acting person's own ``break-glass`` of that request waits for its typed confirma
 
 from __future__ import annotations
 
+from bot.app.services import Services
 from bot.errors import CommandError
 from bot.messages import Reply, Reporter
 from bot.runbook import ParsedCommand
-from bot.services import Services
 from bot.vocab import StepKind
 
 #: The step kinds this module answers (``confirm`` only when a break-glass waits for it).

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from bot.app.handoff import expired_line
+from bot.app.services import Services
 from bot.batch.store import Batch
 from bot.escalation.status import expiry_text, pending_line
 from bot.format import age
-from bot.handoff import expired_line
 from bot.messages import Message, Reply, ref
-from bot.services import Services
 from bot.vocab import OPEN_STATES, Policy, RequestState
 
 KIND = "pending"

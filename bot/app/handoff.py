@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from bot.app.services import Services
 from bot.clock import isoformat
 from bot.decisions import IN_HAND, NOW, DecisionRequest, HandoffDigest, HandoffEntry
 from bot.escalation.status import pending_line
 from bot.format import age
 from bot.messages import Message, Reply, ref, thread_ref
-from bot.services import Services
 
 #: Entries listed one per line; the rest are counted with the command that lists them all.
 LISTED = 20

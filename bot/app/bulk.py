@@ -19,7 +19,6 @@ from bot.logs import LogSource
 from bot.runbook import RunbookSet
 from bot.store import Store
 from bot.triage import PacedTransport, RateLimiter, Triage, runbook_limit
-from bot.watch import Watcher
 
 
 @dataclass
@@ -28,8 +27,6 @@ class Bulk:
     limiter: RateLimiter
     triage: Triage
     batches: BatchService
-    # Watch mode over this client and triage, attached by the process that runs it (serve's worker).
-    watcher: Watcher | None = None
 
     @classmethod
     def build(

@@ -9,30 +9,30 @@ stack trace and never a secret.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from bot.bulk_routes import BULK_KINDS, batch_verb, dispatch, fold_sweep, settle_member_cases
+from bot.app.bulk_routes import BULK_KINDS, batch_verb, dispatch, fold_sweep, settle_member_cases
+from bot.app.details import FullMessages, details_reply
+from bot.app.glass_routes import glass_dispatch, glass_route
+from bot.app.handoff import handoff_reply
+from bot.app.pending import pending_of
+from bot.app.replies import KeepingReporter, completions_of, docker_notice, error_reply
+from bot.app.routing import Completions
+from bot.app.services import Services
 from bot.buttons import DecisionChoice
-from bot.clock import Clock, isoformat
-from bot.decisions import ApproverDirectory
-from bot.details import FullMessages, details_reply
+from bot.clock import isoformat
 from bot.errors import CommandError, RecoverError
 from bot.escalation.remind import remind
 from bot.escalation.runner import LadderRunner
 from bot.escalation.status import pending_line
-from bot.glass_routes import glass_dispatch, glass_route
-from bot.handoff import handoff_reply
 from bot.ids import is_batch_id
 from bot.messages import Message, Reply, Reporter
-from bot.pending import pending_of
-from bot.replies import KeepingReporter, completions_of, docker_notice, error_reply
-from bot.routing import Completions
 from bot.runbook import ParsedCommand, help_text, parse_command
 from bot.runbook.usage import FormField, decide_form
-from bot.sandbox import SandboxHandle
-from bot.services import FrontPorts, LoggingReporter, Services, build_services
-from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, RequestState, StepKind
+from bot.watch import Watcher
 
 log = logging.getLogger(__name__)
 BOT_ACTOR = "recover-bot"  # the actor of what the bot finishes by itself at start (as the core records it)
@@ -52,26 +52,48 @@ def _batch_id(cmd: ParsedCommand) -> bool:
     return cmd.kind in batch_kinds and is_batch_id(value)
 
 
-def _remind(services: Services, cmd: ParsedCommand, actor: str) -> Reply:
-    """``/recover remind <request_id>``: the ladder's next step now, through the runner the front
-    composed (it posts in Slack), or one that answers in the reply (the console)."""
+def _remind(ladder: LadderRunner, cmd: ParsedCommand, actor: str) -> Reply:
+    """``/recover remind <request_id>``: the ladder's next step now, through the installation's runner
+    (it posts where the front can, Slack; else it answers in the reply, the console)."""
     request_id = cmd.arg("request_id")
     if not request_id:
         raise CommandError("`remind` needs <request_id>.", usage=cmd.spec.usage if cmd.spec else None)
-    attached = services.decisions.ladder
-    runner = attached if isinstance(attached, LadderRunner) else LadderRunner(services.decisions.ctx, None)
-    return remind(runner, actor, request_id)
+    return remind(ladder, actor, request_id)
+
+
+#: Docker-only step kinds: over the demo's sandbox each explains what it needs instead of running.
+_DOCKER_KINDS = (
+    StepKind.RECONCILER_STATUS,
+    StepKind.RECONCILER_DRYRUN,
+    StepKind.RECONCILER_REAL_PASS,
+    StepKind.PREFLIGHT,
+)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One parsed command and who, where and to whom it reports: what each verb's handler gets."""
+
+    cmd: ParsedCommand
+    actor: str
+    channel: str | None
+    reporter: Reporter
 
 
 class Router:
     """Dispatches parsed commands by their runbook step kind, and button actions, to the core."""
 
-    def __init__(self, services: Services, *, demo: bool = False) -> None:
+    def __init__(
+        self, services: Services, *, watcher: Watcher | None, ladder: LadderRunner, demo: bool = False
+    ) -> None:
         self.services = services
+        self.watcher = watcher  # `/recover watch` shows and steers it (None: watch mode is off here)
+        self.ladder = ladder  # `/recover remind` runs the ladder's next step through it
         self.demo = demo  # over the embedded sandbox: Docker-only commands explain what they need
         self.runbooks = services.runbooks
         self.startup_reply: Reply = Reply()
         self.full = FullMessages()  # what `details <id>` shows: the last full messages given out
+        self._verbs = self._verb_table()  # verb → handler: the dispatch of every text command
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -146,95 +168,91 @@ class Router:
             raise RecoverError(f"`/recover {name}` is not allowed in this channel.", hint=allowed.hint(channel))
 
     def _dispatch(self, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+        """The command's handler: the demo's Docker notice, the bulk tools (a batch id included) and
+        break-glass first (they take some verbs of their own), then the verb table."""
         s = self.services
         kind = cmd.kind
-        if kind == StepKind.HELP:
-            return Reply.of(
-                Message(headline="recover-bot commands", lines=[help_text(self.runbooks, cmd.arg("subcommand"))])
-            )
-        if kind == StepKind.DIAGNOSE:
-            session_id = self._arg(cmd, "session_id")
-            diagnosis, reply = s.diagnoser.diagnose_and_record(session_id, actor, reporter)
-            reply.messages.extend(s.decisions.close_if_settled(session_id, actor, diagnosis.facts, "diagnosis"))
-            return reply
-        docker_kinds = (
-            StepKind.RECONCILER_STATUS,
-            StepKind.RECONCILER_DRYRUN,
-            StepKind.RECONCILER_REAL_PASS,
-            StepKind.PREFLIGHT,
-        )
-        if kind in docker_kinds and self.demo:
+        if kind in _DOCKER_KINDS and self.demo:
             needs = docker_notice(s.settings, cmd.name, installation=kind != StepKind.PREFLIGHT)
             if needs is not None:
                 return needs
-        if kind == StepKind.RECONCILER_STATUS:
-            return s.dockerops.status()
-        if kind == StepKind.RECONCILER_DRYRUN:
-            return s.dockerops.dryrun(actor)
-        if kind == StepKind.RECONCILER_REAL_PASS:
-            return s.dockerops.reconcile(actor, self._flag(cmd, "reviewed"))
-        if kind == StepKind.PREFLIGHT:
-            return self._preflight()
-        if kind in (StepKind.DECIDE, StepKind.DRYRUN_DECIDE):
-            call = s.decisions.decide if kind == StepKind.DECIDE else s.decisions.dryrun_decide
-            return call(
-                actor,
-                channel,
-                self._arg(cmd, "session_id"),
-                self._arg(cmd, "decision"),
-                turn=cmd.flag_text("turn"),
-                evidence=cmd.flag_text("evidence"),
-                effects=cmd.flag_text("effects"),
-                reason=cmd.flag_text("reason") or "",
-                yes=bool(cmd.flag("yes")),
-                reporter=reporter,
-                cause_fixed=cmd.flag_text("cause-fixed"),
-            )
         if kind in BULK_KINDS or _batch_id(cmd):
-            reply = dispatch(s.bulk, cmd, actor=actor, channel=channel, reporter=reporter)
+            reply = dispatch(s.bulk, cmd, watcher=self.watcher, actor=actor, channel=channel, reporter=reporter)
             if s.bulk is not None and kind in (StepKind.APPROVE, StepKind.CONFIRM) and _batch_id(cmd):
                 reply.messages.extend(settle_member_cases(s.bulk, s.decisions, self._arg(cmd, "request_id"), actor))
             return reply
         if glass_route(s, cmd, actor):  # break-glass, review, and the confirm a break-glass waits for
             return glass_dispatch(s, cmd, actor=actor, channel=channel, reporter=reporter)
-        if kind == StepKind.APPROVE:
-            return s.decisions.approve(actor, channel, self._arg(cmd, "request_id"), reporter)
-        if kind == StepKind.CONFIRM:
-            return s.decisions.confirm(
-                actor, channel, self._arg(cmd, "request_id"), reporter, effects=cmd.flag_text("effects")
-            )
-        if kind == StepKind.REJECT:
-            return s.decisions.reject(actor, channel, self._arg(cmd, "request_id"), cmd.flag_text("reason"))
-        if kind == StepKind.RESUME:
-            return s.decisions.resume(actor, channel, self._arg(cmd, "session_id"), reporter)
-        if kind == StepKind.CASES:
-            return s.decisions.cases(actor=actor)
-        if kind == StepKind.HISTORY:
-            return s.decisions.history(self._arg(cmd, "session_id"), actor=actor)
-        if kind == StepKind.TAKE:
-            return s.decisions.take(actor, self._arg(cmd, "session_id"))
-        if kind == StepKind.NOTE:
-            return s.decisions.note(actor, self._arg(cmd, "session_id"), self._arg(cmd, "text"))
-        if kind == StepKind.HANDOFF:
-            return handoff_reply(s, actor)
-        if kind == StepKind.WITHDRAW:
-            return s.decisions.withdraw(actor, channel, self._arg(cmd, "request_id"))
-        if kind == StepKind.DONE:
-            return s.decisions.done(actor, self._arg(cmd, "session_id"), cmd.flag_text("reason"))
-        if kind == StepKind.REPLAY:
-            replayed = s.decisions.replay(actor, channel, reporter)
-            if s.bulk is not None and s.decisions.channels.allows(channel):  # batches' unanswered members too
-                replayed.messages.extend(s.bulk.batches.resume_open(reporter))
-            return replayed
-        if kind == StepKind.PENDING:
-            return self.pending(with_expired=bool(cmd.flag("all")))
-        if kind == StepKind.DETAILS:
-            return self.details(self._arg(cmd, "target_id"))
-        if kind == StepKind.TEXT:
-            return self._text(cmd)
-        if kind == StepKind.REMIND:
-            return _remind(s, cmd, actor)
-        raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
+        handler = self._verbs.get(kind)
+        if handler is None:
+            raise CommandError(f"`{cmd.name}` has step kind {kind!r}, which this version of the bot cannot run.")
+        return handler(Call(cmd, actor, channel, reporter))
+
+    def _verb_table(self) -> dict[StepKind, Callable[[Call], Reply]]:
+        """Each runbook step kind's handler (one line each: the core call it is)."""
+        s, d = self.services, self.services.decisions
+        return {
+            StepKind.HELP: lambda c: Reply.of(
+                Message(headline="recover-bot commands", lines=[help_text(self.runbooks, c.cmd.arg("subcommand"))])
+            ),
+            StepKind.DIAGNOSE: self._diagnose,
+            StepKind.RECONCILER_STATUS: lambda c: s.dockerops.status(),
+            StepKind.RECONCILER_DRYRUN: lambda c: s.dockerops.dryrun(c.actor),
+            StepKind.RECONCILER_REAL_PASS: lambda c: s.dockerops.reconcile(c.actor, self._flag(c.cmd, "reviewed")),
+            StepKind.PREFLIGHT: lambda c: self._preflight(),
+            StepKind.DECIDE: lambda c: self._decide(d.decide, c),
+            StepKind.DRYRUN_DECIDE: lambda c: self._decide(d.dryrun_decide, c),
+            StepKind.APPROVE: lambda c: d.approve(c.actor, c.channel, self._arg(c.cmd, "request_id"), c.reporter),
+            StepKind.CONFIRM: lambda c: d.confirm(
+                c.actor, c.channel, self._arg(c.cmd, "request_id"), c.reporter, effects=c.cmd.flag_text("effects")
+            ),
+            StepKind.REJECT: lambda c: d.reject(
+                c.actor, c.channel, self._arg(c.cmd, "request_id"), c.cmd.flag_text("reason")
+            ),
+            StepKind.RESUME: lambda c: d.resume(c.actor, c.channel, self._arg(c.cmd, "session_id"), c.reporter),
+            StepKind.CASES: lambda c: d.cases(actor=c.actor),
+            StepKind.HISTORY: lambda c: d.history(self._arg(c.cmd, "session_id"), actor=c.actor),
+            StepKind.TAKE: lambda c: d.take(c.actor, self._arg(c.cmd, "session_id")),
+            StepKind.NOTE: lambda c: d.note(c.actor, self._arg(c.cmd, "session_id"), self._arg(c.cmd, "text")),
+            StepKind.HANDOFF: lambda c: handoff_reply(s, c.actor),
+            StepKind.WITHDRAW: lambda c: d.withdraw(c.actor, c.channel, self._arg(c.cmd, "request_id")),
+            StepKind.DONE: lambda c: d.done(c.actor, self._arg(c.cmd, "session_id"), c.cmd.flag_text("reason")),
+            StepKind.REPLAY: self._replay,
+            StepKind.PENDING: lambda c: self.pending(with_expired=bool(c.cmd.flag("all"))),
+            StepKind.DETAILS: lambda c: self.details(self._arg(c.cmd, "target_id")),
+            StepKind.TEXT: lambda c: self._text(c.cmd),
+            StepKind.REMIND: lambda c: _remind(self.ladder, c.cmd, c.actor),
+        }
+
+    def _diagnose(self, c: Call) -> Reply:
+        session_id = self._arg(c.cmd, "session_id")
+        diagnosis, reply = self.services.diagnoser.diagnose_and_record(session_id, c.actor, c.reporter)
+        decisions = self.services.decisions
+        reply.messages.extend(decisions.close_if_settled(session_id, c.actor, diagnosis.facts, "diagnosis"))
+        return reply
+
+    def _replay(self, c: Call) -> Reply:
+        replayed = self.services.decisions.replay(c.actor, c.channel, c.reporter)
+        bulk = self.services.bulk
+        if bulk is not None and self.services.decisions.channels.allows(c.channel):  # batches' unanswered members
+            replayed.messages.extend(bulk.batches.resume_open(c.reporter))
+        return replayed
+
+    def _decide(self, call: Callable[..., Reply], c: Call) -> Reply:
+        cmd = c.cmd
+        return call(
+            c.actor,
+            c.channel,
+            self._arg(cmd, "session_id"),
+            self._arg(cmd, "decision"),
+            turn=cmd.flag_text("turn"),
+            evidence=cmd.flag_text("evidence"),
+            effects=cmd.flag_text("effects"),
+            reason=cmd.flag_text("reason") or "",
+            yes=bool(cmd.flag("yes")),
+            reporter=c.reporter,
+            cause_fixed=cmd.flag_text("cause-fixed"),
+        )
 
     @staticmethod
     def _arg(cmd: ParsedCommand, name: str) -> str:
@@ -441,34 +459,3 @@ class Router:
             )
             for request in d.requests.find(states=(RequestState.REQUESTED,))
         ]
-
-
-def build_router(
-    settings: Settings,
-    *,
-    sandbox: SandboxHandle | None = None,
-    directory: ApproverDirectory | None = None,
-    clock: Clock | None = None,
-    reporter: Reporter | None = None,
-    startup: bool = True,
-    console_users_map: dict[str, str] | None = None,
-    ports: FrontPorts | None = None,
-) -> Router:
-    """Build the services and the router over them.
-
-    With ``startup`` (the console), what a previous run left half-done is finished before this
-    returns; a server passes ``startup=False`` and calls ``router.startup`` in the background, since
-    a resumed wait may last minutes and must not delay readiness.
-    """
-    services = build_services(
-        settings,
-        sandbox=sandbox,
-        directory=directory,
-        clock=clock,
-        console_users_map=console_users_map,
-        ports=ports,
-    )
-    router = Router(services, demo=sandbox is not None)
-    if startup:
-        router.startup(reporter or LoggingReporter())
-    return router

@@ -2,34 +2,29 @@
 
 Resolution is :func:`bot.installations.resolve.resolve_installation` (the one owner); this module only
 gathers its inputs (``--install``, the command's own ids, a button's tag, the channel) and hands the
-text or click, unchanged, to the installation's :class:`bot.router.Router`, whose rules run as
+text or click, unchanged, to the installation's :class:`bot.app.router.Router`, whose rules run as
 always. With today's single ``default`` installation every call is the plain router's, word for word.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 
+from bot.app.fleet import Fleet
+from bot.app.fleet_views import installations_reply, triage_all
+from bot.app.handoff import handoff_reply
+from bot.app.replies import error_reply
+from bot.app.router import Router
+from bot.app.routing import Completions
 from bot.buttons import SEPARATOR, DecisionChoice
-from bot.clock import Clock
-from bot.decisions import ApproverDirectory
 from bot.errors import CommandError
-from bot.fleet import Fleet, build_fleet
-from bot.fleet_views import installations_reply, triage_all
-from bot.handoff import handoff_reply
 from bot.ids import DEFAULT_INSTALLATION, is_batch_id
 from bot.installations import InstallationSpec
 from bot.installations.resolve import resolve_installation
 from bot.installations.tags import TaggingReporter, tag_message, tag_reply, tag_value, untag
 from bot.messages import Message, Reply, Reporter
-from bot.replies import error_reply
-from bot.router import Router
-from bot.routing import Completions
 from bot.runbook import ParsedCommand
 from bot.runbook.usage import FormField
-from bot.sandbox import SandboxHandle
-from bot.services import FrontPorts, LoggingReporter, Services
-from bot.settings import Settings
 from bot.textclean import clean_optional, clean_text
 from bot.vocab import Action, StepKind
 
@@ -50,7 +45,7 @@ def command_ids(cmd: ParsedCommand) -> list[str]:
 
 
 class FleetRouter:
-    """:class:`bot.routing.RouterProtocol` over one :class:`Router` per installation."""
+    """:class:`bot.app.routing.RouterProtocol` over one :class:`Router` per installation."""
 
     def __init__(self, fleet: Fleet, routers: dict[str, Router]) -> None:
         self.fleet = fleet
@@ -58,11 +53,6 @@ class FleetRouter:
         self.first = next(iter(routers.values()))
         self.first_name = next(iter(routers))  # its name (a fleet of one: the only one)
         self.runbooks = self.first.runbooks
-
-    @property
-    def services(self) -> Services | None:
-        """The core, when there is exactly one (watch mode and the console's demo reach it)."""
-        return self.first.services if len(self.routers) == 1 else None
 
     @property
     def specs(self) -> list[InstallationSpec]:
@@ -313,35 +303,4 @@ class FleetRouter:
         return self.first.now()
 
 
-def build_fleet_router(
-    settings: Settings,
-    specs: Sequence[InstallationSpec] | None = None,
-    *,
-    sandboxes: Mapping[str, SandboxHandle] | None = None,
-    directory: ApproverDirectory | None = None,
-    clock: Clock | None = None,
-    console_users_map: dict[str, str] | None = None,
-    startup: bool = True,
-    reporter: Reporter | None = None,
-    ports: FrontPorts | None = None,
-) -> FleetRouter:
-    """One core and router per installation (``specs``; None: today's settings, ``default``), behind
-    one router. ``startup`` as :func:`bot.router.build_router`'s; ``ports``: what the front can do
-    for every core (the Slack front's break-glass notice poster), passed in as each core is built."""
-    fleet = build_fleet(
-        settings,
-        specs,
-        sandboxes=sandboxes,
-        directory=directory,
-        clock=clock,
-        console_users_map=console_users_map,
-        ports=ports,
-    )
-    demo = bool(sandboxes)
-    router = FleetRouter(fleet, {name: Router(core, demo=demo) for name, core in fleet.cores.items()})
-    if startup:
-        router.startup(reporter or LoggingReporter())
-    return router
-
-
-__all__ = ["FleetRouter", "build_fleet_router", "command_ids"]
+__all__ = ["FleetRouter", "command_ids"]

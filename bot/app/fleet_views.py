@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from bot.fleet import Fleet
+from bot.app.fleet import Fleet
+from bot.app.routing import RouterProtocol
 from bot.installations import InstallationSpec
 from bot.installations.tags import TaggingReporter, tag_reply
 from bot.messages import Message, Reply, Reporter, ref
-from bot.routing import RouterProtocol
 
 
 def _binding(spec: InstallationSpec) -> str:

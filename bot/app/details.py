@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from threading import Lock
 
+from bot.app.services import Services
 from bot.batch import text as batch_text
 from bot.decisions import DecisionRequest
 from bot.messages import DETAILS_KIND, Message, Reply, details_target, in_full, ref
-from bot.services import Services
 from bot.vocab import RequestState, Step
 
 KEEP = 256

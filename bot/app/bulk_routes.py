@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from bot.bulk import Bulk
+from bot.app.bulk import Bulk
 from bot.decisions import DecisionService
 from bot.errors import CommandError, ControlHostError
 from bot.messages import Message, Reply, Reporter, ref
 from bot.runbook import ParsedCommand
 from bot.vocab import Policy, RequestState, StepKind
+from bot.watch import Watcher
 from bot.watch.commands import watch_command
 
 #: The step kinds the bulk services answer (watch mode reads through the same paced client and triage).
@@ -83,12 +84,20 @@ def batch_verb(
     return bulk.batches.reject(actor, channel, batch_id, None)
 
 
-def dispatch(bulk: Bulk | None, cmd: ParsedCommand, *, actor: str, channel: str | None, reporter: Reporter) -> Reply:
+def dispatch(
+    bulk: Bulk | None,
+    cmd: ParsedCommand,
+    *,
+    watcher: Watcher | None,
+    actor: str,
+    channel: str | None,
+    reporter: Reporter,
+) -> Reply:
     if bulk is None:
         raise CommandError(f"`{cmd.name}` is not available: no control host is configured.")
     kind = cmd.kind
     if kind == StepKind.WATCH:
-        return watch_command(bulk.watcher, cmd, actor)
+        return watch_command(watcher, cmd, actor)
     if kind == StepKind.TRIAGE:
         result: Reply = bulk.triage.run(actor, reporter)
         return result
