@@ -123,9 +123,12 @@ def test_the_same_session_id_of_two_installations_gets_two_threads(
         h.settle()
     roots = h.api.roots("C0NONE")
     assert len(roots) == 2, [r.text for r in roots]
-    assert {name for name in ("eu-1", "us-1") for r in roots if f"{SESSION}@{name}" in r.all_text()} == {"eu-1", "us-1"}
+    named = {
+        name for name in ("eu-1", "us-1") for r in roots if f"[{name}] Recovery case for session `{SESSION}`" in r.text
+    }
+    assert named == {"eu-1", "us-1"} and not any("@" in r.text.split("started by")[0] for r in roots)  # no inner key
     for root in roots:
-        name = "eu-1" if "@eu-1" in root.all_text() else "us-1"
+        name = "eu-1" if "[eu-1]" in root.all_text() else "us-1"
         replies = h.api.thread("C0NONE", root.ts)[1:]
         assert replies and all(f"[{name}]" in m.all_text() for m in replies if m.all_text().startswith("["))
         assert not any(f"[{'us-1' if name == 'eu-1' else 'eu-1'}]" in m.all_text() for m in replies)
