@@ -18,7 +18,7 @@ from bot.errors import CommandError
 from bot.runbook.helptext import PREFIX, command_usage, help_text, short_help
 from bot.runbook.helptext import excerpt as _short
 from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
-from bot.runbook.suggest import closest
+from bot.runbook.suggest import closest, did_you_mean
 from bot.runbook.usage import value_pattern
 from bot.runbook.values import IDS_PLACEHOLDER
 from bot.vocab import StepKind
@@ -229,7 +229,7 @@ def parse_command(text: str, runbooks: RunbookSet) -> ParsedCommand:
         then = typo.message
     words = line.split()
     corrected = line.strip() if words and words[0].lower() == PREFIX else f"{PREFIX} {line.strip()}"
-    usage = ["Did you mean:", f"  {corrected}"]
+    usage = did_you_mean(corrected)
     if then:
         usage.append(f"(then still: {then})")
     raise CommandError(first.message, usage="\n".join(usage)) from None
