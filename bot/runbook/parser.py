@@ -19,7 +19,7 @@ from bot.runbook.helptext import PREFIX, command_usage, help_text, short_help
 from bot.runbook.helptext import excerpt as _short
 from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
 from bot.runbook.suggest import closest, did_you_mean
-from bot.runbook.usage import value_pattern
+from bot.runbook.usage import empty_value, value_pattern
 from bot.runbook.values import IDS_PLACEHOLDER
 from bot.vocab import StepKind
 
@@ -352,6 +352,8 @@ def _parse_rest(
 
 def _check_value(runbooks: RunbookSet, label: str, value: str, spec: ArgSpec | FlagSpec) -> str:
     if spec.pattern is not None and not value_pattern(runbooks, spec.pattern).fullmatch(value):
+        if not value.strip() and label.startswith("--"):  # `--reason ""`: what it is for, not a regex
+            raise CommandError(empty_value(label[2:], spec.help))
         what = f" ({spec.help})" if spec.help else ""
         if spec.pattern == IDS_PLACEHOLDER:
             rule = runbooks.id_help or (runbooks.id_pattern.pattern if runbooks.id_pattern else "an id")

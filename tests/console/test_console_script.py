@@ -226,3 +226,11 @@ def test_a_mistyped_session_id_gets_the_nearest_known_ids_and_is_never_offered_i
     # The mistyped id is never offered as a line to run (a next step, a Details button, a retyped decide).
     assert not re.search(rf"/recover [a-z ]+ {typo}\b", out), out
     assert _posts(sandbox, "ses_restore_transient") == [] and Store(db).list_open_cases() == []
+
+
+def test_an_empty_reason_is_said_in_words_not_as_the_runbooks_pattern(sandbox, workdir, tmp_path):
+    run = _console(sandbox, tmp_path / "recover.db", workdir, 'decide ses_restore_transient close --reason ""\n')
+    assert run.returncode == 1
+    assert "[error] --reason needs text: why; sent to the control host and recorded\n" in run.stdout, run.stdout
+    assert "must match" not in run.stdout and "\\S" not in run.stdout
+    assert _posts(sandbox, "ses_restore_transient") == []
