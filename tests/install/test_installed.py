@@ -14,6 +14,8 @@ Fixtures (tests/fixtures/install.py) for more checks of the installed command:
 from __future__ import annotations
 
 import json
+import re
+import signal
 import socket
 import sqlite3
 from pathlib import Path
@@ -164,3 +166,25 @@ def test_a_busy_or_invalid_port_is_one_line(installed: Installed, workdir: Path)
     invalid = installed.run("sandbox", "--port", "99999", cwd=workdir, timeout=60)
     assert invalid.returncode == 2
     assert "'99999' is not a port: use a number from 0 to 65535" in _one_line(invalid.stderr)
+
+
+def test_the_sandbox_banner_is_a_line_to_paste_and_its_help_shows_the_defaults(
+    installed: Installed, workdir: Path
+) -> None:
+    helped = installed.run("sandbox", "--help", cwd=workdir)
+    assert "(default: sandbox-key)" in helped.stdout and "(default: 127.0.0.1)" in helped.stdout, helped.stdout
+    proc = installed.popen("sandbox", "--port", "0", cwd=workdir)  # no --api-key: the documented default
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline().decode() + proc.stdout.readline().decode()
+        pasted = re.search(r"point the bot at it: (CONTROL_HOST_URL=\S+) (CONTROL_HOST_API_KEY=\S+)", banner)
+        assert pasted, banner
+        env = dict(v.split("=", 1) for v in pasted.groups())
+        run = installed.run(
+            "console", cwd=workdir, env={**env, "RECOVER_DB": str(workdir / "r.db")},
+            input="/recover diagnose ses_restore_transient\n",
+        )  # fmt: skip
+        assert run.returncode == 0 and "Restore stopped at the limit" in run.stdout, run.stdout + run.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(15)
