@@ -191,6 +191,21 @@ def _banner(handle: object, users: tuple[str, ...], where: str | None = None) ->
     return "\n".join(lines) + "\n"
 
 
+def store_line(settings: Settings) -> str:
+    """Where the console keeps its audit trail, said at start: without RECOVER_DB that is a file in the
+    folder it was started from, which a person must know before starting it from another one."""
+    path = settings.db_path.resolve()
+    if settings.installations_file is not None:  # each installation's store beside it (store_path)
+        where, state = path.with_name(f"{path.stem}-<installation>{path.suffix}"), "one per installation"
+    else:
+        where, state = path, "existing" if path.exists() else "new"
+    if settings.db_path == _DEFAULT_DB:
+        return (
+            f"Store: {where} ({state}); RECOVER_DB is unset, so it is in the current folder (set it to keep one store)."
+        )
+    return f"Store: {where} ({state}, from RECOVER_DB)."
+
+
 def run_real_console(
     settings: Settings,
     *,
@@ -208,10 +223,12 @@ def run_real_console(
     out = stdout or sys.stdout
     user = login or terminal_login()
     log_file = log_to_file(state_dir() / "console.log", settings.log_level)
+    store = store_line(settings)  # before the router is built: building it creates the file
     router = build_fleet_router(settings, startup=False)  # one router per installation, one parser
     out.write(
         f"recover-bot console against {router.against()}. You are {user} "
         f"(recorded as {console_actor(user)}; fixed for this run).\n"
+        f"{store}\n"
         f"Log records: {log_file} (the terminal shows only warnings to act on).\n"
     )
     for message in router.unfinished_view():

@@ -188,3 +188,17 @@ def test_the_sandbox_banner_is_a_line_to_paste_and_its_help_shows_the_defaults(
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(15)
+
+
+def test_the_console_says_where_its_store_is_before_it_writes_one_into_the_folder(
+    installed: Installed, installed_sandbox: InstalledSandbox, workdir: Path
+) -> None:
+    env = {k: v for k, v in installed_sandbox.console_env(workdir / "unused.db").items() if k != "RECOVER_DB"}
+    first = installed.run("console", cwd=workdir, env=env, input="cases\n")
+    assert first.returncode == 0, first.stdout + first.stderr
+    here = (workdir / "recover.db").resolve()
+    assert f"Store: {here} (new); RECOVER_DB is unset, so it is in the current folder" in first.stdout, first.stdout
+    again = installed.run("console", cwd=workdir, env=env, input="cases\n")
+    assert f"Store: {here} (existing);" in again.stdout
+    chosen = installed.run("console", cwd=workdir, env={**env, "RECOVER_DB": str(workdir / "kept.db")}, input="")
+    assert f"Store: {(workdir / 'kept.db').resolve()} (new, from RECOVER_DB)." in chosen.stdout, chosen.stdout
