@@ -305,6 +305,16 @@ class FleetRouter:
             out.extend(messages if self._single() else [tag_message(m, name) for m in messages])
         return out
 
+    def left_waiting(self, actor: str, since: str) -> list[Message]:
+        out: list[Message] = []
+        for name, router in self.routers.items():
+            messages = router.left_waiting(actor, since)
+            out.extend(messages if self._single() else [tag_message(m, name) for m in messages])
+        return out
+
+    def waiting_count(self, actor: str, since: str) -> int:
+        return sum(router.waiting_count(actor, since) for router in self.routers.values())
+
     def now(self) -> str:
         return self.first.now()
 

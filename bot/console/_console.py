@@ -223,18 +223,20 @@ class _Console:
                 if not self.interactive or self.ctrl_c:
                     raise  # a script stops at Ctrl-C; a person's second Ctrl-C in a row leaves
                 self.ctrl_c += 1
-                self.write("^C (the line was dropped; Ctrl-C again or Ctrl-D leaves)")
+                self.write(f"^C (the line was dropped; {self.leaving_hint()})")
                 continue
             self.ctrl_c = 0
             if line is None:
                 if self.interactive:
                     self.write("")
+                self.leave()
                 break
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
             if line.startswith(":"):
                 if not self.meta(line):
+                    self.leave()
                     break
                 continue
             if line.isdigit():
@@ -246,6 +248,25 @@ class _Console:
                 return INTERRUPTED  # a script stops at Ctrl-C; a person gets the prompt back
             self.interrupted = False
         return 0 if self.all_ok else 1
+
+    def leaving_hint(self) -> str:
+        """The two ways out and what each does to this run's waiting requests, said before either."""
+        count = getattr(self.router, "waiting_count", None)
+        waiting = count(self.actor, self.started_at) if count is not None and self.started_at is not None else 0
+        if not waiting:
+            return "Ctrl-C again or Ctrl-D leaves"
+        return (
+            f"Ctrl-C again withdraws the {waiting} request(s) of this run still waiting and leaves; "
+            "Ctrl-D or :quit leaves them waiting"
+        )
+
+    def leave(self) -> None:
+        """Ctrl-D or :quit: what this run requested and still waits stays waiting, and is said so."""
+        left = getattr(self.router, "left_waiting", None)
+        if left is None or self.started_at is None:
+            return
+        for message in left(self.actor, self.started_at):
+            self.show(message)
 
     def withdraw_on_interrupt(self) -> None:
         """Ctrl-C ended the console: what it requested in this run and is still waiting is withdrawn."""

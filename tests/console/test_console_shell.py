@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bot.store import Store
 from tests.fixtures.waiting import eventually
 
 pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"), pytest.mark.subprocess]
@@ -178,3 +179,23 @@ def test_ctrl_c_drops_the_line_or_the_form_and_twice_leaves(term: Terminal, demo
     term.wait_for("Ctrl-C again or Ctrl-D leaves")
     term.keys("C-c")
     term.wait_for("EXIT=130")
+
+
+def test_the_two_ways_out_say_what_each_does_to_this_runs_waiting_request(
+    term: Terminal, demo: Any, tmp_path: Path
+) -> None:
+    command, env = demo
+    env = {**env, "RECOVER_DB": str(tmp_path / "kept.db")}  # the demo's store, kept for the look after
+    term.start(command, env)
+    term.wait_prompts(1)
+    term.type('decide ses_restore_transient close --reason "store gone for good"')
+    term.keys("Enter")
+    term.wait_prompts(2)
+    term.keys("C-c")  # the first Ctrl-C says, before anything happens, what the second would do
+    term.wait_for("Ctrl-C again withdraws the 1 request(s) of this run still waiting and leaves; Ctrl-D or :quit")
+    term.keys("C-d")  # the other way out leaves it waiting, and says so
+    screen = term.wait_for("EXIT=0")
+    assert "Left waiting: 1 request(s) of this run" in screen and "`/recover withdraw req_" in screen, screen
+    assert "withdrawn" not in screen
+    steps = Store(tmp_path / "kept.db").steps()
+    assert [s.step for s in steps if s.step.startswith("decision_")] == ["decision_requested"]
