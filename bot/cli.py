@@ -206,7 +206,11 @@ def _sandbox_installations(args: argparse.Namespace, options: dict[str, Any]) ->
             keys = {name: installation_key(args.api_key, name) for name in hosts}
             path = Path(args.write_installations).resolve()
             write_installations(path, urls, keys)
-            print(f"  installations file: {path} (keys beside it); RECOVER_INSTALLATIONS_FILE={path}", flush=True)
+            print(
+                f"  installations file: {path} (keys beside it, ignored by git through {path.parent / '.gitignore'}); "
+                f"RECOVER_INSTALLATIONS_FILE={path}",
+                flush=True,
+            )
             return
         print(
             f"  each installation's key is {_key_shown(args.api_key)}-<name>; an installations file for them:",
