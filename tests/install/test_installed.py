@@ -93,6 +93,13 @@ def test_console_diagnoses_a_sandbox_session(
     assert "HTTP 401" in wrong.stdout and "CONTROL_HOST_API_KEY is wrong or expired" in wrong.stdout
     assert "sessions:recover scope" not in wrong.stdout and "Not classified" not in wrong.stdout
     assert "not-the-key-123" not in wrong.stdout + wrong.stderr
+    # A key that is a word of that sentence (someone trying out a wrong key) does not mask the sentence.
+    worded = installed.run(
+        "console", cwd=workdir,
+        env={**installed_sandbox.console_env(workdir / "worded.db"), "CONTROL_HOST_API_KEY": "wrong"},
+        input="/recover diagnose ses_restore_transient\n",
+    )  # fmt: skip
+    assert "CONTROL_HOST_API_KEY is wrong or expired" in worded.stdout, worded.stdout
 
 
 def test_console_with_an_unreachable_control_host_is_one_line(installed: Installed, workdir: Path) -> None:
