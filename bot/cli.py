@@ -125,7 +125,7 @@ def _console(args: argparse.Namespace, settings: Settings) -> int:
     # log, like a real host's, sees no request until the person types one).
     if settings.control_host_url:  # an installations file is checked when the core is built
         check_reachable(str(settings.control_host_url))
-    return run_real_console(settings)
+    return run_real_console(settings, install=args.install)
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -262,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # Not an option: the console acts as the account running it (behind sudo, the invoking user).
     console.add_argument("--user", default=None, help=argparse.SUPPRESS)
+    console.add_argument(
+        "--install", default=None, metavar="NAME",
+        help="with several installations: the one commands act on when they name none (--install in a command "
+        "still chooses another)",
+    )  # fmt: skip
     _add(
         sub,
         "serve",

@@ -18,7 +18,7 @@ from bot.fleet import Fleet, build_fleet
 from bot.fleet_views import installations_reply, triage_all
 from bot.handoff import handoff_reply
 from bot.installations import InstallationSpec
-from bot.installations.resolve import resolve_installation
+from bot.installations.resolve import no_such_installation, resolve_installation
 from bot.installations.tags import TaggingReporter, tag_message, tag_reply, tag_value, untag
 from bot.messages import Message, Reply, Reporter
 from bot.replies import error_reply
@@ -51,8 +51,9 @@ def command_ids(cmd: ParsedCommand) -> list[str]:
 class FleetRouter:
     """:class:`bot.routing.RouterProtocol` over one :class:`Router` per installation."""
 
-    def __init__(self, fleet: Fleet, routers: dict[str, Router]) -> None:
+    def __init__(self, fleet: Fleet, routers: dict[str, Router], default: str | None = None) -> None:
         self.fleet = fleet
+        self.default = default  # a console run's installation for commands that name none
         self.routers = routers
         self.first = next(iter(routers.values()))
         self.first_name = next(iter(routers))  # its name (a fleet of one: the only one)
@@ -85,7 +86,9 @@ class FleetRouter:
         made_by: str | None = None,
         what: str = "this command",
     ) -> str:
-        return resolve_installation(self.specs, flag=flag, channel=channel, ids=list(ids), made_by=made_by, what=what)
+        return resolve_installation(
+            self.specs, flag=flag, channel=channel, ids=list(ids), made_by=made_by, what=what, default=self.default
+        )
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -113,7 +116,10 @@ class FleetRouter:
         """What the console's banner says it works against: the host, or each installation's."""
         if self._single():
             return str(self.first.services.settings.control_host_url)
-        return ", ".join(f"{s.name} ({s.control_host_url})" for s in self.specs) + " (choose with --install)"
+        hosts = ", ".join(f"{s.name} ({s.control_host_url})" for s in self.specs)
+        if self.default is not None:
+            return f"{hosts} (commands that name none act on {self.default}; --install chooses another)"
+        return f"{hosts} (choose with --install)"
 
     def decision_form(self, decision: str) -> list[FormField]:
         return self.first.decision_form(decision)
@@ -330,10 +336,12 @@ def build_fleet_router(
     startup: bool = True,
     reporter: Reporter | None = None,
     ports: FrontPorts | None = None,
+    default: str | None = None,
 ) -> FleetRouter:
     """One core and router per installation (``specs``; None: today's settings, ``default``), behind
     one router. ``startup`` as :func:`bot.router.build_router`'s; ``ports``: what the front can do
-    for every core (the Slack front's break-glass notice poster), passed in as each core is built."""
+    for every core (the Slack front's break-glass notice poster), passed in as each core is built;
+    ``default``: the installation a console run acts on when a command names none."""
     fleet = build_fleet(
         settings,
         specs,
@@ -343,8 +351,13 @@ def build_fleet_router(
         console_users_map=console_users_map,
         ports=ports,
     )
+    if default is not None and default not in fleet.specs:
+        raise no_such_installation(
+            default, list(fleet.specs.values()), lambda near: f"recover-bot console --install {near}"
+        )
     demo = bool(sandboxes)
-    router = FleetRouter(fleet, {name: Router(core, demo=demo) for name, core in fleet.cores.items()})
+    routers = {name: Router(core, demo=demo) for name, core in fleet.cores.items()}
+    router = FleetRouter(fleet, routers, default)
     if startup:
         router.startup(reporter or LoggingReporter())
     return router

@@ -212,8 +212,10 @@ def run_real_console(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     login: str | None = None,
+    install: str | None = None,
 ) -> int:
-    """The console against the configured control host, as the account running it (fixed).
+    """The console against the configured control host, as the account running it (fixed);
+    ``install``: with several installations, the one commands act on when they name none.
 
     Nothing is sent at start: what earlier runs left unfinished is listed, and finished only on
     ``/recover replay``.
@@ -224,7 +226,7 @@ def run_real_console(
     user = login or terminal_login()
     log_file = log_to_file(state_dir() / "console.log", settings.log_level)
     store = store_line(settings)  # before the router is built: building it creates the file
-    router = build_fleet_router(settings, startup=False)  # one router per installation, one parser
+    router = build_fleet_router(settings, startup=False, default=install)  # one router per installation
     out.write(
         f"recover-bot console against {router.against()}. You are {user} "
         f"(recorded as {console_actor(user)}; fixed for this run).\n"
