@@ -8,6 +8,10 @@ and the steps a command posts while it runs are printed inline, in order.
 from __future__ import annotations
 
 import dataclasses
+import os
+import shlex
+import shutil
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -33,6 +37,9 @@ DEMO_USERS = ("alice", "bob")
 # request and neither their own.
 DEMO_CONSOLE_USERS = {"alice": "UDEMOALICE", "bob": "UDEMOBOB"}
 ATTACHMENT_LINES = 200
+#: The pager of a reply longer than the terminal when $PAGER is unset (git's way: quit when it fits,
+#: keep colours, leave the text on the screen).
+PAGER = "less -FRX"
 INTERRUPTED = 130  # the exit status after Ctrl-C (128 + SIGINT)
 # The console's own commands; everything else is a /recover command.
 CONSOLE_HELP = """Console commands:
@@ -162,21 +169,42 @@ class _Console:
         self.stdout.flush()
 
     def show(self, message: Message) -> None:
+        self.write(self._rendered(message))
+
+    def _rendered(self, message: Message) -> str:
+        """``message`` as text, its attachment saved, its ids and numbered choices remembered."""
         saved = None
         if message.attachment is not None and self.files is not None:
             saved = save_attachment(self.files, message.attachment)
         text = render(message, len(self.choices) + 1, saved)
-        self.write(text)
         self.seen.note(message, text)
         self.choices.extend(brief(message).buttons)
+        return text
 
     def show_reply(self, reply: Reply) -> None:
-        for message in reply.messages:
-            if _key(message) not in self.posted:  # already shown while the command ran: once is enough
-                self.show(message)
+        texts = [self._rendered(m) for m in reply.messages if _key(m) not in self.posted]  # posted: shown once
+        if texts:
+            self.page("\n".join(texts))
         self.posted.clear()
         if not reply.ok:
             self.all_ok = False
+
+    def page(self, text: str) -> None:
+        """A reply longer than the terminal goes through the pager (``$PAGER``, else ``less -FRX``: it
+        quits at once when the text fits, and leaves it on the screen), so its head is not scrolled
+        away; elsewhere (a script, a pipe, no pager) it is written as it is."""
+        if self.editor is None or not self.interactive:
+            self.write(text)
+            return
+        if text.count("\n") + 2 < shutil.get_terminal_size().lines:
+            self.write(text)
+            return
+        try:
+            subprocess.run(shlex.split(os.environ.get("PAGER") or PAGER), input=text + "\n", text=True, check=False)
+        except (OSError, ValueError):  # no such pager (or an unreadable $PAGER): the text as it is
+            self.write(text)
+        except KeyboardInterrupt:  # Ctrl-C in the pager ends the paging, never the console
+            self.write("")
 
     def fail(self, text: str) -> None:
         self.write(f"[error] {text}")

@@ -199,3 +199,22 @@ def test_the_two_ways_out_say_what_each_does_to_this_runs_waiting_request(
     assert "withdrawn" not in screen
     steps = Store(tmp_path / "kept.db").steps()
     assert [s.step for s in steps if s.step.startswith("decision_")] == ["decision_requested"]
+
+
+def test_a_reply_longer_than_the_terminal_goes_through_the_pager(term: Terminal, demo: Any) -> None:
+    _started_with(term, demo, "triage")
+    term.type("details t1")
+    term.keys("Enter")
+    term.wait_for("Details of Triage t1")
+
+    # The reply is taller than the 50-line window: its head is on the screen, the pager waits below it.
+    def paged() -> str:
+        shown = term.tmux("capture-pane", "-t", "t", "-p").rstrip("\n").splitlines()
+        assert shown and shown[-1].startswith(":"), "\n".join(shown)
+        return "\n".join(shown)
+
+    visible = eventually(paged, 30, "the pager's prompt")
+    assert "Details of Triage t1" in visible and term.prompt_count() == 2, visible
+    term.keys("q")
+    term.wait_prompts(3)  # the console goes on after the pager
+    assert "EXIT=" not in term.screen()
