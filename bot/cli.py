@@ -39,6 +39,9 @@ Exit status:
   70  unexpected error (a bug: rerun with RECOVER_LOG_LEVEL=DEBUG for the traceback)
   130 interrupted (Ctrl-C)"""
 
+#: ``recover-bot sandbox``'s key when none is chosen: documented, so the banner prints it.
+SANDBOX_API_KEY = "sandbox-key"
+
 # What each front end reads. Settings outside these groups are neither read nor checked.
 CORE = ("store", "audit", "people", "docker", "runbooks", "logging")
 
@@ -122,7 +125,7 @@ def _console(args: argparse.Namespace, settings: Settings) -> int:
     # log, like a real host's, sees no request until the person types one).
     if settings.control_host_url:  # an installations file is checked when the core is built
         check_reachable(str(settings.control_host_url))
-    return run_real_console(settings)
+    return run_real_console(settings, install=args.install)
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -167,12 +170,17 @@ def _sandbox(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.installations:
             return _sandbox_installations(args, options)
-        serve_forever(args.host, args.port, stop_every=stop_every, **options)
+        serve_forever(args.host, args.port, stop_every=stop_every, show_key=args.api_key == SANDBOX_API_KEY, **options)
     except OSError as exc:
         if not is_listen_error(exc):
             raise
         raise listen_error(args.host, args.port, exc, host_name="--host", port_name="--port") from None
     return EXIT_OK
+
+
+def _key_shown(api_key: str) -> str:
+    """The sandbox's key as its banner says it: the documented default itself, a chosen one never."""
+    return api_key if api_key == SANDBOX_API_KEY else "<the --api-key value>"
 
 
 def installation_names(text: str) -> list[str]:
@@ -198,9 +206,16 @@ def _sandbox_installations(args: argparse.Namespace, options: dict[str, Any]) ->
             keys = {name: installation_key(args.api_key, name) for name in hosts}
             path = Path(args.write_installations).resolve()
             write_installations(path, urls, keys)
-            print(f"  installations file: {path} (keys beside it); RECOVER_INSTALLATIONS_FILE={path}", flush=True)
+            print(
+                f"  installations file: {path} (keys beside it, ignored by git through {path.parent / '.gitignore'}); "
+                f"RECOVER_INSTALLATIONS_FILE={path}",
+                flush=True,
+            )
             return
-        print("  each installation's key is <the --api-key value>-<name>; an installations file for them:", flush=True)
+        print(
+            f"  each installation's key is {_key_shown(args.api_key)}-<name>; an installations file for them:",
+            flush=True,
+        )
         print(installations_yaml(urls, {n: ("api_key_env", env_name(n)) for n in urls}), end="", flush=True)
 
     serve_installations_forever(args.installations, args.host, args.port, announce=announce, **options)
@@ -247,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # Not an option: the console acts as the account running it (behind sudo, the invoking user).
     console.add_argument("--user", default=None, help=argparse.SUPPRESS)
+    console.add_argument(
+        "--install", default=None, metavar="NAME",
+        help="with several installations: the one commands act on when they name none (--install in a command "
+        "still chooses another)",
+    )  # fmt: skip
     _add(
         sub,
         "serve",
@@ -265,15 +285,22 @@ def build_parser() -> argparse.ArgumentParser:
         handler=_sandbox,
         uses=("logging",),
     )
-    sandbox.add_argument("--host", default="127.0.0.1")
-    sandbox.add_argument("--port", type=port_number, default=8700, help="0 = any free port (printed)")
-    sandbox.add_argument("--api-key", default="sandbox-key", help="the key the sandbox accepts")
+    sandbox.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)")
+    sandbox.add_argument(
+        "--port", type=port_number, default=8700, help="0 = any free port (printed; default: %(default)s)"
+    )
+    sandbox.add_argument(
+        "--api-key", default=SANDBOX_API_KEY, help="the key the sandbox accepts (default: %(default)s)"
+    )
     sandbox.add_argument("--scenarios", default="builtin", help="a directory of scenario YAML files")
     sandbox.add_argument(
         "--incident", type=int, default=None, metavar="N", help="also a mass incident of N stuck sessions"
     )
     sandbox.add_argument(
-        "--outage-seconds", type=float, default=600.0, help="when the incident's outage ends (from start)"
+        "--outage-seconds",
+        type=float,
+        default=600.0,
+        help="when the incident's outage ends, in seconds from the start (default: %(default)g)",
     )
     sandbox.add_argument(
         "--installations", type=installation_names, default=None, metavar="NAMES",

@@ -312,9 +312,28 @@ def _keep(flat: list[str], room: int) -> list[str]:
     return [flat[i] for i in sorted(chosen)]
 
 
+#: Marks a line as a post's find key: what a watcher or the ladder taking over a dead owner's claim
+#: looks for in the channel to tell whether the post was made. A machine's id, never shown to a
+#: reader: :func:`brief` drops it, and Slack carries it in the notification text only (find_keys).
+_FIND_KEY = "\u2064"
+
+
+def find_key_line(key: str) -> str:
+    """A line that finds its post again (``ladder step req_…#0``, ``Watch key …``), hidden from readers."""
+    return _FIND_KEY + key
+
+
+def find_keys(message: Message) -> list[str]:
+    """The message's find-key lines (for a front that must keep them findable but unseen)."""
+    return [line for line in message.lines if line.startswith(_FIND_KEY)]
+
+
 def brief(message: Message) -> Message:
     """``message`` as a reply shows it: no fact list and, for the heavy kinds, a bounded body; a
-    Details button stands for what was left out. A message with nothing to point at is shown whole."""
+    Details button stands for what was left out. A message with nothing to point at is shown whole.
+    Find keys (:func:`find_key_line`) are never shown."""
+    if find_keys(message):
+        message = dataclasses.replace(message, lines=[line for line in message.lines if not line.startswith(_FIND_KEY)])
     target = details_target(message)
     if message.kind == DETAILS_KIND or target is None:
         return message

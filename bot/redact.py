@@ -20,6 +20,9 @@ _PATTERNS = [
 ]
 
 _known_secrets: set[str] = set()
+#: The bot's own fixed sentences (no secret by construction): a short key that happens to be one of
+#: their words (``CONTROL_HOST_API_KEY=wrong``) must not turn "the key is wrong" into "the key is ***".
+_own_wording: set[str] = set()
 
 MASK = "***"
 
@@ -30,8 +33,27 @@ def register_secret(value: str | None) -> None:
         _known_secrets.add(value)
 
 
+def register_wording(*phrases: str) -> None:
+    """Declare fixed sentences of the bot's own (constants, never built from a value): :func:`redact`
+    leaves each whole occurrence as it is, whatever secret shares a word with it."""
+    _own_wording.update(p for p in phrases if p)
+
+
 def redact(text: str, extra: Iterable[str] = ()) -> str:
-    """Mask known secrets and anything shaped like a token or bearer credential."""
+    """Mask known secrets and anything shaped like a token or bearer credential (never inside the
+    bot's own fixed wording, see :func:`register_wording`)."""
+    held: dict[str, str] = {}
+    for n, phrase in enumerate(sorted(_own_wording, key=len, reverse=True)):
+        if phrase in text:
+            held[f"\x00{n}\x00"] = phrase
+            text = text.replace(phrase, f"\x00{n}\x00")
+    text = _masked(text, extra)
+    for placeholder, phrase in held.items():
+        text = text.replace(placeholder, phrase)
+    return text
+
+
+def _masked(text: str, extra: Iterable[str]) -> str:
     for secret in sorted({*_known_secrets, *(e for e in extra if e and len(e) >= 4)}, key=len, reverse=True):
         text = text.replace(secret, MASK)
     for pattern in _PATTERNS:

@@ -46,6 +46,7 @@ from bot.errors import SettingsError, StartupError, StoreError
 from bot.escalation.runner import LadderPoster, LadderRunner
 from bot.ids import DEFAULT_INSTALLATION
 from bot.installations import InstallationSpec
+from bot.installations.resolve import no_such_installation
 from bot.installations.scoped import recovery_channels, scoped_settings
 from bot.installations.sources import resolve_installations
 from bot.installations.tags import TaggingNotice
@@ -142,6 +143,7 @@ def compose(
     console_users_map: dict[str, str] | None = None,
     startup: bool = True,
     reporter: Reporter | None = None,
+    default: str | None = None,
 ) -> Composed:
     """Every installation's core (``specs``; None: the installations file, or today's settings as the
     one installation ``default``), its watcher and ladder runner, and the fleet's router over them.
@@ -149,7 +151,8 @@ def compose(
     ``sandboxes`` replaces an installation's control host by a running sandbox (the demo). With
     ``startup`` (the console, the tests), what a previous run left half-done is finished before this
     returns; a server passes ``startup=False`` and calls ``router.startup`` in the background, since
-    a resumed wait may last minutes and must not delay readiness.
+    a resumed wait may last minutes and must not delay readiness. ``default``: the installation a
+    console run acts on when a command names none (``recover-bot console --install``).
 
     Raises :class:`bot.errors.RunbookError` for an invalid runbook (the bot refuses to start) and
     :class:`bot.errors.SettingsError` when a control host is not configured.
@@ -160,6 +163,8 @@ def compose(
     names = [s.name for s in specs]
     if not specs or len(set(names)) != len(names):
         raise SettingsError([f"installations: each needs a unique name (got {', '.join(names) or 'none'})"])
+    if default is not None and default not in names:  # refused before anything is built or opened
+        raise no_such_installation(default, specs, lambda near: f"recover-bot console --install {near}")
     if not from_settings and DEFAULT_INSTALLATION not in names:
         leftover = default_leftovers(settings.db_path, names)  # rows nothing would serve any more
         if leftover:
@@ -190,7 +195,7 @@ def compose(
             watchers[spec.name] = watcher
         if ladder.poster is not None:
             ladders[spec.name] = ladder
-    router = FleetRouter(Fleet(specs={s.name: s for s in specs}, cores=cores), routers)
+    router = FleetRouter(Fleet(specs={s.name: s for s in specs}, cores=cores), routers, default)
     if startup:
         router.startup(reporter or LoggingReporter())
     return Composed(router=router, cores=cores, watchers=watchers, ladders=ladders)

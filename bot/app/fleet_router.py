@@ -47,8 +47,9 @@ def command_ids(cmd: ParsedCommand) -> list[str]:
 class FleetRouter:
     """:class:`bot.app.routing.RouterProtocol` over one :class:`Router` per installation."""
 
-    def __init__(self, fleet: Fleet, routers: dict[str, Router]) -> None:
+    def __init__(self, fleet: Fleet, routers: dict[str, Router], default: str | None = None) -> None:
         self.fleet = fleet
+        self.default = default  # a console run's installation for commands that name none
         self.routers = routers
         self.first = next(iter(routers.values()))
         self.first_name = next(iter(routers))  # its name (a fleet of one: the only one)
@@ -76,7 +77,9 @@ class FleetRouter:
         made_by: str | None = None,
         what: str = "this command",
     ) -> str:
-        return resolve_installation(self.specs, flag=flag, channel=channel, ids=list(ids), made_by=made_by, what=what)
+        return resolve_installation(
+            self.specs, flag=flag, channel=channel, ids=list(ids), made_by=made_by, what=what, default=self.default
+        )
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -104,7 +107,10 @@ class FleetRouter:
         """What the console's banner says it works against: the host, or each installation's."""
         if self._single():
             return str(self.first.services.settings.control_host_url)
-        return ", ".join(f"{s.name} ({s.control_host_url})" for s in self.specs) + " (choose with --install)"
+        hosts = ", ".join(f"{s.name} ({s.control_host_url})" for s in self.specs)
+        if self.default is not None:
+            return f"{hosts} (commands that name none act on {self.default}; --install chooses another)"
+        return f"{hosts} (choose with --install)"
 
     def decision_form(self, decision: str) -> list[FormField]:
         return self.first.decision_form(decision)
@@ -298,6 +304,16 @@ class FleetRouter:
             messages = router.withdraw_interrupted(actor, since)
             out.extend(messages if self._single() else [tag_message(m, name) for m in messages])
         return out
+
+    def left_waiting(self, actor: str, since: str) -> list[Message]:
+        out: list[Message] = []
+        for name, router in self.routers.items():
+            messages = router.left_waiting(actor, since)
+            out.extend(messages if self._single() else [tag_message(m, name) for m in messages])
+        return out
+
+    def waiting_count(self, actor: str, since: str) -> int:
+        return sum(router.waiting_count(actor, since) for router in self.routers.values())
 
     def now(self) -> str:
         return self.first.now()

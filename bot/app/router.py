@@ -425,6 +425,17 @@ class Router:
         except Exception as exc:  # noqa: BLE001 - shown, never raised
             return error_reply(exc).messages
 
+    def left_waiting(self, actor: str, since: str) -> list[Message]:
+        """Leaving the console without Ctrl-C: what ``actor`` requested since ``since`` stays waiting."""
+        try:
+            return self.services.decisions.left_waiting(actor, since).messages
+        except Exception as exc:  # noqa: BLE001 - shown, never raised
+            return error_reply(exc).messages
+
+    def waiting_count(self, actor: str, since: str) -> int:
+        """How many requests of ``actor`` since ``since`` a Ctrl-C would withdraw."""
+        return len(self.services.decisions.pending_of(actor, since))
+
     def now(self) -> str:
         """The core's clock, as the store writes times (the console marks its start with it)."""
         return isoformat(self.services.clock.now()) or ""

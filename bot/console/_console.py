@@ -8,6 +8,10 @@ and the steps a command posts while it runs are printed inline, in order.
 from __future__ import annotations
 
 import dataclasses
+import os
+import shlex
+import shutil
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -33,6 +37,9 @@ DEMO_USERS = ("alice", "bob")
 # request and neither their own.
 DEMO_CONSOLE_USERS = {"alice": "UDEMOALICE", "bob": "UDEMOBOB"}
 ATTACHMENT_LINES = 200
+#: The pager of a reply longer than the terminal when $PAGER is unset (git's way: quit when it fits,
+#: keep colours, leave the text on the screen).
+PAGER = "less -FRX"
 INTERRUPTED = 130  # the exit status after Ctrl-C (128 + SIGINT)
 # The console's own commands; everything else is a /recover command.
 CONSOLE_HELP = """Console commands:
@@ -161,21 +168,42 @@ class _Console:
         self.stdout.flush()
 
     def show(self, message: Message) -> None:
+        self.write(self._rendered(message))
+
+    def _rendered(self, message: Message) -> str:
+        """``message`` as text, its attachment saved, its ids and numbered choices remembered."""
         saved = None
         if message.attachment is not None and self.files is not None:
             saved = save_attachment(self.files, message.attachment)
         text = render(message, len(self.choices) + 1, saved)
-        self.write(text)
         self.seen.note(message, text)
         self.choices.extend(brief(message).buttons)
+        return text
 
     def show_reply(self, reply: Reply) -> None:
-        for message in reply.messages:
-            if _key(message) not in self.posted:  # already shown while the command ran: once is enough
-                self.show(message)
+        texts = [self._rendered(m) for m in reply.messages if _key(m) not in self.posted]  # posted: shown once
+        if texts:
+            self.page("\n".join(texts))
         self.posted.clear()
         if not reply.ok:
             self.all_ok = False
+
+    def page(self, text: str) -> None:
+        """A reply longer than the terminal goes through the pager (``$PAGER``, else ``less -FRX``: it
+        quits at once when the text fits, and leaves it on the screen), so its head is not scrolled
+        away; elsewhere (a script, a pipe, no pager) it is written as it is."""
+        if self.editor is None or not self.interactive:
+            self.write(text)
+            return
+        if text.count("\n") + 2 < shutil.get_terminal_size().lines:
+            self.write(text)
+            return
+        try:
+            subprocess.run(shlex.split(os.environ.get("PAGER") or PAGER), input=text + "\n", text=True, check=False)
+        except (OSError, ValueError):  # no such pager (or an unreadable $PAGER): the text as it is
+            self.write(text)
+        except KeyboardInterrupt:  # Ctrl-C in the pager ends the paging, never the console
+            self.write("")
 
     def fail(self, text: str) -> None:
         self.write(f"[error] {text}")
@@ -222,18 +250,20 @@ class _Console:
                 if not self.interactive or self.ctrl_c:
                     raise  # a script stops at Ctrl-C; a person's second Ctrl-C in a row leaves
                 self.ctrl_c += 1
-                self.write("^C (the line was dropped; Ctrl-C again or Ctrl-D leaves)")
+                self.write(f"^C (the line was dropped; {self.leaving_hint()})")
                 continue
             self.ctrl_c = 0
             if line is None:
                 if self.interactive:
                     self.write("")
+                self.leave()
                 break
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
             if line.startswith(":"):
                 if not self.meta(line):
+                    self.leave()
                     break
                 continue
             if line.isdigit():
@@ -245,6 +275,25 @@ class _Console:
                 return INTERRUPTED  # a script stops at Ctrl-C; a person gets the prompt back
             self.interrupted = False
         return 0 if self.all_ok else 1
+
+    def leaving_hint(self) -> str:
+        """The two ways out and what each does to this run's waiting requests, said before either."""
+        count = getattr(self.router, "waiting_count", None)
+        waiting = count(self.actor, self.started_at) if count is not None and self.started_at is not None else 0
+        if not waiting:
+            return "Ctrl-C again or Ctrl-D leaves"
+        return (
+            f"Ctrl-C again withdraws the {waiting} request(s) of this run still waiting and leaves; "
+            "Ctrl-D or :quit leaves them waiting"
+        )
+
+    def leave(self) -> None:
+        """Ctrl-D or :quit: what this run requested and still waits stays waiting, and is said so."""
+        left = getattr(self.router, "left_waiting", None)
+        if left is None or self.started_at is None:
+            return
+        for message in left(self.actor, self.started_at):
+            self.show(message)
 
     def withdraw_on_interrupt(self) -> None:
         """Ctrl-C ended the console: what it requested in this run and is still waiting is withdrawn."""

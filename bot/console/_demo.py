@@ -220,14 +220,31 @@ def _banner(handle: object, users: tuple[str, ...], where: str | None = None) ->
     return "\n".join(lines) + "\n"
 
 
+def store_line(settings: Settings) -> str:
+    """Where the console keeps its audit trail, said at start: without RECOVER_DB that is a file in the
+    folder it was started from, which a person must know before starting it from another one."""
+    path = settings.db_path.resolve()
+    if settings.installations_file is not None:  # each installation's store beside it (store_path)
+        where, state = path.with_name(f"{path.stem}-<installation>{path.suffix}"), "one per installation"
+    else:
+        where, state = path, "existing" if path.exists() else "new"
+    if settings.db_path == _DEFAULT_DB:
+        return (
+            f"Store: {where} ({state}); RECOVER_DB is unset, so it is in the current folder (set it to keep one store)."
+        )
+    return f"Store: {where} ({state}, from RECOVER_DB)."
+
+
 def run_real_console(
     settings: Settings,
     *,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     login: str | None = None,
+    install: str | None = None,
 ) -> int:
-    """The console against the configured control host, as the account running it (fixed).
+    """The console against the configured control host, as the account running it (fixed);
+    ``install``: with several installations, the one commands act on when they name none.
 
     Nothing is sent at start: what earlier runs left unfinished is listed, and finished only on
     ``/recover replay``.
@@ -235,11 +252,13 @@ def run_real_console(
     out = stdout or sys.stdout
     user = login or terminal_login()
     log_file = log_to_file(state_dir() / "console.log", settings.log_level)
+    store = store_line(settings)  # before the router is built: building it creates the file
     # One router per installation, one parser; the console hands in no ports (nothing posts for it).
-    router = compose(settings, ports=FrontPorts(), startup=False).router
+    router = compose(settings, ports=FrontPorts(), startup=False, default=install).router
     out.write(
         f"recover-bot console against {router.against()}. You are {user} "
         f"(recorded as {console_actor(user)}; fixed for this run).\n"
+        f"{store}\n"
         f"Log records: {log_file} (the terminal shows only warnings to act on).\n"
     )
     for message in router.unfinished_view():

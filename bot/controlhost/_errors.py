@@ -12,13 +12,14 @@ import httpx
 
 from bot.errors import CommandError, ControlHostAuthError, ControlHostError
 from bot.ids import HOST_ID
-from bot.redact import redact
+from bot.redact import redact, register_wording
 
 # R0.1 and the API's error table: 401 is a wrong or expired key, 403 a key without the scope.
 WRONG_KEY_MESSAGE = "CONTROL_HOST_API_KEY is wrong or expired"
 SCOPE_MESSAGE = "the API key lacks the sessions:recover scope"
 AUTH_MESSAGES = {401: WRONG_KEY_MESSAGE, 403: SCOPE_MESSAGE}
 AUTH_MESSAGE = SCOPE_MESSAGE
+register_wording(WRONG_KEY_MESSAGE, SCOPE_MESSAGE)  # said whole even when the key is one of its words
 
 ID_PATTERN = HOST_ID
 

@@ -17,6 +17,7 @@ from bot.decisions._requests import OPEN_STATES, DecisionRequest
 from bot.decisions._rules import ID_RE, settled_reason
 from bot.errors import ControlHostError
 from bot.messages import Message, Reply, ref
+from bot.runbook.usage import typed_line
 from bot.store import Step
 from bot.vocab import Policy, RequestState
 
@@ -105,7 +106,7 @@ class CaseBook:
             return Reply.of(text.refusal(f"invalid session id {session_id!r}"), ok=False)
         if not note_text.strip():
             return Reply.of(text.refusal("a note needs text: /recover note <session_id> <text>"), ok=False)
-        unknown = self._unknown(actor, "note", session_id)
+        unknown = self._unknown(actor, "note", session_id, note_text)
         if unknown is not None:
             return unknown
         self.ctx.record(session_id, actor, "note", {"text": note_text}, "noted")
@@ -113,7 +114,7 @@ class CaseBook:
             Message(headline=f"Noted on `{session_id}`", lines=[note_text], level="ok", session_id=session_id)
         )
 
-    def _unknown(self, actor: str, step: str, session_id: str) -> Reply | None:
+    def _unknown(self, actor: str, step: str, session_id: str, *rest: str) -> Reply | None:
         """A refusal when the control host has no such session (a mistyped id opens no case), else
         None. A session the store already has a case for, or a host that cannot answer, is not refused:
         hand-off notes must work while the control host is down."""
@@ -130,7 +131,7 @@ class CaseBook:
                 step,
                 {"session_id": session_id},
                 f"the control host has no session `{session_id}`: no case was opened",
-                "Check the id: copy it from the alert, or `/recover cases` lists the open ones.",
+                *self.ctx.unknown_session_lines(session_id, lambda near: typed_line(step, near, *rest)),
                 code="not_found",
             )
         return None

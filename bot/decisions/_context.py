@@ -9,7 +9,7 @@ one class that owns everything.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,7 +27,11 @@ from bot.diagnosis import Diagnoser
 from bot.messages import Message, Reply, plain
 from bot.runbook.evaluate import DecisionVerdict, check_decision
 from bot.runbook.model import RunbookSet
+from bot.runbook.suggest import did_you_mean
 from bot.store import Store
+
+#: What to do about a session id the control host does not have, when no known id is near it.
+CHECK_THE_ID = "Check the id: copy it from the alert, or `/recover cases` lists the open ones."
 
 # The actor of what the bot does by itself (expiry, background re-sends, refusals for want of authority).
 BOT = "recover-bot"
@@ -137,6 +141,13 @@ class DecisionContext:
                 except ControlHostError:
                     turn_status = None
         return facts, turn_status
+
+    def unknown_session_lines(self, session_id: str, line_for: Callable[[str], str]) -> list[str]:
+        """What to type instead of a command on a session the control host does not have: the same
+        command (``line_for``) on each known id near it, else where to find the id. The mistyped id is
+        never offered as a command to run."""
+        near = self.diagnoser.near_sessions(session_id)
+        return did_you_mean(*(line_for(n) for n in near)) if near else [CHECK_THE_ID]
 
     def verdict(self, policy: DecisionPolicy, facts: Mapping[str, Any], flags: Mapping[str, Any]) -> DecisionVerdict:
         """Would the API accept it? The runbook's preconditions, in the API's order (R2.10, R3.9, R3.11)."""

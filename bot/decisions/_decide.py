@@ -85,6 +85,21 @@ class DecideRoom:
                 return Reply.of(pointer_message(same, irreversible=self.ctx.irreversible(same.decision)))
             facts, turn_status = self.ctx.diagnose(session_id, turn)
             verdict = self.ctx.verdict(policy, facts, flags)
+            if verdict.code == "NOT_FOUND":  # a mistyped id: the same line on the ids it may mean, recorded outside
+                values = {
+                    "turn": turn,
+                    "evidence": evidence,
+                    "effects": effects,
+                    "cause-fixed": cause_fixed,
+                    "reason": reason,
+                }
+                raise Refusal(
+                    f"`{decision}` was not sent: {verdict.reason}",
+                    *self.ctx.unknown_session_lines(
+                        session_id, lambda near: decide_line(near, decision, values, yes=yes)
+                    ),
+                    code="NOT_FOUND",
+                )
             if not verdict.ok and verdict.code != WAITABLE:
                 # A local refusal: nothing changed, the state is simply not one the API accepts — the
                 # REQUEST_STALE advice ("the session changed") is for an answer from the control host.

@@ -24,6 +24,7 @@ from bot.decisions._waits import ReclamationWait
 from bot.decisions._watch import BEFORE, before_send
 from bot.errors import ControlHostError, Interrupted
 from bot.messages import Message, Reply, Reporter
+from bot.runbook.usage import typed_line
 from bot.store import IdempotencyRecord
 from bot.vocab import Step
 
@@ -56,6 +57,12 @@ class ResumeRoom:
         flags: dict[str, object] = {"reason": f"resume requested by {actor} via recover-bot"}
         facts, _ = ctx.diagnose(session_id, None)
         verdict = ctx.verdict(policy, facts, flags)
+        if verdict.code == "NOT_FOUND":  # a mistyped id: resume on the ids it may mean, recorded outside
+            raise Refusal(
+                f"resume was not sent: {verdict.reason}",
+                *ctx.unknown_session_lines(session_id, lambda near: typed_line("resume", near)),
+                code="NOT_FOUND",
+            )
         if not verdict.ok:
             advice = policy.advice(verdict.code or "", facts, flags, ctx.runbooks)
             raise Refusal(

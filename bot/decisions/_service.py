@@ -37,6 +37,7 @@ from bot.decisions._execution import ExecutionRoom
 from bot.decisions._glass import BreakGlassRoom, Notice
 from bot.decisions._outcomes import Outcomes
 from bot.decisions._policy import Limits
+from bot.decisions._requests import DecisionRequest
 from bot.decisions._restart import RestartRoom
 from bot.decisions._resume import ResumeRoom
 from bot.decisions._reviews import ReviewRoom
@@ -288,6 +289,14 @@ class DecisionService:
     def withdraw(self, actor: str, channel: str | None, request_id: str) -> Reply:
         """The requester takes back a request nothing was sent for; it is never sent after that."""
         return self.leftovers.withdraw(actor, channel, request_id)
+
+    def pending_of(self, actor: str, since: str) -> list[DecisionRequest]:
+        """What ``actor`` requested since ``since`` that still waits (what Ctrl-C would withdraw)."""
+        return self.leftovers.pending_of(actor, since)
+
+    def left_waiting(self, actor: str, since: str) -> Reply:
+        """Leaving the console without Ctrl-C: this run's requests that stay waiting, said once."""
+        return self.leftovers.left_waiting(actor, since)
 
     def withdraw_pending_of(self, actor: str, since: str) -> Reply:
         """Ctrl-C at the console: withdraw what ``actor`` requested since ``since`` and nothing was sent for."""

@@ -21,6 +21,7 @@ from bot.decisions._guards import Refusal, in_recovery_channel, is_requester, lo
 from bot.decisions._requests import IN_FLIGHT_STATES, OPEN_STATES, WITHDRAWABLE_STATES, DecisionRequest
 from bot.errors import ControlHostError, Interrupted
 from bot.messages import Message, Reply, ref
+from bot.runbook.usage import typed_line
 from bot.store import IdempotencyRecord
 from bot.vocab import Policy, RequestState, Step
 
@@ -189,19 +190,45 @@ class UnfinishedRoom:
             self.ctx.store.withdraw_request(req.idem_key, actor, why)
         return Reply.of(text.updated_request_message(fresh, f"{why}; nothing was sent and it never will be", "warn"))
 
+    def pending_of(self, actor: str, since: str) -> list[DecisionRequest]:
+        """What ``actor`` requested since ``since`` that still waits and nothing was sent for: what a
+        console run's Ctrl-C withdraws, and what leaving it otherwise leaves waiting."""
+        return [
+            req
+            for req in self.ctx.requests.find(states=WITHDRAWABLE_STATES)
+            if req.requester == actor and req.created_at >= since
+        ]
+
+    def left_waiting(self, actor: str, since: str) -> Reply:
+        """Leaving the console without Ctrl-C: this run's requests that stay waiting, said once, with
+        the line that takes each back (none: nothing is said)."""
+        waiting = self.pending_of(actor, since)
+        if not waiting:
+            return Reply()
+        said = ", ".join(f"{req.id} (`{req.decision}` on `{req.session_id}`)" for req in waiting)
+        return Reply.of(
+            Message(
+                headline=f"Left waiting: {len(waiting)} request(s) of this run, for someone else to act on: {said}",
+                level="warn",
+                lines=[
+                    "Each stays pending until approved, rejected or expired; to take one back: "
+                    + ", ".join(f"`{typed_line('withdraw', req.id)}`" for req in waiting)
+                ],
+            )
+        )
+
     def withdraw_pending_of(self, actor: str, since: str) -> Reply:
         """Ctrl-C at the console: withdraw what ``actor`` requested since ``since`` and nothing was sent for."""
         messages: list[Message] = []
-        for req in self.ctx.requests.find(states=WITHDRAWABLE_STATES):
-            if req.requester == actor and req.created_at >= since:
-                messages.extend(
-                    self.withdraw_one(
-                        req,
-                        actor,
-                        "withdrawn: interrupted (Ctrl-C)",
-                        step_inputs={"request_id": req.id, "interrupted": True},
-                    ).messages
-                )
+        for req in self.pending_of(actor, since):
+            messages.extend(
+                self.withdraw_one(
+                    req,
+                    actor,
+                    "withdrawn: interrupted (Ctrl-C)",
+                    step_inputs={"request_id": req.id, "interrupted": True},
+                ).messages
+            )
         return Reply(messages)
 
     # == Ctrl-C ===================================================================================

@@ -30,6 +30,7 @@ from bot.diagnosis.model import (
     ReconcilerStatusSource,
     SourceStatus,
 )
+from bot.diagnosis.nearby import near_session_ids
 from bot.errors import CommandError, ControlHostAuthError, ControlHostError, RecoverError
 from bot.ids import HOST_ID
 from bot.messages import Reply, Reporter
@@ -126,6 +127,10 @@ class Diagnoser:
         return int(value) if value > 0 else None
 
     # -- gathering -----------------------------------------------------------------------------------
+
+    def near_sessions(self, session_id: str) -> list[str]:
+        """The known session ids ``session_id`` was probably meant to be (for a 404's did-you-mean)."""
+        return near_session_ids(session_id, self.client, self.store)
 
     def _check_id(self, session_id: str) -> None:
         regex = self.runbooks.id_pattern or HOST_ID
@@ -348,7 +353,9 @@ class Diagnoser:
         """:meth:`diagnose`, and the diagnosis itself (the router closes a case its facts show settled)."""
         diagnosis = self.gather(session_id, keep_reading_logs=reporter is not None)
         self.record(diagnosis, actor)
-        reply = Reply.of(*wording.render(diagnosis, self.runbooks))
+        unknown = diagnosis.facts.get("session.found") is False
+        near = self.near_sessions(session_id) if unknown else []
+        reply = Reply.of(*wording.render(diagnosis, self.runbooks, near=near))
         job = diagnosis.log_job
         if job is not None and reporter is not None:
             reply.deferred.append(

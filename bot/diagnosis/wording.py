@@ -8,7 +8,7 @@ Decision names, error codes and rule ids are printed verbatim so people can sear
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from bot.buttons import DecisionChoice
 from bot.diagnosis import timeline as tl
@@ -20,7 +20,8 @@ from bot.redact import redact
 from bot.runbook.conditions import format_value, known_absent
 from bot.runbook.evaluate import Evaluation
 from bot.runbook.model import RunbookSet
-from bot.runbook.usage import decide_line
+from bot.runbook.suggest import did_you_mean
+from bot.runbook.usage import decide_line, typed_line
 from bot.vocab import Action
 
 #: A timeline longer than this (in lines) goes to an attachment instead of the message body.
@@ -213,8 +214,9 @@ def control_result_line(result: tl.ControlResult) -> str:
 # -- the whole message ---------------------------------------------------------------------------------
 
 
-def render(diagnosis: Diagnosis, runbooks: RunbookSet) -> list[Message]:
-    """The diagnose answer: one message (the timeline as an attachment when long)."""
+def render(diagnosis: Diagnosis, runbooks: RunbookSet, *, near: Sequence[str] = ()) -> list[Message]:
+    """The diagnose answer: one message (the timeline as an attachment when long). ``near``: for a
+    session the host does not have, the known ids it was probably meant to be."""
     ev = diagnosis.evaluation
     facts = diagnosis.facts
     sid = diagnosis.session_id
@@ -235,17 +237,19 @@ def render(diagnosis: Diagnosis, runbooks: RunbookSet) -> list[Message]:
     elif invalid:
         lines.append("Not valid now:")
         lines.extend(f"  • {name}: {reason}" for name, reason in invalid)
+    unknown_session = diagnosis.facts.get("session.found") is False
+    if unknown_session:  # the id to copy, never the mistyped one as if it were valid
+        lines.extend(did_you_mean(*(typed_line("diagnose", sid) for sid in near)))
     steps = ev.next_steps
     if steps:
         lines.append("Next:")
         lines.extend(f"  {i}. {step}" for i, step in enumerate(steps, 1))
-    unknown_session = diagnosis.facts.get("session.found") is False
     for source in diagnosis.degraded_sources:
         if unknown_session and "NOT_FOUND" in (source.detail or ""):
             continue  # the same 404 as the session itself: already said above
         lines.append(source_line(source.name, source.state, source.detail))
     coverage = diagnosis.evidence.log_coverage
-    if coverage:
+    if coverage and not unknown_session:  # a log read for a session that does not exist says nothing
         # What of the worker log this answer rests on (diagnosis.logcoverage); partial is a warning.
         lines.append(("[!] " if diagnosis.evidence.logs_truncated else "") + coverage)
     elif diagnosis.evidence.logs_truncated:
@@ -265,7 +269,8 @@ def render(diagnosis: Diagnosis, runbooks: RunbookSet) -> list[Message]:
     else:
         lines.extend(detail)
 
-    shown = [(name, fact_text(name, facts)) for name in decisive_facts(ev, facts)]
+    # An unknown session has no facts to detail: no Details button naming the mistyped id.
+    shown = [] if unknown_session else [(name, fact_text(name, facts)) for name in decisive_facts(ev, facts)]
     has_decisions = bool(valid or invalid)
     message = Message(
         headline=f"{sid}: {ev.title}",

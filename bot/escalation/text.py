@@ -8,14 +8,14 @@ from datetime import datetime
 from bot.clock import parse_time
 from bot.decisions._requests import DecisionRequest
 from bot.format import duration
-from bot.messages import Message
+from bot.messages import Message, find_key_line
 
 KIND = "escalation"
 
 
 def key_line(request_id: str, index: int | str) -> str:
     """Said in each ladder post: a runner taking over a dead owner's claim finds the post by it."""
-    return f"ladder step {request_id}#{index}"
+    return find_key_line(f"ladder step {request_id}#{index}")
 
 
 def expires_in(req: DecisionRequest, now: datetime) -> str:

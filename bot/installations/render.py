@@ -37,8 +37,10 @@ def installations_yaml(
 def write_installations(
     path: Path, urls: Mapping[str, str], keys: Mapping[str, str], channels: Sequence[str] = ()
 ) -> list[Path]:
-    """Write the file and each key beside it (``<name>.key``, owner-only); the files written."""
+    """Write the file and each key beside it (``<name>.key``, owner-only); the files written. The
+    folder's ``.gitignore`` ignores the keys: written into a checkout, ``git add .`` never commits one."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    ignore_keys(path.parent)
     written: list[Path] = []
     refs: dict[str, tuple[str, str]] = {}
     for name in urls:
@@ -52,3 +54,19 @@ def write_installations(
     path.write_text(installations_yaml(urls, refs, channels), encoding="utf-8")
     written.append(path)
     return written
+
+
+#: What a folder's ``.gitignore`` gets where keys are written (one line, added once).
+KEYS_IGNORED = "*.key"
+
+
+def ignore_keys(folder: Path) -> Path:
+    """``folder/.gitignore`` with a line ignoring the key files (kept as it is when it has one)."""
+    ignore = folder / ".gitignore"
+    kept = ignore.read_text(encoding="utf-8") if ignore.exists() else ""
+    if KEYS_IGNORED not in kept.splitlines():
+        lead = "" if not kept or kept.endswith("\n") else "\n"
+        ignore.write_text(
+            f"{kept}{lead}# the control hosts' API keys: never committed\n{KEYS_IGNORED}\n", encoding="utf-8"
+        )
+    return ignore

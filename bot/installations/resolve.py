@@ -9,12 +9,13 @@ or the channel's binding is refused too: an approval or a button can never cross
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from bot.errors import RecoverError
 from bot.ids import DEFAULT_INSTALLATION, parse_own_id
 from bot.installations.spec import InstallationSpec
 from bot.messages import ref
+from bot.runbook.suggest import closest, did_you_mean
 
 
 class InstallationRefused(RecoverError):
@@ -37,6 +38,16 @@ def _how(specs: Sequence[InstallationSpec]) -> str:
         f"Installations: {installation_list(specs)}. Add `--install {example}` (any installation's name) "
         "or run it in a channel bound to one; `/recover installations` lists them."
     )
+
+
+def no_such_installation(
+    name: str, specs: Sequence[InstallationSpec], line_for: Callable[[str], str] = lambda near: f"--install {near}"
+) -> InstallationRefused:
+    """The refusal of a name no installation has: the near one as a line to copy (``line_for``), and
+    the list of them."""
+    near = closest(name, [s.name for s in specs])
+    hint = "\n".join([*did_you_mean(line_for(near)), _how(specs)] if near else [_how(specs)])
+    return InstallationRefused(f"There is no installation `{name}`.", hint=hint)
 
 
 def id_installation(value: str) -> str | None:
@@ -81,12 +92,17 @@ def resolve_installation(
     ids: Iterable[str] = (),
     made_by: str | None = None,
     what: str = "this command",
+    default: str | None = None,
 ) -> str:
     """The one installation a command or click is about, or :class:`InstallationRefused`.
-    ``made_by``: the installation a clicked button was made by (its tag), held like an id's."""
+    ``made_by``: the installation a clicked button was made by (its tag), held like an id's.
+    ``default``: the installation a console run was started for (``recover-bot console --install``),
+    chosen after the command's own flag, ids and channel, before "which installation?"."""
     names = [s.name for s in specs]
     if flag is not None and flag not in names:
-        raise InstallationRefused(f"There is no installation `{flag}`.", hint=_how(specs))
+        raise no_such_installation(flag, specs)
+    if default is not None and default not in names:
+        raise no_such_installation(default, specs)
     owners = {i: n for i, n in ((i, id_installation(i)) for i in ids) if n is not None}
     by_id = set(owners.values())
     if made_by is not None:
@@ -112,7 +128,7 @@ def resolve_installation(
             f"The id belongs to installation `{owner}`, but this channel is bound to `{bound}`: refused.",
             hint=f"Act on `{owner}` in its own channel (`/recover installations` lists them).",
         )
-    chosen = flag or owner or bound or (names[0] if len(names) == 1 else None)
+    chosen = flag or owner or bound or default or (names[0] if len(names) == 1 else None)
     if chosen is None:
         raise InstallationRefused(
             f"Which installation? This bot serves {len(names)}, and {what} names none.", hint=_how(specs)
@@ -125,5 +141,6 @@ __all__ = [
     "channel_installation",
     "id_installation",
     "installation_list",
+    "no_such_installation",
     "resolve_installation",
 ]

@@ -19,8 +19,8 @@ from bot.ids import NAME_PATTERN
 from bot.runbook.helptext import PREFIX, command_usage, help_text, short_help
 from bot.runbook.helptext import excerpt as _short
 from bot.runbook.model import ArgSpec, CommandSpec, FlagSpec, RunbookSet
-from bot.runbook.suggest import closest
-from bot.runbook.usage import value_pattern
+from bot.runbook.suggest import closest, did_you_mean
+from bot.runbook.usage import empty_value, value_pattern
 from bot.runbook.values import IDS_PLACEHOLDER
 from bot.vocab import StepKind
 
@@ -230,7 +230,7 @@ def parse_command(text: str, runbooks: RunbookSet) -> ParsedCommand:
         then = typo.message
     words = line.split()
     corrected = line.strip() if words and words[0].lower() == PREFIX else f"{PREFIX} {line.strip()}"
-    usage = ["Did you mean:", f"  {corrected}"]
+    usage = did_you_mean(corrected)
     if then:
         usage.append(f"(then still: {then})")
     raise CommandError(first.message, usage="\n".join(usage)) from None
@@ -353,6 +353,8 @@ def _parse_rest(
 
 def _check_value(runbooks: RunbookSet, label: str, value: str, spec: ArgSpec | FlagSpec) -> str:
     if spec.pattern is not None and not value_pattern(runbooks, spec.pattern).fullmatch(value):
+        if not value.strip() and label.startswith("--"):  # `--reason ""`: what it is for, not a regex
+            raise CommandError(empty_value(label[2:], spec.help))
         what = f" ({spec.help})" if spec.help else ""
         if spec.pattern == IDS_PLACEHOLDER:
             rule = runbooks.id_help or (runbooks.id_pattern.pattern if runbooks.id_pattern else "an id")

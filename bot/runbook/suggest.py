@@ -38,14 +38,30 @@ def _fold(word: str) -> str:
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The one choice near enough to ``word`` to be what was meant (None when none is, or two tie)."""
     choices = list(choices)
-    if len(word) > LONGEST:  # no runbook word is this long; and a distance costs len(word) × len(choice)
-        return None
-    limit = max(1, min(3, len(word) // 3))
-    scored = sorted((distance(word, c), c) for c in choices)
-    scored = [(d, c) for d, c in scored if d <= limit]
-    if not scored:
+    near = _scored(word, choices)
+    if not near:
+        if len(word) > LONGEST:
+            return None
         prefixed = [c for c in choices if len(word) >= 3 and _fold(c).startswith(_fold(word))]
         return prefixed[0] if len(prefixed) == 1 else None
-    if len(scored) > 1 and scored[1][0] == scored[0][0]:
+    if len(near) > 1 and near[1][0] == near[0][0]:
         return None
-    return scored[0][1]
+    return near[0][1]
+
+
+def nearest(word: str, choices: Iterable[str], most: int = 3) -> list[str]:
+    """The choices near enough to ``word`` to be what was meant, nearest first, at most ``most``: for
+    an id, where two known ones may be equally near (``ses_a1`` and ``ses_a2`` for ``ses_a3``)."""
+    return [c for _, c in _scored(word, dict.fromkeys(c for c in choices if c != word))][:most]
+
+
+def _scored(word: str, choices: Iterable[str]) -> list[tuple[int, str]]:
+    if len(word) > LONGEST:  # no runbook word is this long; and a distance costs len(word) × len(choice)
+        return []
+    limit = max(1, min(3, len(word) // 3))
+    return [(d, c) for d, c in sorted((distance(word, c), c) for c in choices) if d <= limit]
+
+
+def did_you_mean(*lines: str) -> list[str]:
+    """The lines to copy for what was probably meant, as every did-you-mean says them."""
+    return ["Did you mean:", *(f"  {line}" for line in lines)] if lines else []

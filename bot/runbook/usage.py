@@ -36,10 +36,15 @@ class FormField:
     def problem(self, value: str | None) -> str | None:
         """Why ``value`` is refused (empty when required, not matching the runbook's pattern), or None."""
         if not value or not value.strip():
-            return f"--{self.name} is required: {self.help}" if self.required else None
+            return empty_value(self.name, self.help) if self.required else None
         if self.pattern is not None and not self.pattern.fullmatch(value.strip()):
             return f"--{self.name} is not valid here: {self.help}"
         return None
+
+
+def empty_value(name: str, help: str) -> str:
+    """A flag given no text where it needs some, in words: what it is for, never its pattern."""
+    return f"--{name} needs text: {help}" if help else f"--{name} needs text"
 
 
 def decision_command(runbooks: RunbookSet, spec: CommandSpec) -> bool:

@@ -186,13 +186,15 @@ def serve_forever(
     incident: int | None = None,
     outage_seconds: float = 600.0,
     stop_every: float | None = None,
+    show_key: bool = False,
 ) -> None:
     """Run the sandbox in the foreground until interrupted (``recover-bot sandbox`` / ``demo``).
     ``stop_every`` (seconds): the next session in turn stops this often (``POST /_sandbox/schedule``
     ``{"every": …}``), so watch mode has something to post.
 
-    Prints the URL and how to point the bot at it; the key itself is never echoed (the person chose it
-    with ``--api-key``). The clock is the real clock, movable forward through
+    Prints the URL and how to point the bot at it; the key itself only with ``show_key`` (the
+    command's documented default, a line to paste as it is), never one the person chose with
+    ``--api-key``. The clock is the real clock, movable forward through
     ``POST /_sandbox/clock/advance``.
     """
     handle = start_sandbox(
@@ -208,10 +210,8 @@ def serve_forever(
     try:
         # Inside the try: an interrupt at any moment after start still stops the server cleanly.
         print(f"Sandbox control host listening on {handle.url}", flush=True)
-        print(
-            f"  point the bot at it: CONTROL_HOST_URL={handle.url} CONTROL_HOST_API_KEY=<the --api-key value>",
-            flush=True,
-        )
+        key = api_key if show_key else "<the --api-key value>"
+        print(f"  point the bot at it: CONTROL_HOST_URL={handle.url} CONTROL_HOST_API_KEY={key}", flush=True)
         print(f"  admin API: {handle.url}/_sandbox/  (see docs/sandbox.md)", flush=True)
         print(f"  scenarios: {', '.join(sorted(handle.state.scenarios)) or '(none)'}", flush=True)
         if handle.state.incident is not None:

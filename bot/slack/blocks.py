@@ -40,7 +40,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from bot.buttons import BadButtonValue
-from bot.messages import Attachment, Button, Mention, Message, brief, render_refs
+from bot.messages import Attachment, Button, Mention, Message, brief, find_keys, render_refs
 from bot.runbook.usage import FormField, form_errors
 
 # Slack's documented limits (Block Kit reference).
@@ -206,9 +206,12 @@ def parse_action_id(value: str) -> str | None:
 def notification_text(message: Message) -> str:
     """The message's top-level ``text``: shown in notifications and by clients without blocks.
 
-    It is mrkdwn too (a ``<!channel>`` in it would notify the channel): escaped like the blocks.
+    It is mrkdwn too (a ``<!channel>`` in it would notify the channel): escaped like the blocks. The
+    message's find keys end it, uncut: conversations.history finds the post by them, and the blocks,
+    which people read, never show them.
     """
-    return truncate(escape(brief(message).marked_text()), NOTIFICATION_TEXT)
+    keys = "".join("\n" + escape(key) for key in find_keys(message))
+    return truncate(escape(brief(message).marked_text()), NOTIFICATION_TEXT - len(keys)) + keys
 
 
 def _chunks(text: str, size: int) -> list[str]:

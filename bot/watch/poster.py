@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bot.messages import Message
+from bot.messages import Message, find_key_line
 
 
 def key_line(key: str) -> str:
     """The stop's dedup key as said in its post: a watcher taking over a dead owner's claim finds it."""
-    return f"Watch key {key}"
+    return find_key_line(f"Watch key {key}")
 
 
 class Poster(Protocol):

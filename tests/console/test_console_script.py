@@ -204,3 +204,33 @@ def test_a_later_console_start_sends_nothing_unasked(sandbox, workdir, tmp_path)
     assert [p["idempotency_key"] for p in _posts(sandbox, sid)] == [record.key]
     assert len(sandbox.admin.effects(sid)) == 1
     assert Store(db).unfinished_requests() == []
+
+
+def test_a_mistyped_session_id_gets_the_nearest_known_ids_and_is_never_offered_itself(sandbox, workdir, tmp_path):
+    db = tmp_path / "recover.db"
+    typo = "ses_restore_transiet"  # one letter from a session the host lists as recovery_required
+    script = (
+        f"diagnose {typo}\n"
+        f'decide {typo} close --reason "store gone for good"\n'
+        f"take {typo}\n"
+        "diagnose ses_nothing_like_any_session\n"
+    )
+    run = _console(sandbox, db, workdir, script)
+    out = run.stdout
+    assert run.returncode == 1, out + run.stderr
+    assert "Did you mean:\n  /recover diagnose ses_restore_transient\n" in out
+    assert 'Did you mean:\n  /recover decide ses_restore_transient close --reason "store gone for good"\n' in out
+    assert "Did you mean:\n  /recover take ses_restore_transient\n" in out
+    # Far from every known id: where to find it, no guess.
+    assert "has no session ses_nothing_like_any_session" in out and "Check the id" in out
+    # The mistyped id is never offered as a line to run (a next step, a Details button, a retyped decide).
+    assert not re.search(rf"/recover [a-z ]+ {typo}\b", out), out
+    assert _posts(sandbox, "ses_restore_transient") == [] and Store(db).list_open_cases() == []
+
+
+def test_an_empty_reason_is_said_in_words_not_as_the_runbooks_pattern(sandbox, workdir, tmp_path):
+    run = _console(sandbox, tmp_path / "recover.db", workdir, 'decide ses_restore_transient close --reason ""\n')
+    assert run.returncode == 1
+    assert "[error] --reason needs text: why; sent to the control host and recorded\n" in run.stdout, run.stdout
+    assert "must match" not in run.stdout and "\\S" not in run.stdout
+    assert _posts(sandbox, "ses_restore_transient") == []

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bot.store import Store
 from tests.fixtures.waiting import eventually
 
 pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"), pytest.mark.subprocess]
@@ -178,3 +179,42 @@ def test_ctrl_c_drops_the_line_or_the_form_and_twice_leaves(term: Terminal, demo
     term.wait_for("Ctrl-C again or Ctrl-D leaves")
     term.keys("C-c")
     term.wait_for("EXIT=130")
+
+
+def test_the_two_ways_out_say_what_each_does_to_this_runs_waiting_request(
+    term: Terminal, demo: Any, tmp_path: Path
+) -> None:
+    command, env = demo
+    env = {**env, "RECOVER_DB": str(tmp_path / "kept.db")}  # the demo's store, kept for the look after
+    term.start(command, env)
+    term.wait_prompts(1)
+    term.type('decide ses_restore_transient close --reason "store gone for good"')
+    term.keys("Enter")
+    term.wait_prompts(2)
+    term.keys("C-c")  # the first Ctrl-C says, before anything happens, what the second would do
+    term.wait_for("Ctrl-C again withdraws the 1 request(s) of this run still waiting and leaves; Ctrl-D or :quit")
+    term.keys("C-d")  # the other way out leaves it waiting, and says so
+    screen = term.wait_for("EXIT=0")
+    assert "Left waiting: 1 request(s) of this run" in screen and "`/recover withdraw req_" in screen, screen
+    assert "withdrawn" not in screen
+    steps = Store(tmp_path / "kept.db").steps()
+    assert [s.step for s in steps if s.step.startswith("decision_")] == ["decision_requested"]
+
+
+def test_a_reply_longer_than_the_terminal_goes_through_the_pager(term: Terminal, demo: Any) -> None:
+    _started_with(term, demo, "triage")
+    term.type("details t1")
+    term.keys("Enter")
+    term.wait_for("Details of Triage t1")
+
+    # The reply is taller than the 50-line window: its head is on the screen, the pager waits below it.
+    def paged() -> str:
+        shown = term.tmux("capture-pane", "-t", "t", "-p").rstrip("\n").splitlines()
+        assert shown and shown[-1].startswith(":"), "\n".join(shown)
+        return "\n".join(shown)
+
+    visible = eventually(paged, 30, "the pager's prompt")
+    assert "Details of Triage t1" in visible and term.prompt_count() == 2, visible
+    term.keys("q")
+    term.wait_prompts(3)  # the console goes on after the pager
+    assert "EXIT=" not in term.screen()

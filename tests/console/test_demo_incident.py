@@ -111,6 +111,7 @@ def test_watch_is_on_from_the_start_and_a_first_stop_posts_that_session_only(dem
     assert "already stuck when watching began (known, not posted): 10" in after, after
     code, out = d.finish()
     assert code == 0, out
+    assert "Watch key" not in out  # the post's find key is the watcher's, never shown
 
 
 def test_the_ladder_runs_in_the_demo_and_break_glass_says_at_once_it_cannot_post_its_notice(demo: Any) -> None:
@@ -128,6 +129,7 @@ def test_the_ladder_runs_in_the_demo_and_break_glass_says_at_once_it_cannot_post
     assert f"Reminder: `close` on `ses_restore_damaged` (request {rid}) still waits" in first, first
     rest = d.say(":advance 60")
     assert "Approval still needed" in rest and "reached its widening step" in rest, rest
+    assert "ladder step" not in first + rest  # each step's find key is the ladder's, never shown
     pending = d.say("/recover pending")
     assert "the ladder ran to its end" in pending, pending
     glass = d.say(f'/recover break-glass {rid} --incident INC-7 --reason "nobody answers"')

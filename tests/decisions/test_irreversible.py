@@ -32,6 +32,7 @@ def test_console_decide_and_repeat_say_close_is_irreversible(sandbox, tmp_path) 
 
     first = decide("close")
     assert "Approval needed: `close`" in first and IRREVERSIBLE in first
+    assert first.count("cannot be undone") == 1, first  # said once, not again in the runbook's own words
     again = decide("close")  # the same request again: the pointer with its Approve button says it too
     assert "Already requested" in again and IRREVERSIBLE in again
     # retry_restore is reversible in the runbook: its confirmation has no such line.
@@ -51,3 +52,4 @@ def test_slack_approval_request_says_close_is_irreversible(slack_harness, sandbo
     assert re.search(r"Irreversible: once the control host accepts `?close`?, it cannot be undone \(R5\.4\)", text), (
         text
     )
+    assert "close cannot be undone" not in text  # the flag's line only, not the runbook's words again

@@ -42,6 +42,8 @@ escalation:
     - {kind: widen, after: {duration: 3s, help: w}, groups: [U0BACKUP]}
   expiry: {duration: 15s, help: e}
 """
+#: How every step's key line begins (key_line of no request and no step: "ladder step #" unseen-marked).
+KEY_START = key_line("", "").removesuffix("#")
 STEPS_PER_REQUEST = 4  # three ladder steps and the announced expiry
 
 
@@ -186,7 +188,7 @@ def run_kill(
     said: Counter[str] = Counter()
     for root in roots.values():
         for m in slack_api.thread(SLACK_CHANNEL, root):
-            said.update({line for line in m.all_text().splitlines() if line.startswith("ladder step ")})
+            said.update({line for line in m.all_text().splitlines() if line.startswith(KEY_START)})
     unsaid = [key for r, i in posted if (key := key_line(str(r), int(i))) not in said]
     taken = {
         (s.inputs["request_id"], s.inputs["step"])

@@ -13,6 +13,7 @@ from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
+from bot.escalation.text import key_line
 from bot.messages import Message
 from bot.slack.ladder import UNREADABLE_WAIT, SlackLadderPoster
 from tests.fixtures.escalation import BACKUP, TIER2, short_ladder_folder
@@ -51,6 +52,9 @@ def test_reminder_mention_widen_and_the_announced_expiry_over_slack(
     (remind,) = _new(h, root, seen)
     assert "Reminder" in remind.all_text() and "<@" not in remind.all_text() and "subteam" not in remind.all_text()
     assert remind.thread_ts == root.ts  # a new message in the request's thread
+    # Its key (how a runner taking over a dead owner's claim finds it) is in the text Slack searches,
+    # never in the blocks people read.
+    assert key_line(rid, 0) in remind.text and not any("ladder step" in t for t in remind.block_texts())
     live = h.api.messages[request.ts]
     assert live.updates >= 1 and "expires in" in live.all_text() and "may approve now: UBOB" in live.all_text()
 

@@ -14,6 +14,8 @@ Fixtures (tests/fixtures/install.py) for more checks of the installed command:
 from __future__ import annotations
 
 import json
+import re
+import signal
 import socket
 import sqlite3
 from pathlib import Path
@@ -91,6 +93,13 @@ def test_console_diagnoses_a_sandbox_session(
     assert "HTTP 401" in wrong.stdout and "CONTROL_HOST_API_KEY is wrong or expired" in wrong.stdout
     assert "sessions:recover scope" not in wrong.stdout and "Not classified" not in wrong.stdout
     assert "not-the-key-123" not in wrong.stdout + wrong.stderr
+    # A key that is a word of that sentence (someone trying out a wrong key) does not mask the sentence.
+    worded = installed.run(
+        "console", cwd=workdir,
+        env={**installed_sandbox.console_env(workdir / "worded.db"), "CONTROL_HOST_API_KEY": "wrong"},
+        input="/recover diagnose ses_restore_transient\n",
+    )  # fmt: skip
+    assert "CONTROL_HOST_API_KEY is wrong or expired" in worded.stdout, worded.stdout
 
 
 def test_console_with_an_unreachable_control_host_is_one_line(installed: Installed, workdir: Path) -> None:
@@ -164,3 +173,39 @@ def test_a_busy_or_invalid_port_is_one_line(installed: Installed, workdir: Path)
     invalid = installed.run("sandbox", "--port", "99999", cwd=workdir, timeout=60)
     assert invalid.returncode == 2
     assert "'99999' is not a port: use a number from 0 to 65535" in _one_line(invalid.stderr)
+
+
+def test_the_sandbox_banner_is_a_line_to_paste_and_its_help_shows_the_defaults(
+    installed: Installed, workdir: Path
+) -> None:
+    helped = installed.run("sandbox", "--help", cwd=workdir)
+    assert "(default: sandbox-key)" in helped.stdout and "(default: 127.0.0.1)" in helped.stdout, helped.stdout
+    proc = installed.popen("sandbox", "--port", "0", cwd=workdir)  # no --api-key: the documented default
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline().decode() + proc.stdout.readline().decode()
+        pasted = re.search(r"point the bot at it: (CONTROL_HOST_URL=\S+) (CONTROL_HOST_API_KEY=\S+)", banner)
+        assert pasted, banner
+        env = dict(v.split("=", 1) for v in pasted.groups())
+        run = installed.run(
+            "console", cwd=workdir, env={**env, "RECOVER_DB": str(workdir / "r.db")},
+            input="/recover diagnose ses_restore_transient\n",
+        )  # fmt: skip
+        assert run.returncode == 0 and "Restore stopped at the limit" in run.stdout, run.stdout + run.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(15)
+
+
+def test_the_console_says_where_its_store_is_before_it_writes_one_into_the_folder(
+    installed: Installed, installed_sandbox: InstalledSandbox, workdir: Path
+) -> None:
+    env = {k: v for k, v in installed_sandbox.console_env(workdir / "unused.db").items() if k != "RECOVER_DB"}
+    first = installed.run("console", cwd=workdir, env=env, input="cases\n")
+    assert first.returncode == 0, first.stdout + first.stderr
+    here = (workdir / "recover.db").resolve()
+    assert f"Store: {here} (new); RECOVER_DB is unset, so it is in the current folder" in first.stdout, first.stdout
+    again = installed.run("console", cwd=workdir, env=env, input="cases\n")
+    assert f"Store: {here} (existing);" in again.stdout
+    chosen = installed.run("console", cwd=workdir, env={**env, "RECOVER_DB": str(workdir / "kept.db")}, input="")
+    assert f"Store: {(workdir / 'kept.db').resolve()} (new, from RECOVER_DB)." in chosen.stdout, chosen.stdout

@@ -145,7 +145,10 @@ def test_the_command_writes_a_file_serve_and_check_can_use(tmp_path: Path) -> No
         lines += [proc.stdout.readline() for _ in range(5)]
         assert re.match(r"Sandbox control host eu-1 listening on http://127\.0\.0\.1:\d+$", lines[0]), lines
         assert re.match(r"Sandbox control host us-1 listening on http://127\.0\.0\.1:\d+$", lines[1]), lines
-        assert lines[4].strip() == f"installations file: {target} (keys beside it); RECOVER_INSTALLATIONS_FILE={target}"
+        assert lines[4].strip() == (
+            f"installations file: {target} (keys beside it, ignored by git through {target.parent / '.gitignore'}); "
+            f"RECOVER_INSTALLATIONS_FILE={target}"
+        )
         eu, us = load_installations(target)
         assert (eu.name, us.name) == ("eu-1", "us-1")
         assert eu.api_key is not None and eu.api_key.get_secret_value() == installation_key("sbx-cli-key-123", "eu-1")
@@ -163,3 +166,20 @@ def test_the_printed_file_names_variables_never_keys(tmp_path: Path, monkeypatch
         monkeypatch.setenv("RECOVER_SANDBOX_KEY_EU_1", installation_key("sbx-cli-key-456", "eu-1"))
         monkeypatch.setenv("RECOVER_SANDBOX_KEY_US_1", installation_key("sbx-cli-key-456", "us-1"))
         assert check(str(tmp_path / "printed.yaml")) == 0
+
+
+@pytest.mark.subprocess
+def test_keys_written_into_a_checkout_are_ignored_by_git(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    target = checkout / "conf" / "installations.yaml"
+    with _sandbox_command(checkout, "sbx-cli-key-789", "--write-installations", str(target)) as (proc, lines):
+        assert proc.stdout is not None
+        lines += [proc.stdout.readline() for _ in range(5)]
+        assert (target.parent / "eu-1.key").is_file() and (target.parent / "us-1.key").is_file(), lines
+        status = subprocess.run(
+            ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=all"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert sorted(status.split()) == ["??", "??", "conf/.gitignore", "conf/installations.yaml"], status
