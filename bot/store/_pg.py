@@ -1,0 +1,404 @@
+"""The step store on PostgreSQL (psycopg 3): the calls the store's tables make, in SQLite's dialect.
+
+:class:`PgDatabase` is a sqlite-utils ``Database`` to everything above it: ``execute``, ``conn``
+(``execute``, ``executemany``, ``cursor``, ``in_transaction``), ``table(name)`` with ``insert``,
+``insert_all``, ``get``, ``update``, ``rows_where``, and what sqlite-utils' ``Migrations.apply`` uses
+(``exists``, ``create``, ``create_index``, ``pks``, ``atomic``). A call it does not implement falls
+through to sqlite-utils, which then sends SQLite's SQL to PostgreSQL: a loud error, never a quiet
+difference. Statements are translated by bot/store/_dialect.py; errors come back as ``sqlite3``'s
+(``IntegrityError`` for a constraint or an append-only trigger, ``OperationalError`` otherwise), so
+the store's callers catch one family.
+
+Why a statement inside a transaction runs under a savepoint: in SQLite a failed statement leaves its
+transaction usable (a caller may catch a duplicate insert and go on); in PostgreSQL it aborts the
+whole transaction unless the statement had a savepoint of its own.
+
+The connection's ``options`` (e.g. ``?options=-csearch_path%3Dtenant``) pick a schema: the tests give
+each test a schema of its own on one server.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+from sqlite_utils import Database
+from sqlite_utils.db import NotFoundError, Table
+
+from bot.dburl import redacted
+from bot.errors import StoreError
+from bot.store import _dialect
+
+try:
+    import psycopg
+    from psycopg import pq
+except ImportError:  # pragma: no cover - the optional extra is missing
+    psycopg = None  # type: ignore[assignment]
+
+# The chain's append lock: one transaction-scoped advisory lock, the same number in every bot ("recoverb"
+# in ASCII), so appends from any number of bots run in one order.
+CHAIN_LOCK_KEY = 0x7265636F76657262
+_WRITES = ("INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP")
+
+
+class Row(tuple):  # type: ignore[type-arg]
+    """A result row read by position (``row[0]``, unpacking) or by name (``row["seq"]``), like
+    ``sqlite3.Row``; callers of either form get what they expect."""
+
+    _names: tuple[str, ...]
+
+    def __new__(cls, values: Sequence[Any], names: tuple[str, ...]) -> Row:
+        row = super().__new__(cls, values)
+        row._names = names
+        return row
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            try:
+                return tuple.__getitem__(self, self._names.index(key))
+            except ValueError:
+                raise IndexError(f"no column {key!r}") from None
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+
+def _row_factory(cursor: Any) -> Any:
+    names = tuple(c.name for c in cursor.description or ())
+    return lambda values: Row(values, names)
+
+
+def _as_sqlite_error(exc: Exception) -> sqlite3.Error:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, psycopg.errors.IntegrityError):
+        return sqlite3.IntegrityError(message)
+    return sqlite3.OperationalError(message)
+
+
+class PgCursor:
+    """What ``sqlite3.Cursor`` offers the store's callers: fetchone, fetchall, iteration, rowcount."""
+
+    def __init__(self, conn: PgConnection) -> None:
+        self._conn = conn
+        self._cur: Any = None
+        self.rowcount = -1
+        self.lastrowid: int | None = None
+        self.row_factory: Any = None  # accepted (rows read by name already)
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> PgCursor:
+        self._cur = self._conn.run(sql, params)
+        self.rowcount = self._cur.rowcount
+        return self
+
+    def fetchone(self) -> Row | None:
+        if self._cur is None or self._cur.description is None:
+            return None
+        return cast(Row | None, self._cur.fetchone())
+
+    def fetchall(self) -> list[Row]:
+        if self._cur is None or self._cur.description is None:
+            return []
+        return cast(list[Row], self._cur.fetchall())
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self.fetchall())
+
+    def close(self) -> None:
+        if self._cur is not None:
+            self._cur.close()
+
+
+class PgConnection:
+    """``db.conn``: one psycopg connection in autocommit mode; ``BEGIN``/``COMMIT`` are explicit, as
+    they are on the store's SQLite connections."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self._savepoints = 0
+
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self.raw.info.transaction_status != pq.TransactionStatus.IDLE)
+
+    def run(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
+        """Execute one SQLite statement (translated); errors as ``sqlite3``'s."""
+        head = sql.lstrip().upper()
+        if head.startswith("BEGIN"):
+            sql = "BEGIN"  # IMMEDIATE/DEFERRED/EXCLUSIVE: PostgreSQL locks per row, the chain per lock
+        statements = _dialect.translate(sql, bool(params))
+        guarded = self.in_transaction and head.startswith(_WRITES)
+        cur = self.raw.cursor(row_factory=_row_factory)
+        try:
+            if guarded:
+                self.raw.execute("SAVEPOINT rb_statement")
+            for text in statements:
+                cur.execute(text, params or None)
+            if guarded:
+                self.raw.execute("RELEASE SAVEPOINT rb_statement")
+        except psycopg.Error as exc:
+            if guarded and self.raw.info.transaction_status == pq.TransactionStatus.INERROR:
+                self.raw.execute("ROLLBACK TO SAVEPOINT rb_statement")
+                self.raw.execute("RELEASE SAVEPOINT rb_statement")
+            raise _as_sqlite_error(exc) from None
+        return cur
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> PgCursor:
+        return PgCursor(self).execute(sql, params)
+
+    def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> PgCursor:
+        last = PgCursor(self)
+        total = 0
+        for params in seq:
+            last.execute(sql, params)
+            total += max(last.rowcount, 0)
+        last.rowcount = total
+        return last
+
+    def cursor(self) -> PgCursor:
+        return PgCursor(self)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class PgTable(Table):
+    """``db.table(name)`` on PostgreSQL: the row calls the store's tables make."""
+
+    def __init__(self, db: PgDatabase, name: str) -> None:  # no super().__init__: it inspects SQLite
+        self.db = db
+        self.pgdb = db
+        self.name = name
+        self.last_rowid: int | None = None
+        self.last_pk: Any | None = None
+
+    @property
+    def conn(self) -> PgConnection:
+        return self.pgdb.pg
+
+    def exists(self) -> bool:
+        return self.pgdb.table_columns(self.name) != []
+
+    @property
+    def pks(self) -> list[str]:
+        return self.pgdb.primary_key(self.name) or [_dialect.ROWID]
+
+    def _rowid(self) -> str:
+        """The column that is SQLite's rowid here: the integer key, or the hidden ``rowid``."""
+        columns = self.pgdb.table_columns(self.name)
+        if _dialect.ROWID in columns:
+            return _dialect.ROWID
+        keys = self.pgdb.primary_key(self.name)
+        return keys[0] if len(keys) == 1 else _dialect.ROWID
+
+    def _visible(self, row: Row) -> dict[str, Any]:
+        return {k: row[i] for i, k in enumerate(row.keys()) if k != _dialect.ROWID or self._rowid() != _dialect.ROWID}
+
+    def rows_where(  # type: ignore[override]
+        self,
+        where: str | None = None,
+        where_args: Sequence[Any] | Mapping[str, Any] | None = None,
+        order_by: str | None = None,
+        select: str = "*",
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        sql = f'SELECT {select} FROM "{self.name}"'  # noqa: S608 - names are the store's own
+        if where:
+            sql += f" WHERE {where}"
+        if order_by:
+            rowid = self._rowid()
+            sql += " ORDER BY " + ", ".join(
+                rowid + part.strip()[len(_dialect.ROWID) :] if part.strip().split(" ")[0] == _dialect.ROWID else part
+                for part in order_by.split(",")
+            )
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        if offset is not None:
+            sql += f" OFFSET {int(offset)}"
+        for row in self.conn.execute(sql, list(where_args or [])).fetchall():
+            yield self._visible(row)
+
+    def get(self, pk_values: Any) -> dict[str, Any]:
+        keys = self.pks
+        values = list(pk_values) if isinstance(pk_values, list | tuple) else [pk_values]
+        where = " AND ".join(f'"{k}" = ?' for k in keys)
+        row = next(self.rows_where(where, values), None)
+        if row is None:
+            raise NotFoundError
+        return row
+
+    def insert(self, record: Mapping[str, Any], **_: Any) -> PgTable:  # type: ignore[override]
+        columns = list(record)
+        names = ", ".join(f'"{c}"' for c in columns)
+        marks = ", ".join("?" for _ in columns)
+        back = self._rowid()
+        cur = self.conn.execute(
+            f'INSERT INTO "{self.name}" ({names}) VALUES ({marks}) RETURNING "{back}"',  # noqa: S608
+            [record[c] for c in columns],
+        )
+        row = cur.fetchone()
+        self.last_rowid = int(row[0]) if row is not None else None
+        keys = self.pgdb.primary_key(self.name)
+        if len(keys) == 1:
+            self.last_pk = record.get(keys[0], self.last_rowid)
+        return self
+
+    def insert_all(self, records: Iterable[Mapping[str, Any]], **_: Any) -> PgTable:  # type: ignore[override]
+        for record in records:
+            self.insert(record)
+        return self
+
+    def update(  # type: ignore[override]
+        self, pk_values: Any, updates: Mapping[str, Any] | None = None, **_: Any
+    ) -> PgTable:
+        if not updates:
+            return self
+        self.get(pk_values)
+        keys = self.pks
+        values = list(pk_values) if isinstance(pk_values, list | tuple) else [pk_values]
+        sets = ", ".join(f'"{c}" = ?' for c in updates)
+        where = " AND ".join(f'"{k}" = ?' for k in keys)
+        self.conn.execute(
+            f'UPDATE "{self.name}" SET {sets} WHERE {where}',  # noqa: S608
+            [*updates.values(), *values],
+        )
+        self.last_pk = values[0] if len(values) == 1 else values
+        return self
+
+    def create(  # type: ignore[override]
+        self, columns: Mapping[str, Any], pk: str | None = None, **_: Any
+    ) -> PgTable:
+        """The one table sqlite-utils creates itself: its record of applied migrations."""
+        types = {int: "INTEGER", str: "TEXT", float: "REAL", bytes: "BLOB"}
+        parts = []
+        for name, kind in columns.items():
+            sql_type = types.get(kind, "TEXT")
+            parts.append(f'"{name}" {sql_type}{" PRIMARY KEY" if name == pk else ""}')
+        self.conn.execute(f'CREATE TABLE "{self.name}" ({", ".join(parts)})')
+        return self
+
+    def create_index(  # type: ignore[override]
+        self, columns: Sequence[str], index_name: str | None = None, unique: bool = False, **_: Any
+    ) -> PgTable:
+        name = index_name or f"idx_{self.name}_{'_'.join(columns)}"
+        cols = ", ".join(f'"{c}"' for c in columns)
+        self.conn.execute(f'CREATE {"UNIQUE " if unique else ""}INDEX "{name}" ON "{self.name}" ({cols})')
+        return self
+
+
+class PgDatabase(Database):
+    """A sqlite-utils ``Database`` whose connection is PostgreSQL's (see the module's docstring)."""
+
+    def __init__(self, raw: Any) -> None:  # no super().__init__: it opens SQLite
+        self.pg = PgConnection(raw)
+        self.conn = cast(sqlite3.Connection, self.pg)  # the calls callers make on it are PgConnection's
+        self._tracer = None
+        self._columns: dict[str, list[str]] = {}
+        self._keys: dict[str, list[str]] = {}
+
+    def execute(self, sql: str, parameters: Iterable[Any] | dict[str, Any] | None = None) -> Any:
+        args = parameters if isinstance(parameters, dict) or parameters is None else list(parameters)
+        return self.pg.execute(sql, args)
+
+    def query(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
+    ) -> Generator[dict[str, Any], None, None]:
+        for row in self.execute(sql, params).fetchall():
+            yield dict(zip(row.keys(), row, strict=True))
+
+    def table(self, table_name: str, **_: Any) -> PgTable:
+        return PgTable(self, table_name)
+
+    def __getitem__(self, table_name: str) -> PgTable:
+        return self.table(table_name)
+
+    @contextmanager
+    def atomic(self) -> Iterator[PgDatabase]:
+        """A savepoint inside the caller's transaction, or a transaction of its own."""
+        name = f"rb_atomic_{self.pg._savepoints}"
+        self.pg._savepoints += 1
+        outer = self.pg.in_transaction
+        self.pg.raw.execute(f"SAVEPOINT {name}" if outer else "BEGIN")
+        try:
+            yield self
+        except BaseException:
+            self.pg.raw.execute(f"ROLLBACK TO SAVEPOINT {name}" if outer else "ROLLBACK")
+            raise
+        else:
+            self.pg.raw.execute(f"RELEASE SAVEPOINT {name}" if outer else "COMMIT")
+        finally:
+            self.pg._savepoints -= 1
+
+    def table_columns(self, name: str) -> list[str]:
+        if name not in self._columns:
+            rows = self.pg.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+                "AND table_name = ? ORDER BY ordinal_position",
+                [name],
+            ).fetchall()
+            if not rows:
+                return []  # not cached: a migration may create it
+            self._columns[name] = [str(r[0]) for r in rows]
+        return self._columns[name]
+
+    def primary_key(self, name: str) -> list[str]:
+        if name not in self._keys:
+            rows = self.pg.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(?) AND i.indisprimary "
+                "ORDER BY array_position(i.indkey, a.attnum)",
+                [f'"{name}"'],
+            ).fetchall()
+            if not rows:
+                return []
+            self._keys[name] = [str(r[0]) for r in rows]
+        return self._keys[name]
+
+    def close(self) -> None:
+        self.pg.close()
+
+
+class PgEngine:
+    """A PostgreSQL server: a fresh connection per unit of work (closed after it), ``BEGIN`` for a
+    write, and the chain's transaction-scoped advisory lock before an append."""
+
+    name = "postgresql"
+
+    def __init__(self, url: str, busy_timeout: float) -> None:
+        if psycopg is None:
+            raise StoreError(
+                "RECOVER_DB is a postgresql:// URL but psycopg is not installed",
+                hint="pip install 'recover-bot[postgres]'",
+            )
+        self.url = url
+        self.where = redacted(url)
+        self.path: Path | None = None
+        self.busy_timeout = busy_timeout
+
+    def connect(self) -> Database:
+        try:
+            raw = psycopg.connect(self.url, autocommit=True, connect_timeout=max(2, int(self.busy_timeout)))
+        except psycopg.Error as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(f"cannot open the step store {self.where}: {reason}") from None
+        # A lock wait is bounded like SQLite's busy timeout, so a stuck writer is an error, not a hang.
+        raw.execute(f"SET lock_timeout = '{int(self.busy_timeout * 1000)}ms'")
+        return PgDatabase(raw)
+
+    def prepare(self) -> None:
+        db = self.connect()
+        db.close()
+
+    def begin_write(self, db: Database) -> None:
+        try:
+            db.conn.execute("BEGIN")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot begin a write on the step store {self.where}: {exc}") from exc
+
+    def lock_chain(self, db: Database) -> None:
+        """Appends from any number of bots run in one order: each holds this lock until its commit."""
+        db.conn.execute("SELECT pg_advisory_xact_lock(?)", [CHAIN_LOCK_KEY])
