@@ -217,7 +217,11 @@ def _open_store(settings: Settings, clock: Clock, installation: str = DEFAULT_IN
     try:
         settings.db_path.parent.mkdir(parents=True, exist_ok=True)
         return Store(
-            path, clock=clock, migrations=MIGRATIONS, audit_key=settings.audit_key_bytes(), installation=installation
+            settings.store_target,
+            clock=clock,
+            migrations=MIGRATIONS,
+            audit_key=settings.audit_key_bytes(),
+            installation=installation,
         )
     except (OSError, sqlite3.Error) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

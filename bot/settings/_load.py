@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
 from pydantic_core import ErrorDetails
@@ -141,10 +142,12 @@ def load_settings(
         value = getattr(settings, secret) if secret else None
         text = value.get_secret_value() if isinstance(value, SecretStr) else None
         register_secret(None if name == "RECOVER_AUDIT_KEY" and text == NO_AUDIT_KEY else text)
+    if settings.db_url is not None:  # RECOVER_DB is not a secret name (a path is not), its URL's password is
+        register_secret(urlsplit(settings.db_url.get_secret_value()).password)
     failed_names = tuple(by_field[n] for n in failed)
     # A setting already reported as invalid is not reported again as missing. Requiring "audit" (serve)
     # means a key, or RECOVER_AUDIT_KEY=none said on purpose.
-    found = settings.problems_for(sorted((wanted & {"audit"}) | required))
+    found = settings.problems_for(sorted((wanted & {"audit", "store"}) | required))
     if "audit" in required:
         found += audit_key_missing(settings)
     problems.extend(p for p in found if not p.startswith(failed_names))
@@ -155,4 +158,4 @@ def load_settings(
 
 def environ_names() -> tuple[str, ...]:
     """Every setting's name, as documented in .env.example and the README."""
-    return tuple(_alias(n) for n in Settings.model_fields)
+    return tuple(dict.fromkeys(_alias(n) for n in Settings.model_fields))  # RECOVER_DB names two fields

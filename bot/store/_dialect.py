@@ -13,7 +13,11 @@ PostgreSQL (a syntax error naming it) instead of meaning something else.
 - ``CREATE TRIGGER … BEGIN SELECT RAISE(ABORT, 'msg'); END`` → a PL/pgSQL function that raises, and
   its trigger ``FOR EACH ROW`` (a ``WHEN`` clause keeps its condition, ``IS NOT`` read as
   ``IS DISTINCT FROM``);
-- ``INSERT OR IGNORE`` → ``INSERT … ON CONFLICT DO NOTHING``.
+- ``INSERT OR IGNORE`` → ``INSERT … ON CONFLICT DO NOTHING``;
+- ``sqlite_master`` → ``_sqlite_schema``, where bot/store/_pg.py records each table's and trigger's
+  SQLite statement as it runs it (so a migration that rebuilds a table from its text runs as is);
+- ``PRAGMA table_info(t)`` → the table's columns (``cid``, ``name``, ``type``, ``notnull``,
+  ``dflt_value``, ``pk``), read from the catalog.
 """
 
 from __future__ import annotations
@@ -39,6 +43,20 @@ _TRIGGER = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _INSERT_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.IGNORECASE)
+_MASTER = re.compile(r"\bsqlite_master\b", re.IGNORECASE)
+_MASTER_VIEW = "(SELECT type, name, tbl_name, sql FROM _sqlite_schema) AS sqlite_master"
+_TABLE_INFO = re.compile(r"^\s*PRAGMA\s+table_info\s*\(\s*['\"]?(\w+)['\"]?\s*\)\s*;?\s*$", re.IGNORECASE)
+_TABLE_INFO_SQL = (
+    "SELECT c.ordinal_position - 1 AS cid, c.column_name AS name, upper(c.data_type) AS type, "
+    "CASE WHEN c.is_nullable = 'NO' THEN 1 ELSE 0 END AS notnull, c.column_default AS dflt_value, "
+    "CASE WHEN k.column_name IS NULL THEN 0 ELSE 1 END AS pk "
+    "FROM information_schema.columns c LEFT JOIN (SELECT kcu.column_name FROM information_schema.table_constraints t "
+    "JOIN information_schema.key_column_usage kcu ON kcu.constraint_name = t.constraint_name "
+    "AND kcu.table_schema = t.table_schema WHERE t.constraint_type = 'PRIMARY KEY' "
+    "AND t.table_schema = current_schema() AND t.table_name = '{0}') k ON k.column_name = c.column_name "
+    "WHERE c.table_schema = current_schema() AND c.table_name = '{0}' AND c.column_name != 'rowid' "
+    "ORDER BY c.ordinal_position"
+)
 _RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
 
 
@@ -70,7 +88,7 @@ def _trigger(match: re.Match[str]) -> str:
     of = match["of"] or ""
     # One statement per function and trigger; $$-quoting keeps the message's own quotes as they are.
     return (
-        f"CREATE FUNCTION {name}_abort() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        f"CREATE OR REPLACE FUNCTION {name}_abort() RETURNS trigger LANGUAGE plpgsql AS $$ "
         f"BEGIN RAISE EXCEPTION {match['msg']} USING ERRCODE = 'integrity_constraint_violation'; END $$;\n"
         f"CREATE TRIGGER {name} {match['when']} {match['event']}{of} ON {table} FOR EACH ROW{when} "
         f"EXECUTE FUNCTION {name}_abort()"
@@ -80,6 +98,9 @@ def _trigger(match: re.Match[str]) -> str:
 @functools.lru_cache(maxsize=2048)
 def translate(sql: str, with_params: bool) -> tuple[str, ...]:
     """The PostgreSQL statement(s) for one SQLite statement (a trigger becomes two)."""
+    info = _TABLE_INFO.match(sql)
+    if info is not None:
+        return (_TABLE_INFO_SQL.format(info[1]),)
     trigger = _TRIGGER.match(sql)
     if trigger is not None:
         return tuple(s.strip() for s in _trigger(trigger).split(";\n"))
@@ -96,6 +117,7 @@ def translate(sql: str, with_params: bool) -> tuple[str, ...]:
             text = text.rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
         else:
             text = text[: returning.start()] + "ON CONFLICT DO NOTHING " + text[returning.start() :]
+    text = _outside_quotes(text, lambda p: _MASTER.sub(_MASTER_VIEW, p))
     if with_params:
         text = _outside_quotes(text, _placeholders)
     return (text,)

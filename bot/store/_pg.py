@@ -19,6 +19,7 @@ each test a schema of its own on one server.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -41,6 +42,22 @@ except ImportError:  # pragma: no cover - the optional extra is missing
 # The chain's append lock: one transaction-scoped advisory lock, the same number in every bot ("recoverb"
 # in ASCII), so appends from any number of bots run in one order.
 CHAIN_LOCK_KEY = 0x7265636F76657262
+_SQLITE_BEGIN = re.compile(r"^BEGIN\s+(IMMEDIATE|DEFERRED|EXCLUSIVE)\b")
+# SQLite keeps each table's and trigger's statement in sqlite_master; here a table of the same
+# rows does (bot/store/_dialect.py reads sqlite_master from it), so a migration that rebuilds a
+# table from its own statement text runs unchanged.
+_SCHEMA_TABLE = (
+    "CREATE TABLE IF NOT EXISTS _sqlite_schema (name TEXT PRIMARY KEY, type TEXT NOT NULL, "
+    "tbl_name TEXT NOT NULL, sql TEXT)"
+)
+_CREATED = re.compile(
+    r"^\s*CREATE\s+(?P<kind>TABLE|TRIGGER)\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(?P<name>\w+)\"?"
+    r"(?:.*?\bON\s+(?P<table>\w+))?",
+    re.IGNORECASE | re.DOTALL,
+)
+_DROP_TABLE = re.compile(r"^\s*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?\"?(?P<name>\w+)", re.IGNORECASE)
+_DROP_TRIGGER = re.compile(r"^\s*DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?\"?(?P<name>\w+)\"?\s*;?\s*$", re.IGNORECASE)
+_RENAME = re.compile(r"^\s*ALTER\s+TABLE\s+\"?(?P<old>\w+)\"?\s+RENAME\s+TO\s+\"?(?P<new>\w+)", re.IGNORECASE)
 _WRITES = ("INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP")
 
 
@@ -119,6 +136,7 @@ class PgConnection:
     def __init__(self, raw: Any) -> None:
         self.raw = raw
         self._savepoints = 0
+        self.row_factory: Any = None  # accepted (rows are read by position and by name already)
 
     @property
     def in_transaction(self) -> bool:
@@ -127,8 +145,14 @@ class PgConnection:
     def run(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
         """Execute one SQLite statement (translated); errors as ``sqlite3``'s."""
         head = sql.lstrip().upper()
-        if head.startswith("BEGIN"):
-            sql = "BEGIN"  # IMMEDIATE/DEFERRED/EXCLUSIVE: PostgreSQL locks per row, the chain per lock
+        if head.startswith(("CREATE", "DROP", "ALTER")):
+            return self._schema_change(sql, params)
+        return self._send(sql, params)
+
+    def _send(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Any:
+        head = sql.lstrip().upper()
+        if _SQLITE_BEGIN.match(head):
+            sql = "BEGIN"
         statements = _dialect.translate(sql, bool(params))
         guarded = self.in_transaction and head.startswith(_WRITES)
         cur = self.raw.cursor(row_factory=_row_factory)
@@ -144,6 +168,45 @@ class PgConnection:
                 self.raw.execute("ROLLBACK TO SAVEPOINT rb_statement")
                 self.raw.execute("RELEASE SAVEPOINT rb_statement")
             raise _as_sqlite_error(exc) from None
+        return cur
+
+    def _schema_change(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Any:
+        """A CREATE, DROP or ALTER, and its row in ``_sqlite_schema`` (SQLite's ``sqlite_master``)."""
+        self.raw.execute(_SCHEMA_TABLE)
+        created = _CREATED.match(sql)
+        dropped_trigger = _DROP_TRIGGER.match(sql)
+        if dropped_trigger is not None:
+            name = dropped_trigger["name"]
+            row = self.raw.execute("SELECT tbl_name FROM _sqlite_schema WHERE name = %s", [name]).fetchone()
+            if row is None:
+                raise sqlite3.OperationalError(f"no such trigger: {name}")
+            cur = self._send(f'DROP TRIGGER "{name}" ON "{row[0]}"', None)
+            self.raw.execute("DELETE FROM _sqlite_schema WHERE name = %s", [name])
+            return cur
+        cur = self._send(sql, params)
+        if created is not None:
+            kind, name = created["kind"].lower(), created["name"]
+            table = name if kind == "table" else created["table"]
+            self.raw.execute(
+                "INSERT INTO _sqlite_schema (name, type, tbl_name, sql) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (name) DO NOTHING",
+                [name, kind, table, sql.strip()],
+            )
+        dropped = _DROP_TABLE.match(sql)
+        if dropped is not None:
+            self.raw.execute("DELETE FROM _sqlite_schema WHERE tbl_name = %s", [dropped["name"]])
+        renamed = _RENAME.match(sql)
+        if renamed is not None:
+            old, new = renamed["old"], renamed["new"]
+            self.raw.execute(
+                "UPDATE _sqlite_schema SET sql = regexp_replace(sql, %s, %s, 'i') WHERE name = %s AND type = 'table'",
+                [rf"^CREATE\s+TABLE\s+{old}\b", f'CREATE TABLE "{new}"', old],
+            )
+            self.raw.execute(
+                "UPDATE _sqlite_schema SET name = CASE WHEN name = %s THEN %s ELSE name END, tbl_name = %s "
+                "WHERE tbl_name = %s",
+                [old, new, new, old],
+            )
         return cur
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> PgCursor:
@@ -332,6 +395,13 @@ class PgDatabase(Database):
             self.pg.raw.execute(f"RELEASE SAVEPOINT {name}" if outer else "COMMIT")
         finally:
             self.pg._savepoints -= 1
+
+    def table_names(self, fts4: bool = False, fts5: bool = False) -> list[str]:
+        rows = self.pg.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+            "AND table_type = 'BASE TABLE' AND table_name != '_sqlite_schema' ORDER BY table_name"
+        ).fetchall()
+        return [str(r[0]) for r in rows]
 
     def table_columns(self, name: str) -> list[str]:
         if name not in self._columns:
