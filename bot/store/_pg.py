@@ -433,8 +433,8 @@ class PgDatabase(Database):
 
 
 class PgEngine:
-    """A PostgreSQL server: a fresh connection per unit of work (closed after it), ``BEGIN`` for a
-    write, and the chain's transaction-scoped advisory lock before an append."""
+    """A PostgreSQL server: a fresh connection per unit of work (closed after it), and a write that
+    holds a transaction-scoped advisory lock (the chain's append takes it too)."""
 
     name = "postgresql"
 
@@ -464,11 +464,21 @@ class PgEngine:
         db.close()
 
     def begin_write(self, db: Database) -> None:
+        """``BEGIN`` and the store's write lock, as SQLite's ``BEGIN IMMEDIATE`` gives it: every area's
+        read-then-write (is a case open? is this request still pending?) was written for one writer at
+        a time, so on PostgreSQL too a write transaction holds the lock from its first statement."""
         try:
             db.conn.execute("BEGIN")
+            self.lock_chain(db)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot begin a write on the step store {self.where}: {exc}") from exc
+            if db.conn.in_transaction:
+                db.conn.execute("ROLLBACK")
+            raise StoreError(
+                f"the step store {self.where} stayed locked for {self.busy_timeout:.0f} s: {exc}",
+                hint="Another bot holds a long write; try again.",
+            ) from exc
 
     def lock_chain(self, db: Database) -> None:
-        """Appends from any number of bots run in one order: each holds this lock until its commit."""
+        """Appends from any number of bots run in one order: each holds this lock until its commit
+        (re-entrant: a write transaction already holds it from its start)."""
         db.conn.execute("SELECT pg_advisory_xact_lock(?)", [CHAIN_LOCK_KEY])
