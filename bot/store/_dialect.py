@@ -5,7 +5,8 @@ The areas write SQLite (placeholders ``?``, ``INTEGER PRIMARY KEY``, ``RAISE(ABO
 What is not listed here is sent as it is, so a form this module does not know fails loudly on
 PostgreSQL (a syntax error naming it) instead of meaning something else.
 
-- ``?`` → ``%s`` (and a literal ``%`` → ``%%``), outside quoted text only;
+- ``?`` → ``%s`` (and a literal ``%`` → ``%%``), outside quoted text only; ``IS ?`` / ``IS NOT ?``
+  (SQLite's NULL-matching equality) → ``IS [NOT] DISTINCT FROM``;
 - ``INTEGER PRIMARY KEY [AUTOINCREMENT]`` → an identity column; ``INTEGER`` → ``BIGINT``,
   ``REAL`` → ``DOUBLE PRECISION``, ``BLOB`` → ``BYTEA``;
 - a table without an integer key gets a hidden ``rowid`` identity column: SQLite's implicit rowid
@@ -67,7 +68,14 @@ def _outside_quotes(sql: str, change: object) -> str:
     return "".join(part if i % 2 else change(part) for i, part in enumerate(parts))
 
 
+_IS_NOT_PARAM = re.compile(r"\bIS\s+NOT\s+\?", re.IGNORECASE)
+_IS_PARAM = re.compile(r"\bIS\s+\?", re.IGNORECASE)
+
+
 def _placeholders(part: str) -> str:
+    # SQLite's ``IS ?`` is equality that matches NULL to NULL: PostgreSQL spells it IS NOT DISTINCT FROM.
+    part = _IS_NOT_PARAM.sub("IS DISTINCT FROM ?", part)
+    part = _IS_PARAM.sub("IS NOT DISTINCT FROM ?", part)
     return part.replace("%", "%%").replace("?", "%s")
 
 

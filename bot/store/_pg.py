@@ -58,6 +58,10 @@ _CREATED = re.compile(
 _DROP_TABLE = re.compile(r"^\s*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?\"?(?P<name>\w+)", re.IGNORECASE)
 _DROP_TRIGGER = re.compile(r"^\s*DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?\"?(?P<name>\w+)\"?\s*;?\s*$", re.IGNORECASE)
 _RENAME = re.compile(r"^\s*ALTER\s+TABLE\s+\"?(?P<old>\w+)\"?\s+RENAME\s+TO\s+\"?(?P<new>\w+)", re.IGNORECASE)
+_INSERT_OR_REPLACE = re.compile(
+    r"^(?P<head>\s*INSERT\s+OR\s+REPLACE\s+INTO)\s+\"?(?P<table>\w+)\"?\s*\((?P<columns>[^)]*)\)",
+    re.IGNORECASE,
+)
 _WRITES = ("INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP")
 
 
@@ -136,6 +140,7 @@ class PgConnection:
     def __init__(self, raw: Any) -> None:
         self.raw = raw
         self._savepoints = 0
+        self._keys: dict[str, list[str]] = {}
         self.row_factory: Any = None  # accepted (rows are read by position and by name already)
 
     @property
@@ -149,7 +154,36 @@ class PgConnection:
             return self._schema_change(sql, params)
         return self._send(sql, params)
 
+    def _upsert(self, sql: str) -> str:
+        """``INSERT OR REPLACE`` as PostgreSQL says it: on a conflict of the table's key, the new values."""
+        match = _INSERT_OR_REPLACE.match(sql)
+        assert match is not None
+        table, columns = match["table"], [c.strip().strip('"') for c in match["columns"].split(",")]
+        keys = self.primary_key(table)
+        if not keys:
+            raise sqlite3.OperationalError(f"INSERT OR REPLACE into {table}: the table has no primary key here")
+        sets = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in columns if c not in keys)
+        action = f"DO UPDATE SET {sets}" if sets else "DO NOTHING"
+        body = sql[match.end("head") :].rstrip().rstrip(";")
+        return f"INSERT INTO{body} ON CONFLICT ({', '.join(keys)}) {action}"
+
+    def primary_key(self, name: str) -> list[str]:
+        """The table's primary key columns, in order (empty: none, or no such table)."""
+        if name not in self._keys:
+            rows = self.raw.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
+                "ORDER BY array_position(i.indkey, a.attnum)",
+                [f'"{name}"'],
+            ).fetchall()
+            if not rows:
+                return []
+            self._keys[name] = [str(r[0]) for r in rows]
+        return self._keys[name]
+
     def _send(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Any:
+        if _INSERT_OR_REPLACE.match(sql):
+            sql = self._upsert(sql)
         head = sql.lstrip().upper()
         if _SQLITE_BEGIN.match(head):
             sql = "BEGIN"
@@ -361,7 +395,6 @@ class PgDatabase(Database):
         self.conn = cast(sqlite3.Connection, self.pg)  # the calls callers make on it are PgConnection's
         self._tracer = None
         self._columns: dict[str, list[str]] = {}
-        self._keys: dict[str, list[str]] = {}
 
     def execute(self, sql: str, parameters: Iterable[Any] | dict[str, Any] | None = None) -> Any:
         args = parameters if isinstance(parameters, dict) or parameters is None else list(parameters)
@@ -416,17 +449,7 @@ class PgDatabase(Database):
         return self._columns[name]
 
     def primary_key(self, name: str) -> list[str]:
-        if name not in self._keys:
-            rows = self.pg.execute(
-                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(?) AND i.indisprimary "
-                "ORDER BY array_position(i.indkey, a.attnum)",
-                [f'"{name}"'],
-            ).fetchall()
-            if not rows:
-                return []
-            self._keys[name] = [str(r[0]) for r in rows]
-        return self._keys[name]
+        return self.pg.primary_key(name)
 
     def close(self) -> None:
         self.pg.close()
