@@ -58,7 +58,7 @@ _TABLE_INFO_SQL = (
     "WHERE c.table_schema = current_schema() AND c.table_name = '{0}' AND c.column_name != 'rowid' "
     "ORDER BY c.ordinal_position"
 )
-_RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
+RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
 
 
 def _outside_quotes(sql: str, change: object) -> str:
@@ -120,7 +120,7 @@ def translate(sql: str, with_params: bool) -> tuple[str, ...]:
         text = close[:-1].rstrip() + f",\n    {ROWID} BIGINT GENERATED ALWAYS AS IDENTITY)"
     if _INSERT_OR_IGNORE.match(text):
         text = _INSERT_OR_IGNORE.sub("INSERT INTO", text, count=1)
-        returning = _RETURNING.search(text)
+        returning = RETURNING.search(text)
         if returning is None:
             text = text.rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
         else:

@@ -58,6 +58,7 @@ _CREATED = re.compile(
 _DROP_TABLE = re.compile(r"^\s*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?\"?(?P<name>\w+)", re.IGNORECASE)
 _DROP_TRIGGER = re.compile(r"^\s*DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?\"?(?P<name>\w+)\"?\s*;?\s*$", re.IGNORECASE)
 _RENAME = re.compile(r"^\s*ALTER\s+TABLE\s+\"?(?P<old>\w+)\"?\s+RENAME\s+TO\s+\"?(?P<new>\w+)", re.IGNORECASE)
+_INSERT_INTO = re.compile(r"^\s*INSERT\s+(?:OR\s+\w+\s+)?INTO\s+\"?(?P<table>\w+)\"?", re.IGNORECASE)
 _INSERT_OR_REPLACE = re.compile(
     r"^(?P<head>\s*INSERT\s+OR\s+REPLACE\s+INTO)\s+\"?(?P<table>\w+)\"?\s*\((?P<columns>[^)]*)\)",
     re.IGNORECASE,
@@ -88,9 +89,19 @@ class Row(tuple):  # type: ignore[type-arg]
         return list(self._names)
 
 
-def _row_factory(cursor: Any) -> Any:
-    names = tuple(c.name for c in cursor.description or ())
-    return lambda values: Row(values, names)
+def _rows(hide_rowid: bool) -> Any:
+    """A psycopg row factory making :class:`Row`; with ``hide_rowid`` the hidden ``rowid`` column (SQLite's
+    implicit one, bot/store/_dialect.py) is left out, as ``SELECT *`` leaves it out on SQLite."""
+
+    def factory(cursor: Any) -> Any:
+        names = tuple(c.name for c in cursor.description or ())
+        if not hide_rowid or _dialect.ROWID not in names:
+            return lambda values: Row(values, names)
+        keep = [i for i, n in enumerate(names) if n != _dialect.ROWID]
+        kept = tuple(names[i] for i in keep)
+        return lambda values: Row([values[i] for i in keep], kept)
+
+    return factory
 
 
 def _as_sqlite_error(exc: Exception) -> sqlite3.Error:
@@ -113,6 +124,7 @@ class PgCursor:
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> PgCursor:
         self._cur = self._conn.run(sql, params)
         self.rowcount = self._cur.rowcount
+        self.lastrowid = self._conn.lastrowid
         return self
 
     def fetchone(self) -> Row | None:
@@ -141,6 +153,8 @@ class PgConnection:
         self.raw = raw
         self._savepoints = 0
         self._keys: dict[str, list[str]] = {}
+        self._columns: dict[str, list[str]] = {}
+        self.lastrowid: int | None = None  # the last INSERT's (what sqlite3's cursor gives)
         self.row_factory: Any = None  # accepted (rows are read by position and by name already)
 
     @property
@@ -153,6 +167,26 @@ class PgConnection:
         if head.startswith(("CREATE", "DROP", "ALTER")):
             return self._schema_change(sql, params)
         return self._send(sql, params)
+
+    def columns(self, name: str) -> list[str]:
+        """The table's columns in order (empty: no such table; not cached then, a migration may make it)."""
+        if name not in self._columns:
+            rows = self.raw.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+                "AND table_name = %s ORDER BY ordinal_position",
+                [name],
+            ).fetchall()
+            if not rows:
+                return []
+            self._columns[name] = [str(r[0]) for r in rows]
+        return self._columns[name]
+
+    def rowid_column(self, name: str) -> str:
+        """The column that is SQLite's rowid in this table: the hidden ``rowid``, or the integer key."""
+        if _dialect.ROWID in self.columns(name):
+            return _dialect.ROWID
+        keys = self.primary_key(name)
+        return keys[0] if len(keys) == 1 else _dialect.ROWID
 
     def _upsert(self, sql: str) -> str:
         """``INSERT OR REPLACE`` as PostgreSQL says it: on a conflict of the table's key, the new values."""
@@ -187,14 +221,25 @@ class PgConnection:
         head = sql.lstrip().upper()
         if _SQLITE_BEGIN.match(head):
             sql = "BEGIN"
+        inserted = _INSERT_INTO.match(sql)
+        back = None
+        self.lastrowid = None
+        if inserted is not None and not _dialect.RETURNING.search(sql):
+            # lastrowid, as SQLite's cursor gives it: the new row's integer key (or its hidden rowid).
+            back = self.rowid_column(inserted["table"])
+            sql = f'{sql.rstrip().rstrip(";")} RETURNING "{back}"'
         statements = _dialect.translate(sql, bool(params))
         guarded = self.in_transaction and head.startswith(_WRITES)
-        cur = self.raw.cursor(row_factory=_row_factory)
+        select_list = sql.split("FROM", 1)[0] if head.startswith("SELECT") else sql
+        cur = self.raw.cursor(row_factory=_rows(_dialect.ROWID not in select_list.lower()))
         try:
             if guarded:
                 self.raw.execute("SAVEPOINT rb_statement")
             for text in statements:
                 cur.execute(text, params or None)
+            if back is not None:
+                row = cur.fetchone() if cur.rowcount == 1 else None
+                self.lastrowid = int(row[back]) if row is not None else None
             if guarded:
                 self.raw.execute("RELEASE SAVEPOINT rb_statement")
         except psycopg.Error as exc:
@@ -284,15 +329,10 @@ class PgTable(Table):
         return self.pgdb.primary_key(self.name) or [_dialect.ROWID]
 
     def _rowid(self) -> str:
-        """The column that is SQLite's rowid here: the integer key, or the hidden ``rowid``."""
-        columns = self.pgdb.table_columns(self.name)
-        if _dialect.ROWID in columns:
-            return _dialect.ROWID
-        keys = self.pgdb.primary_key(self.name)
-        return keys[0] if len(keys) == 1 else _dialect.ROWID
+        return self.pgdb.pg.rowid_column(self.name)
 
     def _visible(self, row: Row) -> dict[str, Any]:
-        return {k: row[i] for i, k in enumerate(row.keys()) if k != _dialect.ROWID or self._rowid() != _dialect.ROWID}
+        return dict(zip(row.keys(), row, strict=True))
 
     def rows_where(  # type: ignore[override]
         self,
@@ -394,7 +434,6 @@ class PgDatabase(Database):
         self.pg = PgConnection(raw)
         self.conn = cast(sqlite3.Connection, self.pg)  # the calls callers make on it are PgConnection's
         self._tracer = None
-        self._columns: dict[str, list[str]] = {}
 
     def execute(self, sql: str, parameters: Iterable[Any] | dict[str, Any] | None = None) -> Any:
         args = parameters if isinstance(parameters, dict) or parameters is None else list(parameters)
@@ -437,16 +476,7 @@ class PgDatabase(Database):
         return [str(r[0]) for r in rows]
 
     def table_columns(self, name: str) -> list[str]:
-        if name not in self._columns:
-            rows = self.pg.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
-                "AND table_name = ? ORDER BY ordinal_position",
-                [name],
-            ).fetchall()
-            if not rows:
-                return []  # not cached: a migration may create it
-            self._columns[name] = [str(r[0]) for r in rows]
-        return self._columns[name]
+        return self.pg.columns(name)
 
     def primary_key(self, name: str) -> list[str]:
         return self.pg.primary_key(name)
