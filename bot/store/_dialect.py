@@ -14,7 +14,9 @@ PostgreSQL (a syntax error naming it) instead of meaning something else.
 - ``CREATE TRIGGER … BEGIN SELECT RAISE(ABORT, 'msg'); END`` → a PL/pgSQL function that raises, and
   its trigger ``FOR EACH ROW`` (a ``WHEN`` clause keeps its condition, ``IS NOT`` read as
   ``IS DISTINCT FROM``);
-- ``INSERT OR IGNORE`` → ``INSERT … ON CONFLICT DO NOTHING``;
+- ``INSERT OR IGNORE`` → ``INSERT … ON CONFLICT DO NOTHING``; ``INSERT OR REPLACE`` → ``ON CONFLICT
+  (key) DO UPDATE`` of the named columns (bot/store/_pg.py: it needs the table's key; an update trigger
+  on a named column fires there, where SQLite's replace fires none: no table of ours has one);
 - ``sqlite_master`` → ``_sqlite_schema``, where bot/store/_pg.py records each table's and trigger's
   SQLite statement as it runs it (so a migration that rebuilds a table from its text runs as is);
 - ``PRAGMA table_info(t)`` → the table's columns (``cid``, ``name``, ``type``, ``notnull``,
