@@ -19,8 +19,10 @@ each test a schema of its own on one server.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+import threading
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +44,11 @@ except ImportError:  # pragma: no cover - the optional extra is missing
 # The chain's append lock: one transaction-scoped advisory lock, the same number in every bot ("recoverb"
 # in ASCII), so appends from any number of bots run in one order.
 CHAIN_LOCK_KEY = 0x7265636F76657262
+# Idle connections an engine keeps between units of work: a bot's threads reuse them instead of paying
+# a server backend's start per transaction; few, so many bots (and test workers) stay far below
+# PostgreSQL's max_connections (100 by default).
+IDLE_CONNECTIONS = 2
+_INHERITED: list[Any] = []
 _SQLITE_BEGIN = re.compile(r"^BEGIN\s+(IMMEDIATE|DEFERRED|EXCLUSIVE)\b")
 # SQLite keeps each table's and trigger's statement in sqlite_master; here a table of the same
 # rows does (bot/store/_dialect.py reads sqlite_master from it), so a migration that rebuilds a
@@ -111,6 +118,15 @@ def _as_sqlite_error(exc: Exception) -> sqlite3.Error:
     return sqlite3.OperationalError(message)
 
 
+class Catalog:
+    """What an engine's connections learnt of the tables (columns, keys), shared by them; cleared on
+    any schema change made here (another bot's migrations only add tables and columns, never keys)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[str]] = {}
+        self.keys: dict[str, list[str]] = {}
+
+
 class PgCursor:
     """What ``sqlite3.Cursor`` offers the store's callers: fetchone, fetchall, iteration, rowcount."""
 
@@ -149,11 +165,14 @@ class PgConnection:
     """``db.conn``: one psycopg connection in autocommit mode; ``BEGIN``/``COMMIT`` are explicit, as
     they are on the store's SQLite connections."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, catalog: Catalog | None = None, release: Any = None) -> None:
         self.raw = raw
         self._savepoints = 0
-        self._keys: dict[str, list[str]] = {}
-        self._columns: dict[str, list[str]] = {}
+        catalog = catalog if catalog is not None else Catalog()
+        self._catalog = catalog
+        self._keys = catalog.keys
+        self._columns = catalog.columns
+        self._release = release
         self.lastrowid: int | None = None  # the last INSERT's (what sqlite3's cursor gives)
         self.row_factory: Any = None  # accepted (rows are read by position and by name already)
 
@@ -251,6 +270,8 @@ class PgConnection:
 
     def _schema_change(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Any:
         """A CREATE, DROP or ALTER, and its row in ``_sqlite_schema`` (SQLite's ``sqlite_master``)."""
+        self._keys.clear()  # the catalog this process read is stale now
+        self._columns.clear()
         self.raw.execute(_SCHEMA_TABLE)
         created = _CREATED.match(sql)
         dropped_trigger = _DROP_TRIGGER.match(sql)
@@ -304,7 +325,11 @@ class PgConnection:
         return PgCursor(self)
 
     def close(self) -> None:
-        self.raw.close()
+        """Back to its engine's few idle connections (or closed, with an open transaction or none kept)."""
+        if self._release is not None:
+            self._release(self.raw)
+        else:
+            self.raw.close()
 
 
 class PgTable(Table):
@@ -430,8 +455,9 @@ class PgTable(Table):
 class PgDatabase(Database):
     """A sqlite-utils ``Database`` whose connection is PostgreSQL's (see the module's docstring)."""
 
-    def __init__(self, raw: Any) -> None:  # no super().__init__: it opens SQLite
-        self.pg = PgConnection(raw)
+    def __init__(self, raw: Any, catalog: Catalog | None = None, release: Any = None) -> None:
+        # no super().__init__: it opens SQLite
+        self.pg = PgConnection(raw, catalog, release)
         self.conn = cast(sqlite3.Connection, self.pg)  # the calls callers make on it are PgConnection's
         self._tracer = None
 
@@ -501,8 +527,38 @@ class PgEngine:
         self.where = redacted(url)
         self.path: Path | None = None
         self.busy_timeout = busy_timeout
+        self.catalog = Catalog()
+        self._idle: list[Any] = []
+        self._idle_lock = threading.Lock()
+        self._pid = os.getpid()
 
     def connect(self) -> Database:
+        """A connection for one unit of work: an idle one of this engine's, or a new one."""
+        with self._idle_lock:
+            if self._pid != os.getpid():  # a forked child: the parent's sockets are not its own
+                _INHERITED.extend(self._idle)  # kept referenced, never closed here (that would end the parent's)
+                self._idle, self._pid = [], os.getpid()
+            raw = self._idle.pop() if self._idle else None
+        if raw is not None and not raw.closed:
+            return PgDatabase(raw, self.catalog, self._release)
+        return PgDatabase(self._open(), self.catalog, self._release)
+
+    def _release(self, raw: Any) -> None:
+        idle = not raw.closed and raw.info.transaction_status == pq.TransactionStatus.IDLE
+        with self._idle_lock:
+            if idle and self._pid == os.getpid() and len(self._idle) < IDLE_CONNECTIONS:
+                self._idle.append(raw)
+                return
+        raw.close()
+
+    def close(self) -> None:
+        """Close the idle connections (a Store going away; tests, so a server's connections stay few)."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for raw in idle:
+            raw.close()
+
+    def _open(self) -> Any:
         try:
             raw = psycopg.connect(self.url, autocommit=True, connect_timeout=max(2, int(self.busy_timeout)))
         except psycopg.Error as exc:
@@ -510,7 +566,7 @@ class PgEngine:
             raise StoreError(f"cannot open the step store {self.where}: {reason}") from None
         # A lock wait is bounded like SQLite's busy timeout, so a stuck writer is an error, not a hang.
         raw.execute(f"SET lock_timeout = '{int(self.busy_timeout * 1000)}ms'")
-        return PgDatabase(raw)
+        return raw
 
     def prepare(self) -> None:
         db = self.connect()
