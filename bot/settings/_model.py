@@ -42,7 +42,6 @@ SECRET_FILES: dict[str, str] = {
     "slack_signing_secret": "slack_signing_secret_file",
     "slack_app_token": "slack_app_token_file",
     "oncall_pagerduty_token": "oncall_pagerduty_token_file",
-    "db_url": "db_url_file",
 }
 # RECOVER_AUDIT_KEY=none: the deployer runs unkeyed on purpose (serve refuses to start with no key).
 NO_AUDIT_KEY = "none"
@@ -109,8 +108,9 @@ class Settings(BaseSettings):
     installations_file: Path | None = Field(None, validation_alias="RECOVER_INSTALLATIONS_FILE")
     db_path: Path = Field(DEFAULT_DB, validation_alias="RECOVER_DB")
     # RECOVER_DB when it is a postgresql:// URL (a secret: it may carry a password), or the URL that
-    # RECOVER_DB_FILE holds (a mounted secret). Read with store_target, never printed.
-    db_url: SecretStr | None = Field(None, validation_alias="RECOVER_DB")
+    # RECOVER_DB_FILE holds (a mounted secret); bot/settings/_load.py puts it here. Read with
+    # store_target, never printed. No variable of its own: RECOVER_DB is the one name.
+    db_url: SecretStr | None = Field(None)
     db_url_file: Path | None = Field(None, validation_alias="RECOVER_DB_FILE")
     audit_key: SecretStr | None = Field(None, validation_alias="RECOVER_AUDIT_KEY")
     audit_key_file: Path | None = Field(None, validation_alias="RECOVER_AUDIT_KEY_FILE")
@@ -325,18 +325,7 @@ def _audit_problems(s: Settings) -> list[str]:
     return []
 
 
-def _store_problems(s: Settings) -> list[str]:
-    """RECOVER_DB_FILE is for a URL with a password; a path there would be a guess at what was meant."""
-    if s.db_url_file is not None and s.db_url is None:
-        return [
-            f"RECOVER_DB_FILE: {s.db_url_file} does not hold a postgresql:// URL; "
-            "a SQLite file path goes in RECOVER_DB itself"
-        ]
-    return []
-
-
 _REQUIREMENTS: dict[str, Callable[[Settings], list[str]]] = {
-    "store": _store_problems,
     "control_host": _control_host_missing,
     "slack": _slack_missing,
     "audit": _audit_problems,

@@ -23,10 +23,10 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from sqlite_utils import Database
 from sqlite_utils.db import NotFoundError, Table
@@ -73,6 +73,14 @@ _INSERT_OR_REPLACE = re.compile(
 _WRITES = ("INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP")
 
 
+# What a column holds here (psycopg's values for TEXT, BIGINT, DOUBLE PRECISION, BYTEA, NULL).
+Value = Any
+Raw: TypeAlias = "psycopg.Connection[Any]"  # in autocommit mode
+Cursor: TypeAlias = "psycopg.Cursor[Any]"
+RowMaker = Callable[[Cursor], Callable[[Sequence[Value]], "Row"]]
+Release = Callable[[Raw], None]
+
+
 class Row(tuple):  # type: ignore[type-arg]
     """A result row read by position (``row[0]``, unpacking) or by name (``row["seq"]``), like
     ``sqlite3.Row``; callers of either form get what they expect."""
@@ -84,7 +92,7 @@ class Row(tuple):  # type: ignore[type-arg]
         row._names = names
         return row
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self, key: int | str) -> Value:  # type: ignore[override]
         if isinstance(key, str):
             try:
                 return tuple.__getitem__(self, self._names.index(key))
@@ -96,11 +104,11 @@ class Row(tuple):  # type: ignore[type-arg]
         return list(self._names)
 
 
-def _rows(hide_rowid: bool) -> Any:
+def _rows(hide_rowid: bool) -> RowMaker:
     """A psycopg row factory making :class:`Row`; with ``hide_rowid`` the hidden ``rowid`` column (SQLite's
     implicit one, bot/store/_dialect.py) is left out, as ``SELECT *`` leaves it out on SQLite."""
 
-    def factory(cursor: Any) -> Any:
+    def factory(cursor: Cursor) -> Callable[[Sequence[Value]], Row]:
         names = tuple(c.name for c in cursor.description or ())
         if not hide_rowid or _dialect.ROWID not in names:
             return lambda values: Row(values, names)
@@ -132,10 +140,10 @@ class PgCursor:
 
     def __init__(self, conn: PgConnection) -> None:
         self._conn = conn
-        self._cur: Any = None
+        self._cur: Cursor | None = None
         self.rowcount = -1
         self.lastrowid: int | None = None
-        self.row_factory: Any = None  # accepted (rows read by name already)
+        self.row_factory: object = None  # accepted (rows read by name already)
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> PgCursor:
         self._cur = self._conn.run(sql, params)
@@ -165,7 +173,7 @@ class PgConnection:
     """``db.conn``: one psycopg connection in autocommit mode; ``BEGIN``/``COMMIT`` are explicit, as
     they are on the store's SQLite connections."""
 
-    def __init__(self, raw: Any, catalog: Catalog | None = None, release: Any = None) -> None:
+    def __init__(self, raw: Raw, catalog: Catalog | None = None, release: Release | None = None) -> None:
         self.raw = raw
         self._savepoints = 0
         catalog = catalog if catalog is not None else Catalog()
@@ -174,13 +182,13 @@ class PgConnection:
         self._columns = catalog.columns
         self._release = release
         self.lastrowid: int | None = None  # the last INSERT's (what sqlite3's cursor gives)
-        self.row_factory: Any = None  # accepted (rows are read by position and by name already)
+        self.row_factory: object = None  # accepted (rows are read by position and by name already)
 
     @property
     def in_transaction(self) -> bool:
         return bool(self.raw.info.transaction_status != pq.TransactionStatus.IDLE)
 
-    def run(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
+    def run(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Cursor:
         """Execute one SQLite statement (translated); errors as ``sqlite3``'s."""
         head = sql.lstrip().upper()
         if head.startswith(("CREATE", "DROP", "ALTER")):
@@ -234,7 +242,7 @@ class PgConnection:
             self._keys[name] = [str(r[0]) for r in rows]
         return self._keys[name]
 
-    def _send(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Any:
+    def _send(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Cursor:
         if _INSERT_OR_REPLACE.match(sql):
             sql = self._upsert(sql)
         head = sql.lstrip().upper()
@@ -268,7 +276,7 @@ class PgConnection:
             raise _as_sqlite_error(exc) from None
         return cur
 
-    def _schema_change(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Any:
+    def _schema_change(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Cursor:
         """A CREATE, DROP or ALTER, and its row in ``_sqlite_schema`` (SQLite's ``sqlite_master``)."""
         self._keys.clear()  # the catalog this process read is stale now
         self._columns.clear()
@@ -384,7 +392,7 @@ class PgTable(Table):
         for row in self.conn.execute(sql, list(where_args or [])).fetchall():
             yield self._visible(row)
 
-    def get(self, pk_values: Any) -> dict[str, Any]:
+    def get(self, pk_values: Value) -> dict[str, Any]:
         keys = self.pks
         values = list(pk_values) if isinstance(pk_values, list | tuple) else [pk_values]
         where = " AND ".join(f'"{k}" = ?' for k in keys)
@@ -393,7 +401,7 @@ class PgTable(Table):
             raise NotFoundError
         return row
 
-    def insert(self, record: Mapping[str, Any], **_: Any) -> PgTable:  # type: ignore[override]
+    def insert(self, record: Mapping[str, Any], **_: object) -> PgTable:  # type: ignore[override]
         columns = list(record)
         names = ", ".join(f'"{c}"' for c in columns)
         marks = ", ".join("?" for _ in columns)
@@ -409,13 +417,13 @@ class PgTable(Table):
             self.last_pk = record.get(keys[0], self.last_rowid)
         return self
 
-    def insert_all(self, records: Iterable[Mapping[str, Any]], **_: Any) -> PgTable:  # type: ignore[override]
+    def insert_all(self, records: Iterable[Mapping[str, Any]], **_: object) -> PgTable:  # type: ignore[override]
         for record in records:
             self.insert(record)
         return self
 
     def update(  # type: ignore[override]
-        self, pk_values: Any, updates: Mapping[str, Any] | None = None, **_: Any
+        self, pk_values: Value, updates: Mapping[str, Any] | None = None, **_: object
     ) -> PgTable:
         if not updates:
             return self
@@ -432,7 +440,7 @@ class PgTable(Table):
         return self
 
     def create(  # type: ignore[override]
-        self, columns: Mapping[str, Any], pk: str | None = None, **_: Any
+        self, columns: Mapping[str, Any], pk: str | None = None, **_: object
     ) -> PgTable:
         """The one table sqlite-utils creates itself: its record of applied migrations."""
         types = {int: "INTEGER", str: "TEXT", float: "REAL", bytes: "BLOB"}
@@ -444,7 +452,7 @@ class PgTable(Table):
         return self
 
     def create_index(  # type: ignore[override]
-        self, columns: Sequence[str], index_name: str | None = None, unique: bool = False, **_: Any
+        self, columns: Sequence[str], index_name: str | None = None, unique: bool = False, **_: object
     ) -> PgTable:
         name = index_name or f"idx_{self.name}_{'_'.join(columns)}"
         cols = ", ".join(f'"{c}"' for c in columns)
@@ -455,13 +463,13 @@ class PgTable(Table):
 class PgDatabase(Database):
     """A sqlite-utils ``Database`` whose connection is PostgreSQL's (see the module's docstring)."""
 
-    def __init__(self, raw: Any, catalog: Catalog | None = None, release: Any = None) -> None:
+    def __init__(self, raw: Raw, catalog: Catalog | None = None, release: Release | None = None) -> None:
         # no super().__init__: it opens SQLite
         self.pg = PgConnection(raw, catalog, release)
         self.conn = cast(sqlite3.Connection, self.pg)  # the calls callers make on it are PgConnection's
         self._tracer = None
 
-    def execute(self, sql: str, parameters: Iterable[Any] | dict[str, Any] | None = None) -> Any:
+    def execute(self, sql: str, parameters: Iterable[Any] | dict[str, Any] | None = None) -> PgCursor:  # type: ignore[override]
         args = parameters if isinstance(parameters, dict) or parameters is None else list(parameters)
         return self.pg.execute(sql, args)
 
@@ -471,7 +479,7 @@ class PgDatabase(Database):
         for row in self.execute(sql, params).fetchall():
             yield dict(zip(row.keys(), row, strict=True))
 
-    def table(self, table_name: str, **_: Any) -> PgTable:
+    def table(self, table_name: str, **_: object) -> PgTable:
         return PgTable(self, table_name)
 
     def __getitem__(self, table_name: str) -> PgTable:
@@ -543,7 +551,7 @@ class PgEngine:
             return PgDatabase(raw, self.catalog, self._release)
         return PgDatabase(self._open(), self.catalog, self._release)
 
-    def _release(self, raw: Any) -> None:
+    def _release(self, raw: Raw) -> None:
         idle = not raw.closed and raw.info.transaction_status == pq.TransactionStatus.IDLE
         with self._idle_lock:
             if idle and self._pid == os.getpid() and len(self._idle) < IDLE_CONNECTIONS:
@@ -558,7 +566,7 @@ class PgEngine:
         for raw in idle:
             raw.close()
 
-    def _open(self) -> Any:
+    def _open(self) -> Raw:
         try:
             raw = psycopg.connect(self.url, autocommit=True, connect_timeout=max(2, int(self.busy_timeout)))
         except psycopg.Error as exc:
