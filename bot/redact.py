@@ -16,6 +16,7 @@ _PATTERNS = [
     re.compile(r"xapp-[A-Za-z0-9-]+"),  # Slack app-level tokens (Socket Mode)
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
     re.compile(r"(?i)(token\s+token=)[A-Za-z0-9._~+/=-]+"),  # PagerDuty's REST API credential
+    re.compile(r"(?i)(postgres(?:ql)?://[^:/@\s]*:)[^@\s]+(?=@)"),  # a database URL's password
     re.compile(r"(?i)(idempotency-key[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9-]+"),
 ]
 

@@ -163,6 +163,13 @@ def compose(
     names = [s.name for s in specs]
     if not specs or len(set(names)) != len(names):
         raise SettingsError([f"installations: each needs a unique name (got {', '.join(names) or 'none'})"])
+    if settings.db_url is not None and not from_settings:
+        # One database would hold every installation's rows in one chain: a bare session id of one
+        # could be read as another's. Each installation keeps a store of its own (a file each on SQLite).
+        raise StartupError(
+            "RECOVER_DB is a PostgreSQL URL, and several installations cannot share one PostgreSQL store yet: "
+            "use a SQLite RECOVER_DB with the installations file (a file each), or run one bot per installation"
+        )
     if default is not None and default not in names:  # refused before anything is built or opened
         raise no_such_installation(default, specs, lambda near: f"recover-bot console --install {near}")
     if not from_settings and DEFAULT_INSTALLATION not in names:
@@ -376,7 +383,11 @@ def _open_store(settings: Settings, clock: Clock, installation: str = DEFAULT_IN
     try:
         settings.db_path.parent.mkdir(parents=True, exist_ok=True)
         return Store(
-            path, clock=clock, migrations=MIGRATIONS, audit_key=settings.audit_key_bytes(), installation=installation
+            settings.store_target,  # the file, or the postgresql:// URL (RECOVER_DB, RECOVER_DB_FILE)
+            clock=clock,
+            migrations=MIGRATIONS,
+            audit_key=settings.audit_key_bytes(),
+            installation=installation,
         )
     except (OSError, sqlite3.Error) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, DotEnvSettingsSource, EnvSettingsSource
 
+from bot.dburl import is_pg_url
 from bot.errors import SettingsError
 from bot.redact import register_secret
 from bot.settings._model import (
@@ -87,6 +89,29 @@ def _read_secret_files(values: dict[str, Any]) -> tuple[list[str], set[str]]:
     return problems, failed
 
 
+def _read_db_url(values: dict[str, Any]) -> tuple[list[str], set[str]]:
+    """RECOVER_DB as a postgresql:// URL, or RECOVER_DB_FILE's URL, into ``db_url`` (one name, two
+    fields: ``db_path`` keeps the SQLite default). Both set, or a file without a URL: one line each."""
+    raw, file = values.get("RECOVER_DB"), values.get("RECOVER_DB_FILE")
+    if not blank(file):
+        if not blank(raw):
+            return ["RECOVER_DB and RECOVER_DB_FILE are both set: keep one"], {"db_path", "db_url_file"}
+        try:
+            text = read_secret_file(Path(str(file)), "RECOVER_DB_FILE").strip()
+        except ValueError as exc:
+            return [str(exc)], {"db_url_file"}
+        if not is_pg_url(text):
+            return [
+                f"RECOVER_DB_FILE: {file} does not hold a postgresql:// URL; "
+                "a SQLite file path goes in RECOVER_DB itself"
+            ], {"db_url_file"}
+        values["db_url"] = text
+    elif isinstance(raw, str) and is_pg_url(raw):
+        values["db_url"] = raw.strip()
+        del values["RECOVER_DB"]  # the file path keeps its default (where local companions go)
+    return [], set()
+
+
 def _problem_line(error: ErrorDetails) -> tuple[str, str]:
     """(field name, one line) for a pydantic error; the input value is never quoted here."""
     key = str(error["loc"][0]) if error["loc"] else ""
@@ -126,6 +151,10 @@ def load_settings(
     # Only what the caller uses is read at all: the rest keeps its default.
     values = {k: v for k, v in values.items() if any(k in (n, a) for n, a in by_field.items() if n in wanted_fields)}
     problems, failed = _read_secret_files(values)
+    if "db_path" in wanted_fields:
+        db_problems, db_failed = _read_db_url(values)
+        problems += db_problems
+        failed |= db_failed
     values = {k: v for k, v in values.items() if not any(k in (n, by_field[n]) for n in failed)}
     try:
         settings = Settings(**values)
@@ -141,6 +170,8 @@ def load_settings(
         value = getattr(settings, secret) if secret else None
         text = value.get_secret_value() if isinstance(value, SecretStr) else None
         register_secret(None if name == "RECOVER_AUDIT_KEY" and text == NO_AUDIT_KEY else text)
+    if settings.db_url is not None:  # RECOVER_DB is not a secret name (a path is not), its URL's password is
+        register_secret(urlsplit(settings.db_url.get_secret_value()).password)
     failed_names = tuple(by_field[n] for n in failed)
     # A setting already reported as invalid is not reported again as missing. Requiring "audit" (serve)
     # means a key, or RECOVER_AUDIT_KEY=none said on purpose.
@@ -155,4 +186,4 @@ def load_settings(
 
 def environ_names() -> tuple[str, ...]:
     """Every setting's name, as documented in .env.example and the README."""
-    return tuple(_alias(n) for n in Settings.model_fields)
+    return tuple(_alias(n) for n, f in Settings.model_fields.items() if f.validation_alias is not None)

@@ -49,7 +49,7 @@ NO_AUDIT_KEY = "none"
 # Which settings each part of the bot reads; a subcommand names the groups it uses (bot/cli.py).
 GROUPS: dict[str, tuple[str, ...]] = {
     "control_host": ("control_host_url", "control_host_api_key", "control_host_api_key_file", "installations_file"),
-    "store": ("db_path",),
+    "store": ("db_path", "db_url", "db_url_file"),
     "audit": ("audit_key", "audit_key_file"),
     "slack": (
         "slack_bot_token",
@@ -107,6 +107,11 @@ class Settings(BaseSettings):
     # Several installations (bot/installations/loader.py): each names its control host and key there.
     installations_file: Path | None = Field(None, validation_alias="RECOVER_INSTALLATIONS_FILE")
     db_path: Path = Field(DEFAULT_DB, validation_alias="RECOVER_DB")
+    # RECOVER_DB when it is a postgresql:// URL (a secret: it may carry a password), or the URL that
+    # RECOVER_DB_FILE holds (a mounted secret); bot/settings/_load.py puts it here. Read with
+    # store_target, never printed. No variable of its own: RECOVER_DB is the one name.
+    db_url: SecretStr | None = Field(None)
+    db_url_file: Path | None = Field(None, validation_alias="RECOVER_DB_FILE")
     audit_key: SecretStr | None = Field(None, validation_alias="RECOVER_AUDIT_KEY")
     audit_key_file: Path | None = Field(None, validation_alias="RECOVER_AUDIT_KEY_FILE")
     slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
@@ -174,9 +179,10 @@ class Settings(BaseSettings):
         "oncall_pagerduty_token", mode="before",
     )(_parse.secret)  # fmt: skip
     _db_path = field_validator("db_path", mode="before")(_parse.db_path)
+    _db_url = field_validator("db_url", mode="before")(_parse.db_url)
     _files = field_validator(
         "audit_key_file", "control_host_api_key_file", "slack_bot_token_file", "slack_signing_secret_file",
-        "slack_app_token_file", "installations_file", "oncall_pagerduty_token_file", mode="before",
+        "slack_app_token_file", "installations_file", "oncall_pagerduty_token_file", "db_url_file", mode="before",
     )(_parse.optional)  # fmt: skip
     _slack_api_url = field_validator("slack_api_url", mode="before")(_parse.slack_api_url)
     _approvers = field_validator("approvers", mode="before")(_parse.approvers)
@@ -207,6 +213,11 @@ class Settings(BaseSettings):
         return _parse.token(value, "SLACK_APP_TOKEN", "xapp-", "an app-level token")
 
     # --- accessors ---
+
+    @property
+    def store_target(self) -> str | Path:
+        """What the step store opens (bot/store/_engine.py): the PostgreSQL URL, or the SQLite file."""
+        return self.db_url.get_secret_value() if self.db_url is not None else self.db_path
 
     @property
     def audit_unkeyed_on_purpose(self) -> bool:

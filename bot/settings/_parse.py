@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from bot.dburl import is_pg_url, looks_like_url, refused_url
+
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 DEFAULT_PAGERDUTY_URL = "https://api.pagerduty.com"
 DEFAULT_DB = Path("./recover.db")
@@ -84,7 +86,24 @@ def optional(value: object) -> object:
 
 
 def db_path(value: object) -> object:
-    return DEFAULT_DB if blank(value) else value
+    """``RECOVER_DB`` as a SQLite file: a path. A postgresql:// URL is ``db_url``'s (the file keeps
+    its default, where local companions go); any other URL is refused in one line."""
+    if blank(value):
+        return DEFAULT_DB
+    if isinstance(value, str) and looks_like_url(value):
+        if is_pg_url(value):
+            return DEFAULT_DB
+        raise ValueError(refused_url(value))
+    return value
+
+
+def db_url(value: object) -> object:
+    """``RECOVER_DB`` as a PostgreSQL URL (from ``RECOVER_DB`` or ``RECOVER_DB_FILE``); None for a path."""
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if isinstance(value, str) and is_pg_url(value):
+        return value.strip()
+    return None
 
 
 def control_host_url(value: str | None) -> str | None:

@@ -156,7 +156,7 @@ class Inbox:
         self._pending: list[_Put] = []
         self._put: sqlite3.Connection | None = None
         self._put_pid = 0
-        self.path = inbox_path(store.path)
+        self.path = inbox_path(store.local_file("the Slack inbox"))
         conn = self._open(int(store.busy_timeout * 1000))
         try:
             conn.execute("PRAGMA journal_mode = WAL")

@@ -1,4 +1,4 @@
-"""The SQLite step store: one file's connections, transactions and schema, and its public calls.
+"""The step store: its connections, transactions and schema, and its public calls.
 
 Why it looks like this:
 - A new connection per unit of work: Bolt runs listeners on a thread pool and ``sqlite3`` objects
@@ -11,6 +11,10 @@ Why it looks like this:
   (bot/app/services.py, a front's builder, a test's fixture) names the areas whose tables it needs.
 - One store file per installation (bot/installations/spec.py): every step records ``installation``,
   and the store's binding to its installation and control host is bot/store/binding.py.
+- The engine is SQLite (the embedded default) or PostgreSQL (bot/store/_engine.py, bot/store/_pg.py):
+  the three moments that differ (connect, begin a write, serialise the chain's append) are the
+  engine's; on PostgreSQL an append holds a transaction-scoped advisory lock, so any number of bots
+  append in one order.
 - The tables' SQL lives in one module per table (``_cases``, ``_steps``, ``_requests``); this class
   decides where each transaction begins and ends.
 """
@@ -18,9 +22,7 @@ Why it looks like this:
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -34,6 +36,7 @@ from bot.clock import Clock, SystemClock, isoformat
 from bot.errors import StoreError
 from bot.ids import DEFAULT_INSTALLATION, qualified_id
 from bot.store import _cases, _requests, _steps, keymark, schema
+from bot.store._engine import Engine, engine_for
 from bot.store._rows import Case, IdempotencyRecord, Step
 from bot.store.chain import canonical_json, hash_matches, head_ref
 
@@ -55,7 +58,11 @@ class Store:
         adopting_key: bool = False,
         installation: str = DEFAULT_INSTALLATION,
     ) -> None:
-        self.path = Path(path)
+        # A SQLite file path, or a postgresql:// URL (bot/store/_engine.py): the only place that knows.
+        self.engine: Engine = engine_for(path, busy_timeout)
+        # The SQLite file (None on PostgreSQL), and what messages call the store (a URL's password masked).
+        self.path: Path | None = self.engine.path
+        self.where = self.engine.where
         # Every step this store records carries it; the gate relies only on steps of it.
         self.installation = installation
         self.clock: Clock = clock or SystemClock()
@@ -64,7 +71,7 @@ class Store:
         self._audit_key = audit_key or None
         self._applied: dict[str, Migrations] = {}
         self._migrate_lock = threading.Lock()
-        self._enable_wal()
+        self.engine.prepare()
         self.migrate([schema.core, *migrations])
         self._check_key(adopting_key)
 
@@ -90,6 +97,7 @@ class Store:
             if not todo:
                 return
             with self._write() as db:
+                self.engine.lock_chain(db)  # two bots migrating one fresh database: one after the other
                 for m in todo.values():
                     m.apply(db)
             self._applied.update(todo)
@@ -98,11 +106,21 @@ class Store:
         """Was the area's migration set named ``name`` applied to this store (its tables exist)?"""
         return name in self._applied
 
+    def local_file(self, what: str) -> Path:
+        """The SQLite file a companion goes beside (``what``: the Slack inbox, a backup); refused in one
+        line on PostgreSQL, where that companion is not shared between bots yet."""
+        if self.path is None:
+            raise StoreError(
+                f"{what} needs a SQLite RECOVER_DB today; the step store is on PostgreSQL ({self.where})",
+                hint="Run this on a bot whose RECOVER_DB is a SQLite file path, or use the console.",
+            )
+        return self.path
+
     def require(self, migrations: Migrations) -> None:
         """Refuse, in one clear line, an area's use of a store opened without that area's tables."""
         if self._applied.get(migrations.name) is not migrations:
             raise StoreError(
-                f"the step store {self.path} was opened without the {migrations.name!r} migrations",
+                f"the step store {self.where} was opened without the {migrations.name!r} migrations",
                 hint="Pass the area's migration set to Store(..., migrations=...) where the app is composed.",
             )
 
@@ -118,12 +136,12 @@ class Store:
             return
         if self._audit_key is None:
             raise StoreError(
-                f"the step store {self.path} is keyed (chain version 2) but no audit key is configured",
+                f"the step store {self.where} is keyed (chain version 2) but no audit key is configured",
                 hint="Set RECOVER_AUDIT_KEY or RECOVER_AUDIT_KEY_FILE to the key it was written with.",
             )
         if not hash_matches(row, self._audit_key):
             raise StoreError(
-                f"the audit key does not match the step store {self.path} (its last keyed step, "
+                f"the audit key does not match the step store {self.where} (its last keyed step, "
                 f"{row['seq']}, does not verify under it)",
                 hint="Use the key the store was written with; `recover-bot audit verify` names what differs.",
             )
@@ -166,39 +184,14 @@ class Store:
         with self.write() as db:
             marker = keymark.marker_row(db)
             if marker is not None:
-                raise StoreError(f"the step store {self.path} already has its keyed marker (step {marker['seq']})")
+                raise StoreError(f"the step store {self.where} already has its keyed marker (step {marker['seq']})")
             inputs = {**keymark.marker_inputs(self._audit_key, "adopted"), **(vouched or {})}
             return self._append(db, None, None, actor, keymark.MARKER, inputs, "keyed")
 
     # -- connections -----------------------------------------------------------------------------
 
     def _connect(self) -> Database:
-        try:
-            # isolation_level=None: no implicit BEGINs; every transaction is explicit.
-            conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the step store {self.path}: {exc}") from exc
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA foreign_keys = ON")
-        return Database(conn, execute_plugins=False)
-
-    def _enable_wal(self) -> None:
-        # journal_mode is persistent in the file; switching needs a moment without other writers.
-        deadline = time.monotonic() + self.busy_timeout
-        while True:
-            db = self._connect()
-            try:
-                mode = db.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise StoreError(f"the step store {self.path} cannot use WAL (journal_mode={mode})")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise StoreError(f"cannot prepare the step store {self.path}: {exc}") from exc
-                time.sleep(0.05)
-            finally:
-                db.close()
+        return self.engine.connect()
 
     @contextmanager
     def read(self) -> Iterator[Database]:
@@ -219,13 +212,7 @@ class Store:
     def _write(self) -> Iterator[Database]:
         db = self._connect()
         try:
-            try:
-                db.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise StoreError(
-                    f"the step store {self.path} stayed locked for {self.busy_timeout:.0f} s: {exc}",
-                    hint="Another process holds a long write; try again.",
-                ) from exc
+            self.engine.begin_write(db)
             try:
                 yield db
             except BaseException:
@@ -364,6 +351,7 @@ class Store:
         idempotency_key: str | None = None,
         receipt_id: str | None = None,
     ) -> Step:
+        self.engine.lock_chain(db)
         return _steps.append(
             db,
             session_id=session_id,

@@ -21,10 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from bot.dburl import looks_like_url
 from bot.errors import StoreError
+from bot.store._engine import engine_for
 from bot.store.binding import foreign_steps
 from bot.store.chain import KEYED_VERSION, PLAIN_VERSION, hash_matches, head_ref, parse_head, step_version
 from bot.store.schema import GENESIS_HASH
+
+DEFAULT_BUSY_TIMEOUT = 10.0
 
 _COLUMNS = (
     "seq, case_id, session_id, actor, at, step, inputs, outcome, detail, http_status, "
@@ -123,6 +127,8 @@ class AuditReport:
 
 
 def _open_ro(db_path: str | Path) -> sqlite3.Connection:
+    if isinstance(db_path, str) and looks_like_url(db_path):
+        return _open_server_ro(db_path)
     path = Path(db_path)
     if not path.is_file():
         raise StoreError(f"no step store at {path}", hint="Pass --db or set RECOVER_DB.")
@@ -133,6 +139,19 @@ def _open_ro(db_path: str | Path) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise StoreError(f"{path} is not a readable step store: {exc}") from exc
     return conn
+
+
+def _open_server_ro(url: str) -> sqlite3.Connection:
+    """A PostgreSQL store, read in one read-only snapshot (its rows come back readable by name)."""
+    engine = engine_for(url, DEFAULT_BUSY_TIMEOUT)
+    db = engine.connect()
+    try:
+        db.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        db.conn.execute("SELECT 1 FROM steps LIMIT 1")
+    except sqlite3.Error as exc:
+        db.close()
+        raise StoreError(f"{engine.where} is not a readable step store: {exc}") from exc
+    return db.conn
 
 
 def _select(conn: sqlite3.Connection) -> list[dict[str, Any]]:

@@ -157,14 +157,14 @@ def _problem(store: Store, db: Database, base_url: str, key_sha256: str, *, host
     row = current_row(db)
     if row is None:
         return (
-            f"the step store {store.path} records no installation binding (`{BOUND}`): "
+            f"the step store {store.where} records no installation binding (`{BOUND}`): "
             "the bot records it at start; start it again"
         )
     step = step_of(row)
     if store.verify_step(step) is not True:
         return f"the binding step {step.seq} does not match its hash: run `recover-bot audit verify`"
     bound = binding_of(row, step.inputs)
-    why = name_problem(bound, step.installation, store.installation, store.path)
+    why = name_problem(bound, step.installation, store.installation, store.where)
     if why is None and host:
         why = host_problem(bound, store.installation, base_url, key_sha256)
     return why
@@ -180,7 +180,7 @@ def _holds_another(store: Store, db: Database) -> str | None:
     )
     if other is None:
         return None
-    why = foreign(f"the step store {store.path} (step {other['seq']})", other["installation"], store.installation)
+    why = foreign(f"the step store {store.where} (step {other['seq']})", other["installation"], store.installation)
     return f"{why}: it was copied or swapped; give {store.installation!r} its own store file"
 
 

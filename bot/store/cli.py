@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from bot.dburl import looks_like_url
 from bot.errors import StoreError
 from bot.settings import Settings
 from bot.store import Store, audit
@@ -150,7 +151,10 @@ def _audit_key(args: argparse.Namespace, settings: Settings) -> bytes | None:
 def run_verify(args: argparse.Namespace, settings: Settings) -> int:
     try:
         report = audit.verify(
-            args.db or str(settings.db_path), head=args.head, key=_audit_key(args, settings), checks=args.cache_checks
+            args.db or str(settings.store_target),
+            head=args.head,
+            key=_audit_key(args, settings),
+            checks=args.cache_checks,
         )
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -176,7 +180,7 @@ def verify_status(report: audit.AuditReport) -> int:
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
-    db = args.db or str(settings.db_path)
+    db = args.db or str(settings.store_target)
     try:
         if args.out:
             with open(args.out, "w", encoding="utf-8") as out:
@@ -217,11 +221,22 @@ def register_backup(
     return parser
 
 
+def _file_store(db: str | None, settings: Settings, command: str) -> str | Path:
+    """The SQLite file ``backup`` and ``browse`` copy; a PostgreSQL store is refused in one line."""
+    target = db or settings.store_target
+    if isinstance(target, str) and looks_like_url(target):
+        raise StoreError(
+            f"`recover-bot {command}` copies a SQLite file; the step store here is a PostgreSQL URL",
+            hint="Back a PostgreSQL store up with pg_dump (README: PostgreSQL as the step store).",
+        )
+    return target
+
+
 def run_backup(args: argparse.Namespace, settings: Settings) -> int:
     from bot.store.backup import backup
 
     try:
-        copies = backup(args.db or settings.db_path, args.dest, companions=args.backup_companions)
+        copies = backup(_file_store(args.db, settings, "backup"), args.dest, companions=args.backup_companions)
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -256,7 +271,7 @@ def run_browse(args: argparse.Namespace, settings: Settings) -> int:
     from bot.store.browse import serve
 
     try:
-        return serve(args.db or settings.db_path, args.host, args.port)
+        return serve(_file_store(args.db, settings, "browse"), args.host, args.port)
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -304,7 +319,7 @@ def run_export_or_pack(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         selection = PackFilter(session_id=args.session, since=args.since, until=args.until)
-        pack = build_pack(args.db or str(settings.db_path), _pack_key(args, settings), selection)
+        pack = build_pack(args.db or str(settings.store_target), _pack_key(args, settings), selection)
         write_pack(pack, Path(args.pack))
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -331,7 +346,7 @@ def run_verify_pack(args: argparse.Namespace, settings: Settings) -> int:
 def run_adopt_key(args: argparse.Namespace, settings: Settings) -> int:
     """Verify the plain store up to the published head, then record the keyed marker
     (bot/store/keymark.py) as this account, with what it vouched for."""
-    db = args.db or str(settings.db_path)
+    db = args.db or str(settings.store_target)
     try:
         key = _audit_key(args, settings)
         if key is None:

@@ -207,3 +207,47 @@ def test_readme_and_env_example_document_every_setting() -> None:
         assert f"| `{name}` |" in readme or f"`{name}` /" in readme or f"/ `{name}`" in readme, name
         index = next((i for i, line in enumerate(example) if line.startswith(f"{name}=")), None)
         assert index is not None and example[index - 1].startswith("#"), f"{name} undocumented in .env.example"
+
+
+# --- RECOVER_DB: a SQLite path or a postgresql:// URL --------------------------------------------
+
+PG_URL = "postgresql://recover:pg-Secret-9f3@db.internal:5432/recover"
+
+
+def test_a_postgresql_url_selects_the_server_and_its_password_is_masked() -> None:
+    s = load_settings({"RECOVER_DB": PG_URL}, dotenv=None, uses=["store"])
+    assert s.store_target == PG_URL and s.db_path == Path("./recover.db")
+    assert "pg-Secret-9f3" not in repr(s)
+    # Registered: masked in any text, even apart from its URL.
+    assert redact(f"connect {PG_URL} failed; password pg-Secret-9f3") == (
+        "connect postgresql://recover:***@db.internal:5432/recover failed; password ***"
+    )
+    assert load_settings({"RECOVER_DB": "/data/r.db"}, dotenv=None).store_target == Path("/data/r.db")
+    # A URL nobody configured (an `--db` argument, a library's message) is masked by its shape.
+    assert redact("postgres://ops:never-set-pw@10.0.0.5/db") == "postgres://ops:***@10.0.0.5/db"
+
+
+@pytest.mark.parametrize("value", ["mysql://u:hunter2@h/db", "http://h/x", "sqlite:///x.db"])
+def test_another_url_in_recover_db_is_refused_in_one_line(value: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        load_settings({"RECOVER_DB": value}, dotenv=None, uses=["store"])
+    (line,) = info.value.problems
+    scheme = value.split("://")[0]
+    assert line.startswith(f"RECOVER_DB: a {scheme}:// URL is not a store recover-bot can use")
+    assert "postgresql://" in line and "hunter2" not in str(info.value)
+
+
+def test_recover_db_file_holds_the_url_and_is_one_of_two(tmp_path: Path) -> None:
+    secret = tmp_path / "db-url"
+    secret.write_text(PG_URL + "\n")
+    s = load_settings({"RECOVER_DB_FILE": str(secret)}, dotenv=None, uses=["store"])
+    assert s.store_target == PG_URL
+    with pytest.raises(SettingsError) as both:
+        load_settings({"RECOVER_DB_FILE": str(secret), "RECOVER_DB": "./x.db"}, dotenv=None, uses=["store"])
+    assert both.value.problems == ["RECOVER_DB and RECOVER_DB_FILE are both set: keep one"]
+    secret.write_text("/data/recover.db\n")
+    with pytest.raises(SettingsError) as path:
+        load_settings({"RECOVER_DB_FILE": str(secret)}, dotenv=None, uses=["store"])
+    assert path.value.problems == [
+        f"RECOVER_DB_FILE: {secret} does not hold a postgresql:// URL; a SQLite file path goes in RECOVER_DB itself"
+    ]

@@ -1,4 +1,6 @@
-"""Exactly once across bot processes sharing one database file: compare-and-set in SQLite, not a lock."""
+"""Exactly once across bot processes sharing one store: compare-and-set in the database, not a lock in
+a process. Every scenario runs on both engines: two bots on one SQLite file, and two bots on one
+PostgreSQL server (the store's second engine, tests/fixtures/store.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,22 @@ from pathlib import Path
 
 import pytest
 
+from bot.clock import ManualClock
 from bot.messages import NullReporter
-from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REPO, REQUESTER
+from tests.fixtures.decisions import APPROVER, CHANNEL, OUTSIDER, REPO, REQUESTER, DecisionEnv
 from tests.fixtures.waiting import eventually
 
 pytestmark = pytest.mark.subprocess
+
+
+@pytest.fixture
+def decision_env(decision_sandbox, store_target: str | Path, decision_runbooks):
+    """One bot's objects on the shared store, once per engine; each spawned bot opens the same store."""
+    env = DecisionEnv(decision_sandbox, store_target, ManualClock(), decision_runbooks)  # type: ignore[arg-type]
+    try:
+        yield env
+    finally:
+        env.close()
 
 
 def _spawn(env, tmp_path: Path, action: str, request_id: str, actor: str, go: Path, hang: str = ""):

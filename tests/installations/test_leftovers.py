@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from bot.app.compose import FrontPorts, compose
 from bot.app.fleet_router import FleetRouter
@@ -75,3 +76,18 @@ def test_a_button_of_a_message_from_before_the_installations_file_is_refused_not
     said = text_of(click)
     assert not click.ok and "This button names no installation: it is installation `default`'s" in said, said
     assert [r for r in sandboxes("eu-1").admin.requests() if r.get("method") == "POST"] == []
+
+
+def test_a_postgresql_store_with_an_installations_file_is_refused_before_anything_opens(
+    sandboxes: Callable[..., SandboxHandle], tmp_path: Path
+) -> None:
+    """One database would hold every installation's rows in one chain: refused in one line, before any
+    connection is tried (the URL's port answers nothing here)."""
+    settings = load_settings({}, dotenv=None).model_copy(
+        update={"db_path": tmp_path / "recover.db", "db_url": SecretStr("postgresql://recover@127.0.0.1:9/recover")}
+    )
+    specs = [spec_for("eu-1", sandboxes("eu-1")), spec_for("us-1", sandboxes("us-1"))]
+    with pytest.raises(StartupError, match="several installations cannot share one PostgreSQL store") as refused:
+        compose(settings, specs, startup=False, ports=FrontPorts())
+    assert "recover@127.0.0.1" not in str(refused.value)  # the URL (it may carry a password) is never said
+    assert not list(tmp_path.glob("recover*.db"))  # nothing opened

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from bot.clock import ManualClock
@@ -25,7 +26,12 @@ from bot.store.chain import step_hash
 
 
 @pytest.fixture
-def filled(store: Store, clock: ManualClock) -> Store:
+def filled(file_store: Store, clock: ManualClock) -> Store:
+    """Eight steps in a SQLite file (the tampering below edits a copy of the file)."""
+    return _fill(file_store, clock)
+
+
+def _fill(store: Store, clock: ManualClock) -> Store:
     for i in range(1, 9):
         clock.advance(1)
         store.record_step(f"ses_{i % 3}", f"U{i}", "step", {"i": i}, "ok", http_status=200)
@@ -56,8 +62,8 @@ def test_intact_log_verifies(filled: Store) -> None:
     assert "OK: 8 steps" in report.summary()
 
 
-def test_empty_log_verifies_with_genesis_head(store: Store) -> None:
-    report = verify(store.path, head=GENESIS_HASH)
+def test_empty_log_verifies_with_genesis_head(store: Store, store_target: str | Path) -> None:
+    report = verify(store_target, head=GENESIS_HASH)
     assert report.ok and report.steps == 0 and report.head == GENESIS_HASH
 
 
@@ -224,3 +230,34 @@ def test_cli_reads_recover_db_and_stdout_export(filled: Store, tmp_path: Path) -
 def test_every_audit_help_shows_an_example(argv: list[str], tmp_path: Path) -> None:
     res = _cli(*argv, cwd=tmp_path)
     assert res.returncode == 0 and "example:" in res.stdout and "recover-bot audit" in res.stdout
+
+
+def _edit_in_place(target: str | Path, sql: str) -> None:
+    """What a writer with the database's own access can do: lift the append-only triggers and edit."""
+    if isinstance(target, Path):
+        conn = sqlite3.connect(target, isolation_level=None)
+        conn.execute("DROP TRIGGER steps_no_update")
+        conn.execute(sql)
+        conn.close()
+    else:
+        with psycopg.connect(target, autocommit=True) as pg:
+            pg.execute("ALTER TABLE steps DISABLE TRIGGER USER")
+            pg.execute(sql)
+
+
+@pytest.mark.subprocess
+def test_audit_verify_holds_on_either_engine(
+    store: Store, store_target: str | Path, clock: ManualClock, tmp_path: Path
+) -> None:
+    _fill(store, clock)
+    report = verify(store_target)
+    assert report.ok and report.steps == 8 and report.head == store.head(), report.summary()
+    # The command as a deployer runs it, on RECOVER_DB (a path or a postgresql:// URL).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECOVER_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "audit", "verify", "--head", store.head_ref()],
+        capture_output=True, text=True, cwd=tmp_path, env={**env, "RECOVER_DB": str(store_target)}, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 3 and "OK: 8 steps" in run.stdout, run.stdout + run.stderr
+    _edit_in_place(store_target, "UPDATE steps SET outcome = 'forged' WHERE seq = 4")
+    assert kinds(verify(store_target)) == [(4, "edited")]

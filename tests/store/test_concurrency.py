@@ -1,4 +1,5 @@
-"""Concurrent writers (Bolt's thread pool; two bot processes on one file) keep one valid chain."""
+"""Concurrent writers (Bolt's thread pool; two bot processes on one store) keep one valid chain, on
+either engine (SQLite's write lock; PostgreSQL's advisory lock around each append)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ for i in range(count):
 """
 
 
-def test_threads_writing_steps_keep_a_valid_chain(db_path: Path, clock: ManualClock) -> None:
-    store = Store(db_path, clock=clock)
+def test_threads_writing_steps_keep_a_valid_chain(store_target: str | Path, clock: ManualClock) -> None:
+    store = Store(store_target, clock=clock)
     errors: list[BaseException] = []
 
     def work(name: str) -> None:
@@ -42,7 +43,7 @@ def test_threads_writing_steps_keep_a_valid_chain(db_path: Path, clock: ManualCl
     for t in threads:
         t.join()
     assert errors == []
-    report = verify(db_path)
+    report = verify(store_target)
     assert report.ok, report.summary()
     assert report.steps == 100
     steps = store.steps()
@@ -53,19 +54,21 @@ def test_threads_writing_steps_keep_a_valid_chain(db_path: Path, clock: ManualCl
 
 
 @pytest.mark.subprocess
-def test_two_processes_writing_steps_keep_a_valid_chain(db_path: Path) -> None:
-    # Both processes open (and migrate) the fresh file at the same moment.
+def test_two_processes_writing_steps_keep_a_valid_chain(store_target: str | Path) -> None:
+    # Both processes open (and migrate) the fresh store at the same moment.
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(db_path), name, "40"], stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(store_target), name, "40"], stderr=subprocess.PIPE, text=True
+        )
         for name in ("P1", "P2")
     ]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-    report = verify(db_path)
+    report = verify(store_target)
     assert report.ok, report.summary()
     assert report.steps == 80
-    store = Store(db_path)
+    store = Store(store_target)
     actors = [s.actor for s in store.steps()]
     assert actors.count("P1") == 40 and actors.count("P2") == 40
     assert len(store.unfinished_requests()) == 16

@@ -5,25 +5,26 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import psycopg
 import pytest
 from sqlite_utils.migrations import Migrations
 
-from bot.app.services import MIGRATIONS
 from bot.clock import ManualClock
 from bot.errors import StoreError
 from bot.store import GENESIS_HASH, Store
 from bot.store.chain import step_hash
 
 
-def test_connection_settings_are_durable(store: Store) -> None:
-    with store.read() as db:
+def test_connection_settings_are_durable(file_store: Store) -> None:
+    with file_store.read() as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
         assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
 
-def test_write_uses_begin_immediate(store: Store, db_path: Path) -> None:
+def test_write_uses_begin_immediate(file_store: Store, db_path: Path) -> None:
+    store = file_store
     # While one writer holds BEGIN IMMEDIATE, another cannot even start a write transaction.
     other = sqlite3.connect(db_path, timeout=0, isolation_level=None)
     with store.write() as db:
@@ -119,14 +120,26 @@ def test_empty_log_head_is_genesis(store: Store) -> None:
     assert store.head() == GENESIS_HASH
 
 
-def test_update_and_delete_on_steps_fail(store: Store, db_path: Path) -> None:
+def _raw(target: str | Path, sql: str) -> None:
+    """One statement on a connection of the engine's own driver, outside the store."""
+    if isinstance(target, Path):
+        conn = sqlite3.connect(target)
+        try:
+            conn.execute(sql)
+        finally:
+            conn.close()
+    else:
+        with psycopg.connect(target, autocommit=True) as pg:
+            pg.execute(sql)
+
+
+def test_update_and_delete_on_steps_fail(store: Store, store_target: str | Path) -> None:
     store.record_step("ses_1", "U1", "diagnose", {}, "ok")
-    conn = sqlite3.connect(db_path)
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-        conn.execute("UPDATE steps SET outcome = 'forged'")
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-        conn.execute("DELETE FROM steps")
-    conn.close()
+    refused = sqlite3.IntegrityError if isinstance(store_target, Path) else psycopg.errors.IntegrityError
+    with pytest.raises(refused, match="append-only"):
+        _raw(store_target, "UPDATE steps SET outcome = 'forged'")
+    with pytest.raises(refused, match="append-only"):
+        _raw(store_target, "DELETE FROM steps")
     with pytest.raises(sqlite3.IntegrityError), store.write() as db:
         db.execute("DELETE FROM steps WHERE seq = 1")
     assert [s.outcome for s in store.steps()] == ["ok"]
@@ -185,14 +198,14 @@ def test_unfinished_requests_oldest_first(store: Store, clock: ManualClock) -> N
     assert [r.key for r in store.list_requests()] == [a.key, b.key, c.key]
 
 
-def test_the_migration_sets_passed_in_are_applied_once(db_path: Path, clock: ManualClock) -> None:
+def test_the_migration_sets_passed_in_are_applied_once(store_target: str | Path, clock: ManualClock) -> None:
     extra = Migrations("test_extra_area")
 
     @extra()
     def create_things(db):  # type: ignore[no-untyped-def]
         db["things"].create({"id": int, "name": str}, pk="id")
 
-    plain = Store(db_path, clock=clock)  # the store's own tables only
+    plain = Store(store_target, clock=clock)  # the store's own tables only
     with pytest.raises(StoreError, match="test_extra_area"):
         plain.require(extra)
     # An area's set passed to an open store (the Slack front does this with its own tables).
@@ -203,7 +216,7 @@ def test_the_migration_sets_passed_in_are_applied_once(db_path: Path, clock: Man
     plain.migrate([extra])  # already applied here: nothing to do
     with pytest.raises(ValueError, match="test_extra_area"):
         plain.migrate([Migrations("test_extra_area")])  # another set under the same name
-    reopened = Store(db_path, clock=clock, migrations=[extra])
+    reopened = Store(store_target, clock=clock, migrations=[extra])
     with reopened.read() as db:
         names = [r[0] for r in db.execute("SELECT migration_set FROM _sqlite_migrations ORDER BY id")]
         assert [r[0] for r in db.execute("SELECT name FROM things")] == ["a"]
@@ -211,8 +224,7 @@ def test_the_migration_sets_passed_in_are_applied_once(db_path: Path, clock: Man
     assert names[0] == "core" and names.count("test_extra_area") == 1
 
 
-def test_the_app_composes_every_core_areas_tables(db_path: Path, clock: ManualClock) -> None:
-    store = Store(db_path, clock=clock, migrations=MIGRATIONS)
+def test_the_app_composes_every_core_areas_tables(store: Store) -> None:
     with store.read() as db:
         applied = {r[0] for r in db.execute("SELECT migration_set FROM _sqlite_migrations")}
         tables = set(db.table_names())
@@ -235,3 +247,17 @@ def test_the_app_composes_every_core_areas_tables(db_path: Path, clock: ManualCl
 def test_unreadable_path_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError):
         Store(tmp_path / "missing-dir" / "x.db")
+
+
+def test_an_unreachable_server_is_a_store_error_that_never_shows_the_password() -> None:
+    with pytest.raises(StoreError) as caught:
+        Store("postgresql://recover:hunter2-secret@127.0.0.1:9/recover", busy_timeout=2)
+    assert "cannot open the step store postgresql://recover:***@127.0.0.1:9/recover" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize("url", ["mysql://u:p@h/db", "http://h/x", "sqlite:///x.db"])
+def test_another_url_is_refused_in_one_line(url: str) -> None:
+    with pytest.raises(StoreError, match=r"URL is not a store recover-bot can use") as caught:
+        Store(url)
+    assert "\n" not in str(caught.value).split("\n")[0] and "p@h" not in str(caught.value)
