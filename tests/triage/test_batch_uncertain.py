@@ -58,7 +58,11 @@ def test_an_uncertain_member_is_re_sent_with_its_key_until_answered_then_verifie
     # Applied once on the host, one key, re-sent until an answer was recorded.
     assert sandbox.admin.effect_counts() == {sid: 1 for sid in made}
     posts = [r for r in sandbox.admin.requests(late) if r["method"] == "POST"]
-    assert len({r["idempotency_key"] for r in posts}) == 1 and len(posts) == 2 * CLIENT_ATTEMPTS + 1
+    assert len({r["idempotency_key"] for r in posts}) == 1
+    if host == "answer_dropped":
+        assert len(posts) == 2 * CLIENT_ATTEMPTS + 1
+    else:  # the hang spends the first send's deadline: how many attempts fit in it depends on the timing
+        assert CLIENT_ATTEMPTS + 1 < len(posts) <= 2 * CLIENT_ATTEMPTS + 1, len(posts)
     store = router.services.store
     steps = store.steps(session_id=late)
     assert [s.inputs.get("attempt") for s in steps if s.step == "batch_member_uncertain"] == [None, 1]
