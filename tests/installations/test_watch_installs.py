@@ -8,40 +8,41 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.clock import ManualClock
 from bot.slack import fleet_health
 from tests.fixtures.triage import clone
 from tests.installations.conftest import spec_for
 
 
+@pytest.mark.parametrize("names", [("eu-1",), ("eu-1", "us-1")], ids=["one", "two"])
 def test_each_installation_watches_its_own_host_and_channel(
-    slack_harness: Any, sandboxes: Callable[..., Any], tmp_path: Path
+    slack_harness: Any, sandboxes: Callable[..., Any], tmp_path: Path, names: tuple[str, ...]
 ) -> None:
-    eu, us = sandboxes("eu-1", scenarios=None), sandboxes("us-1", scenarios=None)
-    for handle in (eu, us):
+    handles = {name: sandboxes(name, scenarios=None) for name in names}
+    for handle in handles.values():
         handle.admin.create_session(clone("healthy", "ses_w_001"))  # the same id in both
-    specs = [
-        dataclasses.replace(spec_for("eu-1", eu), watch_channel="C0EU1W"),
-        dataclasses.replace(spec_for("us-1", us), watch_channel="C0US1W"),
-    ]
+    channels = {"eu-1": "C0EU1W", "us-1": "C0US1W"}
+    specs = [dataclasses.replace(spec_for(n, handles[n]), watch_channel=channels[n]) for n in names]
     h = slack_harness.composed(specs=specs, db_path=tmp_path / "recover.db")  # as serve's worker composes it
     router, settings = h.composed.router, h.bot.settings
     watchers = list(h.composed.watchers.values())
-    assert [w.channel for w in watchers] == ["C0EU1W", "C0US1W"]
+    assert [w.channel for w in watchers] == [channels[n] for n in names]
     for watcher in watchers:
         watcher.poll_once()
-    eu.admin.stop("ses_w_001")  # stopped in eu-1 only
+    handles["eu-1"].admin.stop("ses_w_001")  # stopped in eu-1 only
     for watcher in watchers:
         watcher.poll_once()
     (post,) = h.api.roots("C0EU1W")
-    assert "[eu-1]" in post.all_text() and "ses_w_001" in post.all_text()
+    assert "[eu-1]" in post.all_text() and "ses_w_001" in post.all_text()  # named, with one as with two
     assert post.action_ids() and all(v.endswith("@eu-1") for _, v in post.action_ids() if v), post.action_ids()
     assert h.api.roots("C0US1W") == []
     assert router.resolve(flag=None, channel="C0EU1W") == "eu-1"  # the watch channel is a binding too
 
     fleet_health.publish(dict(router.fleet.cores), fleet_health.health_path(settings))
     lines = fleet_health.health_lines(settings)
-    assert [line.split(":")[0] for line in lines] == ["installation eu-1", "installation us-1"]
+    assert [line.split(":")[0] for line in lines] == [f"installation {n}" for n in names]
     assert all("watch: on, last poll" in line for line in lines)
 
 
