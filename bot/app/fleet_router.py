@@ -273,30 +273,30 @@ class FleetRouter:
 
     # -- views and sweeps -------------------------------------------------------------------------
 
-    def _grouped(self, each: str) -> list[Message]:
-        """Every installation's messages of one view, grouped under a line naming the installation."""
+    def _grouped(self, each: Callable[[Router], list[Message]], *, headers: bool = False) -> list[Message]:
+        """Every installation's messages of one view, each tagged with its installation; ``headers``: a
+        view a person reads as a list (App Home) also gets a line naming each installation."""
         if self._single():
-            result: list[Message] = getattr(self.first, each)()
-            return result
+            return each(self.first)
         out: list[Message] = []
         for name, router in self.routers.items():
-            messages: list[Message] = getattr(router, each)()
-            if each in ("open_cases_view", "pending_approvals_view"):
+            messages = each(router)
+            if headers:
                 out.append(Message(headline=f"Installation {name}", kind="installation_header"))
             out.extend(tag_message(m, name) for m in messages)
         return out
 
     def open_cases_view(self) -> list[Message]:
-        return self._grouped("open_cases_view")
+        return self._grouped(Router.open_cases_view, headers=True)
 
     def pending_approvals_view(self) -> list[Message]:
-        return self._grouped("pending_approvals_view")
+        return self._grouped(Router.pending_approvals_view, headers=True)
 
     def expire_due(self) -> list[Message]:
-        return self._grouped("expire_due")
+        return self._grouped(Router.expire_due)
 
     def unfinished_view(self) -> list[Message]:
-        return self._grouped("unfinished_view")
+        return self._grouped(Router.unfinished_view)
 
     def withdraw_interrupted(self, actor: str, since: str) -> list[Message]:
         out: list[Message] = []

@@ -278,8 +278,7 @@ class _Console:
 
     def leaving_hint(self) -> str:
         """The two ways out and what each does to this run's waiting requests, said before either."""
-        count = getattr(self.router, "waiting_count", None)
-        waiting = count(self.actor, self.started_at) if count is not None and self.started_at is not None else 0
+        waiting = self.router.waiting_count(self.actor, self.started_at) if self.started_at is not None else 0
         if not waiting:
             return "Ctrl-C again or Ctrl-D leaves"
         return (
@@ -289,10 +288,9 @@ class _Console:
 
     def leave(self) -> None:
         """Ctrl-D or :quit: what this run requested and still waits stays waiting, and is said so."""
-        left = getattr(self.router, "left_waiting", None)
-        if left is None or self.started_at is None:
+        if self.started_at is None:
             return
-        for message in left(self.actor, self.started_at):
+        for message in self.router.left_waiting(self.actor, self.started_at):
             self.show(message)
 
     def withdraw_on_interrupt(self) -> None:
