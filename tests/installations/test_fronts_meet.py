@@ -55,6 +55,16 @@ def _batch_message(h: SlackHarness, channel: str) -> tuple[Posted, str]:
     raise AssertionError(f"no batch message in {channel}: {[m.text[:80] for m in h.api.messages.values()]}")
 
 
+def _open_work(h: SlackHarness, names: tuple[str, ...]) -> SlackHarness:
+    """eu-1: a request and a batch waiting for approval; us-1 (when served): a request of its own by
+    another person, on a session id eu-1 has too."""
+    _say(h, ALONE, user="UALICE", channel="C0EU1")
+    _say(h, BATCH, user="UALICE", channel="C0EU1")
+    if "us-1" in names:
+        _say(h, ALONE, user="UDAVE", channel="C0US1")
+    return h
+
+
 def _keys(requests: list[dict[str, Any]]) -> list[str]:
     return [str(r.get("idempotency_key") or (r.get("headers") or {}).get("Idempotency-Key")) for r in requests]
 
@@ -101,12 +111,7 @@ def test_a_batch_is_asked_approved_and_sent_in_its_own_installation_only(
 def test_pending_lists_its_own_installations_requests_and_all_groups_them(
     slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
 ) -> None:
-    h = _front(slack_harness, sandboxes, clock, tmp_path, names)
-    _say(h, ALONE, user="UALICE", channel="C0EU1")
-    _say(h, BATCH, user="UALICE", channel="C0EU1")
-    if "us-1" in names:
-        _say(h, ALONE, user="UDAVE", channel="C0US1")
-
+    h = _open_work(_front(slack_harness, sandboxes, clock, tmp_path, names), names)
     before = len(h.api.responses)
     h.send.command("pending", user="UBOB", channel="C0EU1")
     h.settle()
@@ -127,12 +132,7 @@ def test_pending_lists_its_own_installations_requests_and_all_groups_them(
 def test_the_handoff_names_each_installations_open_requests_under_it(
     slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
 ) -> None:
-    h = _front(slack_harness, sandboxes, clock, tmp_path, names)
-    _say(h, ALONE, user="UALICE", channel="C0EU1")
-    _say(h, BATCH, user="UALICE", channel="C0EU1")
-    if "us-1" in names:
-        _say(h, ALONE, user="UDAVE", channel="C0US1")
-
+    h = _open_work(_front(slack_harness, sandboxes, clock, tmp_path, names), names)
     before = len(h.api.responses)
     h.send.command("handoff", user="UBOB", channel="C0EU1")
     h.settle()
