@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from sqlite_utils.migrations import Migrations
 
@@ -56,13 +56,13 @@ def _major_version(path: str) -> int:
 def without_password(url: str) -> tuple[str, str | None]:
     """The URL with no password in it (its netloc or a ``password=`` parameter), and the password."""
     parts = urlsplit(url)
-    password = parts.password
+    password = unquote(parts.password) if parts.password is not None else None
     query = parse_qsl(parts.query, keep_blank_values=True)
     kept = [(k, v) for k, v in query if k != "password"]
     password = password or next((v for k, v in query if k == "password"), None)
     userinfo, at, host = parts.netloc.rpartition("@")
     netloc = f"{userinfo.split(':', 1)[0]}@{host}" if at else host
-    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(kept), parts.fragment)), password
+    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(kept, quote_via=quote), parts.fragment)), password
 
 
 def tool_env(password: str | None) -> dict[str, str]:
