@@ -22,13 +22,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from sqlite_utils.migrations import Migrations
 
 from bot.dburl import redacted
 from bot.errors import StoreError
+
+if TYPE_CHECKING:
+    from bot.store._pg import Raw  # a psycopg connection in autocommit mode
 
 DUMP_FORMAT = "custom"  # pg_dump --format=custom: restored with pg_restore
 _TOOL_FOLDERS = "/usr/lib/postgresql/*/bin"
@@ -73,7 +76,7 @@ def tool_env(password: str | None) -> dict[str, str]:
     return env
 
 
-def _connect(url: str) -> Any:
+def _connect(url: str) -> Raw:
     import psycopg
 
     try:
@@ -106,12 +109,12 @@ def pg_backup(url: str, dest: str | Path) -> Dumped:
     partial = target.with_name(target.name + ".partial")
     try:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        schema = str(conn.execute("SELECT current_schema()").fetchone()[0])
+        schema = str(_value(conn, "SELECT current_schema()"))
         try:
-            steps = int(conn.execute("SELECT count(*) FROM steps").fetchone()[0])
+            steps = int(str(_value(conn, "SELECT count(*) FROM steps")))
         except Exception as exc:
             raise StoreError(f"{redacted(url)} is not a readable step store: {str(exc).strip()}") from None
-        snap = str(conn.execute("SELECT pg_export_snapshot()").fetchone()[0])
+        snap = str(_value(conn, "SELECT pg_export_snapshot()"))
         argv = [
             pg_dump, f"--format={DUMP_FORMAT}", *_schema_options(conn, schema), f"--snapshot={snap}",
             f"--file={partial}", f"--dbname={plain}",
@@ -128,7 +131,15 @@ def pg_backup(url: str, dest: str | Path) -> Dumped:
     return Dumped(redacted(url), schema, target, steps)
 
 
-def _schema_options(conn: Any, schema: str) -> list[str]:
+def _value(conn: Raw, sql: str) -> object:
+    """The one value a one-row query answers."""
+    row = conn.execute(sql).fetchone()
+    if row is None:
+        raise StoreError(f"the server answered no row to {sql!r}")
+    return row[0]
+
+
+def _schema_options(conn: Raw, schema: str) -> list[str]:
     """Only the store's schema. Named with ``--schema`` unless it is ``public``: a dump that names
     ``public`` creates it, which fails on restore into any database (every one has it); so for ``public``
     every other schema is left out instead, and the dump restores into a fresh database as it is."""
@@ -200,7 +211,7 @@ def pg_snapshot(url: str, dest: Path, migrations: Iterable[Migrations]) -> Snaps
     return Snapshot(dest, taken_at, steps, tuple(left_out))
 
 
-def _copy_tables(pg: Any, lite: sqlite3.Connection, tables: list[str]) -> list[str]:
+def _copy_tables(pg: Raw, lite: sqlite3.Connection, tables: list[str]) -> list[str]:
     """Each PostgreSQL table's rows into the SQLite table of its name (the columns both have; the
     hidden ``rowid`` kept as SQLite's, so insertion order holds). The tables SQLite lacks come back."""
     left_out: list[str] = []
