@@ -30,9 +30,15 @@ from sqlite_utils.migrations import Migrations
 from bot.dburl import redacted
 from bot.errors import StoreError
 
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - the optional extra is missing
+    psycopg = None  # type: ignore[assignment]
+
 if TYPE_CHECKING:
     from bot.store._pg import Raw  # a psycopg connection in autocommit mode
 
+_PSYCOPG = "pip install 'recover-bot[postgres]'"
 DUMP_FORMAT = "custom"  # pg_dump --format=custom: restored with pg_restore
 _TOOL_FOLDERS = "/usr/lib/postgresql/*/bin"
 _INSTALL_HINT = (
@@ -77,13 +83,18 @@ def tool_env(password: str | None) -> dict[str, str]:
 
 
 def _connect(url: str) -> Raw:
-    import psycopg
-
+    if psycopg is None:
+        raise StoreError("the step store is a postgresql:// URL but psycopg is not installed", hint=_PSYCOPG)
     try:
         return psycopg.connect(url, autocommit=True, connect_timeout=10)
     except psycopg.Error as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StoreError(f"cannot open the step store {redacted(url)}: {reason}") from None
+        raise StoreError(f"cannot open the step store {redacted(url)}: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """A server error's first line (never the URL: psycopg's messages name the host, not the password)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -112,8 +123,8 @@ def pg_backup(url: str, dest: str | Path) -> Dumped:
         schema = str(_value(conn, "SELECT current_schema()"))
         try:
             steps = int(str(_value(conn, "SELECT count(*) FROM steps")))
-        except Exception as exc:
-            raise StoreError(f"{redacted(url)} is not a readable step store: {str(exc).strip()}") from None
+        except psycopg.Error as exc:
+            raise StoreError(f"{redacted(url)} is not a readable step store: {_reason(exc)}") from None
         snap = str(_value(conn, "SELECT pg_export_snapshot()"))
         argv = [
             pg_dump, f"--format={DUMP_FORMAT}", *_schema_options(conn, schema), f"--snapshot={snap}",
@@ -124,6 +135,8 @@ def pg_backup(url: str, dest: str | Path) -> Dumped:
             lines = (done.stderr or "").strip().splitlines()
             raise StoreError(f"pg_dump of {redacted(url)} failed: {lines[0] if lines else done.returncode}")
         os.replace(partial, target)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot back up {redacted(url)}: {_reason(exc)}") from None
     finally:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
@@ -203,6 +216,8 @@ def pg_snapshot(url: str, dest: Path, migrations: Iterable[Migrations]) -> Snaps
         os.replace(partial, dest)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot snapshot {redacted(url)} into {dest}: {exc}") from exc
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot snapshot {redacted(url)}: {_reason(exc)}") from None
     finally:
         pg.close()
         for leftover in (partial, *(partial.with_name(partial.name + s) for s in ("-wal", "-shm"))):

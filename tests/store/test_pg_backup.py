@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -42,16 +42,27 @@ def _with_database(url: str, name: str) -> str:
 
 
 @pytest.fixture
-def fresh_database(pg_server_url: str) -> Iterator[str]:
-    """An empty database of this test's own on the test server (a restore's target), dropped after it."""
-    name = f"restore_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
+def new_database(pg_server_url: str) -> Iterator[Callable[[], str]]:
+    """Empty databases of this test's own on the test server (a restore's target), dropped after it."""
+    names: list[str] = []
+
+    def make() -> str:
+        names.append(f"restore_{uuid.uuid4().hex[:12]}")
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {names[-1]}")
+        return _with_database(pg_server_url, names[-1])
+
     try:
-        yield _with_database(pg_server_url, name)
+        yield make
     finally:
         with psycopg.connect(pg_server_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            for name in names:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def fresh_database(new_database: Callable[[], str]) -> str:
+    return new_database()
 
 
 def test_a_pg_backup_restores_into_a_fresh_database_whose_audit_verifies(
@@ -118,3 +129,29 @@ def test_a_missing_pg_dump_names_what_to_install(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(pgtools, "_TOOL_FOLDERS", str(tmp_path / "postgresql" / "*" / "bin"))
     with pytest.raises(StoreError, match=r"^pg_dump is not installed .*apt-get install postgresql-client"):
         pg_tool("pg_dump")
+
+
+def test_a_store_in_the_public_schema_restores_into_a_fresh_database_as_it_is(
+    new_database: Callable[[], str], tmp_path: Path
+) -> None:
+    # Every database has a public schema: a dump that created it would fail to restore.
+    source, target = new_database(), new_database()
+    empty = _cli("backup", str(tmp_path / "empty.pgdump"), "--db", source, cwd=tmp_path)
+    assert empty.returncode == 2 and "is not a readable step store" in empty.stderr, empty.stderr
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA other_app")
+        conn.execute("CREATE TABLE other_app.theirs (a int)")
+    store = Store(source, ManualClock(), migrations=MIGRATIONS)
+    store.record_step("ses_1", "U1", "note", {}, "ok")
+    store.engine.close()  # type: ignore[attr-defined]
+    dest = tmp_path / "public.pgdump"
+    res = _cli("backup", str(dest), "--db", source, cwd=tmp_path)
+    assert res.returncode == 0 and "(schema public, 1 steps)" in res.stdout, res.stdout + res.stderr
+    restored = subprocess.run(
+        [pg_tool("pg_restore"), f"--dbname={target}", str(dest)], capture_output=True, text=True, timeout=120
+    )
+    assert restored.returncode == 0, restored.stderr
+    verify = _cli("audit", "verify", "--db", target, cwd=tmp_path)
+    assert verify.stdout.startswith("OK: 1 steps"), verify.stdout + verify.stderr
+    with psycopg.connect(target, autocommit=True) as conn:  # only the store's schema was dumped
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'other_app'").fetchone() == (0,)
