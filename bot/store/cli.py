@@ -12,10 +12,11 @@ from typing import TypeVar
 
 from sqlite_utils.migrations import Migrations
 
-from bot.dburl import is_pg_url, looks_like_url, refused_url
 from bot.errors import StoreError
 from bot.settings import Settings
 from bot.store import Store, audit
+from bot.store._engine import engine_for
+from bot.store._store import DEFAULT_BUSY_TIMEOUT
 from bot.store.audit import CacheCheck
 from bot.store.rebind import HostOf, add_rebind
 from bot.store.vouch import add_vouching, head_argument, vouched_report
@@ -231,12 +232,9 @@ def register_backup(
 
 
 def _server_url(target: str | Path) -> str | None:
-    """The store's URL when it is on a server (PostgreSQL), None for a SQLite file."""
-    if isinstance(target, str) and looks_like_url(target):
-        if not is_pg_url(target):
-            raise StoreError(refused_url(target))
-        return target
-    return None
+    """The store's URL when its engine is a server (PostgreSQL), None for a SQLite file; another URL is
+    refused by the one reading of ``RECOVER_DB`` (bot/store/_engine.py)."""
+    return str(target) if engine_for(target, DEFAULT_BUSY_TIMEOUT).path is None else None
 
 
 def run_backup(args: argparse.Namespace, settings: Settings) -> int:
