@@ -12,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from bot import __version__
 from bot.errors import RecoverError, SettingsError
@@ -20,6 +20,9 @@ from bot.logsetup import configure_logging
 from bot.redact import redact
 from bot.runbook.suggest import closest
 from bot.settings import ALL_GROUPS, Settings, load_settings
+
+if TYPE_CHECKING:
+    from sqlite_utils.migrations import Migrations
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -330,8 +333,15 @@ def build_parser() -> argparse.ArgumentParser:
     # imports neither the decisions nor the installations above it.
     register_audit(sub, checks=[check_request_table], host_of=installation_host)
     register_backup(sub, companions=[_inbox_of])
-    register_browse(sub)
+    register_browse(sub, migrations=_store_migrations)
     return parser
+
+
+def _store_migrations() -> tuple[Migrations, ...]:
+    """The core areas' migration sets (imported late: only `browse` on PostgreSQL needs them)."""
+    from bot.app.services import MIGRATIONS
+
+    return MIGRATIONS
 
 
 def _inbox_of(store: Path) -> Path:

@@ -10,10 +10,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from bot.dburl import looks_like_url
+from sqlite_utils.migrations import Migrations
+
 from bot.errors import StoreError
 from bot.settings import Settings
 from bot.store import Store, audit
+from bot.store._engine import engine_for
+from bot.store._store import DEFAULT_BUSY_TIMEOUT
 from bot.store.audit import CacheCheck
 from bot.store.rebind import HostOf, add_rebind
 from bot.store.vouch import add_vouching, head_argument, vouched_report
@@ -201,7 +204,13 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
 BACKUP_EPILOG = """example:
   recover-bot backup /backups/recover-2026-11-29.db      # also /backups/recover-2026-11-29.db.inbox
   (while the bot runs; to restore: stop the bot, put both files at RECOVER_DB and RECOVER_DB.inbox,
-  start it, then `recover-bot audit verify --head HASH` with the last head you published)"""
+  start it, then `recover-bot audit verify --head HASH` with the last head you published)
+
+on PostgreSQL (RECOVER_DB is a postgresql:// URL):
+  recover-bot backup /backups/recover-2026-11-29.pgdump
+  (pg_dump of the store's schema in pg_dump's custom format, from one snapshot; the URL's password goes
+  to pg_dump as PGPASSWORD. To restore into an empty database: pg_restore --dbname=URL FILE, then
+  `recover-bot audit verify --head HASH`)"""
 
 
 def register_backup(
@@ -211,7 +220,8 @@ def register_backup(
     parser = subparsers.add_parser(
         "backup",
         help="Take a consistent online copy of the step store and its inbox (the bot may keep running).",
-        description="Take a consistent online copy of the step store and its inbox (SQLite's backup API).",
+        description="Take a consistent online copy of the step store and its inbox (SQLite's backup API); "
+        "on PostgreSQL, a pg_dump of the store's tables in pg_dump's custom format (restore with pg_restore).",
         epilog=BACKUP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -221,22 +231,28 @@ def register_backup(
     return parser
 
 
-def _file_store(db: str | None, settings: Settings, command: str) -> str | Path:
-    """The SQLite file ``backup`` and ``browse`` copy; a PostgreSQL store is refused in one line."""
-    target = db or settings.store_target
-    if isinstance(target, str) and looks_like_url(target):
-        raise StoreError(
-            f"`recover-bot {command}` copies a SQLite file; the step store here is a PostgreSQL URL",
-            hint="Back a PostgreSQL store up with pg_dump (README: PostgreSQL as the step store).",
-        )
-    return target
+def _server_url(target: str | Path) -> str | None:
+    """The store's URL when its engine is a server (PostgreSQL), None for a SQLite file; another URL is
+    refused by the one reading of ``RECOVER_DB`` (bot/store/_engine.py)."""
+    return str(target) if engine_for(target, DEFAULT_BUSY_TIMEOUT).path is None else None
 
 
 def run_backup(args: argparse.Namespace, settings: Settings) -> int:
     from bot.store.backup import backup
 
+    target = args.db or settings.store_target
     try:
-        copies = backup(_file_store(args.db, settings, "backup"), args.dest, companions=args.backup_companions)
+        url = _server_url(target)
+        if url is not None:
+            from bot.store.pgtools import pg_backup
+
+            dumped = pg_backup(url, args.dest)
+            print(
+                f"backed up {dumped.source} (schema {dumped.schema}, {dumped.steps} steps) to {dumped.dest} "
+                "with pg_dump (custom format: restore with pg_restore); keep it off this host"
+            )
+            return 0
+        copies = backup(target, args.dest, companions=args.backup_companions)
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -250,28 +266,35 @@ def run_backup(args: argparse.Namespace, settings: Settings) -> int:
 # -- recover-bot browse (Datasette on a snapshot; the [datasette] extra) -------------------------------------
 
 
-def register_browse(subparsers: argparse._SubParsersAction[_P]) -> _P:
-    """Add ``browse``: the audit trail in Datasette, on a consistent snapshot of the store."""
+def register_browse(
+    subparsers: argparse._SubParsersAction[_P], *, migrations: Callable[[], Iterable[Migrations]] = tuple
+) -> _P:
+    """Add ``browse``: the audit trail in Datasette, on a consistent snapshot of the store; ``migrations``
+    gives the areas' migration sets (called only on PostgreSQL, whose snapshot's SQLite schema they build)."""
     parser = subparsers.add_parser(
         "browse",
         help="Browse the audit trail in Datasette on a consistent snapshot (pip install 'recover-bot[datasette]').",
         description="Browse the audit trail in Datasette on a consistent snapshot of the store, with canned "
-        "queries: pending approvals, who approved what, expired and voided requests, sends per installation.",
+        "queries: pending approvals, who approved what, expired and voided requests, sends per installation. "
+        "On PostgreSQL the snapshot is the store's tables copied, in one transaction, into a temporary SQLite file.",
         epilog="example:\n  recover-bot browse --port 8001      # then open http://127.0.0.1:8001/recover",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--db", default=None, help="SQLite step store (default: RECOVER_DB or ./recover.db)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
-    parser.set_defaults(handler=run_browse, settings_uses=frozenset({"store"}))
+    parser.set_defaults(handler=run_browse, settings_uses=frozenset({"store"}), browse_migrations=migrations)
     return parser
 
 
 def run_browse(args: argparse.Namespace, settings: Settings) -> int:
     from bot.store.browse import serve
 
+    target = args.db or settings.store_target
     try:
-        return serve(_file_store(args.db, settings, "browse"), args.host, args.port)
+        url = _server_url(target)
+        migrations = tuple(args.browse_migrations()) if url is not None else ()
+        return serve(target, args.host, args.port, migrations=migrations)
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
