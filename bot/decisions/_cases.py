@@ -17,6 +17,7 @@ from bot.decisions._requests import OPEN_STATES, DecisionRequest
 from bot.decisions._rules import ID_RE, settled_reason
 from bot.errors import ControlHostError
 from bot.messages import Message, Reply, ref
+from bot.runbook.suggest import did_you_mean
 from bot.runbook.usage import typed_line
 from bot.store import Step
 from bot.vocab import Policy, RequestState
@@ -65,7 +66,12 @@ class CaseBook:
         steps = self.store.steps(session_id=session_id)
         self.ctx.record(None, actor or "recover-bot", "history", {"session_id": session_id}, f"{len(steps)} steps")
         if not steps:
-            return Reply.of(Message(headline=f"No recorded steps for `{session_id}`.", session_id=session_id))
+            # A mistyped id is the likely reason: the known ids near it, as history lines to copy.
+            near = [n for n in self.ctx.diagnoser.near_sessions(session_id) if n != session_id]
+            lines = did_you_mean(*(typed_line("history", n) for n in near)) if near else []
+            return Reply.of(
+                Message(headline=f"No recorded steps for `{session_id}`.", lines=lines, session_id=session_id)
+            )
         lines = [
             f"#{s.seq} {s.at} {who(s.actor)} {s.step} → {s.outcome}"
             + (f" (HTTP {s.http_status})" if s.http_status else "")

@@ -213,6 +213,7 @@ def test_a_mistyped_session_id_gets_the_nearest_known_ids_and_is_never_offered_i
         f"diagnose {typo}\n"
         f'decide {typo} close --reason "store gone for good"\n'
         f"take {typo}\n"
+        f"history {typo}\n"
         "diagnose ses_nothing_like_any_session\n"
     )
     run = _console(sandbox, db, workdir, script)
@@ -221,6 +222,7 @@ def test_a_mistyped_session_id_gets_the_nearest_known_ids_and_is_never_offered_i
     assert "Did you mean:\n  /recover diagnose ses_restore_transient\n" in out
     assert 'Did you mean:\n  /recover decide ses_restore_transient close --reason "store gone for good"\n' in out
     assert "Did you mean:\n  /recover take ses_restore_transient\n" in out
+    assert "Did you mean:\n  /recover history ses_restore_transient\n" in out  # its steps, not the typo's none
     # Far from every known id: where to find it, no guess.
     assert "has no session ses_nothing_like_any_session" in out and "Check the id" in out
     # The mistyped id is never offered as a line to run (a next step, a Details button, a retyped decide).
