@@ -12,12 +12,16 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="${1:-$repo/.postgres-test}"
-port="${RECOVER_TEST_PG_PORT:-55432}"
+# The port: RECOVER_TEST_PG_PORT, else the one this DIR's server was started on, else a free one the
+# system hands out (a fixed or random number can be taken by another program's socket).
+port="${RECOVER_TEST_PG_PORT:-}"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 data="$dir/data"
 log="$dir/postgres.log"
-url="postgresql://recover@127.0.0.1:$port/recover"
+port_file="$dir/port"
+if [ -z "$port" ] && [ -f "$port_file" ]; then port="$(cat "$port_file")"; fi
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 say() { printf 'start-postgres: %s\n' "$*" >&2; }
 
@@ -53,11 +57,11 @@ if [ "$(id -u)" = 0 ]; then
     fi
 fi
 
-answers() { as_owner "$bin/pg_isready" -q -h 127.0.0.1 -p "$port" >/dev/null 2>&1; }
+answers() { [ -n "$port" ] && as_owner "$bin/pg_isready" -q -h 127.0.0.1 -p "$port" >/dev/null 2>&1; }
 
 if [ -f "$data/postmaster.pid" ] && answers; then
     say "postgres already running under $dir (port $port)"
-    echo "export RECOVER_TEST_PG_URL=$url"
+    echo "export RECOVER_TEST_PG_URL=postgresql://recover@127.0.0.1:$port/recover"
     exit 0
 fi
 
@@ -69,9 +73,23 @@ fi
 
 # Loopback only; the socket in DIR (not /var/run, which may not exist); fsync off: throwaway data.
 # max_connections: the suite's xdist workers each keep a few connections open at most.
-as_owner "$bin/pg_ctl" -D "$data" -l "$log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$dir -c fsync=off -c max_connections=100" \
-    start >&2 || { say "pg_ctl start failed; last lines of $log:"; tail -n 20 "$log" >&2; exit 1; }
+# A free port can still be taken between the check and the bind: a chosen one is tried again, a new one
+# each time (a port given in RECOVER_TEST_PG_PORT is tried once).
+fixed="${RECOVER_TEST_PG_PORT:-}"
+for attempt in 1 2 3 4 5; do
+    [ -n "$fixed" ] || port="$(free_port)"
+    if as_owner "$bin/pg_ctl" -D "$data" -l "$log" -w -t 60 \
+        -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$dir -c fsync=off -c max_connections=100" \
+        start >&2; then
+        break
+    fi
+    if [ -n "$fixed" ] || [ "$attempt" = 5 ]; then
+        say "pg_ctl start failed (port $port); last lines of $log:"; tail -n 20 "$log" >&2; exit 1
+    fi
+    say "port $port was taken; trying another"
+done
+echo "$port" >"$port_file"
+url="postgresql://recover@127.0.0.1:$port/recover"
 
 if ! as_owner "$bin/psql" -h 127.0.0.1 -p "$port" -U recover -d postgres -tAc \
     "SELECT 1 FROM pg_database WHERE datname = 'recover'" | grep -q 1; then

@@ -37,9 +37,8 @@ if [ -z "${RECOVER_TEST_PG_URL:-}" ]; then
         pg_here="$(mktemp -d /tmp/recover-pg.XXXXXX)"
         chmod 755 "$pg_here"
         echo "== starting a PostgreSQL server for the store's PostgreSQL tests (in $pg_here)"
-        # A port of its own, so two checkouts' runs do not meet on one server.
-        pg_port="${RECOVER_TEST_PG_PORT:-$((55433 + RANDOM % 1000))}"
-        eval "$(RECOVER_TEST_PG_PORT="$pg_port" scripts/start-postgres.sh "$pg_here")"
+        # A free port of its own (start-postgres.sh asks the system), so two runs never meet on one server.
+        eval "$(scripts/start-postgres.sh "$pg_here")"
     else
         echo "!!! ======================================================================= !!!"
         echo "!!! RECOVER_TEST_PG_URL is unset and this user cannot start PostgreSQL (root +  !!!"
