@@ -7,6 +7,7 @@ from bot.decisions import DecisionService
 from bot.errors import CommandError, ControlHostError
 from bot.messages import Message, Reply, Reporter, ref
 from bot.runbook import ParsedCommand
+from bot.runbook.usage import typed_line
 from bot.vocab import Policy, RequestState, StepKind
 from bot.watch import Watcher
 from bot.watch.commands import watch_command
@@ -64,7 +65,7 @@ def batch_verb(
             Message(
                 headline=f"batch {batch.id} needs a second person's approval: it is approved, not confirmed",
                 level="error",
-                lines=[f"Ask another on-call engineer to run `/recover approve {batch.id}`."],
+                lines=[f"Ask another on-call engineer to run `{typed_line('approve', batch.id)}`."],
                 session_id=batch.id,
             ),
             ok=False,
@@ -76,7 +77,7 @@ def batch_verb(
             Message(
                 headline=f"only {ref(batch.requester)}, who asked for it, withdraws batch {batch.id}",
                 level="error",
-                lines=[f"A second person turns it down with `/recover reject {batch.id}`."],
+                lines=[f"A second person turns it down with `{typed_line('reject', batch.id)}`."],
                 session_id=batch.id,
             ),
             ok=False,

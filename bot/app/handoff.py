@@ -22,6 +22,7 @@ from bot.decisions import IN_HAND, NOW, DecisionRequest, HandoffDigest, HandoffE
 from bot.escalation.status import pending_line
 from bot.format import age
 from bot.messages import Message, Reply, ref, thread_ref
+from bot.runbook.usage import typed_line
 
 #: Entries listed one per line; the rest are counted with the command that lists them all.
 LISTED = 20
@@ -40,7 +41,9 @@ def _who(user: str | None) -> str:
 
 def _thread(e: HandoffEntry) -> str:
     return (
-        f"details in its {thread_ref(*e.thread)}" if e.thread else f"no thread yet: `/recover history {e.session_id}`"
+        f"details in its {thread_ref(*e.thread)}"
+        if e.thread
+        else f"no thread yet: `{typed_line('history', e.session_id)}`"
     )
 
 

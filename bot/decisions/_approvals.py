@@ -30,6 +30,7 @@ from bot.decisions._lifecycle import Execution, grant
 from bot.decisions._recheck import RecheckRoom
 from bot.decisions._requests import DecisionRequest
 from bot.messages import Message, Reply, Reporter, ref
+from bot.runbook.usage import typed_line
 from bot.vocab import Policy, RequestState, Step
 
 AGAIN = "Make a new request with `/recover decide …` if it is still needed."
@@ -124,7 +125,7 @@ class ApprovalRoom:
         in_state(req, RequestState.REQUESTED)
         raise Refusal(
             f"request {req.id} needs approval by a second person, not a confirmation",
-            f"Another person runs `/recover approve {req.id}`.",
+            f"Another person runs `{typed_line('approve', req.id)}`.",
             session_id=req.session_id,
         )
 

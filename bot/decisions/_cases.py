@@ -381,7 +381,7 @@ def _next_step(session_id: str, steps: Sequence[Step], open_reqs: Sequence[Decis
     for r in open_reqs:
         if r.state == RequestState.REQUESTED:
             if r.policy == Policy.TWO_PERSON:
-                return f"a second person approves or rejects {r.id} (`/recover approve {r.id}`)"
+                return f"a second person approves or rejects {r.id} (`{typed_line('approve', r.id)}`)"
             return f"{who(r.requester)} confirms or drops {r.id}"
         if r.state == RequestState.RECHECK:
             return (
@@ -397,4 +397,4 @@ def _next_step(session_id: str, steps: Sequence[Step], open_reqs: Sequence[Decis
     verifs = [s for s in steps if s.step == "verification"]
     if verifs and (verifs[-1].detail or {}).get("next"):
         return str((verifs[-1].detail or {})["next"])
-    return f"diagnose: `/recover diagnose {session_id}`"
+    return f"diagnose: `{typed_line('diagnose', session_id)}`"

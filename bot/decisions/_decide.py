@@ -112,7 +112,7 @@ class DecideRoom:
                     f"`{decision}` on `{session_id}` will not be accepted: {verdict.reason}",
                     f"The control host would answer {verdict.code}. Nothing was sent.",
                     *([advice.text] if advice else []),
-                    f"See `/recover diagnose {session_id}` for the decisions valid now.",
+                    f"See `{typed_line('diagnose', session_id)}` for the decisions valid now.",
                     session_id=session_id,
                     rules=verdict.rules or policy.rules,
                     code=verdict.code or "refused",

@@ -65,7 +65,7 @@ def pointer_message(req: DecisionRequest, *, irreversible: bool = False) -> Mess
             f"to withdraw it: {typed_line('reject', req.id)}"
         )
     else:
-        lines.append(f"It is {req.state}; `/recover history {req.session_id}` shows its steps.")
+        lines.append(f"It is {req.state}; `{typed_line('history', req.session_id)}` shows its steps.")
     return Message(
         headline=f"Already requested: `{req.decision}` on `{req.session_id}` (request {req.id}, {req.state})",
         level="info",

@@ -27,6 +27,7 @@ from bot.decisions._waits import Interruptible, WorkerGoneWait, observation
 from bot.decisions._watch import BEFORE, before_send
 from bot.errors import ControlHostError, RecoverError, StoreError
 from bot.messages import Message, Reply, Reporter
+from bot.runbook.usage import typed_line
 from bot.store import IdempotencyRecord
 from bot.vocab import RequestState, Step
 
@@ -52,7 +53,7 @@ class ExecutionRoom:
                 actor,
                 reporter,
                 from_state=RequestState.APPROVED,
-                retry=f"`/recover approve {req.id}` retries; a restarted bot also finishes it.",
+                retry=f"`{typed_line('approve', req.id)}` retries; a restarted bot also finishes it.",
             )
 
     def send_fresh(self, req: DecisionRequest, actor: str, reporter: Reporter, *, from_state: str, retry: str) -> Reply:
@@ -185,7 +186,7 @@ class ExecutionRoom:
         msg = text.refusal(
             f"the approval of {req.id} is void: nothing was sent",
             *why,
-            f"Look again (`/recover diagnose {sid}`) and make a new request.",
+            f"Look again (`{typed_line('diagnose', sid)}`) and make a new request.",
             session_id=sid,
         )
         # Every changed fact, not only the first line: the approver must see all that moved.

@@ -44,6 +44,7 @@ from bot.decisions._rules import CONSOLE_CHANNEL, requester_refusal, same_person
 from bot.decisions._widening import widened_now
 from bot.ids import is_request_id
 from bot.messages import Message, Reply, Reporter, ref
+from bot.runbook.usage import typed_line
 from bot.vocab import Policy, RequestState, Step
 
 
@@ -87,7 +88,7 @@ class BreakGlassRoom:
         if not is_requester(ctx, actor, req):
             raise Refusal(
                 f"only {ref(req.requester)}, who asked for it, may break glass on {req.id}",
-                f"As a second person, approve it instead: `/recover approve {req.id}`.",
+                f"As a second person, approve it instead: `{typed_line('approve', req.id)}`.",
                 session_id=sid,
             )
         open_review = self.reviews.open_of(actor)
@@ -132,7 +133,7 @@ class BreakGlassRoom:
                 "so no approver was asked",
                 "The ladder tries them again every few seconds (check that the request's thread exists "
                 f"and Slack answers); then break glass again, or ask a second person: "
-                f"`/recover approve {req.id}`.",
+                f"`{typed_line('approve', req.id)}`.",
                 session_id=sid,
                 code="not_allowed",
             )

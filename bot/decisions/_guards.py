@@ -27,6 +27,7 @@ from bot.decisions._widening import widened_now
 from bot.diagnosis.cure import cause_fixed_line, session_cure
 from bot.ids import is_request_id
 from bot.messages import Message, Reply, ref
+from bot.runbook.usage import typed_line
 from bot.vocab import RequestState, Step
 
 AttemptInputs = Mapping[str, Any]
@@ -217,7 +218,7 @@ def second_person(ctx: DecisionContext, actor: str, req: DecisionRequest) -> Non
         return
     code, headline, lines = refusal
     if code == "self_approval":
-        lines, rules = [f"Ask another on-call engineer to run `/recover approve {req.id}`."], ["R3.10"]
+        lines, rules = [f"Ask another on-call engineer to run `{typed_line('approve', req.id)}`."], ["R3.10"]
     else:
         rules = []
     raise Refusal(headline, *lines, session_id=req.session_id, rules=rules, code=code)

@@ -239,7 +239,7 @@ class ResumeRoom:
             text.refusal(
                 f"The resume of `{sid}` left by an earlier run was refused: {code}",
                 *([exc.message] if exc else []),
-                f"Check it: `/recover diagnose {sid}`.",
+                f"Check it: `{typed_line('diagnose', sid)}`.",
                 session_id=sid,
             ),
             ok=False,

@@ -17,6 +17,7 @@ from bot.decisions._guards import Refusal, in_recovery_channel, load, refusing
 from bot.decisions._rules import person_of, same_person
 from bot.format import age
 from bot.messages import Message, Reply, ref
+from bot.runbook.usage import typed_line
 from bot.store import Step as StoredStep
 from bot.vocab import Step
 
@@ -110,7 +111,7 @@ class ReviewRoom:
             if req.id in signed:
                 raise Refusal(
                     f"the break-glass use of {req.id} is already reviewed",
-                    f"`/recover history {sid}` shows who signed it.",
+                    f"`{typed_line('history', sid)}` shows who signed it.",
                     session_id=sid,
                 )
             if person_of(actor, self.ctx.console_users) is None:

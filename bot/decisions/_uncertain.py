@@ -30,6 +30,7 @@ from bot.decisions._poll import Pace, poll
 from bot.decisions._requests import DecisionRequest
 from bot.errors import ControlHostError
 from bot.messages import Message, Reply, Reporter
+from bot.runbook.usage import typed_line
 from bot.store import IdempotencyRecord
 from bot.vocab import RequestState, Step
 
@@ -285,7 +286,7 @@ class _RequestSend:
                 f"`{req.decision}` on `{req.session_id}` is still uncertain after {total}",
                 f"Request {req.id} got no definite answer by {until}; it stays uncertain and is re-sent "
                 "with the same key when the bot next starts.",
-                f"Check the control host, and the session with `/recover diagnose {req.session_id}`.",
+                f"Check the control host, and the session with `{typed_line('diagnose', req.session_id)}`.",
                 rules=["R0.3"],
                 session_id=req.session_id,
             )

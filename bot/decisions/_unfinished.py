@@ -128,7 +128,7 @@ class UnfinishedRoom:
             if not is_requester(self.ctx, actor, req):
                 raise Refusal(
                     f"only {ref(req.requester)}, who asked for it, withdraws request {req.id}",
-                    f"To refuse it, an approver runs `/recover reject {req.id}`.",
+                    f"To refuse it, an approver runs `{typed_line('reject', req.id)}`.",
                     session_id=sid,
                 )
             if req.state in IN_FLIGHT_STATES:
@@ -272,7 +272,7 @@ class UnfinishedRoom:
             Message(
                 headline=f"Interrupted: request {req.id} is {req.state}",
                 level="warn",
-                lines=[f"See `/recover history {req.session_id}`."],
+                lines=[f"See `{typed_line('history', req.session_id)}`."],
                 session_id=req.session_id,
             ),
             ok=False,
@@ -307,7 +307,7 @@ class UnfinishedRoom:
             Message(
                 headline=f"Interrupted: the resume of `{session_id}` had already been answered",
                 level="warn",
-                lines=[f"See `/recover history {session_id}`; `/recover replay` records its outcome."],
+                lines=[f"See `{typed_line('history', session_id)}`; `/recover replay` records its outcome."],
                 session_id=session_id,
             ),
             ok=False,

@@ -22,6 +22,7 @@ from bot.decisions._rules import settled_reason
 from bot.decisions._watch import BEFORE, FAILED_AGAIN, GAVE_UP, RECOVERED, VERIFYING, Watch, before_send, observe
 from bot.errors import RecoverError
 from bot.messages import Message, Reply
+from bot.runbook.usage import typed_line
 from bot.vocab import Step
 
 # R5.1: always reported after a decision, besides what the runbook's verify.report adds.
@@ -61,7 +62,7 @@ class Verifier:
             facts["session.resumable"] = receipt.resumable
         names = list(dict.fromkeys([*VERIFY_FACTS, *policy.report()]))
         step = policy.next_step(facts, flags)
-        next_text = step.say if step else f"Check it: `/recover diagnose {session_id}`."
+        next_text = step.say if step else f"Check it: `{typed_line('diagnose', session_id)}`."
         watch = self._watch_for(session_id, policy, receipt, facts, facts_before)
         detail: dict[str, Any] = {
             "decision": policy.name,
@@ -244,7 +245,7 @@ class Verifier:
                     facts=rows,
                     lines=[
                         "The case stays open (verifying): it closes only when a worker reports ready (R5.1).",
-                        f"Look at the worker's start: `/recover diagnose {session_id}`.",
+                        f"Look at the worker's start: `{typed_line('diagnose', session_id)}`.",
                     ],
                     rules=rules,
                     session_id=session_id,
@@ -289,7 +290,7 @@ class Verifier:
                 lines=[
                     "The case is open again (it was being verified): acceptance was not recovery (R5.1).",
                     "Do not repeat the decision before the cause is fixed (R5.4); "
-                    f"diagnose again: `/recover diagnose {session_id}`.",
+                    f"diagnose again: `{typed_line('diagnose', session_id)}`.",
                 ],
                 rules=["R5.1", "R5.4"],
                 session_id=session_id,

@@ -12,6 +12,7 @@ from bot.diagnosis.logcoverage import FULL_SCAN_TIMEOUT_SECONDS, LogReadJob, new
 from bot.diagnosis.model import Diagnosis, Evaluate
 from bot.messages import Message, Reporter
 from bot.runbook.model import RunbookSet
+from bot.runbook.usage import typed_line
 from bot.store import Store
 from bot.vocab import Step
 
@@ -55,7 +56,7 @@ def follow_up(
     if after != before:
         lines.append(
             f"With these lines the runbook picks a different branch: {evaluation.title} "
-            f"({after}, was {before}). Run `/recover diagnose {sid}` again before deciding."
+            f"({after}, was {before}). Run `{typed_line('diagnose', sid)}` again before deciding."
         )
     else:
         lines.append(f"The runbook branch stays {before}; the decisions shown above still apply.")

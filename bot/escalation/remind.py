@@ -17,6 +17,7 @@ from bot.escalation.runner import LadderRunner, Pass
 from bot.escalation.store import Claim
 from bot.format import duration
 from bot.messages import Message, Reply, ref
+from bot.runbook.usage import typed_line
 from bot.vocab import Step
 
 
@@ -36,7 +37,7 @@ def remind(runner: LadderRunner, actor: str, request_id: str) -> Reply:
         if not is_requester(ctx, actor, req):
             raise Refusal(
                 f"only {ref(req.requester)}, who asked for it, reminds about request {req.id}",
-                f"Approve or reject it instead: `/recover approve {req.id}`.",
+                f"Approve or reject it instead: `{typed_line('approve', req.id)}`.",
                 session_id=req.session_id,
             )
         if req.state not in PENDING_STATES:
