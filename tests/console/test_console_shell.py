@@ -62,6 +62,17 @@ class Terminal:
 
         return eventually(shown, timeout, f"{text!r} on the screen")
 
+    def wait_for_count(self, text: str, n: int, timeout: float = 60) -> str:
+        """``text`` shown at least ``n`` times: a repeated line's new copy, not its first."""
+
+        def shown() -> str:
+            screen = self.screen()
+            if screen.count(text) < n:
+                raise AssertionError(f"fewer than {n} {text!r}:\n{screen}")
+            return screen
+
+        return eventually(shown, timeout, f"{n} {text!r} on the screen")
+
     def prompt_count(self, prompt: str = "alice>") -> int:
         return self.screen().count(prompt)
 
@@ -175,8 +186,12 @@ def test_ctrl_c_drops_the_line_or_the_form_and_twice_leaves(term: Terminal, demo
     term.wait_for("Nothing is pending")  # the form sent nothing, the console still serves
     screen = term.screen()
     assert " INFO " not in screen  # log records went to the file
+    hints, prompts = term.screen().count("Ctrl-C again or Ctrl-D leaves"), term.prompt_count()
     term.keys("C-c")
-    term.wait_for("Ctrl-C again or Ctrl-D leaves")
+    # The first line's drop already printed this hint: wait for a new one and the prompt after it, so the
+    # second Ctrl-C reaches the prompt that reads it rather than the moment between two prompts.
+    term.wait_for_count("Ctrl-C again or Ctrl-D leaves", hints + 1)
+    term.wait_prompts(prompts + 1)
     term.keys("C-c")
     term.wait_for("EXIT=130")
 
