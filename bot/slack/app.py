@@ -293,7 +293,7 @@ def build_bot(
     """
     client = client or make_client(settings)
     tenancy = tenancy or Tenancy.discover(client, settings.slack_teams)
-    store = store or Store(settings.db_path, audit_key=settings.audit_key_bytes())
+    store = store or Store(settings.store_target, audit_key=settings.audit_key_bytes())
     store.migrate([slack_migrations])  # the Slack front's own tables, beside the core's
     out = SlackOut(client)
     state = SlackState(store)

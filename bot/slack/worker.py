@@ -247,7 +247,7 @@ def main(stream: TextIO | None = None) -> int:
         print(f"recover-bot worker: no usable settings on stdin ({type(exc).__name__})", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
-    store = Store(settings.db_path, audit_key=settings.audit_key_bytes())
+    store = Store(settings.store_target, audit_key=settings.audit_key_bytes())
     bot, composed = worker_bot(settings, store)
     assert bot.inbox is not None
     # Each installation's items on their own slots: one installation's hanging host holds only its own.

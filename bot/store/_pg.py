@@ -576,6 +576,12 @@ class PgEngine:
         raw.execute(f"SET lock_timeout = '{int(self.busy_timeout * 1000)}ms'")
         return raw
 
+    def open_connection(self) -> Raw:
+        """A psycopg connection of the caller's own (autocommit, the same lock timeout), not one of the
+        engine's: a companion that keeps one per thread (the Slack inbox) opens it here, so every
+        connection to the server is made, bounded and reported one way."""
+        return self._open()
+
     def prepare(self) -> None:
         db = self.connect()
         db.close()

@@ -108,13 +108,21 @@ class Store:
 
     def local_file(self, what: str) -> Path:
         """The SQLite file a companion goes beside (``what``: the Slack inbox, a backup); refused in one
-        line on PostgreSQL, where that companion is not shared between bots yet."""
+        line on PostgreSQL, where a companion lives in the server's schema (:meth:`server_connection`)."""
         if self.path is None:
             raise StoreError(
                 f"{what} needs a SQLite RECOVER_DB today; the step store is on PostgreSQL ({self.where})",
                 hint="Run this on a bot whose RECOVER_DB is a SQLite file path, or use the console.",
             )
         return self.path
+
+    def server_connection(self, what: str) -> Any:
+        """A psycopg connection of ``what``'s own (the Slack inbox) to the store's PostgreSQL server and
+        schema, autocommit; refused in one line on SQLite, whose companions are files (:meth:`local_file`)."""
+        open_connection = getattr(self.engine, "open_connection", None)
+        if open_connection is None:
+            raise StoreError(f"{what} needs a PostgreSQL RECOVER_DB here; the step store is the file {self.where}")
+        return open_connection()
 
     def require(self, migrations: Migrations) -> None:
         """Refuse, in one clear line, an area's use of a store opened without that area's tables."""
