@@ -70,7 +70,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "docker_plain_tcp",
         "log_files",
     ),
-    "http": ("host", "port"),
+    "http": ("host", "port", "worker_stale_seconds"),
     "runbooks": ("runbooks_dir",),
     "logging": ("log_level",),
     "watch": ("watch_channel", "watch_interval"),
@@ -142,6 +142,9 @@ class Settings(BaseSettings):
     log_level: str = Field("INFO", validation_alias="RECOVER_LOG_LEVEL")
     watch_channel: str | None = Field(None, validation_alias="RECOVER_WATCH_CHANNEL")
     watch_interval: float | None = Field(None, validation_alias="RECOVER_WATCH_INTERVAL")
+    # serve: how long a worker (of this bot or another on one PostgreSQL store) may go without a beat
+    # before the deliveries it claimed are taken for interrupted (bot/slack/inbox.py, R0.3).
+    worker_stale_seconds: float = Field(30.0, validation_alias="RECOVER_WORKER_STALE_SECONDS")
     # The optional PagerDuty on-call source (bot/oncall): tier id (S…) → escalation policy id.
     oncall_pagerduty_token: SecretStr | None = Field(None, validation_alias="RECOVER_ONCALL_PAGERDUTY_TOKEN")
     oncall_pagerduty_token_file: Path | None = Field(None, validation_alias="RECOVER_ONCALL_PAGERDUTY_TOKEN_FILE")
@@ -195,6 +198,7 @@ class Settings(BaseSettings):
     _log_level = field_validator("log_level", mode="before")(_parse.log_level)
     _watch_channel = field_validator("watch_channel", mode="before")(_parse.watch_channel)
     _watch_interval = field_validator("watch_interval", mode="before")(_parse.watch_interval)
+    _worker_stale = field_validator("worker_stale_seconds", mode="before")(_parse.worker_stale_seconds)
     _pagerduty_url = field_validator("oncall_pagerduty_url", mode="before")(_parse.pagerduty_url)
     _pagerduty_policies = field_validator("oncall_pagerduty_policies", mode="before")(_parse.pagerduty_policies)
     _pagerduty_schedules = field_validator("oncall_pagerduty_schedules", mode="before")(_parse.pagerduty_schedules)

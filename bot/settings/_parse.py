@@ -256,6 +256,26 @@ def watch_interval(value: object) -> float | None:
     return seconds
 
 
+#: A worker beats every 2 s (bot/slack/worker.py): a live one is never taken for dead within three beats.
+MIN_WORKER_STALE_SECONDS = 6.0
+
+
+def worker_stale_seconds(value: object) -> float:
+    """RECOVER_WORKER_STALE_SECONDS: how long a silent worker's claims are trusted (30 s when unset)."""
+    if blank(value):
+        return 30.0
+    try:
+        seconds = float(str(value).strip())
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= MIN_WORKER_STALE_SECONDS:
+        raise ValueError(
+            f"RECOVER_WORKER_STALE_SECONDS must be a number of seconds of at least {MIN_WORKER_STALE_SECONDS:g} "
+            f"(three of the worker's beats; got {str(value)!r})"
+        )
+    return seconds
+
+
 def pagerduty_url(value: object) -> str:
     """RECOVER_ONCALL_PAGERDUTY_URL: the REST API's base (a local stand-in in tests)."""
     text = DEFAULT_PAGERDUTY_URL if blank(value) else str(value).strip()

@@ -181,8 +181,9 @@ class InboxRunner:
             publish_health(self.cores, self.bot.settings)
 
     def take_orphans(self) -> list[Item]:
-        """Items a dead worker was running: marked interrupted (not re-run), their people told."""
-        orphans = self.inbox.take_orphans()
+        """Items a dead worker was running (this bot's, or another bot's on one PostgreSQL store whose
+        host died): marked interrupted, not re-run (R0.3); their people told, by whoever moved them."""
+        orphans = self.inbox.take_orphans(self.bot.settings.worker_stale_seconds)
         for item in orphans:
             log.warning("queued delivery %d was running in a worker that died: interrupted, not re-run", item.id)
             self.bot.ui.submit(queued.tell_interrupted, self.bot.out, item)

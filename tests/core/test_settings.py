@@ -97,6 +97,14 @@ def test_watch_channel_and_interval_are_read_and_checked() -> None:
     assert "RECOVER_WATCH_CHANNEL" in joined and "RECOVER_WATCH_INTERVAL" in joined and len(info.value.problems) == 2
 
 
+def test_the_worker_stale_time_is_read_and_never_below_three_beats() -> None:
+    assert load_settings({}, dotenv=None).worker_stale_seconds == 30.0
+    assert load_settings({"RECOVER_WORKER_STALE_SECONDS": "6"}, dotenv=None).worker_stale_seconds == 6.0
+    with pytest.raises(SettingsError) as info:
+        load_settings({"RECOVER_WORKER_STALE_SECONDS": "2"}, dotenv=None)
+    assert "RECOVER_WORKER_STALE_SECONDS must be a number of seconds of at least 6" in info.value.problems[0]
+
+
 def test_require_control_host_names_what_is_missing() -> None:
     s = load_settings({}, dotenv=None)
     with pytest.raises(SettingsError) as info:
