@@ -101,6 +101,9 @@ class SlackBot:
         the cases' threads. Runs in the background: a resumed wait must not delay readiness."""
         reporter = self._reporter(Origin(actor="recover-bot", channel=None))
         self._guarded(reporter, lambda: self.router.startup(reporter))
+        # Said once it is over: until then this process may still be replaying what it found unfinished
+        # (an operator, or a second bot's start-up on one PostgreSQL store, can tell from the log).
+        log.info("start-up finished: unfinished requests found at start were handled")
 
     # -- expiry ---------------------------------------------------------------------------------------
 
