@@ -313,3 +313,76 @@ def test_sigkill_mid_send_the_other_bot_finishes_the_send_with_its_stored_key(
 
         assert survivor.worker_pid() is not None
         assert sandbox.admin.effect_count(SESSION) == 1
+
+
+def _envelope(stand_in, link: int, envelope_id: str, kind: str, payload: dict) -> None:
+    """One Socket Mode envelope on connection ``link`` (Slack picks one of the open connections)."""
+    msg = {"envelope_id": envelope_id, "type": kind, "accepts_response_payload": kind == "slash_commands"}
+    stand_in.call(stand_in.links[link].send(json.dumps({**msg, "payload": payload})))
+    eventually(lambda: envelope_id in stand_in.acks, 10, f"the ack of {envelope_id}")
+
+
+def test_socket_mode_each_envelope_runs_once_whichever_bot_it_reaches(
+    slack_api, sandbox_factory, pg_url, tmp_path
+) -> None:
+    """Both bots hold a Socket Mode connection; the command goes down one, the approval click down the
+    other, and each envelope is also handed to the other connection (as a redelivery after a lost ack
+    would be): one request, one approval, one decision POST, one result post."""
+    from tests.slack.test_socket_link import SocketStandIn
+
+    sandbox = sandbox_factory(scenarios="builtin", clock=None)
+    stand_in = SocketStandIn()
+    slack_api.socket_url = stand_in.url
+    try:
+        with _two_bots(slack_api, sandbox, pg_url, tmp_path, app_token="xapp-1-two-bots") as bots:
+            stand_in.wait_links(2, timeout=30)
+            command = {
+                "command": "/recover",
+                "text": f'decide {SESSION} close --reason "socket mode"',
+                "user_id": "UALICE",
+                "channel_id": "CINC",
+                "team_id": "T1",
+                "api_app_id": "A1",
+                "response_url": slack_api.response_url("cmd"),
+                "trigger_id": "trig-socket-two-bots",
+            }
+            _envelope(stand_in, 0, "env-cmd", "slash_commands", command)
+            _envelope(stand_in, 1, "env-cmd-again", "slash_commands", command)  # the same delivery, elsewhere
+            request = eventually(lambda: _approval(slack_api), 30, "the approval request")
+            action_id = next(a for a, _ in request.action_ids() if a.startswith("rb:approve:"))
+            found = re.search(r"req_[A-Za-z0-9]+", request.all_text())
+            assert found
+            click = {
+                "type": "block_actions",
+                "team": {"id": "T1"},
+                "user": {"id": "UBOB", "name": "ubob", "team_id": "T1"},
+                "api_app_id": "A1",
+                "token": "legacy",
+                "container": {"type": "message", "message_ts": request.ts, "channel_id": "CINC"},
+                "trigger_id": "trig-socket-click",
+                "channel": {"id": "CINC", "name": "incident"},
+                "message": {"type": "message", "ts": request.ts, "thread_ts": request.thread_ts, "text": ""},
+                "response_url": slack_api.response_url("act"),
+                "actions": [
+                    {
+                        "action_id": action_id,
+                        "block_id": "b0",
+                        "value": found.group(0),
+                        "type": "button",
+                        "action_ts": f"{time.time():.6f}",
+                    }
+                ],
+            }
+            _envelope(stand_in, 1, "env-click", "interactive", click)
+            _envelope(stand_in, 0, "env-click-again", "interactive", click)
+            eventually(lambda: len(_results(slack_api, request)) == 1, 30, "the result post")
+            inbox = _inbox(pg_url)
+            eventually(lambda: inbox.states() == {"done": 2}, 30, "two deliveries done (each once)")
+            assert len(_decision_posts(sandbox)) == 1
+            chain = _chain(pg_url)
+            assert chain.count("decision_requested") == 1 and chain.count("decision_approved") == 1, chain
+            assert len(_results(slack_api, request)) == 1
+            # Each bot refused one repeat: the two connections are the two bots' (one each).
+            assert [bot.log.read_text().count("dropping a repeated Slack delivery") for bot in bots] == [1, 1]
+    finally:
+        stand_in.stop()
