@@ -238,6 +238,15 @@ def serve(settings: Settings, *, out: TextIO | None = None) -> int:
     # The work (router, core, posts, start-up replays, expiry) runs in the worker process; this one
     # only checks, commits each delivery to the inbox and acks (see bot.slack.worker).
     assert bot.inbox is not None
+    store = bot.inbox.store
+    if store.path is None:
+        # Litestream (deploy/) replicates the SQLite files; on a server engine it has nothing to do.
+        print(
+            f"recover-bot: step store and Slack inbox on PostgreSQL ({store.where}), shared by every bot on it; "
+            "Litestream does not apply: back it up with `recover-bot backup DEST` (pg_dump)",
+            file=out,
+            flush=True,
+        )
     worker = WorkerSupervisor(settings, bot.inbox).start()
     bot.handoff = worker.wake
     if threading.current_thread() is threading.main_thread():

@@ -118,6 +118,8 @@ def _launch(slack_api: SlackStandIn, sandbox, pg_url: str, cwd: Path, *, app_tok
     else:
         os.killpg(proc.pid, signal.SIGKILL)
         raise AssertionError(f"serve did not start: {lines} {(cwd / 'serve.log').read_text()[-2000:]}")
+    # On PostgreSQL serve says so, and that Litestream (the SQLite replication of deploy/) does not apply.
+    assert any("on PostgreSQL" in line and "Litestream does not apply" in line for line in lines), lines
     return Bot(proc, m.group(1), SlackSender(m.group(1) + "/slack/events", stand_in=slack_api), log, started_before)
 
 
