@@ -267,7 +267,9 @@ def test_sigkill_while_a_delivery_is_claimed_the_other_bot_interrupts_it_and_tel
         killed_at = time.monotonic()
         slack_api.slow("chat.postMessage", 0)
         told = eventually(
-            lambda: _answers(slack_api, body, "restarted while working"), 30, "the person told of the interruption"
+            lambda: _answers(slack_api, body, "restarted while working"),
+            20,  # the stale time (6 s), a beat and a wide margin: well before the default 30 s
+            "the person told of the interruption",
         )
         # Not at once (as for a worker its own supervisor saw exit): only once the dead worker, whose last
         # beat was at most one beat (2 s) before the kill, had been silent for the stale time.
