@@ -44,9 +44,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.store import Store
+
+if TYPE_CHECKING:
+    import psycopg  # the optional extra: only the inbox of a PostgreSQL store uses it
 
 DONE_TTL_SECONDS = 3600.0  # finished rows (and their keys) are kept this long: Slack's retries end well before
 QUARANTINE_TTL_SECONDS = 7 * 86400.0  # an unreadable row is kept this long for whoever looks into it
@@ -502,7 +505,7 @@ class ServerInbox(Inbox):
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)
-        self._put: Any = None
+        self._put: psycopg.Connection[tuple[Any, ...]] | None = None
         self._put_pid = 0
         conn = store.server_connection("the Slack inbox")
         try:
@@ -513,8 +516,8 @@ class ServerInbox(Inbox):
         finally:
             conn.close()
 
-    def _conn(self) -> Any:
-        conn = getattr(self._local, "conn", None)
+    def _conn(self) -> psycopg.Connection[tuple[Any, ...]]:
+        conn: psycopg.Connection[tuple[Any, ...]] | None = getattr(self._local, "conn", None)
         if conn is None or conn.closed or getattr(self._local, "pid", None) != os.getpid():
             conn = self.store.server_connection("the Slack inbox")
             self._local.conn, self._local.pid = conn, os.getpid()

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
@@ -38,6 +38,9 @@ from bot.ids import DEFAULT_INSTALLATION, qualified_id
 from bot.store import _cases, _requests, _steps, keymark, schema
 from bot.store._engine import Engine, engine_for
 from bot.store._rows import Case, IdempotencyRecord, Step
+
+if TYPE_CHECKING:
+    import psycopg  # the optional extra: only a PostgreSQL store's companions use it
 from bot.store.chain import canonical_json, hash_matches, head_ref
 
 DEFAULT_BUSY_TIMEOUT = 10.0
@@ -116,13 +119,14 @@ class Store:
             )
         return self.path
 
-    def server_connection(self, what: str) -> Any:
+    def server_connection(self, what: str) -> psycopg.Connection[tuple[Any, ...]]:
         """A psycopg connection of ``what``'s own (the Slack inbox) to the store's PostgreSQL server and
         schema, autocommit; refused in one line on SQLite, whose companions are files (:meth:`local_file`)."""
         open_connection = getattr(self.engine, "open_connection", None)
         if open_connection is None:
             raise StoreError(f"{what} needs a PostgreSQL RECOVER_DB here; the step store is the file {self.where}")
-        return open_connection()
+        conn: psycopg.Connection[tuple[Any, ...]] = open_connection()
+        return conn
 
     def require(self, migrations: Migrations) -> None:
         """Refuse, in one clear line, an area's use of a store opened without that area's tables."""
