@@ -39,6 +39,7 @@ from bot.store import _cases, _requests, _steps, keymark, schema
 from bot.store._engine import Engine, engine_for
 from bot.store._rows import Case, IdempotencyRecord, Step
 from bot.store.chain import canonical_json, hash_matches, head_ref
+from bot.store.leases import Leases
 
 DEFAULT_BUSY_TIMEOUT = 10.0
 BOT_ACTOR = "recover-bot"
@@ -74,6 +75,11 @@ class Store:
         self.engine.prepare()
         self.migrate([schema.core, *migrations])
         self._check_key(adopting_key)
+
+    @property
+    def leases(self) -> Leases:
+        """The store's leases with fencing tokens (bot/store/leases.py): the once-only jobs' claims."""
+        return Leases(self)
 
     @property
     def keyed(self) -> bool:
