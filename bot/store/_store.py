@@ -42,6 +42,7 @@ from bot.store._rows import Case, IdempotencyRecord, Step
 if TYPE_CHECKING:
     import psycopg  # the optional extra: only a PostgreSQL store's companions use it
 from bot.store.chain import canonical_json, hash_matches, head_ref
+from bot.store.leases import Leases
 
 DEFAULT_BUSY_TIMEOUT = 10.0
 BOT_ACTOR = "recover-bot"
@@ -77,6 +78,11 @@ class Store:
         self.engine.prepare()
         self.migrate([schema.core, *migrations])
         self._check_key(adopting_key)
+
+    @property
+    def leases(self) -> Leases:
+        """The store's leases with fencing tokens (bot/store/leases.py): the once-only jobs' claims."""
+        return Leases(self)
 
     @property
     def keyed(self) -> bool:

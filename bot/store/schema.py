@@ -111,3 +111,17 @@ def _m0003(db: Database) -> None:
     """
     db.execute("ALTER TABLE steps ADD COLUMN installation TEXT")
     db.execute("CREATE INDEX steps_by_name ON steps(step, seq)")
+
+
+@core(name="0004_leases")
+def _m0004(db: Database) -> None:
+    """Leases with fencing tokens (bot/store/leases.py): one row per job ever held, never deleted, so
+    a job's token only ever goes up."""
+    db.execute(
+        """CREATE TABLE leases (
+            job TEXT PRIMARY KEY,
+            holder TEXT NOT NULL,
+            token INTEGER NOT NULL,
+            until TEXT NOT NULL
+        )"""
+    )

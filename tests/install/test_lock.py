@@ -21,6 +21,7 @@ from tests.install._compose import load_compose
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "requirements.lock"
+PG_LOCK = ROOT / "requirements-postgres.lock"  # the image's `postgres` extra (EXTRAS=postgres)
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)\s*\\?$")
 HASH = re.compile(r"^\s+--hash=sha256:[a-f0-9]{64}\s*\\?$")
@@ -122,14 +123,48 @@ def test_the_dockerfile_installs_the_lock_with_hashes_on_a_base_pinned_by_digest
     assert re.search(r"pip install --no-deps --no-build-isolation --no-index \.", text)
 
 
+def _extra(name: str) -> list[Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return [Requirement(r) for r in project["project"]["optional-dependencies"][name]]
+
+
+def test_the_postgres_lock_pins_the_extra_and_what_it_requires_with_hashes() -> None:
+    pins = read_lock(PG_LOCK.read_text())
+    base = read_lock(LOCK.read_text())
+    assert not set(pins) & set(base), "a package pinned in both locks"
+    assert unsatisfied(pins, _extra("postgres")) == []
+    assert "psycopg-binary" in pins, "the [binary] extra: the image has no libpq of its own"
+    assert all(hashes >= 1 for _, hashes in pins.values())
+    both = {**base, **pins}
+    for name, (version, _) in pins.items():
+        dist = metadata.distribution(name)
+        if dist.version == version:  # closed under dependencies, with the base lock beside it
+            wanted = [Requirement(r) for r in dist.requires or [] if "extra ==" not in r]
+            assert unsatisfied(both, wanted) == [], name
+
+
+def test_the_dockerfile_installs_the_postgres_lock_only_for_that_extra_with_hashes() -> None:
+    text = DOCKERFILE.read_text()
+    assert re.search(
+        r'if \[ "\$EXTRAS" = "postgres" \]; then \\\n'
+        r"\s+\S+pip install --require-hashes --no-deps -r requirements-postgres\.lock",
+        text,
+    )
+    pair = load_compose(ROOT / "deploy" / "docker-compose.two-bots.yml")
+    for name in ("recover-bot-a", "recover-bot-b"):
+        assert pair["services"][name]["build"]["args"]["EXTRAS"] == "postgres"
+
+
 def test_every_image_compose_pulls_is_a_full_version_or_a_digest() -> None:
-    for name in ("docker-compose.yml", "docker-compose.socket-mode.yml"):
+    for name in ("docker-compose.yml", "docker-compose.socket-mode.yml", "docker-compose.two-bots.yml"):
         data = load_compose(ROOT / "deploy" / name)
         for service, spec in data.get("services", {}).items():
             image = spec.get("image")
             if image is None or "build" in spec:
                 continue
-            assert re.fullmatch(r"[a-z0-9./-]+:\d+\.\d+\.\d+(@sha256:[a-f0-9]{64})?", image) or DIGEST.match(image), (
+            # PostgreSQL's full versions have two parts (15.10) since version 10.
+            full = r"postgres:\d+\.\d+" if image.startswith("postgres:") else r"[a-z0-9./-]+:\d+\.\d+\.\d+"
+            assert re.fullmatch(full + r"(@sha256:[a-f0-9]{64})?", image) or DIGEST.match(image), (
                 f"{name}: {service}: {image} is not pinned to a full version or a digest"
             )
 
