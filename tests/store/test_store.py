@@ -261,3 +261,22 @@ def test_another_url_is_refused_in_one_line(url: str) -> None:
     with pytest.raises(StoreError, match=r"URL is not a store recover-bot can use") as caught:
         Store(url)
     assert "\n" not in str(caught.value).split("\n")[0] and "p@h" not in str(caught.value)
+
+
+def test_a_companion_gets_its_engines_place_and_a_clear_refusal_of_the_other(store_target) -> None:
+    """A file beside a SQLite store (``local_file``), a connection of its own to a PostgreSQL one
+    (``server_connection``, in the store's schema); each refused in one line on the other engine."""
+    store = Store(store_target)
+    if store.path is not None:
+        assert store.local_file("the Slack inbox") == store.path
+        with pytest.raises(StoreError, match="the Slack inbox needs a PostgreSQL RECOVER_DB here"):
+            store.server_connection("the Slack inbox")
+        return
+    with pytest.raises(StoreError, match="the Slack inbox needs a SQLite RECOVER_DB"):
+        store.local_file("the Slack inbox")
+    conn = store.server_connection("the Slack inbox")
+    try:
+        (schema,) = conn.execute("SELECT current_schema()").fetchone() or ("",)
+        assert schema in str(store_target) and conn.autocommit
+    finally:
+        conn.close()
