@@ -10,17 +10,9 @@ the inbox's rows.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import psycopg
@@ -29,122 +21,15 @@ import pytest
 from bot.slack.inbox import Inbox
 from bot.slack.state import slack_migrations
 from bot.store import Store
-from tests.fixtures.slack import BOT_TOKEN, SIGNING_SECRET, Posted, SlackSender, SlackStandIn
+from tests.fixtures.slack import Posted, SlackStandIn
+from tests.fixtures.two_bots import STALE, Bot, run_pair, two_bots
+from tests.fixtures.two_bots import start as _start
 from tests.fixtures.waiting import eventually
 
 pytestmark = pytest.mark.subprocess
 
 SESSION = "ses_restore_transient"
 FORM = "application/x-www-form-urlencoded"
-STARTED = "start-up finished"  # the worker's log line once its start-up replays are over
-STALE = 6  # RECOVER_WORKER_STALE_SECONDS: the least there is (three of a worker's beats)
-
-
-@dataclass
-class Bot:
-    """One `recover-bot serve` process (its own session: a SIGKILL takes its worker with it, as a host's death)."""
-
-    proc: subprocess.Popen[str]
-    url: str  # HTTP: the request URL's base; Socket Mode: the /healthz server's
-    send: SlackSender
-    log: Path  # its stderr and its worker's
-    starts_before: int  # start-up lines already in the log (a restarted bot's folder is reused)
-
-    def health(self) -> tuple[int, str]:
-        r = httpx.get(self.url + "/healthz", timeout=5)
-        return r.status_code, r.text
-
-    def worker_pid(self) -> int | None:
-        code, text = self.health()
-        m = re.search(r"worker: alive \(pid (\d+)", text)
-        return int(m.group(1)) if code == 200 and m else None
-
-    def kill(self) -> None:
-        """SIGKILL the bot and its worker at once: nothing of it runs on, nothing is marked dead."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.send.close()
-
-
-def _launch(slack_api: SlackStandIn, sandbox, pg_url: str, cwd: Path, *, app_token: str | None = None) -> Bot:
-    """Start `recover-bot serve` (see :func:`_ready`)."""
-    cwd.mkdir(exist_ok=True)
-    log = cwd / "serve.log"
-    started_before = log.read_text().count(STARTED) if log.exists() else 0
-    env = {
-        **os.environ,
-        "SLACK_BOT_TOKEN": BOT_TOKEN,
-        "SLACK_API_URL": slack_api.base_url,
-        "CONTROL_HOST_URL": sandbox.url,
-        "CONTROL_HOST_API_KEY": sandbox.api_key,
-        "RECOVER_DB": pg_url,
-        "RECOVER_AUDIT_KEY": "none",
-        "RECOVER_WORKER_STALE_SECONDS": str(STALE),
-        "HOST": "127.0.0.1",
-        "PORT": "0",
-    }
-    if app_token is None:
-        env["SLACK_SIGNING_SECRET"] = SIGNING_SECRET
-        env.pop("SLACK_APP_TOKEN", None)
-    else:
-        env["SLACK_APP_TOKEN"] = app_token
-        env.pop("SLACK_SIGNING_SECRET", None)
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("recover-bot")), "serve"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=log.open("a"),
-        text=True,
-        cwd=str(cwd),
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    pattern = r"listening on (http://127\.0\.0\.1:\d+)" if app_token is None else r"health on (http://127\.0\.0\.1:\d+)"
-    lines = []
-    for _ in range(3):
-        lines.append(proc.stdout.readline())
-        m = re.search(pattern, lines[-1])
-        if m:
-            break
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"serve did not start: {lines} {(cwd / 'serve.log').read_text()[-2000:]}")
-    # On PostgreSQL serve says so, and that Litestream (the SQLite replication of deploy/) does not apply.
-    assert any("on PostgreSQL" in line and "Litestream does not apply" in line for line in lines), lines
-    return Bot(proc, m.group(1), SlackSender(m.group(1) + "/slack/events", stand_in=slack_api), log, started_before)
-
-
-def _ready(bot: Bot) -> Bot:
-    """Wait for a healthy worker whose start-up is over (what it found unfinished is handled), so
-    no scenario is raced by a start-up's replays."""
-    eventually(lambda: bot.worker_pid() is not None, 60, "a healthy worker")
-    eventually(lambda: bot.log.read_text().count(STARTED) > bot.starts_before, 60, "the worker's start-up finished")
-    return bot
-
-
-def _start(slack_api: SlackStandIn, sandbox, pg_url: str, cwd: Path, *, app_token: str | None = None) -> Bot:
-    return _ready(_launch(slack_api, sandbox, pg_url, cwd, app_token=app_token))
-
-
-@contextmanager
-def _two_bots(slack_api, sandbox, pg_url: str, tmp_path: Path, *, app_token: str | None = None) -> Iterator[list[Bot]]:
-    """Bots A and B on one PostgreSQL store, each in a folder of its own (two hosts); stopped after."""
-    with ExitStack() as stack:
-        bots = []
-        for name in ("a", "b"):  # both started at once, then both waited for
-            bot = _launch(slack_api, sandbox, pg_url, tmp_path / name, app_token=app_token)
-            stack.callback(bot.stop)
-            bots.append(bot)
-        yield [_ready(bot) for bot in bots]
 
 
 def _decision_posts(sandbox, session: str = SESSION) -> list[dict]:
@@ -184,7 +69,7 @@ def test_http_a_request_through_one_bot_approved_through_the_other_sends_once(
     """Behind a load balancer: the command reaches bot A, the approval click bot B; each delivery also
     reaches the other bot (Slack's retry landing elsewhere) and is refused there by the shared inbox."""
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
-    with _two_bots(slack_api, sandbox, pg_url, tmp_path) as (a, b):
+    with two_bots(slack_api, sandbox, pg_url, tmp_path) as (a, b):
         body = a.send.command_body(f'decide {SESSION} close --reason "two bots"', user="UALICE")
         sent_at = int(time.time())
         assert a.send.post(body, content_type=FORM, timestamp=sent_at).status_code == 200
@@ -227,7 +112,7 @@ def test_sigkill_after_the_request_is_recorded_the_other_bot_takes_the_approval(
     """Bot A dies (with its worker, as its host would) right after it recorded the request and posted
     it; bob approves through bot B: one send. A restarted sends and posts nothing again."""
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
-    with _two_bots(slack_api, sandbox, pg_url, tmp_path) as (a, b):
+    with two_bots(slack_api, sandbox, pg_url, tmp_path) as (a, b):
         assert a.send.command(f'decide {SESSION} close --reason "a dies"', user="UALICE").status_code == 200
         request = eventually(lambda: _approval(slack_api), 30, "the approval request")
         a.kill()
@@ -255,7 +140,7 @@ def test_sigkill_while_a_delivery_is_claimed_the_other_bot_interrupts_it_and_tel
     interrupted, never runs it again (R0.3), and tells the person once; the dead bot restarted tells
     nobody again."""
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
-    with _two_bots(slack_api, sandbox, pg_url, tmp_path) as bots:
+    with two_bots(slack_api, sandbox, pg_url, tmp_path) as bots:
         slack_api.slow("chat.postMessage", 60)  # the case's first post is made, its answer never arrives in time
         body = bots[0].send.command_body(f"diagnose {SESSION}", user="UALICE")
         assert bots[0].send.post(body, content_type=FORM).status_code == 200
@@ -304,7 +189,7 @@ def test_sigkill_mid_send_the_other_bot_finishes_the_send_with_its_stored_key(
     restarted) should finish the stored request with its Idempotency-Key, once. Today only a bot's
     start-up replays unfinished requests, and B started before A's request existed."""
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
-    with _two_bots(slack_api, sandbox, pg_url, tmp_path) as (a, b):
+    with two_bots(slack_api, sandbox, pg_url, tmp_path) as (a, b):
         assert a.send.command(f'decide {SESSION} close --reason "mid-send"', user="UALICE").status_code == 200
         request = eventually(lambda: _approval(slack_api), 30, "the approval request")
         sandbox.admin.fault("latency", "*recovery-decisions*", method="POST", seconds=5, times=1)
@@ -338,7 +223,7 @@ def test_socket_mode_each_envelope_runs_once_whichever_bot_it_reaches(
     stand_in = SocketStandIn()
     slack_api.socket_url = stand_in.url
     try:
-        with _two_bots(slack_api, sandbox, pg_url, tmp_path, app_token="xapp-1-two-bots") as bots:
+        with two_bots(slack_api, sandbox, pg_url, tmp_path, app_token="xapp-1-two-bots") as bots:
             stand_in.wait_links(2, timeout=30)
             command = {
                 "command": "/recover",
@@ -390,3 +275,16 @@ def test_socket_mode_each_envelope_runs_once_whichever_bot_it_reaches(
             assert [bot.log.read_text().count("dropping a repeated Slack delivery") for bot in bots] == [1, 1]
     finally:
         stand_in.stop()
+
+
+def test_two_person_requests_through_either_bot_one_bot_sigkilled_mid_run_nothing_lost_or_repeated(
+    slack_api, sandbox_factory, pg_url, tmp_path
+) -> None:
+    """Issue 37's measured story, small (bench/two_bots.py runs it at 100 requests, 20 times): requests
+    through either bot approved through the other, bot A SIGKILLed with its worker between two waves
+    and started again. Every close applied once under one key, no approval request or result posted
+    twice, and each result posted."""
+    sandbox = sandbox_factory(scenarios=None, clock=None)
+    figures = run_pair(slack_api, sandbox, pg_url, tmp_path, n=10, wave=5, timeout=120)
+    assert figures.kills == 1 and figures.requested == figures.n
+    assert figures.ok, figures.as_json()
