@@ -53,7 +53,7 @@ class _Transactions(Protocol):
 log = logging.getLogger(__name__)
 
 #: A released lease's expiry: before any real time, so the next acquire takes it over (token + 1).
-RELEASED = "0000-01-01T00:00:00.000Z"
+RELEASED = "0001-01-01T00:00:00.000Z"
 
 
 def holder_id(role: str) -> str:
@@ -86,7 +86,8 @@ def _iso(when: datetime) -> str:
 
 
 def _lease(job: str, holder: str, token: int, until: str) -> Lease:
-    when = parse_time(until)
+    # A lease released before RELEASED was year 1 kept year 0, which no datetime holds: the earliest one.
+    when = parse_time(until if until >= RELEASED else RELEASED)
     assert when is not None
     return Lease(job, holder, int(token), when)
 

@@ -54,6 +54,8 @@ def test_a_lease_that_ran_out_fences_even_before_anyone_takes_it_over(store: Sto
 def test_a_released_lease_keeps_its_token_so_the_next_holder_fences_the_last(store: Store) -> None:
     lease = store.leases.acquire("handoff:2026-12-03T08:00", "bot-a", ttl=30)
     assert lease is not None and store.leases.release(lease)
+    released = store.leases.get("handoff:2026-12-03T08:00")  # readable as released: before any real time
+    assert released is not None and released.token == 1 and released.until.year == 1
     assert not store.leases.release(lease)  # released once
     nxt = store.leases.acquire("handoff:2026-12-03T08:00", "bot-b", ttl=30)
     assert nxt is not None and nxt.token == 2
