@@ -225,16 +225,19 @@ class Leases:
         return None if row is None else _lease(job, str(row[0]), int(row[1]), str(row[2]))
 
     @contextmanager
-    def held(self, lease: Lease, ttl: float, *, release: bool = True) -> Iterator[LeaseHolding]:
+    def held(
+        self, lease: Lease, ttl: float, *, release: bool = True, every: float | None = None
+    ) -> Iterator[LeaseHolding]:
         """Keep ``lease`` renewed every third of ``ttl`` while the block runs; the holding says whether
         it is still held (``lost`` once a renewal was refused). Released at the end, unless ``release``
         is False (a job whose work failed stays its holder's until the lease runs out, then is taken
-        over as a dead holder's would be)."""
+        over as a dead holder's would be). ``every``: renew this often instead."""
         holding = LeaseHolding(lease)
+        wait = every if every is not None else max(ttl / 3.0, 0.05)
         done = threading.Event()
 
         def keep() -> None:
-            while not done.wait(max(ttl / 3.0, 0.05)):
+            while not done.wait(wait):
                 try:
                     renewed = self.renew(holding.lease, ttl)
                 except Exception:  # noqa: BLE001 - a busy store: the next round tries again
