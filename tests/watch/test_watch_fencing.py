@@ -115,3 +115,23 @@ def test_one_watcher_polls_the_other_stands_by_and_takes_over_when_it_stops_or_d
     assert a.poll_once().complete
     after = a.store.leases.get(a.poll_job)
     assert after is not None and after.holder == a.owner and after.token == before.token + 1
+
+
+def test_a_claim_written_before_leases_is_taken_over_as_run_out(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    """A store written before leases: a claimed stop with no lease row (its own ``lease_until`` still
+    in the future) is treated as run out, taken over and posted once."""
+    (sid,) = _healthy(sbx, 1, "ses_wl")
+    sbx.admin.stop(sid)
+    old = make_watcher()
+    claim = _claim(old, sid, clock)
+    assert claim is not None and claim.lease is not None
+    with old.store.write() as db:  # what an older bot left: its row's lease column, no lease row
+        db.execute("DELETE FROM leases WHERE job = ?", [claim.lease.job])
+        db.execute("UPDATE watch_stops SET lease_until = '2099-01-01T00:00:00.000Z' WHERE key = ?", [claim.stop.key])
+    new = make_watcher()
+    assert new.poll_once().complete
+    assert len(_named(slack_api, sid)) == 1 and new.status().counts == {"posted": 1}
+    lease = new.store.leases.get(claim.lease.job)
+    assert lease is not None and lease.holder == new.owner
