@@ -1,7 +1,7 @@
 """A ladder step's post and mark are fenced by its lease's token (issue 37 item 3): a runner deposed
 while it was paused (its step taken over with token + 1 by a bot whose clock is past its lease) posts
-nothing and marks nothing; the new holder posts the step exactly once. Two bots on one real SQLite
-file, each with its own store and clock."""
+nothing and marks nothing; the new holder posts the step exactly once. Two bots on one store (a real
+SQLite file, or a real PostgreSQL schema), each with its own store object and clock."""
 
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ from tests.fixtures.decisions import DecisionEnv
 from tests.fixtures.escalation import RecordingPoster
 
 LEASE = 3.0  # seconds of the store's clock; the runner posts with at least 2 of them left
+
+
+@pytest.fixture
+def db_path(store_target: Any) -> Any:
+    """Both engines: the store's SQLite file or PostgreSQL URL (bot/store/_engine.py)."""
+    return store_target
 
 
 @pytest.fixture
