@@ -12,6 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from pydantic import SecretStr
+
 from bot.clock import ManualClock
 from bot.sandbox import SandboxHandle
 from bot.watch import Watcher
@@ -23,6 +26,14 @@ from tests.watch.test_watcher import CHANNEL, _healthy, _named, edited_runbooks,
 __all__ = ["make_watcher", "sbx"]  # the fixtures, shared with the watcher's own tests
 
 LEASE = 120  # the packaged runbooks' claim_lease
+
+
+@pytest.fixture
+def on(store_target: str | Path, tmp_path: Path) -> dict[str, Any]:
+    """Both engines: ``make_watcher``'s store, a SQLite file or a PostgreSQL schema (``db_url``)."""
+    if isinstance(store_target, Path):
+        return {"db": store_target}
+    return {"db": tmp_path / "recover.db", "db_url": SecretStr(str(store_target))}
 
 
 def _claim(w: Watcher, sid: str, clock: ManualClock) -> Any:
@@ -39,11 +50,16 @@ def _claim(w: Watcher, sid: str, clock: ManualClock) -> Any:
 
 
 def test_a_deposed_watcher_neither_posts_nor_marks_its_stop(
-    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+    sbx: SandboxHandle,
+    make_watcher: Callable[..., Watcher],
+    slack_api: SlackStandIn,
+    clock: ManualClock,
+    on: dict[str, Any],
 ) -> None:
     (sid,) = _healthy(sbx, 1, "ses_wf")
     sbx.admin.stop(sid)
-    a, b = make_watcher(), make_watcher()
+    a, b = make_watcher(**on), make_watcher(**on)
+    assert (a.store.path is None) == ("db_url" in on)  # the engine asked for: no SQLite file on PostgreSQL
     mine = _claim(a, sid, clock)  # committed under token 1; then watcher a pauses
     assert mine is not None and mine.lease is not None and mine.lease.token == 1
     clock.advance(LEASE + 1)  # past a's lease: b takes the polling and the claim over, and posts it
@@ -93,9 +109,13 @@ def test_a_deposed_watcher_posts_no_part_of_a_hand_off_and_the_taker_posts_it_on
 
 
 def test_one_watcher_polls_the_other_stands_by_and_takes_over_when_it_stops_or_dies(
-    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+    sbx: SandboxHandle,
+    make_watcher: Callable[..., Watcher],
+    slack_api: SlackStandIn,
+    clock: ManualClock,
+    on: dict[str, Any],
 ) -> None:
-    a, b = make_watcher(), make_watcher()
+    a, b = make_watcher(**on), make_watcher(**on)
     assert a.poll_once().complete
     standby = b.poll_once()
     assert standby.standby == a.owner and not standby.complete and b.errors == 0
