@@ -435,8 +435,8 @@ class WatchStore:
             )
             held: dict[str, Lease | None] = {}
             for r in stuck:  # each case said by this process alone, under its lease (a storm's are not)
-                got = leases.take_over(db, job_of(r[0], r[1], state), actor, now=now, ttl=lease)
-                held[str(r[0])] = got if state == CLAIMED else None
+                if state == CLAIMED:
+                    held[str(r[0])] = leases.take_over(db, job_of(r[0], r[1], state), actor, now=now, ttl=lease)
             db.conn.executemany("UPDATE watch_stops SET state = ? WHERE key = ?", [[DIGESTED, r[0]] for r in over])
             self.store.record_step(
                 None,
@@ -449,6 +449,8 @@ class WatchStore:
             )
         claims = []
         for key, sid, signature, revision, _active in stuck:
+            if state == CLAIMED and held.get(key) is None:
+                continue  # another holder's lease on it still runs: it is that holder's to say
             claims.append(Claim(stop=self._stop(key, sid, signature, revision), state=state, lease=held.get(key)))
         return claims, [(str(r[1]), str(r[2])) for r in over]
 

@@ -379,6 +379,9 @@ class Watcher:
     def _say(self, claim: Claim, now: datetime) -> None:
         if claim.state not in (CLAIMED, THREAD):
             return  # folded into the storm message, dropped while paused, held for the digest
+        if claim.lease is None:  # never posted unfenced (issue 37 item 3): only a claim's holder says it
+            log.warning("watch: the stop of %s has no lease of this watcher's; not posting it", claim.stop.session_id)
+            return
         try:
             with self.leases.held(claim.lease):  # a slow diagnosis or post never looks dead
                 self._post_case(claim, now)
