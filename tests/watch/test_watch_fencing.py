@@ -155,3 +155,24 @@ def test_a_claim_written_before_leases_is_taken_over_as_run_out(
     assert len(_named(slack_api, sid)) == 1 and new.status().counts == {"posted": 1}
     lease = new.store.leases.get(claim.lease.job)
     assert lease is not None and lease.holder == new.owner
+
+
+def test_a_stop_held_by_a_pause_is_said_only_under_a_lease_of_its_own(
+    sbx: SandboxHandle, make_watcher: Callable[..., Watcher], slack_api: SlackStandIn, clock: ManualClock
+) -> None:
+    """At the pause's end a still-stuck stop whose job another holder's running lease covers is left to
+    that holder (not posted unfenced); once that lease ran out it is taken over and said once."""
+    (sid,) = _healthy(sbx, 1, "ses_wp")
+    slack_api.channel_members[CHANNEL] = ["U0ALICE"]
+    w = make_watcher()
+    w.pause("U0ALICE", None)
+    sbx.admin.stop(sid)
+    w.poll_once()
+    (key,) = [s.inputs["key"] for s in w.store.steps() if s.step == "watch_stop"]
+    assert w.store.leases.acquire(f"watch:{key}", "watch:elsewhere:1:x", ttl=LEASE) is not None
+    w.resume("U0ALICE")
+    w.poll_once()
+    assert _named(slack_api, sid) == []  # another holder's to say while its lease runs
+    clock.advance(LEASE + 1)
+    w.poll_once()
+    assert len(_named(slack_api, sid)) == 1 and w.status().counts == {"posted": 1}
