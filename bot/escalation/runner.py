@@ -10,7 +10,9 @@ in the thread by its key line; then edit the live line of pending requests (at m
 Why no reminder follows a decision (approve, confirm, reject, withdraw, void, expire):
 
 1. A post of step *s* happens only after the claim of *s* committed while the request was pending,
-   and only while the claim's lease has at least ``POST_MARGIN`` left; the poster's one HTTP attempt
+   only after a write transaction just before it fenced the step's lease (``ladder:<request>:<index>``,
+   bot/store/leases.py: still this runner's, with its token, and running) and recorded the post
+   under its token, and only while the claim's lease has at least ``POST_MARGIN`` left; the poster's one HTTP attempt
    (no retry, no 429 sleep) times out within that margin. So every post ends before its lease ends.
 2. A request leaves ``requested``/``recheck`` only through :meth:`RequestStore.transition`, which,
    in the same transaction, refuses while any claim of the request holds an unexpired lease
@@ -23,16 +25,15 @@ Why no reminder follows a decision (approve, confirm, reject, withdraw, void, ex
 Nothing is lost or said twice: a row is ``posted`` only after Slack answered; a claim whose owner died
 (SIGKILL, restart) is taken over once its lease lapsed, and the new owner posts only if the thread has
 no message with the step's key line (an unreadable thread: it waits for the next pass). The caveat any
-lease has: a process frozen mid-post for longer than the margin (SIGSTOP) could post late.
+lease has: a process frozen mid-post for longer than the margin (SIGSTOP) could post late. A runner
+deposed before its fence (its step taken over with token + 1 while it was paused, or while its clock
+lagged) posts nothing and marks nothing: every mark of a row is fenced in its own transaction too.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -48,6 +49,7 @@ from bot.escalation.status import who_may_approve
 from bot.escalation.store import Claim, LadderStore
 from bot.format import duration
 from bot.messages import Message
+from bot.store.leases import holder_id
 
 log = logging.getLogger("bot.escalation")
 
@@ -86,7 +88,8 @@ class Pass:
 
 
 def owner_id() -> str:
-    return f"escalation:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    """The runner's lease holder (bot/store/leases.py): this process of the ladder."""
+    return holder_id("escalation")
 
 
 def _ids(value: object) -> list[str]:
@@ -210,8 +213,8 @@ class LadderRunner:
                 log.exception("escalation: cannot look for step %s#%s in its thread", claim.request_id, claim.index)
                 return
             if found is not None:
-                self.rows.posted(claim, found, self.ctx.now())
-                done.found.append((claim.request_id, claim.index))
+                if self.rows.posted(claim, found, self.ctx.now()):
+                    done.found.append((claim.request_id, claim.index))
                 return
             if claim.ended:
                 self.rows.cancel(claim)  # never said, and its request has ended: it never will be
@@ -220,11 +223,13 @@ class LadderRunner:
         if (claim.lease_until - now).total_seconds() < self.margin:
             return  # too late to post within the lease: a live runner takes it over (module docstring, 1)
         message = self._message(req, claim, inputs, now)
+        if not self.rows.posting(claim):
+            return  # deposed (issue 37 item 3): the runner that took the step over with token + 1 posts it
         ts = poster.post(channel, message, thread_ts)
         if ts is None:
             return  # Slack did not answer: the lease lapses, a runner looks in the thread and posts
-        if not instead:
-            self.rows.posted(claim, ts, self.ctx.now())
+        if not instead and not self.rows.posted(claim, ts, self.ctx.now()):
+            return  # deposed after the post: the taker finds it in the thread by its key line
         done.posted.append((claim.request_id, claim.index))
 
     @staticmethod

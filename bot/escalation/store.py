@@ -8,10 +8,13 @@ reminder follows a decision is in bot/escalation/runner.py.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+
+from sqlite_utils import Database
 
 from bot.clock import isoformat, parse_time
 from bot.decisions._ladder_rows import (
@@ -26,8 +29,11 @@ from bot.decisions._ladder_rows import (
     UNSAID,
     migrations,
 )
-from bot.store import Store
+from bot.store import Store, leases
+from bot.store.leases import Lease
 from bot.vocab import Step
+
+log = logging.getLogger("bot.escalation")
 
 __all__ = ["Claim", "LadderStore", "migrations"]
 
@@ -52,6 +58,22 @@ class Claim:
     taken_over: bool = False
     inputs: Mapping[str, Any] | None = None
     ended: bool = False  # the request ended since: found in the thread → posted, else cancelled
+    #: The step's lease (job :func:`job_of`) with its fencing token: every post and mark is fenced by
+    #: it. None only for a requester's ``remind`` mention in place of a widening (no row, no job).
+    lease: Lease | None = None
+
+
+def job_of(request_id: str, index: int) -> str:
+    """The lease job of a ladder step (issue 37: ``ladder:<request id>:<step index>``; :meth:`LadderStore.due`
+    builds the same text in SQL)."""
+    return f"ladder:{request_id}:{index}"
+
+
+def job_key(job: str) -> tuple[str, int]:
+    """(request, index) of a ladder step's job (request ids hold no colon)."""
+    _, rest = job.split(":", 1)
+    request_id, index = rest.rsplit(":", 1)
+    return request_id, int(index)
 
 
 def _iso(when: datetime) -> str:
@@ -71,9 +93,12 @@ class LadderStore:
         """(request, index) of rows a runner may try to claim now (read without the lock)."""
         n = _iso(now)
         with self.store.read() as db:
+            # A claimed row is claimable once its lease is not running (a row from before leases has none).
             rows = db.execute(
-                f"SELECT request_id, idx FROM {ROWS} WHERE due_at <= ? AND (state IN (?, ?) OR "  # noqa: S608
-                "(state = ? AND held_until < ?) OR (state = ? AND lease_until < ?)) ORDER BY due_at, idx LIMIT ?",
+                f"SELECT request_id, idx FROM {ROWS} r WHERE due_at <= ? AND (state IN (?, ?) OR "  # noqa: S608
+                "(state = ? AND held_until < ?) OR (state = ? AND NOT EXISTS (SELECT 1 FROM leases l "
+                "WHERE l.job = 'ladder:' || r.request_id || ':' || r.idx AND l.until >= ?))) "
+                "ORDER BY due_at, idx LIMIT ?",
                 [n, DUE, UNSAID, HELD, n, CLAIMED, n, limit],
             ).fetchall()
         return [(str(r), int(i)) for r, i in rows]
@@ -97,27 +122,28 @@ class LadderStore:
         ``"busy"``: someone else holds or owns it; ``"early"``: ``remind`` ran within its interval,
         the text says until when). ``early_by``: the requester's ``remind`` runs it before its time."""
         n = _iso(now)
+        job = job_of(request_id, index)
         with self.store.write() as db:
             row = db.execute(
-                f"SELECT r.kind, r.session_id, r.state, r.due_at, r.held_until, r.lease_until, d.state, r.claimed_by "  # noqa: S608
+                f"SELECT r.kind, r.session_id, r.state, r.due_at, r.held_until, d.state, r.claimed_by "  # noqa: S608
                 f"FROM {ROWS} r JOIN decision_requests d ON d.id = r.request_id WHERE r.request_id = ? AND r.idx = ?",
                 [request_id, index],
             ).fetchone()
             if row is None:
                 return "gone"
-            kind, sid, state, due_at, held_until, lease_until, req_state, previous_owner = row
+            kind, sid, state, due_at, held_until, req_state, previous_owner = row
             if state in (POSTED, CANCELLED):
                 return "gone"
-            if state == CLAIMED and (lease_until or "") >= n:
-                return "busy"  # its owner is posting it (or may be, until its lease ends)
+            # Who may post is the lease's (bot/store/leases.py); a claim written before leases has none: run out.
+            if state == CLAIMED and leases.running(db, job, now=now) is not None:
+                return "busy"  # its holder is posting it (or may be, until its lease ends)
             wanted = ("expired",) if index == EXPIRY_INDEX else PENDING
-            if req_state not in wanted and state == CLAIMED and (lease_until or "") < n:
+            if req_state not in wanted and state == CLAIMED:
                 # Its owner died mid-post and the request has ended since: look in the thread only.
-                db.execute(
-                    f"UPDATE {ROWS} SET claimed_by = ?, lease_until = ? WHERE request_id = ? AND idx = ?",  # noqa: S608
-                    [owner, _iso(now + timedelta(seconds=lease)), request_id, index],
-                )
-                return Claim(request_id, index, str(kind), str(sid), now + timedelta(seconds=lease), True, ended=True)
+                got = self._lease(db, job, owner, now, lease_s=lease)
+                if got is None:
+                    return "busy"
+                return Claim(request_id, index, str(kind), str(sid), got.until, True, ended=True, lease=got)
             if req_state not in wanted:
                 if index != EXPIRY_INDEX or req_state not in PENDING:
                     # The request ended (or was decided before it expired): this step never comes.
@@ -129,8 +155,6 @@ class LadderStore:
                 return "busy"  # the expiry is due but not yet recorded: expire it first
             if state == HELD and (held_until or "") >= n:
                 return "busy"
-            if state == CLAIMED and (lease_until or "") >= n:
-                return "busy"
             if early_by is None and due_at > n:
                 return "busy"
             if early_by is not None and remind_interval is not None:
@@ -138,11 +162,9 @@ class LadderStore:
                 if last is not None and last + timedelta(seconds=remind_interval) > now:
                     return "early:" + _iso(last + timedelta(seconds=remind_interval))
             taken_over = state == CLAIMED
-            until = now + timedelta(seconds=lease)
-            db.execute(
-                f"UPDATE {ROWS} SET state = ?, claimed_by = ?, lease_until = ? WHERE request_id = ? AND idx = ?",  # noqa: S608
-                [CLAIMED, owner, _iso(until), request_id, index],
-            )
+            lease_row = self._lease(db, job, owner, now, lease_s=lease, state=CLAIMED)
+            if lease_row is None:
+                return "busy"  # a lease of this step still runs (a row put back to claimable meanwhile)
             step_inputs = {"request_id": request_id, "step": index, "kind": kind, **inputs}
             if early_by is not None:
                 step_inputs.update({"early": True, "by": early_by})
@@ -151,7 +173,13 @@ class LadderStore:
                     sid,
                     _actor(owner),
                     _STEP_OF_KIND[kind],
-                    {"request_id": request_id, "step": index, "kind": kind, "taken_over_from": previous_owner},
+                    {
+                        "request_id": request_id,
+                        "step": index,
+                        "kind": kind,
+                        "taken_over_from": previous_owner,
+                        "token": lease_row.token,
+                    },
                     "taken_over",
                     db=db,
                     opens_case=False,
@@ -160,7 +188,32 @@ class LadderStore:
                 self.store.record_step(
                     sid, _actor(owner), _STEP_OF_KIND[kind], step_inputs, "claimed", db=db, opens_case=False
                 )
-        return Claim(request_id, index, str(kind), str(sid), until, taken_over, None if taken_over else step_inputs)
+        return Claim(
+            request_id,
+            index,
+            str(kind),
+            str(sid),
+            lease_row.until,
+            taken_over,
+            None if taken_over else step_inputs,
+            lease=lease_row,
+        )
+
+    def _lease(
+        self, db: Database, job: str, owner: str, now: datetime, *, lease_s: float, state: str | None = None
+    ) -> Lease | None:
+        """Inside the claim's transaction: the step's lease for ``owner`` (the next token when a dead
+        holder's ran out), and the row marked as its (``claimed_by``/``lease_until`` mirror the lease
+        for the decisions core's in-flight check, bot/decisions/_ladder_rows.py; the lease decides)."""
+        got = leases.take_over(db, job, owner, now=now, ttl=lease_s)
+        if got is None:
+            return None
+        db.execute(
+            f"UPDATE {ROWS} SET state = COALESCE(?, state), claimed_by = ?, lease_until = ? "  # noqa: S608
+            "WHERE request_id = ? AND idx = ?",
+            [state, owner, _iso(got.until), *job_key(job)],
+        )
+        return got
 
     def record_instead(
         self,
@@ -230,12 +283,36 @@ class LadderStore:
                 return dict(s.inputs)
         return {}
 
-    def posted(self, claim: Claim, ts: str | None, now: datetime) -> None:
-        with self.store.write() as db:
-            db.execute(
-                f"UPDATE {ROWS} SET state = ?, posted_at = ?, ts = ? WHERE request_id = ? AND idx = ? AND state = ?",  # noqa: S608
-                [POSTED, _iso(now), ts, claim.request_id, claim.index, CLAIMED],
-            )
+    def posting(self, claim: Claim) -> bool:
+        """Just before the step's post, its own write transaction: the lease fenced and the post
+        recorded under its token (bot/store/leases.py). False: the holder was deposed (a live runner
+        took the step over with a higher token), so it posts nothing (logged, not raised)."""
+        if claim.lease is None:
+            return True  # a remind's mention instead of a widening: the requester's own command, no job
+        return self.store.leases.posting(claim.lease, f"step {claim.index} of {claim.request_id}")
+
+    def posted(self, claim: Claim, ts: str | None, now: datetime) -> bool:
+        """Mark the step posted, fenced in the same transaction: a deposed holder marks nothing."""
+        return self._mark(claim, "marking it posted", POSTED, posted_at=_iso(now), ts=ts)
+
+    def _mark(self, claim: Claim, what: str, state: str, **values: Any) -> bool:
+        """Set a claimed row's state (and ``values``), fenced by the claim's lease in the same write
+        transaction; its lease released after (the row's state says the rest). False: deposed."""
+        sets = "".join(f", {k} = ?" for k in values)
+        try:
+            with self.store.write() as db:
+                if claim.lease is not None:
+                    leases.fence(db, claim.lease, now=self.store.clock.now())
+                db.execute(
+                    f"UPDATE {ROWS} SET state = ?{sets} WHERE request_id = ? AND idx = ? AND state = ?",  # noqa: S608
+                    [state, *values.values(), claim.request_id, claim.index, CLAIMED],
+                )
+                if claim.lease is not None:
+                    leases.release(db, claim.lease)
+        except leases.LeaseLost as lost:
+            log.warning("escalation: not %s: %s", what, lost)
+            return False
+        return True
 
     def unsaid(self, request_id: str, index: int) -> bool:
         """A due step the front has nowhere to say: left claimable (the next pass tries again), never
@@ -247,21 +324,12 @@ class LadderStore:
             )
             return cur.rowcount == 1
 
-    def unclaim(self, claim: Claim) -> None:
+    def unclaim(self, claim: Claim) -> bool:
         """A claimed step found nowhere to go after all: back to ``unsaid`` (its lease given up)."""
-        with self.store.write() as db:
-            db.execute(
-                f"UPDATE {ROWS} SET state = ?, claimed_by = NULL, lease_until = NULL "  # noqa: S608
-                "WHERE request_id = ? AND idx = ? AND state = ?",
-                [UNSAID, claim.request_id, claim.index, CLAIMED],
-            )
+        return self._mark(claim, "giving it up", UNSAID, claimed_by=None, lease_until=None)
 
-    def cancel(self, claim: Claim) -> None:
-        with self.store.write() as db:
-            db.execute(
-                f"UPDATE {ROWS} SET state = ? WHERE request_id = ? AND idx = ? AND state = ?",  # noqa: S608
-                [CANCELLED, claim.request_id, claim.index, CLAIMED],
-            )
+    def cancel(self, claim: Claim) -> bool:
+        return self._mark(claim, "cancelling it", CANCELLED)
 
     def states(self, request_id: str) -> dict[int, str]:
         with self.store.read() as db:

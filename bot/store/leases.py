@@ -53,7 +53,7 @@ class _Transactions(Protocol):
 log = logging.getLogger(__name__)
 
 #: A released lease's expiry: before any real time, so the next acquire takes it over (token + 1).
-RELEASED = "0000-01-01T00:00:00.000Z"
+RELEASED = "0001-01-01T00:00:00.000Z"
 
 
 def holder_id(role: str) -> str:
@@ -86,7 +86,8 @@ def _iso(when: datetime) -> str:
 
 
 def _lease(job: str, holder: str, token: int, until: str) -> Lease:
-    when = parse_time(until)
+    # A lease released before RELEASED was year 1 kept year 0, which no datetime holds: the earliest one.
+    when = parse_time(until if until >= RELEASED else RELEASED)
     assert when is not None
     return Lease(job, holder, int(token), when)
 
@@ -122,6 +123,35 @@ def fence(db: Database, lease: Lease, *, now: datetime) -> None:
         raise LeaseLost(f"the lease of {lease.job} was taken over ({taken}); {lease.holder} records nothing")
     if str(row[2]) < _iso(now):
         raise LeaseLost(f"the lease of {lease.job} ran out at {row[2]}; {lease.holder} records nothing")
+
+
+def running(db: Database, job: str, *, now: datetime) -> Lease | None:
+    """Inside a transaction: the job's lease while it runs (anyone's), None when it ran out, was
+    released or was never held (a claim written before leases existed has no row: run out)."""
+    row = db.execute("SELECT holder, token, until FROM leases WHERE job = ?", [job]).fetchone()
+    if row is None or str(row[2]) < _iso(now):
+        return None
+    return _lease(job, str(row[0]), int(row[1]), str(row[2]))
+
+
+def take_over(db: Database, job: str, holder: str, *, now: datetime, ttl: float) -> Lease | None:
+    """Inside a write transaction: ``job`` for ``holder`` only if its lease is not running (its holder
+    died, or it was never leased), with the next token; None while anyone's lease runs, the caller's
+    own included (a live claim of its own is not a dead one to take over)."""
+    if running(db, job, now=now) is not None:
+        return None
+    return acquire(db, job, holder, now=now, ttl=ttl)
+
+
+def posting(db: Database, lease: Lease, what: str, *, now: datetime) -> None:
+    """Inside the write transaction just before a post made under ``lease``: :func:`fence`, then record
+    on the lease that ``what`` is being posted under its token (a taker sees how far the deposed holder
+    got). Raises :class:`LeaseLost` (nothing recorded) when the lease is no longer the holder's."""
+    fence(db, lease, now=now)
+    db.execute(
+        "UPDATE leases SET posting = ? WHERE job = ? AND token = ?",
+        [f"{what} at {_iso(now)}", lease.job, lease.token],
+    )
 
 
 def renew(db: Database, lease: Lease, *, now: datetime, ttl: float) -> Lease | None:
@@ -167,6 +197,23 @@ class Leases:
     def fence(self, db: Database, lease: Lease) -> None:
         fence(db, lease, now=self.now())
 
+    def posting(self, lease: Lease, what: str) -> bool:
+        """Its own write transaction just before a post (:func:`posting`): True when the post may be
+        made; False (logged, never raised to the loop) when the holder was deposed."""
+        try:
+            with self.store.write() as db:
+                posting(db, lease, what, now=self.now())
+        except LeaseLost as lost:
+            log.warning("not posting %s: %s", what, lost)
+            return False
+        return True
+
+    def posting_of(self, job: str) -> str | None:
+        """What the job's holder last recorded it was posting (None: nothing yet)."""
+        with self.store.read() as db:
+            row = db.execute("SELECT posting FROM leases WHERE job = ?", [job]).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
     def release(self, lease: Lease) -> bool:
         with self.store.write() as db:
             return release(db, lease)
@@ -178,14 +225,19 @@ class Leases:
         return None if row is None else _lease(job, str(row[0]), int(row[1]), str(row[2]))
 
     @contextmanager
-    def held(self, lease: Lease, ttl: float) -> Iterator[LeaseHolding]:
+    def held(
+        self, lease: Lease, ttl: float, *, release: bool = True, every: float | None = None
+    ) -> Iterator[LeaseHolding]:
         """Keep ``lease`` renewed every third of ``ttl`` while the block runs; the holding says whether
-        it is still held (``lost`` once a renewal was refused). Released at the end."""
+        it is still held (``lost`` once a renewal was refused). Released at the end, unless ``release``
+        is False (a job whose work failed stays its holder's until the lease runs out, then is taken
+        over as a dead holder's would be). ``every``: renew this often instead."""
         holding = LeaseHolding(lease)
+        wait = every if every is not None else max(ttl / 3.0, 0.05)
         done = threading.Event()
 
         def keep() -> None:
-            while not done.wait(max(ttl / 3.0, 0.05)):
+            while not done.wait(wait):
                 try:
                     renewed = self.renew(holding.lease, ttl)
                 except Exception:  # noqa: BLE001 - a busy store: the next round tries again
@@ -195,6 +247,7 @@ class Leases:
                     holding.lost = True
                     return
                 holding.lease = renewed
+                holding.renewals += 1
 
         thread = threading.Thread(target=keep, name=f"recover-lease-{lease.job}", daemon=True)
         thread.start()
@@ -203,7 +256,7 @@ class Leases:
         finally:
             done.set()
             thread.join(timeout=5)
-            if not holding.lost:
+            if release and not holding.lost:
                 try:
                     self.release(holding.lease)
                 except Exception:  # noqa: BLE001 - it runs out by itself
@@ -216,3 +269,4 @@ class LeaseHolding:
 
     lease: Lease
     lost: bool = False
+    renewals: int = 0

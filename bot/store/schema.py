@@ -125,3 +125,10 @@ def _m0004(db: Database) -> None:
             until TEXT NOT NULL
         )"""
     )
+
+
+@core(name="0005_lease_posting")
+def _m0005(db: Database) -> None:
+    """What a lease's holder is posting under its token (bot/store/leases.py ``posting``), written in
+    the fenced transaction just before the post. Leases written before keep NULL (nothing recorded)."""
+    db.execute("ALTER TABLE leases ADD COLUMN posting TEXT")

@@ -120,13 +120,14 @@ def say_handoff(
     """Post a claimed shift change's head, then each listed case (with Take) and request in its thread,
     each with its key line. ``look`` (a claim taken over from a dead owner): each part is looked for
     in the channel by its key line first and posted only if missing, so no part is said twice and none
-    is lost, wherever the kill landed. The lease is renewed throughout and checked before each post: a
-    stalled owner whose claim was taken over posts nothing more."""
+    is lost, wherever the kill landed. The lease (job ``handoff:<time>``) is renewed throughout,
+    fenced and recorded under its token just before each post, and fenced again by each mark: an owner
+    deposed meanwhile (taken over with token + 1) posts and marks nothing more."""
     spec, change = runbooks.handoff, _change_of(claim.stop.session_id)
     if spec is None or handoff is None or change is None:
         return
-    key = claim.stop.key
-    with leases.held(key):
+    key, lease = claim.stop.key, claim.lease
+    with leases.held(lease):
         first, parts = handoff(ACTOR, change)
         local = change.astimezone(ZoneInfo(spec.time_zone)).strftime("%H:%M")
         changes = shift_changes(spec.times, spec.time_zone, change)
@@ -138,20 +139,21 @@ def say_handoff(
         )
         root = claim.thread_ts or (poster.find(channel, key_line(key)) if look else None)
         if root is None:
-            if not leases.renew(key):
+            if not leases.posting(lease, f"the head of {key}"):
                 return
             root = poster.post(channel, head)
             if root is None:
                 raise RuntimeError("Slack did not take the hand-off's head; the claim is taken over later")
-            saved.rooted(key, channel, root)
+            if not saved.rooted(key, channel, root, lease=lease):
+                return
         for part, message in parts:
             line = key_line(f"{key}:{part}:")
             if look and poster.find(channel, line, root) is not None:
                 continue
-            if not leases.renew(key):
+            if not leases.posting(lease, f"part {part} of {key}"):
                 return
             offered = with_take(message)
             if poster.post(channel, dataclasses.replace(offered, lines=[*offered.lines, line]), root) is None:
                 # Not marked posted: the lease runs out and a taker posts what is still missing.
                 raise RuntimeError(f"Slack did not take the hand-off's part {part}; it is taken over later")
-        saved.posted(key, channel, root, root_ts=root, now=now)
+        saved.posted(key, channel, root, root_ts=root, now=now, lease=lease)

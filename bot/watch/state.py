@@ -30,3 +30,7 @@ class WatchStatus:
     cursor: dict[str, Any] | None = None
     #: What makes it poll when no loop runs it (the demo's console commands); None: its interval.
     polls_on: str | None = None
+    #: Who holds the installation's poll lease now (one bot polls; the others stand by), None: nobody.
+    poller: str | None = None
+    #: Whether that is this bot's watcher.
+    polling: bool = False

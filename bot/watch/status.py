@@ -30,6 +30,15 @@ def cursor_text(state: dict[str, Any] | None) -> str:
     return f"stopped at page {pages + 1} (cursor {shown}): it failed; the next poll reads every page again"
 
 
+def poller_text(st: WatchStatus) -> str:
+    """One line: which holder polls the listing (issue 37: one bot polls, the others stand by)."""
+    if st.poller is None:
+        return "nobody right now (the next poll takes it)"
+    if st.polling:
+        return f"this bot ({st.poller})"
+    return f"another bot ({st.poller}); this one stands by and takes over if that one stops"
+
+
 def status_reply(st: WatchStatus, channel: str) -> Reply:
     """``/recover watch``: on, paused or failing first, then the poll times, the cursor and the counts."""
     if st.failing_since is not None:
@@ -50,6 +59,7 @@ def status_reply(st: WatchStatus, channel: str) -> Reply:
         ("posted", str(st.posted)),
         ("folded into a storm's triage", str(st.suppressed)),
         ("errors", str(st.errors)),
+        ("polled by", poller_text(st)),
     ]
     if st.held:
         facts.append(("held by the pause", str(st.held)))

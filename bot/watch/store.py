@@ -3,16 +3,20 @@
 Two bot processes on one file, a restart or a SIGKILL between the commit and the post never post a
 stop twice: the key's row is written under the store's ``BEGIN IMMEDIATE`` lock with the
 ``watch_stop`` step in the same commit, and only the process whose insert made the row posts. A
-claim carries a lease (its owner and an expiry, the runbook's ``watch: claim_lease``): a process
+claim is held under a lease with a fencing token (bot/store/leases.py, job ``watch:<stop key>`` or
+``handoff:<time>``, the runbook's ``watch: claim_lease``; the row keeps only the state): a process
 killed between the commit and Slack's answer leaves the stop ``claimed`` until the lease runs out,
-then one live watcher takes it over (:meth:`WatchStore.take_over`, under the same lock) and looks
-for the stop's key in the channel before it posts, so it is neither missed nor said twice.
+then one live watcher takes it over with the next token (:meth:`WatchStore.take_over`, under the same
+lock) and looks for the stop's key in the channel before it posts, so it is neither missed nor said
+twice; the marks after a post are fenced by the lease, so a deposed holder marks nothing. The rows'
+``lease_until`` column (migration 0002) is no longer read: a claim with no lease row is run out.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,11 +26,13 @@ from sqlite_utils.migrations import Migrations
 
 from bot.clock import isoformat
 from bot.ids import DEFAULT_INSTALLATION
-from bot.store import Store
+from bot.store import Store, leases
+from bot.store.leases import Lease, LeaseLost
 from bot.vocab import Step
 from bot.watch.stops import Stop
 
 migrations = Migrations("watch")
+log = logging.getLogger(__name__)
 
 #: A stop's states: to be posted as a case, in its case's thread (flapping), folded into the storm's
 #: triage message, held in quiet hours (then ``digested``: said in the digest at the window's end),
@@ -90,6 +96,15 @@ class Claim:
     stop: Stop
     state: str
     thread_ts: str | None = None  # the case's root message, when the session is flapping
+    #: Who may post it (bot/store/leases.py, job :func:`job_of`) with its fencing token: every post and
+    #: mark is fenced by it. None for a stop said only inside another message (storm, digests).
+    lease: Lease | None = None
+
+
+def job_of(key: str, session_id: str, state: str) -> str:
+    """A claim's lease job: ``watch:<stop key>`` for a stop, the change's own ``handoff:<time>`` for a
+    shift change's hand-off (its row's session is that name)."""
+    return str(session_id) if state in NOT_STOPS else f"watch:{key}"
 
 
 def _recent(db: Database, installation: str, now: datetime, window: float) -> int:
@@ -234,6 +249,11 @@ class WatchStore:
             state = STORM
         else:
             state = CLAIMED
+        lease_row = None
+        if state in (CLAIMED, THREAD):  # said by this process alone: under a lease (issue 37 item 3)
+            lease_row = leases.take_over(db, job_of(stop.key, stop.session_id, state), actor, now=now, ttl=lease)
+            if lease_row is None:
+                return None  # another holder's lease on this key still runs
         db.table("watch_stops").insert(
             {
                 "key": stop.key,
@@ -246,7 +266,6 @@ class WatchStore:
                 "state": state,
                 "claimed_by": actor,
                 "root_ts": thread_ts,
-                "lease_until": _iso(now + timedelta(seconds=lease)),
             }
         )
         self.store.record_step(
@@ -264,25 +283,26 @@ class WatchStore:
             db=db,
             opens_case=state != KNOWN,  # known, not new: on the chain, no case nobody opened
         )
-        return Claim(stop=stop, state=state, thread_ts=thread_ts)
+        return Claim(stop=stop, state=state, thread_ts=thread_ts, lease=lease_row)
 
     def take_over(self, *, actor: str, now: datetime, lease: float) -> list[Claim]:
         """Claims whose lease ran out unposted (their owner died between the commit and Slack's
-        answer), now owned by ``actor`` for ``lease`` seconds: the caller looks for each in the channel
-        before it posts. Taken under the write lock, so one process takes each."""
+        answer), now ``actor``'s under the next fencing token for ``lease`` seconds: the caller looks
+        for each in the channel before it posts. Taken under the write lock, so one process takes each;
+        a claim written before leases existed has no lease: run out (bot/store/leases.py)."""
         with self.store.write() as db:
             rows = db.conn.execute(
                 "SELECT key, session_id, signature, revision, state, root_ts, claimed_by FROM watch_stops "
                 "WHERE installation = ? AND state IN (?, ?, ?) AND posted_at IS NULL "
-                "AND (lease_until IS NULL OR lease_until < ?) ORDER BY first_seen_at, session_id",
-                [self.installation, CLAIMED, THREAD, HANDOFF, _iso(now)],
+                "ORDER BY first_seen_at, session_id",
+                [self.installation, CLAIMED, THREAD, HANDOFF],
             ).fetchall()
             taken: list[Claim] = []
             for key, sid, signature, revision, state, root_ts, owner in rows:
-                db.conn.execute(
-                    "UPDATE watch_stops SET claimed_by = ?, lease_until = ? WHERE key = ?",
-                    [actor, _iso(now + timedelta(seconds=lease)), key],
-                )
+                got = leases.take_over(db, job_of(key, sid, state), actor, now=now, ttl=lease)
+                if got is None:
+                    continue  # its holder's lease still runs
+                db.conn.execute("UPDATE watch_stops SET claimed_by = ? WHERE key = ?", [actor, key])
                 stop = self._stop(key, sid, signature, revision)
                 if state == HANDOFF:  # a shift change's post: on the chain outside any case
                     self.store.record_step(
@@ -291,10 +311,12 @@ class WatchStore:
                         Step.HANDOFF,
                         {"shift_change": sid, "key": key},
                         "taken_over",
-                        detail={"from": owner},
+                        detail={"from": owner, "token": got.token},
                         db=db,
                     )
-                    taken.append(Claim(stop=stop, state=HANDOFF, thread_ts=str(root_ts) if root_ts else None))
+                    taken.append(
+                        Claim(stop=stop, state=HANDOFF, thread_ts=str(root_ts) if root_ts else None, lease=got)
+                    )
                     continue
                 self.store.record_step(
                     stop.session_id,
@@ -302,21 +324,24 @@ class WatchStore:
                     Step.WATCH_STOP,
                     {"key": key, "installation": self.installation, "revision": revision},
                     "taken_over",
-                    detail={"from": owner, "state": state},
+                    detail={"from": owner, "state": state, "token": got.token},
                     db=db,
                 )
-                taken.append(Claim(stop=stop, state=str(state), thread_ts=str(root_ts) if root_ts else None))
+                taken.append(Claim(stop=stop, state=str(state), thread_ts=str(root_ts) if root_ts else None, lease=got))
         return taken
 
-    def renew(self, key: str, *, actor: str, now: datetime, lease: float) -> bool:
-        """Extend ``actor``'s lease on an unposted claim to ``lease`` seconds from now; False when the
-        claim is no longer ``actor``'s (its lease ran out and a live watcher took it over) or is posted."""
-        with self.store.write() as db:
-            cur = db.conn.execute(
-                "UPDATE watch_stops SET lease_until = ? WHERE key = ? AND claimed_by = ? AND posted_at IS NULL",
-                [_iso(now + timedelta(seconds=lease)), key, actor],
-            )
-            return cur.rowcount == 1
+    def _fenced(self, lease: Lease | None, what: str, sql: str, args: list[Any]) -> bool:
+        """One write transaction: ``lease`` fenced (still its holder's, same token, running), then the
+        mark. False, nothing marked, when the holder was deposed (logged, never raised to the loop)."""
+        try:
+            with self.store.write() as db:
+                if lease is not None:
+                    leases.fence(db, lease, now=self.store.clock.now())
+                db.conn.execute(sql, args)
+        except LeaseLost as lost:
+            log.warning("watch: not %s: %s", what, lost)
+            return False
+        return True
 
     def recent(self, *, now: datetime, window: float) -> int:
         """Stops said (or folded into a storm) within the storm window: what a burst adds to."""
@@ -333,14 +358,18 @@ class WatchStore:
             ).fetchall()
         return {(str(sid), str(sig)) for sid, sig in rows}
 
-    def posted(self, key: str, channel: str, ts: str | None, *, root_ts: str | None, now: datetime) -> None:
-        """Where the stop was said (``root_ts``: the case's top-level message a flap replies under)."""
-        with self.store.write() as db:
-            db.conn.execute(
-                "UPDATE watch_stops SET channel = ?, ts = ?, root_ts = COALESCE(root_ts, ?), posted_at = ?, "
-                "state = CASE WHEN state IN (?, ?) THEN ? WHEN state = ? THEN ? ELSE state END WHERE key = ?",
-                [channel, ts, root_ts, _iso(now), CLAIMED, THREAD, POSTED, HANDOFF, HANDOFF_POSTED, key],
-            )
+    def posted(
+        self, key: str, channel: str, ts: str | None, *, root_ts: str | None, now: datetime, lease: Lease | None
+    ) -> bool:
+        """Where the stop was said (``root_ts``: the case's top-level message a flap replies under),
+        fenced by the claim's lease in the same transaction: False (nothing marked) for a deposed holder."""
+        return self._fenced(
+            lease,
+            f"marking {key} posted",
+            "UPDATE watch_stops SET channel = ?, ts = ?, root_ts = COALESCE(root_ts, ?), posted_at = ?, "
+            "state = CASE WHEN state IN (?, ?) THEN ? WHEN state = ? THEN ? ELSE state END WHERE key = ?",
+            [channel, ts, root_ts, _iso(now), CLAIMED, THREAD, POSTED, HANDOFF, HANDOFF_POSTED, key],
+        )
 
     def settle(self, listed: set[str], *, now: datetime, keep_for: float) -> None:
         """After a complete listing: stops of sessions no longer listed are over; over stops older than
@@ -401,9 +430,13 @@ class WatchStore:
             storm = len(stuck) + _recent(db, self.installation, now, storm_window) > storm_threshold
             state = STORM if storm else CLAIMED
             db.conn.executemany(
-                "UPDATE watch_stops SET state = ?, claimed_by = ?, lease_until = ? WHERE key = ?",
-                [[state, actor, _iso(now + timedelta(seconds=lease)), r[0]] for r in stuck],
+                "UPDATE watch_stops SET state = ?, claimed_by = ? WHERE key = ?",
+                [[state, actor, r[0]] for r in stuck],
             )
+            held: dict[str, Lease | None] = {}
+            for r in stuck:  # each case said by this process alone, under its lease (a storm's are not)
+                if state == CLAIMED:
+                    held[str(r[0])] = leases.take_over(db, job_of(r[0], r[1], state), actor, now=now, ttl=lease)
             db.conn.executemany("UPDATE watch_stops SET state = ? WHERE key = ?", [[DIGESTED, r[0]] for r in over])
             self.store.record_step(
                 None,
@@ -416,7 +449,9 @@ class WatchStore:
             )
         claims = []
         for key, sid, signature, revision, _active in stuck:
-            claims.append(Claim(stop=self._stop(key, sid, signature, revision), state=state))
+            if state == CLAIMED and held.get(key) is None:
+                continue  # another holder's lease on it still runs: it is that holder's to say
+            claims.append(Claim(stop=self._stop(key, sid, signature, revision), state=state, lease=held.get(key)))
         return claims, [(str(r[1]), str(r[2])) for r in over]
 
     def counts(self) -> dict[str, int]:
@@ -458,6 +493,9 @@ class WatchStore:
             ).fetchone()
             if legacy or conn.execute("SELECT 1 FROM watch_stops WHERE key = ?", [stop.key]).fetchone():
                 return None
+            got = leases.take_over(db, job_of(stop.key, name, HANDOFF), actor, now=now, ttl=lease)
+            if got is None:
+                return None  # another holder's lease on this change still runs
             db.table("watch_stops").insert(
                 {
                     "key": stop.key,
@@ -469,7 +507,6 @@ class WatchStore:
                     "active": 0,
                     "state": HANDOFF,
                     "claimed_by": actor,
-                    "lease_until": _iso(now + timedelta(seconds=lease)),
                 }
             )
             self.store.record_step(
@@ -480,12 +517,17 @@ class WatchStore:
                 "posted_by_watch",
                 db=db,
             )
-        return Claim(stop=stop, state=HANDOFF)
+        return Claim(stop=stop, state=HANDOFF, lease=got)
 
-    def rooted(self, key: str, channel: str, ts: str) -> None:
-        """Where a hand-off's head was posted (its parts follow in its thread; the claim stays open)."""
-        with self.store.write() as db:
-            db.conn.execute("UPDATE watch_stops SET channel = ?, root_ts = ? WHERE key = ?", [channel, ts, key])
+    def rooted(self, key: str, channel: str, ts: str, *, lease: Lease | None) -> bool:
+        """Where a hand-off's head was posted (its parts follow in its thread; the claim stays open),
+        fenced like :meth:`posted`."""
+        return self._fenced(
+            lease,
+            f"recording the head of {key}",
+            "UPDATE watch_stops SET channel = ?, root_ts = ? WHERE key = ?",
+            [channel, ts, key],
+        )
 
     def seen_since(self, since: datetime) -> int:
         with self.store.read() as db:

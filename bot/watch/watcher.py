@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import socket
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -29,6 +26,7 @@ from bot.redact import redact
 from bot.runbook.installation import WatchSectionSpec
 from bot.runbook.model import RunbookSet
 from bot.store import Store
+from bot.store.leases import Lease
 from bot.triage import runbook_limit
 from bot.vocab import Step
 from bot.watch.lease import LeaseKeeper
@@ -80,6 +78,8 @@ class PollResult:
     error: str | None = None
     pages: int = 0  # pages read this poll
     cursor: str | None = None  # the cursor of the page read last (None: the first page)
+    #: Not polled: another bot's watcher holds this installation's poll lease (its holder).
+    standby: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,11 +123,13 @@ class Watcher:
         self.channel = channel
         self.installation = installation
         self.saved = WatchStore(store, installation)
-        # The lease owner: this process (two watchers of one process are two owners too).
-        self.owner = f"{ACTOR}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.store = store
-        self.leases = LeaseKeeper(self.saved, owner=self.owner, lease=self.spec.seconds("claim_lease"), clock=clock)
+        # The lease holder: this process (two watchers of one process are two holders too).
+        self.leases = LeaseKeeper(store, lease=self.spec.seconds("claim_lease"))
+        self.owner = self.leases.owner
         self.interval = interval if interval is not None else self.spec.seconds("poll_interval")
+        #: This installation's poll lease while this watcher holds it (one bot polls: issue 37 item 3).
+        self.poll_lease: Lease | None = None
         self.handoff = handoff  # the ``handoff`` command's own digest (cases, requests, batches)
         self.members = members  # who may pause and resume: the watch channel's members
         self.console_users = dict(console_users or {})
@@ -169,41 +171,85 @@ class Watcher:
         self._wake.set()
         if self.trigger is not None:
             self.trigger.stop()
+        held, self.poll_lease = self.poll_lease, None
+        if held is not None:  # a clean stop hands the polling on at once (a dead one's runs out)
+            try:
+                self.store.leases.release(held)
+            except Exception:  # noqa: BLE001 - it runs out by itself
+                log.warning("watch: releasing the poll lease failed; it runs out by itself")
+
+    # -- who polls -----------------------------------------------------------------------------
+
+    @property
+    def poll_job(self) -> str:
+        """The lease job one bot polls this installation under (``watch-poll:<installation>``)."""
+        return f"watch-poll:{self.installation}"
+
+    def poll_ttl(self) -> float:
+        """How long the poll lease outlives a poll: past the next poll's time, and never shorter than
+        a claim's lease (a standby takes over about when it would take a dead poller's claims over)."""
+        return max(self.spec.seconds("claim_lease"), 2.0 * self.interval)
+
+    def _take_poll(self) -> Lease | None:
+        """This watcher's poll lease, renewed (or taken over when its holder died); None: stand by."""
+        self.poll_lease = self.store.leases.acquire(self.poll_job, self.owner, self.poll_ttl())
+        return self.poll_lease
+
+    def poller(self) -> tuple[str | None, bool]:
+        """(who polls this installation, whether it is this watcher): the running poll lease's holder."""
+        lease = self.store.leases.get(self.poll_job)
+        if lease is None or lease.until < self.clock.now():
+            return None, False
+        return lease.holder, lease.holder == self.owner
+
+    def _standby(self) -> PollResult:
+        holder, _ = self.poller()
+        return PollResult(complete=False, standby=holder or "another watcher")
 
     # -- one poll ------------------------------------------------------------------------------
 
     def poll_once(self) -> PollResult:
+        """One poll, by the one watcher holding the poll lease (renewed while it runs); the others
+        stand by, doing nothing, until its holder stops or dies and the lease runs out."""
         with self._lock:
-            now = self.clock.now()
-            self.last_poll = now
-            self.next_poll = None if self.polls_on else now + timedelta(seconds=self.interval)
-            result = self._read_and_claim(now)
-            self._take_over(now)
-            self._health(result, now)
-            self.saved.put(
-                "cursor", cursor_state(complete=result.complete, pages=result.pages, cursor=result.cursor, at=now)
-            )
-            if result.complete:
-                self.seen = result.listed
-                self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
-            if result.complete and not self.paused(now):
-                self._end_of_pause(now)
-            stormed = sum(c.state == STORM for c in result.claimed)
-            if stormed:
-                self._post_storm(now, stormed)
-            if not self.quiet(now):
-                post_digest(self.saved, self.poster, self.channel, self.spec, ACTOR)
-            try:
-                post_handoff(self.saved, self.poster, self.channel, self.runbooks, self.handoff, now, self.leases)
-            except Exception:  # noqa: BLE001 - the claim stays unposted: a live watcher takes it over
-                log.exception("watch: posting the shift change's hand-off failed")
-                self.errors += 1
-            return result
+            poll = self._take_poll()
+            if poll is None:
+                return self._standby()
+            with self.leases.held(poll, ttl=self.poll_ttl()):
+                return self._poll(self.clock.now())
+
+    def _poll(self, now: datetime) -> PollResult:
+        self.last_poll = now
+        self.next_poll = None if self.polls_on else now + timedelta(seconds=self.interval)
+        result = self._read_and_claim(now)
+        self._take_over(now)
+        self._health(result, now)
+        self.saved.put(
+            "cursor", cursor_state(complete=result.complete, pages=result.pages, cursor=result.cursor, at=now)
+        )
+        if result.complete:
+            self.seen = result.listed
+            self.saved.put("poll", {"at": isoformat(now), "by": ACTOR, "listed": result.listed})
+        if result.complete and not self.paused(now):
+            self._end_of_pause(now)
+        stormed = sum(c.state == STORM for c in result.claimed)
+        if stormed:
+            self._post_storm(now, stormed)
+        if not self.quiet(now):
+            post_digest(self.saved, self.poster, self.channel, self.spec, ACTOR)
+        try:
+            post_handoff(self.saved, self.poster, self.channel, self.runbooks, self.handoff, now, self.leases)
+        except Exception:  # noqa: BLE001 - the claim stays unposted: a live watcher takes it over
+            log.exception("watch: posting the shift change's hand-off failed")
+            self.errors += 1
+        return result
 
     def note_known(self) -> PollResult:
         """Every stop listed now recorded as known, nothing posted: the sessions already stuck when
         watching began are not new stops (the demo's backlog at its start); each later stop is."""
         with self._lock:
+            if self._take_poll() is None:
+                return self._standby()  # the poller's own baseline stands: nothing marked known here
             now = self.clock.now()
             result = self._read_and_claim(now, baseline=True)
             if result.complete:
@@ -315,14 +361,16 @@ class Watcher:
                     self.errors += 1
                 continue
             try:
-                with self.leases.held(claim.stop.key):
+                with self.leases.held(claim.lease):
                     ts = self.poster.find(self.channel, key_line(claim.stop.key), claim.thread_ts)
             except Exception:  # noqa: BLE001 - unreadable channel: never post blind; the lease runs out again
                 log.exception("watch: cannot look for the stop of %s in the channel", claim.stop.session_id)
                 self.errors += 1
                 continue
             if ts is not None:
-                self.saved.posted(claim.stop.key, self.channel, ts, root_ts=claim.thread_ts or ts, now=now)
+                self.saved.posted(
+                    claim.stop.key, self.channel, ts, root_ts=claim.thread_ts or ts, now=now, lease=claim.lease
+                )
             else:
                 self._say(claim, now)
 
@@ -331,8 +379,11 @@ class Watcher:
     def _say(self, claim: Claim, now: datetime) -> None:
         if claim.state not in (CLAIMED, THREAD):
             return  # folded into the storm message, dropped while paused, held for the digest
+        if claim.lease is None:  # never posted unfenced (issue 37 item 3): only a claim's holder says it
+            log.warning("watch: the stop of %s has no lease of this watcher's; not posting it", claim.stop.session_id)
+            return
         try:
-            with self.leases.held(claim.stop.key):  # a slow diagnosis or post never looks dead
+            with self.leases.held(claim.lease):  # a slow diagnosis or post never looks dead
                 self._post_case(claim, now)
         except Exception:  # noqa: BLE001 - one unreadable session must not hold back the others
             log.exception("watch: posting the stop of %s failed", claim.stop.session_id)
@@ -341,9 +392,9 @@ class Watcher:
     def _post_case(self, claim: Claim, now: datetime) -> None:
         sid = claim.stop.session_id
         _, reply = self.diagnoser.diagnose_and_record(sid, ACTOR)
-        if not self.leases.renew(claim.stop.key):
-            # Stalled past the lease: the watcher that took the claim over looks for it and posts it.
-            log.warning("watch: the claim of %s was taken over before its post; not posting it", sid)
+        if not self.leases.posting(claim.lease, f"the stop {claim.stop.key}"):
+            # Deposed (stalled past the lease; taken over with token + 1): the taker looks and posts.
+            log.warning("watch: the claim of %s is no longer this watcher's; not posting it", sid)
             return
         first, *rest = reply.messages or [Message(headline=f"{sid}: no diagnosis")]
         if claim.state == THREAD:
@@ -357,7 +408,7 @@ class Watcher:
             ts = self.poster.post(self.channel, head, claim.thread_ts)
             for message in rest:
                 self.poster.post(self.channel, message, claim.thread_ts)
-            self.saved.posted(claim.stop.key, self.channel, ts, root_ts=claim.thread_ts, now=now)
+            self.saved.posted(claim.stop.key, self.channel, ts, root_ts=claim.thread_ts, now=now, lease=claim.lease)
             return
         head = dataclasses.replace(
             first,
@@ -368,7 +419,7 @@ class Watcher:
         ts = self.poster.post(self.channel, head)
         for message in rest:
             self.poster.post(self.channel, message, ts)
-        self.saved.posted(claim.stop.key, self.channel, ts, root_ts=ts, now=now)
+        self.saved.posted(claim.stop.key, self.channel, ts, root_ts=ts, now=now, lease=claim.lease)
 
     def _post_storm(self, now: datetime, count: int) -> None:
         """A burst: one message, posted by one process and updated in place after that. The process
@@ -478,6 +529,7 @@ class Watcher:
         counts = self.saved.counts()
         health = self.saved.get("health") or {}
         poll = self.saved.get("poll") or {}
+        poller, polling = self.poller()
         return WatchStatus(
             paused_until=parse_time(pause.get("until")) if pause.get("paused") else None,
             paused_by=str(pause["by"]) if pause.get("paused") and pause.get("by") else None,
@@ -494,6 +546,8 @@ class Watcher:
             last_error=self.last_error,
             counts=counts,
             polls_on=self.polls_on,
+            poller=poller,
+            polling=polling,
         )
 
     def status_reply(self) -> Reply:
@@ -507,4 +561,6 @@ class Watcher:
             "failing_since": isoformat(st.failing_since),
             "last_poll": isoformat(st.last_poll),
             "errors": st.errors,
+            "poller": st.poller,
+            "polling": st.polling,
         }

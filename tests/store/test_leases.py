@@ -13,7 +13,7 @@ import pytest
 
 from bot.clock import ManualClock
 from bot.store import Store
-from bot.store.leases import LeaseLost, holder_id
+from bot.store.leases import LeaseLost, holder_id, take_over
 
 
 def test_a_running_lease_is_refused_to_another_holder_and_renewed_for_its_own(store: Store, clock: ManualClock) -> None:
@@ -54,6 +54,8 @@ def test_a_lease_that_ran_out_fences_even_before_anyone_takes_it_over(store: Sto
 def test_a_released_lease_keeps_its_token_so_the_next_holder_fences_the_last(store: Store) -> None:
     lease = store.leases.acquire("handoff:2026-12-03T08:00", "bot-a", ttl=30)
     assert lease is not None and store.leases.release(lease)
+    released = store.leases.get("handoff:2026-12-03T08:00")  # readable as released: before any real time
+    assert released is not None and released.token == 1 and released.until.year == 1
     assert not store.leases.release(lease)  # released once
     nxt = store.leases.acquire("handoff:2026-12-03T08:00", "bot-b", ttl=30)
     assert nxt is not None and nxt.token == 2
@@ -66,6 +68,32 @@ def test_a_released_lease_keeps_its_token_so_the_next_holder_fences_the_last(sto
 def test_holders_are_told_apart_across_restarts_of_one_process() -> None:
     assert holder_id("worker") != holder_id("worker")
     assert holder_id("worker").startswith("worker:")
+
+
+def test_take_over_leaves_a_running_lease_alone_even_its_own_and_takes_a_run_out_one(
+    store: Store, clock: ManualClock
+) -> None:
+    with store.write() as db:
+        first = take_over(db, "watch:k1", "bot-a", now=clock.now(), ttl=30)
+        assert first is not None and first.token == 1  # never leased (a claim from before leases): run out
+        assert take_over(db, "watch:k1", "bot-a", now=clock.now(), ttl=30) is None  # its own live claim
+        assert take_over(db, "watch:k1", "bot-b", now=clock.now(), ttl=30) is None
+    clock.advance(31)
+    with store.write() as db:
+        nxt = take_over(db, "watch:k1", "bot-b", now=clock.now(), ttl=30)
+    assert nxt is not None and nxt.token == 2
+
+
+def test_posting_records_the_token_and_refuses_a_deposed_holder(store: Store, clock: ManualClock) -> None:
+    old = store.leases.acquire("ladder:req_1:0", "bot-a", ttl=30)
+    assert old is not None
+    assert store.leases.posting(old, "step 0")
+    assert (store.leases.posting_of("ladder:req_1:0") or "").startswith("step 0 at ")
+    clock.advance(31)
+    new = store.leases.acquire("ladder:req_1:0", "bot-b", ttl=30)
+    assert new is not None and new.token == 2
+    assert not store.leases.posting(old, "step 0 late")  # deposed: refused, not raised
+    assert (store.leases.posting_of("ladder:req_1:0") or "").startswith("step 0 at ")  # nothing recorded
 
 
 RACER = """

@@ -33,8 +33,9 @@ def real_sbx(sandbox_factory: Callable[..., SandboxHandle]) -> SandboxHandle:
 
 
 def _watcher(sbx: SandboxHandle, api: SlackStandIn, db: Path, runbooks: Path) -> Watcher:
+    # A 0.3 s interval: the poll lease (max(claim_lease, 2 intervals)) is the 1 s claim lease too.
     settings = load_settings({}, dotenv=None).model_copy(
-        update={"db_path": db, "watch_channel": CHANNEL, "runbooks_dir": runbooks}
+        update={"db_path": db, "watch_channel": CHANNEL, "runbooks_dir": runbooks, "watch_interval": 0.3}
     )
     poster = SlackWatchPoster(SlackOut(make_client(slack_settings(api, db))))
     ports = FrontPorts(watch_poster=lambda installation, named: poster)
@@ -87,8 +88,9 @@ def test_a_post_slower_than_the_lease_is_not_taken_over_and_posted_twice(
 def test_a_claim_taken_over_while_its_owner_stalled_is_not_posted_by_the_owner(
     real_sbx: SandboxHandle, slack_api: SlackStandIn, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """The fence before the post: an owner that stalled past its lease (no renewal reached the store)
-    finds the claim is no longer its own and leaves the post to the watcher that took it over."""
+    """The fence before the post: an owner that stalled past its leases (no renewal reached the store)
+    finds the claim is no longer its own (taken over with token + 1 by the watcher that took the
+    polling over too) and leaves the post to it."""
     sid = "ses_wl_002"
     a, b = _two_on_one_stop(real_sbx, slack_api, tmp_path, sid)
     diagnose = a.diagnoser.diagnose_and_record
@@ -97,7 +99,7 @@ def test_a_claim_taken_over_while_its_owner_stalled_is_not_posted_by_the_owner(
         answer = diagnose(session_id, actor)
         a.leases.every = 60.0  # the renewing thread stalls too (it waits 60 s)
         time.sleep(1.3)
-        b.poll_once()  # the lease ran out: b takes the claim over and posts it
+        assert b.poll_once().standby is None  # the leases ran out: b polls, takes the claim over, posts it
         return answer
 
     a.leases.every = 60.0
@@ -107,3 +109,4 @@ def test_a_claim_taken_over_while_its_owner_stalled_is_not_posted_by_the_owner(
     assert len(posts) == 1, posts
     taken = [s for s in a.store.steps() if s.step == "watch_stop" and s.outcome == "taken_over"]
     assert len(taken) == 1 and a.saved.counts() == {"posted": 1}
+    assert taken[0].detail["token"] == 2 and taken[0].detail["from"] == a.owner

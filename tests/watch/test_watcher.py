@@ -84,7 +84,8 @@ def test_two_watchers_on_one_store_post_each_stop_exactly_once(
 ) -> None:
     a, b = make_watcher(), make_watcher()
     ids = _healthy(sbx, 6)
-    assert a.poll_once().complete and b.poll_once().complete
+    assert a.poll_once().complete
+    assert b.poll_once().standby == a.owner  # one bot polls an installation; the other stands by
     assert _roots(slack_api) == []  # nothing stopped yet
     for i, sid in enumerate(ids):
         sbx.admin.stop(sid, failures=3)
@@ -194,6 +195,7 @@ def test_a_kill_after_a_thread_reply_reached_slack_posts_no_second_reply(
     first.poll_once()
     clock.advance(120)
     sbx.admin.stop(sid, failures=3)
+    first.stop()  # hands the polling over to the watcher that dies
     dying = make_watcher()
     dying.poster = DiesAfterPost(dying.poster)  # type: ignore[arg-type]
     with pytest.raises(Killed):
@@ -414,6 +416,7 @@ def test_a_pause_holds_across_a_restart_and_names_what_recovered_meanwhile(
     assert _roots(slack_api) == [] and w.status().held == 2
     sbx.admin.settle(healed)  # it recovered meanwhile: no longer listed
     # A new process on the same store file resumes: the held stops live in the store, not in memory.
+    w.stop()  # the old process stopped: its poll lease is handed on
     again = make_watcher()
     again.resume("U0ALICE")
     again.poll_once()
