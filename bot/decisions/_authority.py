@@ -66,10 +66,12 @@ from bot.decisions._proof import (
     sending_step,
 )
 from bot.decisions._requests import OPEN_STATES, DecisionRequest
+from bot.decisions._sendlease import SendInFlight
 from bot.errors import ControlHostError
 from bot.ids import installation_of_id
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord, Step, binding
+from bot.store.leases import LeaseLost
 from bot.vocab import RequestState
 from bot.vocab import Step as StepName
 
@@ -199,8 +201,14 @@ class Gate:
 
     def _post(self, record: IdempotencyRecord) -> Receipt:
         """The only call of the client's ``send`` in the bot: a record the caller just proved, under
-        the permit only the gate can make."""
-        return self.ctx.client.send(Permit(record, _GATE_SEAL))
+        the permit only the gate can make, while this bot holds the record's send lease (the caller's,
+        when it holds it already; issue 37 item 3). Raises :class:`SendInFlight` when another bot's
+        send of it is live: nothing is sent. The client records the answer fenced by that lease."""
+        sends = self.ctx.sends
+        with sends.hold(record.key) as holding:
+            if holding is None:
+                raise SendInFlight(f"the stored request {record.key} is being sent by another bot: not sent here")
+            return self.ctx.client.send(Permit(record, _GATE_SEAL, fence=sends.fencer(record.key)))
 
     def send_decision(
         self, req: DecisionRequest, actor: str, record: IdempotencyRecord, reporter: Reporter
@@ -311,6 +319,8 @@ class Gate:
             except ControlHostError as exc:
                 log.info("re-sending %s: %s", record.key, exc.code)
                 sent.append(ReplayResult(record, error=exc))
+            except LeaseLost as exc:  # its sender is alive (or took it over): its result stands
+                log.info("not re-sending %s: %s", record.key, exc.message)
         return sent, refused
 
 
