@@ -33,7 +33,7 @@ it names every cached row that differs from the chain.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, Permit, Receipt, ReplayResult
@@ -202,7 +202,7 @@ class Gate:
     def _post(self, record: IdempotencyRecord) -> Receipt:
         """The only call of the client's ``send`` in the bot: a record the caller just proved, under
         the permit only the gate can make, while this bot holds the record's send lease (the caller's,
-        when it holds it already; issue 37 item 3). Raises :class:`SendInFlight` when another bot's
+        when it holds it already). Raises :class:`SendInFlight` when another bot's
         send of it is live: nothing is sent. The client records the answer fenced by that lease."""
         sends = self.ctx.sends
         with sends.hold(record.key) as holding:
@@ -295,13 +295,16 @@ class Gate:
         reporter.post(msg)
         return Reply.of(msg, ok=False)
 
-    def replay_vouched(self) -> tuple[list[ReplayResult], list[Message]]:
-        """Re-send stored resume requests the chain recorded; decisions go through their own request
-        (``_resend``, with the authority check). A record no step vouches for is never sent."""
+    def replay_vouched(
+        self, only: Callable[[IdempotencyRecord], bool] | None = None
+    ) -> tuple[list[ReplayResult], list[Message]]:
+        """Re-send stored resume requests the chain recorded (``only`` those it accepts: the periodic
+        job's left ones); decisions go through their own request (``_resend``, with the authority
+        check). A record no step vouches for is never sent."""
         sent: list[ReplayResult] = []
         refused: list[Message] = []
         for record in self.ctx.store.unfinished_requests():
-            if record.purpose == PURPOSE_DECISION:
+            if record.purpose == PURPOSE_DECISION or (only is not None and not only(record)):
                 continue
             try:
                 sent.append(ReplayResult(record, receipt=self.send_resume(record)))

@@ -55,7 +55,7 @@ class DecisionContext:
     console_users: dict[str, str] = field(default_factory=dict)
     requests: RequestStore = field(init=False)
     limits: Limits = field(init=False)
-    #: This bot's send leases (``send:<key>``): who sends a stored request now (issue 37 item 3).
+    #: This bot's send leases (``send:<key>``): who sends a stored request now.
     sends: SendLeases = field(init=False)
 
     def __post_init__(self) -> None:

@@ -242,7 +242,7 @@ class ExecutionRoom:
             record: IdempotencyRecord | None = None
             if current is not None and current.state == from_state:
                 record = ctx.client.begin(method, path, body, PURPOSE_DECISION, session_id=req.session_id, db=db)
-                ctx.sends.take(db, record.key)  # held from the commit that stores the key (issue 37 item 3)
+                ctx.sends.take(db, record.key)  # held from the commit that stores the key
                 if not ctx.requests.transition(
                     db, req.id, (from_state,), RequestState.SENDING, actor=actor, idem_key=record.key, body=record.body
                 ):

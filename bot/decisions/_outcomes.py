@@ -35,7 +35,7 @@ class Outcomes:
 
     def fenced(self, db: Database, req: DecisionRequest) -> None:
         """In the transaction that records the host's answer: LeaseLost unless this bot holds the send's
-        lease (a deposed holder records nothing; issue 37 item 3)."""
+        lease (a deposed holder records nothing)."""
         if req.idem_key:
             self.ctx.sends.fence(db, req.idem_key)
 

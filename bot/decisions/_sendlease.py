@@ -8,7 +8,7 @@ in the transaction that stores the key (:meth:`SendLeases.take`) or just before 
 unfinished work (the periodic job, a start) skips a key whose lease is running: the live send is not
 replayed. A holder deposed meanwhile (paused, cut off past its lease) records nothing: every
 transaction that records the host's answer calls :meth:`SendLeases.fence`, which raises
-:class:`bot.store.leases.LeaseLost` unless this bot still holds the lease (issue 37 items 3 and 4). Its
+:class:`bot.store.leases.LeaseLost` unless this bot still holds the lease. Its
 late duplicate POST carries the same Idempotency-Key, which the host answers with the first answer (R0.3).
 
 One holder per decision core (:func:`bot.store.leases.holder_id`): two cores composed in one process are

@@ -111,7 +111,7 @@ class UncertainSends:
         ctx = self.ctx
         with ctx.store.write() as db:
             if req.idem_key:
-                ctx.sends.fence(db, req.idem_key)  # a deposed sender records nothing (issue 37 item 3)
+                ctx.sends.fence(db, req.idem_key)  # a deposed sender records nothing
             ctx.requests.transition(
                 db,
                 req.id,
@@ -181,7 +181,7 @@ class UncertainSends:
             record = send.stored()
             if record is None:
                 return True  # settled elsewhere (another process, a restart)
-            # Each attempt holds the record's send lease (issue 37 item 3): while another holder's
+            # Each attempt holds the record's send lease: while another holder's
             # send is live nothing is sent now (the next attempt looks again: settled, or its holder
             # died); a deposed attempt records nothing and stops (the new holder's result stands).
             try:

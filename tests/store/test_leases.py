@@ -1,6 +1,6 @@
 """Leases with fencing tokens (bot/store/leases.py), on both engines, attacked as a deposed holder would.
 
-Issue 37 item 3: work is claimed, not assumed; a bot paused or cut off past its lease records nothing late.
+Work is claimed, not assumed; a bot paused or cut off past its lease records nothing late.
 """
 
 from __future__ import annotations
