@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from sqlite_utils import Database
@@ -86,7 +86,8 @@ def _iso(when: datetime) -> str:
 
 
 def _lease(job: str, holder: str, token: int, until: str) -> Lease:
-    when = parse_time(until)
+    # A released lease's year 0 is no datetime: it reads as the earliest one (run out for any clock).
+    when = datetime.min.replace(tzinfo=UTC) if until == RELEASED else parse_time(until)
     assert when is not None
     return Lease(job, holder, int(token), when)
 

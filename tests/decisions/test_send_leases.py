@@ -1,0 +1,117 @@
+"""A send in flight is held by its lease (``send:<key>``), on both engines: two bots' decision cores on one
+store and one sandbox control host over HTTP. A live send is not replayed by the other bot's periodic
+job; a send whose holder's lease ran out is finished by the other bot with the same key, and the deposed
+holder's late answer is recorded nowhere (one executed step, one effect at the host)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from bot.clock import ManualClock
+from bot.messages import ListReporter, NullReporter, Reply
+from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER, DecisionEnv
+from tests.fixtures.waiting import eventually
+
+LATE = 3.0  # seconds the host takes to answer bot A's POST (real time, before it applies it)
+
+
+@pytest.fixture
+def two_bots(decision_sandbox, store_target: str | Path, decision_runbooks):
+    """Bot A and bot B: each its own store objects and client on the one store, one clock (the store's)."""
+    clock = ManualClock()
+    a = DecisionEnv(decision_sandbox, store_target, clock, decision_runbooks)  # type: ignore[arg-type]
+    b = DecisionEnv(decision_sandbox, store_target, clock, decision_runbooks)  # type: ignore[arg-type]
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def _requested(env: DecisionEnv, svc, sid: str) -> str:
+    env.outcome_unknown(sid, covered=True)
+    reply = svc.decide(
+        REQUESTER,
+        CHANNEL,
+        sid,
+        "abandon",
+        turn="turn_9",
+        effects="none outside",
+        reason="hung",
+        reporter=NullReporter(),
+    )
+    rid = reply.messages[0].ref
+    assert rid, reply.messages[0].plain_text()
+    return rid
+
+
+def _approve_in_flight(env: DecisionEnv, svc, sid: str, rid: str) -> tuple[threading.Thread, list[Reply]]:
+    """Bot A approves; the host answers its POST only after LATE seconds. Returns once the POST left
+    (its attempt is counted just before it goes), with A waiting for the answer."""
+    env.sandbox.admin.fault("latency", f"/v1/sessions/{sid}/recovery-decisions", method="POST", seconds=LATE, times=1)
+    replies: list[Reply] = []
+    worker = threading.Thread(target=lambda: replies.append(svc.approve(APPROVER, CHANNEL, rid, NullReporter())))
+    worker.start()
+
+    def posting() -> bool:
+        req = svc.requests.get(rid)
+        record = env.store.get_request(req.idem_key) if req.idem_key else None
+        return record is not None and record.attempts >= 1
+
+    eventually(posting, 30, "bot A's POST on its way")
+    return worker, replies
+
+
+def _steps(env: DecisionEnv, sid: str, name: str) -> list:
+    return [s for s in env.store.steps(session_id=sid) if s.step == name]
+
+
+def test_a_live_send_is_not_replayed_by_the_other_bots_periodic_job(two_bots):
+    a, b = two_bots
+    bot_a, bot_b = a.service(), b.service()
+    rid = _requested(a, bot_a, "ses_sl1")
+    worker, replies = _approve_in_flight(a, bot_a, "ses_sl1", rid)
+    # A's lease runs (the store's clock has not passed it): B's periodic job leaves the send alone.
+    swept = bot_b.sweep(ListReporter())
+    assert swept.messages == [], [m.plain_text() for m in swept.messages]
+    worker.join(30)
+    assert replies and replies[0].ok, [m.plain_text() for m in replies[0].messages]
+    assert bot_b.requests.get(rid).state == "executed"
+    assert len(a.posts("ses_sl1")) == 1 and len(a.effects("ses_sl1")) == 1
+    # The send's lease was released with the answer: the next round finds nothing either.
+    assert bot_b.sweep(ListReporter()).messages == []
+    assert len(a.posts("ses_sl1")) == 1
+
+
+def test_a_deposed_holders_late_answer_is_recorded_nowhere_and_the_new_holders_result_stands(two_bots):
+    a, b = two_bots
+    bot_a, bot_b = a.service(), b.service()
+    rid = _requested(a, bot_a, "ses_sl2")
+    worker, replies = _approve_in_flight(a, bot_a, "ses_sl2", rid)
+    key = bot_a.requests.get(rid).idem_key
+    # A is paused past its lease (the store's clock passes it while its POST waits for the host).
+    a.clock.advance(a.runbooks.limit("send_lease") + 1)
+    swept = bot_b.sweep(ListReporter())
+    said = "\n".join(m.plain_text() for m in swept.messages)
+    assert bot_b.requests.get(rid).state == "executed", said
+    answered = b.store.get_request(key)
+    assert answered is not None and not answered.pending
+    taken = b.store.leases.get(f"send:{key}")
+    assert taken is not None and taken.token == 2 and taken.holder == bot_b.ctx.sends.holder
+    a.clock.advance(5)  # anything A recorded now would carry a later time
+    worker.join(30)
+    # A's late answer (the host's replay of the first answer to that key) is recorded nowhere.
+    assert replies, "bot A's approval never returned"
+    said_a = "\n".join(m.plain_text() for m in replies[0].messages)
+    assert "another bot took its send over" in said_a, said_a
+    assert b.store.get_request(key) == answered  # the idempotency record as B recorded it
+    [executed] = _steps(b, "ses_sl2", "decision_executed")
+    assert executed.actor == "recover-bot"  # B's periodic job, not A's approver
+    assert _steps(b, "ses_sl2", "decision_uncertain") == []
+    # Both POSTs carried the one key; the host applied the decision once.
+    posts = a.posts("ses_sl2")
+    assert len(posts) == 2 and {p["idempotency_key"] for p in posts} == {key}
+    assert len(a.effects("ses_sl2")) == 1
