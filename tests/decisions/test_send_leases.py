@@ -5,14 +5,20 @@ holder's late answer is recorded nowhere (one executed step, one effect at the h
 
 from __future__ import annotations
 
+import re
+import shutil
 import threading
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from bot.clock import ManualClock
 from bot.messages import ListReporter, NullReporter, Reply
-from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER, DecisionEnv
+from bot.settings import load_settings
+from tests.decisions.test_processes import _killed_at
+from tests.fixtures.composing import composed
+from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER, RUNBOOKS_DIR, DecisionEnv
 from tests.fixtures.waiting import eventually
 
 LATE = 3.0  # seconds the host takes to answer bot A's POST (real time, before it applies it)
@@ -115,3 +121,70 @@ def test_a_deposed_holders_late_answer_is_recorded_nowhere_and_the_new_holders_r
     posts = a.posts("ses_sl2")
     assert len(posts) == 2 and {p["idempotency_key"] for p in posts} == {key}
     assert len(a.effects("ses_sl2")) == 1
+
+
+def _runbooks_sweeping_every(tmp_path: Path, seconds: float) -> Path:
+    """The repository's runbooks with the periodic job's ``replay_every`` shortened (a test's pace)."""
+    folder = tmp_path / "runbooks"
+    shutil.copytree(RUNBOOKS_DIR, folder, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    path = folder / "session-recovery.yaml"
+    text = path.read_text(encoding="utf-8")
+    shortened = re.sub(r"replay_every: \{duration: [^,]+,", f"replay_every: {{duration: {seconds}s,", text)
+    assert shortened != text
+    path.write_text(shortened, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.subprocess
+def test_two_composed_cores_sweeping_at_once_finish_each_left_request_exactly_once(
+    two_bots, store_target: str | Path, tmp_path: Path
+):
+    """Three requests left by bot processes SIGKILLed at three points — after the approval, after the
+    stored key and before the POST, after the POST reached the host — then two bots composed on the
+    store run their periodic jobs at once: each request is finished once (one effect; the one re-send
+    after the host applied it carries the same key), named by one sweep only (``replay:default``)."""
+    a, _ = two_bots
+    svc = a.service()
+    left = {
+        "after_approval": ("ses_sw1", "approved", 1),
+        "before_post": ("ses_sw2", "begun", 1),
+        "after_post": ("ses_sw3", "posted", 2),
+    }
+    rids: dict[str, str] = {}
+    for hang, (sid, marker, _) in left.items():
+        rids[sid] = _requested(a, svc, sid)
+        work = tmp_path / hang
+        work.mkdir()
+        _killed_at(a, work, "approve", rids[sid], APPROVER, hang=hang, marker=marker)  # its leases ran out
+    states = {rid: svc.requests.get(rid).state for rid in rids.values()}
+    assert sorted(states.values()) == ["approved", "sending", "sending"], states
+    on_store: dict[str, object] = (
+        {"db_url": SecretStr(store_target), "db_path": tmp_path / "unused.db"}
+        if isinstance(store_target, str)
+        else {"db_path": store_target}
+    )
+    settings = load_settings({}, dotenv=None).model_copy(
+        update={"runbooks_dir": _runbooks_sweeping_every(tmp_path, 0.1), "channels": (CHANNEL,), **on_store}
+    )
+    bots = [composed(settings, sandbox=a.sandbox, clock=a.clock, startup=False) for _ in range(2)]
+    for bot in bots:
+        bot.start()
+    try:
+        eventually(
+            lambda: all(svc.requests.get(rid).state == "executed" for rid in rids.values()),
+            60,
+            "every left request executed",
+        )
+    finally:
+        for bot in bots:
+            bot.stop()
+    for sid, _, posts in left.values():
+        assert len(a.effects(sid)) == 1 and len(a.posts(sid)) == posts, sid
+        assert len({p["idempotency_key"] for p in a.posts(sid)}) == 1
+    named = [
+        r
+        for s in a.store.steps()
+        if s.step == "unfinished_found" and s.inputs.get("periodic")
+        for r in (s.detail or {}).get("requests", [])
+    ]
+    assert sorted(named) == sorted(f"{rid} ({states[rid]})" for rid in rids.values()), named
