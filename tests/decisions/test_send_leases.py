@@ -5,8 +5,6 @@ holder's late answer is recorded nowhere (one executed step, one effect at the h
 
 from __future__ import annotations
 
-import re
-import shutil
 import threading
 from pathlib import Path
 
@@ -18,7 +16,8 @@ from bot.messages import ListReporter, NullReporter, Reply
 from bot.settings import load_settings
 from tests.decisions.test_processes import _killed_at
 from tests.fixtures.composing import composed
-from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER, RUNBOOKS_DIR, DecisionEnv
+from tests.fixtures.decisions import APPROVER, CHANNEL, REQUESTER, DecisionEnv
+from tests.fixtures.runbook import runbooks_with_limits
 from tests.fixtures.waiting import eventually
 
 LATE = 3.0  # seconds the host takes to answer bot A's POST (real time, before it applies it)
@@ -123,18 +122,6 @@ def test_a_deposed_holders_late_answer_is_recorded_nowhere_and_the_new_holders_r
     assert len(a.effects("ses_sl2")) == 1
 
 
-def _runbooks_sweeping_every(tmp_path: Path, seconds: float) -> Path:
-    """The repository's runbooks with the periodic job's ``replay_every`` shortened (a test's pace)."""
-    folder = tmp_path / "runbooks"
-    shutil.copytree(RUNBOOKS_DIR, folder, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
-    path = folder / "session-recovery.yaml"
-    text = path.read_text(encoding="utf-8")
-    shortened = re.sub(r"replay_every: \{duration: [^,]+,", f"replay_every: {{duration: {seconds}s,", text)
-    assert shortened != text
-    path.write_text(shortened, encoding="utf-8")
-    return folder
-
-
 @pytest.mark.subprocess
 def test_two_composed_cores_sweeping_at_once_finish_each_left_request_exactly_once(
     two_bots, store_target: str | Path, tmp_path: Path
@@ -164,7 +151,11 @@ def test_two_composed_cores_sweeping_at_once_finish_each_left_request_exactly_on
         else {"db_path": store_target}
     )
     settings = load_settings({}, dotenv=None).model_copy(
-        update={"runbooks_dir": _runbooks_sweeping_every(tmp_path, 0.1), "channels": (CHANNEL,), **on_store}
+        update={
+            "runbooks_dir": runbooks_with_limits(tmp_path / "runbooks", replay_every="0.1s"),
+            "channels": (CHANNEL,),
+            **on_store,
+        }
     )
     bots = [composed(settings, sandbox=a.sandbox, clock=a.clock, startup=False) for _ in range(2)]
     for bot in bots:
@@ -178,6 +169,8 @@ def test_two_composed_cores_sweeping_at_once_finish_each_left_request_exactly_on
     finally:
         for bot in bots:
             bot.stop()
+    # A round records what it finished after finishing it: every round ends first.
+    eventually(lambda: not any(t.is_alive() for bot in bots for t in bot.threads), 30, "the periodic jobs ending")
     for sid, _, posts in left.values():
         assert len(a.effects(sid)) == 1 and len(a.posts(sid)) == posts, sid
         assert len({p["idempotency_key"] for p in a.posts(sid)}) == 1
