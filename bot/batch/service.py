@@ -524,13 +524,18 @@ class BatchService:
         self.finish_uncertain(fresh, reporter)
         return Reply([merged, *([final] if final is not None else [])], ok=True)
 
-    def finish_uncertain(self, batch: Batch, reporter: Reporter) -> int:
+    def finish_uncertain(self, batch: Batch, reporter: Reporter, *, left_only: bool = False) -> int:
         """Each uncertain member handed to the decisions' one finishing of uncertain sends (R0.3): its
         stored record re-sent with its own key in the background until an answer is recorded, then
-        verified, the batch's message edited in place. Returns how many were handed over now."""
+        verified, the batch's message edited in place. Returns how many were handed over now.
+        ``left_only`` (the periodic job): only members whose finishing bot stopped."""
         started = 0
+        sends = self.decisions.ctx.sends
         for member in self.batches.members(batch.id, (RequestState.UNCERTAIN,)):
-            started += self.decisions.finish_uncertain(MemberSend(self, batch.id, member.session_id, reporter))
+            send = MemberSend(self, batch.id, member.session_id, reporter)
+            if left_only and not sends.finisher_died(send.key):
+                continue
+            started += self.decisions.finish_uncertain(send)
         return started
 
     def begin_members(
@@ -638,7 +643,7 @@ class BatchService:
             out.extend(self.execute(batch.id, BOT, reporter).messages)
         for batch in self.batches.find((RequestState.EXECUTED,)):
             # Sent, some answers never came: finished with their own keys (their run handed them over).
-            if self.finish_uncertain(batch, reporter):
+            if self.finish_uncertain(batch, reporter, left_only=periodic):
                 out.append(self.verification.message(batch))
         return out
 

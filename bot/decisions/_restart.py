@@ -142,8 +142,9 @@ class RestartRoom:
 
         - a ``sending`` request whose send lease ran out (its holder died) or was never taken is
           settled from its stored record (:meth:`resend`: same key, same body; the gate holds the lease);
-        - an ``uncertain`` one is handed to the one background finishing of uncertain sends, unless this
-          bot finishes it already or another's send of it is live;
+        - an ``uncertain`` one is handed to the one background finishing of uncertain sends when the bot
+          finishing it stopped (its ``finish:`` lease ran out unreleased, or was never taken); one given
+          up past ``uncertain_retry_for`` waits for a start or ``/recover replay``, as the runbook says;
         - an ``approved`` one nothing was sent for, unchanged for longer than a send lease (its approver
           stopped before sending), is executed once on fresh facts (:meth:`ExecutionRoom.execute`);
         - a stored resume, older than its own ride-out (R4.2) and whose send lease ran out, is re-sent
@@ -167,6 +168,8 @@ class RestartRoom:
         for req in ctx.requests.find(states=(RequestState.UNCERTAIN,)):
             if uncertain.finisher.running(req.id) or (req.idem_key and sends.running(req.idem_key)):
                 continue
+            if not sends.finisher_died(req.id):
+                continue  # finished by a live bot, or given up past the limit (a start re-sends it)
             if uncertain.finisher.start(req.id, functools.partial(uncertain.finish, req.id, reporter)):
                 found.append(f"{req.id} ({req.state})")
         for req in ctx.requests.find(states=(RequestState.APPROVED,)):

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlite_utils import Database
 
@@ -29,6 +30,10 @@ from bot.store.leases import Lease, LeaseHolding, LeaseLost, Leases, acquire, fe
 
 #: The prefix of a send's lease: ``send:<idempotency key>``.
 SEND = "send:"
+#: The prefix of an uncertain send's background finishing: ``finish:<request id or batch member>``.
+FINISH = "finish:"
+#: How a released lease reads back (bot/store/leases.py): the earliest time.
+RELEASED_AT = datetime.min.replace(tzinfo=UTC)
 
 
 def send_job(key: str) -> str:
@@ -56,6 +61,7 @@ class SendLeases:
         self.holder = holder or holder_id("bot")
         self._held: dict[str, _Held] = {}
         self._lock = threading.Lock()
+        self._released = threading.Condition(self._lock)
 
     def take(self, db: Database, key: str) -> Lease | None:
         """Inside the transaction that stores ``key`` (before its first send): its lease for this bot, so
@@ -70,10 +76,14 @@ class SendLeases:
     @contextmanager
     def hold(self, key: str) -> Iterator[LeaseHolding | None]:
         """Hold ``key``'s send lease for the block, renewed while it runs, released after; None when
-        another bot's lease runs, or another thread of this bot sends it now (nothing is sent then).
-        Nested in the same thread (the gate's POST inside a delivery) it is the outer holding."""
+        another bot's lease runs (nothing is sent then). Another thread of this bot holding it (a
+        delivery handing an uncertain send to its background finishing) is waited for, up to a lease's
+        time. Nested in the same thread (the gate's POST inside a delivery) it is the outer holding."""
         me = threading.get_ident()
         with self._lock:
+            self._released.wait_for(
+                lambda: (held := self._held.get(key)) is None or held.thread == me, timeout=self.ttl()
+            )
             mine = self._held.get(key)
             if mine is not None and mine.thread == me:
                 mine.depth += 1
@@ -100,6 +110,7 @@ class SendLeases:
             finally:
                 with self._lock:
                     self._held.pop(key, None)
+                    self._released.notify_all()
 
     def fence(self, db: Database, key: str) -> None:
         """Inside the transaction that records the host's answer for ``key``: raise LeaseLost unless this
@@ -112,6 +123,27 @@ class SendLeases:
         row = db.execute("SELECT holder, until FROM leases WHERE job = ?", [send_job(key)]).fetchone()
         if row is not None and str(row[0]) != self.holder and str(row[1]) >= (isoformat(self.leases.now()) or ""):
             raise LeaseLost(f"the send of {key} is held by {row[0]}; {self.holder} records nothing")
+
+    @contextmanager
+    def finishing(self, key: str) -> Iterator[bool]:
+        """Hold ``finish:<key>`` while the background finishing of an uncertain send runs here (renewed;
+        released when it ends, settled or past the runbook's limit). False: another bot finishes it."""
+        ttl = self.ttl()
+        lease = self.leases.acquire(f"{FINISH}{key}", self.holder, ttl)
+        if lease is None:
+            yield False
+            return
+        with self.leases.held(lease, ttl):
+            yield True
+
+    def finisher_died(self, key: str) -> bool:
+        """Whether the finishing of ``key`` was left by a bot that stopped: its ``finish:`` lease ran out
+        without being released, or was never taken. A released one ended here or gave up past the limit
+        (it stays uncertain until a start or ``/recover replay``, as the runbook says)."""
+        lease = self.leases.get(f"{FINISH}{key}")
+        if lease is None:
+            return True
+        return lease.until != RELEASED_AT and lease.until < self.leases.now()
 
     def fencer(self, key: str) -> Callable[[Database], None]:
         """:meth:`fence` for ``key``, as the gate hands it with a send (the client's record of the answer)."""

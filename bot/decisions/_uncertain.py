@@ -202,13 +202,18 @@ class UncertainSends:
                 log.warning("%s: %s", send.key, exc.message)
                 return True
 
-        until = ctx.now() + timedelta(seconds=total)
-        if poll(ctx.clock, until, Pace(every, cap), attempt, attempt_first=False):
-            return
-        if send.stored() is None:
-            return
-        log.warning("%s still uncertain after %.0f s", send.key, total)
-        send.gave_up(text.duration(total), ctx.iso(until))
+        # One bot finishes it at a time (``finish:<key>``); when this bot stops, the lease runs out and
+        # another bot's periodic job takes the finishing over.
+        with ctx.sends.finishing(send.key) as mine:
+            if not mine:
+                return
+            until = ctx.now() + timedelta(seconds=total)
+            if poll(ctx.clock, until, Pace(every, cap), attempt, attempt_first=False):
+                return
+            if send.stored() is None:
+                return
+            log.warning("%s still uncertain after %.0f s", send.key, total)
+            send.gave_up(text.duration(total), ctx.iso(until))
 
 
 class Unanswered(Protocol):

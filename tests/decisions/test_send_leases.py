@@ -181,3 +181,29 @@ def test_two_composed_cores_sweeping_at_once_finish_each_left_request_exactly_on
         for r in (s.detail or {}).get("requests", [])
     ]
     assert sorted(named) == sorted(f"{rid} ({states[rid]})" for rid in rids.values()), named
+
+
+def test_an_uncertain_send_is_taken_over_only_from_a_finisher_that_stopped_not_one_that_gave_up(two_bots):
+    """Past ``uncertain_retry_for`` the finishing gives up and the request stays uncertain until a start
+    (the runbook's limit): the other bot's periodic job leaves it. A finishing whose bot stopped (its
+    ``finish:`` lease ran out unreleased) is taken over: same key, applied once."""
+    a, b = two_bots
+    bot_a, bot_b = a.service(), b.service()
+    rid = _requested(a, bot_a, "ses_sl4")
+    a.sandbox.admin.fault("server_error", "/v1/sessions/ses_sl4/*", method="POST", times=None, status=500)
+    bot_a.approve(APPROVER, CHANNEL, rid, NullReporter())
+    assert bot_a.wait_background(60)
+    assert bot_a.requests.get(rid).state == "uncertain"
+    a.sandbox.admin.clear_faults()
+    tried = len(a.posts("ses_sl4"))
+    bot_b.sweep(ListReporter())
+    assert bot_b.wait_background(30)
+    assert len(a.posts("ses_sl4")) == tried and bot_b.requests.get(rid).state == "uncertain"  # given up: left
+    # A bot that took the finishing over stops (its lease is never released and runs out).
+    assert b.store.leases.acquire(f"finish:{rid}", "bot:gone-host:1:dead", ttl=30) is not None
+    b.clock.advance(31)
+    bot_b.sweep(ListReporter())
+    assert bot_b.wait_background(60)
+    moves = [(s.step, s.actor, s.outcome) for s in b.store.steps(session_id="ses_sl4")][-6:]
+    assert bot_b.requests.get(rid).state == "executed", moves
+    assert len(a.effects("ses_sl4")) == 1 and len({p["idempotency_key"] for p in a.posts("ses_sl4")}) == 1
