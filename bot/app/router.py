@@ -23,6 +23,7 @@ from bot.app.routing import Completions
 from bot.app.services import Services
 from bot.buttons import DecisionChoice
 from bot.clock import isoformat
+from bot.decisions import lease_limit
 from bot.errors import CommandError, RecoverError
 from bot.escalation.remind import remind
 from bot.escalation.runner import LadderRunner
@@ -121,7 +122,7 @@ class Router:
         lease ran out — finished through the start-up replay's own functions, by one bot at a time
         (the lease ``replay:<installation>``). Empty when another bot sweeps now or nothing was left."""
         services = self.services
-        leases, ttl = services.store.leases, self.runbooks.limit("send_lease")
+        leases, ttl = services.store.leases, lease_limit(self.runbooks, "send_lease")
         lease = leases.acquire(f"replay:{services.installation}", services.decisions.ctx.sends.holder, ttl)
         if lease is None:
             return Reply()
@@ -138,7 +139,7 @@ class Router:
     def sweep_every(self, stopping: threading.Event, reporter: Reporter) -> None:
         """The periodic job's loop (a daemon thread of ``Composed.start``): :meth:`sweep` every
         ``replay_every`` of the runbook until ``stopping``; a failed round is logged, the next one runs."""
-        every = self.runbooks.limit("replay_every")
+        every = lease_limit(self.runbooks, "replay_every")
         while not stopping.wait(every):
             try:
                 for message in self.sweep(reporter).messages:

@@ -33,7 +33,7 @@ from bot.decisions._rules import (
     requester_refusal,
     same_person,
 )
-from bot.decisions._sendlease import SendInFlight
+from bot.decisions._sendlease import SendInFlight, lease_limit
 from bot.decisions._service import DecisionService
 from bot.decisions._text import APPROVAL_KIND, CONFIRM_KIND
 from bot.decisions._uncertain import Unanswered, is_uncertain
@@ -79,6 +79,7 @@ __all__ = [
     "incurable_cause",
     "is_uncertain",
     "SendInFlight",
+    "lease_limit",
     "migrations",
     "person_of",
     "requester_refusal",

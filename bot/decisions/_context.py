@@ -23,7 +23,7 @@ from bot.decisions import _text as text
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy, runbook_limits
 from bot.decisions._requests import RequestStore
 from bot.decisions._rules import ApproverDirectory
-from bot.decisions._sendlease import SendLeases
+from bot.decisions._sendlease import SendLeases, lease_limit
 from bot.diagnosis import Diagnoser
 from bot.messages import Message, Reply, plain
 from bot.runbook.evaluate import DecisionVerdict, check_decision
@@ -63,7 +63,7 @@ class DecisionContext:
         self.console_users = dict(self.console_users)
         self.requests = RequestStore(self.store)
         self.limits = runbook_limits(self.runbooks)
-        self.sends = SendLeases(self.store.leases, lambda: self.runbooks.limit("send_lease"))
+        self.sends = SendLeases(self.store.leases, lambda: lease_limit(self.runbooks, "send_lease"))
 
     def now(self) -> datetime:
         return self.clock.now()

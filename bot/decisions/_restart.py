@@ -156,7 +156,7 @@ class RestartRoom:
         ctx = self.ctx
         sends = ctx.sends
         uncertain = self.execution.outcomes.uncertain
-        ttl = ctx.runbooks.limit("send_lease")
+        ttl = sends.ttl()
         stale = ctx.iso(ctx.now() - timedelta(seconds=ttl))
         replies: list[Reply] = []
         found: list[str] = []

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from sqlite_utils import Database
 
 from bot.clock import isoformat
+from bot.runbook.model import RunbookSet
 from bot.store.leases import Lease, LeaseHolding, LeaseLost, Leases, acquire, fence, holder_id
 
 #: The prefix of a send's lease: ``send:<idempotency key>``.
@@ -39,6 +40,18 @@ RELEASED_AT = datetime.min.replace(tzinfo=UTC)
 def send_job(key: str) -> str:
     """The lease job of the stored request ``key``."""
     return f"{SEND}{key}"
+
+
+#: The leases' and the periodic job's times when a runbook set (an older copy) does not name them.
+LEASE_DEFAULTS = {"send_lease": 30.0, "replay_every": 5.0}
+
+
+def lease_limit(runbooks: RunbookSet, name: str) -> float:
+    """The runbook's ``send_lease`` or ``replay_every``, or its default (R0.3's once-only sends)."""
+    try:
+        return float(runbooks.limit(name))
+    except KeyError:
+        return LEASE_DEFAULTS[name]
 
 
 class SendInFlight(LeaseLost):
@@ -150,4 +163,4 @@ class SendLeases:
         return lambda db: self.fence(db, key)
 
 
-__all__ = ["SEND", "SendInFlight", "SendLeases", "send_job"]
+__all__ = ["LEASE_DEFAULTS", "SEND", "SendInFlight", "SendLeases", "lease_limit", "send_job"]

@@ -5,6 +5,7 @@ holder's late answer is recorded nowhere (one executed step, one effect at the h
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from bot.clock import ManualClock
+from bot.decisions import lease_limit
 from bot.messages import ListReporter, NullReporter, Reply
 from bot.settings import load_settings
 from tests.decisions.test_processes import _killed_at
@@ -207,3 +209,14 @@ def test_an_uncertain_send_is_taken_over_only_from_a_finisher_that_stopped_not_o
     moves = [(s.step, s.actor, s.outcome) for s in b.store.steps(session_id="ses_sl4")][-6:]
     assert bot_b.requests.get(rid).state == "executed", moves
     assert len(a.effects("ses_sl4")) == 1 and len({p["idempotency_key"] for p in a.posts("ses_sl4")}) == 1
+
+
+def test_a_runbook_copy_without_the_lease_limits_gets_their_defaults(decision_runbooks):
+    """An operator's older runbook folder names neither ``send_lease`` nor ``replay_every``: the bot
+    still sends (under the default lease) and sweeps (at the default pace) instead of failing."""
+    older = dataclasses.replace(
+        decision_runbooks,
+        limits={k: v for k, v in decision_runbooks.limits.items() if k not in ("send_lease", "replay_every")},
+    )
+    assert lease_limit(older, "send_lease") == 30 and lease_limit(older, "replay_every") == 5
+    assert lease_limit(decision_runbooks, "send_lease") == decision_runbooks.limit("send_lease")
