@@ -13,6 +13,7 @@ was never recorded (the Idempotency-Key rule), and only with ``startup``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import sqlite3
 import threading
@@ -107,18 +108,24 @@ class Composed:
     ladders: dict[str, LadderRunner] = field(default_factory=dict)
     #: The daemon threads :meth:`start` began (none until then).
     threads: list[threading.Thread] = field(default_factory=list, compare=False, repr=False)
+    #: Set by :meth:`stop`: the periodic finishing of unfinished work ends.
+    stopping: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     def core(self, name: str = DEFAULT_INSTALLATION) -> Services:
         """One installation's core (the tests' and benches' way in; fronts go through the router)."""
         return self.cores[name]
 
-    def start(self) -> None:
-        """Poll every watcher and run every ladder pass on daemon threads (serve's worker). Every
-        worker may run them: the watch claims' and the ladder's leases decide who posts."""
+    def start(self, reporter: Reporter | None = None) -> None:
+        """Poll every watcher, run every ladder pass and finish every installation's unfinished work
+        periodically, on daemon threads (serve's worker). Every worker may run them: the watch
+        claims', the ladder's and the ``replay:``/``send:``/``batch:`` leases decide who acts."""
         for name, watcher in self.watchers.items():
             self._spawn(watcher.run, f"recover-watch-{name}")
         for name, runner in self.ladders.items():
             self._spawn(runner.run, f"recover-ladder-{name}")
+        said = reporter or LoggingReporter()
+        for name, router in self.router.routers.items():
+            self._spawn(functools.partial(router.sweep_every, self.stopping, said), f"recover-replay-{name}")
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -131,6 +138,7 @@ class Composed:
             watcher.stop()
         for runner in self.ladders.values():
             runner.stopping.set()
+        self.stopping.set()
 
 
 def compose(

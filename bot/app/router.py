@@ -9,6 +9,7 @@ stack trace and never a secret.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from bot.app.routing import Completions
 from bot.app.services import Services
 from bot.buttons import DecisionChoice
 from bot.clock import isoformat
+from bot.decisions import lease_limit
 from bot.errors import CommandError, RecoverError
 from bot.escalation.remind import remind
 from bot.escalation.runner import LadderRunner
@@ -113,6 +115,37 @@ class Router:
         except Exception as exc:  # noqa: BLE001 - a start-up problem is shown, the bot still serves
             self.startup_reply = error_reply(exc)
         return self.startup_reply
+
+    def sweep(self, reporter: Reporter) -> Reply:
+        """One round of the periodic job: what a stopped bot left — sends whose lease
+        ran out or was never taken, approved requests nothing was sent for, batches whose runner's
+        lease ran out — finished through the start-up replay's own functions, by one bot at a time
+        (the lease ``replay:<installation>``). Empty when another bot sweeps now or nothing was left."""
+        services = self.services
+        leases, ttl = services.store.leases, lease_limit(self.runbooks, "send_lease")
+        lease = leases.acquire(f"replay:{services.installation}", services.decisions.ctx.sends.holder, ttl)
+        if lease is None:
+            return Reply()
+        with leases.held(lease, ttl):
+            reply = services.decisions.sweep(reporter)
+            bulk = services.bulk
+            if bulk is not None:
+                resumed = bulk.batches.resume_open(reporter, periodic=True)
+                reply.messages.extend(resumed)
+                for batch_id in {m.ref for m in resumed if is_batch_id(m.ref)}:
+                    reply.messages.extend(settle_member_cases(bulk, services.decisions, batch_id, BOT_ACTOR))
+        return reply
+
+    def sweep_every(self, stopping: threading.Event, reporter: Reporter) -> None:
+        """The periodic job's loop (a daemon thread of ``Composed.start``): :meth:`sweep` every
+        ``replay_every`` of the runbook until ``stopping``; a failed round is logged, the next one runs."""
+        every = lease_limit(self.runbooks, "replay_every")
+        while not stopping.wait(every):
+            try:
+                for message in self.sweep(reporter).messages:
+                    reporter.post(message)
+            except Exception:  # noqa: BLE001 - a daemon thread has nobody to raise to
+                log.exception("the periodic finishing of unfinished work failed; the next round tries again")
 
     # -- text commands ------------------------------------------------------------------------
 

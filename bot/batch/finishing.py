@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bot.batch.runner import Outcome
+from bot.batch.runner import Fence, Outcome
 from bot.batch.store import Batch, BatchMember, BatchStore
 from bot.batch.verifying import BatchVerification
 from bot.controlhost import Receipt
-from bot.decisions import BatchGrant, NoAuthority
+from bot.decisions import BatchGrant, DecisionService, NoAuthority
 from bot.errors import ControlHostError
 from bot.messages import Reporter
 from bot.store import IdempotencyRecord, Store
@@ -32,12 +32,13 @@ class MemberOwner(Protocol):
     batches: BatchStore
     store: Store
     verification: BatchVerification
+    decisions: DecisionService
 
     def grant(self, batch_id: str) -> BatchGrant: ...
 
     def send_member(self, grant: BatchGrant, session_id: str, record: IdempotencyRecord) -> Receipt: ...
 
-    def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome]) -> None: ...
+    def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome], fence: Fence | None = None) -> None: ...
 
 
 class MemberSend:
@@ -104,7 +105,11 @@ class MemberSend:
         batch = self._batch()
         if batch is None:
             return
-        self.owner.settle_many(batch, BOT, [(self.session_id, (RequestState.UNCERTAIN,), to, dict(values))])
+        member = self._member()
+        sends = self.owner.decisions.ctx.sends
+        key = member.idem_key if member is not None else None
+        fence = (lambda db: sends.fence(db, key)) if key else None  # a deposed re-sender records nothing
+        self.owner.settle_many(batch, BOT, [(self.session_id, (RequestState.UNCERTAIN,), to, dict(values))], fence)
         if to == RequestState.EXECUTED:
             # Accepted is not recovered (R5.1): verified like every accepted member.
             self.owner.verification.verify_members(self._batch() or batch, BOT, 1)

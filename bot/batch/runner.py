@@ -15,19 +15,23 @@ the re-check and the send is refused by the API (409 REQUEST_STALE), never appli
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from sqlite_utils import Database
+
 from bot.batch.store import Batch, BatchStore
 from bot.clock import Clock
 from bot.controlhost import ControlHostClient, Event, Receipt, RequestPendingError, Session
-from bot.decisions import BatchGrant, DecisionPolicy, NoAuthority, is_uncertain
+from bot.decisions import BatchGrant, DecisionPolicy, NoAuthority, SendInFlight, is_uncertain
 from bot.diagnosis.facts import event_facts
 from bot.errors import ControlHostError
 from bot.store import IdempotencyRecord, Store
+from bot.store.leases import LeaseLost
 from bot.triage.facts import BOUND_FACTS, session_only_facts
 from bot.vocab import RequestState
 
@@ -38,6 +42,10 @@ EVENT_PAGES = 50  # as a diagnosis reads: past it the stream's position is unkno
 
 Value = str | int | None
 Outcome = tuple[str, tuple[str, ...], str, dict[str, Value]]
+#: The runner's batch lease checked in a commit of its outcomes (raises LeaseLost when deposed).
+Fence = Callable[[Database], None]
+
+log = logging.getLogger(__name__)
 
 
 class BatchSending(Protocol):
@@ -63,7 +71,7 @@ class BatchSending(Protocol):
 
     def send_member(self, grant: BatchGrant, session_id: str, record: IdempotencyRecord) -> Receipt: ...
 
-    def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome]) -> None: ...
+    def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome], fence: Fence | None = None) -> None: ...
 
 
 def stream_position(client: ControlHostClient, session_id: str) -> int | None:
@@ -133,11 +141,20 @@ class Recheck:
 class Settler:
     """Commits member outcomes in groups, from one thread (each commit is an fsync)."""
 
-    def __init__(self, service: BatchSending, batch: Batch, actor: str, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        service: BatchSending,
+        batch: Batch,
+        actor: str,
+        on_change: Callable[[], None],
+        fence: Fence | None = None,
+    ) -> None:
         self.s = service
         self.batch = batch
         self.actor = actor
         self.on_change = on_change
+        self.fence = fence
+        self.deposed = False
         self.q: queue.Queue[Outcome | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="batch-settle", daemon=True)
         self._thread.start()
@@ -157,8 +174,13 @@ class Settler:
                     break
             done = any(i is None for i in items)
             outcomes = [i for i in items if i is not None]
-            if outcomes:
-                self.s.settle_many(self.batch, self.actor, outcomes)
+            if outcomes and not self.deposed:
+                try:
+                    self.s.settle_many(self.batch, self.actor, outcomes, fence=self.fence)
+                except LeaseLost as exc:  # another bot runs the batch now: its records stand
+                    log.warning("batch %s: %s", self.batch.id, exc.message)
+                    self.deposed = True
+                    continue
                 self.on_change()
 
     def close(self) -> None:
@@ -169,11 +191,22 @@ class Settler:
 class Runner:
     """Sends one batch's remaining members with bounded concurrency (the paced client bounds the rate)."""
 
-    def __init__(self, service: BatchSending, batch_id: str, actor: str, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        service: BatchSending,
+        batch_id: str,
+        actor: str,
+        on_change: Callable[[], None],
+        *,
+        fence: Fence | None = None,
+        lost: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.s = service
         self.batch_id = batch_id
         self.actor = actor
         self.on_change = on_change
+        self.fence = fence
+        self.lost = lost  # the runner's batch lease was lost: it stops sending new members
         self.granted: BatchGrant | None = None
         self.watched = False
 
@@ -186,6 +219,8 @@ class Runner:
         return self.granted is not None
 
     def stopped(self) -> bool:
+        if self.lost():
+            return True
         batch = self.s.batches.get(self.batch_id)
         return bool(batch and batch.stop_requested)
 
@@ -197,7 +232,7 @@ class Runner:
         self.watched = self.s.policy(batch.decision).spec.verify.watch is not None
         if not self._regrant():
             return  # nothing sent: the service said why before it started
-        settler = Settler(self.s, batch, self.actor, self.on_change)
+        settler = Settler(self.s, batch, self.actor, self.on_change, self.fence)
         try:
             with cf.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="batch") as pool:
                 # A crash left these in flight: the same key and body again.
@@ -265,6 +300,13 @@ class Runner:
             if self.granted is None:
                 raise NoAuthority("the batch has no authority in the chain")
             receipt = self.s.send_member(self.granted, session_id, record)  # through the gate
+        except SendInFlight:
+            # Another bot's send of this member is live: no definite answer here; finished with its key
+            # by the one finishing of uncertain sends once that lease is free (R0.3).
+            to, values = RequestState.UNCERTAIN, {"code": "IN_FLIGHT_ELSEWHERE"}
+        except LeaseLost as exc:  # deposed while the answer was awaited: the new holder records it
+            log.warning("batch %s member %s: %s", self.batch_id, session_id, exc.message)
+            return
         except NoAuthority as exc:
             to, values = RequestState.VOID, {"code": "NO_AUTHORITY", "detail": exc.reason}
         except ControlHostError as exc:

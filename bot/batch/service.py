@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
-import os
-import socket
+import logging
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +21,7 @@ from bot.batch import text
 from bot.batch.finishing import MemberSend
 from bot.batch.gating import approver_refusal, claim_of, tampered
 from bot.batch.plan import Candidate, plan
-from bot.batch.runner import Outcome, Runner
+from bot.batch.runner import Fence, Outcome, Runner
 from bot.batch.store import OPEN_STATES, Batch, BatchStore, new_batch_id
 from bot.batch.verifying import BatchVerification
 from bot.clock import Clock, isoformat, parse_time
@@ -47,6 +46,7 @@ from bot.messages import Message, Reply, Reporter, ref
 from bot.runbook.evaluate import evaluate
 from bot.runbook.model import RunbookSet
 from bot.store import Store
+from bot.store.leases import LeaseHolding, LeaseLost
 from bot.triage.engine import runbook_limit
 from bot.triage.facts import gather
 from bot.triage.pace import Throttle
@@ -54,6 +54,12 @@ from bot.triage.store import TriageStore
 from bot.vocab import BATCH_DECISIONS, PER_SESSION, Action, Policy, RequestState, Step
 
 BOT = "recover-bot"
+log = logging.getLogger(__name__)
+
+
+def batch_job(batch_id: str) -> str:
+    """The lease a batch's runner holds while it sends its members."""
+    return f"batch:{batch_id}"
 
 
 def _refuse(headline: str, *lines: str) -> Reply:
@@ -426,19 +432,36 @@ class BatchService:
                     f"batch {batch_id} is not sent: {problem}",
                     "Nothing was sent. Check the step store with `recover-bot audit verify`.",
                 )
-        runner_id = f"{socket.gethostname()}:{os.getpid()}"
-        with self.store.write() as db:
-            won = self.batches.transition(
-                db, batch_id, (RequestState.APPROVED,), RequestState.SENDING, runner=runner_id
+        # The runner holds the batch: one runner at a time on any host, renewed while it
+        # runs; when it dies its lease runs out and the periodic job resumes the batch elsewhere.
+        leases, ttl = self.store.leases, self.limit("batch_lease")
+        lease = leases.acquire(batch_job(batch_id), self.decisions.ctx.sends.holder, ttl)
+        if lease is None:
+            return Reply.of(
+                Message(
+                    headline=f"batch {batch_id} is being sent by another bot: nothing sent from here",
+                    lines=["Its runner holds the batch; if that bot stops, another one resumes it."],
+                )
             )
-        batch = self.batches.get(batch_id)
-        if batch is None or (not won and batch.state != RequestState.SENDING):
-            return _refuse(f"batch {batch_id} is {batch.state if batch else 'unknown'}: nothing to send")
-        if not won:
-            self.batches.set(batch_id, runner=runner_id)
-        return self._run(batch, actor, reporter)
+        with leases.held(lease, ttl) as holding:
+            runner_id = holding.lease.holder
+            with self.store.write() as db:
+                won = self.batches.transition(
+                    db, batch_id, (RequestState.APPROVED,), RequestState.SENDING, runner=runner_id
+                )
+            batch = self.batches.get(batch_id)
+            if batch is None or (not won and batch.state != RequestState.SENDING):
+                return _refuse(f"batch {batch_id} is {batch.state if batch else 'unknown'}: nothing to send")
+            if not won:
+                self.batches.set(batch_id, runner=runner_id)
+            return self._run(batch, actor, reporter, holding)
 
-    def _run(self, batch: Batch, actor: str, reporter: Reporter) -> Reply:
+    def running(self, batch_id: str) -> bool:
+        """Whether a runner's lease on the batch runs now (here or at another bot)."""
+        lease = self.store.leases.get(batch_job(batch_id))
+        return lease is not None and lease.until >= self.clock.now()
+
+    def _run(self, batch: Batch, actor: str, reporter: Reporter, holding: LeaseHolding) -> Reply:
         total = len(self.batches.members(batch.id))
         throttle = Throttle(reporter, self.limit("progress_interval"))
         started = time.monotonic()
@@ -454,13 +477,31 @@ class BatchService:
                 throttle.note(),
             )
 
-        runner = Runner(self, batch.id, actor, lambda: throttle.update(progress))
+        leases = self.store.leases
+        runner = Runner(
+            self,
+            batch.id,
+            actor,
+            lambda: throttle.update(progress),
+            fence=lambda db: leases.fence(db, holding.lease),
+            lost=lambda: holding.lost,
+        )
         try:
             runner.run(int(self.limit("bulk_concurrency")))
         finally:
             throttle.close()
-        with self.store.write() as db:
-            self.batches.transition(db, batch.id, (RequestState.SENDING,), RequestState.EXECUTED)
+        try:
+            with self.store.write() as db:
+                leases.fence(db, holding.lease)  # a deposed runner ends nothing: the new one finishes it
+                self.batches.transition(db, batch.id, (RequestState.SENDING,), RequestState.EXECUTED)
+        except LeaseLost as exc:
+            log.warning("batch %s: %s", batch.id, exc.message)
+            return Reply.of(
+                Message(
+                    headline=f"batch {batch.id}: another bot took its run over; its outcome is told from there",
+                    level="warn",
+                )
+            )
         fresh = self.batches.get(batch.id) or batch
         counts, codes = self.batches.counts(batch.id), self.batches.codes(batch.id)
         self._step(batch.id, actor, Step.BATCH_FINISHED, RequestState.EXECUTED, counts=counts, codes=codes)
@@ -483,13 +524,18 @@ class BatchService:
         self.finish_uncertain(fresh, reporter)
         return Reply([merged, *([final] if final is not None else [])], ok=True)
 
-    def finish_uncertain(self, batch: Batch, reporter: Reporter) -> int:
+    def finish_uncertain(self, batch: Batch, reporter: Reporter, *, left_only: bool = False) -> int:
         """Each uncertain member handed to the decisions' one finishing of uncertain sends (R0.3): its
         stored record re-sent with its own key in the background until an answer is recorded, then
-        verified, the batch's message edited in place. Returns how many were handed over now."""
+        verified, the batch's message edited in place. Returns how many were handed over now.
+        ``left_only`` (the periodic job): only members whose finishing bot stopped."""
         started = 0
+        sends = self.decisions.ctx.sends
         for member in self.batches.members(batch.id, (RequestState.UNCERTAIN,)):
-            started += self.decisions.finish_uncertain(MemberSend(self, batch.id, member.session_id, reporter))
+            send = MemberSend(self, batch.id, member.session_id, reporter)
+            if left_only and not sends.finisher_died(send.key):
+                continue
+            started += self.decisions.finish_uncertain(send)
         return started
 
     def begin_members(
@@ -514,6 +560,7 @@ class BatchService:
                 ):
                     continue
                 record = self.client.begin(method, path, body, PURPOSE_DECISION, session_id=session_id, db=db)
+                self.decisions.ctx.sends.take(db, record.key)  # held from the commit that stores it
                 self.batches.member_set(db, batch.id, session_id, idem_key=record.key, body=record.body)
                 if session_id in positions:
                     self.store.record_step(
@@ -529,15 +576,18 @@ class BatchService:
                 won.append((session_id, record.key))
         return won
 
-    def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome]) -> None:
+    def settle_many(self, batch: Batch, actor: str, outcomes: list[Outcome], fence: Fence | None = None) -> None:
         """Members' outcomes and their steps in the sessions' cases, in one commit. An executed member's
-        step names the attention it was sent over: the decisions' R5.4 count reads it (``repeated``)."""
+        step names the attention it was sent over: the decisions' R5.4 count reads it (``repeated``).
+        ``fence`` (the runner's batch lease) runs first: a deposed runner records nothing (LeaseLost)."""
         bound = (
             {m.session_id: m.facts for m in self.batches.members(batch.id)}
             if any(to == RequestState.EXECUTED for _, _, to, _ in outcomes)
             else {}
         )
         with self.store.write() as db:
+            if fence is not None:
+                fence(db)
             for session_id, from_states, to, values in outcomes:
                 key = values.pop("key", None)
                 if not self.batches.member_transition(db, batch.id, session_id, from_states, to, **values):
@@ -570,12 +620,21 @@ class BatchService:
         except OSError:
             return None
 
-    def resume_open(self, reporter: Reporter) -> list[Message]:
-        """At start-up: finish batches a previous process left approved or sending, and the uncertain
-        members of sent ones (same keys, never anew)."""
+    def resume_open(self, reporter: Reporter, *, periodic: bool = False) -> list[Message]:
+        """At start-up and in the periodic job: finish batches a stopped bot left approved or sending,
+        on any host — a sending batch once its runner's lease ran out, and none of its in-flight members'
+        send leases runs — and the uncertain members of sent ones (same keys, never anew). The periodic
+        job leaves an approved batch to its approver's bot for a lease's time."""
         out: list[Message] = []
+        stale = isoformat(self.clock.now() - timedelta(seconds=self.limit("batch_lease"))) or ""
+        sends = self.decisions.ctx.sends
         for batch in self.batches.find((RequestState.APPROVED, RequestState.SENDING)):
-            if batch.state == RequestState.SENDING and not _runner_gone(batch.runner):
+            if self.running(batch.id):
+                continue  # its runner is alive
+            in_flight = self.batches.members(batch.id, (RequestState.SENDING,))
+            if any(m.idem_key and sends.running(m.idem_key) for m in in_flight):
+                continue  # a member's send is still live: resumed once its lease ran out
+            if periodic and batch.state == RequestState.APPROVED and batch.updated_at > stale:
                 continue
             with self.store.write() as db:
                 self.batches.transition(
@@ -584,7 +643,7 @@ class BatchService:
             out.extend(self.execute(batch.id, BOT, reporter).messages)
         for batch in self.batches.find((RequestState.EXECUTED,)):
             # Sent, some answers never came: finished with their own keys (their run handed them over).
-            if self.finish_uncertain(batch, reporter):
+            if self.finish_uncertain(batch, reporter, left_only=periodic):
                 out.append(self.verification.message(batch))
         return out
 
@@ -671,19 +730,3 @@ def _kind_of(warning: str, facts: dict[str, Any]) -> str:
         if name.endswith(".id") and isinstance(value, str) and value:
             warning = warning.replace(value, "…")
     return warning
-
-
-def _runner_gone(runner: str | None) -> bool:
-    """A sending batch whose process on this host is gone (killed) is resumed; another host's is not."""
-    if not runner:
-        return True
-    host, _, pid = runner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return int(pid) == os.getpid()

@@ -362,7 +362,7 @@ class ControlHostClient:
                         # Accepted, but the receipt was lost in transit: the same key fetches it again.
                         last = bad_response(what, status)
                     else:
-                        self.store.finish_request(current.key, status, data)
+                        self.store.finish_request(current.key, status, data, fence=permit.fence)
                         self._in_doubt[current.key] = False
                         return Receipt.parse(data, http_status=status, idempotency_key=current.key)
                 elif is_uncertain_status(status):
@@ -372,7 +372,7 @@ class ControlHostClient:
                         self._in_doubt[current.key] = False  # R4.2: no receipt, no record kept
                 else:
                     # A definite refusal ends this logical request; a later attempt is a new one.
-                    self.store.finish_request(current.key, status, _response_body(response))
+                    self.store.finish_request(current.key, status, _response_body(response), fence=permit.fence)
                     self._in_doubt[current.key] = False
                     raise error_from_response(response, what)
             log.info("POST %s attempt %d/%d: %s", current.path, attempt, self.retry.attempts, last.code)

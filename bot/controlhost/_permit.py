@@ -10,9 +10,16 @@ made with anything but the seal is refused when it is made.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, final
 
+from sqlite_utils import Database
+
 from bot.store import IdempotencyRecord
+
+#: Called inside the transaction that records the host's answer; raises to record nothing (a deposed
+#: holder of the send's lease, bot/decisions/_sendlease.py).
+Fence = Callable[[Database], None]
 
 
 @final
@@ -30,12 +37,18 @@ class Permit:
     """The gate's word that exactly this stored request may be sent now (R0.3: nothing re-runs a turn
     on its own; the gate has proved the chain authorises this record)."""
 
-    __slots__ = ("_record",)
+    __slots__ = ("_fence", "_record")
 
-    def __init__(self, record: IdempotencyRecord, seal: _Seal) -> None:
+    def __init__(self, record: IdempotencyRecord, seal: _Seal, *, fence: Fence | None = None) -> None:
         if seal is not _GATE_SEAL:
             raise TypeError("a Permit is made by the gate only (bot/decisions/_authority.py)")
         self._record = record
+        self._fence = fence
+
+    @property
+    def fence(self) -> Fence | None:
+        """What the client calls in the transaction that records the answer (the send lease's fence)."""
+        return self._fence
 
     @property
     def record(self) -> IdempotencyRecord:

@@ -33,6 +33,7 @@ from bot.decisions._rules import (
     requester_refusal,
     same_person,
 )
+from bot.decisions._sendlease import SendInFlight, lease_limit
 from bot.decisions._service import DecisionService
 from bot.decisions._text import APPROVAL_KIND, CONFIRM_KIND
 from bot.decisions._uncertain import Unanswered, is_uncertain
@@ -77,6 +78,8 @@ __all__ = [
     "identity_refusal",
     "incurable_cause",
     "is_uncertain",
+    "SendInFlight",
+    "lease_limit",
     "migrations",
     "person_of",
     "requester_refusal",

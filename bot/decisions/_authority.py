@@ -33,7 +33,7 @@ it names every cached row that differs from the chain.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bot.controlhost import PURPOSE_DECISION, PURPOSE_RESUME, Permit, Receipt, ReplayResult
@@ -66,10 +66,12 @@ from bot.decisions._proof import (
     sending_step,
 )
 from bot.decisions._requests import OPEN_STATES, DecisionRequest
+from bot.decisions._sendlease import SendInFlight
 from bot.errors import ControlHostError
 from bot.ids import installation_of_id
 from bot.messages import Message, Reply, Reporter
 from bot.store import IdempotencyRecord, Step, binding
+from bot.store.leases import LeaseLost
 from bot.vocab import RequestState
 from bot.vocab import Step as StepName
 
@@ -199,8 +201,14 @@ class Gate:
 
     def _post(self, record: IdempotencyRecord) -> Receipt:
         """The only call of the client's ``send`` in the bot: a record the caller just proved, under
-        the permit only the gate can make."""
-        return self.ctx.client.send(Permit(record, _GATE_SEAL))
+        the permit only the gate can make, while this bot holds the record's send lease (the caller's,
+        when it holds it already). Raises :class:`SendInFlight` when another bot's
+        send of it is live: nothing is sent. The client records the answer fenced by that lease."""
+        sends = self.ctx.sends
+        with sends.hold(record.key) as holding:
+            if holding is None:
+                raise SendInFlight(f"the stored request {record.key} is being sent by another bot: not sent here")
+            return self.ctx.client.send(Permit(record, _GATE_SEAL, fence=sends.fencer(record.key)))
 
     def send_decision(
         self, req: DecisionRequest, actor: str, record: IdempotencyRecord, reporter: Reporter
@@ -287,13 +295,16 @@ class Gate:
         reporter.post(msg)
         return Reply.of(msg, ok=False)
 
-    def replay_vouched(self) -> tuple[list[ReplayResult], list[Message]]:
-        """Re-send stored resume requests the chain recorded; decisions go through their own request
-        (``_resend``, with the authority check). A record no step vouches for is never sent."""
+    def replay_vouched(
+        self, only: Callable[[IdempotencyRecord], bool] | None = None
+    ) -> tuple[list[ReplayResult], list[Message]]:
+        """Re-send stored resume requests the chain recorded (``only`` those it accepts: the periodic
+        job's left ones); decisions go through their own request (``_resend``, with the authority
+        check). A record no step vouches for is never sent."""
         sent: list[ReplayResult] = []
         refused: list[Message] = []
         for record in self.ctx.store.unfinished_requests():
-            if record.purpose == PURPOSE_DECISION:
+            if record.purpose == PURPOSE_DECISION or (only is not None and not only(record)):
                 continue
             try:
                 sent.append(ReplayResult(record, receipt=self.send_resume(record)))
@@ -311,6 +322,8 @@ class Gate:
             except ControlHostError as exc:
                 log.info("re-sending %s: %s", record.key, exc.code)
                 sent.append(ReplayResult(record, error=exc))
+            except LeaseLost as exc:  # its sender is alive (or took it over): its result stands
+                log.info("not re-sending %s: %s", record.key, exc.message)
         return sent, refused
 
 

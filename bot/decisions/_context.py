@@ -23,6 +23,7 @@ from bot.decisions import _text as text
 from bot.decisions._policy import DecisionPolicy, Limits, decision_policy, runbook_limits
 from bot.decisions._requests import RequestStore
 from bot.decisions._rules import ApproverDirectory
+from bot.decisions._sendlease import SendLeases, lease_limit
 from bot.diagnosis import Diagnoser
 from bot.messages import Message, Reply, plain
 from bot.runbook.evaluate import DecisionVerdict, check_decision
@@ -54,12 +55,15 @@ class DecisionContext:
     console_users: dict[str, str] = field(default_factory=dict)
     requests: RequestStore = field(init=False)
     limits: Limits = field(init=False)
+    #: This bot's send leases (``send:<key>``): who sends a stored request now.
+    sends: SendLeases = field(init=False)
 
     def __post_init__(self) -> None:
         self.approvers = tuple(self.approvers)
         self.console_users = dict(self.console_users)
         self.requests = RequestStore(self.store)
         self.limits = runbook_limits(self.runbooks)
+        self.sends = SendLeases(self.store.leases, lambda: lease_limit(self.runbooks, "send_lease"))
 
     def now(self) -> datetime:
         return self.clock.now()

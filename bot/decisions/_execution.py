@@ -11,6 +11,7 @@ commit together; only then does the client's ``send`` post it. The answer is set
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,7 +30,10 @@ from bot.errors import ControlHostError, RecoverError, StoreError
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.usage import typed_line
 from bot.store import IdempotencyRecord
+from bot.store.leases import LeaseLost
 from bot.vocab import RequestState, Step
+
+log = logging.getLogger("bot.decisions")
 
 
 class ExecutionRoom:
@@ -238,6 +242,7 @@ class ExecutionRoom:
             record: IdempotencyRecord | None = None
             if current is not None and current.state == from_state:
                 record = ctx.client.begin(method, path, body, PURPOSE_DECISION, session_id=req.session_id, db=db)
+                ctx.sends.take(db, record.key)  # held from the commit that stores the key
                 if not ctx.requests.transition(
                     db, req.id, (from_state,), RequestState.SENDING, actor=actor, idem_key=record.key, body=record.body
                 ):
@@ -261,13 +266,24 @@ class ExecutionRoom:
 
     def deliver(self, request_id: str, actor: str, record: IdempotencyRecord, reporter: Reporter) -> Reply:
         """Send a stored request (same key, same body) through the gate and settle the request from the
-        answer; the gate sends it only when the chain authorises the request and exactly this record."""
-        req = self.ctx.requests.get(request_id)
-        assert req is not None
+        answer; the gate sends it only when the chain authorises the request and exactly this record.
+
+        The whole delivery holds the record's send lease, so the answer is recorded under it (fenced):
+        a live send at another bot is not sent again here, and a holder deposed while it waited records
+        nothing (the new holder's result stands)."""
         try:
-            sent = self.gate.send_decision(req, actor, record, reporter)
-        except ControlHostError as exc:
-            return self.outcomes.on_error(req, actor, exc, reporter)
-        if isinstance(sent, Reply):
-            return sent
-        return self.outcomes.on_accepted(req, actor, sent)
+            with self.ctx.sends.hold(record.key) as holding:
+                if holding is None:
+                    return Reply.of(text.in_flight_elsewhere(request_id))
+                req = self.ctx.requests.get(request_id)
+                assert req is not None
+                try:
+                    sent = self.gate.send_decision(req, actor, record, reporter)
+                except ControlHostError as exc:
+                    return self.outcomes.on_error(req, actor, exc, reporter)
+                if isinstance(sent, Reply):
+                    return sent
+                return self.outcomes.on_accepted(req, actor, sent)
+        except LeaseLost as exc:
+            log.warning("request %s: %s", request_id, exc.message)
+            return Reply.of(text.in_flight_elsewhere(request_id, deposed=True))

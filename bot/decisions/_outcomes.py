@@ -10,6 +10,8 @@ compare-and-set, so of two processes settling one request only one records it.
 
 from __future__ import annotations
 
+from sqlite_utils import Database
+
 from bot.controlhost import Receipt
 from bot.decisions import _text as text
 from bot.decisions._authority import Gate
@@ -31,6 +33,12 @@ class Outcomes:
         self.verifier = verifier
         self.uncertain = UncertainSends(ctx, gate, self.on_accepted, self.on_error)
 
+    def fenced(self, db: Database, req: DecisionRequest) -> None:
+        """In the transaction that records the host's answer: LeaseLost unless this bot holds the send's
+        lease (a deposed holder records nothing)."""
+        if req.idem_key:
+            self.ctx.sends.fence(db, req.idem_key)
+
     def on_accepted(self, req: DecisionRequest, actor: str, receipt: Receipt) -> Reply:
         ctx = self.ctx
         result = {
@@ -41,6 +49,7 @@ class Outcomes:
         }
         status = receipt.http_status or 200
         with ctx.store.write() as db:
+            self.fenced(db, req)
             won = ctx.requests.transition(
                 db,
                 req.id,
@@ -110,6 +119,7 @@ class Outcomes:
                 "(after checking the turn's external effects, R3.10), or `close`."
             )
         with ctx.store.write() as db:
+            self.fenced(db, req)
             if ctx.requests.transition(
                 db,
                 req.id,
@@ -154,6 +164,7 @@ class Outcomes:
         ctx = self.ctx
         sid = req.session_id
         with ctx.store.write() as db:
+            self.fenced(db, req)
             ctx.requests.transition(
                 db,
                 req.id,

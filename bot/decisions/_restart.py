@@ -11,7 +11,9 @@ asked again. Nothing here makes a new logical request for an old one.
 
 from __future__ import annotations
 
+import functools
 import logging
+from datetime import timedelta
 
 from bot.clock import parse_time
 from bot.controlhost import PURPOSE_RESUME
@@ -24,6 +26,7 @@ from bot.decisions._requests import IN_FLIGHT_STATES, DecisionRequest
 from bot.decisions._resume import ResumeRoom
 from bot.decisions._unfinished import UnfinishedRoom
 from bot.messages import Message, Reply, Reporter
+from bot.store import IdempotencyRecord
 from bot.vocab import RequestState, Step
 
 log = logging.getLogger(__name__)
@@ -131,6 +134,74 @@ class RestartRoom:
         if not messages:
             messages.append(Message(headline="Nothing to recover: no approved or in-flight decisions."))
         return Reply(messages, ok=ok)
+
+    def sweep(self, reporter: Reporter) -> Reply:
+        """The periodic job's share of the decisions (the caller holds the lease
+        ``replay:<installation>``): finish what a bot that stopped left, while other bots serve. The
+        same functions as :meth:`recover`, over only what no live bot is doing:
+
+        - a ``sending`` request whose send lease ran out (its holder died) or was never taken is
+          settled from its stored record (:meth:`resend`: same key, same body; the gate holds the lease);
+        - an ``uncertain`` one is handed to the one background finishing of uncertain sends when the bot
+          finishing it stopped (its ``finish:`` lease ran out unreleased, or was never taken); one given
+          up past ``uncertain_retry_for`` waits for a start or ``/recover replay``, as the runbook says;
+        - an ``approved`` one nothing was sent for, unchanged for longer than a send lease (its approver
+          stopped before sending), is executed once on fresh facts (:meth:`ExecutionRoom.execute`);
+        - a stored resume, older than its own ride-out (R4.2) and whose send lease ran out, is re-sent
+          with its key by the gate's replay.
+
+        Never a new key, never a re-run turn (R0.3); nothing is dropped. Waits (R3.9) and re-checks
+        (R3.10) stay with whoever runs them (a start finishes those). Says nothing when nothing was left.
+        """
+        ctx = self.ctx
+        sends = ctx.sends
+        uncertain = self.execution.outcomes.uncertain
+        ttl = sends.ttl()
+        stale = ctx.iso(ctx.now() - timedelta(seconds=ttl))
+        replies: list[Reply] = []
+        found: list[str] = []
+        for req in ctx.requests.find(states=(RequestState.SENDING,)):
+            if req.idem_key and sends.running(req.idem_key):
+                continue  # a live send (here or at another bot): its holder records the answer
+            found.append(f"{req.id} ({req.state})")
+            replies.append(self.resend(req, reporter))
+        for req in ctx.requests.find(states=(RequestState.UNCERTAIN,)):
+            if uncertain.finisher.running(req.id) or (req.idem_key and sends.running(req.idem_key)):
+                continue
+            if not sends.finisher_died(req.id):
+                continue  # finished by a live bot, or given up past the limit (a start re-sends it)
+            if uncertain.finisher.start(req.id, functools.partial(uncertain.finish, req.id, reporter)):
+                found.append(f"{req.id} ({req.state})")
+        for req in ctx.requests.find(states=(RequestState.APPROVED,)):
+            if (req.updated_at or req.created_at) > stale:
+                continue  # its approver's bot is on its way to sending it
+            found.append(f"{req.id} ({req.state})")
+            replies.append(self.execution.execute(req.id, req.approved_by or BOT, reporter))
+        resume_for = ctx.runbooks.limit("resume_retry_for")
+        old_resume = ctx.iso(ctx.now() - timedelta(seconds=resume_for + ttl))
+
+        def left(record: IdempotencyRecord) -> bool:
+            return record.created_at <= old_resume and not sends.running(record.key)
+
+        replayed, refused = self.authority.replay_vouched(only=left)
+        for result in replayed:
+            if result.record.purpose == PURPOSE_RESUME:
+                found.append(f"resume {result.record.key}")
+                replies.append(self.resume.settle_replayed(result, BOT))
+        messages = [*refused]
+        for reply in replies:
+            messages.extend(reply.messages)
+        if found:
+            log.info("the periodic job finished what stopped bots left: %s", ", ".join(found))
+            ctx.record(
+                None,
+                BOT,
+                Step.UNFINISHED_FOUND,
+                {"periodic": True},
+                f"{len(found)} finished",
+                detail={"requests": found},
+            )
+        return Reply(messages, ok=not refused and all(r.ok for r in replies))
 
     def resend(self, req: DecisionRequest, reporter: Reporter) -> Reply:
         """A ``sending`` or ``uncertain`` request: settled from its stored record, same key and body."""

@@ -274,6 +274,10 @@ class DecisionService:
         """Finish what a previous process left: in-flight requests re-sent, approved ones executed once."""
         return self.restart.recover(reporter, actor=actor)
 
+    def sweep(self, reporter: Reporter) -> Reply:
+        """The periodic job: finish what a stopped bot left while others serve."""
+        return self.restart.sweep(reporter)
+
     def replay(self, actor: str, channel: str | None, reporter: Reporter) -> Reply:
         """The console's `/recover replay`: finish what earlier runs left (same keys, never anew)."""
         return self.restart.replay(actor, channel, reporter)

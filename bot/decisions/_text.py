@@ -228,3 +228,20 @@ def state_text(req: DecisionRequest) -> str:
 
 def refusal(headline: str, *lines: str, rules: list[str] | None = None, session_id: str | None = None) -> Message:
     return Message(headline=headline, level="error", lines=list(lines), rules=list(rules or []), session_id=session_id)
+
+
+def in_flight_elsewhere(request_id: str, *, deposed: bool = False) -> Message:
+    """A stored send another bot holds (its send lease runs), or took over from this one: nothing is
+    sent or recorded here; its outcome is that bot's (R0.3, one send per Idempotency-Key)."""
+    if deposed:
+        return Message(
+            headline=f"Request {request_id}: another bot took its send over; its outcome stands, nothing recorded here",
+            level="warn",
+            lines=["This bot's lease on the send ran out while it waited for the answer (R0.3)."],
+            rules=["R0.3"],
+        )
+    return Message(
+        headline=f"Request {request_id} is being sent by another bot: its outcome is recorded there",
+        lines=["Nothing was sent from here: the send's lease is held (same Idempotency-Key, R0.3)."],
+        rules=["R0.3"],
+    )

@@ -32,6 +32,7 @@ from bot.errors import ControlHostError
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.usage import typed_line
 from bot.store import IdempotencyRecord
+from bot.store.leases import LeaseLost
 from bot.vocab import RequestState, Step
 
 log = logging.getLogger("bot.decisions")
@@ -109,6 +110,8 @@ class UncertainSends:
         """``sending → uncertain``, with its step (the request keeps its key and body)."""
         ctx = self.ctx
         with ctx.store.write() as db:
+            if req.idem_key:
+                ctx.sends.fence(db, req.idem_key)  # a deposed sender records nothing
             ctx.requests.transition(
                 db,
                 req.id,
@@ -178,24 +181,39 @@ class UncertainSends:
             record = send.stored()
             if record is None:
                 return True  # settled elsewhere (another process, a restart)
-            attempts += 1
+            # Each attempt holds the record's send lease: while another holder's
+            # send is live nothing is sent now (the next attempt looks again: settled, or its holder
+            # died); a deposed attempt records nothing and stops (the new holder's result stands).
             try:
-                send.send(record)
-            except ControlHostError as exc:
-                if not is_uncertain(exc):
-                    send.refused(exc)
+                with ctx.sends.hold(record.key) as holding:
+                    if holding is None:
+                        return None
+                    attempts += 1
+                    try:
+                        send.send(record)
+                    except ControlHostError as exc:
+                        if not is_uncertain(exc):
+                            send.refused(exc)
+                            return True
+                        send.unanswered(exc, attempts)
+                        return None
                     return True
-                send.unanswered(exc, attempts)
-                return None
-            return True
+            except LeaseLost as exc:
+                log.warning("%s: %s", send.key, exc.message)
+                return True
 
-        until = ctx.now() + timedelta(seconds=total)
-        if poll(ctx.clock, until, Pace(every, cap), attempt, attempt_first=False):
-            return
-        if send.stored() is None:
-            return
-        log.warning("%s still uncertain after %.0f s", send.key, total)
-        send.gave_up(text.duration(total), ctx.iso(until))
+        # One bot finishes it at a time (``finish:<key>``); when this bot stops, the lease runs out and
+        # another bot's periodic job takes the finishing over.
+        with ctx.sends.finishing(send.key) as mine:
+            if not mine:
+                return
+            until = ctx.now() + timedelta(seconds=total)
+            if poll(ctx.clock, until, Pace(every, cap), attempt, attempt_first=False):
+                return
+            if send.stored() is None:
+                return
+            log.warning("%s still uncertain after %.0f s", send.key, total)
+            send.gave_up(text.duration(total), ctx.iso(until))
 
 
 class Unanswered(Protocol):
@@ -256,17 +274,21 @@ class _RequestSend:
 
     def unanswered(self, exc: ControlHostError, attempt: int) -> None:
         req = self._req()
-        if req is None:
+        if req is None or not req.idem_key:
             return
-        self.sends.ctx.record(
-            req.session_id,
-            BOT_ACTOR,
-            Step.DECISION_UNCERTAIN,
-            {"request_id": req.id, "attempt": attempt},
-            exc.code,
-            http_status=exc.status,
-            idempotency_key=req.idem_key,
-        )
+        ctx = self.sends.ctx
+        with ctx.store.write() as db:
+            ctx.sends.fence(db, req.idem_key)  # an attempt's record is the holder's alone
+            ctx.record(
+                req.session_id,
+                BOT_ACTOR,
+                Step.DECISION_UNCERTAIN,
+                {"request_id": req.id, "attempt": attempt},
+                exc.code,
+                http_status=exc.status,
+                idempotency_key=req.idem_key,
+                db=db,
+            )
         self.reporter.progress(
             Message(
                 headline=f"`{req.decision}` on `{req.session_id}`: still no definite answer "

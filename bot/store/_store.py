@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -456,9 +456,14 @@ class Store:
         with self.write() as db:
             return _requests.note_attempt(db, key)
 
-    def finish_request(self, key: str, http_status: int, response: object) -> IdempotencyRecord:
-        """Record the definite answer (2xx/4xx) that ends a logical request."""
+    def finish_request(
+        self, key: str, http_status: int, response: object, *, fence: Callable[[Database], None] | None = None
+    ) -> IdempotencyRecord:
+        """Record the definite answer (2xx/4xx) that ends a logical request; ``fence`` (the sender's
+        lease) runs first in the same transaction and raises to record nothing (a deposed sender)."""
         with self.write() as db:
+            if fence is not None:
+                fence(db)
             return _requests.finish(db, key, http_status, response, self._now())
 
     def withdraw_request(self, key: str, actor: str, why: str) -> bool:

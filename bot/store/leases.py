@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from sqlite_utils import Database
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 #: A released lease's expiry: before any real time, so the next acquire takes it over (token + 1).
 RELEASED = "0001-01-01T00:00:00.000Z"
+_RELEASED_AT = datetime.min.replace(tzinfo=UTC)
 
 
 def holder_id(role: str) -> str:
@@ -73,6 +74,11 @@ class Lease:
 
     def __str__(self) -> str:
         return f"{self.job} (token {self.token}, held by {self.holder})"
+
+    @property
+    def released(self) -> bool:
+        """Left free by its holder (:func:`release`), not merely run out."""
+        return self.until == _RELEASED_AT
 
 
 class LeaseLost(StoreError):

@@ -46,6 +46,7 @@ DEFAULTS = {
     "progress_interval": 2.0,
     "diagnose_budget": 10.0,
     "log_window": 6 * 3600.0,
+    "batch_lease": 30.0,
 }
 
 

@@ -21,7 +21,8 @@ def test_start_runs_each_watcher_and_ladder_runner_until_stop(sandbox: Any, slac
     assert composed.threads == []  # composing starts nothing
     composed.start()
     try:
-        assert {"recover-watch-default", "recover-ladder-default"} <= {t.name for t in threading.enumerate()}
+        names = {t.name for t in threading.enumerate()}
+        assert {"recover-watch-default", "recover-ladder-default", "recover-replay-default"} <= names
         eventually(lambda: watcher.last_poll is not None, 10, "the watcher's first poll")
         said = composed.router.handle_text("/recover watch", actor="UALICE", channel=CHANNEL, reporter=ListReporter())
         assert "Watch is on" in said.messages[0].plain_text()  # the router's watcher is the running one

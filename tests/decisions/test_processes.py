@@ -84,14 +84,21 @@ def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 60) -> None:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
 
 
-def _killed_at(env, tmp_path: Path, action: str, target: str, actor: str, hang: str, marker: str) -> None:
-    """Run ``action`` in another bot process that hangs at ``hang``; SIGKILL it once ``marker`` appears."""
+def _killed_at(
+    env, tmp_path: Path, action: str, target: str, actor: str, hang: str, marker: str, while_alive=None
+) -> None:
+    """Run ``action`` in another bot process that hangs at ``hang``; SIGKILL it once ``marker`` appears
+    (``while_alive`` runs first, the process still hanging), then let the store's clock pass its send
+    lease: the killed holder's lease runs out, as it does for a bot that died."""
     go = tmp_path / "go"
     go.write_text("go")
     proc = _spawn(env, tmp_path, action, target, actor, go, hang=hang)
     _wait_for(tmp_path / marker, proc)
+    if while_alive is not None:
+        while_alive()
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+    env.clock.advance(env.runbooks.limit("send_lease") + 1)
 
 
 def _restarted(env):
@@ -148,7 +155,23 @@ def test_sigkill_after_the_post_reached_the_host_then_restart(decision_env, tmp_
     env = decision_env
     svc = env.service()
     rid = _request(env, svc, "ses_pk2")
-    _killed_at(env, tmp_path, "approve", rid, APPROVER, hang="after_post", marker="posted")
+
+    def live_send_is_not_replayed() -> None:
+        # Its POST is in flight at a live bot (its send lease runs): a starting bot sends nothing for it.
+        _restarted(env)
+        assert len(env.posts("ses_pk2")) == 1
+        assert env.service().requests.get(rid).state == "sending"
+
+    _killed_at(
+        env,
+        tmp_path,
+        "approve",
+        rid,
+        APPROVER,
+        hang="after_post",
+        marker="posted",
+        while_alive=live_send_is_not_replayed,
+    )
     # The control host applied it, but the bot never recorded the answer.
     assert len(env.effects("ses_pk2")) == 1
     req = svc.requests.get(rid)

@@ -1,6 +1,6 @@
 """Leases with fencing tokens (bot/store/leases.py), on both engines, attacked as a deposed holder would.
 
-Issue 37 item 3: work is claimed, not assumed; a bot paused or cut off past its lease records nothing late.
+Work is claimed, not assumed; a bot paused or cut off past its lease records nothing late.
 """
 
 from __future__ import annotations
@@ -63,6 +63,14 @@ def test_a_released_lease_keeps_its_token_so_the_next_holder_fences_the_last(sto
         store.leases.fence(db, lease)
     stored = store.leases.get("handoff:2026-12-03T08:00")
     assert stored is not None and (stored.holder, stored.token) == ("bot-b", 2)
+
+
+def test_a_released_lease_reads_back_as_run_out_with_its_holder_and_token(store: Store, clock: ManualClock) -> None:
+    lease = store.leases.acquire("send:key-r", "bot-a", ttl=30)
+    assert lease is not None and store.leases.release(lease)
+    stored = store.leases.get("send:key-r")
+    assert stored is not None and (stored.holder, stored.token) == ("bot-a", 1)
+    assert stored.until < clock.now()  # released: run out for every clock
 
 
 def test_holders_are_told_apart_across_restarts_of_one_process() -> None:

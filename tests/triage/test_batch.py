@@ -17,12 +17,14 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from bot.clock import ManualClock
 from bot.messages import ListReporter, Reply
 from bot.sandbox import SandboxHandle
 from tests.fixtures.triage import bulk_router, make_incident
@@ -163,6 +165,8 @@ def test_stop_lets_in_flight_members_finish_and_sends_no_new_one(
     assert len(incident_sandbox.admin.effects()) == counts.get("executed", 0)
 
 
+LEASE = 30  # the runbook's batch_lease and send_lease
+
 _CHILD = """
 import sys
 from bot.messages import ListReporter
@@ -221,7 +225,10 @@ def test_sigkill_mid_batch_then_restart_every_member_ends_once_with_the_same_key
     assert len(pending) >= 3, pending
     for sid, kind in zip(pending, ("error_after_commit", "error_after_commit", "drop_after_commit")):
         incident_sandbox.admin.fault(kind, f"/v1/sessions/{sid}/recovery-decisions", method="POST")
-    restarted = bulk_router(incident_sandbox, tmp_path)  # start-up resumes the killed process's batch
+    # The killed runner's batch lease (and its members' send leases) ran out: the restarted bot's clock
+    # reads past them (the child ran on the system clock). Start-up resumes the batch, on any host.
+    past = datetime.now(UTC) + timedelta(seconds=LEASE + 1)
+    restarted = bulk_router(incident_sandbox, tmp_path, clock=ManualClock(past))
     assert any(batch_id in m.headline for m in restarted.startup_reply.messages), _text(restarted.startup_reply)
     assert [f["hits"] for f in incident_sandbox.admin.faults()] == [1, 1, 1]
     counts = incident_sandbox.admin.effect_counts()
