@@ -125,7 +125,8 @@ class Composed:
             self._spawn(runner.run, f"recover-ladder-{name}")
         said = reporter or LoggingReporter()
         for name, router in self.router.routers.items():
-            self._spawn(functools.partial(router.sweep_every, self.stopping, said), f"recover-replay-{name}")
+            named = self.router.named_reporter(name, said)
+            self._spawn(functools.partial(router.sweep_every, self.stopping, named), f"recover-replay-{name}")
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -65,7 +65,8 @@ class FleetRouter:
     def _named(self, name: str, reply: Reply) -> Reply:
         return reply if self._single() else tag_reply(reply, name)
 
-    def _reporter(self, name: str, reporter: Reporter) -> Reporter:
+    def named_reporter(self, name: str, reporter: Reporter) -> Reporter:
+        """``reporter`` with its messages named by installation ``name`` (when there are several)."""
         return reporter if self._single() else TaggingReporter(reporter, name)
 
     def resolve(
@@ -86,7 +87,7 @@ class FleetRouter:
     def startup(self, reporter: Reporter) -> Reply:
         out = Reply()
         for name, router in self.routers.items():
-            reply = self._named(name, router.startup(self._reporter(name, reporter)))
+            reply = self._named(name, router.startup(self.named_reporter(name, reporter)))
             out.messages.extend(reply.messages)
             out.ok = out.ok and reply.ok
         return out
@@ -142,7 +143,7 @@ class FleetRouter:
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
         reply = self.routers[name].handle_text(
-            text, actor=actor, channel=channel, reporter=self._reporter(name, reporter)
+            text, actor=actor, channel=channel, reporter=self.named_reporter(name, reporter)
         )
         return self._named(name, reply)
 
@@ -230,7 +231,7 @@ class FleetRouter:
         except Exception as exc:  # noqa: BLE001 - rendered in one place
             return error_reply(exc)
         reply = self.routers[name].handle_action(
-            action, raw, actor=actor, channel=channel, reporter=self._reporter(name, reporter), form=form
+            action, raw, actor=actor, channel=channel, reporter=self.named_reporter(name, reporter), form=form
         )
         return self._named(name, reply)
 

@@ -99,7 +99,7 @@ class SlackBot:
     def run_startup(self) -> None:
         """Finish what a previous process left half-done (replays, approved requests), reporting into
         the cases' threads. Runs in the background: a resumed wait must not delay readiness."""
-        reporter = self._reporter(Origin(actor="recover-bot", channel=None))
+        reporter = self.background_reporter()
         self._guarded(reporter, lambda: self.router.startup(reporter))
         # Said once it is over: until then this process may still be replaying what it found unfinished
         # (an operator, or a second bot's start-up on one PostgreSQL store, can tell from the log).
@@ -111,7 +111,7 @@ class SlackBot:
         """Expire due approval requests and update their messages in place (where they were posted)."""
         messages = self.router.expire_due()
         if messages:
-            reporter = self._reporter(Origin(actor="recover-bot", channel=None))
+            reporter = self.background_reporter()
             for message in messages:
                 reporter.post(message)
             self.refresh_homes()
@@ -248,6 +248,11 @@ class SlackBot:
             self.ui.submit(self.publish_home, user)
 
     # -- helpers ------------------------------------------------------------------------------------
+
+    def background_reporter(self) -> SlackReporter:
+        """Where the bot's own work reports (start-up replays, expiry, the periodic finishing of what
+        another process left half-done): each case's thread."""
+        return self._reporter(Origin(actor="recover-bot", channel=None))
 
     def _reporter(self, origin: Origin) -> SlackReporter:
         return SlackReporter(self.out, self.threads, origin, on_posted=self.refresh_homes)

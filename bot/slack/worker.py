@@ -264,7 +264,9 @@ def main(stream: TextIO | None = None) -> int:
     threading.Thread(target=_watch_input, args=(stream, runner, stop), name="recover-wake", daemon=True).start()
     bot.start_sweeper()
     bot.work.submit(bot.run_startup)
-    composed.start()  # each installation's watch mode and escalation ladder: they run here
+    # Each installation's watch mode, escalation ladder and periodic finishing run here; what the
+    # finishing does is said in the cases' threads, as the start-up's replays are.
+    composed.start(bot.background_reporter())
     try:
         runner.run(stop)
     finally:

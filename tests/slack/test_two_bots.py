@@ -294,4 +294,4 @@ def test_two_person_requests_through_either_bot_one_bot_sigkilled_mid_run_nothin
     sandbox = sandbox_factory(scenarios=None, clock=None)
     figures = run_pair(slack_api, sandbox, pg_url, tmp_path, n=10, wave=5, timeout=120, env=_quick_leases(tmp_path))
     assert figures.kills == 1 and figures.requested == figures.n
-    assert figures.ok, figures.as_json()
+    assert figures.ok, json.dumps(figures.as_json())
