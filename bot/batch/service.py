@@ -45,7 +45,7 @@ from bot.errors import CommandError, ControlHostError
 from bot.messages import Message, Reply, Reporter, ref
 from bot.runbook.evaluate import evaluate
 from bot.runbook.model import RunbookSet
-from bot.store import Store
+from bot.store import IdempotencyRecord, Store
 from bot.store.leases import LeaseHolding, LeaseLost
 from bot.triage.engine import runbook_limit
 from bot.triage.facts import gather
@@ -416,7 +416,7 @@ class BatchService:
             raise NoAuthority(f"no batch {batch_id}")
         return self.decisions.gate.batch_grant(claim_of(self.batches, batch))
 
-    def send_member(self, grant: BatchGrant, session_id: str, record: Any) -> Receipt:
+    def send_member(self, grant: BatchGrant, session_id: str, record: IdempotencyRecord) -> Receipt:
         """One member through the gate: its record must be the request its bound facts give."""
         return self.decisions.gate.send_member(grant, session_id, record)
 

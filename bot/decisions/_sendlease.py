@@ -112,15 +112,17 @@ class SendLeases:
         if lease is None:
             yield None
             return
-        with self.leases.held(lease, ttl) as holding:
-            with self._lock:
-                self._held[key] = _Held(holding, me)
-            try:
-                yield holding
-            finally:
+        try:
+            with self.leases.held(lease, ttl) as holding:
                 with self._lock:
-                    self._held.pop(key, None)
-                    self._released.notify_all()
+                    self._held[key] = _Held(holding, me)
+                yield holding
+        finally:
+            # Said free only once the lease is released: a waiting thread of this bot that acquired it
+            # before the release would hold a lease released under it (and record nothing).
+            with self._lock:
+                self._held.pop(key, None)
+                self._released.notify_all()
 
     def fence(self, db: Database, key: str) -> None:
         """Inside the transaction that records the host's answer for ``key``: raise LeaseLost unless this

@@ -224,7 +224,7 @@ class LadderRunner:
             return  # too late to post within the lease: a live runner takes it over (module docstring, 1)
         message = self._message(req, claim, inputs, now)
         if not self.rows.posting(claim):
-            return  # deposed (issue 37 item 3): the runner that took the step over with token + 1 posts it
+            return  # deposed (a fenced lease): the runner that took the step over with token + 1 posts it
         ts = poster.post(channel, message, thread_ts)
         if ts is None:
             return  # Slack did not answer: the lease lapses, a runner looks in the thread and posts

@@ -64,7 +64,7 @@ class Claim:
 
 
 def job_of(request_id: str, index: int) -> str:
-    """The lease job of a ladder step (issue 37: ``ladder:<request id>:<step index>``; :meth:`LadderStore.due`
+    """The lease job of a ladder step (``ladder:<request id>:<step index>``; :meth:`LadderStore.due`
     builds the same text in SQL)."""
     return f"ladder:{request_id}:{index}"
 

@@ -31,7 +31,7 @@ def cursor_text(state: dict[str, Any] | None) -> str:
 
 
 def poller_text(st: WatchStatus) -> str:
-    """One line: which holder polls the listing (issue 37: one bot polls, the others stand by)."""
+    """One line: which holder polls the listing (one bot polls, the others stand by)."""
     if st.poller is None:
         return "nobody right now (the next poll takes it)"
     if st.polling:

@@ -250,7 +250,7 @@ class WatchStore:
         else:
             state = CLAIMED
         lease_row = None
-        if state in (CLAIMED, THREAD):  # said by this process alone: under a lease (issue 37 item 3)
+        if state in (CLAIMED, THREAD):  # said by this process alone: under a lease with its fencing token
             lease_row = leases.take_over(db, job_of(stop.key, stop.session_id, state), actor, now=now, ttl=lease)
             if lease_row is None:
                 return None  # another holder's lease on this key still runs

@@ -128,7 +128,7 @@ class Watcher:
         self.leases = LeaseKeeper(store, lease=self.spec.seconds("claim_lease"))
         self.owner = self.leases.owner
         self.interval = interval if interval is not None else self.spec.seconds("poll_interval")
-        #: This installation's poll lease while this watcher holds it (one bot polls: issue 37 item 3).
+        #: This installation's poll lease while this watcher holds it (one bot polls, the others stand by).
         self.poll_lease: Lease | None = None
         self.handoff = handoff  # the ``handoff`` command's own digest (cases, requests, batches)
         self.members = members  # who may pause and resume: the watch channel's members
@@ -379,7 +379,7 @@ class Watcher:
     def _say(self, claim: Claim, now: datetime) -> None:
         if claim.state not in (CLAIMED, THREAD):
             return  # folded into the storm message, dropped while paused, held for the digest
-        if claim.lease is None:  # never posted unfenced (issue 37 item 3): only a claim's holder says it
+        if claim.lease is None:  # never posted unfenced: only a claim's holder says it
             log.warning("watch: the stop of %s has no lease of this watcher's; not posting it", claim.stop.session_id)
             return
         try:

@@ -1,4 +1,4 @@
-"""A ladder step's post and mark are fenced by its lease's token (issue 37 item 3): a runner deposed
+"""A ladder step's post and mark are fenced by its lease's token (bot/store/leases.py): a runner deposed
 while it was paused (its step taken over with token + 1 by a bot whose clock is past its lease) posts
 nothing and marks nothing; the new holder posts the step exactly once. Two bots on one store (a real
 SQLite file, or a real PostgreSQL schema), each with its own store object and clock."""

@@ -23,6 +23,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,11 @@ def _restored(binary: str, config: Path, replica: Path, source: Path, probe: Pat
     probe.mkdir()
     restore(binary, config, replica, source, probe / "recover.db")
     return probe / "recover.db"
+
+
+def _after_the_leases() -> datetime:
+    """A restored bot's time: later than any lease the killed bot took (runbook send_lease, batch_lease)."""
+    return datetime.now(UTC) + timedelta(minutes=5)
 
 
 def test_the_store_survives_the_host_and_the_restored_bot_finishes_each_request_once(
@@ -161,7 +167,8 @@ def test_the_store_survives_the_host_and_the_restored_bot_finishes_each_request_
     assert f"The published head is step {head.split(':')[0]};" in cli.stdout
 
     # The bot on the restored store: every unfinished request finished exactly once, with its stored key.
-    after = DecisionEnv(env.sandbox, restored, ManualClock(), env.runbooks)
+    # A restore is minutes after the host died: the dead process's send leases (the system clock) ran out.
+    after = DecisionEnv(env.sandbox, restored, ManualClock(_after_the_leases()), env.runbooks)
     try:
         keys = {r.session_id: r.key for r in after.store.unfinished_requests()}
         bodies = {r.session_id: json.loads(r.body) for r in after.store.unfinished_requests()}
@@ -244,7 +251,9 @@ def test_a_batch_in_flight_survives_the_host_each_member_once_with_its_key(
     fresh.mkdir()
     restore(binary, config, replica, live, fresh / "recover.db")
     restore(binary, config, replica, inbox_path(live), inbox_path(fresh / "recover.db"))
-    restarted = bulk_router(incident_sandbox, fresh)  # start-up resumes the batch from the restored store
+    restarted = bulk_router(
+        incident_sandbox, fresh, clock=ManualClock(_after_the_leases())
+    )  # start-up resumes the batch from the restored store
     assert restarted.startup_reply.ok, [m.plain_text() for m in restarted.startup_reply.messages]
     counts = incident_sandbox.admin.effect_counts()
     assert sorted(counts) == sorted(made) and set(counts.values()) == {1}, counts  # each member exactly once

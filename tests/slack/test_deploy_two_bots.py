@@ -1,4 +1,4 @@
-"""deploy/docker-compose.two-bots.yml: two bots, one PostgreSQL, no Litestream (issue 37 item 5).
+"""deploy/docker-compose.two-bots.yml: two bots, one PostgreSQL, no Litestream (README, "Two bots, one store").
 
 No image can be built here (no registry, no compose plugin), so the file is checked statically and its
 bot environment is read by the bot's own settings loader, secrets as files, as a container would:

@@ -1,4 +1,4 @@
-"""Watch posts and polls under leases with fencing tokens (issue 37 items 3 and 4), over the sandbox
+"""Watch posts and polls under leases with fencing tokens (bot/store/leases.py), over the sandbox
 (HTTP), a real SQLite file and the Slack Web API stand-in.
 
 A watcher deposed while it was paused (its claim taken over with token + 1 once the store's clock

@@ -1,6 +1,6 @@
 """Two watcher processes on one store file: one polls the installation (``watch-poll:default``), the
 other stands by; SIGKILL the poller and the other takes the polling over once its lease runs out
-(token + 1), and posts what stopped after the kill exactly once (issue 37 items 3 and 4)."""
+(token + 1), and posts what stopped after the kill exactly once."""
 
 from __future__ import annotations
 
