@@ -292,6 +292,6 @@ def test_two_person_requests_through_either_bot_one_bot_sigkilled_mid_run_nothin
     and started again. Every close applied once under one key, no approval request or result posted
     twice, and each result posted."""
     sandbox = sandbox_factory(scenarios=None, clock=None)
-    figures = run_pair(slack_api, sandbox, pg_url, tmp_path, n=10, wave=5, timeout=300, env=_quick_leases(tmp_path))
+    figures = run_pair(slack_api, sandbox, pg_url, tmp_path, n=10, wave=5, timeout=150, env=_quick_leases(tmp_path))
     assert figures.kills == 1 and figures.requested == figures.n
     assert figures.ok, json.dumps(figures.as_json())
