@@ -15,7 +15,7 @@ from sqlite_utils import Database
 from bot.controlhost import Receipt
 from bot.decisions import _text as text
 from bot.decisions._authority import Gate
-from bot.decisions._context import DecisionContext
+from bot.decisions._context import BOT, DecisionContext
 from bot.decisions._policy import WAITABLE, flags_of
 from bot.decisions._requests import DecisionRequest
 from bot.decisions._uncertain import UncertainSends, is_uncertain
@@ -82,6 +82,35 @@ class Outcomes:
             return Reply.of(head)  # another process settled it and verified it
         verification = self.verifier.verify(req.session_id, actor, ctx.policy(req.decision), flags_of(req), receipt)
         return Reply([head, *verification.messages])
+
+    def verify_left(self, req: DecisionRequest) -> Reply | None:
+        """R5.1 for an executed request whose verification never ran: the bot that sent it stopped between
+        recording the host's answer and reading the session again. Verified now from its stored receipt,
+        under its send lease (the sending bot holds it until its own verification is recorded, so a
+        live one is never doubled). None when it was verified, or another bot holds the lease."""
+        ctx = self.ctx
+        executed = verified = 0
+        for step in ctx.store.steps(session_id=req.session_id):
+            if step.step == Step.DECISION_EXECUTED and step.inputs.get("request_id") == req.id:
+                executed = step.seq
+            elif step.step == Step.VERIFICATION:
+                verified = step.seq
+        if not executed or verified > executed or not req.idem_key:
+            return None
+        result = req.result or {}
+        receipt = Receipt(
+            id=req.receipt_id,
+            decision=req.decision,
+            status=str(result.get("status") or "accepted"),
+            session=None,
+            resumable=result.get("resumable") if isinstance(result.get("resumable"), bool) else None,
+            http_status=req.http_status,
+            idempotency_key=req.idem_key,
+        )
+        with ctx.sends.hold(req.idem_key) as holding:
+            if holding is None:
+                return None
+            return self.verifier.verify(req.session_id, BOT, ctx.policy(req.decision), flags_of(req), receipt)
 
     def on_error(self, req: DecisionRequest, actor: str, exc: ControlHostError, reporter: Reporter) -> Reply:
         ctx = self.ctx

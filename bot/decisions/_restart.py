@@ -32,6 +32,11 @@ from bot.vocab import RequestState, Step
 log = logging.getLogger(__name__)
 
 
+#: How far back the periodic job looks for an executed request its sender never verified: a bot that
+#: stopped longer ago than this is a start-up's business, and a storm's requests are read once each.
+VERIFY_LEFT_WITHIN = timedelta(hours=1)
+
+
 class RestartRoom:
     """``recover_after_restart`` (the Slack app at start) and ``replay`` (the console, on request)."""
 
@@ -48,6 +53,7 @@ class RestartRoom:
         self.execution = execution
         self.resume = resume
         self.unfinished = unfinished
+        self._verified: set[str] = set()  # executed requests this process saw verified (looked at once)
 
     def replay(self, actor: str, channel: str | None, reporter: Reporter) -> Reply:
         """The console's `/recover replay`: finish what earlier runs left (same keys, never anew)."""
@@ -147,6 +153,8 @@ class RestartRoom:
           up past ``uncertain_retry_for`` waits for a start or ``/recover replay``, as the runbook says;
         - an ``approved`` one nothing was sent for, unchanged for longer than a send lease (its approver
           stopped before sending), is executed once on fresh facts (:meth:`ExecutionRoom.execute`);
+        - an ``executed`` one whose verification never ran (its sender stopped after recording the
+          answer) is verified now from its stored receipt (R5.1: acceptance is not recovery);
         - a stored resume, older than its own ride-out (R4.2) and whose send lease ran out, is re-sent
           with its key by the gate's replay.
 
@@ -177,6 +185,17 @@ class RestartRoom:
                 continue  # its approver's bot is on its way to sending it
             found.append(f"{req.id} ({req.state})")
             replies.append(self.execution.execute(req.id, req.approved_by or BOT, reporter))
+        since = ctx.iso(ctx.now() - VERIFY_LEFT_WITHIN)
+        for req in ctx.requests.find(states=(RequestState.EXECUTED,)):
+            if req.id in self._verified or not since <= (req.updated_at or req.created_at) <= stale:
+                continue
+            if req.idem_key and sends.running(req.idem_key):
+                continue  # its sender verifies it under the lease
+            self._verified.add(req.id)
+            verified = self.execution.outcomes.verify_left(req)
+            if verified is not None:
+                found.append(f"{req.id} (executed, not verified)")
+                replies.append(verified)
         resume_for = ctx.runbooks.limit("resume_retry_for")
         old_resume = ctx.iso(ctx.now() - timedelta(seconds=resume_for + ttl))
 

@@ -5,6 +5,7 @@ Run as ``python -m tests.decisions._proc <db> <url> <action> <request_id> <actor
 the sandbox API key comes in the environment (SANDBOX_API_KEY), never on the command line.
 HANG=after_approval makes the diagnosis after the approval hang (the test SIGKILLs the process there);
 HANG=after_post lets the POST reach the control host and hangs before its answer is recorded;
+HANG=after_answer hangs once the host's answer is recorded, in the verification's read (R5.1);
 HANG=before_post hangs after the key and body were stored (the client's ``begin``) and before the POST
 leaves (the client's ``send``).
 Prints one JSON line: {"ok": bool, "headlines": [...]}.
@@ -65,6 +66,17 @@ class HangingDiagnoser(Diagnoser):
         return super().gather(session_id)
 
 
+class AnswerHangingDiagnoser(Diagnoser):
+    """Reads as usual until the session's decision is recorded as executed: the next read (the
+    verification's) hangs, so the process dies between the answer and its verification."""
+
+    def gather(self, session_id: str):  # type: ignore[no-untyped-def]
+        if any(s.step == "decision_executed" for s in self.store.steps(session_id=session_id)):
+            _marker("answered")
+            time.sleep(600)
+        return super().gather(session_id)
+
+
 def main() -> int:
     db, url, action, request_id, actor, channel, go_file = sys.argv[1:8]
     hang = os.environ.get("HANG", "")
@@ -82,7 +94,7 @@ def main() -> int:
         retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, jitter=0.0),
     )
     binding.bind(store, client.identity.base_url, client.identity.key_sha256)  # as every start does
-    cls = HangingDiagnoser if hang == "after_approval" else Diagnoser
+    cls = {"after_approval": HangingDiagnoser, "after_answer": AnswerHangingDiagnoser}.get(hang, Diagnoser)
     diagnoser = cls(client=client, runbooks=runbooks, store=store, log_source=None, reconciler_status=None, clock=clock)
     svc = DecisionService(
         store=store, client=client, runbooks=runbooks, diagnoser=diagnoser, clock=clock, channels=(channel,)

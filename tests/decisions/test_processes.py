@@ -220,3 +220,23 @@ def test_sigkill_between_the_stored_resume_and_its_send_then_restart_sends_that_
     assert post["idempotency_key"] == record.key and post["body"] == json.loads(record.body)
     assert len(env.effects("ses_pk4")) == 1
     assert env.store.unfinished_requests() == []
+
+
+def test_sigkill_between_the_answer_and_its_verification_the_periodic_job_verifies_it(decision_env, tmp_path):
+    """R5.1: acceptance is not recovery. A bot that recorded the host's answer and died before reading
+    the session again left an executed request nobody verified; the periodic job verifies it from the
+    stored receipt, once, and says so in the case's thread (the bot's own word, its send not repeated)."""
+    env = decision_env
+    svc = env.service()
+    rid = _request(env, svc, "ses_pk5")
+    _killed_at(env, tmp_path, "approve", rid, APPROVER, hang="after_answer", marker="answered")
+    assert svc.requests.get(rid).state == "executed"
+    assert [s for s in env.store.steps(session_id="ses_pk5") if s.step == "verification"] == []
+    said = svc.sweep(NullReporter())
+    verified = [m for m in said.messages if m.headline.startswith("Verified `ses_pk5`")]
+    assert len(verified) == 1 and verified[0].session_id == "ses_pk5", [m.headline for m in said.messages]
+    [step] = [s for s in env.store.steps(session_id="ses_pk5") if s.step == "verification"]
+    assert step.actor == "recover-bot"
+    assert len(env.posts("ses_pk5")) == 1 and len(env.effects("ses_pk5")) == 1  # verified, not sent again
+    # Looked at once: the next round finds nothing left.
+    assert not [m for m in svc.sweep(NullReporter()).messages if "ses_pk5" in m.headline]
