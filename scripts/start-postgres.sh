@@ -72,14 +72,15 @@ if [ ! -f "$data/PG_VERSION" ]; then
 fi
 
 # Loopback only; the socket in DIR (not /var/run, which may not exist); fsync off: throwaway data.
-# max_connections: the suite's xdist workers each keep a few connections open at most.
+# max_connections: a `recover-bot serve` pair holds about 30 (a connection per worker thread), and up
+# to three xdist workers may each run a pair while a SIGKILLed bot's connections wait to be reaped.
 # A free port can still be taken between the check and the bind: a chosen one is tried again, a new one
 # each time (a port given in RECOVER_TEST_PG_PORT is tried once).
 fixed="${RECOVER_TEST_PG_PORT:-}"
 for attempt in 1 2 3 4 5; do
     [ -n "$fixed" ] || port="$(free_port)"
     if as_owner "$bin/pg_ctl" -D "$data" -l "$log" -w -t 60 \
-        -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$dir -c fsync=off -c max_connections=100" \
+        -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$dir -c fsync=off -c max_connections=300" \
         start >&2; then
         break
     fi
