@@ -352,9 +352,14 @@ class RequestStore:
         rows = db.table(REQUESTS).rows_where("id = ?", [request_id], limit=1)
         return next((_request(r) for r in rows), None)
 
-    def find(self, *, states: Sequence[str] | None = None, session_id: str | None = None) -> list[DecisionRequest]:
+    def find(
+        self, *, states: Sequence[str] | None = None, session_id: str | None = None, updated_since: str | None = None
+    ) -> list[DecisionRequest]:
         clauses: list[str] = []
         params: list[str] = []
+        if updated_since is not None:  # the periodic job's recent window, not the whole history
+            clauses.append("updated_at >= ?")
+            params.append(updated_since)
         if states:
             clauses.append(f"state IN ({', '.join('?' for _ in states)})")
             params.extend(states)

@@ -186,8 +186,8 @@ class RestartRoom:
             found.append(f"{req.id} ({req.state})")
             replies.append(self.execution.execute(req.id, req.approved_by or BOT, reporter))
         since = ctx.iso(ctx.now() - VERIFY_LEFT_WITHIN)
-        for req in ctx.requests.find(states=(RequestState.EXECUTED,)):
-            if req.id in self._verified or not since <= (req.updated_at or req.created_at) <= stale:
+        for req in ctx.requests.find(states=(RequestState.EXECUTED,), updated_since=since):
+            if req.id in self._verified or (req.updated_at or req.created_at) > stale:
                 continue
             if req.idem_key and sends.running(req.idem_key):
                 continue  # its sender verifies it under the lease
