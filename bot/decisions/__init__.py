@@ -37,6 +37,7 @@ from bot.decisions._sendlease import SendInFlight, lease_limit
 from bot.decisions._service import DecisionService
 from bot.decisions._text import APPROVAL_KIND, CONFIRM_KIND
 from bot.decisions._uncertain import Unanswered, is_uncertain
+from bot.decisions._verify import RESULT_KIND
 from bot.decisions._watch import BEFORE
 from bot.diagnosis.cure import incurable_cause
 
@@ -51,6 +52,7 @@ __all__ = [
     "CONSOLE_CHANNEL",
     "CONFIRM_KIND",
     "DECISIVE_FACTS",
+    "RESULT_KIND",
     "EXECUTED_OVER",
     "ApproverDirectory",
     "Authority",

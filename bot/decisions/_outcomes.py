@@ -80,7 +80,9 @@ class Outcomes:
         head = text.updated_request_message(fresh, f"executed ({by}); receipt {receipt.id}", "ok")
         if not won:
             return Reply.of(head)  # another process settled it and verified it
-        verification = self.verifier.verify(req.session_id, actor, ctx.policy(req.decision), flags_of(req), receipt)
+        verification = self.verifier.verify(
+            req.session_id, actor, ctx.policy(req.decision), flags_of(req), receipt, request_id=req.id
+        )
         return Reply([head, *verification.messages])
 
     def verify_left(self, req: DecisionRequest) -> Reply | None:
@@ -103,7 +105,9 @@ class Outcomes:
         with ctx.sends.hold(record.key) as holding:
             if holding is None:
                 return None
-            return self.verifier.verify(req.session_id, BOT, ctx.policy(req.decision), flags_of(req), receipt)
+            return self.verifier.verify(
+                req.session_id, BOT, ctx.policy(req.decision), flags_of(req), receipt, request_id=req.id
+            )
 
     def on_error(self, req: DecisionRequest, actor: str, exc: ControlHostError, reporter: Reporter) -> Reply:
         ctx = self.ctx

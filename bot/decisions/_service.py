@@ -23,7 +23,7 @@ Exactly once, whatever happens to the network or the process:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from bot.channels import RecoveryChannels
 from bot.clock import Clock
@@ -44,7 +44,7 @@ from bot.decisions._reviews import ReviewRoom
 from bot.decisions._rules import ApproverDirectory
 from bot.decisions._uncertain import Unanswered
 from bot.decisions._unfinished import Unfinished, UnfinishedRoom
-from bot.decisions._verify import Verifier
+from bot.decisions._verify import Verifier, results_recorded
 from bot.diagnosis import Diagnoser
 from bot.messages import Message, Reply, Reporter
 from bot.runbook.model import RunbookSet
@@ -205,6 +205,14 @@ class DecisionService:
         bound to (its ``expected_revision``), when no sending step of the request keeps them."""
         policy = self.ctx.policy(decision)
         return self.verifier.verify(session_id, actor, policy, flags, receipt, facts_before=facts_before)
+
+    def results_recorded(
+        self, after_seq: int, *, older_than: timedelta, within: timedelta
+    ) -> list[tuple[int, Message]]:
+        """Requests' verification results recorded after step ``after_seq``, in the last ``within`` and
+        at least ``older_than`` ago, as they were said: (seq, message). A front says each once (its
+        ``ref`` is the request)."""
+        return results_recorded(self.ctx, after_seq, older_than, within)
 
     def warnings_before_send(
         self,

@@ -11,7 +11,7 @@ and closes it only on an observed recovery, or says in its thread that it is fai
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from bot.controlhost import Receipt
@@ -31,6 +31,44 @@ VERIFY_FACTS = ("session.revision", "session.status", "session.admission_state",
 SENT_WITH_BEFORE = (Step.DECISION_SENDING, Step.RESUME_REQUESTED, Step.BATCH_MEMBER_SENDING)
 
 
+#: The kind of a decision request's verification message (its ``ref`` is the request): a front says it
+#: once per request, whichever process gets there first (bot/slack/delivery.py).
+RESULT_KIND = "decision_result"
+
+
+def result_message(session_id: str, decision: str, said: Mapping[str, Any], request_id: str | None) -> Message:
+    """The one wording of a verification's result: built when it is verified, or again from its step."""
+    return Message(
+        headline=f"Verified `{session_id}` after `{decision}`",
+        level="ok",
+        facts=[(str(n), str(v)) for n, v in said.get("facts") or []],
+        lines=[str(line) for line in said.get("lines") or []],
+        rules=[str(r) for r in said.get("rules") or []],
+        session_id=session_id,
+        kind=RESULT_KIND if request_id else "text",
+        ref=request_id,
+    )
+
+
+def results_recorded(
+    ctx: DecisionContext, after_seq: int, older_than: timedelta, within: timedelta
+) -> list[tuple[int, Message]]:
+    """Decision requests' verifications recorded after step ``after_seq``, in the last ``within`` and
+    longer than ``older_than`` ago: (seq, the result as it was said), in log order, up to the first one
+    newer than that (it is looked at again next time). What a front whose process died never said."""
+    now = ctx.now()
+    edge = ctx.iso(now - older_than)
+    out: list[tuple[int, Message]] = []
+    for s in ctx.store.steps_named(Step.VERIFICATION, after_seq=after_seq, since=ctx.iso(now - within)):
+        if s.at > edge:
+            break
+        request_id = s.inputs.get("request_id")
+        said = (s.detail or {}).get("said")
+        if s.session_id and isinstance(request_id, str) and isinstance(said, Mapping):
+            out.append((s.seq, result_message(s.session_id, str(s.inputs.get("decision")), said, request_id)))
+    return out
+
+
 class Verifier:
     """Re-reads a session after an acceptance and says what it shows now; watches it until recovery."""
 
@@ -47,11 +85,14 @@ class Verifier:
         receipt: Receipt,
         *,
         facts_before: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
     ) -> Reply:
         """R5.1/R3.12: re-read the session; report revision, status, admission, resumable and the next step.
 
         A decision that launches a worker (the runbook's ``verify.watch``) leaves the case open,
         *verifying*, until a re-read observes recovery (R5.1, R5.2); only a closed session closes it now.
+        A decision request's verification (``request_id``) keeps what it says in its step (``said``), so a
+        front whose process died before saying it can say it from the store (:func:`result_message`).
         """
         ctx = self.ctx
         try:
@@ -97,21 +138,21 @@ class Verifier:
             elif seen.state == GAVE_UP:
                 detail["why"] = seen.why
                 lines.append(f"The case stays open: {seen.why}. Check the new turn by hand, then `done`.")
-        ctx.record(session_id, actor, Step.VERIFICATION, {"decision": policy.name}, outcome, detail=detail)
         case = ctx.store.get_open_case(session_id) if why else None
+        if case is not None:
+            lines.append(f"Case closed: {why}.")
+        said = {
+            "facts": [[n, text.fact_value(n, facts)] for n in names],
+            "lines": lines,
+            "rules": list(step.rules if step and step.rules else policy.spec.verify.rules),
+        }
+        inputs = {"decision": policy.name, **({"request_id": request_id} if request_id else {})}
+        if request_id:
+            detail["said"] = said
+        ctx.record(session_id, actor, Step.VERIFICATION, inputs, outcome, detail=detail)
         if case is not None and why is not None:
             ctx.store.close_case(case.id, actor, f"verification: {why}", evidence=evidence or None)
-            lines.append(f"Case closed: {why}.")
-        return Reply.of(
-            Message(
-                headline=f"Verified `{session_id}` after `{policy.name}`",
-                level="ok",
-                facts=[(n, text.fact_value(n, facts)) for n in names],
-                lines=lines,
-                rules=list(step.rules if step and step.rules else policy.spec.verify.rules),
-                session_id=session_id,
-            )
-        )
+        return Reply.of(result_message(session_id, policy.name, said, request_id))
 
     def _watch_for(
         self,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bot.decisions import RESULT_KIND
 from bot.ids import ScopedId, is_batch_id
 from bot.messages import Message, Reply
 from bot.slack.blocks import escape, mention
@@ -146,6 +147,9 @@ class SlackReporter:
     def _deliver(self, message: Message, *, reuse_progress: bool) -> None:
         tracked = message.ref is not None and message.kind != "text"
         ref = ScopedId.of(message.ref, message.installation) if message.ref is not None else None
+        if message.kind == RESULT_KIND and ref is not None:
+            self._say_once(message, ref)
+            return
         if tracked:
             assert ref is not None
             known = self.threads.state.ref_location(message.kind, ref)
@@ -175,6 +179,24 @@ class SlackReporter:
         if ts and tracked:
             assert ref is not None
             self.threads.state.remember_ref(message.kind, ref, channel, ts)
+
+    def _say_once(self, message: Message, ref: ScopedId) -> None:
+        """A request's result: said once in its case's thread, by whichever delivery claims it first —
+        this reply, or the periodic saying of results a dead worker recorded (bot/slack/results.py)."""
+        if self.threads.state.ref_location(message.kind, ref) is not None:
+            return  # said (a read: most results a periodic look offers were said by their reply)
+        where = self._where(message)
+        if where is None:
+            if self.origin.response_url:  # no thread to say it in: the person who asked is told
+                self.out.respond(self.origin.response_url, message, ephemeral=self.origin.ephemeral_reply)
+            return
+        if not self.threads.state.claim_ref(message.kind, ref, where.channel):
+            return  # said (or being said) by another delivery
+        ts = self.out.post(where, message)
+        if ts:
+            self.threads.state.remember_ref(message.kind, ref, where.channel, ts)
+        else:
+            self.threads.state.release_ref(message.kind, ref)
 
     def error(self, message: Message) -> None:
         """An error only the actor needs to see: ephemeral, never in the shared thread."""

@@ -1,7 +1,8 @@
 """What the Slack front end remembers, in the step store's SQLite file (so a restart forgets nothing).
 
 - ``slack_threads``: the thread of each session's case (the case row also gets ``set_thread``).
-- ``slack_refs``: where a message that is updated in place lives (an approval request, by its id).
+- ``slack_refs``: where a message that is updated in place lives (an approval request, by its id),
+  and which messages said once were said (a request's result: claimed before its post).
 
 Both are keyed by :class:`bot.ids.ScopedId` (its ``key``: ``ses_1`` for the default
 installation, ``ses_1@eu-1`` for eu-1), the one key the delivery that writes them and the ladder that
@@ -172,6 +173,24 @@ class SlackState:
                 "SELECT channel, ts FROM slack_refs WHERE kind = ? AND ref = ?", [kind, ref.key]
             ).fetchone()
         return (row[0], row[1]) if row else None
+
+    def claim_ref(self, kind: str, ref: ScopedId, channel: str) -> bool:
+        """Take the one saying of a message that is said once (``kind`` and ``ref``: a request's result),
+        before it is posted: True for the first claimer on this store, whichever bot or process; its
+        ``ts`` stays empty until :meth:`remember_ref` records the post. One ``INSERT OR IGNORE``, so two
+        claimers never both win; a claimer that dies between its claim and its post leaves it unsaid
+        (the window of one Web API call), never said twice."""
+        with self.store.write() as db:
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO slack_refs (kind, ref, channel, ts) VALUES (?, ?, ?, '')",
+                [kind, ref.key, channel],
+            )
+            return bool(cursor.rowcount)
+
+    def release_ref(self, kind: str, ref: ScopedId) -> None:
+        """Give back a claim whose post failed (Slack refused it): a later saying may try again."""
+        with self.store.write() as db:
+            db.execute("DELETE FROM slack_refs WHERE kind = ? AND ref = ? AND ts = ''", [kind, ref.key])
 
     def remember_ref(self, kind: str, ref: ScopedId, channel: str, ts: str) -> None:
         with self.store.write() as db:

@@ -16,6 +16,7 @@ claims of dead workers as ``interrupted`` (see :mod:`bot.slack.inbox`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -35,6 +36,7 @@ from bot.slack.app import SlackBot
 from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
+from bot.slack.results import UnsaidResults
 from bot.slack.state import SlackState, slack_migrations
 from bot.slack.web import SlackOut
 from bot.store import Store
@@ -266,7 +268,16 @@ def main(stream: TextIO | None = None) -> int:
     bot.work.submit(bot.run_startup)
     # Each installation's watch mode, escalation ladder and periodic finishing run here; what the
     # finishing does is said in the cases' threads, as the start-up's replays are.
-    composed.start(bot.background_reporter())
+    said = bot.background_reporter()
+    composed.start(said)
+    # Results a worker recorded and died before saying (this bot's or another's): said once, here or there.
+    results = UnsaidResults(
+        composed.cores,
+        functools.partial(composed.router.named_reporter, reporter=said),
+        grace=2 * settings.worker_stale_seconds,
+    )
+    every = settings.worker_stale_seconds / 2
+    threading.Thread(target=results.run, args=(stop, every), name="recover-results", daemon=True).start()
     try:
         runner.run(stop)
     finally:

@@ -79,10 +79,14 @@ def listed(db: Database, session_id: str | None = None, case_id: int | None = No
     return [step_of(r) for r in rows]
 
 
-def named(db: Database, names: Sequence[str]) -> list[Step]:
-    """Steps of the given names, in log order (across every session)."""
+def named(db: Database, names: Sequence[str], after_seq: int = 0, since: str | None = None) -> list[Step]:
+    """Steps of the given names, in log order (across every session), after ``after_seq`` and, with
+    ``since``, at or after that time (the index ``steps_by_name`` is on (step, seq))."""
     marks = ", ".join("?" * len(names))
-    return [step_of(r) for r in db.table("steps").rows_where(f"step IN ({marks})", list(names), order_by="seq")]
+    where, args = f"step IN ({marks}) AND seq > ?", [*names, after_seq]
+    if since is not None:
+        where, args = where + " AND at >= ?", [*args, since]
+    return [step_of(r) for r in db.table("steps").rows_where(where, args, order_by="seq")]
 
 
 def at_seq(db: Database, seq: int) -> Step | None:

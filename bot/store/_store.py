@@ -392,10 +392,11 @@ class Store:
         with self.read() as db:
             return _steps.listed(db, session_id, case_id)
 
-    def steps_named(self, *names: str) -> list[Step]:
-        """Steps of these names across every session, in log order (a scan of the table: few steps have these names)."""
+    def steps_named(self, *names: str, after_seq: int = 0, since: str | None = None) -> list[Step]:
+        """Steps of these names across every session, in log order, after step ``after_seq`` and (with
+        ``since``) at or after that time; read through the index on (step, seq)."""
         with self.read() as db:
-            return _steps.named(db, names)
+            return _steps.named(db, names, after_seq, since)
 
     def step_at(self, seq: int) -> Step | None:
         with self.read() as db:

@@ -189,6 +189,40 @@ def _claimer_first(bots: list[Bot], pg_url: str) -> tuple[Bot, Bot]:
     return (first, second) if claimer.split(":")[1] == str(first.proc.pid) else (second, first)
 
 
+def test_sigkill_after_the_result_is_recorded_before_it_is_said_the_other_bot_says_it_once(
+    slack_api, sandbox_factory, pg_url, tmp_path
+) -> None:
+    """R5.1 in the thread: the worker running the approval records the close's verification, then waits
+    on Slack (its update of the approval request held back) and dies with its bot before posting the
+    result. The other bot's worker says the result in the case's thread from the store, once
+    (bot/slack/results.py, after twice the stale time); the dead bot restarted says it no second time,
+    and nothing is sent twice. Without the look, or with its claim, the thread stays silent or says it twice."""
+    sandbox = sandbox_factory(scenarios="builtin", clock=None)
+    with two_bots(slack_api, sandbox, pg_url, tmp_path) as bots:
+        a = bots[0]
+        assert a.send.command(f'decide {SESSION} close --reason "dies unsaid"', user="UALICE").status_code == 200
+        request = eventually(lambda: _approval(slack_api), 30, "the approval request")
+        slack_api.slow("chat.update", 60, before=True, when="executed")  # the reply's first message, held
+        assert a.send.click(request, "approve", user="UBOB").status_code == 200
+        eventually(lambda: "verification" in _chain(pg_url), 30, "the verification recorded")
+        dead, survivor = _claimer_first(bots, pg_url)
+        dead.kill()
+        slack_api.slow("chat.update", 0)
+        said = eventually(lambda: _results(slack_api, request), 40, "the result said by the other bot")
+        assert len(said) == 1 and "Verified" in said[0].all_text()
+        assert survivor.worker_pid() is not None
+        again = _start(slack_api, sandbox, pg_url, dead.log.parent)  # the dead bot restarted
+        try:
+            eventually(lambda: again.worker_pid(), 30, "the restarted bot healthy")
+            time.sleep(STALE)  # its worker's looks (every STALE / 2 s) offer the result: claimed, not said
+        finally:
+            again.stop()
+        assert len(_results(slack_api, request)) == 1
+        assert len(_decision_posts(sandbox)) == 1
+        chain = _chain(pg_url)
+        assert chain.count("decision_executed") == 1 and chain.count("verification") == 1, chain
+
+
 def test_sigkill_mid_send_the_other_bot_finishes_the_send_with_its_stored_key(
     slack_api, sandbox_factory, pg_url, tmp_path
 ) -> None:
