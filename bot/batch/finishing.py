@@ -11,7 +11,10 @@ message is edited in place, with its final message once every member is settled.
 
 from __future__ import annotations
 
+import functools
 from typing import Protocol
+
+from sqlite_utils import Database
 
 from bot.batch.runner import Fence, Outcome
 from bot.batch.store import Batch, BatchMember, BatchStore
@@ -78,37 +81,53 @@ class MemberSend:
 
     def unanswered(self, exc: ControlHostError, attempt: int) -> None:
         member = self._member()
-        self.owner.store.record_step(
-            self.session_id,
-            BOT,
-            Step.BATCH_MEMBER_UNCERTAIN,
-            {"batch_id": self.batch_id, "attempt": attempt},
-            exc.code,
-            http_status=exc.status,
-            idempotency_key=member.idem_key if member is not None else None,
-        )
+        if member is None:
+            return  # settled meanwhile (another bot's finishing): nothing left to record
+        with self.owner.store.write() as db:
+            self._fence(db, member.idem_key)  # an attempt's record is the holder's alone, as a request's is
+            self.owner.store.record_step(
+                self.session_id,
+                BOT,
+                Step.BATCH_MEMBER_UNCERTAIN,
+                {"batch_id": self.batch_id, "attempt": attempt},
+                exc.code,
+                http_status=exc.status,
+                idempotency_key=member.idem_key,
+                db=db,
+            )
 
     def gave_up(self, total: str, until: str | None) -> None:
         """Still uncertain past the runbook's limit: settled as uncertain in the batch's message (the
         next start re-sends it with the same key)."""
-        self.owner.store.record_step(
-            self.session_id,
-            BOT,
-            Step.BATCH_MEMBER_STILL_UNCERTAIN,
-            {"batch_id": self.batch_id},
-            RequestState.UNCERTAIN,
-            detail={"after": total, "until": until},
-        )
+        member = self._member()
+        if member is None:
+            return  # settled meanwhile: its outcome is in the batch's message already
+        with self.owner.store.write() as db:
+            self._fence(db, member.idem_key)
+            self.owner.store.record_step(
+                self.session_id,
+                BOT,
+                Step.BATCH_MEMBER_STILL_UNCERTAIN,
+                {"batch_id": self.batch_id},
+                RequestState.UNCERTAIN,
+                detail={"after": total, "until": until},
+                db=db,
+            )
         self._report()
+
+    def _fence(self, db: Database, key: str | None) -> None:
+        """The member's send lease, checked in the transaction that records under it: a deposed
+        finisher (paused past its lease) records nothing (bot/decisions/_sendlease.py)."""
+        if key:
+            self.owner.decisions.ctx.sends.fence(db, key)
 
     def _settle(self, to: str, **values: str | int | None) -> None:
         batch = self._batch()
         if batch is None:
             return
         member = self._member()
-        sends = self.owner.decisions.ctx.sends
         key = member.idem_key if member is not None else None
-        fence = (lambda db: sends.fence(db, key)) if key else None  # a deposed re-sender records nothing
+        fence = functools.partial(self._fence, key=key) if key else None  # a deposed re-sender records nothing
         self.owner.settle_many(batch, BOT, [(self.session_id, (RequestState.UNCERTAIN,), to, dict(values))], fence)
         if to == RequestState.EXECUTED:
             # Accepted is not recovered (R5.1): verified like every accepted member.

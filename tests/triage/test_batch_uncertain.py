@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from bot.batch.finishing import MemberSend
+from bot.decisions._sendlease import send_job
+from bot.errors import ControlHostError
 from bot.messages import ListReporter, Message
 from bot.sandbox import SandboxHandle
+from bot.store.leases import LeaseLost
 from tests.fixtures.triage import bulk_router, make_incident
 
 CLIENT_ATTEMPTS = 4  # the client's own retries of one send (bot/controlhost/_retry.py)
@@ -124,3 +128,36 @@ def test_a_member_still_uncertain_past_the_limit_settles_as_uncertain_and_the_ne
     assert len(keys) == 1
     member = restarted.services.bulk.batches.batches.member(batch_id, late)  # type: ignore[union-attr]
     assert member is not None and member.state == "executed"
+
+
+def test_a_deposed_finisher_of_a_member_records_no_attempt(
+    sandbox_factory: Callable[..., SandboxHandle], clock: object, tmp_path: Path
+) -> None:
+    """An uncertain member's attempt and give-up steps are fenced by its send lease, as a single
+    request's are: a finisher whose lease another bot took over (it was paused past it) records neither."""
+    sandbox = sandbox_factory(scenarios=None)
+    made = make_incident(sandbox, {"restore_stopped_transient": 2})["restore_stopped_transient"]
+    late = made[0]
+    sandbox.admin.fault("server_error", f"/v1/sessions/{late}/recovery-decisions", method="POST", times=None)
+    router = bulk_router(sandbox, tmp_path)
+    done = router.handle_text(
+        f'/recover batch decide --sessions {",".join(made)} retry_restore --reason "store back" --yes',
+        actor="alice",
+        channel="C1",
+        reporter=ListReporter(),
+    )
+    batch_id = next(m.ref for m in done.messages if m.kind == "batch_progress")
+    assert router.services.decisions.wait_background(60)
+    bulk = router.services.bulk
+    assert bulk is not None
+    send = MemberSend(bulk.batches, batch_id, late, ListReporter())
+    store = router.services.store
+    member = bulk.batches.batches.member(batch_id, late)
+    assert member is not None and member.state == "uncertain" and member.idem_key  # given up: still uncertain
+    assert store.leases.acquire(send_job(member.idem_key), "another-bot:1", 60) is not None
+    before = len(store.steps(session_id=late))
+    with pytest.raises(LeaseLost):
+        send.unanswered(ControlHostError("no answer", code="UPSTREAM_TIMEOUT"), 7)
+    with pytest.raises(LeaseLost):
+        send.gave_up("15m", None)
+    assert len(store.steps(session_id=late)) == before
