@@ -167,6 +167,10 @@ class Message:
     #: A fleet's installation this message is about (None: the bot serves one): the same session id
     #: exists in every installation, so a front keys a case's thread by both.
     installation: str | None = None
+    #: Said at most once per ``kind`` and ``ref`` (a request's first showing, its result), whoever
+    #: offers it: the reply that made it, or a look at what a dead process recorded and never said. A
+    #: front claims the saying before it posts and drops the message when it was said (never updates).
+    said_once: bool = False
 
     def plain_text(self) -> str:
         """A readable text rendering, mentions as ``@id`` (console, logs); Slack renders

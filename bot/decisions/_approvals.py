@@ -9,6 +9,9 @@ is confirmed by its requester (R2.11, R5.3). Either way the win is a compare-and
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
+
 from bot.decisions import _ladder_rows as ladder_rows
 from bot.decisions import _text as text
 from bot.decisions._context import BOT, DecisionContext
@@ -34,6 +37,32 @@ from bot.runbook.usage import typed_line
 from bot.vocab import Policy, RequestState, Step
 
 AGAIN = "Make a new request with `/recover decide …` if it is still needed."
+
+
+def first_shown(ctx: DecisionContext, req: DecisionRequest) -> Message:
+    """The request's approval message as first shown (kept in the store before it was posted); a
+    request shown before it was kept is rendered again from its stored content."""
+    shown = ladder_rows.shown_message(ctx.store, req.id)
+    if shown is not None:
+        return shown
+    return text.approval_request_message(
+        req, ctx.mentions(), list(ctx.policy(req.decision).rules), irreversible=ctx.irreversible(req.decision)
+    )
+
+
+def approvals_unshown(
+    ctx: DecisionContext, older_than: timedelta, within: timedelta
+) -> list[tuple[str | None, Message]]:
+    """Two-person requests waiting for their approval, made in the last ``within`` and at least
+    ``older_than`` ago: (the channel it was asked in, the request as first shown, said once). What a
+    front whose process died between recording a request and posting it never showed the second person."""
+    now = ctx.now()
+    edge, since = ctx.iso(now - older_than), ctx.iso(now - within)
+    return [
+        (req.channel, dataclasses.replace(first_shown(ctx, req), said_once=True))
+        for req in ctx.requests.find(states=(RequestState.REQUESTED,))
+        if req.policy == Policy.TWO_PERSON and since <= req.created_at <= edge
+    ]
 
 
 class ApprovalRoom:

@@ -182,6 +182,7 @@ class DecideRoom:
                 first=first if yes else (),
                 notes=[*notes, *(f"[!] {n}" for n in text.consequences(policy.name, drops=drops))],
                 irreversible=self.ctx.irreversible(req.decision),
+                first_showing=True,
             )
             ladder_rows.remember_message(self.ctx.store, req.id, asked)  # its live line edits exactly this
             return Reply.of(asked)

@@ -214,7 +214,7 @@ def remember_message(store: Store, request_id: str, message: Message) -> None:
         "facts": [list(f) for f in message.facts],
         "rules": list(message.rules),
         "mentions": list(message.mentions),
-        "buttons": [[b.label, b.action, b.value, b.command, b.style] for b in message.buttons],
+        "buttons": [[b.label, b.action, b.value, b.command, b.style, b.confirm] for b in message.buttons],
         "session_id": message.session_id,
         "kind": message.kind,
         "ref": message.ref,
@@ -241,8 +241,10 @@ def shown_message(store: Store, request_id: str) -> Message | None:
         facts=[(k, v) for k, v in d["facts"]],
         rules=list(d["rules"]),
         mentions=list(d["mentions"]),
+        # An irreversible Approve keeps its confirm dialog (R5.4); rows kept before it was stored have none.
         buttons=[
-            Button(label, action, value, command=cmd, style=style) for label, action, value, cmd, style in d["buttons"]
+            Button(b[0], b[1], b[2], command=b[3], style=b[4], confirm=b[5] if len(b) > 5 else None)
+            for b in d["buttons"]
         ],
         session_id=d["session_id"],
         kind=d["kind"],

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from bot.channels import RecoveryChannels
 from bot.clock import Clock
 from bot.controlhost import ControlHostClient, Receipt
-from bot.decisions._approvals import ApprovalRoom
+from bot.decisions._approvals import ApprovalRoom, approvals_unshown
 from bot.decisions._authority import Gate
 from bot.decisions._cases import CaseBook, HandoffDigest
 from bot.decisions._context import DecisionContext
@@ -213,6 +213,12 @@ class DecisionService:
         at least ``older_than`` ago, as they were said: (seq, message). A front says each once (its
         ``ref`` is the request)."""
         return results_recorded(self.ctx, after_seq, older_than, within)
+
+    def approvals_unshown(self, *, older_than: timedelta, within: timedelta) -> list[tuple[str | None, Message]]:
+        """Two-person requests waiting for approval, made in the last ``within`` and at least
+        ``older_than`` ago: (their channel, the request as first shown, said once). A front shows those
+        it never posted."""
+        return approvals_unshown(self.ctx, older_than, within)
 
     def warnings_before_send(
         self,

@@ -95,10 +95,12 @@ def approval_request_message(
     first: Sequence[str] = (),
     notes: Sequence[str] = (),
     irreversible: bool = False,
+    first_showing: bool = False,
 ) -> Message:
     """The request a second person approves: exact content, both buttons, the typed equivalent.
 
-    ``first``: what the reader must know before the content; ``notes``: the runbook's warnings."""
+    ``first``: what the reader must know before the content; ``notes``: the runbook's warnings;
+    ``first_showing``: the request as first shown, said once (``said_once``) whoever offers it."""
     lines = [*first, *request_lines(req, notes)]
     if irreversible:
         lines.append(irreversible_line(req.decision))
@@ -116,6 +118,7 @@ def approval_request_message(
         kind=APPROVAL_KIND,
         ref=req.id,
         mentions=list(mentions),
+        said_once=first_showing,
     )
 
 

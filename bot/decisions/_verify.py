@@ -47,6 +47,7 @@ def result_message(session_id: str, decision: str, said: Mapping[str, Any], requ
         session_id=session_id,
         kind=RESULT_KIND if request_id else "text",
         ref=request_id,
+        said_once=request_id is not None,
     )
 
 

@@ -249,10 +249,11 @@ class SlackBot:
 
     # -- helpers ------------------------------------------------------------------------------------
 
-    def background_reporter(self) -> SlackReporter:
+    def background_reporter(self, channel: str | None = None) -> SlackReporter:
         """Where the bot's own work reports (start-up replays, expiry, the periodic finishing of what
-        another process left half-done): each case's thread."""
-        return self._reporter(Origin(actor="recover-bot", channel=None))
+        another process left half-done): each case's thread; with ``channel``, a case without one gets
+        its thread started there."""
+        return self._reporter(Origin(actor="recover-bot", channel=channel))
 
     def _reporter(self, origin: Origin) -> SlackReporter:
         return SlackReporter(self.out, self.threads, origin, on_posted=self.refresh_homes)

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.decisions import RESULT_KIND
 from bot.ids import ScopedId, is_batch_id
 from bot.messages import Message, Reply
 from bot.slack.blocks import escape, mention
@@ -147,8 +146,8 @@ class SlackReporter:
     def _deliver(self, message: Message, *, reuse_progress: bool) -> None:
         tracked = message.ref is not None and message.kind != "text"
         ref = ScopedId.of(message.ref, message.installation) if message.ref is not None else None
-        if message.kind == RESULT_KIND and ref is not None:
-            self._say_once(message, ref)
+        if message.said_once and ref is not None:
+            self._say_once(message, ref, reuse_progress=reuse_progress)
             return
         if tracked:
             assert ref is not None
@@ -180,23 +179,34 @@ class SlackReporter:
             assert ref is not None
             self.threads.state.remember_ref(message.kind, ref, channel, ts)
 
-    def _say_once(self, message: Message, ref: ScopedId) -> None:
-        """A request's result: said once in its case's thread, by whichever delivery claims it first —
-        this reply, or the periodic saying of results a dead worker recorded (bot/slack/results.py)."""
-        if self.threads.state.ref_location(message.kind, ref) is not None:
-            return  # said (a read: most results a periodic look offers were said by their reply)
+    def _say_once(self, message: Message, ref: ScopedId, *, reuse_progress: bool) -> None:
+        """A message said once (``said_once``: a request's first showing, its result): posted by whichever
+        delivery claims it first — this reply, or a look at what a dead worker recorded and never said
+        (bot/slack/unsaid.py) — and dropped by the others, never updated by them."""
+        state = self.threads.state
+        if state.ref_location(message.kind, ref) is not None:
+            return  # said (a read: most offers a look makes were said by their reply)
+        progress: tuple[str, str] | None = None
+        if reuse_progress:
+            with self._lock:
+                progress, self._progress = self._progress, None
         where = self._where(message)
-        if where is None:
+        channel = progress[0] if progress is not None else where.channel if where is not None else None
+        if channel is None:
             if self.origin.response_url:  # no thread to say it in: the person who asked is told
                 self.out.respond(self.origin.response_url, message, ephemeral=self.origin.ephemeral_reply)
             return
-        if not self.threads.state.claim_ref(message.kind, ref, where.channel):
-            return  # said (or being said) by another delivery
-        ts = self.out.post(where, message)
+        if not state.claim_ref(message.kind, ref, channel):
+            return  # said, or being said, by another delivery
+        ts: str | None = None
+        if progress is not None and self.out.update(progress[0], progress[1], message):
+            ts = progress[1]
+        elif where is not None:
+            channel, ts = where.channel, self.out.post(where, message)
         if ts:
-            self.threads.state.remember_ref(message.kind, ref, where.channel, ts)
+            state.remember_ref(message.kind, ref, channel, ts)
         else:
-            self.threads.state.release_ref(message.kind, ref)
+            state.release_ref(message.kind, ref)  # Slack refused it: a later offer may say it
 
     def error(self, message: Message) -> None:
         """An error only the actor needs to see: ephemeral, never in the shared thread."""

@@ -168,14 +168,16 @@ class SlackState:
     # -- messages updated in place ----------------------------------------------------------------
 
     def ref_location(self, kind: str, ref: ScopedId) -> tuple[str, str] | None:
+        """Where the message lives; None before its post is recorded (a claim's empty ``ts``)."""
         with self.store.read() as db:
             row = db.execute(
-                "SELECT channel, ts FROM slack_refs WHERE kind = ? AND ref = ?", [kind, ref.key]
+                "SELECT channel, ts FROM slack_refs WHERE kind = ? AND ref = ? AND ts != ''", [kind, ref.key]
             ).fetchone()
         return (row[0], row[1]) if row else None
 
     def claim_ref(self, kind: str, ref: ScopedId, channel: str) -> bool:
-        """Take the one saying of a message that is said once (``kind`` and ``ref``: a request's result),
+        """Take the one saying of a message that is said once (``kind`` and ``ref``: a request's first
+        showing, its result),
         before it is posted: True for the first claimer on this store, whichever bot or process; its
         ``ts`` stays empty until :meth:`remember_ref` records the post. One ``INSERT OR IGNORE``, so two
         claimers never both win; a claimer that dies between its claim and its post leaves it unsaid

@@ -16,7 +16,6 @@ claims of dead workers as ``interrupted`` (see :mod:`bot.slack.inbox`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import json
 import logging
@@ -36,8 +35,8 @@ from bot.slack.app import SlackBot
 from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
-from bot.slack.results import UnsaidResults
 from bot.slack.state import SlackState, slack_migrations
+from bot.slack.unsaid import UnsaidLook
 from bot.slack.web import SlackOut
 from bot.store import Store
 
@@ -270,14 +269,14 @@ def main(stream: TextIO | None = None) -> int:
     # finishing does is said in the cases' threads, as the start-up's replays are.
     said = bot.background_reporter()
     composed.start(said)
-    # Results a worker recorded and died before saying (this bot's or another's): said once, here or there.
-    results = UnsaidResults(
+    # What a worker recorded and died before saying (approval requests, results): said once, here or there.
+    unsaid = UnsaidLook(
         composed.cores,
-        functools.partial(composed.router.named_reporter, reporter=said),
+        lambda name, channel: composed.router.named_reporter(name, bot.background_reporter(channel)),
         grace=2 * settings.worker_stale_seconds,
     )
     every = settings.worker_stale_seconds / 2
-    threading.Thread(target=results.run, args=(stop, every), name="recover-results", daemon=True).start()
+    threading.Thread(target=unsaid.run, args=(stop, every), name="recover-unsaid", daemon=True).start()
     try:
         runner.run(stop)
     finally:

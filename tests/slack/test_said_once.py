@@ -1,6 +1,6 @@
 """A request's result is said once in its case's thread, whoever offers it (R5.1 reported once).
 
-The live reply and the periodic look of every worker (bot/slack/results.py) offer the same result; the
+The live reply and the periodic look of every worker (bot/slack/unsaid.py) offer the same result; the
 claim in ``slack_refs`` (bot/slack/state.py ``claim_ref``) decides who posts it, on either engine. Real
 parts: the store on SQLite and PostgreSQL, the delivery over HTTP to the Slack Web API stand-in.
 """

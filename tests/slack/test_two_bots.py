@@ -195,7 +195,7 @@ def test_sigkill_after_the_result_is_recorded_before_it_is_said_the_other_bot_sa
     """R5.1 in the thread: the worker running the approval records the close's verification, then waits
     on Slack (its update of the approval request held back) and dies with its bot before posting the
     result. The other bot's worker says the result in the case's thread from the store, once
-    (bot/slack/results.py, after twice the stale time); the dead bot restarted says it no second time,
+    (bot/slack/unsaid.py, after twice the stale time); the dead bot restarted says it no second time,
     and nothing is sent twice. Without the look, or with its claim, the thread stays silent or says it twice."""
     sandbox = sandbox_factory(scenarios="builtin", clock=None)
     with two_bots(slack_api, sandbox, pg_url, tmp_path) as bots:
@@ -221,6 +221,27 @@ def test_sigkill_after_the_result_is_recorded_before_it_is_said_the_other_bot_sa
         assert len(_decision_posts(sandbox)) == 1
         chain = _chain(pg_url)
         assert chain.count("decision_executed") == 1 and chain.count("verification") == 1, chain
+
+
+def test_an_approval_request_slack_refused_is_shown_once_by_a_look_and_approved_through_it(
+    slack_api, sandbox_factory, pg_url, tmp_path
+) -> None:
+    """The request is recorded, but Slack refuses its approval request's post: the second person would
+    never see it. A worker's look (bot/slack/unsaid.py, after twice the stale time) shows it once, as
+    first shown, in the case's thread; approved through the other bot, it is sent once."""
+    sandbox = sandbox_factory(scenarios="builtin", clock=None)
+    with two_bots(slack_api, sandbox, pg_url, tmp_path) as (a, b):
+        for method in ("chat.postMessage", "chat.update"):
+            slack_api.fail(method, "internal_error", times=1, when="rb:approve:")
+        assert a.send.command(f'decide {SESSION} close --reason "refused"', user="UALICE").status_code == 200
+        eventually(lambda: "decision_requested" in _chain(pg_url), 30, "the request recorded")
+        request = eventually(lambda: _approval(slack_api), 40, "the approval request shown by a look")
+        time.sleep(STALE)  # more looks, on both bots: none shows it again
+        asks = [c for c in slack_api.calls_to("chat.postMessage") if "rb:approve:" in json.dumps(c.params)]
+        assert len(asks) == 2  # the refused post and the look's
+        assert b.send.click(request, "approve", user="UBOB").status_code == 200
+        eventually(lambda: len(_results(slack_api, request)) == 1, 30, "the result post")
+        assert len(_decision_posts(sandbox)) == 1
 
 
 def test_sigkill_mid_send_the_other_bot_finishes_the_send_with_its_stored_key(
