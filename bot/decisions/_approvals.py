@@ -10,6 +10,7 @@ is confirmed by its requester (R2.11, R5.3). Either way the win is a compare-and
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from datetime import timedelta
 
 from bot.decisions import _ladder_rows as ladder_rows
@@ -51,17 +52,18 @@ def first_shown(ctx: DecisionContext, req: DecisionRequest) -> Message:
 
 
 def approvals_unshown(
-    ctx: DecisionContext, older_than: timedelta, within: timedelta
+    ctx: DecisionContext, older_than: timedelta, within: timedelta, skip: Collection[str] = ()
 ) -> list[tuple[str | None, Message]]:
     """Two-person requests waiting for their approval, made in the last ``within`` and at least
-    ``older_than`` ago: (the channel it was asked in, the request as first shown, said once). What a
-    front whose process died between recording a request and posting it never showed the second person."""
+    ``older_than`` ago, but those in ``skip`` (offered already): (the channel it was asked in, the
+    request as first shown, said once). What a front whose process died between recording a request
+    and posting it never showed the second person."""
     now = ctx.now()
     edge, since = ctx.iso(now - older_than), ctx.iso(now - within)
     return [
         (req.channel, dataclasses.replace(first_shown(ctx, req), said_once=True))
         for req in ctx.requests.find(states=(RequestState.REQUESTED,))
-        if req.policy == Policy.TWO_PERSON and since <= req.created_at <= edge
+        if req.policy == Policy.TWO_PERSON and since <= req.created_at <= edge and req.id not in skip
     ]
 
 

@@ -22,7 +22,7 @@ Exactly once, whatever happens to the network or the process:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from bot.channels import RecoveryChannels
@@ -214,11 +214,13 @@ class DecisionService:
         ``ref`` is the request)."""
         return results_recorded(self.ctx, after_seq, older_than, within)
 
-    def approvals_unshown(self, *, older_than: timedelta, within: timedelta) -> list[tuple[str | None, Message]]:
+    def approvals_unshown(
+        self, *, older_than: timedelta, within: timedelta, skip: Collection[str] = ()
+    ) -> list[tuple[str | None, Message]]:
         """Two-person requests waiting for approval, made in the last ``within`` and at least
-        ``older_than`` ago: (their channel, the request as first shown, said once). A front shows those
-        it never posted."""
-        return approvals_unshown(self.ctx, older_than, within)
+        ``older_than`` ago, but those in ``skip``: (their channel, the request as first shown, said
+        once). A front shows those it never posted."""
+        return approvals_unshown(self.ctx, older_than, within, skip)
 
     def warnings_before_send(
         self,

@@ -2,7 +2,7 @@
 
 - ``slack_threads``: the thread of each session's case (the case row also gets ``set_thread``).
 - ``slack_refs``: where a message that is updated in place lives (an approval request, by its id),
-  and which messages said once were said (a request's result: claimed before its post).
+  and which messages said once were said (a request's first showing, its result: claimed before the post).
 
 Both are keyed by :class:`bot.ids.ScopedId` (its ``key``: ``ses_1`` for the default
 installation, ``ses_1@eu-1`` for eu-1), the one key the delivery that writes them and the ladder that
@@ -176,10 +176,9 @@ class SlackState:
         return (row[0], row[1]) if row else None
 
     def claim_ref(self, kind: str, ref: ScopedId, channel: str) -> bool:
-        """Take the one saying of a message that is said once (``kind`` and ``ref``: a request's first
-        showing, its result),
-        before it is posted: True for the first claimer on this store, whichever bot or process; its
-        ``ts`` stays empty until :meth:`remember_ref` records the post. One ``INSERT OR IGNORE``, so two
+        """Take the one saying of a message said once (``kind`` and ``ref``: a request's first showing,
+        its result) before it is posted: True for the first claimer on this store, whichever bot or
+        process; its ``ts`` stays empty until :meth:`remember_ref` records the post. One ``INSERT OR IGNORE``, so two
         claimers never both win; a claimer that dies between its claim and its post leaves it unsaid
         (the window of one Web API call), never said twice."""
         with self.store.write() as db:

@@ -46,17 +46,18 @@ class UnsaidLook:
         self.reporter_for = reporter_for
         self.grace = timedelta(seconds=grace)
         self._after: dict[str, int] = {}  # the last result step looked at, per installation (seqs only grow)
-        self._asked: set[tuple[str, str]] = set()  # (installation, request) approval requests offered once here
+        self._asked: dict[str, set[str]] = {}  # approval requests offered here, per installation (once each)
 
     def look(self) -> int:
         """Offer what was recorded since the last look and is older than ``grace``; how many were offered."""
         offered = 0
         for name, services in self.cores.items():
             decisions = services.decisions
-            for channel, message in decisions.approvals_unshown(older_than=self.grace, within=WITHIN):
-                if message.ref is None or (name, message.ref) in self._asked:
+            asked = self._asked.setdefault(name, set())
+            for channel, message in decisions.approvals_unshown(older_than=self.grace, within=WITHIN, skip=asked):
+                if message.ref is None:
                     continue
-                self._asked.add((name, message.ref))
+                asked.add(message.ref)
                 # In its case's thread, started in the channel it was asked in when its worker died first.
                 self.reporter_for(name, channel).post(message)  # unless its reply or another look claimed it
                 offered += 1

@@ -196,3 +196,31 @@ def test_the_live_lines_429_reads_retry_after_as_seconds_an_http_date_or_not_at_
     assert poster.update("CINC", ts, edited) == UNREADABLE_WAIT
     assert poster.update("CINC", ts, edited) is None  # no 429 left: edited
     assert h.api.messages[ts].updates == 1
+
+
+def _approve_confirm(message: Any) -> Any:
+    for b in message.blocks:
+        for e in b.get("elements", []) if b.get("type") == "actions" else []:
+            if str(e.get("action_id", "")).startswith("rb:approve:"):
+                return e.get("confirm")
+    raise AssertionError("no approve button")
+
+
+def test_the_live_line_keeps_an_irreversible_approves_confirm_dialog(
+    slack_harness: Any, sandbox: Any, tmp_path: Path
+) -> None:
+    """R5.4: the ladder edits its live line into the approval request as first shown; the Approve of an
+    irreversible close keeps the dialog that asks before the click acts (it was lost with the kept copy)."""
+    h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
+    runner = h.composed.ladders.get("default")
+    assert runner is not None
+    assert h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE").status_code == 200
+    h.settle()
+    _, request, _ = _request(h)
+    asked = _approve_confirm(request)
+    assert asked, "the approval request's Approve asks first"
+    sandbox.clock.advance(2)
+    runner.run_due()
+    live = h.api.messages[request.ts]
+    assert live.updates >= 1 and "expires in" in live.all_text()
+    assert _approve_confirm(live) == asked
