@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING
 from bot.messages import Reporter
 
 if TYPE_CHECKING:
+    from bot.app.compose import Composed
     from bot.app.services import Services
+    from bot.slack.app import SlackBot
 
 log = logging.getLogger(__name__)
 
@@ -76,3 +78,13 @@ class UnsaidLook:
                 self.look()
             except Exception:  # noqa: BLE001 - a daemon thread has nobody to raise to
                 log.exception("saying what a stopped worker left unsaid failed; the next look tries again")
+
+
+def unsaid_look(bot: SlackBot, composed: Composed) -> UnsaidLook:
+    """The look of ``serve``'s worker over every installation it serves: each offer goes out through
+    the bot's own delivery, named by its installation (several served) as every message of it is."""
+    return UnsaidLook(
+        composed.cores,
+        lambda name, channel: composed.router.named_reporter(name, bot.background_reporter(channel)),
+        grace=2 * bot.settings.worker_stale_seconds,
+    )

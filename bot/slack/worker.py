@@ -36,7 +36,7 @@ from bot.slack.background import BackgroundWork
 from bot.slack.delivery import ThreadBook
 from bot.slack.inbox import Inbox, Item
 from bot.slack.state import SlackState, slack_migrations
-from bot.slack.unsaid import UnsaidLook
+from bot.slack.unsaid import unsaid_look
 from bot.slack.web import SlackOut
 from bot.store import Store
 
@@ -270,11 +270,7 @@ def main(stream: TextIO | None = None) -> int:
     said = bot.background_reporter()
     composed.start(said)
     # What a worker recorded and died before saying (approval requests, results): said once, here or there.
-    unsaid = UnsaidLook(
-        composed.cores,
-        lambda name, channel: composed.router.named_reporter(name, bot.background_reporter(channel)),
-        grace=2 * settings.worker_stale_seconds,
-    )
+    unsaid = unsaid_look(bot, composed)
     every = settings.worker_stale_seconds / 2
     threading.Thread(target=unsaid.run, args=(stop, every), name="recover-unsaid", daemon=True).start()
     try:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bot.clock import ManualClock
+from bot.slack.unsaid import unsaid_look
 from tests.fixtures.slack import Posted, SlackHarness
 from tests.installations.conftest import posts, spec_for
 
@@ -145,3 +146,47 @@ def test_the_handoff_names_each_installations_open_requests_under_it(
     if "us-1" in names:
         assert re.search(r"req_[A-Za-z0-9]+\.us-1", digest), digest[-3000:]
         assert digest.index("[eu-1]") < digest.index("[us-1]")  # grouped by installation, in file order
+
+
+def _asks(h: SlackHarness) -> list[Posted]:
+    return [m for m in h.api.messages.values() if any(a.startswith("rb:approve:") for a, _ in m.action_ids())]
+
+
+@INSTALLS
+def test_what_slack_refused_is_said_once_by_the_workers_look_in_its_own_installations_thread(
+    slack_harness: Any, sandboxes: Callable[..., Any], clock: ManualClock, tmp_path: Path, names: tuple[str, ...]
+) -> None:
+    """bot/slack/unsaid.py with one installation and with two: an approval request and a result that
+    Slack refused are said by the look `serve`'s worker runs (built by the worker's own function), once
+    between two workers' looks, in the installation's own thread and named by it; nothing in another's."""
+    h = _front(slack_harness, sandboxes, clock, tmp_path, names)
+    looks = [unsaid_look(h.bot, h.composed), unsaid_look(h.bot, h.composed)]  # two workers
+    grace = 2 * h.bot.settings.worker_stale_seconds + 1
+    for method in ("chat.postMessage", "chat.update"):
+        h.api.fail(method, "internal_error", times=1, when="rb:approve:")
+    _say(h, ALONE, user="UALICE", channel="C0EU1")
+    assert _asks(h) == [] and sum(look.look() for look in looks) == 0  # refused, and not yet due
+    clock.advance(grace)
+    assert sum(look.look() for look in looks) == 2  # each worker offers it once; one says it
+    h.settle()
+    (ask,) = _asks(h)
+    assert ask.channel == "C0EU1" and ask.thread_ts is not None
+    assert all(v.endswith("@eu-1") for _, v in ask.action_ids() if v)
+    found = re.search(r"req_[A-Za-z0-9]+(?:\.[a-z0-9-]+)?", ask.all_text())
+    assert found is not None
+
+    h.api.fail("chat.postMessage", "internal_error", times=1, when="Verified")
+    _say(h, f"approve {found.group(0)}", user="UBOB", channel="C0EU1")
+    thread = h.api.thread("C0EU1", ask.thread_ts)
+    assert not [m for m in thread if "Verified" in m.all_text()]
+    clock.advance(grace)
+    assert sum(look.look() for look in looks) == 2
+    h.settle()
+    said = [m for m in h.api.thread("C0EU1", ask.thread_ts) if "Verified" in m.all_text()]
+    assert len(said) == 1 and "ses_startup_stopped" in said[0].all_text()
+    assert sum(look.look() for look in looks) == 0  # looked at: nothing offered again
+    assert len([r for r in posts(sandboxes("eu-1")) if "recovery-decisions" in str(r.get("path"))]) == 1
+    if "us-1" in names:
+        assert "[eu-1]" in said[0].all_text()
+        assert not any(m.channel == "C0US1" for m in h.api.messages.values())
+        assert posts(sandboxes("us-1")) == []
