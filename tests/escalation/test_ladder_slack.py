@@ -32,6 +32,16 @@ def _request(h: SlackHarness) -> tuple[Any, Any, str]:
     return root, request, found.group(0)
 
 
+def _close_asked(slack_harness: Any, sandbox: Any, tmp_path: Path) -> tuple[SlackHarness, Any]:
+    """The shortened ladder over Slack, and alice's two-person close asked (its approval request posted)."""
+    h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
+    runner = h.composed.ladders.get("default")
+    assert runner is not None
+    assert h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE").status_code == 200
+    h.settle()
+    return h, runner
+
+
 def _new(h: SlackHarness, root: Any, seen: int) -> list[Any]:
     return h.api.thread("CINC", root.ts)[seen:]
 
@@ -39,11 +49,7 @@ def _new(h: SlackHarness, root: Any, seen: int) -> list[Any]:
 def test_reminder_mention_widen_and_the_announced_expiry_over_slack(
     slack_harness: Any, sandbox: Any, tmp_path: Path
 ) -> None:
-    h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
-    runner = h.composed.ladders.get("default")
-    assert runner is not None
-    assert h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE").status_code == 200
-    h.settle()
+    h, runner = _close_asked(slack_harness, sandbox, tmp_path)
     root, request, rid = _request(h)
     seen = len(h.api.thread("CINC", root.ts))
 
@@ -211,11 +217,7 @@ def test_the_live_line_keeps_an_irreversible_approves_confirm_dialog(
 ) -> None:
     """R5.4: the ladder edits its live line into the approval request as first shown; the Approve of an
     irreversible close keeps the dialog that asks before the click acts (it was lost with the kept copy)."""
-    h: SlackHarness = slack_harness.real(sandbox, runbooks_dir=short_ladder_folder(tmp_path), approvers=("UBOB",))
-    runner = h.composed.ladders.get("default")
-    assert runner is not None
-    assert h.send.command(f'decide {SESSION} close --reason "end it"', user="UALICE").status_code == 200
-    h.settle()
+    h, runner = _close_asked(slack_harness, sandbox, tmp_path)
     _, request, _ = _request(h)
     asked = _approve_confirm(request)
     assert asked, "the approval request's Approve asks first"
